@@ -1,0 +1,37 @@
+# Front door: `make run`, `make test`, `make bench`. The real work is in scripts/ and CMake.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all setup build run test bench asan clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job on embedded defaults: sample videos -> latent cache -> tiny DiT training.
+run: build
+	bash scripts/run_quickstart.sh $(BUILD)
+
+# Every test this machine can run (GPU tests skip with code 77 where no GPU is present).
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# Unit tests under ASan+UBSan in their own build dir.
+asan: setup
+	cmake -S . -B build-asan -DVFLOW_SANITIZE=address,undefined -DVFLOW_CUDA=OFF -DVFLOW_BUILD_BENCH=OFF
+	cmake --build build-asan -j $(JOBS)
+	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|fuzz'
+
+bench: build
+	bash scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,167 @@
+/* ops.h — the op table: every op the models use, declared once, forward and backward.
+ *
+ * A backend is a table of function pointers plus a context. The CPU backend
+ * (kernels/cpu/) is the reference: f32 storage, f64 accumulation where it matters,
+ * deterministic (same bits for the same inputs regardless of thread count). The CUDA
+ * backend (kernels/cuda/) stores activations and weights in bf16 and accumulates in f32.
+ *
+ * Buffers are `void *` in the backend's storage dtype (be->act_dtype for activations
+ * and weights, be->grad_dtype for gradients, f32 for norm statistics, lse, master weights
+ * and optimizer moments). Models never dereference them: they only pass pointers, so one
+ * model source drives both backends.
+ *
+ * Conventions:
+ *  - Row-major, shapes in comments like llm.c: out (N, OC).
+ *  - Every *_bwd ACCUMULATES (+=) into every gradient it writes (input and parameter
+ *    gradients alike); the caller zeroes them once. This composes with residuals.
+ *  - A NULL optional pointer (bias, weight, gradient) means "absent / not wanted".
+ *  - Ops never allocate; workspace, where needed, comes from be->workspace.
+ */
+#ifndef VF_OPS_H
+#define VF_OPS_H
+
+#include "../runtime/vflow.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vf_backend vf_backend;
+
+struct vf_backend {
+    const char *name;          /* "cpu", "cuda" */
+    vf_device device;
+    vf_dtype act_dtype;        /* activations and weights: F32 (cpu) / BF16 (cuda) */
+    vf_dtype grad_dtype;       /* parameter gradients */
+    void *ctx;                 /* backend private: stream, cuBLASLt handle, workspace */
+
+    /* ---- memory (device memory is accounted to the calling stage) */
+    void *(*alloc)(vf_backend *be, size_t bytes, vf_status *st);
+    void (*free)(vf_backend *be, void *p);
+    void (*memset0)(vf_backend *be, void *p, size_t bytes);
+    /* copies between host f32 and backend storage of act_dtype / grad_dtype */
+    void (*upload)(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dst_dtype);
+    void (*download)(vf_backend *be, float *dst, const void *src, int64_t n, vf_dtype src_dtype);
+    void (*copy)(vf_backend *be, void *dst, const void *src, size_t bytes);
+    int (*sync)(vf_backend *be, vf_status *st);
+
+    /* ---- dense
+     * out (N, OC) = inp (N, C) · w (OC, C)ᵀ + bias (OC) */
+    void (*matmul_fwd)(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
+                       int64_t N, int64_t C, int64_t OC);
+    /* dinp (N, C) += dout·w ; dw (OC, C) += doutᵀ·inp ; dbias (OC) += Σ_N dout */
+    void (*matmul_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                       const void *inp, const void *w, int64_t N, int64_t C, int64_t OC);
+
+    /* ---- elementwise (n elements)
+     * out = a + b */
+    void (*add)(vf_backend *be, void *out, const void *a, const void *b, int64_t n);
+    /* y += alpha * x  (also used to accumulate gradients) */
+    void (*axpy)(vf_backend *be, void *y, const void *x, float alpha, int64_t n);
+    /* GELU, tanh approximation (as torch.nn.GELU(approximate="tanh")) */
+    void (*gelu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
+    void (*gelu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+    void (*silu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
+    void (*silu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+
+    /* ---- normalisation over the last dim C of (N, C)
+     * LayerNorm: out = (x-mean)·rstd·w + b (w, b optional); mean, rstd (N) f32 saved */
+    void (*layernorm_fwd)(vf_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                          const void *w, const void *b, int64_t N, int64_t C, float eps);
+    void (*layernorm_bwd)(vf_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                          const void *inp, const void *w, const float *mean, const float *rstd,
+                          int64_t N, int64_t C);
+    /* RMSNorm: out = x·rstd·w (w optional); rstd (N) f32 saved */
+    void (*rmsnorm_fwd)(vf_backend *be, void *out, float *rstd, const void *inp, const void *w,
+                        int64_t N, int64_t C, float eps);
+    void (*rmsnorm_bwd)(vf_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
+                        const void *w, const float *rstd, int64_t N, int64_t C);
+    /* RMSNorm over channels of a channel-first tensor (B, C, S) (S = T·H·W), per
+     * position, with gain w (C): the VAE's per-frame norm (Wan's RMS_norm). */
+    void (*rmsnorm_ch_fwd)(vf_backend *be, void *out, const void *inp, const void *w,
+                           int64_t B, int64_t C, int64_t S, float eps);
+
+    /* ---- adaLN (DiT)
+     * out (B, L, C) = x·(1 + scale[b]) + shift[b];  shift, scale (B, C) */
+    void (*modulate_fwd)(vf_backend *be, void *out, const void *x, const void *shift,
+                         const void *scale, int64_t B, int64_t L, int64_t C);
+    void (*modulate_bwd)(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
+                         const void *x, const void *scale, int64_t B, int64_t L, int64_t C);
+    /* out (B, L, C) = x + gate[b]·y ;  gate (B, C).  out may alias x. */
+    void (*gated_add_fwd)(vf_backend *be, void *out, const void *x, const void *gate,
+                          const void *y, int64_t B, int64_t L, int64_t C);
+    /* dx += dout ; dgate += Σ_L dout·y ; dy += dout·gate */
+    void (*gated_add_bwd)(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
+                          const void *gate, const void *y, int64_t B, int64_t L, int64_t C);
+
+    /* ---- rotary embedding on (B, L, H, D): rotate pairs (2i, 2i+1) of each head by
+     * angle[l, i]; cos/sin (L, D/2) f32 precomputed by the model (3D RoPE: the D/2
+     * frequencies are split across t, h, w). In place allowed. */
+    void (*rope_fwd)(vf_backend *be, void *out, const void *inp, const float *cos,
+                     const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+    /* dinp += R(-angle)·dout */
+    void (*rope_bwd)(vf_backend *be, void *dinp, const void *dout, const float *cos,
+                     const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+
+    /* ---- attention, non-causal, softmax(q·kᵀ·scale)·v
+     * q (B, Lq, H, D), k/v (B, Lk, H, D), out (B, Lq, H, D), lse (B, H, Lq) f32 saved
+     * (log-sum-exp of the scaled scores, flash-attention style) */
+    void (*attention_fwd)(vf_backend *be, void *out, float *lse, const void *q, const void *k,
+                          const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                          int64_t D, float scale);
+    void (*attention_bwd)(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                          const void *q, const void *k, const void *v, const void *out,
+                          const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                          int64_t D, float scale);
+
+    /* ---- layout: out = inp permuted; shape (ndim ≤ 6) of inp, perm[i] = source axis of
+     * output axis i (as torch.permute). Backward is the inverse permutation. */
+    void (*permute)(vf_backend *be, void *out, const void *inp, int ndim, const int64_t *shape,
+                    const int *perm);
+
+    /* ---- conv3d, channel-first: inp (B, C, T, H, W), w (OC, C, KT, KH, KW), bias (OC),
+     * out (B, OC, To, Ho, Wo), To = (T + pt0 + pt1 - KT)/st + 1 etc. pt0/pt1 are the
+     * front/back zero padding in time (causal: pt0 = KT-1, pt1 = 0), ph/pw symmetric. */
+    void (*conv3d_fwd)(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
+                       int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
+                       int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph,
+                       int pw);
+    void (*conv3d_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                       const void *inp, const void *w, int64_t B, int64_t C, int64_t T,
+                       int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh,
+                       int sw, int pt0, int pt1, int ph, int pw);
+
+    /* ---- embedding: out (N, C) = table[tok[n]]; tok i32 on the device */
+    void (*embed_fwd)(vf_backend *be, void *out, const int32_t *tok, const void *table,
+                      int64_t N, int64_t C);
+    void (*embed_bwd)(vf_backend *be, void *dtable, const void *dout, const int32_t *tok,
+                      int64_t N, int64_t C);
+
+    /* ---- loss: mean squared error over n; returns the loss (f64 sum / n) and
+     * dpred += grad_scale · 2·(pred − target)/n */
+    double (*mse_fwd_bwd)(vf_backend *be, void *dpred, const void *pred, const void *target,
+                          int64_t n, float grad_scale);
+
+    /* ---- optimizer on f32 master weights, f32 moments, gradients in grad_dtype.
+     * t is the 1-based step for bias correction; grad_scale multiplies the gradient
+     * (global-norm clipping). weights_out (act_dtype, may be NULL) receives the new
+     * weights for the compute copy (bf16 on CUDA). */
+    void (*adamw)(vf_backend *be, float *master, float *m, float *v, const void *grad,
+                  void *weights_out, int64_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, float grad_scale, int64_t t);
+    /* Σ g² over n gradient elements, f64 (a fixed-order partial for global-norm). */
+    double (*sumsq)(vf_backend *be, const void *grad, int64_t n);
+};
+
+/* The CPU backend (static, thread-safe, deterministic). */
+vf_backend *vf_backend_cpu(void);
+/* The CUDA backend for device index i; NULL and st set when CUDA is not built or no
+ * such device exists. */
+vf_backend *vf_backend_cuda(int index, vf_status *st);
+/* Backend for a device. */
+vf_backend *vf_backend_for(vf_device dev, vf_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_OPS_H */

@@ -31,6 +31,7 @@ typedef struct vf_gstage {
     vf_params *params;           /* owned; defaults filled by validation */
     char where[256];             /* "pipelines/x.lua:12" of the Lua call */
     vf_device device;            /* from params.device when the kind has one, else cpu */
+    char worker_hint[VF_NAME_MAX]; /* p:stage(kind, {..., worker = "w"}) pins stages together */
     int worker;                  /* placement: worker index, set by vf_graph_place */
     vf_port_specs ports;         /* resolved by validation */
     vf_mem_plan mem;             /* from the memory hook, filled by validation */

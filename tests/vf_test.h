@@ -24,14 +24,15 @@ static int vf_test_filter_ok_(const char *name)
     return !f || strstr(name, f) != NULL;
 }
 
-#define VF_TEST(name)                                                            \
-    static void vf_test_##name(void);                                            \
-    __attribute__((constructor)) static void vf_test_reg_##name(void)            \
+/* (the parameter is not called `name`: it would replace the `.name` member below) */
+#define VF_TEST(tname)                                                           \
+    static void vf_test_##tname(void);                                           \
+    __attribute__((constructor)) static void vf_test_reg_##tname(void)           \
     {                                                                            \
-        vf_tests_[vf_ntests_].name = #name;                                      \
-        vf_tests_[vf_ntests_++].fn = vf_test_##name;                             \
+        vf_tests_[vf_ntests_].name = #tname;                                     \
+        vf_tests_[vf_ntests_++].fn = vf_test_##tname;                            \
     }                                                                            \
-    static void vf_test_##name(void)
+    static void vf_test_##tname(void)
 
 #define VF_CHECK(cond)                                                           \
     do {                                                                         \

@@ -4,6 +4,7 @@
 #include "lmdb_store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +21,17 @@ struct vf_lmdb {
     bool readonly;
     size_t map_size, max_map;
     int growths, stale;
+    /* process-wide registry (LMDB forbids two envs on one file in a process) */
+    dev_t dev;
+    ino_t ino;
+    pid_t pid; /* a child after fork() must not share its parent's env */
+    int refs;
+    struct vf_lmdb *next;
     char path[];
 };
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static vf_lmdb *reg_head;
 
 typedef struct bentry {
     size_t koff, klen, voff, vlen;
@@ -90,13 +100,14 @@ static int mkdir_p(const char *path, vf_status *st)
     return 0;
 }
 
+static int open_env(vf_lmdb *db, const vf_lmdb_opts *o, vf_status *st);
+
 int vf_lmdb_open(const char *path, const vf_lmdb_opts *o, vf_lmdb **out, vf_status *st)
 {
     int rc = 0;
     vf_lmdb_opts def = {0};
     if (!o) o = &def;
     *out = NULL;
-    MDB_txn *txn = NULL;
     size_t pl = strlen(path);
     while (pl > 1 && path[pl - 1] == '/') pl--; /* "cache/x.lmdb/" == "cache/x.lmdb" */
     vf_lmdb *db = calloc(1, sizeof *db + pl + 1);
@@ -118,6 +129,46 @@ int vf_lmdb_open(const char *path, const vf_lmdb_opts *o, vf_lmdb **out, vf_stat
                     db->path);
         VF_TRY(mkdir_p(db->path, st));
     }
+    if (stat(db->path, &sb) != 0)
+        VF_FAIL(st, VF_EIO, "%s: stat: %s", db->path, strerror(errno));
+    db->dev = sb.st_dev;
+    db->ino = sb.st_ino;
+    db->pid = getpid();
+    pthread_mutex_lock(&reg_mu);
+    for (vf_lmdb *e = reg_head; e; e = e->next)
+        if (e->dev == db->dev && e->ino == db->ino && e->pid == db->pid) {
+            if (e->readonly && !o->readonly) {
+                pthread_mutex_unlock(&reg_mu);
+                VF_FAIL(st, VF_EINVAL, "%s: already open read-only in this process (as %s); a writer must open it first",
+                        db->path, e->path);
+            }
+            e->refs++; /* share: one MDB_env per file per process */
+            pthread_mutex_unlock(&reg_mu);
+            free(db);
+            *out = e;
+            return 0;
+        }
+    /* held across the open so two threads cannot both create an env for the file */
+    rc = open_env(db, o, st);
+    if (rc == 0) {
+        db->refs = 1;
+        db->next = reg_head;
+        reg_head = db;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    if (rc) goto fail;
+    *out = db;
+    return 0;
+fail:
+    if (db->env) mdb_env_close(db->env);
+    free(db);
+    return rc;
+}
+
+static int open_env(vf_lmdb *db, const vf_lmdb_opts *o, vf_status *st)
+{
+    int rc = 0;
+    MDB_txn *txn = NULL;
     VF_MDB(st, db, mdb_env_create(&db->env));
     VF_MDB(st, db, mdb_env_set_maxreaders(db->env, o->max_readers ? o->max_readers : DEFAULT_READERS));
     if (!o->readonly)
@@ -134,17 +185,25 @@ int vf_lmdb_open(const char *path, const vf_lmdb_opts *o, vf_lmdb **out, vf_stat
     rc = mdb_txn_commit(txn);
     txn = NULL;
     if (rc) VF_MDB(st, db, rc);
-    *out = db;
     return 0;
 fail:
     if (txn) mdb_txn_abort(txn);
-    vf_lmdb_close(db);
     return rc;
 }
 
 void vf_lmdb_close(vf_lmdb *db)
 {
     if (!db) return;
+    pthread_mutex_lock(&reg_mu);
+    bool last = --db->refs <= 0;
+    if (last)
+        for (vf_lmdb **pp = &reg_head; *pp; pp = &(*pp)->next)
+            if (*pp == db) {
+                *pp = db->next;
+                break;
+            }
+    pthread_mutex_unlock(&reg_mu);
+    if (!last) return;
     if (db->env) mdb_env_close(db->env);
     free(db);
 }

@@ -20,9 +20,14 @@
  *  - errors: every LMDB call goes through VF_MDB / VF_MDB_KEY, which turn its code into
  *    a vf_status naming the C file:line, the call, the environment path and the key.
  *
- * Threads and processes: one vf_lmdb per process and path (LMDB forbids opening an env
- * twice in a process); never used across fork(). Read txns are MDB_NOTLS, so a read txn
- * belongs to its caller, not to the thread. One writer at a time (LMDB serialises them).
+ * Threads and processes: LMDB forbids opening one env twice in a process, so
+ * vf_lmdb_open keeps a process-wide registry: opening a path that is already open
+ * returns the same handle with one more reference (its first opener's options; a
+ * read-write open of a path open read-only is refused). Never used across fork() (a
+ * child opens its own). Read txns are MDB_NOTLS, so a read txn belongs to its caller, not
+ * to the thread. One writer at a time (LMDB serialises them). A process that grows the
+ * map must have no read txn open on the env either (set_mapsize's condition), so the
+ * writer lives alone in its process (latent_cache is VF_STAGE_OWN_WORKER).
  */
 #ifndef VF_LMDB_STORE_H
 #define VF_LMDB_STORE_H
@@ -41,7 +46,7 @@ typedef struct vf_lmdb_opts {
 /* Opens (a writer creates the directory and the env if missing). Caller owns *out
  * (vf_lmdb_close). VF_ENOTFOUND when a read-only open finds no environment. */
 int vf_lmdb_open(const char *path, const vf_lmdb_opts *o, vf_lmdb **out, vf_status *st);
-void vf_lmdb_close(vf_lmdb *db); /* NULL is fine; no txn may be open */
+void vf_lmdb_close(vf_lmdb *db); /* drops one reference; NULL is fine; no txn may be open */
 
 const char *vf_lmdb_path(const vf_lmdb *db);   /* borrowed */
 MDB_env *vf_lmdb_env(vf_lmdb *db);             /* borrowed, for direct calls */

@@ -308,6 +308,32 @@ VF_TEST(errors_name_path_and_key)
     VF_CHECK(strstr(st.msg, "No space") != NULL);
 }
 
+VF_TEST(one_env_per_process)
+{
+    char p[512], p2[600];
+    vf_status st;
+    vf_status_clear(&st);
+    vf_lmdb *a = NULL, *b = NULL, *c = NULL;
+    VF_CHECK_EQ_INT(vf_lmdb_open(dbpath("shared", p, sizeof p), NULL, &a, &st), 0);
+    snprintf(p2, sizeof p2, "%s/../shared/", p); /* another spelling of the same dir */
+    vf_lmdb_opts ro = {.readonly = true};
+    VF_CHECK_EQ_INT(vf_lmdb_open(p2, &ro, &b, &st), 0);
+    VF_CHECK(a && a == b);
+    vf_lmdb_close(a);
+    size_t n;
+    VF_CHECK_EQ_INT(vf_lmdb_count(b, &n, &st), 0); /* still open: one reference left */
+    vf_lmdb_close(b);
+    /* read-only first, then a writer: refused */
+    VF_CHECK_EQ_INT(vf_lmdb_open(p, &ro, &b, &st), 0);
+    vf_status_clear(&st);
+    VF_CHECK_EQ_INT(vf_lmdb_open(p, NULL, &c, &st), VF_EINVAL);
+    VF_CHECK(strstr(st.msg, "read-only") != NULL);
+    vf_lmdb_close(b);
+    vf_status_clear(&st);
+    VF_CHECK_EQ_INT(vf_lmdb_open(p, NULL, &c, &st), 0); /* closed: a writer may open now */
+    vf_lmdb_close(c);
+}
+
 VF_TEST(cleanup)
 {
     char cmd[300];

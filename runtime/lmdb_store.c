@@ -334,6 +334,17 @@ size_t vf_lmdb_batch_bytes(const vf_lmdb_batch *b) { return b->used; }
 size_t vf_lmdb_batch_capacity(const vf_lmdb_batch *b) { return b->cap; }
 void vf_lmdb_batch_clear(vf_lmdb_batch *b) { b->n = 0; b->used = 0; }
 
+void vf_lmdb_batch_truncate(vf_lmdb_batch *b, int n)
+{
+    if (n >= b->n) return;
+    if (n <= 0) {
+        vf_lmdb_batch_clear(b);
+        return;
+    }
+    b->n = n;
+    b->used = b->e[n - 1].voff + b->e[n - 1].vlen;
+}
+
 void vf_lmdb_batch_at(const vf_lmdb_batch *b, int i, MDB_val *key, MDB_val *val)
 {
     key->mv_data = b->arena + b->e[i].koff;

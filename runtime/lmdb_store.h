@@ -122,6 +122,8 @@ int vf_lmdb_batch_reserve(vf_lmdb_batch *b, const void *key, size_t klen, size_t
 int vf_lmdb_batch_put(vf_lmdb_batch *b, const void *key, size_t klen, const void *val,
                       size_t vlen, vf_status *st); /* copies both */
 void vf_lmdb_batch_clear(vf_lmdb_batch *b);
+/* Keeps the first n entries (drops a half-filled reservation after a failed encode). */
+void vf_lmdb_batch_truncate(vf_lmdb_batch *b, int n);
 /* Entry i: key and value, borrowed from the batch. */
 void vf_lmdb_batch_at(const vf_lmdb_batch *b, int i, MDB_val *key, MDB_val *val);
 

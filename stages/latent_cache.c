@@ -1,0 +1,306 @@
+/* latent_cache.c — stage kind `latent_cache`: the single LMDB writer of a precompute.
+ *
+ * Input "in": one latent item per clip (docs/ITEMS.md: tensor "latent" f32 (z, T', h, w),
+ * optional "logvar", metadata with caption and provenance). Each item is stored under
+ * the key of its provenance (source, clip, transform, vae — runtime/cache_format.h), so
+ * another VAE or transform never collides; the value is the item's codec record (with
+ * its CRC32C). A key that already exists is skipped and counted: a rerun of a killed
+ * precompute redoes only what was never committed. Records are committed `commit_every`
+ * at a time in one durable write txn, together with the updated "__meta__" summary
+ * (entries, bytes, latent shapes, VAE hashes), so the summary stays exact whatever
+ * moment the writer is killed at. The map grows by doubling when full (lmdb_store.c).
+ *
+ * Runs in a worker of its own (VF_STAGE_OWN_WORKER): the LMDB writer, and map growth
+ * needs no other txn open in the process. Declared memory: the commit buffer, at most
+ * 2 × commit_every × the largest record the input port allows (the arena doubles).
+ */
+#include "latent_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const vf_param_spec cache_params[] = {
+    {"path", VF_P_STR, NULL, VF_ANY, "LMDB cache directory (created if missing)", NULL, NULL},
+    {"commit_every", VF_P_INT, "32", VF_RANGE(1, 1000000), "records per write transaction", NULL, NULL},
+    {"map_size", VF_P_INT, "67108864", VF_RANGE(65536, 1.125899906842624e15),
+     "initial LMDB map size in bytes (doubles when full)", NULL, NULL},
+    {"key", VF_P_STR, "\"provenance\"", VF_ANY,
+     "entry keys: provenance = hash(source, clip, transform, vae); id = hash(item id)",
+     "provenance|id", NULL},
+    {0},
+};
+
+#define SHAPE_MAX 96
+#define VAE_MAX 160
+
+typedef struct pending {
+    char shape[SHAPE_MAX];
+    char vae[VAE_MAX];
+    int64_t bytes;
+} pending;
+
+struct vf_latent_writer {
+    vf_lmdb *db;
+    vf_lmdb_batch *batch;
+    vf_cache_keying keying;
+    int commit_every;
+    pending *pend; /* commit_every entries: what the summary needs of each queued record */
+    int64_t written, skipped, commits;
+};
+
+/* ------------------------------------------------------------------ writer */
+
+void vf_latent_writer_close(vf_latent_writer *w)
+{
+    if (!w) return;
+    vf_lmdb_batch_free(w->batch);
+    vf_lmdb_close(w->db);
+    free(w->pend);
+    free(w);
+}
+
+int vf_latent_writer_open(const vf_latent_writer_opts *o, vf_latent_writer **out,
+                          vf_status *st)
+{
+    int rc = 0;
+    MDB_txn *txn = NULL;
+    vf_json *meta = NULL;
+    *out = NULL;
+    vf_latent_writer *w = calloc(1, sizeof *w);
+    if (!w) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", o->path);
+    w->keying = o->keying;
+    w->commit_every = o->commit_every > 0 ? o->commit_every : 1;
+    w->pend = calloc((size_t)w->commit_every, sizeof *w->pend);
+    if (!w->pend) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", o->path);
+    if (!(w->batch = vf_lmdb_batch_new(st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", o->path);
+    vf_lmdb_opts lo = {.map_size = o->map_size};
+    VF_TRY(vf_lmdb_open(o->path, &lo, &w->db, st));
+    VF_TRY(vf_lmdb_read_begin(w->db, &txn, st));
+    VF_TRY(vf_cache_meta_read(w->db, txn, &meta, st));
+    mdb_txn_abort(txn);
+    txn = NULL;
+    if (meta && vf_cache_meta_keying(meta) != w->keying)
+        VF_FAIL(st, VF_EINVAL, "%s: cache entries are keyed by %s; this stage keys by %s (param key)",
+                o->path, vf_cache_keying_name(vf_cache_meta_keying(meta)), vf_cache_keying_name(w->keying));
+    vf_json_free(meta);
+    *out = w;
+    return 0;
+fail:
+    if (txn) mdb_txn_abort(txn);
+    vf_json_free(meta);
+    vf_latent_writer_close(w);
+    return rc;
+}
+
+/* Inside the write txn: add what was stored to the summary (re-read each time, since a
+ * map growth retries the txn from scratch). */
+static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batch *b,
+                       const unsigned char *written, vf_status *st)
+{
+    vf_latent_writer *w = user;
+    vf_json *meta = NULL;
+    int rc = vf_cache_meta_read(db, txn, &meta, st);
+    if (rc) return rc;
+    if (!meta && !(meta = vf_cache_meta_new(w->keying)))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    for (int i = 0; i < vf_lmdb_batch_count(b) && rc == 0; i++)
+        if (written[i]) rc = vf_cache_meta_count(meta, w->pend[i].shape, w->pend[i].vae, w->pend[i].bytes, st);
+    if (rc == 0) rc = vf_cache_meta_write(db, txn, meta, st);
+    vf_json_free(meta);
+    return rc;
+}
+
+int vf_latent_writer_flush(vf_latent_writer *w, vf_status *st)
+{
+    if (vf_lmdb_batch_count(w->batch) == 0) return 0;
+    int nw = 0, ne = 0;
+    int rc = vf_lmdb_batch_commit(w->db, w->batch, update_meta, w, &nw, &ne, st);
+    if (rc) return rc;
+    w->written += nw;
+    w->skipped += ne; /* duplicates within the batch */
+    w->commits++;
+    return 0;
+}
+
+int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_status *st)
+{
+    int rc = 0;
+    char key[VF_CACHE_KEY_LEN + 1];
+    *skipped = false;
+    VF_TRY(vf_cache_check_item(it, st));
+    VF_TRY(vf_cache_key_of_item(it, w->keying, key, st));
+    bool exists = false;
+    VF_TRY(vf_lmdb_exists(w->db, key, VF_CACHE_KEY_LEN, &exists, st));
+    if (exists) {
+        *skipped = true;
+        w->skipped++;
+        goto fail; /* rc == 0: done with the item */
+    }
+    size_t need = vf_item_encoded_size(it), len = 0;
+    void *dst;
+    int i = vf_lmdb_batch_count(w->batch);
+    VF_TRY(vf_lmdb_batch_reserve(w->batch, key, VF_CACHE_KEY_LEN, need, &dst, st));
+    rc = vf_item_encode(it, dst, need, &len, st);
+    if (rc == 0 && len != need)
+        rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "item \"%s\": encoded %zu bytes, expected %zu",
+                           vf_item_id(it), len, need);
+    if (rc) {
+        /* the half-made entry must never be committed */
+        vf_status_prefix(st, "%s: item \"%s\"", vf_lmdb_path(w->db), vf_item_id(it));
+        vf_lmdb_batch_truncate(w->batch, i);
+        goto fail;
+    }
+    vf_cache_shape_key(it, w->pend[i].shape, SHAPE_MAX);
+    const char *vae = vf_item_str(it, "vae");
+    snprintf(w->pend[i].vae, VAE_MAX, "%s", vae ? vae : "none");
+    w->pend[i].bytes = (int64_t)len;
+    if (vf_lmdb_batch_count(w->batch) >= w->commit_every) VF_TRY(vf_latent_writer_flush(w, st));
+fail:
+    vf_item_free(it);
+    return rc;
+}
+
+void vf_latent_writer_get_stats(const vf_latent_writer *w, vf_latent_writer_stats *out)
+{
+    out->written = w->written;
+    out->skipped = w->skipped;
+    out->queued = vf_lmdb_batch_count(w->batch);
+    out->commits = w->commits;
+    out->map_size = vf_lmdb_map_size(w->db);
+    out->growths = vf_lmdb_growths(w->db);
+    out->batch_capacity = vf_lmdb_batch_capacity(w->batch);
+}
+
+/* ------------------------------------------------------------------ stage */
+
+static int cache_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
+                       vf_status *st)
+{
+    const vf_port_spec *up = upstream ? vf_port_find(upstream, "in") : NULL;
+    vf_port_spec *in = vf_port_add(out, "in", VF_PORT_IN, true);
+    if (up) { /* stores what arrives: the upstream's spec bounds the records */
+        in->ntensors = up->ntensors;
+        memcpy(in->t, up->t, sizeof in->t);
+        in->meta_bytes = up->meta_bytes;
+        in->device = up->device;
+        const vf_tensor_spec *lat = NULL;
+        for (int i = 0; i < up->ntensors; i++)
+            if (!strcmp(up->t[i].name, VF_CACHE_TENSOR)) lat = &up->t[i];
+        if (!lat || lat->dtype != VF_DTYPE_F32 || lat->ndim != 4)
+            return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                                 "latent_cache: its input must carry tensor \"latent\" f32 (z, T', h, w)");
+    } else {
+        static const char *const sym[4] = {"z", "T", "h", "w"};
+        int64_t dims[4] = {0, 0, 0, 0}; /* unknown until connected */
+        vf_port_tensor(in, VF_CACHE_TENSOR, VF_DTYPE_F32, 4, dims, sym);
+    }
+    return 0;
+}
+
+static int cache_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
+                        vf_status *st)
+{
+    const vf_port_spec *in = vf_port_find(ports, "in");
+    int64_t rec = in ? vf_port_max_item_bytes(in) : 0;
+    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "commit batch",
+                    2 * vf_param_int(p, "commit_every") * (rec > 0 ? rec : 0));
+    return 0;
+}
+
+static int cache_init(vf_stage *s, const vf_params *p, vf_status *st)
+{
+    vf_latent_writer_opts o = {
+        .path = vf_param_str(p, "path"),
+        .commit_every = (int)vf_param_int(p, "commit_every"),
+        .map_size = (size_t)vf_param_int(p, "map_size"),
+    };
+    if (vf_cache_keying_parse(vf_param_str(p, "key"), &o.keying) != 0)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: bad key scheme \"%s\"",
+                             vf_stage_name(s), vf_param_str(p, "key"));
+    vf_latent_writer *w = NULL;
+    int rc = vf_latent_writer_open(&o, &w, st);
+    if (rc) {
+        vf_status_prefix(st, "%s", vf_stage_name(s));
+        return rc;
+    }
+    vf_stage_set_state(s, w);
+    return 0;
+}
+
+static void report(vf_ctx *ctx, vf_latent_writer *w)
+{
+    vf_latent_writer_stats x;
+    vf_latent_writer_get_stats(w, &x);
+    vf_metric(ctx, "written", (double)x.written);
+    vf_metric(ctx, "skipped", (double)x.skipped);
+}
+
+static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
+{
+    vf_latent_writer *w = vf_stage_state(s);
+    vf_port *in = vf_in(ctx, "in");
+    int rc = 0;
+    for (int64_t n = 0;; n++) {
+        vf_item *it = NULL;
+        rc = vf_recv(in, &it, st);
+        if (rc == VF_EOS) break;
+        if (rc == VF_ESTOPPED) {
+            /* what is queued is whole and consistent: keep it, a rerun skips it */
+            vf_status keep = *st;
+            vf_status_clear(st);
+            if (vf_latent_writer_flush(w, st) == 0) *st = keep;
+            return rc;
+        }
+        if (rc < 0) return rc;
+        bool skipped;
+        rc = vf_latent_writer_add(w, it, &skipped, st);
+        if (rc) {
+            vf_status_prefix(st, "%s", vf_stage_name(s));
+            return rc;
+        }
+        if (n % 16 == 0) report(ctx, w);
+    }
+    if ((rc = vf_latent_writer_flush(w, st)) != 0) {
+        vf_status_prefix(st, "%s", vf_stage_name(s));
+        return rc;
+    }
+    report(ctx, w);
+    vf_latent_writer_stats x;
+    vf_latent_writer_get_stats(w, &x);
+    size_t entries = 0;
+    vf_status ign;
+    vf_status_clear(&ign);
+    vf_lmdb_count(w->db, &entries, &ign);
+    char row[320];
+    snprintf(row, sizeof row,
+             "{\"event\":\"latent_cache_done\",\"written\":%lld,\"skipped\":%lld,\"commits\":%lld,"
+             "\"entries\":%zu,\"map_size\":%zu,\"growths\":%d}",
+             (long long)x.written, (long long)x.skipped, (long long)x.commits,
+             entries ? entries - 1 : 0, x.map_size, x.growths);
+    vf_metric_row(ctx, row);
+    vf_log(ctx, VF_LOG_INFO, "%s: wrote %lld records, skipped %lld existing, %zu in cache, map %zu bytes (%d growths)",
+           vf_param_str(vf_stage_params(s), "path"), (long long)x.written, (long long)x.skipped,
+           entries ? entries - 1 : 0, x.map_size, x.growths);
+    return 0;
+}
+
+static void cache_fini(vf_stage *s)
+{
+    vf_latent_writer_close(vf_stage_state(s));
+    vf_stage_set_state(s, NULL);
+}
+
+static const vf_stage_ops latent_cache_ops = {
+    .api_version = VF_API_VERSION,
+    .kind = "latent_cache",
+    .doc = "single LMDB writer of latent records, keyed by provenance; skips existing keys, batched durable commits",
+    .params = cache_params,
+    .flags = VF_STAGE_OWN_WORKER,
+    .ports = cache_ports,
+    .memory = cache_memory,
+    .init = cache_init,
+    .run = cache_run,
+    .fini = cache_fini,
+};
+VF_REGISTER_STAGE(latent_cache_ops)

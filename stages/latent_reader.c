@@ -1,0 +1,532 @@
+/* latent_reader.c — stage kind `latent_reader`: batches of latents out of the LMDB cache
+ * in a deterministic, sharded, resumable order (the order, batching and cursor rules
+ * are in latent_reader.h).
+ *
+ * The key list (32 bytes per entry) and one epoch's permutation (4 bytes per entry)
+ * stay in memory; records are read one at a time inside a short read txn per batch and
+ * copied into the batch tensors, so memory is the key list plus one batch.
+ */
+#include "latent_reader.h"
+#include "../runtime/philox.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct vf_latent_reader {
+    vf_latent_reader_opts o;
+    char *path;
+    vf_lmdb *db;
+    MDB_txn *txn;   /* reset between batches */
+    char *keys;     /* n × 32 bytes, sorted */
+    int64_t n, L;
+    int64_t shape[4];
+    int64_t per;    /* floats per latent */
+    uint32_t *perm; /* permutation of the cached epoch */
+    uint64_t perm_epoch;
+    bool perm_valid;
+    uint64_t epoch;
+    int64_t pos;
+    int64_t bad, good_in_epoch;
+    bool epoch_from_start;
+};
+
+/* ------------------------------------------------------------------ order */
+
+static void make_perm(vf_latent_reader *r, uint64_t epoch)
+{
+    uint32_t *p = r->perm;
+    for (int64_t i = 0; i < r->n; i++) p[i] = (uint32_t)i;
+    vf_rng rng;
+    vf_rng_init(&rng, r->o.seed, epoch, 0, VF_RNG_SHUFFLE);
+    enum { CH = 2048 };
+    uint32_t w[2 * CH];
+    for (int64_t hi = r->n - 1; hi >= 1;) {
+        int64_t lo = hi - CH + 1 < 1 ? 1 : hi - CH + 1;
+        vf_rng_u32(&rng, 2 * (uint64_t)lo, 2 * (hi - lo + 1), w);
+        for (int64_t i = hi; i >= lo; i--) {
+            const uint32_t *q = &w[2 * (i - lo)];
+            uint64_t rnd = (uint64_t)q[0] | (uint64_t)q[1] << 32;
+            uint64_t j = (uint64_t)(((unsigned __int128)rnd * (uint64_t)(i + 1)) >> 64);
+            uint32_t t = p[i];
+            p[i] = p[j];
+            p[j] = t;
+        }
+        hi = lo - 1;
+    }
+    r->perm_epoch = epoch;
+    r->perm_valid = true;
+}
+
+int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t pos)
+{
+    if (!r->perm_valid || r->perm_epoch != epoch) make_perm(r, epoch);
+    return r->perm[r->o.shard + pos * r->o.nshards];
+}
+
+int64_t vf_latent_reader_entries(const vf_latent_reader *r) { return r->n; }
+int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r) { return r->L; }
+int64_t vf_latent_reader_bad(const vf_latent_reader *r) { return r->bad; }
+const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i) { return r->keys + 32 * i; }
+void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]) { memcpy(shape, r->shape, sizeof r->shape); }
+
+void vf_latent_reader_set_on_bad(vf_latent_reader *r, void (*fn)(void *, const char *), void *user)
+{
+    r->o.on_bad = fn;
+    r->o.user = user;
+}
+
+/* ------------------------------------------------------------------ cursor */
+
+static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
+{
+    snprintf(buf, n, "v1;epoch=%llu;pos=%lld;n=%lld;seed=%llu;shard=%d/%d", (unsigned long long)r->epoch,
+             (long long)r->pos, (long long)r->n, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
+}
+
+static int cursor_parse(vf_latent_reader *r, const char *c, vf_status *st)
+{
+    int rc = 0;
+    unsigned long long e, seed;
+    long long pos, n;
+    int k, K, end = -1;
+    if (sscanf(c, "v1;epoch=%llu;pos=%lld;n=%lld;seed=%llu;shard=%d/%d%n", &e, &pos, &n, &seed, &k, &K, &end) != 6 ||
+        end < 0 || c[end] != 0 || pos < 0)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS)",
+                r->path, c);
+    if (n != r->n)
+        VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
+                "the order would differ, so the run cannot resume exactly", r->path, n, (long long)r->n);
+    if (seed != r->o.seed || k != r->o.shard || K != r->o.nshards)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
+                r->path, seed, k, K, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
+    if (pos > r->L)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor position %lld is past the epoch length %lld", r->path, pos, (long long)r->L);
+    r->epoch = e;
+    r->pos = pos;
+fail:
+    return rc;
+}
+
+/* ------------------------------------------------------------------ open */
+
+static int parse_shape(const char *s, int64_t shape[4])
+{
+    long long a, b, c, d;
+    int end = -1;
+    if (sscanf(s, "(%lld,%lld,%lld,%lld)%n", &a, &b, &c, &d, &end) != 4 || end < 0 || s[end]) return -1;
+    if (a < 1 || b < 1 || c < 1 || d < 1) return -1;
+    shape[0] = a, shape[1] = b, shape[2] = c, shape[3] = d;
+    return 0;
+}
+
+/* Shape from the summary, or from the first entry when there is no summary. */
+static int cache_shape(vf_lmdb *db, MDB_txn *txn, int64_t shape[4], vf_status *st)
+{
+    int rc = 0;
+    vf_json *meta = NULL;
+    MDB_cursor *cur = NULL;
+    vf_item *it = NULL;
+    VF_TRY(vf_cache_meta_read(db, txn, &meta, st));
+    if (meta) {
+        const vf_json *shapes = vf_json_get(meta, "shapes");
+        int ns = vf_json_len(shapes);
+        if (ns == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", vf_lmdb_path(db));
+        if (ns > 1) {
+            char list[512] = "";
+            size_t o = 0;
+            for (int i = 0; i < ns && o < sizeof list - 64; i++)
+                o += (size_t)snprintf(list + o, sizeof list - o, "%s%s ×%lld", i ? ", " : "", vf_json_key_at(shapes, i),
+                                      (long long)vf_json_as_num(vf_json_at(shapes, i)));
+            VF_FAIL(st, VF_EBADINPUT,
+                    "%s: the cache holds latents of %d shapes (%s); latent_reader batches one shape: "
+                    "write one cache per resolution/length", vf_lmdb_path(db), ns, list);
+        }
+        if (parse_shape(vf_json_key_at(shapes, 0), shape) != 0)
+            VF_FAIL(st, VF_ECORRUPT, "%s: summary shape \"%s\" is not (z,T,h,w)", vf_lmdb_path(db), vf_json_key_at(shapes, 0));
+        goto fail; /* done, rc == 0 */
+    }
+    MDB_val k, v;
+    VF_MDB(st, db, mdb_cursor_open(txn, vf_lmdb_dbi(db), &cur));
+    int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    while (m == 0 && !vf_cache_is_entry_key(k.mv_data, k.mv_size)) m = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    if (m == MDB_NOTFOUND) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", vf_lmdb_path(db));
+    VF_MDB(st, db, m);
+    VF_TRY(vf_cache_record_decode(vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &it, st));
+    memcpy(shape, vf_item_get(it, VF_CACHE_TENSOR)->shape, 4 * sizeof(int64_t));
+fail:
+    if (cur) mdb_cursor_close(cur);
+    vf_item_free(it);
+    vf_json_free(meta);
+    return rc;
+}
+
+int vf_latent_cache_probe(const char *path, int64_t shape[4], int64_t *entries, vf_status *st)
+{
+    int rc = 0;
+    vf_lmdb *db = NULL;
+    MDB_txn *txn = NULL;
+    MDB_stat ms;
+    vf_lmdb_opts ro = {.readonly = true};
+    VF_TRY(vf_lmdb_open(path, &ro, &db, st));
+    VF_TRY(vf_lmdb_read_begin(db, &txn, st));
+    VF_TRY(cache_shape(db, txn, shape, st));
+    VF_MDB(st, db, mdb_stat(txn, vf_lmdb_dbi(db), &ms));
+    *entries = (int64_t)ms.ms_entries;
+fail:
+    if (txn) mdb_txn_abort(txn);
+    vf_lmdb_close(db);
+    return rc;
+}
+
+static int list_keys(vf_latent_reader *r, vf_status *st)
+{
+    int rc = 0;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    MDB_stat ms;
+    vf_lmdb *db = r->db;
+    VF_MDB(st, db, mdb_stat(r->txn, vf_lmdb_dbi(db), &ms));
+    r->keys = malloc(32 * (ms.ms_entries ? ms.ms_entries : 1));
+    if (!r->keys) VF_FAIL(st, VF_ENOMEM, "%s: out of memory for %zu keys", r->path, ms.ms_entries);
+    VF_MDB(st, db, mdb_cursor_open(r->txn, vf_lmdb_dbi(db), &cur));
+    for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        VF_MDB(st, db, m);
+        if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
+        if ((size_t)r->n >= ms.ms_entries) break; /* cannot happen within one txn */
+        memcpy(r->keys + 32 * r->n++, k.mv_data, 32);
+    }
+fail:
+    if (cur) mdb_cursor_close(cur);
+    return rc;
+}
+
+void vf_latent_reader_close(vf_latent_reader *r)
+{
+    if (!r) return;
+    if (r->txn) mdb_txn_abort(r->txn);
+    vf_lmdb_close(r->db);
+    free(r->keys);
+    free(r->perm);
+    free(r->path);
+    free(r);
+}
+
+int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out,
+                          vf_status *st)
+{
+    int rc = 0;
+    *out = NULL;
+    vf_latent_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->path = strdup(o->path))) {
+        free(r);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", o->path);
+    }
+    r->o = *o;
+    r->o.path = r->path;
+    r->o.cursor = NULL;
+    if (o->batch < 1 || o->nshards < 1 || o->shard < 0 || o->shard >= o->nshards || o->text_len < 1)
+        VF_FAIL(st, VF_EUSAGE, "%s: bad reader options (batch %d, shard %d/%d, text_len %d)", o->path, o->batch,
+                o->shard, o->nshards, o->text_len);
+    vf_lmdb_opts ro = {.readonly = true};
+    VF_TRY(vf_lmdb_open(o->path, &ro, &r->db, st));
+    VF_TRY(vf_lmdb_read_begin(r->db, &r->txn, st));
+    VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
+    r->per = r->shape[0] * r->shape[1] * r->shape[2] * r->shape[3];
+    VF_TRY(list_keys(r, st));
+    mdb_txn_reset(r->txn);
+    if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
+    if (r->n > UINT32_MAX) VF_FAIL(st, VF_EBADINPUT, "%s: %lld entries; at most 2^32-1 are supported", r->path, (long long)r->n);
+    r->L = r->n / o->nshards;
+    if (r->L == 0)
+        VF_FAIL(st, VF_EUSAGE, "%s: %lld entries cannot feed %d data-parallel ranks", r->path, (long long)r->n, o->nshards);
+    if (o->drop_last && r->L < o->batch)
+        VF_FAIL(st, VF_EUSAGE, "%s: %lld entries per rank and epoch make no full batch of %d (drop_last)", r->path,
+                (long long)r->L, o->batch);
+    if (!(r->perm = malloc(sizeof(uint32_t) * (size_t)r->n)))
+        VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the permutation", r->path);
+    if (o->cursor && o->cursor[0]) VF_TRY(cursor_parse(r, o->cursor, st));
+    r->epoch_from_start = r->pos == 0;
+    *out = r;
+    return 0;
+fail:
+    vf_latent_reader_close(r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ batches */
+
+/* Reads entry idx into slot b of the batch; 1 = damaged and skipped, 0 = ok, < 0 = fail */
+static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
+                    vf_status *st)
+{
+    const char *key = r->keys + 32 * idx;
+    MDB_val v;
+    vf_item *it = NULL;
+    vf_status bad;
+    vf_status_clear(&bad);
+    int rc = vf_lmdb_get(r->db, r->txn, key, 32, &v, st);
+    if (rc == VF_ENOTFOUND)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s: entry %.32s vanished (cache changed under the reader)",
+                             r->path, key);
+    if (rc) return rc;
+    rc = vf_cache_record_decode(r->path, key, 32, v.mv_data, v.mv_size, &it, &bad);
+    if (rc == 0 && memcmp(vf_item_get(it, VF_CACHE_TENSOR)->shape, r->shape, sizeof r->shape) != 0) {
+        char a[96], b[96];
+        vf_shape_str(4, vf_item_get(it, VF_CACHE_TENSOR)->shape, a, sizeof a);
+        vf_shape_str(4, r->shape, b, sizeof b);
+        rc = vf_status_set(&bad, VF_ECORRUPT, __FILE__, __LINE__, "%s: record \"%.32s\" has latent shape %s; the cache's is %s",
+                           r->path, key, a, b);
+    }
+    if (rc) {
+        vf_item_free(it);
+        if (!r->o.skip_bad) {
+            *st = bad;
+            return rc;
+        }
+        r->bad++;
+        if (r->o.on_bad) r->o.on_bad(r->o.user, bad.msg);
+        return 1;
+    }
+    memcpy(lat, vf_item_get(it, VF_CACHE_TENSOR)->data, sizeof(float) * (size_t)r->per);
+    const char *cap = vf_item_str(it, "caption");
+    int n = 0;
+    for (; cap && cap[n] && n < r->o.text_len; n++) text[n] = (unsigned char)cap[n];
+    *tlen = n;
+    vf_item_free(it);
+    return 0;
+}
+
+int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
+{
+    int rc = 0;
+    const int B = r->o.batch, TL = r->o.text_len;
+    vf_tensor *lat = NULL, *text = NULL, *tlen = NULL;
+    vf_item *it = NULL;
+    char *keys = NULL;
+    bool txn_live = false;
+    *out = NULL;
+    for (;;) {
+        if (r->o.epochs > 0 && r->epoch >= (uint64_t)r->o.epochs) return VF_EOS;
+        if (r->pos >= r->L || (r->o.drop_last && r->L - r->pos < B)) {
+            if (r->epoch_from_start && r->good_in_epoch == 0)
+                VF_FAIL(st, VF_EBADINPUT, "%s: no readable record in epoch %llu (%lld damaged)", r->path,
+                        (unsigned long long)r->epoch, (long long)r->bad);
+            r->epoch++;
+            r->pos = 0;
+            r->good_in_epoch = 0;
+            r->epoch_from_start = true;
+            continue;
+        }
+        int64_t lshape[5] = {B, r->shape[0], r->shape[1], r->shape[2], r->shape[3]}, tshape[2] = {B, TL};
+        if (!lat && (!(lat = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st)) ||
+                     !(text = vf_tensor_zeros(VF_DTYPE_I32, 2, tshape, st)) ||
+                     !(tlen = vf_tensor_zeros(VF_DTYPE_I32, 1, tshape, st)) || !(keys = malloc(33 * (size_t)B + 1))))
+            VF_FAIL(st, VF_ENOMEM, "%s: out of memory for a batch of %d", r->path, B);
+        VF_TRY(vf_lmdb_read_renew(r->db, r->txn, st));
+        txn_live = true;
+        int64_t first = r->pos;
+        int got = 0;
+        keys[0] = 0;
+        while (got < B && r->pos < r->L) {
+            int64_t idx = vf_latent_reader_index_at(r, r->epoch, r->pos);
+            rc = read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
+                          (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got, st);
+            if (rc < 0) goto fail;
+            r->pos++;
+            if (rc == 1) continue;
+            memcpy(keys + 33 * got, r->keys + 32 * idx, 32);
+            keys[33 * got + 32] = ',';
+            got++;
+        }
+        rc = 0;
+        mdb_txn_reset(r->txn);
+        txn_live = false;
+        r->good_in_epoch += got;
+        if (got == 0 || (got < B && r->o.drop_last)) {
+            memset(text->data, 0, vf_tensor_nbytes(text));
+            continue; /* epoch end reached with a partial batch: next epoch */
+        }
+        keys[33 * got - 1] = 0;
+        if (got < B) { /* last partial batch (drop_last = false): the tensors shrink */
+            lat->shape[0] = got;
+            text->shape[0] = got;
+            tlen->shape[0] = got;
+        }
+        char id[64], cur[160];
+        snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
+        cursor_text(r, cur, sizeof cur);
+        if (!(it = vf_item_new(id, st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", r->path);
+        /* vf_item_put takes the reference also when it fails */
+        vf_tensor *t0 = lat, *t1 = text, *t2 = tlen;
+        lat = text = tlen = NULL;
+        rc = vf_item_put(it, "latent", t0, st);
+        if (rc == 0) rc = vf_item_put(it, "text", t1, st);
+        else vf_tensor_unref(t1);
+        if (rc == 0) rc = vf_item_put(it, "text_len", t2, st);
+        else vf_tensor_unref(t2);
+        if (rc) goto fail;
+        VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
+        VF_TRY(vf_item_set_num(it, "index", (double)(first / B), st));
+        VF_TRY(vf_item_set_str(it, "cursor", cur, st));
+        VF_TRY(vf_item_set_str(it, "keys", keys, st));
+        free(keys);
+        *out = it;
+        return 0;
+    }
+fail:
+    if (txn_live) mdb_txn_reset(r->txn);
+    vf_tensor_unref(lat);
+    vf_tensor_unref(text);
+    vf_tensor_unref(tlen);
+    vf_item_free(it);
+    free(keys);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ stage */
+
+static const vf_param_spec reader_params[] = {
+    {"path", VF_P_STR, NULL, VF_ANY, "LMDB latent cache directory (written by latent_cache)", NULL, NULL},
+    {"batch", VF_P_INT, "4", VF_RANGE(1, 65536), "samples per batch item", NULL, NULL},
+    {"seed", VF_P_INT, "0", VF_RANGE(0, 9.007199254740991e15), "shuffle seed (the order of epoch e is a function of seed, e)", NULL, NULL},
+    {"epochs", VF_P_INT, "0", VF_RANGE(0, 1e15), "epochs to read; 0 = until the consumer stops", NULL, NULL},
+    {"shard", VF_P_INT, "0", VF_RANGE(0, 65535), "data-parallel rank of this reader", NULL, NULL},
+    {"nshards", VF_P_INT, "1", VF_RANGE(1, 65536), "data-parallel ranks", NULL, NULL},
+    {"drop_last", VF_P_BOOL, "true", VF_ANY, "drop each epoch's last partial batch", NULL, NULL},
+    {"text_len", VF_P_INT, "64", VF_RANGE(1, 65536), "caption bytes kept as i32 tokens", NULL, NULL},
+    {"cursor", VF_P_STR, "\"\"", VF_ANY, "resume position (a batch's \"cursor\" metadata); empty = start", NULL, NULL},
+    {"on_bad", VF_P_STR, "\"fail\"", VF_ANY, "damaged record: fail the run, or skip and count it", "fail|skip", NULL},
+    {"latent_shape", VF_P_LIST_INT, "[]", VF_RANGE(1, 1 << 20),
+     "(z, T', h, w) for planning before the cache exists; ignored when it exists", NULL, NULL},
+    {0},
+};
+
+/* Latent shape and entry count for ports/memory: the cache's, else the latent_shape param. */
+static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, vf_status *st)
+{
+    vf_status probe;
+    vf_status_clear(&probe);
+    int rc = vf_latent_cache_probe(vf_param_str(p, "path"), shape, entries, &probe);
+    if (rc == 0) return 0;
+    *entries = 0;
+    if (rc == VF_ENOTFOUND && vf_param_len(p, "latent_shape") == 4) {
+        for (int i = 0; i < 4; i++) shape[i] = vf_param_int_at(p, "latent_shape", i);
+        return 0;
+    }
+    if (st) *st = probe;
+    if (rc == VF_ENOTFOUND)
+        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w} to plan before the cache exists)");
+    return rc;
+}
+
+static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
+                        vf_status *st)
+{
+    int64_t s[4], n;
+    int rc = plan_shape(p, s, &n, st);
+    if (rc) return rc;
+    int64_t B = vf_param_int(p, "batch"), TL = vf_param_int(p, "text_len");
+    static const char *const lsym[5] = {"B", "", "", "", ""}, *const tsym[2] = {"B", ""};
+    int64_t ld[5] = {B, s[0], s[1], s[2], s[3]}, td[2] = {B, TL};
+    vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
+    vf_port_tensor(o, "latent", VF_DTYPE_F32, 5, ld, lsym);
+    vf_port_tensor(o, "text", VF_DTYPE_I32, 2, td, tsym);
+    vf_port_tensor(o, "text_len", VF_DTYPE_I32, 1, td, tsym);
+    o->meta_bytes = 33 * B + 256; /* "keys", "cursor", epoch, index */
+    return 0;
+}
+
+static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
+                         vf_status *st)
+{
+    int64_t s[4], n;
+    int rc = plan_shape(p, s, &n, st);
+    if (rc) return rc;
+    vf_device cpu = {VF_DEV_CPU, 0};
+    int64_t B = vf_param_int(p, "batch"), per = s[0] * s[1] * s[2] * s[3] * 4;
+    vf_mem_plan_add(out, cpu, "key list + permutation", n * (32 + 4));
+    vf_mem_plan_add(out, cpu, "batch being filled", B * (per + 4 * vf_param_int(p, "text_len") + 4) + 33 * B);
+    vf_mem_plan_add(out, cpu, "one decoded record", 2 * per + 4096);
+    return 0;
+}
+
+static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
+{
+    vf_latent_reader_opts o = {
+        .path = vf_param_str(p, "path"),
+        .batch = (int)vf_param_int(p, "batch"),
+        .seed = (uint64_t)vf_param_int(p, "seed"),
+        .epochs = vf_param_int(p, "epochs"),
+        .shard = (int)vf_param_int(p, "shard"),
+        .nshards = (int)vf_param_int(p, "nshards"),
+        .drop_last = vf_param_bool(p, "drop_last"),
+        .text_len = (int)vf_param_int(p, "text_len"),
+        .cursor = vf_param_str(p, "cursor"),
+        .skip_bad = !strcmp(vf_param_str(p, "on_bad"), "skip"),
+    };
+    if (o.shard >= o.nshards)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: shard %d is not below nshards %d",
+                             vf_stage_name(s), o.shard, o.nshards);
+    vf_latent_reader *r = NULL;
+    int rc = vf_latent_reader_open(&o, &r, st);
+    if (rc) {
+        vf_status_prefix(st, "%s", vf_stage_name(s));
+        return rc;
+    }
+    vf_stage_set_state(s, r);
+    return 0;
+}
+
+static void log_bad(void *user, const char *msg)
+{
+    vf_ctx *ctx = user;
+    vf_log(ctx, VF_LOG_WARN, "skipping damaged record: %s", msg);
+}
+
+static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
+{
+    vf_latent_reader *r = vf_stage_state(s);
+    vf_port *out = vf_out(ctx, "out");
+    vf_latent_reader_set_on_bad(r, log_bad, ctx);
+    int64_t batches = 0;
+    int rc = 0;
+    while (!vf_stopping(ctx)) {
+        vf_item *it = NULL;
+        rc = vf_latent_reader_next(r, &it, st);
+        if (rc == VF_EOS) break;
+        if (rc) {
+            vf_status_prefix(st, "%s", vf_stage_name(s));
+            return rc;
+        }
+        rc = vf_send(out, it, st);
+        if (rc == VF_EOS) break; /* the consumer has all it wants */
+        if (rc) return rc;
+        batches++;
+        vf_metric(ctx, "batches", (double)batches);
+        vf_metric(ctx, "bad", (double)vf_latent_reader_bad(r));
+    }
+    vf_log(ctx, VF_LOG_INFO, "%lld batches, %lld damaged records skipped", (long long)batches,
+           (long long)vf_latent_reader_bad(r));
+    return 0;
+}
+
+static void reader_fini(vf_stage *s)
+{
+    vf_latent_reader_close(vf_stage_state(s));
+    vf_stage_set_state(s, NULL);
+}
+
+static const vf_stage_ops latent_reader_ops = {
+    .api_version = VF_API_VERSION,
+    .kind = "latent_reader",
+    .doc = "batches from the LMDB latent cache: seeded per-epoch shuffle, data-parallel shards, exact resume cursor",
+    .params = reader_params,
+    .flags = VF_STAGE_SOURCE,
+    .ports = reader_ports,
+    .memory = reader_memory,
+    .init = reader_init,
+    .run = reader_run,
+    .fini = reader_fini,
+};
+VF_REGISTER_STAGE(latent_reader_ops)

@@ -1,0 +1,74 @@
+/* latent_reader.h — the order and batching behind stage kind `latent_reader`, exposed
+ * so tests can drive them without a running graph (tests/unit/test_latent_reader.c).
+ *
+ * Order. The entry keys of the cache, sorted (LMDB's order), are indexed 0..N-1. Epoch
+ * e visits them in the permutation P_e = Fisher–Yates(0..N-1) whose swap j for step i
+ * (i = N-1 … 1) is floor(r_i · (i+1) / 2^64), r_i the 64-bit word made of Philox words
+ * 2i, 2i+1 of the stream (seed, step = e, id = 0, VF_RNG_SHUFFLE): a pure function of
+ * (seed, e, N). Rank k of K takes P_e[k], P_e[k+K], …: L = floor(N/K) items per epoch
+ * on every rank (equal step counts for data parallel; the N mod K left over change with
+ * the epoch), ranks disjoint, covering every entry when K divides N.
+ *
+ * Batches. Positions pos … of the rank's epoch list are read in order; B good records
+ * make a batch (a damaged record is skipped and counted with on_bad = skip, or fails
+ * the run naming its key). The epoch's last partial batch is dropped with drop_last,
+ * emitted smaller otherwise. All latents of one cache must have one shape (checked
+ * from the "__meta__" summary at open and on every record): batching several shapes
+ * would need buckets, and buckets change the order; write one cache per resolution.
+ *
+ * Cursor. "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS": where the next batch starts. Each
+ * batch carries the cursor AFTER it, so a checkpoint that stores the cursor of the last
+ * batch it trained on resumes with exactly the next batch. Resuming with another seed,
+ * shard layout or number of entries is refused (the order would differ).
+ */
+#ifndef VF_LATENT_READER_H
+#define VF_LATENT_READER_H
+#include "../runtime/cache_format.h"
+
+typedef struct vf_latent_reader vf_latent_reader;
+
+typedef struct vf_latent_reader_opts {
+    const char *path;
+    int batch;           /* B >= 1 */
+    uint64_t seed;
+    int64_t epochs;      /* 0 = forever */
+    int shard, nshards;  /* rank k of K */
+    bool drop_last;
+    int text_len;        /* caption bytes kept as i32 tokens */
+    const char *cursor;  /* NULL / "" = start of epoch 0 */
+    bool skip_bad;       /* on_bad = skip (else fail) */
+    /* called for every skipped damaged record with a message naming it (may be NULL) */
+    void (*on_bad)(void *user, const char *msg);
+    void *user;
+} vf_latent_reader_opts;
+
+/* Opens the cache read-only, lists its keys, checks the latent shape. Caller owns *out. */
+int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out,
+                          vf_status *st);
+void vf_latent_reader_close(vf_latent_reader *r); /* NULL is fine */
+/* Replaces the on_bad callback (the stage sets it once its context exists). */
+void vf_latent_reader_set_on_bad(vf_latent_reader *r, void (*fn)(void *, const char *), void *user);
+
+/* The latent shape (z, T', h, w) of the cache at path and its entry count, from the
+ * "__meta__" summary (or the first record when there is none): for `ports` / `memory`
+ * at plan time. VF_ENOTFOUND when there is no cache; VF_EBADINPUT when it holds several
+ * shapes or none. */
+int vf_latent_cache_probe(const char *path, int64_t shape[4], int64_t *entries, vf_status *st);
+
+/* Next batch item (docs/ITEMS.md: "latent" f32 (B, z, T', h, w), "text" i32 (B, text_len),
+ * "text_len" i32 (B); meta "epoch", "index" (floor(first position / B)), "cursor"
+ * (after this batch), "keys" (comma-separated entry keys)). Caller owns *out.
+ * VF_EOS after the last epoch. */
+int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st);
+
+int64_t vf_latent_reader_entries(const vf_latent_reader *r);    /* N */
+int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r);  /* L = floor(N/K) */
+int64_t vf_latent_reader_bad(const vf_latent_reader *r);        /* records skipped */
+/* The latent shape (z, T', h, w) of the cache. */
+void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]);
+/* Key of entry index i (0..N-1, sorted order), 32 chars, not NUL-terminated. */
+const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i);
+/* Entry index at position pos of epoch e on this rank (pos < L). */
+int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t pos);
+
+#endif /* VF_LATENT_READER_H */

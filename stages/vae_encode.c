@@ -1,0 +1,393 @@
+/* vae_encode.c — the `vae_encode` stage: decoded clips in, VAE latents out.
+ *
+ * Input "in": one item per clip with tensor "frames" u8 (T, H, W, 3) (docs/ITEMS.md).
+ * Output "out": the same item, frames dropped, with "latent" f32 (z, T', H/s, W/s)
+ * = (mean - shift)·scale, optionally "logvar" (of that normalised latent: the encoder's
+ * logvar + 2·ln|scale|, so a sample is latent + exp(logvar/2)·ε), and metadata "vae"
+ * (weights hash), "vae_scale", "vae_shift".
+ *
+ * Clips are gathered into micro-batches of `micro_batch` clips of the same shape (a
+ * clip of another shape, or the end of the stream, flushes a partial batch) and encoded
+ * `chunk` frames at a time through the streaming encoder of models/vae.h: its caches and
+ * workspace depend on (micro_batch, chunk, H, W), never on T, and that is what `memory`
+ * declares. The encoder is built at the first clip (its frame size) and rebuilt if the
+ * frame size changes.
+ */
+#include "../models/vae.h"
+#include "../runtime/vflow.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Fields of the `model` table (lua/model_vae.lua presets); defaults = the tiny preset. */
+static const vf_param_spec model_fields[] = {
+    {"name", VF_P_STR, "\"tiny\"", VF_ANY, "preset name (informational)"},
+    {"dim", VF_P_INT, "8", VF_RANGE(1, 4096), "base channel width (Wan-2.1: 96)"},
+    {"dim_mult", VF_P_LIST_INT, "[1,2,2,2]", VF_RANGE(1, 64),
+     "width multiplier per level; levels - 1 spatial 2x downsamples"},
+    {"num_res_blocks", VF_P_INT, "1", VF_RANGE(1, 16), "residual blocks per level"},
+    {"temporal_downsample", VF_P_LIST_INT, "[0,1,1]", VF_RANGE(0, 1),
+     "1 = 2x causal time downsample after level i (one entry per level but the last)"},
+    {"z_dim", VF_P_INT, "4", VF_RANGE(1, 1024), "latent channels"},
+    {"eps", VF_P_NUM, "1e-12", VF_RANGE(0, 1), "RMSNorm eps"},
+    {"scale", VF_P_NUM, "1.0", VF_ANY, "latent scale: latent = (mean - shift) * scale"},
+    {"shift", VF_P_NUM, "0.0", VF_ANY, "latent shift"},
+    {0},
+};
+
+static const vf_param_spec vae_params[] = {
+    {"model", VF_P_TABLE,
+     "{\"name\":\"tiny\",\"dim\":8,\"dim_mult\":[1,2,2,2],\"num_res_blocks\":1,"
+     "\"temporal_downsample\":[0,1,1],\"z_dim\":4,\"eps\":1e-12,\"scale\":1.0,\"shift\":0.0}",
+     VF_ANY, "VAE preset (vf.models.vae \"tiny\" | \"wan\")", NULL, model_fields},
+    {"weights", VF_P_STR, "null", VF_ANY,
+     "safetensors file of the encoder (names in models/vae.h); absent = seeded init"},
+    {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "seed of the init without weights"},
+    {"micro_batch", VF_P_INT, "1", VF_RANGE(1, 256), "clips per forward"},
+    {"chunk", VF_P_INT, "4", VF_RANGE(1, 4096),
+     "frames per causal chunk: bounds activation memory, not the result"},
+    {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where the encoder runs"},
+    {"logvar", VF_P_BOOL, "false", VF_ANY, "also emit \"logvar\""},
+    {"scale", VF_P_NUM, "null", VF_ANY, "latent scale (default: the model's)"},
+    {"shift", VF_P_NUM, "null", VF_ANY, "latent shift (default: the model's)"},
+    {0},
+};
+
+static int config_from_params(const vf_params *p, vf_vae_config *c, vf_status *st)
+{
+    int rc = 0;
+    const vf_params *m = vf_param_table(p, "model");
+    memset(c, 0, sizeof *c);
+    c->dim = (int)vf_param_int(m, "dim");
+    c->nlevels = vf_param_len(m, "dim_mult");
+    if (c->nlevels < 1 || c->nlevels > VF_VAE_MAX_LEVELS)
+        VF_FAIL(st, VF_EUSAGE, "vae_encode: model.dim_mult has %d entries, expected 1..%d",
+                c->nlevels, VF_VAE_MAX_LEVELS);
+    for (int i = 0; i < c->nlevels; i++) c->dim_mult[i] = (int)vf_param_int_at(m, "dim_mult", i);
+    if (vf_param_len(m, "temporal_downsample") != c->nlevels - 1)
+        VF_FAIL(st, VF_EUSAGE,
+                "vae_encode: model.temporal_downsample has %d entries, expected %d (one per "
+                "level of dim_mult but the last)",
+                vf_param_len(m, "temporal_downsample"), c->nlevels - 1);
+    for (int i = 0; i + 1 < c->nlevels; i++)
+        c->temporal_downsample[i] = (int)vf_param_int_at(m, "temporal_downsample", i);
+    c->num_res_blocks = (int)vf_param_int(m, "num_res_blocks");
+    c->z_dim = (int)vf_param_int(m, "z_dim");
+    c->eps = (float)vf_param_num(m, "eps");
+    c->scale = (float)(vf_param_has(p, "scale") ? vf_param_num(p, "scale")
+                                                : vf_param_num(m, "scale"));
+    c->shift = (float)(vf_param_has(p, "shift") ? vf_param_num(p, "shift")
+                                                : vf_param_num(m, "shift"));
+    rc = vf_vae_config_check(c, st);
+    if (rc < 0) {
+        rc = VF_EUSAGE;
+        if (st) st->code = VF_EUSAGE;
+        vf_status_prefix(st, "vae_encode: model");
+    }
+fail:
+    return rc;
+}
+
+/* The clip geometry the upstream declares: (T, H, W) with T's symbol; 0 = unknown. */
+typedef struct geom {
+    int64_t T, H, W;
+    char tsym[8];
+} geom;
+
+static void upstream_geom(const vf_port_specs *ports, geom *g)
+{
+    memset(g, 0, sizeof *g);
+    const vf_port_spec *in = ports ? vf_port_find(ports, "in") : NULL;
+    if (!in) return;
+    for (int i = 0; i < in->ntensors; i++) {
+        const vf_tensor_spec *t = &in->t[i];
+        if (strcmp(t->name, "frames") != 0 || t->ndim != 4) continue;
+        g->T = t->dims[0], g->H = t->dims[1], g->W = t->dims[2];
+        snprintf(g->tsym, sizeof g->tsym, "%s", t->sym[0]);
+    }
+}
+
+static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
+                     vf_status *st)
+{
+    int rc = 0;
+    vf_vae_config c;
+    geom g;
+    VF_TRY(config_from_params(p, &c, st));
+    upstream_geom(upstream, &g);
+    int tf = vf_vae_time_factor(&c), sf = vf_vae_space_factor(&c);
+    if (upstream && vf_port_find(upstream, "in") && !g.T)
+        VF_FAIL(st, VF_EUSAGE, "vae_encode: input 'in' carries no tensor \"frames\" (T, H, W, 3)");
+    if (g.T && !g.tsym[0] && vf_vae_latent_frames(&c, g.T) < 0)
+        VF_FAIL(st, VF_EUSAGE,
+                "vae_encode: clips of %" PRId64 " frames: the causal VAE encodes 1 + %d·k frames "
+                "(e.g. %" PRId64 " or %" PRId64 "); set the decoder's frames accordingly",
+                g.T, tf, 1 + (g.T - 1) / tf * tf, 1 + ((g.T - 1) / tf + 1) * tf);
+    if ((g.H && g.H % sf) || (g.W && g.W % sf))
+        VF_FAIL(st, VF_EUSAGE,
+                "vae_encode: frames of %" PRId64 "x%" PRId64 " (HxW): both must be multiples of %d",
+                g.H, g.W, sf);
+    vf_port_spec *in = vf_port_add(out, "in", VF_PORT_IN, true);
+    int64_t fd[4] = {g.T, g.H, g.W, 3};
+    const char *fs[4] = {g.T ? g.tsym : "T", g.H ? "" : "H", g.W ? "" : "W", ""};
+    vf_port_tensor(in, "frames", VF_DTYPE_U8, 4, fd, fs);
+
+    vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
+    /* Latents leave the stage as host tensors, whatever device the encoder runs on. */
+    char tsym[8] = "T'", hsym[8] = "", wsym[8] = "";
+    if (g.T && g.tsym[0]) snprintf(tsym, sizeof tsym, "%.6s'", g.tsym);
+    if (g.T && !g.tsym[0]) tsym[0] = 0;
+    if (!g.H) snprintf(hsym, sizeof hsym, "h");
+    if (!g.W) snprintf(wsym, sizeof wsym, "w");
+    /* bound of T' for a symbolic T: the most latent frames any T <= bound gives */
+    int64_t Tl = g.T ? 1 + (g.T - 1) / tf : 0;
+    int64_t ld[4] = {c.z_dim, Tl, g.H / sf, g.W / sf};
+    const char *ls[4] = {"", tsym, hsym, wsym};
+    vf_port_tensor(o, "latent", VF_DTYPE_F32, 4, ld, ls);
+    if (vf_param_bool(p, "logvar")) vf_port_tensor(o, "logvar", VF_DTYPE_F32, 4, ld, ls);
+    /* Metadata passes through, plus the hash and the affine. */
+    const vf_port_spec *up = upstream ? vf_port_find(upstream, "in") : NULL;
+    in->meta_bytes = up ? up->meta_bytes : 0;
+    o->meta_bytes = up && up->meta_bytes ? up->meta_bytes + 256 : 0;
+fail:
+    return rc;
+}
+
+static int vae_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
+                      vf_status *st)
+{
+    int rc = 0;
+    vf_vae_config c;
+    geom g;
+    VF_TRY(config_from_params(p, &c, st));
+    upstream_geom(ports, &g);
+    vf_device dev = vf_param_device(p, "device"), host = {VF_DEV_CPU, 0};
+    size_t elem = dev.kind == VF_DEV_CUDA ? 2 : 4; /* bf16 storage on CUDA (ops.h) */
+    int mb = (int)vf_param_int(p, "micro_batch"), chunk = (int)vf_param_int(p, "chunk");
+    if (!g.H || !g.W) {
+        /* Frame size unknown before launch: only the weights can be declared. */
+        int64_t max_tensor;
+        vf_mem_plan_add(out, dev, "vae weights",
+                        vf_vae_count_params(&c, &max_tensor) * (int64_t)elem);
+        vf_mem_plan_add(out, host, "vae load staging", max_tensor * 4);
+        return 0;
+    }
+    vf_vae_mem_info mi;
+    VF_TRY(vf_vae_mem(&c, elem, mb, chunk, (int)g.H, (int)g.W, &mi, st));
+    vf_mem_plan_add(out, dev, "vae weights", mi.weights);
+    vf_mem_plan_add(out, dev, "vae causal caches", mi.caches);
+    vf_mem_plan_add(out, dev, "vae chunk workspace", mi.workspace);
+    vf_mem_plan_add(out, host, "vae host staging", mi.host);
+    /* Clips held while a micro-batch fills, and the latents of one micro-batch (the
+     * encoder writes them there; each clip's item then gets its own copy). */
+    int64_t T = g.T ? g.T : 1, Tl = 1 + (T - 1) / vf_vae_time_factor(&c);
+    int64_t lat = (int64_t)c.z_dim * Tl * (g.H / vf_vae_space_factor(&c)) *
+                  (g.W / vf_vae_space_factor(&c)) * 4 * (vf_param_bool(p, "logvar") ? 2 : 1);
+    vf_mem_plan_add(out, host, "vae micro-batch clips", mb * T * g.H * g.W * 3);
+    vf_mem_plan_add(out, host, "vae micro-batch latents", mb * lat + lat);
+fail:
+    return rc;
+}
+
+typedef struct vae_state {
+    vf_vae_config cfg;
+    vf_backend *be;
+    vf_vae *m;
+    vf_vae_enc *enc;
+    int micro_batch, chunk, enc_H, enc_W;
+    bool logvar;
+    vf_item **batch;
+    int nb;
+    int64_t bT, bH, bW;          /* shape of the clips in `batch` */
+    float *mean, *lv;            /* (micro_batch, z, T', h, w) */
+    int64_t out_cap;             /* floats in each */
+} vae_state;
+
+static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
+{
+    int rc = 0;
+    vae_state *v = vf_calloc(sizeof *v, st);
+    if (!v) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
+    vf_stage_set_state(s, v);
+    VF_TRY(config_from_params(p, &v->cfg, st));
+    v->micro_batch = (int)vf_param_int(p, "micro_batch");
+    v->chunk = (int)vf_param_int(p, "chunk");
+    v->logvar = vf_param_bool(p, "logvar");
+    if (!(v->batch = vf_calloc(sizeof *v->batch * (size_t)v->micro_batch, st)))
+        VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
+    vf_device dev = vf_param_device(p, "device");
+    if (!(v->be = vf_backend_for(dev, st))) {
+        rc = st && st->code ? st->code : VF_EINVAL;
+        vf_status_prefix(st, "vae_encode: device");
+        goto fail;
+    }
+    VF_TRY(vf_vae_new(&v->cfg, v->be, &v->m, st));
+    if (vf_param_has(p, "weights") && vf_param_str(p, "weights")[0])
+        VF_TRY(vf_vae_load(v->m, vf_param_str(p, "weights"), st));
+    else
+        VF_TRY(vf_vae_init_seeded(v->m, (uint64_t)vf_param_int(p, "seed"), st));
+fail:
+    return rc;
+}
+
+static void drop_batch(vae_state *v)
+{
+    for (int i = 0; i < v->nb; i++) vf_item_free(v->batch[i]);
+    v->nb = 0;
+}
+
+/* Encodes the gathered clips and sends one item per clip. */
+static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
+{
+    int rc = 0;
+    if (!v->nb) return 0;
+    int64_t T = v->bT, H = v->bH, W = v->bW, sf = vf_vae_space_factor(&v->cfg);
+    int64_t Tl = vf_vae_latent_frames(&v->cfg, T), z = v->cfg.z_dim;
+    VF_ASSERT(Tl > 0);
+    if (!v->enc || v->enc_H != H || v->enc_W != W) {
+        vf_vae_enc_free(v->enc);
+        v->enc = NULL;
+        VF_TRY(vf_vae_enc_new(v->m, v->micro_batch, v->chunk, (int)H, (int)W, &v->enc, st));
+        v->enc_H = (int)H, v->enc_W = (int)W;
+    }
+    int64_t per = z * Tl * (H / sf) * (W / sf), need = per * v->micro_batch;
+    if (need > v->out_cap) {
+        vf_free(v->mean);
+        vf_free(v->lv);
+        v->mean = v->lv = NULL;
+        v->out_cap = 0;
+        if (!(v->mean = vf_alloc(sizeof(float) * (size_t)need, st)) ||
+            (v->logvar && !(v->lv = vf_alloc(sizeof(float) * (size_t)need, st))))
+            VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for %" PRId64 " latent floats", need);
+        v->out_cap = need;
+    }
+    VF_TRY(vf_vae_encode_begin(v->enc, v->nb, T, st));
+    for (int64_t t0 = 0; t0 < T; t0 += v->chunk) {
+        int n = (int)(T - t0 < v->chunk ? T - t0 : v->chunk);
+        for (int b = 0; b < v->nb; b++) {
+            const vf_tensor *f = vf_item_get(v->batch[b], "frames");
+            VF_TRY(vf_vae_input_u8(v->enc, b, f->data, t0, n, st));
+        }
+        VF_TRY(vf_vae_encode_chunk(v->enc, n, v->mean, v->lv, st));
+    }
+    VF_TRY(vf_vae_encode_end(v->enc, st));
+
+    float sc = v->cfg.scale, sh = v->cfg.shift, dlv = 2.0f * logf(fabsf(sc));
+    int64_t shape[4] = {z, Tl, H / sf, W / sf};
+    for (int b = 0; b < v->nb; b++) {
+        vf_item *it = v->batch[b];
+        vf_tensor_unref(vf_item_take(it, "frames"));
+        vf_tensor *lat = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
+        if (!lat) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a latent");
+        float *d = lat->data;
+        const float *src = v->mean + b * per;
+        for (int64_t i = 0; i < per; i++) d[i] = (src[i] - sh) * sc;
+        VF_TRY(vf_item_put(it, "latent", lat, st));
+        if (v->logvar) {
+            vf_tensor *lv = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
+            if (!lv) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a logvar");
+            float *dl = lv->data;
+            const float *sl = v->lv + b * per;
+            for (int64_t i = 0; i < per; i++) dl[i] = sl[i] + dlv;
+            VF_TRY(vf_item_put(it, "logvar", lv, st));
+        }
+        VF_TRY(vf_item_set_str(it, "vae", vf_vae_hash(v->m), st));
+        VF_TRY(vf_item_set_num(it, "vae_scale", sc, st));
+        VF_TRY(vf_item_set_num(it, "vae_shift", sh, st));
+        v->batch[b] = NULL;
+        rc = vf_send(out, it, st); /* takes the item, also on failure */
+        if (rc < 0) {
+            for (int k = b + 1; k < v->nb; k++) vf_item_free(v->batch[k]);
+            v->nb = 0;
+            return rc;
+        }
+    }
+    v->nb = 0;
+    return 0;
+fail:
+    drop_batch(v);
+    return rc;
+}
+
+/* Checks one clip and returns its (T, H, W); errors name the item. */
+static int clip_shape(vae_state *v, const vf_item *it, int64_t *T, int64_t *H, int64_t *W,
+                      vf_status *st)
+{
+    int rc = 0;
+    const vf_tensor *f = vf_item_get(it, "frames");
+    int sf = vf_vae_space_factor(&v->cfg), tf = vf_vae_time_factor(&v->cfg);
+    if (!f) VF_FAIL(st, VF_EBADINPUT, "vae_encode: item '%s' has no tensor \"frames\"", vf_item_id(it));
+    if (f->dtype != VF_DTYPE_U8 || f->ndim != 4 || f->shape[3] != 3 || f->device.kind != VF_DEV_CPU) {
+        char shp[96];
+        vf_shape_str(f->ndim, f->shape, shp, sizeof shp);
+        VF_FAIL(st, VF_EBADINPUT, "vae_encode: item '%s': frames are %s %s, expected host u8 (T, H, W, 3)",
+                vf_item_id(it), vf_dtype_name(f->dtype), shp);
+    }
+    *T = f->shape[0], *H = f->shape[1], *W = f->shape[2];
+    if (vf_vae_latent_frames(&v->cfg, *T) < 0)
+        VF_FAIL(st, VF_EBADINPUT,
+                "vae_encode: item '%s' has %" PRId64 " frames: the causal VAE encodes 1 + %d·k frames",
+                vf_item_id(it), *T, tf);
+    if (*H < sf || *W < sf || *H % sf || *W % sf)
+        VF_FAIL(st, VF_EBADINPUT,
+                "vae_encode: item '%s': frames of %" PRId64 "x%" PRId64 " (HxW) are not multiples of %d",
+                vf_item_id(it), *H, *W, sf);
+fail:
+    return rc;
+}
+
+static int vae_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
+{
+    int rc = 0;
+    vae_state *v = vf_stage_state(s);
+    vf_port *in = vf_in(ctx, "in"), *out = vf_out(ctx, "out");
+    for (;;) {
+        vf_item *it = NULL;
+        rc = vf_recv(in, &it, st);
+        if (rc == VF_EOS) break;
+        if (rc < 0) goto fail;
+        int64_t T = 0, H = 0, W = 0;
+        if ((rc = clip_shape(v, it, &T, &H, &W, st)) < 0) {
+            vf_item_free(it);
+            goto fail;
+        }
+        if (v->nb && (T != v->bT || H != v->bH || W != v->bW)) VF_TRY(flush(v, ctx, out, st));
+        v->bT = T, v->bH = H, v->bW = W;
+        v->batch[v->nb++] = it;
+        if (v->nb == v->micro_batch) VF_TRY(flush(v, ctx, out, st));
+    }
+    VF_TRY(flush(v, ctx, out, st));
+    return 0;
+fail:
+    drop_batch(v);
+    return rc;
+}
+
+static void vae_fini(vf_stage *s)
+{
+    vae_state *v = vf_stage_state(s);
+    if (!v) return;
+    drop_batch(v);
+    vf_vae_enc_free(v->enc);
+    vf_vae_free(v->m);
+    vf_free(v->mean);
+    vf_free(v->lv);
+    vf_free(v->batch);
+    vf_free(v);
+    vf_stage_set_state(s, NULL);
+}
+
+static const vf_stage_ops vae_encode_ops = {
+    .api_version = VF_API_VERSION,
+    .kind = "vae_encode",
+    .doc = "causal 3D VAE encoder (Wan-2.1 style): clips -> latents, micro-batched, chunked",
+    .params = vae_params,
+    .ports = vae_ports,
+    .memory = vae_memory,
+    .init = vae_init,
+    .run = vae_run,
+    .fini = vae_fini,
+};
+VF_REGISTER_STAGE(vae_encode_ops)

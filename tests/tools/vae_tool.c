@@ -1,0 +1,167 @@
+/* vae_tool.c — drives the causal VAE encoder (models/vae.h) from the command line, for
+ * the PyTorch parity test (tests/reference/test_vae_parity.py) and by hand.
+ *
+ *   vae_tool encode [CONFIG] (--weights W.safetensors | --seed N) --input IN.safetensors
+ *                   [--chunk C] [--device cpu|cuda:N] --out OUT.safetensors
+ *       IN holds "x" f32 (B, 3, T, H, W) in [-1, 1]; OUT gets "mean" and "logvar" f32
+ *       (B, z, T', H/s, W/s), raw (no scale/shift), metadata "vae" = the weights hash.
+ *       The clip is encoded in chunks of C frames (default: T, i.e. whole).
+ *   vae_tool save [CONFIG] --seed N --out W.safetensors     seeded weights to a file
+ *   vae_tool names [CONFIG]                                 tensor names and shapes
+ *   vae_tool mem [CONFIG] --batch B --chunk C --size H W    memory bytes (one line JSON)
+ *
+ *   CONFIG: --preset tiny|wan, then overrides --dim D --mult 1,2,4,4 --res R
+ *           --tdown 0,1,1 --z Z --eps E
+ *
+ * Exit 0 on success, 1 with the error on stderr, 2 on bad usage.
+ */
+#include "../../models/vae.h"
+#include "../../runtime/safetensors.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: vae_tool encode|save|names|mem [--preset tiny|wan] [--dim D] "
+                    "[--mult a,b,..] [--res R] [--tdown 0,1,..] [--z Z] [--eps E] "
+                    "[--weights F | --seed N] [--input F] [--chunk C] [--device D] [--out F] "
+                    "[--batch B] [--size H W]\n");
+    return 2;
+}
+
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        out[n++] = (int)strtol(s, &end, 10);
+        if (end == s) return -1;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return usage();
+    const char *cmd = argv[1];
+    vf_vae_config cfg;
+    vf_vae_config_tiny(&cfg);
+    const char *weights = NULL, *input = NULL, *outp = NULL, *device = "cpu";
+    uint64_t seed = 0;
+    int chunk = 0, batch = 1, H = 0, W = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return usage();
+        if (!strcmp(a, "--preset")) {
+            if (!strcmp(v, "wan")) vf_vae_config_wan(&cfg);
+            else if (!strcmp(v, "tiny")) vf_vae_config_tiny(&cfg);
+            else return usage();
+        } else if (!strcmp(a, "--dim")) cfg.dim = atoi(v);
+        else if (!strcmp(a, "--mult")) {
+            if ((cfg.nlevels = parse_list(v, cfg.dim_mult, VF_VAE_MAX_LEVELS)) < 1) return usage();
+        } else if (!strcmp(a, "--tdown")) {
+            if (parse_list(v, cfg.temporal_downsample, VF_VAE_MAX_LEVELS - 1) < 0) return usage();
+        } else if (!strcmp(a, "--res")) cfg.num_res_blocks = atoi(v);
+        else if (!strcmp(a, "--z")) cfg.z_dim = atoi(v);
+        else if (!strcmp(a, "--eps")) cfg.eps = strtof(v, NULL);
+        else if (!strcmp(a, "--weights")) weights = v;
+        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--input")) input = v;
+        else if (!strcmp(a, "--out")) outp = v;
+        else if (!strcmp(a, "--chunk")) chunk = atoi(v);
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--size")) {
+            if (i + 2 >= argc) return usage();
+            H = atoi(v), W = atoi(argv[i + 2]);
+            i++;
+        } else return usage();
+        i++;
+    }
+
+    vf_status st = {0};
+    int rc = 0;
+    vf_vae *m = NULL;
+    vf_vae_enc *e = NULL;
+    vf_st_file *in = NULL;
+    vf_st_writer *w = NULL;
+    float *x = NULL, *mean = NULL, *logvar = NULL;
+    vf_device dev;
+    vf_backend *be;
+
+    if (!strcmp(cmd, "mem")) {
+        vf_vae_mem_info mi;
+        VF_TRY(vf_vae_mem(&cfg, 4, batch, chunk, H, W, &mi, &st));
+        printf("{\"weights\": %" PRId64 ", \"caches\": %" PRId64 ", \"workspace\": %" PRId64
+               ", \"host\": %" PRId64 "}\n",
+               mi.weights, mi.caches, mi.workspace, mi.host);
+        return 0;
+    }
+    VF_TRY(vf_device_parse(device, &dev, &st));
+    if (!(be = vf_backend_for(dev, &st))) {
+        rc = st.code ? st.code : VF_EINVAL;
+        goto fail;
+    }
+    VF_TRY(vf_vae_new(&cfg, be, &m, &st));
+    if (!strcmp(cmd, "names")) {
+        for (int i = 0; i < vf_vae_nparams(m); i++) {
+            const vf_vae_param *p = vf_vae_param_at(m, i);
+            char shp[96];
+            vf_shape_str(p->ndim, p->shape, shp, sizeof shp);
+            printf("%s %s\n", p->name, shp);
+        }
+        printf("total %" PRId64 "\n", vf_vae_numel(m));
+        goto done;
+    }
+    if (weights) VF_TRY(vf_vae_load(m, weights, &st));
+    else VF_TRY(vf_vae_init_seeded(m, seed, &st));
+    if (!strcmp(cmd, "save")) {
+        if (!outp) return usage();
+        VF_TRY(vf_vae_save(m, outp, &st));
+        printf("%s\n", vf_vae_hash(m));
+        goto done;
+    }
+    if (strcmp(cmd, "encode") || !input || !outp) return usage();
+
+    VF_TRY(vf_st_open(input, &in, &st));
+    const vf_st_tensor *xt = vf_st_find(in, "x");
+    if (!xt || xt->ndim != 5 || xt->shape[1] != 3)
+        VF_FAIL(&st, VF_EINVAL, "%s: expected tensor \"x\" (B, 3, T, H, W)", input);
+    int B = (int)xt->shape[0];
+    int64_t T = xt->shape[2];
+    H = (int)xt->shape[3], W = (int)xt->shape[4];
+    if (!(x = malloc(sizeof(float) * (size_t)xt->numel)))
+        VF_FAIL(&st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_st_read_f32(in, "x", x, xt->numel, &st));
+    int64_t Tl = vf_vae_latent_frames(&cfg, T);
+    int sf = vf_vae_space_factor(&cfg);
+    int64_t oshape[5] = {B, cfg.z_dim, Tl > 0 ? Tl : 0, H / sf, W / sf};
+    int64_t on = (int64_t)B * cfg.z_dim * (Tl > 0 ? Tl : 0) * (H / sf) * (W / sf);
+    if (!(mean = calloc((size_t)on + 1, sizeof(float))) ||
+        !(logvar = calloc((size_t)on + 1, sizeof(float))))
+        VF_FAIL(&st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_vae_enc_new(m, B, chunk > 0 ? chunk : (int)T, H, W, &e, &st));
+    VF_TRY(vf_vae_encode_f32(e, B, T, x, mean, logvar, &st));
+    if (!(w = vf_st_writer_new(&st))) VF_FAIL(&st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_st_writer_add(w, "mean", VF_ST_F32, 5, oshape, mean, &st));
+    VF_TRY(vf_st_writer_add(w, "logvar", VF_ST_F32, 5, oshape, logvar, &st));
+    VF_TRY(vf_st_writer_meta(w, "vae", vf_vae_hash(m), &st));
+    VF_TRY(vf_st_writer_save(w, outp, 0, NULL, &st));
+    printf("%s\n", vf_vae_hash(m));
+done:
+fail:
+    if (rc < 0) fprintf(stderr, "vae_tool: %s\n", st.msg);
+    vf_st_writer_free(w);
+    vf_st_close(in);
+    vf_vae_enc_free(e);
+    vf_vae_free(m);
+    free(x);
+    free(mean);
+    free(logvar);
+    return rc < 0 ? 1 : 0;
+}

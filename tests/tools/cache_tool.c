@@ -1,0 +1,151 @@
+/* cache_tool.c — drives the latent cache writer/reader (stages/latent_cache.h,
+ * stages/latent_reader.h) from scripts, without a graph: the Python cross-check
+ * (tests/reference/test_latent_cache_py.py) and the kill tests use it.
+ *
+ *   cache_tool write PATH FROM TO [--commit K] [--map BYTES] [--shape z,T,h,w]
+ *                     [--vae NAME] [--sleep-ms MS]
+ *       writes items FROM..TO-1 (item i: id "vid<i/3>.mp4#<i%3>", source "src<i/3>",
+ *       clip i%3, transform "frames=5;size=32x24", caption "clip <i>", latent element j
+ *       = i*1000 + j); prints "written W skipped S growths G map M"
+ *   cache_tool keys FROM TO [--vae NAME]     the keys those items get, one per line
+ *   cache_tool key SOURCE CLIP TRANSFORM VAE one key
+ *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
+ *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
+ *       one line per batch: "<cursor>\t<keys>"
+ *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
+ */
+#include "../stages/latent_cache.h"
+#include "../stages/latent_reader.h"
+#include "cache_cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *opt(int argc, char **argv, const char *name, const char *def)
+{
+    for (int i = 0; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return argv[i + 1];
+    return def;
+}
+static bool flag(int argc, char **argv, const char *name)
+{
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], name)) return true;
+    return false;
+}
+
+static vf_item *make_item(int i, const int64_t shape[4], const char *vae, vf_status *st)
+{
+    char id[64], src[64], cap[64];
+    snprintf(id, sizeof id, "vid%d.mp4#%d", i / 3, i % 3);
+    snprintf(src, sizeof src, "src%d", i / 3);
+    snprintf(cap, sizeof cap, "clip %d", i);
+    vf_item *it = vf_item_new(id, st);
+    vf_tensor *t = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
+    if (!it || !t) return NULL;
+    float *d = t->data;
+    for (int64_t j = 0; j < vf_tensor_numel(t); j++) d[j] = (float)(i * 1000 + j);
+    vf_item_put(it, "latent", t, st);
+    vf_item_set_str(it, "source", src, st);
+    vf_item_set_num(it, "clip", i % 3, st);
+    vf_item_set_str(it, "transform", "frames=5;size=32x24", st);
+    vf_item_set_str(it, "vae", vae, st);
+    vf_item_set_str(it, "caption", cap, st);
+    return it;
+}
+
+static int die(vf_status *st)
+{
+    fprintf(stderr, "cache_tool: %s\n", st->msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    vf_status st;
+    vf_status_clear(&st);
+    if (argc < 2) return 2;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "cli")) return vf_cache_cli(argc - 1, argv + 1);
+    if (!strcmp(cmd, "key") && argc == 6) {
+        char k[33];
+        vf_cache_key(argv[2], atoll(argv[3]), argv[4], argv[5], k);
+        printf("%s\n", k);
+        return 0;
+    }
+    if (!strcmp(cmd, "keys") && argc >= 4) {
+        const char *vae = opt(argc, argv, "--vae", "vaeA");
+        int64_t shape[4] = {1, 1, 1, 1};
+        for (int i = atoi(argv[2]); i < atoi(argv[3]); i++) {
+            vf_item *it = make_item(i, shape, vae, &st);
+            char k[33];
+            if (!it || vf_cache_key_of_item(it, VF_CACHE_KEY_PROVENANCE, k, &st)) return die(&st);
+            printf("%s\n", k);
+            vf_item_free(it);
+        }
+        return 0;
+    }
+    if (!strcmp(cmd, "write") && argc >= 5) {
+        int64_t shape[4] = {4, 2, 8, 8};
+        const char *sh = opt(argc, argv, "--shape", NULL);
+        if (sh && sscanf(sh, "%ld,%ld,%ld,%ld", &shape[0], &shape[1], &shape[2], &shape[3]) != 4) return 2;
+        vf_latent_writer_opts o = {
+            .path = argv[2],
+            .commit_every = atoi(opt(argc, argv, "--commit", "8")),
+            .map_size = (size_t)atoll(opt(argc, argv, "--map", "0")),
+        };
+        const char *vae = opt(argc, argv, "--vae", "vaeA");
+        long sleep_ms = atol(opt(argc, argv, "--sleep-ms", "0"));
+        vf_latent_writer *w = NULL;
+        if (vf_latent_writer_open(&o, &w, &st)) return die(&st);
+        for (int i = atoi(argv[3]); i < atoi(argv[4]); i++) {
+            bool skipped;
+            vf_item *it = make_item(i, shape, vae, &st);
+            if (!it || vf_latent_writer_add(w, it, &skipped, &st)) return die(&st);
+            if (sleep_ms) {
+                struct timespec d = {sleep_ms / 1000, (sleep_ms % 1000) * 1000000};
+                nanosleep(&d, NULL);
+            }
+        }
+        if (vf_latent_writer_flush(w, &st)) return die(&st);
+        vf_latent_writer_stats s;
+        vf_latent_writer_get_stats(w, &s);
+        printf("written %lld skipped %lld growths %d map %zu\n", (long long)s.written, (long long)s.skipped,
+               s.growths, s.map_size);
+        vf_latent_writer_close(w);
+        return 0;
+    }
+    if (!strcmp(cmd, "read") && argc >= 3) {
+        int k = 0, K = 1;
+        sscanf(opt(argc, argv, "--shard", "0/1"), "%d/%d", &k, &K);
+        vf_latent_reader_opts o = {
+            .path = argv[2],
+            .batch = atoi(opt(argc, argv, "--batch", "4")),
+            .seed = strtoull(opt(argc, argv, "--seed", "0"), NULL, 10),
+            .epochs = atoll(opt(argc, argv, "--epochs", "1")),
+            .shard = k,
+            .nshards = K,
+            .drop_last = !flag(argc, argv, "--keep-last"),
+            .text_len = 16,
+            .cursor = opt(argc, argv, "--cursor", NULL),
+            .skip_bad = flag(argc, argv, "--skip-bad"),
+        };
+        long max = atol(opt(argc, argv, "--max", "-1"));
+        vf_latent_reader *r = NULL;
+        if (vf_latent_reader_open(&o, &r, &st)) return die(&st);
+        for (long b = 0; max < 0 || b < max; b++) {
+            vf_item *it = NULL;
+            int rc = vf_latent_reader_next(r, &it, &st);
+            if (rc == VF_EOS) break;
+            if (rc) return die(&st);
+            printf("%s\t%s\n", vf_item_str(it, "cursor"), vf_item_str(it, "keys"));
+            vf_item_free(it);
+        }
+        vf_latent_reader_close(r);
+        return 0;
+    }
+    fprintf(stderr, "cache_tool: bad command (see the comment at the top of cache_tool.c)\n");
+    return 2;
+}

@@ -95,6 +95,22 @@ int vf_graph_dot(const vf_graph *g, FILE *out);
  * parses, else a string). Applied before validation. */
 int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st);
 
+/* ---- additions (H2) ---- */
+
+/* "auto" | "inproc" | "ipc" | "tcp". parse: 0 or VF_EINVAL. */
+const char *vf_transport_name(vf_transport t);
+int vf_transport_parse(const char *s, vf_transport *out);
+
+/* Stage indices in topological order over the non-loop edges (ties by index), as
+ * validation propagates port specs. order has room for g->nstages. 0, or VF_EUSAGE
+ * with the cycle in st. */
+int vf_graph_topo_order(const vf_graph *g, int *order, vf_status *st);
+
+/* The output spec feeding edge e (after validation), NULL if unknown. Borrowed. */
+const vf_port_spec *vf_graph_edge_src_spec(const vf_graph *g, int e);
+/* Bytes an edge can hold: capacity x the largest item its source port allows. */
+int64_t vf_graph_edge_bytes(const vf_graph *g, int e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,40 @@
+-- model_dit.lua — DiT presets (vf.models.dit "NAME"): plain tables of the `model` param
+-- of the DiT stages, checked there against vf_dit_model_fields (models/dit.h). The network
+-- is the video DiT of models/dit.h (Wan 2.1 structure and tensor names).
+--
+--   dim        model width               depth     blocks
+--   heads      attention heads           head_dim  width per head (heads * head_dim == dim)
+--   ffn        MLP hidden width          z         latent channels (the VAE's z_dim)
+--   patch      {pt, ph, pw} latent patch (Wan: {1, 2, 2})
+--   text_dim   width of the built-in byte-token caption embedding
+--   text_len   caption tokens per sample (bytes; longer captions are cut, shorter padded)
+--   freq_dim   sinusoidal timestep features
+--   t_scale    timestep fed to the sinusoid = t * t_scale (t in [0, 1])
+--   eps        LayerNorm / RMSNorm epsilon
+--
+-- The same numbers are compiled into models/dit_layout.c (vf_dit_preset, used by tools
+-- and tests); tests/unit/test_dit.c checks the two agree.
+local function preset(t)
+  t.patch = t.patch or { 1, 2, 2 }
+  t.t_scale = t.t_scale or 1000
+  t.eps = t.eps or 1e-6
+  return t
+end
+
+return {
+  -- tests and CPU training: pairs with vf.models.vae "tiny" (z_dim 4)
+  tiny = preset { name = "tiny", dim = 64, depth = 4, heads = 4, head_dim = 16, ffn = 256,
+                  z = 4, text_dim = 64, text_len = 32, freq_dim = 64 },
+  -- a small real model: pairs with vf.models.vae "wan" (z_dim 16)
+  small = preset { name = "small", dim = 256, depth = 8, heads = 4, head_dim = 64, ffn = 1024,
+                   z = 16, text_dim = 256, text_len = 128, freq_dim = 256 },
+  -- DiT-XL/2 widths (Peebles & Xie) with PixArt-alpha's caption width and length,
+  -- on an SD-style 4-channel latent
+  ["dit-xl-2"] = preset { name = "dit-xl-2", dim = 1152, depth = 28, heads = 16, head_dim = 72,
+                          ffn = 4608, z = 4, text_dim = 4096, text_len = 120, freq_dim = 256 },
+  -- Wan 2.1 T2V 1.3B and 14B (umT5 width 4096, 512 caption tokens)
+  ["wan-1.3b"] = preset { name = "wan-1.3b", dim = 1536, depth = 30, heads = 12, head_dim = 128,
+                          ffn = 8960, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256 },
+  ["wan-14b"] = preset { name = "wan-14b", dim = 5120, depth = 40, heads = 40, head_dim = 128,
+                         ffn = 13824, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256 },
+}

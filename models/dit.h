@@ -1,0 +1,279 @@
+/* dit.h — the video diffusion transformer (Wan/Open-Sora style), cut into pipeline partitions.
+ *
+ * Architecture (DESIGN §6; names and layout follow Wan 2.1's WanModel so its weights map 1:1):
+ *
+ *   latent x_t (B, z, T, H, W) --patchify (pt,ph,pw)--> (B, L, z·pt·ph·pw), L = T'·H'·W'
+ *     --patch_embedding (linear, = Wan's Conv3d with kernel = stride = patch)--> x (B, L, dim)
+ *   t (B) in [0,1] --sinusoid(t·t_scale, freq_dim)--> time_embedding: Linear-SiLU-Linear
+ *     --> e (B, dim) ; time_projection: SiLU-Linear --> e0 (B, 6, dim)      [shared by all blocks]
+ *   caption bytes (B, Ltxt) --text_tokens (257 × text_dim: 256 bytes + pad)--> text_embedding:
+ *     Linear-GELU(tanh)-Linear --> ctx (B, Ltxt, dim)                         [shared by all blocks]
+ *   block i (x, e0, ctx):
+ *     m = modulation_i (6, dim) + e0            (Wan: one shared projection + a learned table per block)
+ *     x += m[2] · self_attn(LN(x)·(1+m[1]) + m[0])     q,k: RMSNorm over dim (learned gain), 3D RoPE
+ *     x += cross_attn(LN_affine(x), ctx)              q from x, k/v from ctx, RMSNorm on q and k
+ *     x += m[5] · ffn(LN(x)·(1+m[4]) + m[3])          ffn: Linear-GELU(tanh)-Linear
+ *   head: (shift, scale) = head.modulation (2, dim) + e ;  v = Linear(LN(x)·(1+scale)+shift)
+ *     --> (B, L, pt·ph·pw·z) --unpatchify--> (B, z, T, H, W)
+ *   LN = LayerNorm without affine, eps 1e-6; attention scale 1/sqrt(head_dim).
+ *
+ * Captions without a text encoder: byte tokens 0..255; positions at or past a sample's
+ * length get token 256, the learned pad embedding. The attention op has no mask, so pads
+ * are attended like any token: the model learns what the pad embedding contributes
+ * (a "null text" token, as Wan's zero-padded T5 context is attended too). Every sample
+ * has exactly text_len tokens, so a micro-batch is one dense (B, Ltxt) tensor.
+ *
+ * Parameters live in ONE flat vector in a fixed order: embeddings (patch, text, time),
+ * blocks 0..depth-1, head (see dit_layout.c for the exact list). Partition [b0, b1) owns
+ * one contiguous range of it; optimizer shards take equal slices of it.
+ *
+ * Pipeline partitions: partition p runs blocks [b0, b1); the first also the embeddings,
+ * the last also the head and the loss. Between partitions flows a vf_dit_xfer (forward:
+ * activations and conditioning; backward: their gradients). Everything is deterministic on
+ * the CPU backend: P partitions give bitwise the same loss and gradients as one, and
+ * recompute gives bitwise the same as keeping all activations.
+ *
+ * Memory: all device buffers are allocated once (vf_dit_part_new, vf_dit_saved_new) for a
+ * maximum geometry; calls with smaller geometry use prefixes. The byte counts of those
+ * allocations are what vf_dit_part_memory reports, from the same carving code.
+ */
+#ifndef VF_DIT_H
+#define VF_DIT_H
+
+#include "../kernels/ops.h"
+#include "../runtime/vflow.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VF_DIT_VOCAB 257      /* byte tokens 0..255 + pad */
+#define VF_DIT_PAD_TOKEN 256
+#define VF_DIT_NAME_MAX 64
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct vf_dit_config {
+    int dim;          /* model width d */
+    int depth;        /* number of blocks */
+    int heads;        /* attention heads; heads · head_dim == dim */
+    int head_dim;     /* even, ≥ 6 (3D RoPE splits head_dim/2 frequencies over t, h, w) */
+    int ffn;          /* MLP hidden width (dim · mlp_ratio) */
+    int z;            /* latent channels in and out */
+    int patch[3];     /* (pt, ph, pw), Wan: (1, 2, 2) */
+    int text_dim;     /* width of the byte-token embedding fed to text_embedding */
+    int text_len;     /* caption tokens per sample (Wan: 512) */
+    int freq_dim;     /* sinusoidal timestep features (Wan: 256), even */
+    float t_scale;    /* the timestep fed to the sinusoid is t · t_scale (Wan: 1000) */
+    float eps;        /* LayerNorm / RMSNorm epsilon (Wan: 1e-6) */
+} vf_dit_config;
+
+/* Fills a built-in preset: "tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b" (the same
+ * numbers as lua/model_dit.lua). VF_ENOTFOUND for another name. */
+int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st);
+/* Checks ranges and consistency; VF_EINVAL naming the field. */
+int vf_dit_config_check(const vf_dit_config *c, vf_status *st);
+/* "dim=64 depth=4 …": canonical text, e.g. for a config hash. Returns bytes needed. */
+int vf_dit_config_str(const vf_dit_config *c, char *buf, size_t n);
+
+/* Schema of the `model` table param of the DiT stages (lua/model_dit.lua presets), {0}-
+ * terminated, defaults = the tiny preset; VF_DIT_MODEL_DEFAULT is that preset as JSON, the
+ * default of a `model` param. vf_dit_config_from_params reads a validated table. */
+extern const vf_param_spec vf_dit_model_fields[];
+#define VF_DIT_MODEL_DEFAULT                                                                  \
+    "{\"name\":\"tiny\",\"dim\":64,\"depth\":4,\"heads\":4,\"head_dim\":16,\"ffn\":256,"          \
+    "\"z\":4,\"patch\":[1,2,2],\"text_dim\":64,\"text_len\":32,\"freq_dim\":64,"                \
+    "\"t_scale\":1000,\"eps\":1e-6}"
+int vf_dit_config_from_params(const vf_params *model, vf_dit_config *out, vf_status *st);
+
+/* ------------------------------------------------------------------ parameter layout */
+
+/* Which part of the model a tensor belongs to. */
+enum { VF_DIT_EMBED = -1 /* block index ≥ 0 for blocks; depth for the head */ };
+
+typedef struct vf_dit_tensor {
+    char name[VF_DIT_NAME_MAX]; /* safetensors name, e.g. "blocks.3.self_attn.q.weight" */
+    int ndim;
+    int64_t shape[5];
+    int64_t offset;             /* elements from the start of the flat vector */
+    int64_t numel;
+    int block;                  /* VF_DIT_EMBED, 0..depth-1, or depth (head) */
+} vf_dit_tensor;
+
+typedef struct vf_dit_layout {
+    vf_dit_config cfg;
+    int n;                      /* number of tensors */
+    vf_dit_tensor *t;           /* n entries in flat order */
+    int64_t total;              /* elements */
+    int64_t *block_start;       /* depth + 2 entries: start of block i (i < depth), of the head
+                                   (i = depth), and total (i = depth + 1); embeddings start at 0 */
+} vf_dit_layout;
+
+/* Builds the layout of a checked config. Caller owns *out (vf_dit_layout_free). */
+int vf_dit_layout_new(const vf_dit_config *c, vf_dit_layout **out, vf_status *st);
+void vf_dit_layout_free(vf_dit_layout *l);      /* NULL is fine */
+/* Index of tensor `name`, or -1. */
+int vf_dit_layout_find(const vf_dit_layout *l, const char *name);
+/* The contiguous element range [*off, *off + *n) owned by the partition of blocks
+ * [b0, b1): embeddings too when b0 == 0, the head too when b1 == depth. */
+void vf_dit_layout_range(const vf_dit_layout *l, int b0, int b1, int64_t *off, int64_t *n);
+/* Parameters of a config (= layout total) without building the layout. */
+int64_t vf_dit_param_count(const vf_dit_config *c);
+
+/* Deterministic init of elements [off, off+n) of the flat vector into dst (host f32,
+ * n floats): every tensor draws from Philox (seed, 0, tensor index, VF_RNG_INIT), so a
+ * partition can initialise its own range alone and get the same numbers.
+ * Wan's scheme: Linear weights xavier-uniform (patch embedding over its flattened
+ * fan-in), text/time embedding MLP weights N(0, 0.02), byte-token table N(0, 1), biases
+ * 0, RMSNorm / LayerNorm gains 1 and biases 0, modulation tables N(0,1)/sqrt(dim), head
+ * weight 0 (the model starts by predicting the head bias). */
+void vf_dit_init(const vf_dit_layout *l, uint64_t seed, int64_t off, int64_t n, float *dst);
+
+/* ------------------------------------------------------------------ geometry, memory */
+
+/* A micro-batch's geometry: B samples of latent (z, T, H, W); T, H, W divisible by the
+ * patch. Tokens L = T/pt · H/ph · W/pw. */
+typedef struct vf_dit_dims {
+    int B, T, H, W;
+} vf_dit_dims;
+
+int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
+
+/* Bytes a partition holds, computed by the same code that carves its buffers. */
+typedef struct vf_dit_mem {
+    int64_t params;      /* its range of weights (act dtype) */
+    int64_t grads;       /* its range of gradients (grad dtype) */
+    int64_t saved;       /* one micro-batch's saved activations (vf_dit_saved) */
+    int64_t saved_block; /* of which per block (recompute: the block input only) */
+    int64_t workspace;   /* scratch of the partition object (backward buffers, RoPE tables,
+                            the one-block recompute area) */
+    int64_t xfer;        /* one vf_dit_xfer (x, e, e0, ctx) as sent between partitions */
+} vf_dit_mem;
+
+/* Memory of partition [b0, b1) at geometry `max` with element sizes act_size (weights,
+ * activations) and grad_size (gradients). The total for M micro-batches in flight is
+ * params + grads + M·saved + workspace. */
+void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
+                        bool recompute, size_t act_size, size_t grad_size, vf_dit_mem *out);
+/* Saved activation bytes of one block for B samples of L tokens (act_size per element):
+ * everything its backward reads, or with recompute only its input (B, L, dim). */
+int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
+                               size_t act_size);
+
+/* ------------------------------------------------------------------ partitions */
+
+/* What crosses a partition boundary for one micro-batch (backend memory; caller-owned
+ * buffers). Forward (act dtype):
+ *   x   (B, L, dim)     hidden state after the sender's last block
+ *   e   (B, dim)        time embedding: input of the head's adaLN
+ *   e0  (B, 6, dim)     time projection: input of every block's adaLN
+ *   ctx (B, Ltxt, dim)  caption tokens after text_embedding: cross-attention k/v input
+ * Backward (grad dtype): the gradients of the same four, flowing from partition p+1 to p.
+ * e, e0 and ctx are produced by partition 0 and read by every later partition unchanged,
+ * so a middle partition forwards the tensors it received; in backward each partition
+ * ADDS its contribution to de/de0/dctx (in place, so the sum is formed in the same order
+ * as in one partition) and partition 0 turns them into embedding gradients. */
+typedef struct vf_dit_xfer {
+    void *x, *e, *e0, *ctx;
+} vf_dit_xfer;
+
+/* One micro-batch's inputs. Host pointers are read during the call only. */
+typedef struct vf_dit_batch {
+    vf_dit_dims dims;
+    const void *x_t;          /* (B, z, T, H, W) backend memory, act dtype; partition 0 */
+    const float *t;           /* (B) host, flow time in [0, 1]; partition 0 */
+    const int32_t *text;      /* (B, text_len) host byte tokens; partition 0 */
+    const int32_t *text_len;  /* (B) host; NULL = all text_len tokens are real; partition 0 */
+    const void *target;       /* (B, z, T, H, W) backend memory, act dtype; last partition */
+} vf_dit_batch;
+
+typedef struct vf_dit_part vf_dit_part;
+typedef struct vf_dit_saved vf_dit_saved;
+
+/* A partition of blocks [b0, b1) of the model laid out by l (borrowed, must outlive it),
+ * running on backend be, for geometries up to `max`. params / grads point at the
+ * partition's range of the flat weight / gradient vectors (element vf_dit_layout_range's
+ * *off) in backend memory; borrowed: the caller (optimizer plumbing) owns and updates
+ * them. recompute: keep only block inputs per micro-batch and recompute the rest in
+ * backward. Caller owns *out (vf_dit_part_free). */
+int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
+                    const vf_dit_dims *max, bool recompute, void *params, void *grads,
+                    vf_dit_part **out, vf_status *st);
+void vf_dit_part_free(vf_dit_part *p);          /* NULL is fine */
+bool vf_dit_part_is_first(const vf_dit_part *p);
+bool vf_dit_part_is_last(const vf_dit_part *p);
+/* Repoints the weights / gradients (e.g. after the optimizer swapped buffers). */
+void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads);
+
+/* Saved activations of one micro-batch in flight (1F1B keeps up to P per partition).
+ * Sized for the partition's max geometry. Caller owns *out (vf_dit_saved_free). */
+int vf_dit_saved_new(vf_dit_part *p, vf_dit_saved **out, vf_status *st);
+void vf_dit_saved_free(vf_dit_saved *s);        /* NULL is fine */
+/* Bytes of device memory actually allocated (equal to vf_dit_part_memory's saved and
+ * workspace figures for the same partition and geometry). */
+size_t vf_dit_saved_bytes(const vf_dit_saved *s);
+size_t vf_dit_part_workspace_bytes(const vf_dit_part *p);
+/* The prediction v (B, z, T, H, W) of the last partition's forward (act dtype, inside
+ * sv; valid until sv is reused). NULL on other partitions. */
+const void *vf_dit_saved_pred(const vf_dit_saved *sv);
+
+/* Forward of one micro-batch.
+ *  - first partition: reads b->x_t, t, text, text_len; `in` is ignored (may be NULL).
+ *  - other partitions: reads in->x, in->e, in->e0, in->ctx (copied into sv).
+ *  - not last: writes out->x; and e, e0, ctx into out's buffers when they are non-NULL
+ *    and differ from in's (partition 0 must be given them; later ones may forward the
+ *    received tensors instead of copying).
+ *  - last: out is ignored (may be NULL); the prediction stays in sv.
+ * sv receives what backward needs; it must not be in use by another micro-batch. */
+int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer *in,
+                        vf_dit_xfer *out, vf_dit_saved *sv, vf_status *st);
+
+/* Last partition only, after forward: *loss = mean over B·z·T·H·W of (pred − target)²
+ * (f64); stores grad_scale · ∂loss/∂pred in sv for backward. grad_scale is typically
+ * the micro-batch's share of the global batch (B / B_global) so accumulated gradients
+ * are those of the global mean. */
+int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
+                     float grad_scale, double *loss, vf_status *st);
+
+/* Backward of one micro-batch whose forward (and, on the last partition, loss) filled sv.
+ * d holds gradient buffers (grad dtype) of the partition's boundary, in and out:
+ *  - last partition: d->x is ignored on entry; d->e, d->e0, d->ctx are zeroed first.
+ *  - other partitions: on entry d = gradients of this partition's output (dx) and of the
+ *    conditioning from all later partitions.
+ *  - on return, unless first: d->x = gradient w.r.t. this partition's input x, and
+ *    d->e / d->e0 / d->ctx include this partition's contributions.
+ *  - first partition: consumes them into the embeddings' gradients. d may be NULL when
+ *    the partition is both first and last (internal buffers are used).
+ * Parameter gradients are ACCUMULATED (+=) into the partition's grads (zero them once per
+ * optimizer step). sv may be reused afterwards. */
+int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
+                         vf_dit_xfer *d, vf_status *st);
+
+/* ------------------------------------------------------------------ rectified flow */
+
+/* Timestep distribution: t = sigmoid(mean + std · n), n ~ N(0,1) (logit-normal, SD3). */
+typedef struct vf_dit_rf {
+    uint64_t seed;
+    float t_mean, t_std;
+} vf_dit_rf;
+
+/* One sample's training pair, a pure function of (rf->seed, step, sample_id):
+ * noise ~ N(0,1) from Philox (seed, step, sample_id, VF_RNG_NOISE), element i of the
+ * sample's latent ↔ normal element i; t from (seed, step, sample_id, VF_RNG_TIMESTEP)
+ * element 0. x_t = (1−t)·x0 + t·noise, target = noise − x0, n = z·T·H·W. Host f32.
+ * x_t / target may be NULL when not wanted. Returns t. */
+float vf_dit_rf_sample(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id, int64_t n,
+                       const float *x0, float *x_t, float *target);
+
+/* Host helpers shared with tests and tools: 3D RoPE angle tables cos/sin (L, head_dim/2)
+ * for a grid of T'·H'·W' tokens (Wan's split: head_dim/2 − 2·⌊head_dim/6⌋ frequencies for
+ * t, ⌊head_dim/6⌋ each for h and w, base 10000), and the sinusoidal timestep features
+ * (B, freq_dim) = [cos(t·ω), sin(t·ω)], ω_j = 10000^(−j/(freq_dim/2)). */
+void vf_dit_rope_tables(const vf_dit_config *c, int Tp, int Hp, int Wp, float *cos_out,
+                        float *sin_out);
+void vf_dit_timestep_features(const vf_dit_config *c, const float *t, int B, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_DIT_H */

@@ -1,0 +1,168 @@
+/* dit_block.c — one DiT block, forward and backward, as a sequence of backend ops.
+ *
+ *   m  = modulation (6, dim) + e0[b]              stored chunk-major as eb (6, B, dim) so each
+ *                                                 chunk is the contiguous (B, dim) the ops take
+ *   x1 = x  + m[2] · o(attn(rope(rms(q(h1'))), rope(rms(k(h1'))), v(h1'))),
+ *        h1' = LN(x)·(1+m[1]) + m[0]
+ *   x2 = x1 + co(attn(rms(cq(LN3(x1))), rms(ck(ctx)), cv(ctx)))       LN3 with affine
+ *   x3 = x2 + m[5] · ffn2(gelu(ffn1(LN(x2)·(1+m[4]) + m[3])))
+ *
+ * Backward accumulates straight into the caller's zeroed dx: the residual branches pass
+ * the gradient through unchanged, so dx2, dx1 and dx0 are the same buffer at successive
+ * moments. Scratch comes from the partition's workspace; the op sequence is fixed, which
+ * is what makes recompute and partitioning bit-exact.
+ */
+#include "dit_internal.h"
+
+#include <math.h>
+
+#define W(k) dit_w(p, dit_tidx_block(blk, (k)))
+#define G(k) dit_g(p, dit_tidx_block(blk, (k)))
+
+void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
+                   const void *e0, const void *ctx, dit_blk_saved *s)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    const size_t as = p->pl.as;
+    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
+    const float eps = c->eps, scale = (float)(1.0 / sqrt((double)Dh));
+    const float *cs = p->w.rcos, *sn = p->w.rsin;
+
+    for (int k = 0; k < 6; k++)
+        for (int64_t b = 0; b < B; b++)
+            be->add(be, dit_at(s->eb, (k * B + b) * D, as), dit_at(W(BT_MOD), k * D, as),
+                    dit_at(e0, (b * 6 + k) * D, as), D);
+    const void *shift1 = s->eb, *scale1 = dit_at(s->eb, B * D, as),
+               *gate1 = dit_at(s->eb, 2 * B * D, as), *shift2 = dit_at(s->eb, 3 * B * D, as),
+               *scale2 = dit_at(s->eb, 4 * B * D, as), *gate2 = dit_at(s->eb, 5 * B * D, as);
+
+    /* self-attention */
+    be->layernorm_fwd(be, s->h1, s->mean1, s->rstd1, x, NULL, NULL, N, D, eps);
+    be->modulate_fwd(be, s->m1, s->h1, shift1, scale1, B, L, D);
+    be->matmul_fwd(be, s->q, s->m1, W(BT_SQ_W), W(BT_SQ_B), N, D, D);
+    be->matmul_fwd(be, s->k, s->m1, W(BT_SK_W), W(BT_SK_B), N, D, D);
+    be->matmul_fwd(be, s->v, s->m1, W(BT_SV_W), W(BT_SV_B), N, D, D);
+    be->rmsnorm_fwd(be, s->qr, s->rstdq, s->q, W(BT_SNQ), N, D, eps);
+    be->rope_fwd(be, s->qr, s->qr, cs, sn, B, L, H, Dh);
+    be->rmsnorm_fwd(be, s->kr, s->rstdk, s->k, W(BT_SNK), N, D, eps);
+    be->rope_fwd(be, s->kr, s->kr, cs, sn, B, L, H, Dh);
+    be->attention_fwd(be, s->a, s->lse1, s->qr, s->kr, s->v, B, L, L, H, Dh, scale);
+    be->matmul_fwd(be, s->o, s->a, W(BT_SO_W), W(BT_SO_B), N, D, D);
+    be->gated_add_fwd(be, s->x1, x, gate1, s->o, B, L, D);
+
+    /* cross-attention to the caption */
+    be->layernorm_fwd(be, s->h3, s->mean3, s->rstd3, s->x1, W(BT_N3_W), W(BT_N3_B), N, D, eps);
+    be->matmul_fwd(be, s->cq, s->h3, W(BT_CQ_W), W(BT_CQ_B), N, D, D);
+    be->rmsnorm_fwd(be, s->cqr, s->rstdcq, s->cq, W(BT_CNQ), N, D, eps);
+    be->matmul_fwd(be, s->ck, ctx, W(BT_CK_W), W(BT_CK_B), Nt, D, D);
+    be->rmsnorm_fwd(be, s->ckr, s->rstdck, s->ck, W(BT_CNK), Nt, D, eps);
+    be->matmul_fwd(be, s->cv, ctx, W(BT_CV_W), W(BT_CV_B), Nt, D, D);
+    be->attention_fwd(be, s->ca, s->lse2, s->cqr, s->ckr, s->cv, B, L, Lt, H, Dh, scale);
+    be->matmul_fwd(be, p->w.fx, s->ca, W(BT_CO_W), W(BT_CO_B), N, D, D);
+    be->add(be, s->x2, s->x1, p->w.fx, N * D);
+
+    /* MLP */
+    be->layernorm_fwd(be, s->h2, s->mean2, s->rstd2, s->x2, NULL, NULL, N, D, eps);
+    be->modulate_fwd(be, s->m2, s->h2, shift2, scale2, B, L, D);
+    be->matmul_fwd(be, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
+    be->gelu_fwd(be, s->g, s->f1, N * F);
+    be->matmul_fwd(be, s->f2, s->g, W(BT_F2_W), W(BT_F2_B), N, F, D);
+    if (out) be->gated_add_fwd(be, out, s->x2, gate2, s->f2, B, L, D);
+}
+
+void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
+                   void *de0, void *dctx, const void *x, const void *ctx,
+                   const dit_blk_saved *s)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    const size_t as = p->pl.as, gs = p->pl.gs;
+    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
+    const float scale = (float)(1.0 / sqrt((double)Dh));
+    const float *cs = p->w.rcos, *sn = p->w.rsin;
+    void *const *g = p->w.g;
+    void *gf0 = p->w.gf[0], *gf1 = p->w.gf[1];
+    void *gc0 = p->w.gc[0], *gc1 = p->w.gc[1], *gc2 = p->w.gc[2];
+    void *deb = p->w.deb;
+    const size_t nd = (size_t)(N * D) * gs, ntd = (size_t)(Nt * D) * gs, nf = (size_t)(N * F) * gs;
+#define Z(buf, bytes) be->memset0(be, (buf), (bytes))
+
+    const void *scale1 = dit_at(s->eb, B * D, as), *gate1 = dit_at(s->eb, 2 * B * D, as),
+               *scale2 = dit_at(s->eb, 4 * B * D, as), *gate2 = dit_at(s->eb, 5 * B * D, as);
+    Z(deb, (size_t)(6 * B * D) * gs);
+    void *dshift1 = deb, *dscale1 = dit_at(deb, B * D, gs), *dgate1 = dit_at(deb, 2 * B * D, gs),
+         *dshift2 = dit_at(deb, 3 * B * D, gs), *dscale2 = dit_at(deb, 4 * B * D, gs),
+         *dgate2 = dit_at(deb, 5 * B * D, gs);
+
+    /* MLP: x3 = x2 + gate2 · f2 */
+    Z(g[0], nd);
+    be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, B, L, D);
+    Z(gf0, nf);
+    be->matmul_bwd(be, gf0, G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W), N, F, D);
+    Z(gf1, nf);
+    be->gelu_bwd(be, gf1, gf0, s->f1, N * F);
+    Z(g[1], nd);
+    be->matmul_bwd(be, g[1], G(BT_F1_W), G(BT_F1_B), gf1, s->m2, W(BT_F1_W), N, D, F);
+    Z(g[2], nd);
+    be->modulate_bwd(be, g[2], dshift2, dscale2, g[1], s->h2, scale2, B, L, D);
+    be->layernorm_bwd(be, dx, NULL, NULL, g[2], s->x2, NULL, s->mean2, s->rstd2, N, D);
+
+    /* cross-attention: x2 = x1 + co(ca); dx now holds dx2 = dco */
+    Z(g[0], nd);
+    be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, s->ca, W(BT_CO_W), N, D, D);
+    Z(g[1], nd);
+    Z(gc0, ntd);
+    Z(gc1, ntd);
+    be->attention_bwd(be, g[1], gc0, gc1, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
+                      H, Dh, scale);
+    Z(g[2], nd);
+    be->rmsnorm_bwd(be, g[2], G(BT_CNQ), g[1], s->cq, W(BT_CNQ), s->rstdcq, N, D);
+    Z(gc2, ntd);
+    be->rmsnorm_bwd(be, gc2, G(BT_CNK), gc0, s->ck, W(BT_CNK), s->rstdck, Nt, D);
+    Z(g[3], nd);
+    be->matmul_bwd(be, g[3], G(BT_CQ_W), G(BT_CQ_B), g[2], s->h3, W(BT_CQ_W), N, D, D);
+    be->matmul_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc2, ctx, W(BT_CK_W), Nt, D, D);
+    be->matmul_bwd(be, dctx, G(BT_CV_W), G(BT_CV_B), gc1, ctx, W(BT_CV_W), Nt, D, D);
+    be->layernorm_bwd(be, dx, G(BT_N3_W), G(BT_N3_B), g[3], s->x1, W(BT_N3_W), s->mean3,
+                      s->rstd3, N, D);
+
+    /* self-attention: x1 = x + gate1 · o; dx holds dx1, which already is the residual's
+     * share of dx0, hence no dx argument to gated_add_bwd */
+    Z(g[0], nd);
+    be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, B, L, D);
+    Z(g[1], nd);
+    be->matmul_bwd(be, g[1], G(BT_SO_W), G(BT_SO_B), g[0], s->a, W(BT_SO_W), N, D, D);
+    Z(g[2], nd);
+    Z(g[3], nd);
+    Z(g[4], nd);
+    be->attention_bwd(be, g[2], g[3], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, L, H,
+                      Dh, scale);
+    Z(g[0], nd);
+    be->rope_bwd(be, g[0], g[2], cs, sn, B, L, H, Dh);           /* dq after RMSNorm */
+    Z(g[1], nd);
+    be->rmsnorm_bwd(be, g[1], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, N, D); /* dq */
+    Z(g[5], nd);
+    be->rope_bwd(be, g[5], g[3], cs, sn, B, L, H, Dh);           /* dk after RMSNorm */
+    Z(g[0], nd);
+    be->rmsnorm_bwd(be, g[0], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, N, D); /* dk */
+    Z(g[2], nd);
+    be->matmul_bwd(be, g[2], G(BT_SQ_W), G(BT_SQ_B), g[1], s->m1, W(BT_SQ_W), N, D, D);
+    be->matmul_bwd(be, g[2], G(BT_SK_W), G(BT_SK_B), g[0], s->m1, W(BT_SK_W), N, D, D);
+    be->matmul_bwd(be, g[2], G(BT_SV_W), G(BT_SV_B), g[4], s->m1, W(BT_SV_W), N, D, D);
+    Z(g[3], nd);
+    be->modulate_bwd(be, g[3], dshift1, dscale1, g[2], s->h1, scale1, B, L, D);
+    be->layernorm_bwd(be, dx, NULL, NULL, g[3], x, NULL, s->mean1, s->rstd1, N, D);
+
+    /* modulation: m[k][b] = table[k] + e0[b][k] */
+    for (int k = 0; k < 6; k++) {
+        for (int64_t b = 0; b < B; b++) {
+            const void *src = dit_at(deb, (k * B + b) * D, gs);
+            be->axpy(be, dit_at(de0, (b * 6 + k) * D, gs), src, 1.0f, D);
+            be->axpy(be, dit_at(G(BT_MOD), k * D, gs), src, 1.0f, D);
+        }
+    }
+#undef Z
+}

@@ -1,0 +1,204 @@
+/* dit_embed.c — the ends of the DiT: patch/time/text embeddings (first partition), the
+ * adaLN head (last partition), patchify/unpatchify and the RoPE tables.
+ *
+ * Token order is (t', h', w') row-major. A patch vector fed to patch_embedding is ordered
+ * (z, pt, ph, pw) — Wan's Conv3d kernel flattened — and the head emits (pt, ph, pw, z) —
+ * Wan's unpatchify einsum 'fhwpqrc->cfphqwr'. Both reorderings are two permutes (the op
+ * takes ≤ 6 dims): (B·z·T', pt, H', ph, W', pw) <-> (B, z, L, P), then (B, z, L, P) <->
+ * (B, L, ·).
+ */
+#include "dit_internal.h"
+
+#define WE(k) dit_w(p, (k))
+#define GE(k) dit_g(p, (k))
+#define WH(k) dit_w(p, dit_tidx_head(p->pl.c.depth, (k)))
+#define GH(k) dit_g(p, dit_tidx_head(p->pl.c.depth, (k)))
+
+void dit_patchify(vf_dit_part *p, const vf_dit_dims *d, void *out, const void *lat,
+                  bool head_order)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    int64_t Tp = d->T / c->patch[0], Hp = d->H / c->patch[1], Wp = d->W / c->patch[2];
+    int64_t L = Tp * Hp * Wp, P = p->pl.P;
+    int64_t s6[6] = {(int64_t)d->B * c->z * Tp, c->patch[0], Hp, c->patch[1], Wp, c->patch[2]};
+    static const int perm6[6] = {0, 2, 4, 1, 3, 5};
+    be->permute(be, p->w.tmp, lat, 6, s6, perm6);             /* (B, z, L, P) */
+    int64_t s4[4] = {d->B, c->z, L, P};
+    static const int perm_embed[4] = {0, 2, 1, 3};             /* (B, L, z, P) */
+    static const int perm_head[4] = {0, 2, 3, 1};              /* (B, L, P, z) */
+    be->permute(be, out, p->w.tmp, 4, s4, head_order ? perm_head : perm_embed);
+}
+
+/* (B, L, P, z) head output -> (B, z, T, H, W). */
+static void unpatchify(vf_dit_part *p, const vf_dit_dims *d, void *out, const void *tok)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    int64_t Tp = d->T / c->patch[0], Hp = d->H / c->patch[1], Wp = d->W / c->patch[2];
+    int64_t L = Tp * Hp * Wp, P = p->pl.P;
+    int64_t s4[4] = {d->B, L, P, c->z};
+    static const int perm4[4] = {0, 3, 1, 2};                  /* (B, z, L, P) */
+    be->permute(be, p->w.tmp, tok, 4, s4, perm4);
+    int64_t s6[6] = {(int64_t)d->B * c->z * Tp, Hp, Wp, c->patch[0], c->patch[1], c->patch[2]};
+    static const int perm6[6] = {0, 3, 1, 4, 2, 5};            /* (B·z·T', pt, H', ph, W', pw) */
+    be->permute(be, out, p->w.tmp, 6, s6, perm6);
+}
+
+void dit_rope_prepare(vf_dit_part *p, const vf_dit_dims *d)
+{
+    const vf_dit_config *c = &p->pl.c;
+    int g[3] = {d->T / c->patch[0], d->H / c->patch[1], d->W / c->patch[2]};
+    if (g[0] == p->rope_grid[0] && g[1] == p->rope_grid[1] && g[2] == p->rope_grid[2]) return;
+    int64_t n = (int64_t)g[0] * g[1] * g[2] * (c->head_dim / 2);
+    float *hc = p->host, *hs = p->host + n;
+    vf_dit_rope_tables(c, g[0], g[1], g[2], hc, hs);
+    p->be->upload(p->be, p->w.rcos, hc, n, VF_DTYPE_F32);
+    p->be->upload(p->be, p->w.rsin, hs, n, VF_DTYPE_F32);
+    memcpy(p->rope_grid, g, sizeof g);
+}
+
+/* Token ids onto the device: pads past each sample's length. On a host backend the
+ * buffer is host memory; elsewhere the ids travel as exact small floats through upload. */
+static int upload_tokens(vf_dit_part *p, const vf_dit_batch *b, int32_t *dst, vf_status *st)
+{
+    const int64_t B = b->dims.B, Lt = p->pl.c.text_len;
+    const bool host = p->be->device.kind == VF_DEV_CPU;
+    for (int64_t i = 0; i < B; i++) {
+        int64_t len = b->text_len ? b->text_len[i] : Lt;
+        if (len < 0)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "dit: text_len[%lld] = %lld is negative", (long long)i,
+                                 (long long)len);
+        for (int64_t j = 0; j < Lt; j++) {
+            int32_t t = j < len ? b->text[i * Lt + j] : VF_DIT_PAD_TOKEN;
+            if (t < 0 || t >= VF_DIT_VOCAB)
+                return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                     "dit: text token [%lld, %lld] = %d outside [0, %d)",
+                                     (long long)i, (long long)j, t, VF_DIT_VOCAB);
+            if (host)
+                dst[i * Lt + j] = t;
+            else
+                p->host[i * Lt + j] = (float)t;
+        }
+    }
+    if (!host) p->be->upload(p->be, dst, p->host, B * Lt, VF_DTYPE_I32);
+    return 0;
+}
+
+int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    const vf_dit_dims *d = &b->dims;
+    dit_emb_saved *em = &sv->em;
+    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Nt = B * c->text_len;
+    const int64_t D = c->dim, zP = c->z * p->pl.P;
+    if (!b->x_t || !b->t || !b->text)
+        VF_FAIL(st, VF_EINVAL, "dit partition 0: batch needs x_t, t and text");
+
+    dit_patchify(p, d, em->patches, b->x_t, false);
+    be->matmul_fwd(be, sv->xs[0], em->patches, WE(ET_PATCH_W), WE(ET_PATCH_B), N, zP, D);
+
+    vf_dit_timestep_features(c, b->t, (int)B, p->host);
+    be->upload(be, em->sinus, p->host, B * c->freq_dim, be->act_dtype);
+    be->matmul_fwd(be, em->te1, em->sinus, WE(ET_TIME1_W), WE(ET_TIME1_B), B, c->freq_dim, D);
+    be->silu_fwd(be, em->te1s, em->te1, B * D);
+    be->matmul_fwd(be, sv->e, em->te1s, WE(ET_TIME2_W), WE(ET_TIME2_B), B, D, D);
+    be->silu_fwd(be, em->se, sv->e, B * D);
+    be->matmul_fwd(be, sv->e0, em->se, WE(ET_PROJ_W), WE(ET_PROJ_B), B, D, 6 * D);
+
+    VF_TRY(upload_tokens(p, b, em->tok, st));
+    be->embed_fwd(be, em->temb, em->tok, WE(ET_TOK), Nt, c->text_dim);
+    be->matmul_fwd(be, em->t1, em->temb, WE(ET_TXT1_W), WE(ET_TXT1_B), Nt, c->text_dim, D);
+    be->gelu_fwd(be, em->t1g, em->t1, Nt * D);
+    be->matmul_fwd(be, sv->ctx, em->t1g, WE(ET_TXT2_W), WE(ET_TXT2_B), Nt, D, D);
+    return 0;
+fail:
+    return rc;
+}
+
+void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de,
+                   void *de0, void *dctx)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    dit_emb_saved *em = &sv->em;
+    dit_work *w = &p->w;
+    const size_t gs = p->pl.gs;
+    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Nt = B * c->text_len;
+    const int64_t D = c->dim, zP = c->z * p->pl.P;
+
+    /* patches: no gradient for the input latent */
+    be->matmul_bwd(be, NULL, GE(ET_PATCH_W), GE(ET_PATCH_B), dx, em->patches, WE(ET_PATCH_W),
+                   N, zP, D);
+
+    /* time: e0 = proj(silu(e)), e = mlp(sinus); de already holds the head's share */
+    be->memset0(be, w->dse, (size_t)(B * D) * gs);
+    be->matmul_bwd(be, w->dse, GE(ET_PROJ_W), GE(ET_PROJ_B), de0, em->se, WE(ET_PROJ_W), B, D,
+                   6 * D);
+    be->silu_bwd(be, de, w->dse, sv->e, B * D);
+    be->memset0(be, w->dte1s, (size_t)(B * D) * gs);
+    be->matmul_bwd(be, w->dte1s, GE(ET_TIME2_W), GE(ET_TIME2_B), de, em->te1s, WE(ET_TIME2_W),
+                   B, D, D);
+    be->memset0(be, w->dte1, (size_t)(B * D) * gs);
+    be->silu_bwd(be, w->dte1, w->dte1s, em->te1, B * D);
+    be->matmul_bwd(be, NULL, GE(ET_TIME1_W), GE(ET_TIME1_B), w->dte1, em->sinus, WE(ET_TIME1_W),
+                   B, c->freq_dim, D);
+
+    /* text: ctx = mlp(table[tok]) */
+    be->memset0(be, w->dt1g, (size_t)(Nt * D) * gs);
+    be->matmul_bwd(be, w->dt1g, GE(ET_TXT2_W), GE(ET_TXT2_B), dctx, em->t1g, WE(ET_TXT2_W), Nt,
+                   D, D);
+    be->memset0(be, w->dt1, (size_t)(Nt * D) * gs);
+    be->gelu_bwd(be, w->dt1, w->dt1g, em->t1, Nt * D);
+    be->memset0(be, w->dtemb, (size_t)(Nt * c->text_dim) * gs);
+    be->matmul_bwd(be, w->dtemb, GE(ET_TXT1_W), GE(ET_TXT1_B), w->dt1, em->temb, WE(ET_TXT1_W),
+                   Nt, c->text_dim, D);
+    be->embed_bwd(be, GE(ET_TOK), w->dtemb, em->tok, Nt, c->text_dim);
+}
+
+void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    dit_head_saved *h = &sv->hd;
+    const size_t as = p->pl.as;
+    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, D = c->dim, zP = c->z * p->pl.P;
+    const void *x = sv->xs[p->pl.nb];
+
+    be->layernorm_fwd(be, h->hn, h->mean, h->rstd, x, NULL, NULL, N, D, c->eps);
+    for (int k = 0; k < 2; k++)
+        for (int64_t b = 0; b < B; b++)
+            be->add(be, dit_at(h->eh, (k * B + b) * D, as), dit_at(WH(HT_MOD), k * D, as),
+                    dit_at(sv->e, b * D, as), D);
+    be->modulate_fwd(be, h->hm, h->hn, h->eh, dit_at(h->eh, B * D, as), B, L, D);
+    be->matmul_fwd(be, h->pred_tok, h->hm, WH(HT_W), WH(HT_B), N, D, zP);
+    unpatchify(p, d, h->pred, h->pred_tok);
+}
+
+void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    dit_head_saved *h = &sv->hd;
+    dit_work *w = &p->w;
+    const size_t as = p->pl.as, gs = p->pl.gs;
+    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, D = c->dim, zP = c->z * p->pl.P;
+
+    be->memset0(be, w->dhm, (size_t)(N * D) * gs);
+    be->matmul_bwd(be, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), N, D, zP);
+    be->memset0(be, w->dhn, (size_t)(N * D) * gs);
+    be->memset0(be, w->deh, (size_t)(2 * B * D) * gs);
+    be->modulate_bwd(be, w->dhn, w->deh, dit_at(w->deh, B * D, gs), w->dhm, h->hn,
+                     dit_at(h->eh, B * D, as), B, L, D);
+    be->layernorm_bwd(be, dx, NULL, NULL, w->dhn, sv->xs[p->pl.nb], NULL, h->mean, h->rstd, N, D);
+    for (int k = 0; k < 2; k++) {
+        for (int64_t b = 0; b < B; b++) {
+            const void *src = dit_at(w->deh, (k * B + b) * D, gs);
+            be->axpy(be, dit_at(de, b * D, gs), src, 1.0f, D);
+            be->axpy(be, dit_at(GH(HT_MOD), k * D, gs), src, 1.0f, D);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+/* dit_internal.h — what the DiT's source files share and nobody else sees: tensor indices
+ * of the flat layout, the buffer structs of a partition and of its saved activations, and
+ * the carver that lays them out (the same code sizes the allocations and answers
+ * vf_dit_part_memory, so the planner's numbers are the allocated bytes).
+ */
+#ifndef VF_DIT_INTERNAL_H
+#define VF_DIT_INTERNAL_H
+
+#include "dit.h"
+
+#include <string.h>
+
+/* Tensors of the embeddings, in flat order (indices 0..ET_COUNT-1). */
+enum {
+    ET_PATCH_W, ET_PATCH_B,          /* patch_embedding (dim, z, pt, ph, pw), (dim) */
+    ET_TOK,                          /* text_tokens (257, text_dim) */
+    ET_TXT1_W, ET_TXT1_B,            /* text_embedding.0 (dim, text_dim) */
+    ET_TXT2_W, ET_TXT2_B,            /* text_embedding.2 (dim, dim) */
+    ET_TIME1_W, ET_TIME1_B,          /* time_embedding.0 (dim, freq_dim) */
+    ET_TIME2_W, ET_TIME2_B,          /* time_embedding.2 (dim, dim) */
+    ET_PROJ_W, ET_PROJ_B,            /* time_projection.1 (6·dim, dim) */
+    ET_COUNT
+};
+
+/* Tensors of one block, in flat order (index ET_COUNT + i·BT_COUNT + k). */
+enum {
+    BT_SQ_W, BT_SQ_B, BT_SK_W, BT_SK_B, BT_SV_W, BT_SV_B, BT_SO_W, BT_SO_B, /* self_attn */
+    BT_SNQ, BT_SNK,                                                         /* norm_q/k */
+    BT_N3_W, BT_N3_B,                                                       /* norm3 */
+    BT_CQ_W, BT_CQ_B, BT_CK_W, BT_CK_B, BT_CV_W, BT_CV_B, BT_CO_W, BT_CO_B, /* cross_attn */
+    BT_CNQ, BT_CNK,
+    BT_F1_W, BT_F1_B, BT_F2_W, BT_F2_B,                                     /* ffn.0, ffn.2 */
+    BT_MOD,                                                                 /* (1, 6, dim) */
+    BT_COUNT
+};
+
+/* Tensors of the head (index ET_COUNT + depth·BT_COUNT + k). */
+enum { HT_MOD, HT_W, HT_B, HT_COUNT };
+
+static inline int dit_tidx_block(int i, int k) { return ET_COUNT + i * BT_COUNT + k; }
+static inline int dit_tidx_head(int depth, int k) { return ET_COUNT + depth * BT_COUNT + k; }
+
+/* ---- carving one allocation into buffers (base NULL: only count bytes) */
+typedef struct dit_carver {
+    char *base;
+    size_t off;
+} dit_carver;
+
+static inline void *dit_carve(dit_carver *c, size_t bytes)
+{
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += (bytes + 63) & ~(size_t)63;
+    return p;
+}
+
+/* Sizes a partition is planned with. */
+typedef struct dit_plan {
+    vf_dit_config c;
+    int b0, b1, nb;
+    bool first, last, recompute;
+    int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
+    int64_t P;               /* patch volume pt·ph·pw */
+    size_t as, gs;           /* element sizes: activations/weights, gradients */
+} dit_plan;
+
+void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
+                   const vf_dit_dims *max, bool recompute, size_t as, size_t gs);
+
+/* Everything one block's backward reads (input x and output live in vf_dit_saved.xs). */
+typedef struct dit_blk_saved {
+    void *eb;                                   /* (6, B, dim) modulation + e0, chunk-major */
+    void *h1, *m1, *q, *k, *v, *qr, *kr, *a, *o;        /* (N, dim) self-attention path */
+    void *x1, *h3, *cq, *cqr, *ca, *x2, *h2, *m2, *f2;  /* (N, dim) cross-attn and MLP */
+    void *ck, *ckr, *cv;                        /* (Nt, dim) cross-attention keys/values */
+    void *f1, *g;                               /* (N, ffn) MLP pre/post activation */
+    float *mean1, *rstd1, *rstdq, *rstdk, *mean3, *rstd3, *rstdcq, *mean2, *rstd2; /* (N) */
+    float *rstdck;                              /* (Nt) */
+    float *lse1, *lse2;                         /* (B, heads, L) */
+} dit_blk_saved;
+
+void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s);
+
+/* Embedding activations (first partition). */
+typedef struct dit_emb_saved {
+    void *patches;      /* (N, z·P) patchified x_t, vector order (z, pt, ph, pw) */
+    int32_t *tok;       /* (Nt) token ids with pads, device */
+    void *sinus;        /* (B, freq_dim) */
+    void *te1, *te1s;   /* (B, dim) time MLP pre/post SiLU */
+    void *se;           /* (B, dim) SiLU(e) */
+    void *temb;         /* (Nt, text_dim) byte-token embeddings */
+    void *t1, *t1g;     /* (Nt, dim) text MLP pre/post GELU */
+} dit_emb_saved;
+
+/* Head activations and loss (last partition). */
+typedef struct dit_head_saved {
+    void *hn, *hm;      /* (N, dim) LN(x), modulated */
+    float *mean, *rstd; /* (N) */
+    void *eh;           /* (2, B, dim) head modulation + e */
+    void *pred_tok;     /* (N, P·z) head output, vector order (pt, ph, pw, z) */
+    void *pred;         /* (B, z, T, H, W) unpatchified */
+    void *target_tok;   /* (N, P·z) target in head order */
+    void *dpred_tok;    /* (N, P·z) grad dtype: ∂loss/∂pred_tok · grad_scale */
+} dit_head_saved;
+
+struct vf_dit_saved {
+    vf_dit_part *p;
+    void *mem;
+    size_t bytes;
+    vf_dit_dims dims;       /* geometry of the micro-batch held */
+    int state;              /* 0 empty, 1 forward done, 2 loss done */
+    void **xs;              /* nb + 1 entries: (N, dim) input of block b0+i; xs[nb] = output */
+    void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nt, dim) */
+    dit_blk_saved *blk;     /* nb entries (NULL with recompute) */
+    dit_emb_saved em;
+    dit_head_saved hd;
+};
+
+void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s);
+
+/* Scratch owned by the partition (one micro-batch at a time uses it). */
+typedef struct dit_work {
+    void *fx;                       /* (N, dim) act: forward scratch (attention projections) */
+    void *tmp;                      /* (N, z·P) act: patchify staging */
+    void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
+    void *g[6];                     /* (N, dim) grad scratch */
+    void *gf[2];                    /* (N, ffn) grad scratch */
+    void *gc[3];                    /* (Nt, dim) grad scratch */
+    void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
+    /* first partition */
+    void *dse, *dte1s, *dte1;       /* (B, dim) grad */
+    void *dt1g, *dt1;               /* (Nt, dim) grad */
+    void *dtemb;                    /* (Nt, text_dim) grad */
+    /* last partition */
+    void *dhm, *dhn;                /* (N, dim) grad */
+    void *deh;                      /* (2, B, dim) grad */
+    /* first and last: boundary gradients when no caller buffers are given */
+    vf_dit_xfer dint;
+    float *rcos, *rsin;             /* (L, head_dim/2) f32 RoPE tables */
+    dit_blk_saved rc;               /* recompute: one block's activations */
+} dit_work;
+
+void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
+
+struct vf_dit_part {
+    vf_backend *be;
+    const vf_dit_layout *l;
+    dit_plan pl;
+    char *params, *grads;           /* at element layout offset `off0` */
+    int64_t off0, nparams;
+    void *wmem;
+    size_t wbytes;
+    dit_work w;
+    float *host;                    /* host staging: sinusoid, tokens, RoPE tables */
+    int64_t host_n;
+    int rope_grid[3];               /* grid the RoPE tables hold (-1: none) */
+};
+
+/* Weight / gradient of tensor `idx` (must lie in the partition's range). */
+static inline void *dit_w(const vf_dit_part *p, int idx)
+{
+    return p->params + (size_t)(p->l->t[idx].offset - p->off0) * p->pl.as;
+}
+static inline void *dit_g(const vf_dit_part *p, int idx)
+{
+    return p->grads + (size_t)(p->l->t[idx].offset - p->off0) * p->pl.gs;
+}
+/* Offset pointer into a buffer of element size es. */
+static inline void *dit_at(const void *base, int64_t elems, size_t es)
+{
+    return (char *)base + (size_t)elems * es;
+}
+
+/* dit_block.c: one block, forward into s, backward reading s. dx (zeroed by the caller)
+ * receives the input gradient; de0 (B, 6, dim) and dctx (Nt, dim) accumulate. */
+void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
+                   const void *e0, const void *ctx, dit_blk_saved *s);
+void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
+                   void *de0, void *dctx, const void *x, const void *ctx,
+                   const dit_blk_saved *s);
+
+/* dit_embed.c: embeddings (first partition) and head (last partition). */
+int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);
+void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de,
+                   void *de0, void *dctx);
+void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv);
+void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de);
+/* (B, z, T, H, W) -> (N, z·P) tokens; head_order: vector order (pt, ph, pw, z) instead of
+ * (z, pt, ph, pw). Uses p->w.tmp. */
+void dit_patchify(vf_dit_part *p, const vf_dit_dims *d, void *out, const void *lat,
+                  bool head_order);
+/* Makes sure p->w.rcos/rsin hold the tables of grid d. */
+void dit_rope_prepare(vf_dit_part *p, const vf_dit_dims *d);
+
+#endif /* VF_DIT_INTERNAL_H */

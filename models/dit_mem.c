@@ -1,0 +1,199 @@
+/* dit_mem.c — how a DiT partition's memory is laid out, and what it costs.
+ *
+ * One carving routine per buffer set (a block's saved activations, a micro-batch's saved
+ * store, the partition's workspace). Run with a NULL base it only counts bytes: that is
+ * vf_dit_part_memory / vf_dit_block_act_bytes, the numbers `vflow plan` adds up; run with
+ * an allocation it hands out the buffers. Same code, so the plan is the allocation.
+ * Every buffer is 64-byte aligned.
+ */
+#include "dit_internal.h"
+
+void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
+                   const vf_dit_dims *max, bool recompute, size_t as, size_t gs)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->c = *c;
+    pl->b0 = b0;
+    pl->b1 = b1;
+    pl->nb = b1 - b0;
+    pl->first = b0 == 0;
+    pl->last = b1 == c->depth;
+    pl->recompute = recompute;
+    pl->B = max->B;
+    pl->L = vf_dit_tokens(c, max);
+    pl->N = pl->B * pl->L;
+    pl->Nt = pl->B * c->text_len;
+    pl->P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
+    pl->as = as;
+    pl->gs = gs;
+}
+
+int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d)
+{
+    return (int64_t)(d->T / c->patch[0]) * (d->H / c->patch[1]) * (d->W / c->patch[2]);
+}
+
+#define A(n) dit_carve(cv, (size_t)(n) * pl->as)
+#define G(n) dit_carve(cv, (size_t)(n) * pl->gs)
+#define F(n) (float *)dit_carve(cv, (size_t)(n) * sizeof(float))
+
+void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s)
+{
+    int64_t N = pl->N, Nt = pl->Nt, D = pl->c.dim, F = pl->c.ffn;
+    int64_t lse = pl->B * pl->c.heads * pl->L;
+    s->eb = A(6 * pl->B * D);
+    void **nd[] = {&s->h1, &s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->a, &s->o,
+                   &s->x1, &s->h3, &s->cq, &s->cqr, &s->ca, &s->x2, &s->h2, &s->m2, &s->f2};
+    for (size_t i = 0; i < sizeof nd / sizeof nd[0]; i++) *nd[i] = A(N * D);
+    s->ck = A(Nt * D);
+    s->ckr = A(Nt * D);
+    s->cv = A(Nt * D);
+    s->f1 = A(N * F);
+    s->g = A(N * F);
+    float **nf[] = {&s->mean1, &s->rstd1, &s->rstdq, &s->rstdk, &s->mean3,
+                    &s->rstd3, &s->rstdcq, &s->mean2, &s->rstd2};
+    for (size_t i = 0; i < sizeof nf / sizeof nf[0]; i++) *nf[i] = F(N);
+    s->rstdck = F(Nt);
+    s->lse1 = F(lse);
+    s->lse2 = F(lse);
+}
+
+void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
+{
+    int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
+    /* xs/blk pointer arrays are host memory owned by vf_dit_saved (dit_part.c). The
+     * output of the last block is kept only where the head needs it; elsewhere it is
+     * written straight into the caller's xfer buffer. */
+    for (int i = 0; i < pl->nb + (pl->last ? 1 : 0); i++) {
+        void *x = A(N * D);
+        if (s->xs) s->xs[i] = x;
+    }
+    s->e = A(B * D);
+    s->e0 = A(6 * B * D);
+    s->ctx = A(Nt * D);
+    if (!pl->recompute) {
+        for (int i = 0; i < pl->nb; i++) {
+            dit_blk_saved tmp, *b = s->blk ? &s->blk[i] : &tmp;
+            dit_carve_blk_saved(cv, pl, b);
+        }
+    }
+    if (pl->first) {
+        dit_emb_saved *e = &s->em;
+        e->patches = A(N * zP);
+        e->tok = (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
+        e->sinus = A(B * pl->c.freq_dim);
+        e->te1 = A(B * D);
+        e->te1s = A(B * D);
+        e->se = A(B * D);
+        e->temb = A(Nt * pl->c.text_dim);
+        e->t1 = A(Nt * D);
+        e->t1g = A(Nt * D);
+    }
+    if (pl->last) {
+        dit_head_saved *h = &s->hd;
+        h->hn = A(N * D);
+        h->hm = A(N * D);
+        h->mean = F(N);
+        h->rstd = F(N);
+        h->eh = A(2 * B * D);
+        h->pred_tok = A(N * zP);
+        h->pred = A(N * zP);
+        h->target_tok = A(N * zP);
+        h->dpred_tok = G(N * zP);
+    }
+}
+
+void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
+{
+    int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
+    w->fx = A(N * D);
+    w->tmp = (pl->first || pl->last) ? A(N * zP) : NULL;
+    w->gx = G(N * D);
+    for (int i = 0; i < 6; i++) w->g[i] = G(N * D);
+    for (int i = 0; i < 2; i++) w->gf[i] = G(N * pl->c.ffn);
+    for (int i = 0; i < 3; i++) w->gc[i] = G(Nt * D);
+    w->deb = G(6 * B * D);
+    if (pl->first) {
+        w->dse = G(B * D);
+        w->dte1s = G(B * D);
+        w->dte1 = G(B * D);
+        w->dt1g = G(Nt * D);
+        w->dt1 = G(Nt * D);
+        w->dtemb = G(Nt * pl->c.text_dim);
+    }
+    if (pl->last) {
+        w->dhm = G(N * D);
+        w->dhn = G(N * D);
+        w->deh = G(2 * B * D);
+    }
+    if (pl->first && pl->last) {
+        w->dint.x = G(N * D);
+        w->dint.e = G(B * D);
+        w->dint.e0 = G(6 * B * D);
+        w->dint.ctx = G(Nt * D);
+    }
+    w->rcos = F(pl->L * pl->c.head_dim / 2);
+    w->rsin = F(pl->L * pl->c.head_dim / 2);
+    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc);
+}
+
+#undef A
+#undef G
+#undef F
+
+void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
+                        bool recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
+{
+    dit_plan pl;
+    dit_plan_init(&pl, c, b0, b1, max, recompute, act_size, grad_size);
+    memset(out, 0, sizeof *out);
+
+    /* the partition's parameter range, without building the layout */
+    int64_t total = vf_dit_param_count(c);
+    vf_dit_config one = *c;
+    one.depth = 1;
+    int64_t per_block = vf_dit_param_count(&one);
+    one.depth = 2;
+    per_block = vf_dit_param_count(&one) - per_block;
+    int64_t head = (int64_t)c->dim * 2 + ((int64_t)c->dim + 1) * c->z * pl.P;
+    int64_t embed = total - head - per_block * c->depth;
+    int64_t n = per_block * pl.nb + (pl.first ? embed : 0) + (pl.last ? head : 0);
+    out->params = n * (int64_t)act_size;
+    out->grads = n * (int64_t)grad_size;
+
+    dit_carver cv = {0};
+    vf_dit_saved s;
+    memset(&s, 0, sizeof s);
+    dit_carve_saved(&cv, &pl, &s);
+    out->saved = (int64_t)cv.off;
+    out->saved_block = vf_dit_block_act_bytes(c, pl.B, pl.L, recompute, act_size);
+
+    cv.off = 0;
+    dit_work w;
+    dit_carve_work(&cv, &pl, &w);
+    out->workspace = (int64_t)cv.off;
+
+    cv.off = 0;
+    dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size);
+    dit_carve(&cv, (size_t)(pl.B * c->dim) * act_size);
+    dit_carve(&cv, (size_t)(6 * pl.B * c->dim) * act_size);
+    dit_carve(&cv, (size_t)(pl.Nt * c->dim) * act_size);
+    out->xfer = (int64_t)cv.off;
+}
+
+int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
+                               size_t act_size)
+{
+    vf_dit_dims d = {(int)B, c->patch[0], c->patch[1], c->patch[2]};
+    dit_plan pl;
+    dit_plan_init(&pl, c, 0, 1, &d, recompute, act_size, act_size);
+    pl.L = L;
+    pl.N = B * L;
+    dit_carver cv = {0};
+    dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size); /* its input, in vf_dit_saved.xs */
+    if (!recompute) {
+        dit_blk_saved s;
+        dit_carve_blk_saved(&cv, &pl, &s);
+    }
+    return (int64_t)cv.off;
+}

@@ -1,0 +1,45 @@
+/* dit_params.c — the DiT's `model` table param: schema (what lua/model_dit.lua presets
+ * may say) and its conversion to a vf_dit_config. Separate from dit_layout.c so that code
+ * using the model without the params machinery does not pull it in.
+ */
+#include "dit.h"
+
+const vf_param_spec vf_dit_model_fields[] = {
+    {"name", VF_P_STR, "\"tiny\"", VF_ANY, "preset name (informational)"},
+    {"dim", VF_P_INT, "64", VF_RANGE(1, 65536), "model width"},
+    {"depth", VF_P_INT, "4", VF_RANGE(1, 1024), "number of blocks"},
+    {"heads", VF_P_INT, "4", VF_RANGE(1, 1024), "attention heads (heads * head_dim == dim)"},
+    {"head_dim", VF_P_INT, "16", VF_RANGE(6, 1024), "width per head, even"},
+    {"ffn", VF_P_INT, "256", VF_RANGE(1, 1048576), "MLP hidden width"},
+    {"z", VF_P_INT, "4", VF_RANGE(1, 1024), "latent channels (the VAE's z_dim)"},
+    {"patch", VF_P_LIST_INT, "[1,2,2]", VF_RANGE(1, 16), "latent patch {pt, ph, pw}"},
+    {"text_dim", VF_P_INT, "64", VF_RANGE(1, 65536), "width of the byte-token caption embedding"},
+    {"text_len", VF_P_INT, "32", VF_RANGE(1, 65536), "caption tokens (bytes) per sample"},
+    {"freq_dim", VF_P_INT, "64", VF_RANGE(2, 65536), "sinusoidal timestep features, even"},
+    {"t_scale", VF_P_NUM, "1000", VF_RANGE(1e-6, 1e9), "timestep fed to the sinusoid = t * t_scale"},
+    {"eps", VF_P_NUM, "1e-6", VF_RANGE(1e-12, 0.5), "LayerNorm / RMSNorm epsilon"},
+    {0},
+};
+
+int vf_dit_config_from_params(const vf_params *m, vf_dit_config *c, vf_status *st)
+{
+    if (vf_param_len(m, "patch") != 3)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit model: patch needs 3 entries {pt, ph, pw}, got %d",
+                             vf_param_len(m, "patch"));
+    c->dim = (int)vf_param_int(m, "dim");
+    c->depth = (int)vf_param_int(m, "depth");
+    c->heads = (int)vf_param_int(m, "heads");
+    c->head_dim = (int)vf_param_int(m, "head_dim");
+    c->ffn = (int)vf_param_int(m, "ffn");
+    c->z = (int)vf_param_int(m, "z");
+    for (int i = 0; i < 3; i++) c->patch[i] = (int)vf_param_int_at(m, "patch", i);
+    c->text_dim = (int)vf_param_int(m, "text_dim");
+    c->text_len = (int)vf_param_int(m, "text_len");
+    c->freq_dim = (int)vf_param_int(m, "freq_dim");
+    c->t_scale = (float)vf_param_num(m, "t_scale");
+    c->eps = (float)vf_param_num(m, "eps");
+    int rc = vf_dit_config_check(c, st);
+    if (rc) vf_status_prefix(st, "model '%s'", vf_param_str(m, "name"));
+    return rc;
+}

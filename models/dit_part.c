@@ -1,0 +1,283 @@
+/* dit_part.c — a pipeline partition of the DiT: allocation, and the order in which
+ * forward, loss and backward run the embeddings, blocks and head (dit_embed.c,
+ * dit_block.c). See dit.h for the contract a pipeline stage relies on.
+ *
+ * Why P partitions give bitwise the same gradients as one: every partition runs exactly
+ * the ops the whole model would run, on the same values, in the same order; the only
+ * sums that cross a boundary (the gradients of e, e0 and ctx, to which every block
+ * contributes) are continued in place in the buffer received from the next partition
+ * rather than formed separately and added, so the order of additions is that of a single
+ * partition. Recompute reruns a block's forward from its saved input with the same ops,
+ * so its internals, and hence the gradients, are bit-identical.
+ */
+#include "dit_internal.h"
+
+#include <stdio.h>
+
+static size_t bytes_a(const vf_dit_part *p, int64_t n) { return (size_t)n * p->pl.as; }
+static size_t bytes_g(const vf_dit_part *p, int64_t n) { return (size_t)n * p->pl.gs; }
+
+int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
+                    const vf_dit_dims *max, bool recompute, void *params, void *grads,
+                    vf_dit_part **out, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_part *p = NULL;
+    const vf_dit_config *c = &l->cfg;
+    *out = NULL;
+    if (b0 < 0 || b1 <= b0 || b1 > c->depth)
+        VF_FAIL(st, VF_EINVAL, "dit partition: blocks [%d, %d) not inside [0, %d)", b0, b1,
+                c->depth);
+    if (max->B < 1 || max->T < 1 || max->H < 1 || max->W < 1 || max->T % c->patch[0] ||
+        max->H % c->patch[1] || max->W % c->patch[2])
+        VF_FAIL(st, VF_EINVAL,
+                "dit partition: max geometry B=%d T=%d H=%d W=%d must be positive and divisible "
+                "by the patch (%d,%d,%d)", max->B, max->T, max->H, max->W, c->patch[0],
+                c->patch[1], c->patch[2]);
+    p = vf_calloc(sizeof *p, st);
+    if (!p) VF_FAIL(st, VF_ENOMEM, "dit partition: out of memory");
+    p->be = be;
+    p->l = l;
+    dit_plan_init(&p->pl, c, b0, b1, max, recompute, vf_dtype_size(be->act_dtype),
+                  vf_dtype_size(be->grad_dtype));
+    vf_dit_layout_range(l, b0, b1, &p->off0, &p->nparams);
+    p->params = params;
+    p->grads = grads;
+    p->rope_grid[0] = -1;
+
+    dit_carver cv = {0};
+    dit_carve_work(&cv, &p->pl, &p->w);
+    p->wbytes = cv.off;
+    p->wmem = be->alloc(be, p->wbytes, st);
+    if (!p->wmem) {
+        vf_status_prefix(st, "dit partition [%d, %d): workspace of %zu bytes", b0, b1, p->wbytes);
+        rc = st && st->code ? st->code : VF_ENOMEM;
+        goto fail;
+    }
+    cv = (dit_carver){p->wmem, 0};
+    dit_carve_work(&cv, &p->pl, &p->w);
+
+    int64_t hn = p->pl.B * c->freq_dim;
+    if (p->pl.Nt > hn) hn = p->pl.Nt;
+    if (p->pl.L * c->head_dim > hn) hn = p->pl.L * c->head_dim; /* cos and sin tables */
+    p->host_n = hn;
+    p->host = vf_alloc(sizeof(float) * (size_t)hn, st);
+    if (!p->host) VF_FAIL(st, VF_ENOMEM, "dit partition: out of host memory");
+    *out = p;
+    return 0;
+fail:
+    vf_dit_part_free(p);
+    return rc;
+}
+
+void vf_dit_part_free(vf_dit_part *p)
+{
+    if (!p) return;
+    if (p->wmem) p->be->free(p->be, p->wmem);
+    vf_free(p->host);
+    vf_free(p);
+}
+
+bool vf_dit_part_is_first(const vf_dit_part *p) { return p->pl.first; }
+bool vf_dit_part_is_last(const vf_dit_part *p) { return p->pl.last; }
+
+void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads)
+{
+    p->params = params;
+    p->grads = grads;
+}
+
+int vf_dit_saved_new(vf_dit_part *p, vf_dit_saved **out, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_saved *s = vf_calloc(sizeof *s, st);
+    *out = NULL;
+    if (!s) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
+    s->p = p;
+    s->xs = vf_calloc(sizeof *s->xs * (size_t)(p->pl.nb + 1), st);
+    if (!s->xs) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
+    if (!p->pl.recompute) {
+        s->blk = vf_calloc(sizeof *s->blk * (size_t)p->pl.nb, st);
+        if (!s->blk) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
+    }
+    dit_carver cv = {0};
+    dit_carve_saved(&cv, &p->pl, s);
+    s->bytes = cv.off;
+    s->mem = p->be->alloc(p->be, s->bytes, st);
+    if (!s->mem) {
+        vf_status_prefix(st, "dit partition [%d, %d): saved activations of %zu bytes",
+                         p->pl.b0, p->pl.b1, s->bytes);
+        rc = st && st->code ? st->code : VF_ENOMEM;
+        goto fail;
+    }
+    cv = (dit_carver){s->mem, 0};
+    dit_carve_saved(&cv, &p->pl, s);
+    *out = s;
+    return 0;
+fail:
+    vf_dit_saved_free(s);
+    return rc;
+}
+
+void vf_dit_saved_free(vf_dit_saved *s)
+{
+    if (!s) return;
+    if (s->mem) s->p->be->free(s->p->be, s->mem);
+    vf_free(s->xs);
+    vf_free(s->blk);
+    vf_free(s);
+}
+
+size_t vf_dit_saved_bytes(const vf_dit_saved *s) { return s->bytes; }
+size_t vf_dit_part_workspace_bytes(const vf_dit_part *p) { return p->wbytes; }
+
+const void *vf_dit_saved_pred(const vf_dit_saved *sv)
+{
+    return sv->p->pl.last && sv->state >= 1 ? sv->hd.pred : NULL;
+}
+
+static int check_dims(const vf_dit_part *p, const vf_dit_dims *d, vf_status *st)
+{
+    const vf_dit_config *c = &p->pl.c;
+    if (d->B < 1 || d->T < 1 || d->H < 1 || d->W < 1 || d->T % c->patch[0] ||
+        d->H % c->patch[1] || d->W % c->patch[2])
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit: batch geometry B=%d T=%d H=%d W=%d must be positive and "
+                             "divisible by the patch (%d,%d,%d)", d->B, d->T, d->H, d->W,
+                             c->patch[0], c->patch[1], c->patch[2]);
+    if (d->B > p->pl.B || vf_dit_tokens(c, d) > p->pl.L)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit partition [%d, %d): batch of %d x %lld tokens exceeds the "
+                             "geometry it was sized for (%lld x %lld)", p->pl.b0, p->pl.b1,
+                             d->B, (long long)vf_dit_tokens(c, d), (long long)p->pl.B,
+                             (long long)p->pl.L);
+    return 0;
+}
+
+int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer *in,
+                        vf_dit_xfer *out, vf_dit_saved *sv, vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = p->be;
+    const dit_plan *pl = &p->pl;
+    const vf_dit_dims *d = &b->dims;
+    VF_TRY(check_dims(p, d, st));
+    if (sv->p != p) VF_FAIL(st, VF_EINVAL, "dit forward: saved store belongs to another partition");
+    int64_t L = vf_dit_tokens(&pl->c, d), N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
+    int64_t D = pl->c.dim;
+    if (!pl->first && (!in || !in->x || !in->e || !in->e0 || !in->ctx))
+        VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): forward needs x, e, e0, ctx from the "
+                "previous partition", pl->b0, pl->b1);
+    if (!pl->last && (!out || !out->x))
+        VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): forward needs an output x buffer",
+                pl->b0, pl->b1);
+    if (pl->first && !pl->last && (!out->e || !out->e0 || !out->ctx))
+        VF_FAIL(st, VF_EINVAL, "dit partition 0: forward needs output e, e0, ctx buffers");
+    sv->dims = *d;
+    sv->state = 0;
+
+    if (pl->first) {
+        VF_TRY(dit_embed_fwd(p, b, sv, st));
+    } else {
+        be->copy(be, sv->xs[0], in->x, bytes_a(p, N * D));
+        be->copy(be, sv->e, in->e, bytes_a(p, d->B * D));
+        be->copy(be, sv->e0, in->e0, bytes_a(p, 6 * d->B * D));
+        be->copy(be, sv->ctx, in->ctx, bytes_a(p, Nt * D));
+    }
+    dit_rope_prepare(p, d);
+    for (int i = 0; i < pl->nb; i++) {
+        dit_blk_saved *s = pl->recompute ? &p->w.rc : &sv->blk[i];
+        void *y = (i + 1 < pl->nb || pl->last) ? sv->xs[i + 1] : out->x;
+        dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], y, sv->e0, sv->ctx, s);
+    }
+    if (pl->last) {
+        dit_head_fwd(p, d, sv);
+    } else {
+        const vf_dit_xfer *src = pl->first ? NULL : in;
+        if (out->e && (!src || out->e != src->e)) be->copy(be, out->e, sv->e, bytes_a(p, d->B * D));
+        if (out->e0 && (!src || out->e0 != src->e0))
+            be->copy(be, out->e0, sv->e0, bytes_a(p, 6 * d->B * D));
+        if (out->ctx && (!src || out->ctx != src->ctx))
+            be->copy(be, out->ctx, sv->ctx, bytes_a(p, Nt * D));
+    }
+    sv->state = 1;
+    return 0;
+fail:
+    return rc;
+}
+
+int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
+                     float grad_scale, double *loss, vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = p->be;
+    if (!p->pl.last) VF_FAIL(st, VF_EINVAL, "dit loss: only the last partition computes it");
+    if (sv->state != 1) VF_FAIL(st, VF_EINVAL, "dit loss: no forward result in this saved store");
+    if (!b->target) VF_FAIL(st, VF_EINVAL, "dit loss: batch has no target");
+    const vf_dit_dims *d = &sv->dims;
+    if (memcmp(d, &b->dims, sizeof *d) != 0)
+        VF_FAIL(st, VF_EINVAL, "dit loss: batch geometry differs from the forward's");
+    int64_t n = d->B * vf_dit_tokens(&p->pl.c, d) * p->pl.c.z * p->pl.P;
+    dit_patchify(p, d, sv->hd.target_tok, b->target, true);
+    be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
+    *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
+                            grad_scale);
+    sv->state = 2;
+    return 0;
+fail:
+    return rc;
+}
+
+int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
+                         vf_dit_xfer *dx, vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = p->be;
+    const dit_plan *pl = &p->pl;
+    (void)b;
+    if (sv->p != p) VF_FAIL(st, VF_EINVAL, "dit backward: saved store belongs to another partition");
+    if (sv->state != (pl->last ? 2 : 1))
+        VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward without %s", pl->b0, pl->b1,
+                pl->last ? "forward and loss" : "forward");
+    const vf_dit_dims *d = &sv->dims;
+    int64_t L = vf_dit_tokens(&pl->c, d), N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
+    int64_t D = pl->c.dim;
+    vf_dit_xfer *g = dx;
+    if (!g) {
+        if (!(pl->first && pl->last))
+            VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward needs boundary gradient "
+                    "buffers", pl->b0, pl->b1);
+        g = &p->w.dint;
+    }
+    if (!g->x || !g->e || !g->e0 || !g->ctx)
+        VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward needs dx, de, de0, dctx buffers",
+                pl->b0, pl->b1);
+    if (pl->last) {
+        be->memset0(be, g->e, bytes_g(p, d->B * D));
+        be->memset0(be, g->e0, bytes_g(p, 6 * d->B * D));
+        be->memset0(be, g->ctx, bytes_g(p, Nt * D));
+        be->memset0(be, g->x, bytes_g(p, N * D));
+        dit_head_bwd(p, d, sv, g->x, g->e);
+    }
+    dit_rope_prepare(p, d);
+    void *cur = g->x;
+    for (int i = pl->nb - 1; i >= 0; i--) {
+        void *nxt = cur == g->x ? p->w.gx : g->x;
+        dit_blk_saved *s = &p->w.rc;
+        if (pl->recompute)
+            dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s);
+        else
+            s = &sv->blk[i];
+        be->memset0(be, nxt, bytes_g(p, N * D));
+        dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, sv->xs[i], sv->ctx, s);
+        cur = nxt;
+    }
+    if (pl->first)
+        dit_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
+    else if (cur != g->x)
+        be->copy(be, g->x, cur, bytes_g(p, N * D));
+    sv->state = 0;
+    return 0;
+fail:
+    return rc;
+}

@@ -1,0 +1,71 @@
+/* dit_rf.c — host-side numbers the DiT needs that are not learned: the rectified-flow
+ * training pair of a sample (Philox noise and logit-normal timestep), the sinusoidal
+ * timestep features and the 3D RoPE angle tables. All computed in double and rounded
+ * once, so every partition and every backend gets the same f32 values.
+ */
+#include "dit_internal.h"
+
+#include "../runtime/philox.h"
+
+#include <math.h>
+
+float vf_dit_rf_sample(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id, int64_t n,
+                       const float *x0, float *x_t, float *target)
+{
+    vf_rng rt, rn;
+    vf_rng_init(&rt, rf->seed, step, sample_id, VF_RNG_TIMESTEP);
+    double u = (double)rf->t_mean + (double)rf->t_std * vf_rng_normal_at(&rt, 0);
+    float t = (float)(1.0 / (1.0 + exp(-u)));
+    vf_rng_init(&rn, rf->seed, step, sample_id, VF_RNG_NOISE);
+    /* in chunks so the noise never needs a buffer of the sample's size */
+    float noise[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t m = n - i0 < 256 ? n - i0 : 256;
+        vf_rng_normal(&rn, (uint64_t)i0, m, noise);
+        for (int64_t j = 0; j < m; j++) {
+            float x = x0[i0 + j], e = noise[j];
+            if (x_t) x_t[i0 + j] = (1.0f - t) * x + t * e;
+            if (target) target[i0 + j] = e - x;
+        }
+    }
+    return t;
+}
+
+void vf_dit_timestep_features(const vf_dit_config *c, const float *t, int B, float *out)
+{
+    int half = c->freq_dim / 2;
+    for (int b = 0; b < B; b++) {
+        double pos = (double)t[b] * (double)c->t_scale;
+        for (int j = 0; j < half; j++) {
+            double w = pow(10000.0, -(double)j / (double)half);
+            out[(int64_t)b * c->freq_dim + j] = (float)cos(pos * w);
+            out[(int64_t)b * c->freq_dim + half + j] = (float)sin(pos * w);
+        }
+    }
+}
+
+void vf_dit_rope_tables(const vf_dit_config *c, int Tp, int Hp, int Wp, float *cos_out,
+                        float *sin_out)
+{
+    int half = c->head_dim / 2;
+    int nh = half / 3, nw = half / 3, nt = half - nh - nw;
+    int64_t l = 0;
+    for (int ti = 0; ti < Tp; ti++) {
+        for (int hi = 0; hi < Hp; hi++) {
+            for (int wi = 0; wi < Wp; wi++, l++) {
+                for (int j = 0; j < half; j++) {
+                    double pos, w;
+                    if (j < nt) {
+                        pos = ti, w = pow(10000.0, -(double)j / nt);
+                    } else if (j < nt + nh) {
+                        pos = hi, w = pow(10000.0, -(double)(j - nt) / nh);
+                    } else {
+                        pos = wi, w = pow(10000.0, -(double)(j - nt - nh) / nw);
+                    }
+                    cos_out[l * half + j] = (float)cos(pos * w);
+                    sin_out[l * half + j] = (float)sin(pos * w);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+/* dit_tool.c — drives models/dit from the command line for tests/reference/test_dit_parity.py
+ * and for quick measurements.
+ *
+ *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
+ *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
+ *   dit_tool grad CFG dims=B,T,H,W params=P xt=X t=T text=I len=N target=Y
+ *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
+ *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
+ *   dit_tool bench CFG dims=B,T,H,W [steps=5] [parts=1] [recompute=0]
+ *                 forward+loss+backward of random data; prints ms per step
+ *
+ * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
+ * ffn z patch=pt,ph,pw text_dim text_len freq_dim), starting from preset "tiny".
+ * Inputs are raw little-endian arrays: params f32 (layout order), xt/target f32
+ * (B,z,T,H,W), t f32 (B), text i32 (B,text_len), len i32 (B).
+ */
+#include "../../models/dit.h"
+#include "../../runtime/philox.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *arg(int argc, char **argv, const char *key)
+{
+    size_t n = strlen(key);
+    for (int i = 2; i < argc; i++)
+        if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
+    return NULL;
+}
+
+static int parse_cfg(int argc, char **argv, vf_dit_config *c, vf_status *st)
+{
+    const char *pre = arg(argc, argv, "preset");
+    if (vf_dit_preset(pre ? pre : "tiny", c, st)) return -1;
+    struct { const char *k; int *v; } ints[] = {
+        {"dim", &c->dim}, {"depth", &c->depth}, {"heads", &c->heads},
+        {"head_dim", &c->head_dim}, {"ffn", &c->ffn}, {"z", &c->z},
+        {"text_dim", &c->text_dim}, {"text_len", &c->text_len}, {"freq_dim", &c->freq_dim}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        const char *v = arg(argc, argv, ints[i].k);
+        if (v) *ints[i].v = atoi(v);
+    }
+    const char *p = arg(argc, argv, "patch");
+    if (p && sscanf(p, "%d,%d,%d", &c->patch[0], &c->patch[1], &c->patch[2]) != 3) {
+        fprintf(stderr, "dit_tool: patch=pt,ph,pw\n");
+        return -1;
+    }
+    return vf_dit_config_check(c, st);
+}
+
+static void *slurp(const char *path, size_t want)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        fprintf(stderr, "dit_tool: cannot open %s\n", path ? path : "(missing argument)");
+        exit(1);
+    }
+    void *buf = malloc(want ? want : 1);
+    size_t got = fread(buf, 1, want, f);
+    fclose(f);
+    if (got != want) {
+        fprintf(stderr, "dit_tool: %s has %zu bytes, expected %zu\n", path, got, want);
+        exit(1);
+    }
+    return buf;
+}
+
+static void spit(const char *path, const void *buf, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "dit_tool: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static void die(const vf_status *st)
+{
+    fprintf(stderr, "dit_tool: %s\n", st->msg);
+    exit(1);
+}
+
+/* Runs forward, loss and backward of one batch over `parts` partitions (blocks split as
+ * evenly as possible) on host buffers; returns the loss. grads must be zeroed. */
+static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool recompute,
+                       float *params, float *grads, const vf_dit_batch *b, float *pred_out)
+{
+    vf_status st = {0};
+    const vf_dit_config *c = &l->cfg;
+    vf_dit_part *pp[64];
+    vf_dit_saved *sv[64];
+    vf_dit_xfer fx[64], gx[64];
+    int64_t L = vf_dit_tokens(c, &b->dims), N = b->dims.B * L, Nt = (int64_t)b->dims.B * c->text_len;
+    for (int i = 0; i < parts; i++) {
+        int b0 = c->depth * i / parts, b1 = c->depth * (i + 1) / parts;
+        int64_t off, n;
+        vf_dit_layout_range(l, b0, b1, &off, &n);
+        if (vf_dit_part_new(be, l, b0, b1, &b->dims, recompute, params + off, grads + off, &pp[i],
+                            &st) ||
+            vf_dit_saved_new(pp[i], &sv[i], &st))
+            die(&st);
+        size_t sz[4] = {N * c->dim, b->dims.B * c->dim, 6 * b->dims.B * c->dim, Nt * c->dim};
+        void **f[4] = {&fx[i].x, &fx[i].e, &fx[i].e0, &fx[i].ctx};
+        void **g[4] = {&gx[i].x, &gx[i].e, &gx[i].e0, &gx[i].ctx};
+        for (int k = 0; k < 4; k++) {
+            *f[k] = calloc(sz[k], sizeof(float));
+            *g[k] = calloc(sz[k], sizeof(float));
+        }
+    }
+    for (int i = 0; i < parts; i++)
+        if (vf_dit_part_forward(pp[i], b, i ? &fx[i - 1] : NULL, &fx[i], sv[i], &st)) die(&st);
+    double loss = 0;
+    if (vf_dit_part_loss(pp[parts - 1], b, sv[parts - 1], 1.0f, &loss, &st)) die(&st);
+    if (pred_out) {
+        size_t n = (size_t)b->dims.B * c->z * b->dims.T * b->dims.H * b->dims.W;
+        memcpy(pred_out, vf_dit_saved_pred(sv[parts - 1]), n * sizeof(float));
+    }
+    /* the gradient buffers travel backwards: partition i writes gx[i], i-1 continues in it */
+    for (int i = parts - 1; i >= 0; i--) {
+        vf_dit_xfer *d = &gx[i];
+        if (i < parts - 1) { /* received from i+1: copy, as a transport would */
+            size_t sz[4] = {N * c->dim, b->dims.B * c->dim, 6 * b->dims.B * c->dim, Nt * c->dim};
+            memcpy(d->x, gx[i + 1].x, sz[0] * 4);
+            memcpy(d->e, gx[i + 1].e, sz[1] * 4);
+            memcpy(d->e0, gx[i + 1].e0, sz[2] * 4);
+            memcpy(d->ctx, gx[i + 1].ctx, sz[3] * 4);
+        }
+        if (vf_dit_part_backward(pp[i], b, sv[i], d, &st)) die(&st);
+    }
+    for (int i = 0; i < parts; i++) {
+        vf_dit_saved_free(sv[i]);
+        vf_dit_part_free(pp[i]);
+        free(fx[i].x), free(fx[i].e), free(fx[i].e0), free(fx[i].ctx);
+        free(gx[i].x), free(gx[i].e), free(gx[i].e0), free(gx[i].ctx);
+    }
+    return loss;
+}
+
+static void parse_dims(int argc, char **argv, vf_dit_dims *d)
+{
+    const char *s = arg(argc, argv, "dims");
+    if (!s || sscanf(s, "%d,%d,%d,%d", &d->B, &d->T, &d->H, &d->W) != 4) {
+        fprintf(stderr, "dit_tool: dims=B,T,H,W required\n");
+        exit(2);
+    }
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+    vf_status st = {0};
+    vf_dit_config c;
+    vf_dit_layout *l = NULL;
+    if (argc < 2) {
+        fprintf(stderr, "usage: dit_tool layout|init|grad|bench CFG ...\n");
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (parse_cfg(argc, argv, &c, &st) || vf_dit_layout_new(&c, &l, &st)) die(&st);
+    vf_backend *be = vf_backend_cpu();
+    const char *s;
+
+    if (strcmp(cmd, "layout") == 0) {
+        for (int i = 0; i < l->n; i++) {
+            const vf_dit_tensor *t = &l->t[i];
+            printf("%s %lld %lld ", t->name, (long long)t->offset, (long long)t->numel);
+            for (int k = 0; k < t->ndim; k++) printf(k ? ",%lld" : "%lld", (long long)t->shape[k]);
+            printf("\n");
+        }
+    } else if (strcmp(cmd, "init") == 0) {
+        float *p = malloc(sizeof(float) * (size_t)l->total);
+        s = arg(argc, argv, "seed");
+        vf_dit_init(l, s ? strtoull(s, NULL, 10) : 0, 0, l->total, p);
+        spit(arg(argc, argv, "out") ? arg(argc, argv, "out") : "params.bin", p,
+             sizeof(float) * (size_t)l->total);
+        free(p);
+    } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
+        vf_dit_batch b = {0};
+        parse_dims(argc, argv, &b.dims);
+        int parts = (s = arg(argc, argv, "parts")) ? atoi(s) : 1;
+        bool recompute = (s = arg(argc, argv, "recompute")) && atoi(s);
+        if (parts < 1 || parts > c.depth || parts > 64) {
+            fprintf(stderr, "dit_tool: parts must be in [1, depth]\n");
+            return 2;
+        }
+        size_t nlat = (size_t)b.dims.B * c.z * b.dims.T * b.dims.H * b.dims.W;
+        size_t ntxt = (size_t)b.dims.B * c.text_len;
+        size_t np = (size_t)l->total;
+        float *params, *xt, *t, *target;
+        int32_t *text, *len;
+        if (strcmp(cmd, "grad") == 0) {
+            params = slurp(arg(argc, argv, "params"), np * 4);
+            xt = slurp(arg(argc, argv, "xt"), nlat * 4);
+            t = slurp(arg(argc, argv, "t"), (size_t)b.dims.B * 4);
+            text = slurp(arg(argc, argv, "text"), ntxt * 4);
+            len = slurp(arg(argc, argv, "len"), (size_t)b.dims.B * 4);
+            target = slurp(arg(argc, argv, "target"), nlat * 4);
+        } else { /* bench: init weights, random latents, rectified-flow pairs */
+            params = malloc(np * 4), xt = malloc(nlat * 4), target = malloc(nlat * 4);
+            t = malloc((size_t)b.dims.B * 4);
+            text = malloc(ntxt * 4), len = malloc((size_t)b.dims.B * 4);
+            vf_dit_init(l, 1, 0, l->total, params);
+            float *x0 = malloc(nlat * 4);
+            vf_rng r;
+            vf_rng_init(&r, 1, 0, 0, VF_RNG_TEST);
+            vf_rng_normal(&r, 0, (int64_t)nlat, x0);
+            vf_dit_rf rf = {1, 0.0f, 1.0f};
+            size_t per = nlat / (size_t)b.dims.B;
+            for (int i = 0; i < b.dims.B; i++) {
+                t[i] = vf_dit_rf_sample(&rf, 0, (uint64_t)i, (int64_t)per, x0 + per * i,
+                                        xt + per * i, target + per * i);
+                len[i] = c.text_len / 2;
+            }
+            for (size_t i = 0; i < ntxt; i++) text[i] = 'a' + (int)(i % 26);
+            free(x0);
+        }
+        b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target;
+        float *grads = calloc(np, sizeof(float));
+        float *pred = malloc(nlat * 4);
+        if (strcmp(cmd, "grad") == 0) {
+            double loss = run_step(be, l, parts, recompute, params, grads, &b, pred);
+            printf("loss %.17g\n", loss);
+            if ((s = arg(argc, argv, "grads"))) spit(s, grads, np * 4);
+            if ((s = arg(argc, argv, "pred"))) spit(s, pred, nlat * 4);
+        } else {
+            int steps = (s = arg(argc, argv, "steps")) ? atoi(s) : 5;
+            run_step(be, l, parts, recompute, params, grads, &b, NULL); /* warm-up */
+            double t0 = now_ms();
+            double loss = 0;
+            for (int i = 0; i < steps; i++) {
+                memset(grads, 0, np * 4);
+                loss = run_step(be, l, parts, recompute, params, grads, &b, NULL);
+            }
+            double ms = (now_ms() - t0) / steps;
+            printf("params %lld tokens/sample %lld step_ms %.2f loss %.6f\n",
+                   (long long)l->total, (long long)vf_dit_tokens(&c, &b.dims), ms, loss);
+        }
+        free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
+            free(pred);
+    } else {
+        fprintf(stderr, "dit_tool: unknown command %s\n", cmd);
+        return 2;
+    }
+    vf_dit_layout_free(l);
+    return 0;
+}

@@ -1,0 +1,587 @@
+/* test_dit.c — the DiT model (models/dit*.c) and the Philox RNG (runtime/philox.c) on the
+ * CPU backend.
+ *
+ *  - Philox4x32-10 known answers (Random123 kat_vectors) and call-order independence;
+ *  - layout: names, offsets, partition ranges, init of a range alone == slice of the whole;
+ *  - memory figures == the bytes actually allocated;
+ *  - P = 2 and 3 partitions over depth 4, with and without recompute, and two micro-batches
+ *    of different geometry in flight at once: loss and every gradient bitwise equal to one
+ *    partition without recompute;
+ *  - two micro-batches (grad_scale 1/2) == one batch of both, to rounding (1e-5);
+ *  - whole-model central differences (4-point, f64 arithmetic on the f32 model) on a
+ *    dozen parameters;
+ *  - the rectified-flow pair is a pure function of (seed, step, sample id).
+ * The gradient values themselves are checked against PyTorch in
+ * tests/reference/test_dit_parity.py.
+ */
+#include "vf_test.h"
+
+#include "../models/dit.h"
+#include "../runtime/philox.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------ Philox */
+
+VF_TEST(philox_known_answers)
+{
+    /* Random123 kat_vectors, philox4x32 10 rounds: ctr, key -> out */
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
+    };
+    for (int i = 0; i < 3; i++) {
+        uint32_t out[4];
+        vf_philox4x32_10(kat[i], kat[i] + 4, out);
+        for (int k = 0; k < 4; k++) VF_CHECK_EQ_INT(out[k], kat[i][6 + k]);
+    }
+}
+
+VF_TEST(philox_streams_are_pure_functions)
+{
+    vf_rng r;
+    vf_rng_init(&r, 42, 7, 1234567890123ull, VF_RNG_NOISE);
+    float all[103], parts[103], u[103];
+    vf_rng_normal(&r, 0, 103, all);
+    /* pieces, in reverse order, from a copy of the stream */
+    vf_rng r2 = r;
+    vf_rng_normal(&r2, 50, 53, parts + 50);
+    vf_rng_normal(&r2, 3, 47, parts + 3);
+    vf_rng_normal(&r2, 0, 3, parts);
+    VF_CHECK(memcmp(all, parts, sizeof all) == 0);
+    for (int i = 0; i < 103; i += 17) VF_CHECK(all[i] == (float)vf_rng_normal_at(&r, (uint64_t)i));
+    vf_rng_uniform(&r, 0, 103, u);
+    for (int i = 0; i < 103; i++) VF_CHECK(u[i] > 0.0f && u[i] < 1.0f);
+    /* every key component changes the numbers */
+    uint32_t base[4], other[4];
+    vf_rng_u32(&r, 0, 4, base);
+    vf_rng v[4];
+    vf_rng_init(&v[0], 43, 7, 1234567890123ull, VF_RNG_NOISE);
+    vf_rng_init(&v[1], 42, 8, 1234567890123ull, VF_RNG_NOISE);
+    vf_rng_init(&v[2], 42, 7, 1234567890124ull, VF_RNG_NOISE);
+    vf_rng_init(&v[3], 42, 7, 1234567890123ull, VF_RNG_TIMESTEP);
+    for (int i = 0; i < 4; i++) {
+        vf_rng_u32(&v[i], 0, 4, other);
+        VF_CHECK_MSG(memcmp(base, other, sizeof base) != 0, "variant %d", i);
+    }
+    /* moments of 40000 normals */
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 40000; i++) {
+        double x = vf_rng_normal_at(&r, (uint64_t)i);
+        s += x, s2 += x * x;
+    }
+    VF_CHECK(fabs(s / 40000) < 0.02);
+    VF_CHECK(fabs(s2 / 40000 - 1) < 0.03);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static vf_dit_config small_cfg(void)
+{
+    vf_dit_config c;
+    VF_ASSERT(vf_dit_preset("tiny", &c, NULL) == 0);
+    c.dim = 32, c.depth = 4, c.heads = 2, c.head_dim = 16, c.ffn = 64, c.z = 4;
+    c.text_dim = 16, c.text_len = 8, c.freq_dim = 16;
+    return c;
+}
+
+/* Init, then perturb every tensor so no gradient is trivially zero (the real init
+ * zeroes the head, which would stop all block gradients). */
+static float *random_params(const vf_dit_layout *l, uint64_t seed)
+{
+    float *p = malloc(sizeof(float) * (size_t)l->total);
+    vf_dit_init(l, seed, 0, l->total, p);
+    float *n = malloc(sizeof(float) * (size_t)l->total);
+    vf_rng r;
+    vf_rng_init(&r, seed, 0, 0, VF_RNG_TEST);
+    vf_rng_normal(&r, 0, l->total, n);
+    for (int64_t i = 0; i < l->total; i++) p[i] += 0.1f * n[i];
+    free(n);
+    return p;
+}
+
+typedef struct mb {
+    vf_dit_batch b;
+    float *xt, *t, *target;
+    int32_t *text, *len;
+} mb;
+
+static void mb_make(mb *m, const vf_dit_config *c, vf_dit_dims d, uint64_t seed, int first_id)
+{
+    memset(m, 0, sizeof *m);
+    size_t per = (size_t)c->z * d.T * d.H * d.W, n = per * (size_t)d.B;
+    m->xt = malloc(n * 4), m->target = malloc(n * 4), m->t = malloc((size_t)d.B * 4);
+    m->text = malloc((size_t)d.B * c->text_len * 4), m->len = malloc((size_t)d.B * 4);
+    float *x0 = malloc(per * 4);
+    vf_dit_rf rf = {seed, 0.0f, 1.0f};
+    for (int i = 0; i < d.B; i++) {
+        vf_rng r;
+        vf_rng_init(&r, seed, 0, (uint64_t)(first_id + i), VF_RNG_TEST);
+        vf_rng_normal(&r, 0, (int64_t)per, x0);
+        m->t[i] = vf_dit_rf_sample(&rf, 3, (uint64_t)(first_id + i), (int64_t)per, x0,
+                                   m->xt + per * i, m->target + per * i);
+        m->len[i] = (first_id + i) % (c->text_len + 1);
+        for (int j = 0; j < c->text_len; j++) m->text[i * c->text_len + j] = 'a' + ((first_id + i) * 7 + j) % 26;
+    }
+    free(x0);
+    m->b.dims = d;
+    m->b.x_t = m->xt, m->b.t = m->t, m->b.text = m->text, m->b.text_len = m->len;
+    m->b.target = m->target;
+}
+
+static void mb_free(mb *m)
+{
+    free(m->xt), free(m->t), free(m->target), free(m->text), free(m->len);
+}
+
+static void xfer_alloc(vf_dit_xfer *x, const vf_dit_config *c, const vf_dit_dims *d)
+{
+    int64_t L = vf_dit_tokens(c, d);
+    x->x = calloc((size_t)(d->B * L * c->dim), 4);
+    x->e = calloc((size_t)(d->B * c->dim), 4);
+    x->e0 = calloc((size_t)(6 * d->B * c->dim), 4);
+    x->ctx = calloc((size_t)(d->B * c->text_len * c->dim), 4);
+}
+
+static void xfer_copy(vf_dit_xfer *dst, const vf_dit_xfer *src, const vf_dit_config *c,
+                      const vf_dit_dims *d)
+{
+    int64_t L = vf_dit_tokens(c, d);
+    memcpy(dst->x, src->x, (size_t)(d->B * L * c->dim) * 4);
+    memcpy(dst->e, src->e, (size_t)(d->B * c->dim) * 4);
+    memcpy(dst->e0, src->e0, (size_t)(6 * d->B * c->dim) * 4);
+    memcpy(dst->ctx, src->ctx, (size_t)(d->B * c->text_len * c->dim) * 4);
+}
+
+static void xfer_free(vf_dit_xfer *x)
+{
+    free(x->x), free(x->e), free(x->e0), free(x->ctx);
+}
+
+/* Runs micro-batches mbs[0..M) through the partitions given by block boundaries
+ * bounds[0..P] (bounds[0] = 0, bounds[P] = depth): all forwards first, then all
+ * backwards, so M saved stores per partition are in flight at once (as in 1F1B) and
+ * micro-batches may differ in geometry. grads (zeroed by the caller) accumulate; losses[m]
+ * receives each loss. */
+static void run_parts(const vf_dit_layout *l, const int *bounds, int P, bool recompute,
+                      float *params, float *grads, mb *mbs, int M, float grad_scale,
+                      double *losses)
+{
+    vf_status st = {0};
+    const vf_dit_config *c = &l->cfg;
+    vf_backend *be = vf_backend_cpu();
+    vf_dit_dims max = mbs[0].b.dims;
+    for (int m = 1; m < M; m++) {
+        if (mbs[m].b.dims.B > max.B) max.B = mbs[m].b.dims.B;
+        if (mbs[m].b.dims.T > max.T) max.T = mbs[m].b.dims.T;
+        if (mbs[m].b.dims.H > max.H) max.H = mbs[m].b.dims.H;
+        if (mbs[m].b.dims.W > max.W) max.W = mbs[m].b.dims.W;
+    }
+    vf_dit_part *pp[8];
+    vf_dit_saved *sv[8][4];
+    vf_dit_xfer fx[8][4], gx[8][4];
+    for (int i = 0; i < P; i++) {
+        int64_t off, n;
+        vf_dit_layout_range(l, bounds[i], bounds[i + 1], &off, &n);
+        int rc = vf_dit_part_new(be, l, bounds[i], bounds[i + 1], &max, recompute, params + off,
+                                 grads + off, &pp[i], &st);
+        VF_CHECK_MSG(rc == 0, "%s", st.msg);
+        for (int m = 0; m < M; m++) {
+            VF_CHECK(vf_dit_saved_new(pp[i], &sv[i][m], &st) == 0);
+            xfer_alloc(&fx[i][m], c, &max);
+            xfer_alloc(&gx[i][m], c, &max);
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        for (int i = 0; i < P; i++) {
+            int rc = vf_dit_part_forward(pp[i], &mbs[m].b, i ? &fx[i - 1][m] : NULL, &fx[i][m],
+                                         sv[i][m], &st);
+            VF_CHECK_MSG(rc == 0, "%s", st.msg);
+        }
+        int rc = vf_dit_part_loss(pp[P - 1], &mbs[m].b, sv[P - 1][m], grad_scale, &losses[m], &st);
+        VF_CHECK_MSG(rc == 0, "%s", st.msg);
+    }
+    for (int m = 0; m < M; m++) {
+        for (int i = P - 1; i >= 0; i--) {
+            if (i < P - 1) xfer_copy(&gx[i][m], &gx[i + 1][m], c, &mbs[m].b.dims);
+            int rc = vf_dit_part_backward(pp[i], &mbs[m].b, sv[i][m], &gx[i][m], &st);
+            VF_CHECK_MSG(rc == 0, "%s", st.msg);
+        }
+    }
+    for (int i = 0; i < P; i++) {
+        for (int m = 0; m < M; m++) {
+            vf_dit_saved_free(sv[i][m]);
+            xfer_free(&fx[i][m]);
+            xfer_free(&gx[i][m]);
+        }
+        vf_dit_part_free(pp[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ layout */
+
+VF_TEST(layout_names_offsets_ranges)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    VF_CHECK_EQ_INT(l->total, vf_dit_param_count(&c));
+    int64_t off = 0;
+    for (int i = 0; i < l->n; i++) {
+        VF_CHECK_EQ_INT(l->t[i].offset, off);
+        off += l->t[i].numel;
+        VF_CHECK_EQ_INT(vf_dit_layout_find(l, l->t[i].name), i);
+    }
+    VF_CHECK_EQ_INT(off, l->total);
+    int i = vf_dit_layout_find(l, "blocks.3.self_attn.q.weight");
+    VF_CHECK(i > 0 && l->t[i].block == 3 && l->t[i].shape[0] == 32 && l->t[i].shape[1] == 32);
+    i = vf_dit_layout_find(l, "patch_embedding.weight");
+    VF_CHECK(i == 0 && l->t[i].ndim == 5 && l->t[i].shape[1] == 4 && l->t[i].shape[4] == 2);
+    VF_CHECK(vf_dit_layout_find(l, "head.head.weight") == l->n - 2);
+    VF_CHECK(vf_dit_layout_find(l, "blocks.4.norm3.weight") == -1);
+    /* partitions tile the vector: [0,1) [1,3) [3,4) */
+    int bounds[4] = {0, 1, 3, 4};
+    int64_t end = 0;
+    for (int p = 0; p < 3; p++) {
+        int64_t o, n;
+        vf_dit_layout_range(l, bounds[p], bounds[p + 1], &o, &n);
+        VF_CHECK_EQ_INT(o, end);
+        end = o + n;
+        for (int k = 0; k < l->n; k++) { /* every tensor of these blocks lies inside */
+            const vf_dit_tensor *t = &l->t[k];
+            bool mine = (t->block >= bounds[p] && t->block < bounds[p + 1]) ||
+                        (p == 0 && t->block == VF_DIT_EMBED) || (p == 2 && t->block == c.depth);
+            bool inside = t->offset >= o && t->offset + t->numel <= o + n;
+            VF_CHECK_MSG(mine == inside, "%s in partition %d", t->name, p);
+        }
+    }
+    VF_CHECK_EQ_INT(end, l->total);
+
+    /* init: a range alone == the slice of the whole; seeded; Wan's fixed values */
+    float *all = malloc(sizeof(float) * (size_t)l->total);
+    float *again = malloc(sizeof(float) * (size_t)l->total);
+    vf_dit_init(l, 5, 0, l->total, all);
+    int64_t o, n;
+    vf_dit_layout_range(l, 1, 3, &o, &n);
+    vf_dit_init(l, 5, o + 7, n - 7, again);
+    VF_CHECK(memcmp(all + o + 7, again, sizeof(float) * (size_t)(n - 7)) == 0);
+    vf_dit_init(l, 6, 0, l->total, again);
+    VF_CHECK(memcmp(all, again, sizeof(float) * (size_t)l->total) != 0);
+    const vf_dit_tensor *hw = &l->t[vf_dit_layout_find(l, "head.head.weight")];
+    const vf_dit_tensor *nq = &l->t[vf_dit_layout_find(l, "blocks.2.self_attn.norm_q.weight")];
+    const vf_dit_tensor *qw = &l->t[vf_dit_layout_find(l, "blocks.2.self_attn.q.weight")];
+    double lim = sqrt(6.0 / 64), mx = 0;
+    for (int64_t k = 0; k < hw->numel; k++) VF_CHECK(all[hw->offset + k] == 0.0f);
+    for (int64_t k = 0; k < nq->numel; k++) VF_CHECK(all[nq->offset + k] == 1.0f);
+    for (int64_t k = 0; k < qw->numel; k++) mx = fmax(mx, fabs(all[qw->offset + k]));
+    VF_CHECK(mx <= lim && mx > 0.8 * lim); /* xavier-uniform bound */
+    free(all);
+    free(again);
+    vf_dit_layout_free(l);
+}
+
+VF_TEST(presets_and_sizes)
+{
+    vf_status st = {0};
+    vf_dit_config c;
+    const char *names[] = {"tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b"};
+    for (int i = 0; i < 5; i++) {
+        VF_CHECK(vf_dit_preset(names[i], &c, &st) == 0);
+        VF_CHECK_MSG(vf_dit_config_check(&c, &st) == 0, "%s: %s", names[i], st.msg);
+        vf_dit_dims d = {1, 21, 60, 104}; /* 81 frames at 480x832 through Wan's VAE */
+        vf_dit_mem m;
+        vf_dit_part_memory(&c, 0, c.depth, &d, false, 2, 4, &m);
+        fprintf(stderr, "  %-9s params %7.3f M  per-block activations at B=1, %lld tokens: "
+                "%.2f GiB (recompute %.3f GiB)\n", names[i], vf_dit_param_count(&c) / 1e6,
+                (long long)vf_dit_tokens(&c, &d),
+                vf_dit_block_act_bytes(&c, 1, vf_dit_tokens(&c, &d), false, 2) / 1073741824.0,
+                vf_dit_block_act_bytes(&c, 1, vf_dit_tokens(&c, &d), true, 2) / 1073741824.0);
+    }
+    /* Wan 2.1 T2V-1.3B's DiT minus its T5 projection width difference: the blocks alone
+     * carry 30 · (4·1536² + 4·1536² + 2·1536·8960 + …) parameters */
+    VF_CHECK(vf_dit_preset("wan-1.3b", &c, &st) == 0);
+    int64_t n = vf_dit_param_count(&c);
+    VF_CHECK(n > 1.3e9 && n < 1.5e9);
+    VF_CHECK(vf_dit_preset("wan-14b", &c, &st) == 0);
+    n = vf_dit_param_count(&c);
+    VF_CHECK(n > 13e9 && n < 15e9);
+    VF_CHECK(vf_dit_preset("nope", &c, &st) == VF_ENOTFOUND);
+    c.heads = 5;
+    vf_status st2 = {0};
+    VF_CHECK(vf_dit_config_check(&c, &st2) == VF_EINVAL && strstr(st2.msg, "heads"));
+}
+
+/* lua/model_dit.lua (what pipelines use) and vf_dit_preset (tools, tests) agree. */
+VF_TEST(lua_presets_match_c_presets)
+{
+    const char *src = getenv("VFLOW_SRC");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lua/model_dit.lua", src ? src : "..");
+    lua_State *L = luaL_newstate();
+    luaL_openlibs(L);
+    int rc = luaL_dofile(L, path);
+    VF_CHECK_MSG(rc == LUA_OK && lua_istable(L, -1), "%s: %s", path,
+                 rc == LUA_OK ? "not a table" : lua_tostring(L, -1));
+    int n = 0;
+    if (rc == LUA_OK && lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            const char *name = lua_tostring(L, -2);
+            vf_dit_config c;
+            vf_status st = {0};
+            VF_CHECK_MSG(vf_dit_preset(name, &c, &st) == 0, "preset %s missing in C", name);
+            struct { const char *k; double v; } f[] = {
+                {"dim", c.dim}, {"depth", c.depth}, {"heads", c.heads}, {"head_dim", c.head_dim},
+                {"ffn", c.ffn}, {"z", c.z}, {"text_dim", c.text_dim}, {"text_len", c.text_len},
+                {"freq_dim", c.freq_dim}, {"t_scale", c.t_scale}, {"eps", c.eps}};
+            for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+                lua_getfield(L, -1, f[i].k);
+                double v = lua_tonumber(L, -1);
+                VF_CHECK_MSG(fabs(v - f[i].v) <= 1e-6 * fabs(v), "%s.%s: lua %g, C %g", name,
+                             f[i].k, v, f[i].v);
+                lua_pop(L, 1);
+            }
+            lua_getfield(L, -1, "patch");
+            for (int i = 0; i < 3; i++) {
+                lua_geti(L, -1, i + 1);
+                VF_CHECK_MSG(lua_tointeger(L, -1) == c.patch[i], "%s.patch[%d]", name, i);
+                lua_pop(L, 1);
+            }
+            lua_pop(L, 2);
+            n++;
+        }
+    }
+    VF_CHECK_EQ_INT(n, 5);
+    lua_close(L);
+}
+
+VF_TEST(memory_figures_are_the_allocations)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    vf_backend *be = vf_backend_cpu();
+    vf_dit_dims d = {2, 2, 4, 6};
+    float *params = calloc((size_t)l->total, 4), *grads = calloc((size_t)l->total, 4);
+    int bounds[3][2] = {{0, 1}, {1, 3}, {0, 4}};
+    for (int r = 0; r < 2; r++) {
+        for (int k = 0; k < 3; k++) {
+            vf_dit_part *p = NULL;
+            vf_dit_saved *s = NULL;
+            int64_t off, n;
+            vf_dit_layout_range(l, bounds[k][0], bounds[k][1], &off, &n);
+            VF_CHECK(vf_dit_part_new(be, l, bounds[k][0], bounds[k][1], &d, r, params + off,
+                                     grads + off, &p, &st) == 0);
+            VF_CHECK(vf_dit_saved_new(p, &s, &st) == 0);
+            vf_dit_mem m;
+            vf_dit_part_memory(&c, bounds[k][0], bounds[k][1], &d, r, 4, 4, &m);
+            VF_CHECK_EQ_INT(m.saved, vf_dit_saved_bytes(s));
+            VF_CHECK_EQ_INT(m.workspace, vf_dit_part_workspace_bytes(p));
+            VF_CHECK_EQ_INT(m.params, n * 4);
+            VF_CHECK(m.saved_block == vf_dit_block_act_bytes(&c, 2, 12, r, 4));
+            vf_dit_saved_free(s);
+            vf_dit_part_free(p);
+        }
+    }
+    VF_CHECK(vf_dit_block_act_bytes(&c, 2, 12, true, 4) == 2 * 12 * 32 * 4);
+    VF_CHECK(vf_dit_block_act_bytes(&c, 2, 12, false, 4) > 20 * 2 * 12 * 32 * 4);
+    /* a batch larger than the partition was sized for is refused */
+    vf_dit_part *p = NULL;
+    vf_dit_saved *s = NULL;
+    VF_CHECK(vf_dit_part_new(be, l, 0, 4, &d, false, params, grads, &p, &st) == 0);
+    VF_CHECK(vf_dit_saved_new(p, &s, &st) == 0);
+    mb big;
+    mb_make(&big, &c, (vf_dit_dims){2, 4, 4, 6}, 1, 0);
+    vf_status st2 = {0};
+    VF_CHECK(vf_dit_part_forward(p, &big.b, NULL, NULL, s, &st2) == VF_EINVAL);
+    VF_CHECK(strstr(st2.msg, "exceeds") != NULL);
+    mb_free(&big);
+    vf_dit_saved_free(s);
+    vf_dit_part_free(p);
+    free(params);
+    free(grads);
+    vf_dit_layout_free(l);
+}
+
+/* ------------------------------------------------------------------ determinism */
+
+VF_TEST(partitions_and_recompute_are_bitwise_equal)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    float *params = random_params(l, 11);
+    size_t gbytes = sizeof(float) * (size_t)l->total;
+    mb mbs[2];
+    mb_make(&mbs[0], &c, (vf_dit_dims){2, 2, 4, 6}, 3, 0);
+    mb_make(&mbs[1], &c, (vf_dit_dims){3, 1, 4, 4}, 3, 10); /* other geometry, other RoPE grid */
+
+    float *ref = calloc((size_t)l->total, 4);
+    double ref_loss[2];
+    int one[2] = {0, 4};
+    run_parts(l, one, 1, false, params, ref, mbs, 2, 0.5f, ref_loss);
+    double gn = 0;
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < l->total; i++) gn += (double)ref[i] * ref[i], nonzero += ref[i] != 0;
+    VF_CHECK(gn > 0 && isfinite(gn));
+    VF_CHECK(nonzero > l->total * 9 / 10); /* unused byte-token rows stay zero */
+
+    const int splits[3][4] = {{0, 4}, {0, 2, 4}, {0, 1, 3, 4}};
+    for (int s = 0; s < 3; s++) {
+        for (int r = 0; r < 2; r++) {
+            if (s == 0 && r == 0) continue;
+            float *g = calloc((size_t)l->total, 4);
+            double loss[2];
+            run_parts(l, splits[s], s + 1, r, params, g, mbs, 2, 0.5f, loss);
+            VF_CHECK_MSG(memcmp(loss, ref_loss, sizeof loss) == 0, "P=%d recompute=%d loss %.17g vs %.17g",
+                         s + 1, r, loss[0], ref_loss[0]);
+            int64_t diff = 0, first = -1;
+            for (int64_t i = 0; i < l->total; i++)
+                if (memcmp(&g[i], &ref[i], 4) != 0) diff++, first = first < 0 ? i : first;
+            VF_CHECK_MSG(diff == 0, "P=%d recompute=%d: %lld gradient elements differ (first %lld)",
+                         s + 1, r, (long long)diff, (long long)first);
+            free(g);
+        }
+    }
+    (void)gbytes;
+    free(ref);
+    free(params);
+    mb_free(&mbs[0]);
+    mb_free(&mbs[1]);
+    vf_dit_layout_free(l);
+}
+
+VF_TEST(micro_batch_split_agrees_to_rounding)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    float *params = random_params(l, 12);
+    vf_dit_dims d4 = {4, 2, 4, 4}, d2 = {2, 2, 4, 4};
+    mb whole, halves[2];
+    mb_make(&whole, &c, d4, 9, 0);
+    mb_make(&halves[0], &c, d2, 9, 0);
+    mb_make(&halves[1], &c, d2, 9, 2); /* samples 2, 3: the same pairs as in `whole` */
+    float *g1 = calloc((size_t)l->total, 4), *g2 = calloc((size_t)l->total, 4);
+    double l1, l2[2];
+    int one[2] = {0, 4}, two[3] = {0, 2, 4};
+    run_parts(l, one, 1, false, params, g1, &whole, 1, 1.0f, &l1);
+    run_parts(l, two, 2, true, params, g2, halves, 2, 0.5f, l2);
+    VF_CHECK_NEAR(0.5 * (l2[0] + l2[1]), l1, 1e-6);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < l->total; i++) {
+        double e = (double)g1[i] - g2[i];
+        num += e * e, den += (double)g1[i] * g1[i];
+    }
+    fprintf(stderr, "  split vs whole: relative gradient difference %.3g\n", sqrt(num / den));
+    VF_CHECK(sqrt(num / den) <= 1e-5);
+    free(g1), free(g2), free(params);
+    mb_free(&whole), mb_free(&halves[0]), mb_free(&halves[1]);
+    vf_dit_layout_free(l);
+}
+
+/* ------------------------------------------------------------------ finite differences */
+
+static double loss_at(const vf_dit_layout *l, float *params, mb *m)
+{
+    float *g = calloc((size_t)l->total, 4);
+    double loss;
+    int one[2] = {0, l->cfg.depth};
+    run_parts(l, one, 1, false, params, g, m, 1, 1.0f, &loss);
+    free(g);
+    return loss;
+}
+
+VF_TEST(gradient_matches_finite_differences)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    c.depth = 2;
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    float *params = random_params(l, 13);
+    mb m;
+    mb_make(&m, &c, (vf_dit_dims){2, 2, 4, 4}, 5, 0);
+    float *g = calloc((size_t)l->total, 4);
+    double loss;
+    int one[2] = {0, 2};
+    run_parts(l, one, 1, false, params, g, &m, 1, 1.0f, &loss);
+    /* per tensor of interest, the element with the largest gradient (a tiny gradient would
+     * only measure f32 rounding of the loss) */
+    const char *names[] = {"patch_embedding.weight", "text_tokens.weight",
+                           "text_embedding.0.weight", "time_embedding.0.bias",
+                           "time_projection.1.weight", "blocks.0.self_attn.q.weight",
+                           "blocks.0.self_attn.norm_k.weight", "blocks.0.norm3.bias",
+                           "blocks.1.cross_attn.k.weight", "blocks.1.cross_attn.norm_q.weight",
+                           "blocks.1.ffn.0.bias", "blocks.1.modulation", "head.modulation",
+                           "head.head.weight"};
+    int worst_ok = 1;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const vf_dit_tensor *t = &l->t[vf_dit_layout_find(l, names[k])];
+        int64_t best = t->offset;
+        for (int64_t i = t->offset; i < t->offset + t->numel; i++)
+            if (fabs(g[i]) > fabs(g[best])) best = i;
+        float w0 = params[best];
+        double h = 3e-2 * fmax(1.0, fabs(w0)), f[4];
+        const double off[4] = {-2, -1, 1, 2};
+        for (int j = 0; j < 4; j++) {
+            params[best] = (float)(w0 + off[j] * h);
+            f[j] = loss_at(l, params, &m);
+        }
+        params[best] = w0;
+        /* the steps actually taken, in f32 */
+        double hh = ((double)(float)(w0 + h) - (double)(float)(w0 - h)) / 2;
+        double fd = (8 * (f[2] - f[1]) - (f[3] - f[0])) / (12 * hh);
+        double err = fabs(fd - g[best]) / fmax(fabs(g[best]), 1e-3);
+        fprintf(stderr, "  %-34s grad %+.6e  fd %+.6e  rel %.2e\n", names[k], g[best], fd, err);
+        if (!(err < 1e-3)) worst_ok = 0;
+    }
+    VF_CHECK(worst_ok);
+    free(g), free(params);
+    mb_free(&m);
+    vf_dit_layout_free(l);
+}
+
+/* ------------------------------------------------------------------ rectified flow */
+
+VF_TEST(rectified_flow_pairs_are_keyed_by_sample)
+{
+    vf_dit_rf rf = {77, 0.0f, 1.0f};
+    float x0[40], xt[40], tg[40], xt2[40], tg2[40];
+    for (int i = 0; i < 40; i++) x0[i] = (float)i / 10;
+    float t = vf_dit_rf_sample(&rf, 5, 1000, 40, x0, xt, tg);
+    float t2 = vf_dit_rf_sample(&rf, 5, 1000, 40, x0, xt2, tg2);
+    VF_CHECK(t == t2 && memcmp(xt, xt2, sizeof xt) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+    VF_CHECK(t > 0 && t < 1);
+    for (int i = 0; i < 40; i++) {
+        float noise = tg[i] + x0[i];
+        VF_CHECK_NEAR(xt[i], (1 - t) * x0[i] + t * noise, 1e-5);
+    }
+    /* the first elements do not depend on how many are drawn */
+    vf_dit_rf_sample(&rf, 5, 1000, 7, x0, xt2, NULL);
+    VF_CHECK(memcmp(xt, xt2, 7 * sizeof(float)) == 0);
+    VF_CHECK(vf_dit_rf_sample(&rf, 6, 1000, 40, x0, xt2, NULL) != t ||
+             memcmp(xt, xt2, sizeof xt) != 0);
+    /* logit-normal: logit(t) ~ N(0.5, 2) over many sample ids */
+    rf.t_mean = 0.5f, rf.t_std = 2.0f;
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 4000; i++) {
+        double tt = vf_dit_rf_sample(&rf, 1, (uint64_t)i, 0, NULL, NULL, NULL);
+        double u = log(tt / (1 - tt));
+        s += u, s2 += u * u;
+    }
+    double mean = s / 4000, sd = sqrt(s2 / 4000 - mean * mean);
+    VF_CHECK(fabs(mean - 0.5) < 0.1 && fabs(sd - 2.0) < 0.1);
+}
+
+int main(void) { return vf_test_main(); }

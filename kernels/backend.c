@@ -1,0 +1,258 @@
+/* backend.c — the CPU backend's op table (void * wrappers over kernels/cpu/) and the
+ * backend lookup by device.
+ *
+ * The CPU backend stores everything as f32 (act_dtype = grad_dtype = F32), so every
+ * wrapper is a cast. The table is static and immutable: one instance serves every
+ * thread. vf_backend_cuda lives in kernels/cuda/ when CUDA is built; otherwise the
+ * fallback below says so.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops.h"
+#include "cpu/cpu_ops.h"
+
+static void *cpu_alloc(vf_backend *be, size_t bytes, vf_status *st)
+{
+    (void)be;
+    return vf_cpu_alloc(bytes, st);
+}
+static void cpu_free(vf_backend *be, void *p) { (void)be, vf_cpu_free(p); }
+static void cpu_memset0(vf_backend *be, void *p, size_t bytes) { (void)be, memset(p, 0, bytes); }
+static void cpu_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt)
+{
+    (void)be, vf_cpu_upload(dst, src, n, dt);
+}
+static void cpu_download(vf_backend *be, float *dst, const void *src, int64_t n, vf_dtype dt)
+{
+    (void)be, vf_cpu_download(dst, src, n, dt);
+}
+static void cpu_copy(vf_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+static int cpu_sync(vf_backend *be, vf_status *st) { return (void)be, (void)st, 0; }
+
+static void cpu_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                           const void *bias, int64_t N, int64_t C, int64_t OC)
+{
+    (void)be, vf_cpu_matmul_fwd(out, inp, w, bias, N, C, OC);
+}
+static void cpu_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                           const void *inp, const void *w, int64_t N, int64_t C, int64_t OC)
+{
+    (void)be, vf_cpu_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC);
+}
+static void cpu_add(vf_backend *be, void *out, const void *a, const void *b, int64_t n)
+{
+    (void)be, vf_cpu_add(out, a, b, n);
+}
+static void cpu_axpy(vf_backend *be, void *y, const void *x, float alpha, int64_t n)
+{
+    (void)be, vf_cpu_axpy(y, x, alpha, n);
+}
+static void cpu_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_gelu_fwd(out, inp, n);
+}
+static void cpu_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_gelu_bwd(dinp, dout, inp, n);
+}
+static void cpu_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_silu_fwd(out, inp, n);
+}
+static void cpu_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_silu_bwd(dinp, dout, inp, n);
+}
+static void cpu_layernorm_fwd(vf_backend *be, void *out, float *mean, float *rstd,
+                              const void *inp, const void *w, const void *b, int64_t N,
+                              int64_t C, float eps)
+{
+    (void)be, vf_cpu_layernorm_fwd(out, mean, rstd, inp, w, b, N, C, eps);
+}
+static void cpu_layernorm_bwd(vf_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                              const void *inp, const void *w, const float *mean,
+                              const float *rstd, int64_t N, int64_t C)
+{
+    (void)be, vf_cpu_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void cpu_rmsnorm_fwd(vf_backend *be, void *out, float *rstd, const void *inp,
+                            const void *w, int64_t N, int64_t C, float eps)
+{
+    (void)be, vf_cpu_rmsnorm_fwd(out, rstd, inp, w, N, C, eps);
+}
+static void cpu_rmsnorm_bwd(vf_backend *be, void *dinp, void *dw, const void *dout,
+                            const void *inp, const void *w, const float *rstd, int64_t N,
+                            int64_t C)
+{
+    (void)be, vf_cpu_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
+}
+static void cpu_rmsnorm_ch_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                               int64_t B, int64_t C, int64_t S, float eps)
+{
+    (void)be, vf_cpu_rmsnorm_ch_fwd(out, inp, w, B, C, S, eps);
+}
+static void cpu_modulate_fwd(vf_backend *be, void *out, const void *x, const void *shift,
+                             const void *scale, int64_t B, int64_t L, int64_t C)
+{
+    (void)be, vf_cpu_modulate_fwd(out, x, shift, scale, B, L, C);
+}
+static void cpu_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale,
+                             const void *dout, const void *x, const void *scale, int64_t B,
+                             int64_t L, int64_t C)
+{
+    (void)be, vf_cpu_modulate_bwd(dx, dshift, dscale, dout, x, scale, B, L, C);
+}
+static void cpu_gated_add_fwd(vf_backend *be, void *out, const void *x, const void *gate,
+                              const void *y, int64_t B, int64_t L, int64_t C)
+{
+    (void)be, vf_cpu_gated_add_fwd(out, x, gate, y, B, L, C);
+}
+static void cpu_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
+                              const void *gate, const void *y, int64_t B, int64_t L, int64_t C)
+{
+    (void)be, vf_cpu_gated_add_bwd(dx, dgate, dy, dout, gate, y, B, L, C);
+}
+static void cpu_rope_fwd(vf_backend *be, void *out, const void *inp, const float *cos,
+                         const float *sin, int64_t B, int64_t L, int64_t H, int64_t D)
+{
+    (void)be, vf_cpu_rope_fwd(out, inp, cos, sin, B, L, H, D);
+}
+static void cpu_rope_bwd(vf_backend *be, void *dinp, const void *dout, const float *cos,
+                         const float *sin, int64_t B, int64_t L, int64_t H, int64_t D)
+{
+    (void)be, vf_cpu_rope_bwd(dinp, dout, cos, sin, B, L, H, D);
+}
+static void cpu_attention_fwd(vf_backend *be, void *out, float *lse, const void *q,
+                              const void *k, const void *v, int64_t B, int64_t Lq, int64_t Lk,
+                              int64_t H, int64_t D, float scale)
+{
+    (void)be, vf_cpu_attention_fwd(out, lse, q, k, v, B, Lq, Lk, H, D, scale);
+}
+static void cpu_attention_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                              const void *q, const void *k, const void *v, const void *out,
+                              const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                              int64_t D, float scale)
+{
+    (void)be, vf_cpu_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, B, Lq, Lk, H, D, scale);
+}
+static void cpu_permute(vf_backend *be, void *out, const void *inp, int ndim,
+                        const int64_t *shape, const int *perm)
+{
+    (void)be, vf_cpu_permute(out, inp, ndim, shape, perm);
+}
+static void cpu_conv3d_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                           const void *bias, int64_t B, int64_t C, int64_t T, int64_t H,
+                           int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw,
+                           int pt0, int pt1, int ph, int pw)
+{
+    (void)be, vf_cpu_conv3d_fwd(out, inp, w, bias, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw,
+                                pt0, pt1, ph, pw);
+}
+static void cpu_conv3d_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                           const void *inp, const void *w, int64_t B, int64_t C, int64_t T,
+                           int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st,
+                           int sh, int sw, int pt0, int pt1, int ph, int pw)
+{
+    (void)be, vf_cpu_conv3d_bwd(dinp, dw, dbias, dout, inp, w, B, C, T, H, W, OC, KT, KH, KW,
+                                st, sh, sw, pt0, pt1, ph, pw);
+}
+static void cpu_embed_fwd(vf_backend *be, void *out, const int32_t *tok, const void *table,
+                          int64_t N, int64_t C)
+{
+    (void)be, vf_cpu_embed_fwd(out, tok, table, N, C);
+}
+static void cpu_embed_bwd(vf_backend *be, void *dtable, const void *dout, const int32_t *tok,
+                          int64_t N, int64_t C)
+{
+    (void)be, vf_cpu_embed_bwd(dtable, dout, tok, N, C);
+}
+static double cpu_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target,
+                              int64_t n, float grad_scale)
+{
+    return (void)be, vf_cpu_mse_fwd_bwd(dpred, pred, target, n, grad_scale);
+}
+static void cpu_adamw(vf_backend *be, float *master, float *m, float *v, const void *grad,
+                      void *weights_out, int64_t n, float lr, float beta1, float beta2,
+                      float eps, float weight_decay, float grad_scale, int64_t t)
+{
+    (void)be, vf_cpu_adamw(master, m, v, grad, weights_out, n, lr, beta1, beta2, eps,
+                           weight_decay, grad_scale, t);
+}
+static double cpu_sumsq(vf_backend *be, const void *grad, int64_t n)
+{
+    return (void)be, vf_cpu_sumsq(grad, n);
+}
+
+static vf_backend cpu_backend = {
+    .name = "cpu",
+    .device = {VF_DEV_CPU, 0},
+    .act_dtype = VF_DTYPE_F32,
+    .grad_dtype = VF_DTYPE_F32,
+    .ctx = NULL,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .matmul_fwd = cpu_matmul_fwd,
+    .matmul_bwd = cpu_matmul_bwd,
+    .add = cpu_add,
+    .axpy = cpu_axpy,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .silu_fwd = cpu_silu_fwd,
+    .silu_bwd = cpu_silu_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rmsnorm_ch_fwd = cpu_rmsnorm_ch_fwd,
+    .modulate_fwd = cpu_modulate_fwd,
+    .modulate_bwd = cpu_modulate_bwd,
+    .gated_add_fwd = cpu_gated_add_fwd,
+    .gated_add_bwd = cpu_gated_add_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .permute = cpu_permute,
+    .conv3d_fwd = cpu_conv3d_fwd,
+    .conv3d_bwd = cpu_conv3d_bwd,
+    .embed_fwd = cpu_embed_fwd,
+    .embed_bwd = cpu_embed_bwd,
+    .mse_fwd_bwd = cpu_mse_fwd_bwd,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+};
+
+vf_backend *vf_backend_cpu(void) { return &cpu_backend; }
+
+#ifndef VFLOW_HAVE_CUDA
+vf_backend *vf_backend_cuda(int index, vf_status *st)
+{
+    vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                  "device cuda:%d: this vflow was built without CUDA (no nvcc at configure "
+                  "time, or -DVFLOW_CUDA=OFF); use device \"cpu\" or rebuild with CUDA",
+                  index);
+    return NULL;
+}
+#endif
+
+vf_backend *vf_backend_for(vf_device dev, vf_status *st)
+{
+    switch (dev.kind) {
+    case VF_DEV_CPU:
+        return vf_backend_cpu();
+    case VF_DEV_CUDA:
+        return vf_backend_cuda(dev.index, st);
+    }
+    vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "unknown device kind %d", (int)dev.kind);
+    return NULL;
+}

@@ -1,0 +1,54 @@
+/* matmul.c — the dense layer on the CPU: out = inp·wᵀ + bias and its backward.
+ *
+ * All three products go through the f64-accumulating gemm engine (gemm.c) with strides
+ * standing in for the transposes. dbias is a column sum over N rows, done per column
+ * chunk in f64 so that each output has one owner and one summation order.
+ */
+#include <string.h>
+#include <omp.h>
+
+#include "cpu_internal.h"
+#include "cpu_ops.h"
+
+/* out (N, OC) = inp (N, C) · w (OC, C)ᵀ + bias (OC) */
+void vf_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias,
+                       int64_t N, int64_t C, int64_t OC)
+{
+    vf_gemm g = {.M = N, .N = OC, .K = C, .A = inp, .sam = C, .sak = 1, .B = w, .sbk = 1,
+                 .sbn = C, .C = out, .ldc = OC, .bias_n = bias, .alpha = 1.0};
+    vf_cpu_gemm(&g, 1);
+}
+
+/* dbias (OC) += Σ_n dout (N, OC)[n]: columns split into chunks, rows in order. */
+static void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC)
+{
+    const int64_t CH = 64;
+    const int64_t nch = (OC + CH - 1) / CH;
+#pragma omp parallel for schedule(static) if (N * OC > VF_CPU_PAR_MIN)
+    for (int64_t ch = 0; ch < nch; ch++) {
+        double acc[64];
+        int64_t o0 = ch * CH, no = OC - o0 < CH ? OC - o0 : CH;
+        for (int64_t j = 0; j < no; j++) acc[j] = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const float *row = dout + n * OC + o0;
+            for (int64_t j = 0; j < no; j++) acc[j] += row[j];
+        }
+        for (int64_t j = 0; j < no; j++) dbias[o0 + j] = (float)(dbias[o0 + j] + acc[j]);
+    }
+}
+
+void vf_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
+                       const float *inp, const float *w, int64_t N, int64_t C, int64_t OC)
+{
+    if (dinp) { /* dinp (N, C) += dout (N, OC) · w (OC, C) */
+        vf_gemm g = {.M = N, .N = C, .K = OC, .A = dout, .sam = OC, .sak = 1, .B = w,
+                     .sbk = C, .sbn = 1, .C = dinp, .ldc = C, .accumulate = 1, .alpha = 1.0};
+        vf_cpu_gemm(&g, 1);
+    }
+    if (dw) { /* dw (OC, C) += dout (N, OC)ᵀ · inp (N, C) */
+        vf_gemm g = {.M = OC, .N = C, .K = N, .A = dout, .sam = 1, .sak = OC, .B = inp,
+                     .sbk = C, .sbn = 1, .C = dw, .ldc = C, .accumulate = 1, .alpha = 1.0};
+        vf_cpu_gemm(&g, 1);
+    }
+    if (dbias) bias_grad(dbias, dout, N, OC);
+}

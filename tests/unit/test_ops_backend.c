@@ -1,0 +1,76 @@
+/* test_ops_backend.c — the CPU op table: every entry present, dtypes and device, the
+ * wrappers forward to the typed kernels (same bits through the table), memory entries,
+ * vf_backend_for, and the "built without CUDA" answer of a build without CUDA. */
+#include "kernels/ops.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "ops_testlib.h"
+
+VF_TEST(cpu_table_complete)
+{
+    vf_backend *be = vf_backend_cpu();
+    VF_CHECK(be != NULL);
+    VF_CHECK_STR(be->name, "cpu");
+    VF_CHECK(be->device.kind == VF_DEV_CPU);
+    VF_CHECK(be->act_dtype == VF_DTYPE_F32 && be->grad_dtype == VF_DTYPE_F32);
+    /* the op table is the tail of the struct, all function pointers: none may be NULL */
+    const char *first = (const char *)&be->alloc, *end = (const char *)(be + 1);
+    int n = 0, missing = 0;
+    for (const char *p = first; p + sizeof(void (*)(void)) <= end; p += sizeof(void (*)(void))) {
+        void (*fn)(void);
+        memcpy(&fn, p, sizeof fn);
+        missing += fn == NULL;
+        n++;
+    }
+    VF_CHECK_EQ_INT(missing, 0);
+    fprintf(stderr, "  %d entries\n", n);
+    VF_CHECK(n >= 36); /* the ops of ops.h at the time of writing */
+}
+
+VF_TEST(backend_for_device)
+{
+    vf_status st = {0};
+    vf_device cpu = {VF_DEV_CPU, 0};
+    VF_CHECK(vf_backend_for(cpu, &st) == vf_backend_cpu());
+    VF_CHECK(st.code == 0);
+#ifndef VFLOW_HAVE_CUDA
+    vf_device cuda = {VF_DEV_CUDA, 1};
+    VF_CHECK(vf_backend_for(cuda, &st) == NULL);
+    VF_CHECK(st.code == VF_EUSAGE);
+    VF_CHECK_MSG(strstr(st.msg, "built without CUDA") && strstr(st.msg, "cuda:1"), "%s", st.msg);
+    vf_status st2 = {0};
+    VF_CHECK(vf_backend_cuda(0, &st2) == NULL && st2.code == VF_EUSAGE);
+#endif
+}
+
+VF_TEST(table_matches_typed_kernels)
+{
+    vf_backend *be = vf_backend_cpu();
+    vf_status st = {0};
+    int64_t N = 9, C = 11, OC = 5;
+    float *x = be->alloc(be, sizeof(float) * N * C, &st), *w = tl_randf(OC * C, -1, 1);
+    float *b = tl_randf(OC, -1, 1), *o1 = tl_zerosf(N * OC), *o2 = tl_zerosf(N * OC);
+    VF_CHECK(x != NULL && st.code == 0);
+    float *src = tl_randf(N * C, -1, 1);
+    be->upload(be, x, src, N * C, VF_DTYPE_F32);
+    VF_CHECK(memcmp(x, src, sizeof(float) * N * C) == 0);
+    be->matmul_fwd(be, o1, x, w, b, N, C, OC);
+    vf_cpu_matmul_fwd(o2, src, w, b, N, C, OC);
+    VF_CHECK(memcmp(o1, o2, sizeof(float) * N * OC) == 0);
+    be->gelu_fwd(be, o1, o2, N * OC);
+    vf_cpu_gelu_fwd(o2, o2, N * OC);
+    VF_CHECK(memcmp(o1, o2, sizeof(float) * N * OC) == 0);
+    VF_CHECK(be->sumsq(be, o1, N * OC) == vf_cpu_sumsq(o2, N * OC));
+    VF_CHECK(be->mse_fwd_bwd(be, NULL, o1, src, N * OC, 1.0f) ==
+             vf_cpu_mse_fwd_bwd(NULL, o2, src, N * OC, 1.0f));
+    be->memset0(be, x, sizeof(float) * N * C);
+    for (int64_t i = 0; i < N * C; i++) VF_CHECK(x[i] == 0.0f);
+    be->copy(be, x, src, sizeof(float) * N * C);
+    float *y = tl_zerosf(N * C);
+    be->download(be, y, x, N * C, VF_DTYPE_F32);
+    VF_CHECK(memcmp(y, src, sizeof(float) * N * C) == 0);
+    VF_CHECK(be->sync(be, &st) == 0);
+    be->free(be, x);
+    free(w), free(b), free(o1), free(o2), free(src), free(y);
+}
+
+int main(void) { return vf_test_main(); }

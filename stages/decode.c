@@ -342,8 +342,7 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         done++;
         if (rc == 1) {
             bad++;
-            vf_quarantine(ctx, r->path, why);
-            vf_log(ctx, VF_LOG_WARN, "quarantined %s: %s", r->path, why);
+            vf_quarantine(ctx, r->path, why); /* also logs it */
             snprintf(d->last[d->nlast % LAST_REASONS], sizeof d->last[0], "%s: %s", r->path, why);
             d->nlast++;
             /* Fail as soon as the final fraction is certain to exceed the bound. */

@@ -158,7 +158,8 @@ static int column_role(const char *name)
     return COL_OTHER;
 }
 
-/* "" -> absent (0 returned, *out untouched); a number -> 0; otherwise -1. */
+/* "" -> absent (0 returned, *out untouched); a number or a ratio "30000/1001" -> 0;
+ * otherwise -1. */
 static int parse_num(const char *s, double *out)
 {
     while (isspace((unsigned char)*s)) s++;
@@ -166,8 +167,15 @@ static int parse_num(const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
+    if (*end == '/' && end > s) {
+        char *e2;
+        double d = strtod(end + 1, &e2);
+        if (e2 == end + 1 || !(d > 0)) return -1;
+        v /= d;
+        end = e2;
+    }
     while (isspace((unsigned char)*end)) end++;
-    if (*end || errno) return -1;
+    if (*end || errno || end == s) return -1;
     *out = v;
     return 0;
 }

@@ -326,7 +326,7 @@ VF_TEST(manifest_csv_jsonl_glob)
     write_file(p, "\xEF\xBB\xBFpath,text,start,end,fps,aspect_ratio\r\n"
                   "a.mp4,\"a cat, \"\"quoted\"\"\nsecond line\",1.5,,,0.56\r\n"
                   "\r\n"
-                  "/abs/b.mkv,plain,,3,24,1.0\n"
+                  "/abs/b.mkv,plain,,3,30000/1001,1.0\n"
                   "sub/c.webm,,,,,\n");
     vf_manifest m;
     vf_status st = {0};
@@ -342,7 +342,7 @@ VF_TEST(manifest_csv_jsonl_glob)
         VF_CHECK_STR(m.rows[0].extra[0].val, "0.56");
         VF_CHECK_STR(m.rows[1].path, "/abs/b.mkv");
         VF_CHECK_NEAR(m.rows[1].end_s, 3, 0);
-        VF_CHECK_NEAR(m.rows[1].fps, 24, 0);
+        VF_CHECK_NEAR(m.rows[1].fps, 30000.0 / 1001, 1e-12);
         VF_CHECK_EQ_INT(m.rows[1].line, 5);
         VF_CHECK_STR(m.rows[2].caption, "");
     }
@@ -556,6 +556,40 @@ VF_TEST(seek_out_of_order_long_gop)
     VF_CHECK_EQ_INT(vf_decode_read(f, cont, 3, buf, &st), 0);
     vf_decode_get_stats(f, &s);
     VF_CHECK_EQ_INT(s.seeks, 0);
+    free(buf);
+    vf_decode_close(f);
+}
+
+/* A raw H.264 elementary stream has no timestamps: frames are numbered in output order
+ * from the start, reads going backwards restart the file, and B-frame reordering must
+ * not disturb the numbering. */
+VF_TEST(no_timestamps_count_mode)
+{
+    setup();
+    char p[512];
+    snprintf(p, sizeof p, "%s/raw.h264", g_dir);
+    VF_CHECK(sh("%s -o %s -n 30 -s 128x96 -b 2 -g 10 >/dev/null 2>&1", g_mkvideo, p) == 0);
+    vf_decode_opts o = opts_for(40, 40);
+    o.fps_hint = 12;
+    vf_decode_file *f = NULL;
+    vf_status st = {0};
+    VF_CHECK_MSG(vf_decode_open(p, &o, &f, &st) == 0, "%s", st.msg);
+    if (!f) return;
+    const vf_decode_info *info = vf_decode_get_info(f);
+    VF_CHECK(!info->has_pts);
+    VF_CHECK_EQ_INT(info->nframes, 30);
+    VF_CHECK_NEAR(info->fps, 12, 0);
+    VF_CHECK_NEAR(vf_decode_frame_times(f)[6], 0.5, 1e-9);
+    uint8_t *buf = malloc(5 * 40 * 40 * 3);
+    const int64_t lists[][5] = {{20, 21, 22, 23, 24}, {2, 4, 6, 8, 10}, {11, 12, 13, 14, 29}};
+    for (int l = 0; l < 3; l++) {
+        VF_CHECK_MSG(vf_decode_read(f, lists[l], 5, buf, &st) == 0, "%s", st.msg);
+        for (int j = 0; j < 5; j++) {
+            char why[128] = "";
+            int got = read_index(buf + j * 40 * 40 * 3, 40, 40, info->width, info->height, true, why, sizeof why);
+            VF_CHECK_MSG(got == lists[l][j], "list %d: want %lld read %d %s", l, (long long)lists[l][j], got, why);
+        }
+    }
     free(buf);
     vf_decode_close(f);
 }

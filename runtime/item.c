@@ -484,6 +484,13 @@ static void view_unref(void *data, void *hint)
     free(o);
 }
 
+static bool all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return false;
+    return true;
+}
+
 typedef struct tdesc {
     const char *name;
     size_t name_len;
@@ -645,6 +652,10 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
     if (off > r.len)
         VF_FAIL(st, VF_ECORRUPT, "item record truncated: header padding at offset %zu runs past the end (%zu)", r.off,
                 r.len);
+    /* Padding must be zero: then a record has exactly one encoding, and decode→encode
+     * reproduces it byte for byte (what the fuzz target checks). */
+    if (!all_zero(r.b + r.off, off - r.off))
+        VF_FAIL(st, VF_ECORRUPT, "item record: non-zero header padding at offset %zu", r.off);
     if (view) {
         if (!(own = calloc(1, sizeof *own))) VF_FAIL(st, VF_ENOMEM, "out of memory (item decode)");
         atomic_init(&own->refs, 1);
@@ -683,6 +694,9 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
         if (step > r.len - off)
             VF_FAIL(st, VF_ECORRUPT, "item record truncated: padding after tensor '%s' at offset %zu runs past the end",
                     name, off + d->nbytes);
+        if (!all_zero(payload + d->nbytes, step - d->nbytes))
+            VF_FAIL(st, VF_ECORRUPT, "item record: non-zero padding after tensor '%s' at offset %zu", name,
+                    off + d->nbytes);
         off += step;
     }
     if (off != r.len)

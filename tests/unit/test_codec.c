@@ -303,6 +303,14 @@ VF_TEST(crafted_records_with_valid_crc)
     fix_crc(b, len);
     expect_refused(b, len, VF_ECORRUPT, "unexpected bytes");
     FRESH();
+    b[60] = 1; /* the header ends at 57, zero padding up to 64 */
+    fix_crc(b, len);
+    expect_refused(b, len, VF_ECORRUPT, "non-zero header padding");
+    FRESH();
+    b[64 + 480 + 3] = 1; /* the payload's padding */
+    fix_crc(b, len);
+    expect_refused(b, len, VF_ECORRUPT, "non-zero padding after tensor 't'");
+    FRESH();
     put_le(b + 24, 4096, 4);
     fix_crc(b, len);
     expect_refused(b, len, VF_ECORRUPT, "cannot fit");

@@ -362,8 +362,11 @@ int vf_lmdb_batch_reserve(vf_lmdb_batch *b, const void *key, size_t klen, size_t
     if (end > b->cap) {
         size_t nc = b->cap ? b->cap : 1u << 16;
         while (nc < end) nc *= 2;
-        char *q = realloc(b->arena, nc);
+        /* 64-byte aligned like the offsets inside it, so a reserved value is aligned */
+        char *q = aligned_alloc(64, nc);
         if (!q) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "lmdb batch: out of memory (%zu bytes)", nc);
+        if (b->used) memcpy(q, b->arena, b->used);
+        free(b->arena);
         b->arena = q;
         b->cap = nc;
     }

@@ -21,10 +21,18 @@ fail() { echo "FAIL: $*"; echo "(kept $TMP)"; exit 1; }
 entries() { mdb_stat -e "$DB" | awk '/Entries:/ {print $2}'; }
 
 prev=0
-for delay in 0.35 0.3 0.4; do
+for extra in 0.01 0.03 0.02; do
   "$TOOL" write "$DB" 0 $N --commit 7 --map 65536 --sleep-ms 4 > "$TMP/out" 2>&1 &
   pid=$!
-  sleep $delay
+  # kill once this run committed two batches of its own (mdb_stat reads alongside the
+  # writer), plus a little, so the kill lands at varying points of a batch
+  for i in $(seq 1 1000); do
+    n=$(entries 2>/dev/null || echo 0)
+    [ "${n:-0}" -ge $((prev + 15)) ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.01
+  done
+  sleep $extra
   kill -9 $pid 2>/dev/null
   wait $pid 2>/dev/null
   st=$?
@@ -32,7 +40,7 @@ for delay in 0.35 0.3 0.4; do
   mdb_stat "$DB" > /dev/null || fail "mdb_stat after kill"
   cli verify "$DB" > "$TMP/verify" || fail "verify after kill: $(cat $TMP/verify)"
   n=$(($(entries) - 1))
-  echo "killed after ${delay}s: $n records committed"
+  echo "killed: $n records committed"
   [ $n -gt $prev ] || fail "no progress between kills ($prev -> $n)"
   [ $n -lt $N ] || fail "the writer finished before the kill"
   prev=$n

@@ -2,6 +2,7 @@
  * the Python safetensors package in tests/reference/test_safetensors_py.py).
  *
  *   st_tool check FILE        exit 0 if FILE is valid, 1 (message on stderr) if refused
+ *   st_tool checks FILE…      one line per file: "ok" or "refused: <message>"
  *   st_tool dump FILE         JSON: {"header_len","meta":{..},"tensors":[{name,dtype,shape,hex}]}
  *                             tensors in file (offset) order, data as lowercase hex
  *   st_tool copy IN OUT       rewrites IN with vf_st_writer (all tensors and metadata)
@@ -82,6 +83,21 @@ int main(int argc, char **argv)
         return 2;
     }
     vf_st_file *f = NULL;
+    if (!strcmp(argv[1], "checks")) {
+        for (int i = 2; i < argc; i++) {
+            vf_status_clear(&st);
+            if (vf_st_open(argv[i], &f, &st) == 0) {
+                printf("ok\n");
+            } else { /* one line each: names in messages may hold newlines */
+                for (char *c = st.msg; *c; c++)
+                    if ((unsigned char)*c < 0x20) *c = ' ';
+                printf("refused: %s\n", st.msg);
+            }
+            vf_st_close(f);
+            f = NULL;
+        }
+        return 0;
+    }
     if (vf_st_open(argv[2], &f, &st) != 0) return fail(&st);
     int rc = 0;
     if (!strcmp(argv[1], "check")) {

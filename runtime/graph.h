@@ -108,7 +108,8 @@ int vf_graph_topo_order(const vf_graph *g, int *order, vf_status *st);
 
 /* The output spec feeding edge e (after validation), NULL if unknown. Borrowed. */
 const vf_port_spec *vf_graph_edge_src_spec(const vf_graph *g, int e);
-/* Bytes an edge can hold: capacity x the largest item its source port allows. */
+/* Bytes an edge can hold: capacity x the largest item its source port allows; -1 when
+ * the port leaves a dim unbounded. */
 int64_t vf_graph_edge_bytes(const vf_graph *g, int e);
 
 #ifdef __cplusplus

@@ -437,9 +437,13 @@ static int l_msgh(lua_State *L)
     luaL_buffinit(L, &b);
     lua_pushvalue(L, -2);
     luaL_addvalue(&b);
+    /* The script's own frames, when there is more than the one the message names. */
     lua_Debug ar;
+    int frames = 0;
+    for (int level = 1; lua_getstack(L, level, &ar); level++)
+        if (lua_getinfo(L, "Sl", &ar) && ar.source[0] == '@' && ar.currentline > 0) frames++;
     bool header = false;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    for (int level = 1; frames > 1 && lua_getstack(L, level, &ar); level++) {
         if (!lua_getinfo(L, "Sln", &ar) || ar.source[0] != '@' || ar.currentline <= 0) continue;
         char line[512];
         if (!header) luaL_addstring(&b, "\nstack traceback:");

@@ -74,8 +74,7 @@ int vf_params_set_json(vf_params *p, const char *key, const char *json_value, vf
             if (sub && sub->type != VF_JSON_ARR && sub->type != VF_JSON_NULL) {
                 vf_json_free(v);
                 return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                                     "param '%s': '%s' is a %s, not a table", key, seg,
-                                     vf_json_type_name(sub->type));
+                                     "param '%s': '%s' is not a table", key, seg);
             }
             if (vf_json_set(obj, seg, vf_json_obj()) < 0) {
                 vf_json_free(v);

@@ -9,6 +9,10 @@
 
 void vf_bytes_str(int64_t bytes, char *buf, size_t n)
 {
+    if (bytes < 0) {
+        snprintf(buf, n, "unbounded");
+        return;
+    }
     static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     double v = (double)bytes;
     int u = 0;
@@ -84,8 +88,11 @@ int64_t vf_plan_device_total(const vf_graph *g, vf_device dev)
 {
     int64_t total = 0;
     for (int i = 0; i < g->nstages; i++) total += vf_mem_plan_total(&g->stages[i].mem, dev);
-    for (int e = 0; e < g->nedges; e++)
-        if (same_dev(edge_device(g, e), dev)) total += vf_graph_edge_bytes(g, e);
+    for (int e = 0; e < g->nedges; e++) {
+        int64_t b = vf_graph_edge_bytes(g, e);
+        if (b < 0) return -1; /* unbounded */
+        if (same_dev(edge_device(g, e), dev)) total += b;
+    }
     return total;
 }
 
@@ -233,7 +240,7 @@ int vf_plan_check(const vf_graph *g, const char *budget, vf_status *st)
         for (int k = 0; k < b.n; k++)
             if (!b.e[k].any_cuda && same_dev(b.e[k].dev, devs[d])) limit = b.e[k].bytes;
         int64_t need = vf_plan_device_total(g, devs[d]);
-        if (limit >= 0 && need > limit) {
+        if (limit >= 0 && (need > limit || need < 0)) {
             char dev[32], n1[32], n2[32];
             vf_device_str(devs[d], dev, sizeof dev);
             vf_bytes_str(need, n1, sizeof n1);

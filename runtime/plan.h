@@ -28,7 +28,8 @@ typedef struct vf_budget {
 int vf_budget_parse(const char *spec, vf_budget *out, vf_status *st);
 
 /* Bytes the graph holds on dev: stage declarations plus edge buffers (charged to the
- * device of the source port). The graph must be validated (and placed, for workers). */
+ * device of the source port); -1 when an edge is unbounded. The graph must be
+ * validated (and placed, for workers). */
 int64_t vf_plan_device_total(const vf_graph *g, vf_device dev);
 
 /* Prints the plan as text (or JSON) to out. */

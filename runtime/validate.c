@@ -261,6 +261,7 @@ typedef struct binding {
     int64_t value;    /* fixed size sent, or the source's bound */
     char src_sym[8];  /* the source's symbol when it sends a variable size */
     char tensor[VF_NAME_MAX];
+    int dim;
 } binding;
 
 static int edge_err(const vf_graph *g, const vf_gedge *e, vf_status *st, const char *fmt, ...)
@@ -341,6 +342,7 @@ static int check_compat(const vf_graph *g, const vf_gedge *e, vf_status *st)
                 bb->value = sv;
                 snprintf(bb->src_sym, sizeof bb->src_sym, "%s", svar ? ts->sym[d] : "");
                 snprintf(bb->tensor, sizeof bb->tensor, "%s", td->name);
+                bb->dim = d;
                 continue;
             }
             bool same = svar ? strcmp(bb->src_sym, ts->sym[d]) == 0 : (!bb->src_sym[0] && bb->value == sv);
@@ -350,8 +352,8 @@ static int check_compat(const vf_graph *g, const vf_gedge *e, vf_status *st)
                 else snprintf(was, sizeof was, "%lld", (long long)bb->value);
                 if (svar) snprintf(now, sizeof now, "%s", ts->sym[d]);
                 else snprintf(now, sizeof now, "%lld", (long long)sv);
-                return edge_err(g, e, st, "symbol %s is %s in tensor '%s' but %s in tensor '%s'", bb->sym,
-                                was, bb->tensor, now, td->name);
+                return edge_err(g, e, st, "symbol %s is %s (tensor '%s' dim %d) but %s (tensor '%s' dim %d)",
+                                bb->sym, was, bb->tensor, bb->dim, now, td->name, d);
             }
         }
     }
@@ -473,5 +475,6 @@ const vf_port_spec *vf_graph_edge_src_spec(const vf_graph *g, int e)
 int64_t vf_graph_edge_bytes(const vf_graph *g, int e)
 {
     const vf_port_spec *p = vf_graph_edge_src_spec(g, e);
-    return p ? (int64_t)g->edges[e].capacity * vf_port_max_item_bytes(p) : 0;
+    int64_t item = p ? vf_port_max_item_bytes(p) : 0;
+    return item < 0 ? -1 : (int64_t)g->edges[e].capacity * item;
 }

@@ -323,7 +323,7 @@ vf_lmdb_batch *vf_lmdb_batch_new(vf_status *st)
 void vf_lmdb_batch_free(vf_lmdb_batch *b)
 {
     if (!b) return;
-    free(b->arena);
+    vf_free(b->arena);
     free(b->e);
     free(b->written);
     free(b);
@@ -353,6 +353,20 @@ void vf_lmdb_batch_at(const vf_lmdb_batch *b, int i, MDB_val *key, MDB_val *val)
     val->mv_size = b->e[i].vlen;
 }
 
+int vf_lmdb_batch_presize(vf_lmdb_batch *b, size_t bytes, vf_status *st)
+{
+    if (bytes <= b->cap) return 0;
+    /* vf_alloc: 64-byte aligned like the offsets inside the arena (so a reserved value
+     * is aligned), and charged to the calling stage's memory account */
+    char *q = vf_alloc(bytes, st);
+    if (!q) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "lmdb batch: out of memory (%zu bytes)", bytes);
+    if (b->used) memcpy(q, b->arena, b->used);
+    vf_free(b->arena);
+    b->arena = q;
+    b->cap = bytes;
+    return 0;
+}
+
 int vf_lmdb_batch_reserve(vf_lmdb_batch *b, const void *key, size_t klen, size_t vlen,
                           void **dst, vf_status *st)
 {
@@ -362,13 +376,8 @@ int vf_lmdb_batch_reserve(vf_lmdb_batch *b, const void *key, size_t klen, size_t
     if (end > b->cap) {
         size_t nc = b->cap ? b->cap : 1u << 16;
         while (nc < end) nc *= 2;
-        /* 64-byte aligned like the offsets inside it, so a reserved value is aligned */
-        char *q = aligned_alloc(64, nc);
-        if (!q) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "lmdb batch: out of memory (%zu bytes)", nc);
-        if (b->used) memcpy(q, b->arena, b->used);
-        free(b->arena);
-        b->arena = q;
-        b->cap = nc;
+        int rc = vf_lmdb_batch_presize(b, nc, st);
+        if (rc) return rc;
     }
     if (b->n == b->capn) {
         int nc = b->capn ? b->capn * 2 : 64;

@@ -115,6 +115,10 @@ void vf_lmdb_batch_free(vf_lmdb_batch *b);       /* NULL is fine */
 int vf_lmdb_batch_count(const vf_lmdb_batch *b);
 size_t vf_lmdb_batch_bytes(const vf_lmdb_batch *b); /* arena bytes in use (keys + values) */
 size_t vf_lmdb_batch_capacity(const vf_lmdb_batch *b); /* arena bytes allocated */
+/* Grows the arena to at least `bytes` (one allocation, vf_alloc'd: charged to the
+ * calling stage). The arena otherwise doubles on demand, holding old and new while it
+ * copies; presizing from the first record avoids that. */
+int vf_lmdb_batch_presize(vf_lmdb_batch *b, size_t bytes, vf_status *st);
 /* Appends key (copied) with room for vlen value bytes; *dst points at that room and
  * stays valid until the next reserve/put/commit/clear. */
 int vf_lmdb_batch_reserve(vf_lmdb_batch *b, const void *key, size_t klen, size_t vlen,

@@ -11,8 +11,10 @@
  * moment the writer is killed at. The map grows by doubling when full (lmdb_store.c).
  *
  * Runs in a worker of its own (VF_STAGE_OWN_WORKER): the LMDB writer, and map growth
- * needs no other txn open in the process. Declared memory: the commit buffer, at most
- * 2 × commit_every × the largest record the input port allows (the arena doubles).
+ * needs no other txn open in the process. Declared memory: the commit buffer, sized at
+ * the first record to commit_every records; were records to grow, the arena doubles and
+ * briefly holds old and new, so the bound is 3 × commit_every × the largest record the
+ * input port allows.
  */
 #include "latent_cache.h"
 
@@ -140,6 +142,8 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     size_t need = vf_item_encoded_size(it), len = 0;
     void *dst;
     int i = vf_lmdb_batch_count(w->batch);
+    if (vf_lmdb_batch_capacity(w->batch) == 0) /* records of a cache are alike in size */
+        VF_TRY(vf_lmdb_batch_presize(w->batch, (size_t)w->commit_every * (need + VF_CACHE_KEY_LEN + 64), st));
     VF_TRY(vf_lmdb_batch_reserve(w->batch, key, VF_CACHE_KEY_LEN, need, &dst, st));
     rc = vf_item_encode(it, dst, need, &len, st);
     if (rc == 0 && len != need)
@@ -204,7 +208,7 @@ static int cache_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     const vf_port_spec *in = vf_port_find(ports, "in");
     int64_t rec = in ? vf_port_max_item_bytes(in) : 0;
     vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "commit batch",
-                    2 * vf_param_int(p, "commit_every") * (rec > 0 ? rec : 0));
+                    3 * vf_param_int(p, "commit_every") * (rec > 0 ? rec + VF_CACHE_KEY_LEN + 64 : 0));
     return 0;
 }
 

@@ -187,7 +187,7 @@ static int list_keys(vf_latent_reader *r, vf_status *st)
     MDB_stat ms;
     vf_lmdb *db = r->db;
     VF_MDB(st, db, mdb_stat(r->txn, vf_lmdb_dbi(db), &ms));
-    r->keys = malloc(32 * (ms.ms_entries ? ms.ms_entries : 1));
+    r->keys = vf_alloc(32 * (ms.ms_entries ? ms.ms_entries : 1), st);
     if (!r->keys) VF_FAIL(st, VF_ENOMEM, "%s: out of memory for %zu keys", r->path, ms.ms_entries);
     VF_MDB(st, db, mdb_cursor_open(r->txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -206,8 +206,8 @@ void vf_latent_reader_close(vf_latent_reader *r)
     if (!r) return;
     if (r->txn) mdb_txn_abort(r->txn);
     vf_lmdb_close(r->db);
-    free(r->keys);
-    free(r->perm);
+    vf_free(r->keys);
+    vf_free(r->perm);
     free(r->path);
     free(r);
 }
@@ -243,7 +243,7 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     if (o->drop_last && r->L < o->batch)
         VF_FAIL(st, VF_EUSAGE, "%s: %lld entries per rank and epoch make no full batch of %d (drop_last)", r->path,
                 (long long)r->L, o->batch);
-    if (!(r->perm = malloc(sizeof(uint32_t) * (size_t)r->n)))
+    if (!(r->perm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
         VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the permutation", r->path);
     if (o->cursor && o->cursor[0]) VF_TRY(cursor_parse(r, o->cursor, st));
     r->epoch_from_start = r->pos == 0;

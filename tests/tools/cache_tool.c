@@ -9,6 +9,7 @@
  *       = i*1000 + j); prints "written W skipped S growths G map M"
  *   cache_tool keys FROM TO [--vae NAME]     the keys those items get, one per line
  *   cache_tool key SOURCE CLIP TRANSFORM VAE one key
+ *   cache_tool idkeys FROM TO                keys of item ids "FROM" … "TO-1" (key = "id")
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
  *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
  *       one line per batch: "<cursor>\t<keys>"
@@ -73,6 +74,15 @@ int main(int argc, char **argv)
         char k[33];
         vf_cache_key(argv[2], atoll(argv[3]), argv[4], argv[5], k);
         printf("%s\n", k);
+        return 0;
+    }
+    if (!strcmp(cmd, "idkeys") && argc == 4) {
+        for (long i = atol(argv[2]); i < atol(argv[3]); i++) {
+            char id[32], k[33];
+            snprintf(id, sizeof id, "%ld", i);
+            vf_cache_key_of_id(id, k);
+            printf("%s\n", k);
+        }
         return 0;
     }
     if (!strcmp(cmd, "keys") && argc >= 4) {

@@ -53,16 +53,17 @@ struct vf_decode_file {
     bool timed_out;
     int64_t errors;          /* decoder errors during the current read */
     char last_err[256];
-    char truncated[200];     /* a demuxer's truncation warning during the scan */
+    char damaged[240];       /* first truncation/damage report of the demuxer during the scan */
     vf_decode_stats stats;
 };
 
-static void note_truncation(vf_decode_file *f, const char *msg)
+static void note_damage(vf_decode_file *f, bool corrupt, const char *msg)
 {
-    if (f->truncated[0]) return;
-    snprintf(f->truncated, sizeof f->truncated, "%s", msg);
-    size_t k = strlen(f->truncated);
-    while (k && (f->truncated[k - 1] == '\n' || f->truncated[k - 1] == ' ')) f->truncated[--k] = 0;
+    if (f->damaged[0]) return;
+    if (corrupt && f->o.err_detect < VF_DECODE_ERR_CAREFUL) return;
+    snprintf(f->damaged, sizeof f->damaged, "%s: %.200s", corrupt ? "damaged container" : "truncated", msg);
+    size_t k = strlen(f->damaged);
+    while (k && (f->damaged[k - 1] == '\n' || f->damaged[k - 1] == ' ')) f->damaged[--k] = 0;
 }
 
 /* ------------------------------------------------------------ libav log capture */
@@ -77,19 +78,23 @@ static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
  * inside an element only as a warning ("File ended prematurely") and then a clean
  * EOF, so the warning is the evidence of truncation. */
 static _Thread_local vf_decode_file *tl_scanning;
-static void note_truncation(vf_decode_file *f, const char *msg);
+static void note_damage(vf_decode_file *f, bool corrupt, const char *msg);
 
 static void log_cb(void *avcl, int level, const char *fmt, va_list vl)
 {
     vf_decode_file *sf = tl_scanning;
-    if (sf && level <= AV_LOG_WARNING && (strstr(fmt, "prematurely") || strstr(fmt, "partial file") ||
-                                         strstr(fmt, "truncated"))) {
+    /* An error the demuxer itself reports while opening/indexing means a damaged
+     * container (it may resync and hand out a plausible but shorter index). */
+    bool demux_err = sf && level <= AV_LOG_ERROR && avcl && avcl == (void *)sf->fmt;
+    if (sf && (demux_err || (level <= AV_LOG_WARNING &&
+                             (strstr(fmt, "prematurely") || strstr(fmt, "partial file") ||
+                              strstr(fmt, "truncated"))))) {
         va_list cp;
         va_copy(cp, vl);
         char msg[200];
         vsnprintf(msg, sizeof msg, fmt, cp);
         va_end(cp);
-        note_truncation(sf, msg);
+        note_damage(sf, demux_err && !strstr(fmt, "prematurely") && !strstr(fmt, "partial file"), msg);
     }
     if (level <= AV_LOG_ERROR) {
         va_list cp;
@@ -356,7 +361,7 @@ static int scan(vf_decode_file *f, vf_status *st)
         av_packet_unref(f->pkt);
     }
     if (n == 0) VF_FAIL(st, VF_EBADINPUT, "the video stream has no packets");
-    if (f->truncated[0]) VF_FAIL(st, VF_EBADINPUT, "truncated: %s", f->truncated);
+    if (f->damaged[0]) VF_FAIL(st, VF_EBADINPUT, "%s", f->damaged);
     if (corrupt) {
         if (corrupt_at >= 0)
             VF_FAIL(st, VF_EBADINPUT, "video packet at %.3f s is damaged (partial or corrupt file)", corrupt_at);

@@ -756,6 +756,11 @@ VF_TEST(bad_files_rejected_with_reasons)
     snprintf(p, sizeof p, "%s/corrupt_data.mkv", d);
     sh("cp %s %s", src, p);
     scramble(p, 0.3, 0.5);
+    /* moov first, garbage only inside the media data: the demuxer is happy, the
+     * decoder must notice */
+    snprintf(p, sizeof p, "%s/corrupt_payload.mp4", d);
+    sh("cp %s/src_fast.mp4 %s", g_dir, p);
+    scramble(p, 0.55, 0.75);
     snprintf(p, sizeof p, "%s/corrupt_header.mp4", d);
     sh("cp %s/src_fast.mp4 %s", g_dir, p);
     scramble(p, 0.0, 0.02);
@@ -791,7 +796,7 @@ VF_TEST(bad_files_rejected_with_reasons)
         if (!strcmp(base, "too_short.mp4")) VF_CHECK_MSG(strstr(why, "too short") != NULL, "%s", why);
     }
     VF_CHECK_EQ_INT(good, 3);
-    VF_CHECK_EQ_INT(bad, 10);
+    VF_CHECK_EQ_INT(bad, 11);
     vf_manifest_fini(&m);
 }
 

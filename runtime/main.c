@@ -16,6 +16,7 @@
 #include "params.h"
 #include "plan.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,8 @@ static int cmd_pipeline(int argc, char **argv)
         free(c.sets);
         return rc;
     }
+    vf_budget budget;
+    if (c.budget && (rc = vf_budget_parse(c.budget, &budget, &st)) < 0) goto done; /* before any work */
     rc = load_graph(&c, &g, &st);
     if (rc < 0) goto done;
     if (strcmp(c.cmd, "check") == 0) {
@@ -238,11 +241,32 @@ static void default_text(const vf_param_spec *p, char *buf, size_t n)
     else snprintf(buf, n, "%s", p->def);
 }
 
+static void num_text(double v, char *buf, size_t n)
+{
+    if (v == (double)(int64_t)v && v > -1e15 && v < 1e15) snprintf(buf, n, "%lld", (long long)v);
+    else snprintf(buf, n, "%g", v);
+}
+
 static void range_text(const vf_param_spec *p, char *buf, size_t n)
 {
+    char lo[32], hi[32];
     buf[0] = 0;
-    if (p->choices) snprintf(buf, n, "%s", p->choices);
-    else if (p->min <= p->max) snprintf(buf, n, "%g .. %g", p->min, p->max);
+    if (p->choices) {
+        snprintf(buf, n, "%s", p->choices);
+    } else if (p->min <= p->max) {
+        num_text(p->min, lo, sizeof lo);
+        num_text(p->max, hi, sizeof hi);
+        snprintf(buf, n, "%s .. %s", lo, hi);
+    }
+}
+
+/* Markdown table cell: '|' would end the cell. */
+static void md_cell(const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', stdout);
+        fputc(*s, stdout);
+    }
 }
 
 static void params_md(const vf_param_spec *spec, const char *prefix)
@@ -251,8 +275,14 @@ static void params_md(const vf_param_spec *spec, const char *prefix)
     for (const vf_param_spec *p = spec; p && p->name; p++) {
         default_text(p, def, sizeof def);
         range_text(p, range, sizeof range);
-        printf("| `%s%s` | %s | %s%s%s | %s | %s |\n", prefix, p->name, vf_param_type_name(p->type),
-               p->def ? "`" : "", def, p->def ? "`" : "", range, p->doc ? p->doc : "");
+        bool code = p->def && strcmp(p->def, "null") != 0;
+        printf("| `%s%s` | %s | %s", prefix, p->name, vf_param_type_name(p->type), code ? "`" : "");
+        md_cell(def);
+        printf("%s | ", code ? "`" : "");
+        md_cell(range);
+        printf(" | ");
+        md_cell(p->doc ? p->doc : "");
+        printf(" |\n");
         if (p->type == VF_P_TABLE && p->fields) {
             char sub[128];
             snprintf(sub, sizeof sub, "%s%s.", prefix, p->name);

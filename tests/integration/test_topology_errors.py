@@ -9,6 +9,7 @@
 # trace works and that `vflow check` / `vflow graph` accept a sound pipeline.
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -264,8 +265,32 @@ def main():
             assert r.stderr == "vflow: warning: --set unused=1: the script does not read vf.args.unused\n", r.stderr
         except Exception as e:  # noqa: BLE001 - report any mismatch as a test failure
             fail("graph --json", f"{e!r}: rc {r.returncode} {r.stdout[:300]!r} {r.stderr!r}")
+        # plan: per-device totals add up the stages' declarations and the edge buffers.
+        r = vflow(["plan", "ok.lua", "--json"], tmp, env)
+        try:
+            plan = json.loads(r.stdout)
+            declared = sum(m["bytes"] for s in plan["stages"] for m in s["mem"] if m["device"] == "cpu")
+            buffers = sum(e["bytes"] for e in plan["edges"])
+            assert all(e["bytes"] == e["capacity"] * e["item_bytes"] for e in plan["edges"]), plan["edges"]
+            assert [e["capacity"] for e in plan["edges"]] == [2, 4]
+            assert plan["totals"]["cpu"] == declared + buffers > 0, plan["totals"]
+            print("ok plan --json")
+        except Exception as e:  # noqa: BLE001
+            fail("plan --json", f"{e!r}: rc {r.returncode} {r.stdout[:300]!r} {r.stderr!r}")
+        r = vflow(["plan", "ok.lua"], tmp, env)
+        if r.returncode != 0 or "total per device\n  cpu" not in r.stdout:
+            fail("plan", f"rc {r.returncode} {r.stdout!r} {r.stderr!r}")
+        r = vflow(["run", "ok.lua", "--budget", "cpu=1KiB"], tmp, env)
+        if r.returncode != 2 or not re.fullmatch(
+                r"vflow: ok\.lua: the plan needs [0-9.]+ KiB on cpu, over the budget of 1\.00 KiB "
+                r"\(see `vflow plan`; --force runs anyway\)\n", r.stderr):
+            fail("run over budget", f"rc {r.returncode} {r.stderr!r}")
+        r = vflow(["plan", "ok.lua", "--budget", "gpu=1KiB"], tmp, env)
+        if r.returncode != 2 or r.stdout or \
+                r.stderr != "vflow: --budget gpu=1KiB: unknown device 'gpu' (cpu, cuda or cuda:N)\n":
+            fail("bad budget", f"rc {r.returncode} {r.stdout!r} {r.stderr!r}")
         if os.path.exists(trace) or os.path.exists(os.path.join(tmp, "runs")):
-            fail("controls", "check/graph launched something")
+            fail("controls", "check/graph/plan launched something")
         # The spawn trace works: a real run spawns (whatever its outcome), so the
         # "no worker" assertions above can fail.
         r = vflow(["run", "ok.lua", "--run-dir", os.path.join(tmp, "run-ok")], tmp, env)

@@ -2,10 +2,11 @@
  * the PyTorch parity test (tests/reference/test_vae_parity.py) and by hand.
  *
  *   vae_tool encode [CONFIG] (--weights W.safetensors | --seed N) --input IN.safetensors
- *                   [--chunk C] [--device cpu|cuda:N] --out OUT.safetensors
+ *                   [--chunk C] [--device cpu|cuda:N] [--repeat N] --out OUT.safetensors
  *       IN holds "x" f32 (B, 3, T, H, W) in [-1, 1]; OUT gets "mean" and "logvar" f32
  *       (B, z, T', H/s, W/s), raw (no scale/shift), metadata "vae" = the weights hash.
- *       The clip is encoded in chunks of C frames (default: T, i.e. whole).
+ *       The clip is encoded in chunks of C frames (default: T, i.e. whole). Prints the
+ *       hash, then "encode_s S" (best of N repeats of the encode alone, for benchmarks).
  *   vae_tool save [CONFIG] --seed N --out W.safetensors     seeded weights to a file
  *   vae_tool names [CONFIG]                                 tensor names and shapes
  *   vae_tool mem [CONFIG] --batch B --chunk C --size H W    memory bytes (one line JSON)
@@ -22,6 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static int usage(void)
 {
@@ -52,7 +61,7 @@ int main(int argc, char **argv)
     vf_vae_config_tiny(&cfg);
     const char *weights = NULL, *input = NULL, *outp = NULL, *device = "cpu";
     uint64_t seed = 0;
-    int chunk = 0, batch = 1, H = 0, W = 0;
+    int chunk = 0, batch = 1, H = 0, W = 0, repeat = 1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -76,6 +85,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--repeat")) repeat = atoi(v) > 0 ? atoi(v) : 1;
         else if (!strcmp(a, "--size")) {
             if (i + 2 >= argc) return usage();
             H = atoi(v), W = atoi(argv[i + 2]);
@@ -146,13 +156,19 @@ int main(int argc, char **argv)
         !(logvar = calloc((size_t)on + 1, sizeof(float))))
         VF_FAIL(&st, VF_ENOMEM, "out of memory");
     VF_TRY(vf_vae_enc_new(m, B, chunk > 0 ? chunk : (int)T, H, W, &e, &st));
-    VF_TRY(vf_vae_encode_f32(e, B, T, x, mean, logvar, &st));
+    double best = 1e300;
+    for (int r = 0; r < repeat; r++) {
+        double t0 = now_s();
+        VF_TRY(vf_vae_encode_f32(e, B, T, x, mean, logvar, &st));
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
     if (!(w = vf_st_writer_new(&st))) VF_FAIL(&st, VF_ENOMEM, "out of memory");
     VF_TRY(vf_st_writer_add(w, "mean", VF_ST_F32, 5, oshape, mean, &st));
     VF_TRY(vf_st_writer_add(w, "logvar", VF_ST_F32, 5, oshape, logvar, &st));
     VF_TRY(vf_st_writer_meta(w, "vae", vf_vae_hash(m), &st));
     VF_TRY(vf_st_writer_save(w, outp, 0, NULL, &st));
-    printf("%s\n", vf_vae_hash(m));
+    printf("%s\nencode_s %.6f\n", vf_vae_hash(m), best);
 done:
 fail:
     if (rc < 0) fprintf(stderr, "vae_tool: %s\n", st.msg);

@@ -41,6 +41,7 @@
 #define VF_DIT_H
 
 #include "../kernels/ops.h"
+#include "../runtime/safetensors.h"
 #include "../runtime/vflow.h"
 
 #ifdef __cplusplus
@@ -129,6 +130,16 @@ int64_t vf_dit_param_count(const vf_dit_config *c);
  * weight 0 (the model starts by predicting the head bias). */
 void vf_dit_init(const vf_dit_layout *l, uint64_t seed, int64_t off, int64_t n, float *dst);
 
+/* Weights by name. vf_dit_st_add adds the tensors of the flat range [off, off + n) to a
+ * safetensors writer as F32 (flat[0] is element off; borrowed until the writer has
+ * written). vf_dit_st_load fills dst (element off at dst[0]) with the tensors of that
+ * range read from f by name (F32/F64/BF16/F16 converted), checking shapes; extra tensors
+ * in f are ignored. The range must not cut a tensor (partition ranges never do). */
+int vf_dit_st_add(vf_st_writer *w, const vf_dit_layout *l, const float *flat, int64_t off,
+                  int64_t n, vf_status *st);
+int vf_dit_st_load(const vf_st_file *f, const vf_dit_layout *l, float *dst, int64_t off,
+                   int64_t n, vf_status *st);
+
 /* ------------------------------------------------------------------ geometry, memory */
 
 /* A micro-batch's geometry: B samples of latent (z, T, H, W); T, H, W divisible by the
@@ -176,6 +187,12 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, boo
 typedef struct vf_dit_xfer {
     void *x, *e, *e0, *ctx;
 } vf_dit_xfer;
+
+/* Adds the four tensors of a vf_dit_xfer item to port spec p, named "x", "e", "e0",
+ * "ctx", of dtype dt, shaped (B, L, dim), (B, dim), (B, 6, dim), (B, text_len, dim) with
+ * B and L symbolic, bounded by `max` (the same names serve forward and gradient edges). */
+void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims *max,
+                      vf_dtype dt);
 
 /* One micro-batch's inputs. Host pointers are read during the call only. */
 typedef struct vf_dit_batch {
@@ -261,7 +278,11 @@ typedef struct vf_dit_rf {
  * noise ~ N(0,1) from Philox (seed, step, sample_id, VF_RNG_NOISE), element i of the
  * sample's latent ↔ normal element i; t from (seed, step, sample_id, VF_RNG_TIMESTEP)
  * element 0. x_t = (1−t)·x0 + t·noise, target = noise − x0, n = z·T·H·W. Host f32.
- * x_t / target may be NULL when not wanted. Returns t. */
+ * x_t / target may be NULL when not wanted. Returns t.
+ * sample_id must name the sample independently of how the global batch is cut into
+ * micro-batches or partitions: its position in the global batch of this step (the step
+ * is already part of the key), or a hash of its cache key (vf_rng_hash_str) — never its
+ * index inside a micro-batch. */
 float vf_dit_rf_sample(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id, int64_t n,
                        const float *x0, float *x_t, float *target);
 

@@ -1,6 +1,7 @@
-/* dit_params.c — the DiT's `model` table param: schema (what lua/model_dit.lua presets
- * may say) and its conversion to a vf_dit_config. Separate from dit_layout.c so that code
- * using the model without the params machinery does not pull it in.
+/* dit_params.c — where the DiT meets the stage API: the `model` table param's schema (what
+ * lua/model_dit.lua presets may say), its conversion to a vf_dit_config, and the port spec
+ * of the items crossing a partition boundary. Separate from dit_layout.c so that code
+ * using the model without the params/ports machinery does not pull it in.
  */
 #include "dit.h"
 
@@ -42,4 +43,15 @@ int vf_dit_config_from_params(const vf_params *m, vf_dit_config *c, vf_status *s
     int rc = vf_dit_config_check(c, st);
     if (rc) vf_status_prefix(st, "model '%s'", vf_param_str(m, "name"));
     return rc;
+}
+
+void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims *max,
+                      vf_dtype dt)
+{
+    const int64_t B = max->B, L = vf_dit_tokens(c, max), D = c->dim;
+    const char *const sx[3] = {"B", "L", ""}, *const sb[3] = {"B", "", ""};
+    vf_port_tensor(p, "x", dt, 3, (const int64_t[]){B, L, D}, sx);
+    vf_port_tensor(p, "e", dt, 2, (const int64_t[]){B, D}, sb);
+    vf_port_tensor(p, "e0", dt, 3, (const int64_t[]){B, 6, D}, sb);
+    vf_port_tensor(p, "ctx", dt, 3, (const int64_t[]){B, c->text_len, D}, sb);
 }

@@ -181,6 +181,33 @@ def run(*args):
     return r.stdout
 
 
+def read_safetensors(path):
+    """The format by hand (u64 header length, JSON header, data), cross-checked with the
+    safetensors package where it is installed."""
+    import json
+    import struct
+    with open(path, "rb") as fh:
+        blob = fh.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", name
+        b, e = info["data_offsets"]
+        arr = np.frombuffer(data[b:e], dtype="<f4").reshape(info["shape"])
+        out[name] = torch.from_numpy(arr.astype(np.float64))
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        return out
+    for name, arr in load_file(path).items():
+        assert np.array_equal(arr.astype(np.float64), out[name].numpy()), name
+    return out
+
+
 def rel(a, b):
     den = np.linalg.norm(b)
     return np.linalg.norm(a - b) / (den if den > 0 else 1.0)
@@ -239,6 +266,13 @@ def check(c, dims, runs, seed):
     with tempfile.TemporaryDirectory() as d:
         f = lambda n: os.path.join(d, n)
         flat.tofile(f("params.bin"))
+        # the C model's safetensors file loads into this module by name, strictly
+        run("save", *cfg, "params=" + f("params.bin"), "out=" + f("model.safetensors"))
+        loaded = read_safetensors(f("model.safetensors"))
+        probe = DiT(c)
+        probe.load_state_dict(loaded, strict=True)
+        for name, p in probe.named_parameters():
+            assert torch.equal(p, sd[name].detach()), "%s differs after the safetensors round trip" % name
         x_t.float().numpy().tofile(f("xt.bin"))
         target.float().numpy().tofile(f("target.bin"))
         t.float().numpy().tofile(f("t.bin"))

@@ -3,6 +3,7 @@
  *
  *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
+ *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
  *   dit_tool grad CFG dims=B,T,H,W params=P xt=X t=T text=I len=N target=Y
  *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
@@ -181,6 +182,15 @@ int main(int argc, char **argv)
         vf_dit_init(l, s ? strtoull(s, NULL, 10) : 0, 0, l->total, p);
         spit(arg(argc, argv, "out") ? arg(argc, argv, "out") : "params.bin", p,
              sizeof(float) * (size_t)l->total);
+        free(p);
+    } else if (strcmp(cmd, "save") == 0) {
+        float *p = slurp(arg(argc, argv, "params"), sizeof(float) * (size_t)l->total);
+        vf_st_writer *w = vf_st_writer_new(&st);
+        const char *out = arg(argc, argv, "out") ? arg(argc, argv, "out") : "model.safetensors";
+        if (!w || vf_dit_st_add(w, l, p, 0, l->total, &st) ||
+            vf_st_writer_save(w, out, VF_ST_ATOMIC, NULL, &st))
+            die(&st);
+        vf_st_writer_free(w);
         free(p);
     } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
         vf_dit_batch b = {0};

@@ -17,12 +17,14 @@
 #include "vf_test.h"
 
 #include "../models/dit.h"
+#include "../runtime/params.h"
 #include "../runtime/philox.h"
 
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
 #include <stdint.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ Philox */
 
@@ -362,6 +364,39 @@ VF_TEST(lua_presets_match_c_presets)
     lua_close(L);
 }
 
+/* The stage-side view: the default `model` JSON, validated against the schema, is the C
+ * tiny preset; a bad model table is refused naming the field; the xfer port spec bounds
+ * an activation item. */
+VF_TEST(model_params_and_ports)
+{
+    vf_status st = {0};
+    vf_params *m = vf_params_from_json(VF_DIT_MODEL_DEFAULT, &st);
+    VF_CHECK_MSG(m != NULL, "%s", st.msg);
+    VF_CHECK_MSG(vf_params_validate(m, vf_dit_model_fields, "dit", "test: ", &st) == 0, "%s", st.msg);
+    vf_dit_config c, tiny;
+    VF_CHECK_MSG(vf_dit_config_from_params(m, &c, &st) == 0, "%s", st.msg);
+    VF_CHECK(vf_dit_preset("tiny", &tiny, &st) == 0);
+    VF_CHECK(memcmp(&c, &tiny, sizeof c) == 0);
+    vf_params_free(m);
+    m = vf_params_from_json("{\"dim\":60,\"heads\":4,\"head_dim\":16}", &st);
+    VF_CHECK(m && vf_params_validate(m, vf_dit_model_fields, "dit", "test: ", &st) == 0);
+    vf_status st2 = {0};
+    VF_CHECK(vf_dit_config_from_params(m, &c, &st2) == VF_EINVAL && strstr(st2.msg, "dim"));
+    vf_params_free(m);
+
+    vf_port_specs ps;
+    memset(&ps, 0, sizeof ps);
+    vf_port_spec *p = vf_port_add(&ps, "act", VF_PORT_OUT, true);
+    vf_dit_dims max = {4, 5, 16, 16};
+    vf_dit_xfer_port(p, &tiny, &max, VF_DTYPE_F32);
+    VF_CHECK_EQ_INT(p->ntensors, 4);
+    VF_CHECK_STR(p->t[0].name, "x");
+    VF_CHECK_EQ_INT(p->t[0].dims[1], 5 * 8 * 8);
+    vf_dit_mem mem;
+    vf_dit_part_memory(&tiny, 0, 2, &max, false, 4, 4, &mem);
+    VF_CHECK(vf_port_max_item_bytes(p) >= mem.xfer - 4 * 64);
+}
+
 VF_TEST(memory_figures_are_the_allocations)
 {
     vf_status st = {0};
@@ -408,6 +443,50 @@ VF_TEST(memory_figures_are_the_allocations)
     vf_dit_part_free(p);
     free(params);
     free(grads);
+    vf_dit_layout_free(l);
+}
+
+VF_TEST(safetensors_round_trip_by_partition)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    float *params = random_params(l, 21);
+    char path[] = "/tmp/test_dit_XXXXXX";
+    int fd = mkstemp(path);
+    VF_CHECK(fd >= 0);
+    vf_st_writer *w = vf_st_writer_new(&st);
+    VF_CHECK(w && vf_dit_st_add(w, l, params, 0, l->total, &st) == 0);
+    VF_CHECK_MSG(vf_st_writer_write_fd(w, fd, path, 0, NULL, &st) == 0, "%s", st.msg);
+    vf_st_writer_free(w);
+    close(fd);
+    vf_st_file *f = NULL;
+    VF_CHECK_MSG(vf_st_open(path, &f, &st) == 0, "%s", st.msg);
+    VF_CHECK_EQ_INT(vf_st_count(f), l->n);
+    int64_t off, n;
+    vf_dit_layout_range(l, 1, 3, &off, &n);
+    float *part = calloc((size_t)n, 4);
+    VF_CHECK_MSG(vf_dit_st_load(f, l, part, off, n, &st) == 0, "%s", st.msg);
+    VF_CHECK(memcmp(part, params + off, (size_t)n * 4) == 0);
+    /* a range that cuts a tensor is refused */
+    vf_status st2 = {0};
+    VF_CHECK(vf_dit_st_load(f, l, part, off + 1, n - 1, &st2) == VF_EINVAL);
+    /* a model of another shape does not load */
+    vf_dit_config c2 = c;
+    c2.ffn = 96;
+    vf_dit_layout *l2 = NULL;
+    VF_CHECK(vf_dit_layout_new(&c2, &l2, &st) == 0);
+    float *all2 = calloc((size_t)l2->total, 4);
+    vf_status st3 = {0};
+    VF_CHECK(vf_dit_st_load(f, l2, all2, 0, l2->total, &st3) != 0);
+    VF_CHECK(strstr(st3.msg, "ffn.0.weight") != NULL);
+    free(all2);
+    vf_dit_layout_free(l2);
+    vf_st_close(f);
+    unlink(path);
+    free(part);
+    free(params);
     vf_dit_layout_free(l);
 }
 

@@ -95,21 +95,21 @@ end
 
 -- Deep copy of a params value, rejecting what cannot become JSON, so the error points
 -- at the p:stage line and later edits of the caller's table do not leak in.
-local function copy_value(v, path, seen)
+local function copy_value(v, path, seen, ctx)
   local t = type(v)
   if t == "string" or t == "number" or t == "boolean" then return v end
-  if t ~= "table" then fail("param '%s': a %s cannot be a param value", path, t) end
+  if t ~= "table" then fail("%sparam '%s': a %s cannot be a param value", ctx, path, t) end
   local mt = getmetatable(v)
   if mt == Stage or mt == Port or mt == Group or mt == Pipeline then
-    fail("param '%s': a %s cannot be a param value (connect stages with p:connect)", path,
-         mt.__name:gsub("^vflow%.", ""))
+    fail("%sparam '%s': a %s cannot be a param value (connect stages with p:connect)", ctx, path,
+         (mt.__name:gsub("^vflow%.", "")))
   end
-  if seen[v] then fail("param '%s': a table cannot contain itself", path) end
+  if seen[v] then fail("%sparam '%s': a table cannot contain itself", ctx, path) end
   seen[v] = true
   local out = {}
   for k, x in pairs(v) do
     local sub = type(k) == "number" and (path .. "[" .. tostring(k) .. "]") or (path .. "." .. tostring(k))
-    out[k] = copy_value(x, sub, seen)
+    out[k] = copy_value(x, sub, seen, ctx)
   end
   seen[v] = nil
   return out
@@ -139,10 +139,11 @@ function Pipeline:raw_stage(kind, params)
     fail("duplicate stage name '%s' (first defined at %s); give one of them name = \"...\"", name, prev.where)
   end
   local copied = {}
+  local ctx = string.format("stage '%s' (%s): ", name, kind)
   for k, v in pairs(params) do
     if not RESERVED[k] then
-      if type(k) ~= "string" then fail("stage '%s': param keys must be names, got a %s key", name, type(k)) end
-      copied[k] = copy_value(v, k, {})
+      if type(k) ~= "string" then fail("%sparam keys must be names, got a %s key", ctx, type(k)) end
+      copied[k] = copy_value(v, k, {}, ctx)
     end
   end
   local s = setmetatable({ name = name, kind = kind, params = copied, worker = worker,

@@ -437,17 +437,21 @@ static int l_msgh(lua_State *L)
     luaL_buffinit(L, &b);
     lua_pushvalue(L, -2);
     luaL_addvalue(&b);
-    /* The script's own frames, when there is more than the one the message names. */
+    /* The script's own frames, when there is more than the one the message names.
+     * lua_getstack walks from the top, so both loops stop early: a stack overflow
+     * leaves ~200000 frames. */
     lua_Debug ar;
-    int frames = 0;
-    for (int level = 1; lua_getstack(L, level, &ar); level++)
+    int frames = 0, shown = 0;
+    for (int level = 1; frames < 2 && lua_getstack(L, level, &ar); level++)
         if (lua_getinfo(L, "Sl", &ar) && ar.source[0] == '@' && ar.currentline > 0) frames++;
-    bool header = false;
     for (int level = 1; frames > 1 && lua_getstack(L, level, &ar); level++) {
         if (!lua_getinfo(L, "Sln", &ar) || ar.source[0] != '@' || ar.currentline <= 0) continue;
         char line[512];
-        if (!header) luaL_addstring(&b, "\nstack traceback:");
-        header = true;
+        if (shown == 0) luaL_addstring(&b, "\nstack traceback:");
+        if (shown++ == 10) {
+            luaL_addstring(&b, "\n  ...");
+            break;
+        }
         if (*ar.what == 'm')
             snprintf(line, sizeof line, "\n  %s:%d: in main chunk", ar.source + 1, ar.currentline);
         else if (ar.name)

@@ -81,7 +81,11 @@ CASES = [
      "{f}:4: connect: unknown option 'capcity'; did you mean 'capacity'? (options: capacity, loop, transport)"),
     ("stage_as_param",
      'local s = p:stage("synthetic", {})\nlocal m = p:stage("passthrough", { from = s })\nreturn p\n', [],
-     "{f}:4: param 'from': a stage cannot be a param value (connect stages with p:connect)"),
+     "{f}:4: stage 'passthrough' (passthrough): param 'from': a stage cannot be a param value "
+     "(connect stages with p:connect)"),
+    ("deep_recursion",
+     '!local function f(n) return f(n + 1) + 1 end\nf(1)\n', [],
+     "{f}:1: stack overflow"),
     ("lua_syntax_error",
      'local s = p:stage("synthetic", {)\nreturn p\n', [],
      "{f}:3: unexpected symbol near ')'"),
@@ -213,6 +217,10 @@ def main():
             if name == "lua_runtime_error":
                 # the script's own frames, innermost first
                 tb = ["stack traceback:", f"  {fname}:3: in function 'knobs'", f"  {fname}:6: in main chunk"]
+                if lines[1:] != tb:
+                    fail(name, f"traceback {lines[1:]!r}, want {tb!r}")
+            elif name == "deep_recursion":
+                tb = ["stack traceback:"] + [f"  {fname}:1: in function 'f'"] * 10 + ["  ..."]
                 if lines[1:] != tb:
                     fail(name, f"traceback {lines[1:]!r}, want {tb!r}")
             elif len(lines) != 1:

@@ -4,8 +4,9 @@
  * expands `workers = N` into N instances, lua/decode.lua), cuts each file into clips
  * (decode_clip.h) and decodes them with the core of decode_av.h into u8 (T, H, W, 3) RGB
  * items (docs/ITEMS.md, port "out"). Each instance runs in a worker process of its own
- * (VF_STAGE_OWN_WORKER): a crash or a hang in libav takes down one decoder, which the
- * supervisor restarts, never the run.
+ * (VF_STAGE_OWN_WORKER), so libav's failures stay there: decode_guard.h records a file
+ * that crashes the decoder or hangs it past its deadline (the worker ends and the run
+ * fails naming the file) and later runs in the same run dir skip it.
  *
  * A file that cannot give its clips (corrupt, truncated, empty, not a video, audio only,
  * too short, over max_pixels, past its deadline) goes to <run dir>/quarantine.jsonl with
@@ -16,6 +17,7 @@
  */
 #include "decode_av.h"
 #include "decode_clip.h"
+#include "decode_guard.h"
 #include "decode_manifest.h"
 
 #include <libavutil/log.h>
@@ -266,8 +268,18 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
                  meta, META_BYTES);
         return 1;
     }
+    if (stat(r->path, &sb) != 0) memset(&sb, 0, sizeof sb);
+    int64_t mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+    char src[33];
+    source_id(r->path, (int64_t)sb.st_size, mtime_ns, src);
+    char prior[600];
+    if (vf_decode_guard_known(r->path, src, prior, sizeof prior)) {
+        snprintf(why, whyn, "skipped: an earlier run in this run dir recorded: %s", prior);
+        return 1;
+    }
     vf_decode_opts o = d->av;
     o.fps_hint = r->fps;
+    vf_decode_guard_enter(r->path, src, o.deadline_s);
     rc = vf_decode_open(r->path, &o, &f, &fst);
     if (rc < 0) goto bad;
     const vf_decode_info *info = vf_decode_get_info(f);
@@ -277,10 +289,6 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     co.end_s = r->end_s;
     rc = vf_clip_plan_make(times, info->nframes, info->duration_s, &co, &plan, &fst);
     if (rc < 0) goto bad;
-    if (stat(r->path, &sb) != 0) memset(&sb, 0, sizeof sb);
-    int64_t mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
-    char src[33];
-    source_id(r->path, (int64_t)sb.st_size, mtime_ns, src);
     const int64_t shape[4] = {d->T, d->H, d->W, 3};
     for (int64_t k = 0; k < plan.nclips; k++) {
         if (vf_stopping(ctx)) { rc = VF_ESTOPPED; goto done; }
@@ -299,7 +307,9 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         if (rc < 0) goto done;
         double t0 = mono_s();
         rc = vf_send(out, it, st);
-        vf_decode_deadline_extend(f, mono_s() - t0); /* waiting for credit is not decoding */
+        double waited = mono_s() - t0; /* waiting for credit is not decoding */
+        vf_decode_deadline_extend(f, waited);
+        vf_decode_guard_extend(waited);
         if (rc < 0) goto done;
         sent++;
         (*nclips)++;
@@ -320,6 +330,7 @@ bad:
 done:
     vf_clip_plan_fini(&plan);
     vf_decode_close(f);
+    vf_decode_guard_leave();
     return rc;
 }
 
@@ -332,10 +343,13 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     char why[1536];
     const int64_t nfiles = d->man.n;
     if (!out) VF_FAIL(st, VF_EUSAGE, "decode: output port 'out' is not connected");
+    /* libav stuck inside one call for the deadline plus this grace = a hung decoder */
+    double grace = d->av.deadline_s * 0.25 > 5 ? d->av.deadline_s * 0.25 : 5;
+    VF_TRY(vf_decode_guard_start(vf_run_dir(ctx), vf_stage_name(s), grace, st));
     vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%dx%d, %d frames)", (long long)nfiles,
            (long long)d->man.total, d->man.origin, d->W, d->H, d->T);
     for (int64_t i = 0; i < nfiles; i++) {
-        if (vf_stopping(ctx)) return VF_ESTOPPED;
+        if (vf_stopping(ctx)) { rc = VF_ESTOPPED; goto fail; }
         const vf_manifest_row *r = &d->man.rows[i];
         rc = do_file(d, ctx, out, r, &nclips, why, sizeof why, st);
         if (rc < 0) goto fail;
@@ -367,8 +381,10 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     }
     vf_log(ctx, VF_LOG_INFO, "done: %lld files, %lld clips, %lld quarantined", (long long)done,
            (long long)nclips, (long long)bad);
+    vf_decode_guard_stop();
     return 0;
 fail:
+    vf_decode_guard_stop();
     return rc;
 }
 

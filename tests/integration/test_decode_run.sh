@@ -4,7 +4,9 @@
 # too short): every bad file lands in quarantine.jsonl with a reason, every good one
 # gives its clips (null_sink checks the exact count), exit 0; workers = 2 splits the
 # files between two decode processes; max_bad_fraction aborts with exit 1 and a message
-# naming the fraction; a missing manifest or contradictory params exit 2.
+# naming the fraction; a missing manifest or contradictory params exit 2; a decoder that
+# hangs inside libav or crashes (simulated with VFLOW_FAULT_DECODE) fails the run naming
+# the file, and the next run in the same run dir skips that file and succeeds.
 # vflow-test: labels=decode timeout=300
 set -euo pipefail
 
@@ -47,6 +49,7 @@ local p = vf.pipeline "decode_run"
 local d = p:stage("decode", {
   source = a.source, manifest = a.manifest, frames = 8, size = { 40, 32 },
   workers = a.workers or 1, max_bad_fraction = a.max_bad or 1.0, stride = a.stride, fps = a.fps,
+  deadline_s = a.deadline,
 })
 if (a.workers or 1) > 1 then
   for i, m in ipairs(d.members) do
@@ -111,4 +114,29 @@ rc=0
 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set stride=2 --set fps=10 --run-dir "$tmp/r5" >"$tmp/out5" 2>&1 || rc=$?
 [ $rc -eq 2 ] || { cat "$tmp/out5"; fail "stride+fps: exit $rc, want 2"; }
 grep -q "not both" "$tmp/out5" || { cat "$tmp/out5"; fail "stride+fps: unclear message"; }
+# 5. a hung decoder: the watchdog ends the worker past deadline + grace (5 s), names the
+#    file; the rerun skips it
+rc=0
+VFLOW_FAULT_DECODE=hang:good_mpeg4.avi "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set deadline=1 \
+  --run-dir "$tmp/r6" >"$tmp/out6" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/out6"; fail "hang: exit $rc, want 1"; }
+grep -q "good_mpeg4.avi: decoder hung" "$tmp/out6" || { cat "$tmp/out6"; fail "hang: file not named"; }
+grep -q "good_mpeg4.avi" "$tmp/r6/decode_fatal.jsonl" || fail "hang: not recorded"
+rc=0
+VFLOW_FAULT_DECODE=hang:good_mpeg4.avi "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set deadline=1 \
+  --set expect=5 --run-dir "$tmp/r6" >"$tmp/out7" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { cat "$tmp/out7"; fail "rerun after hang: exit $rc, want 0"; }
+grep -q 'good_mpeg4.avi","reason":"skipped' "$tmp/r6/quarantine.jsonl" || fail "rerun after hang: not skipped"
+
+# 6. a crashing decoder (SIGSEGV): recorded by the signal handler, skipped on rerun
+rc=0
+VFLOW_FAULT_DECODE=crash:good_h264.mp4 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" \
+  --run-dir "$tmp/r8" >"$tmp/out8" 2>&1 || rc=$?
+[ $rc -eq 1 ] || { cat "$tmp/out8"; fail "crash: exit $rc, want 1"; }
+grep -q "SIGSEGV" "$tmp/out8" || { cat "$tmp/out8"; fail "crash: signal not reported"; }
+grep -q 'good_h264.mp4.*decoder crashed (SIGSEGV)' "$tmp/r8/decode_fatal.jsonl" || fail "crash: not recorded"
+rc=0
+VFLOW_FAULT_DECODE=crash:good_h264.mp4 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set expect=4 \
+  --run-dir "$tmp/r8" >"$tmp/out9" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { cat "$tmp/out9"; fail "rerun after crash: exit $rc, want 0"; }
 echo "ok"

@@ -62,13 +62,13 @@ static void run(const char *label, int64_t N, int64_t C, int64_t OC)
     double tn = now() - t0;
     double gn = 2.0 * nn * C * OC / tn / 1e9;
 
-    const char *def = vf_cpu_gemm_isa();
+    const char *def = vf_cpu_isa();
     float *first = malloc(sizeof(float) * N * OC);
     vf_cpu_matmul_fwd(first, inp, w, bias, N, C, OC);
     int ok_naive = memcmp(first, ref, sizeof(float) * nn * OC) == 0;
     const char *isas[] = {"avx512", "avx2", "generic"};
     for (int i = 0; i < 3; i++) {
-        if (vf_cpu_gemm_set_isa(isas[i]) != 0) continue;
+        if (vf_cpu_set_isa(isas[i]) != 0) continue;
         vf_cpu_matmul_fwd(out, inp, w, bias, N, C, OC); /* warm-up */
         int reps = 0;
         double t = 0;
@@ -85,18 +85,20 @@ static void run(const char *label, int64_t N, int64_t C, int64_t OC)
                label, (long long)N, (long long)C, (long long)OC, isas[i], g, gn, g / gn,
                same ? "yes" : "NO", ok_naive ? "yes" : "NO");
     }
-    vf_cpu_gemm_set_isa(def);
+    vf_cpu_set_isa(def);
     free(inp), free(w), free(bias), free(out), free(ref), free(first);
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1) omp_set_num_threads(atoi(argv[1]));
-    printf("threads %d, default isa %s\n", omp_get_max_threads(), vf_cpu_gemm_isa());
+    printf("threads %d, default isa %s\n", omp_get_max_threads(), vf_cpu_isa());
     run("square", 1024, 1024, 1024);
-    /* DiT-tiny-like: 2 clips × 256 tokens, width 128, MLP 4× */
-    run("dit-tiny qkv (512x128->384)", 512, 128, 384);
-    run("dit-tiny mlp up", 512, 128, 512);
-    run("dit-tiny mlp down", 512, 512, 128);
+    /* DiT "tiny" preset (dim 64, ffn 256) on 2 clips of 192 tokens */
+    run("dit-tiny qkv/out 384x64->64", 384, 64, 64);
+    run("dit-tiny mlp up 384x64->256", 384, 64, 256);
+    run("dit-tiny mlp down 384x256->64", 384, 256, 64);
+    /* a larger DiT block (dim 512, ffn 2048, 1024 tokens) */
+    run("dit-512 mlp up 1024x512->2048", 1024, 512, 2048);
     return 0;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <omp.h>
 
+
 #include "cpu_internal.h"
 #include "cpu_ops.h"
 
@@ -44,7 +45,9 @@ void vf_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k
     const double work = (double)B * H * Lq * Lk * D;
 #pragma omp parallel if (work > VF_CPU_PAR_MIN && ntask > 1)
     {
+        const vf_cpu_simd *isa = vf_cpu_simd_get();
         float *S = vf_cpu_scratch((size_t)(BQ * (Lk > 0 ? Lk : 1)) * sizeof(float));
+        double *E = vf_cpu_scratch((size_t)(Lk > 0 ? Lk : 1) * sizeof(double));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < ntask; t++) {
             int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * BQ;
@@ -60,11 +63,13 @@ void vf_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k
             scores(S, q, k, b, h, i0, nq, Lq, Lk, H, D, scale);
             for (int64_t i = 0; i < nq; i++) {
                 float *s = S + i * Lk;
-                double mx = s[0], sum = 0.0;
+                float mx = s[0];
                 for (int64_t j = 1; j < Lk; j++) mx = s[j] > mx ? s[j] : mx;
-                for (int64_t j = 0; j < Lk; j++) sum += exp((double)s[j] - mx);
-                float l = (float)(mx + log(sum));
-                for (int64_t j = 0; j < Lk; j++) s[j] = (float)exp((double)s[j] - (double)l);
+                isa->exp_f64(E, s, mx, Lk);
+                double sum = 0.0;
+                for (int64_t j = 0; j < Lk; j++) sum += E[j];
+                float l = (float)((double)mx + log(sum));
+                isa->exp_f32(s, s, l, Lk);
                 if (lse) lse[(b * H + h) * Lq + i0 + i] = l;
             }
             /* o (nq × D, ldc H·D) = P · v[b, :, h] */
@@ -74,6 +79,7 @@ void vf_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k
             vf_cpu_gemm(&g, 0);
         }
         vf_cpu_scratch_free(S);
+        vf_cpu_scratch_free(E);
     }
 }
 
@@ -109,6 +115,7 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
         const int64_t nqb = (Lq + BQ - 1) / BQ, ntask = B * H * nqb;
 #pragma omp parallel if (work > VF_CPU_PAR_MIN && ntask > 1)
         {
+            const vf_cpu_simd *isa = vf_cpu_simd_get();
             float *S = vf_cpu_scratch((size_t)(BQ * Lk) * sizeof(float));
             float *G = vf_cpu_scratch((size_t)(BQ * Lk) * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
@@ -117,9 +124,7 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
                 int64_t nq = Lq - i0 < BQ ? Lq - i0 : BQ;
                 const float *l = lse + (b * H + h) * Lq + i0;
                 scores(S, q, k, b, h, i0, nq, Lq, Lk, H, D, scale);
-                for (int64_t i = 0; i < nq; i++)
-                    for (int64_t j = 0; j < Lk; j++)
-                        S[i * Lk + j] = (float)exp((double)S[i * Lk + j] - (double)l[i]);
+                for (int64_t i = 0; i < nq; i++) isa->exp_f32(S + i * Lk, S + i * Lk, l[i], Lk);
                 /* G = dO · vᵀ */
                 vf_gemm gp = {.M = nq, .N = Lk, .K = D, .A = dout + ((b * Lq + i0) * H + h) * D,
                               .sam = HD, .sak = 1, .B = v + (b * Lk * H + h) * D, .sbk = 1,
@@ -142,6 +147,7 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
         const int64_t nkb = (Lk + BK - 1) / BK, ntask = B * H * nkb;
 #pragma omp parallel if (work > VF_CPU_PAR_MIN && ntask > 1)
         {
+            const vf_cpu_simd *isa = vf_cpu_simd_get();
             float *S = vf_cpu_scratch((size_t)(BK * Lq) * sizeof(float));
             float *G = vf_cpu_scratch((size_t)(BK * Lq) * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
@@ -156,9 +162,7 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
                 vf_gemm gs = {.M = nk, .N = Lq, .K = D, .A = kb, .sam = HD, .sak = 1, .B = qh,
                               .sbk = 1, .sbn = HD, .C = S, .ldc = Lq, .alpha = scale};
                 vf_cpu_gemm(&gs, 0);
-                for (int64_t j = 0; j < nk; j++)
-                    for (int64_t i = 0; i < Lq; i++)
-                        S[j * Lq + i] = (float)exp((double)S[j * Lq + i] - (double)l[i]);
+                for (int64_t j = 0; j < nk; j++) isa->exp_sub_f32(S + j * Lq, l, Lq);
                 if (dv) { /* dv_blk += Pᵀ · dO */
                     vf_gemm g = {.M = nk, .N = D, .K = Lq, .A = S, .sam = Lq, .sak = 1, .B = gh,
                                  .sbk = HD, .sbn = 1, .C = dv + ((b * Lk + j0) * H + h) * D,

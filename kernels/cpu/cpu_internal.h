@@ -1,7 +1,9 @@
 /* cpu_internal.h — shared plumbing of the CPU backend's kernel files (not public).
  *
  * Include it AFTER the system headers: it switches floating-point contraction off for
- * the rest of the translation unit. The CPU backend promises the same bits for the same
+ * the rest of the translation unit (and lets the vectoriser use its dynamic cost model:
+ * the build compiles kernels at -O2, whose "very cheap" model skips every loop that needs
+ * an epilogue — that is, nearly all of ours). The CPU backend promises the same bits for the same
  * inputs on every thread count and every x86 ISA path (kernels/cpu/gemm.c dispatches
  * AVX-512 / AVX2 / baseline micro-kernels); that holds only if every a*b+c is two IEEE
  * operations. C11 mode already defaults to -ffp-contract=off, but a gnu11 build or a
@@ -15,13 +17,15 @@
 #ifndef VF_CPU_INTERNAL_H
 #define VF_CPU_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../runtime/vflow.h"
 
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 
 /* Below this many scalar operations a kernel runs on the calling thread: an OpenMP
  * fork costs a few microseconds. Thresholds never change results, only speed. */
@@ -33,6 +37,45 @@
  * vf_cpu_scratch_free. */
 void *vf_cpu_scratch(size_t bytes);
 void vf_cpu_scratch_free(void *p);
+
+/* exp in double from basic IEEE operations only: 2^n · p(r), n = round(x/ln2),
+ * r = x − n·ln2 (Cody–Waite with fdlibm's two-part ln2), p the degree-13 Taylor
+ * polynomial (truncation < 5e-18 on |r| ≤ ln2/2), so ~1 ulp of double. Why not libm:
+ * glibc picks an FMA or a non-FMA exp by CPU, and its calls block vectorisation; this
+ * one vectorises (loops of it run 2–8 lanes wide) and gives the same bits on every x86
+ * path. Range: below −708 it returns e^−708 (callers round to f32, where that is 0);
+ * above 709 it returns +inf (already inf in f32); NaN stays NaN. */
+static inline double vf_cpu_exp(double x)
+{
+    const double shifter = 0x1.8p52, inv_ln2 = 0x1.71547652b82fep0;
+    const double ln2_hi = 0x1.62e42feep-1, ln2_lo = 0x1.a39ef35793c76p-33;
+    double xc = x < -708.0 ? -708.0 : x;
+    xc = xc > 709.0 ? 709.0 : xc;
+    double kd = xc * inv_ln2 + shifter; /* round(x/ln2) in the low mantissa bits */
+    double n = kd - shifter;
+    double r = (xc - n * ln2_hi) - n * ln2_lo;
+    double p = 1.0 / 6227020800.0; /* 1/13! */
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    uint64_t ki, bits;
+    memcpy(&ki, &kd, sizeof ki);
+    bits = (ki + 1023) << 52; /* 2^n: n + 1023 into the exponent field */
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    double res = p * scale;
+    return x > 709.0 ? (double)INFINITY : res;
+}
 
 /* ---- the GEMM engine (gemm.c): C = init + alpha · A·B with f64 accumulation.
  *
@@ -60,5 +103,28 @@ typedef struct vf_gemm {
 /* Runs g; parallel = 0 keeps it on the calling thread (callers already inside an
  * OpenMP region), 1 splits output tiles across threads. */
 void vf_cpu_gemm(const vf_gemm *g, int parallel);
+
+#define VF_GEMM_KC 256 /* k block: a KC row of the packed panels stays in cache */
+
+/* ---- the hot loops, one build per ISA (simd_body.h, simd.c); all builds give the same
+ * bits. vf_cpu_simd_get returns the build in use (see vf_cpu_set_isa). */
+typedef struct vf_cpu_simd {
+    const char *name;
+    int mr, nr; /* gemm micro-tile */
+    /* one output tile of g over all K (see gemm.c); Ap ≥ mc·KC, Bp ≥ nc·KC and
+     * Cb ≥ mc·nc doubles rounded up to MR, NR multiples */
+    void (*gemm_tile)(const vf_gemm *g, int64_t m0, int64_t mc, int64_t n0, int64_t nc,
+                      double *Ap, double *Bp, double *Cb);
+    void (*exp_f64)(double *e, const float *s, double shift, int64_t n); /* e = exp(s − shift) */
+    void (*exp_f32)(float *p, const float *s, double shift, int64_t n);  /* p = (float)… */
+    /* p[i] = (float)exp(p[i] − shift[i]) */
+    void (*exp_sub_f32)(float *p, const float *shift, int64_t n);
+    void (*gelu_fwd)(float *out, const float *inp, int64_t n);
+    void (*gelu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n);
+    void (*silu_fwd)(float *out, const float *inp, int64_t n);
+    void (*silu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n);
+} vf_cpu_simd;
+
+const vf_cpu_simd *vf_cpu_simd_get(void);
 
 #endif

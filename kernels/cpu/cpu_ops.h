@@ -5,7 +5,7 @@
  * gradients rule are those of ops.h; what is specific to the CPU implementation is
  * said here. Every function is thread-safe, allocates no memory that outlives the call,
  * and returns the same bits for the same inputs on any OpenMP thread count and on every
- * gemm ISA path (see vf_cpu_gemm_set_isa).
+ * ISA path (see vf_cpu_set_isa).
  *
  * Aliasing: unless a comment says otherwise, outputs must not overlap inputs. Allowed:
  * add (out may be a or b), axpy (none needed), gated_add_fwd (out == x), rope_fwd and
@@ -22,14 +22,14 @@
 extern "C" {
 #endif
 
-/* ---- gemm ISA path (gemm.c). The micro-kernel is chosen at first use from the CPU
- * (avx512 > avx2 > generic) or from the environment variable VFLOW_CPU_ISA. All paths
- * compute each output with the same sequence of double operations, so they agree
- * bit for bit; the choice only changes speed. vf_cpu_gemm_set_isa is for tests and
- * benchmarks: not safe while another thread runs a kernel. Returns 0, or VF_EINVAL
- * for an unknown name or an ISA this CPU lacks. */
-int vf_cpu_gemm_set_isa(const char *name);
-const char *vf_cpu_gemm_isa(void);
+/* ---- ISA path of the hot loops (simd.c: gemm, softmax exponentials, GELU, SiLU).
+ * Chosen at first use from the CPU (avx512 > avx2 > generic) or from the environment
+ * variable VFLOW_CPU_ISA. All paths compute each output with the same sequence of
+ * double operations, so they agree bit for bit; the choice only changes speed.
+ * vf_cpu_set_isa is for tests and benchmarks: not safe while another thread runs a
+ * kernel. Returns 0, or VF_EINVAL for an unknown name or an ISA this CPU lacks. */
+int vf_cpu_set_isa(const char *name);
+const char *vf_cpu_isa(void);
 
 /* ---- memory (memory.c): host memory through vf_alloc (accounted to the caller). */
 void *vf_cpu_alloc(size_t bytes, vf_status *st);

@@ -2,12 +2,10 @@
  *
  * Each element is computed in double from its float inputs and rounded once, so the
  * results are as close to the exact function as f32 storage allows and independent of
- * how the range is split across threads or vector lanes. Transcendentals (tanh, exp)
- * come from libm in double; glibc may pick an FMA variant by CPU, but those differ in
- * the last bits of a double only, which the rounding to float absorbs except in
- * astronomically rare ties.
+ * how the range is split across threads or vector lanes. The exponential is the
+ * backend's own (vf_cpu_exp, basic IEEE operations only), not libm's, so the bits do not
+ * depend on which libm variant a CPU gets.
  */
-#include <math.h>
 #include <omp.h>
 
 #include "cpu_internal.h"
@@ -29,55 +27,49 @@ void vf_cpu_axpy(float *y, const float *x, float alpha, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = (float)((double)y[i] + al * (double)x[i]);
 }
 
-/* torch.nn.GELU(approximate="tanh"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
-#define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
-#define GELU_C 0.044715
+/* GELU (tanh) and SiLU: the loops are in simd_body.h (per-ISA builds, same bits);
+ * here the range is cut into fixed chunks for the threads. */
+#define CHUNK 4096
+
+typedef void (*unary_fn)(float *out, const float *inp, int64_t n);
+typedef void (*unary_bwd_fn)(float *dinp, const float *dout, const float *inp, int64_t n);
+
+static void unary(unary_fn f, float *out, const float *inp, int64_t n)
+{
+    const int64_t nch = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t i0 = c * CHUNK;
+        f(out + i0, inp + i0, n - i0 < CHUNK ? n - i0 : CHUNK);
+    }
+}
+
+static void unary_bwd(unary_bwd_fn f, float *dinp, const float *dout, const float *inp, int64_t n)
+{
+    const int64_t nch = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
+    for (int64_t c = 0; c < nch; c++) {
+        int64_t i0 = c * CHUNK;
+        f(dinp + i0, dout + i0, inp + i0, n - i0 < CHUNK ? n - i0 : CHUNK);
+    }
+}
 
 void vf_cpu_gelu_fwd(float *out, const float *inp, int64_t n)
 {
-#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double t = tanh(GELU_K * (x + GELU_C * x * x * x));
-        out[i] = (float)(0.5 * x * (1.0 + t));
-    }
+    unary(vf_cpu_simd_get()->gelu_fwd, out, inp, n);
 }
 
 void vf_cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, int64_t n)
 {
-#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double t = tanh(GELU_K * (x + GELU_C * x * x * x));
-        double dt = GELU_K * (1.0 + 3.0 * GELU_C * x * x);
-        double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dt;
-        dinp[i] = (float)((double)dinp[i] + g * (double)dout[i]);
-    }
-}
-
-/* SiLU: x·σ(x); σ written so that exp never overflows. */
-static inline double sigmoid(double x)
-{
-    if (x >= 0) return 1.0 / (1.0 + exp(-x));
-    double e = exp(x);
-    return e / (1.0 + e);
+    unary_bwd(vf_cpu_simd_get()->gelu_bwd, dinp, dout, inp, n);
 }
 
 void vf_cpu_silu_fwd(float *out, const float *inp, int64_t n)
 {
-#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double x = inp[i];
-        out[i] = (float)(x * sigmoid(x));
-    }
+    unary(vf_cpu_simd_get()->silu_fwd, out, inp, n);
 }
 
 void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n)
 {
-#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double x = inp[i], s = sigmoid(x);
-        double g = s * (1.0 + x * (1.0 - s));
-        dinp[i] = (float)((double)dinp[i] + g * (double)dout[i]);
-    }
+    unary_bwd(vf_cpu_simd_get()->silu_bwd, dinp, dout, inp, n);
 }

@@ -134,7 +134,7 @@ VF_TEST(matmul_same_bits_any_thread_count)
 
 VF_TEST(matmul_same_bits_every_isa)
 {
-    const char *def = vf_cpu_gemm_isa();
+    const char *def = vf_cpu_isa();
     fprintf(stderr, "  default gemm ISA: %s\n", def);
     mmrun m = mm_make(77, 301, 45);
     mm_run(&m);
@@ -143,7 +143,7 @@ VF_TEST(matmul_same_bits_every_isa)
     const char *isas[] = {"avx512", "avx2", "generic"};
     int tried = 0;
     for (int i = 0; i < 3; i++) {
-        if (vf_cpu_gemm_set_isa(isas[i]) != 0) continue;
+        if (vf_cpu_set_isa(isas[i]) != 0) continue;
         tried++;
         mm_run(&m);
         int same = !memcmp(out, m.out, sizeof(float) * 77 * 45) &&
@@ -153,8 +153,8 @@ VF_TEST(matmul_same_bits_every_isa)
         fprintf(stderr, "  isa %-8s %s\n", isas[i], same ? "same bits" : "DIFFERENT");
     }
     VF_CHECK(tried >= 1);
-    VF_CHECK(vf_cpu_gemm_set_isa("no-such-isa") == VF_EINVAL);
-    VF_CHECK(vf_cpu_gemm_set_isa(def) == 0);
+    VF_CHECK(vf_cpu_set_isa("no-such-isa") == VF_EINVAL);
+    VF_CHECK(vf_cpu_set_isa(def) == 0);
     free(out), free(dx), free(dw);
     mm_free(&m);
 }

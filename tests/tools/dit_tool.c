@@ -148,12 +148,13 @@ static void parse_dims(int argc, char **argv, vf_dit_dims *d)
     }
 }
 
-static double now_ms(void)
+static double clock_ms(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv)
 {
@@ -243,15 +244,21 @@ int main(int argc, char **argv)
         } else {
             int steps = (s = arg(argc, argv, "steps")) ? atoi(s) : 5;
             run_step(be, l, parts, recompute, params, grads, &b, NULL); /* warm-up */
-            double t0 = now_ms();
+            double t0 = now_ms(), c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID);
             double loss = 0;
             for (int i = 0; i < steps; i++) {
                 memset(grads, 0, np * 4);
                 loss = run_step(be, l, parts, recompute, params, grads, &b, NULL);
             }
             double ms = (now_ms() - t0) / steps;
-            printf("params %lld tokens/sample %lld step_ms %.2f loss %.6f\n",
-                   (long long)l->total, (long long)vf_dit_tokens(&c, &b.dims), ms, loss);
+            double cpu = (clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps;
+            /* REFERENCE.md: 6·N·S + 12·L·d·S² + 12·L·d·S·S_txt per sample */
+            double S = (double)vf_dit_tokens(&c, &b.dims), St = c.text_len;
+            double flop = b.dims.B * (6.0 * (double)l->total * S +
+                                      12.0 * c.depth * c.dim * S * (S + St));
+            printf("params %lld tokens/sample %lld step_ms %.2f cpu_ms %.2f GFLOP/step %.3f "
+                   "GFLOP/s %.2f loss %.6f\n", (long long)l->total, (long long)S, ms, cpu,
+                   flop / 1e9, flop / 1e6 / ms, loss);
         }
         free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
             free(pred);

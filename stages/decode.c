@@ -250,7 +250,8 @@ fail:
     return rc;
 }
 
-/* Decodes one file. 0: done (clips sent); 1: bad file, reason in why; <0: run failure. */
+/* Decodes one file. 0: done (clips sent); 1: bad file, reason in why; 2: the run is
+ * draining, stop producing; <0: run failure. */
 static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_row *r,
                    int64_t *nclips, char *why, size_t whyn, vf_status *st)
 {
@@ -291,7 +292,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     if (rc < 0) goto bad;
     const int64_t shape[4] = {d->T, d->H, d->W, 3};
     for (int64_t k = 0; k < plan.nclips; k++) {
-        if (vf_stopping(ctx)) { rc = VF_ESTOPPED; goto done; }
+        if (vf_stopping(ctx)) { rc = 2; goto done; } /* drain: end the stream here */
         const int64_t *idx = plan.idx + k * d->T;
         vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 4, shape, st); /* (T, H, W, 3) */
         if (!t) { rc = st->code ? st->code : VF_ENOMEM; goto done; }
@@ -349,10 +350,12 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%dx%d, %d frames)", (long long)nfiles,
            (long long)d->man.total, d->man.origin, d->W, d->H, d->T);
     for (int64_t i = 0; i < nfiles; i++) {
-        if (vf_stopping(ctx)) { rc = VF_ESTOPPED; goto fail; }
+        /* drain (first SIGINT): stop producing; returning 0 ends the stream cleanly */
+        if (vf_stopping(ctx)) break;
         const vf_manifest_row *r = &d->man.rows[i];
         rc = do_file(d, ctx, out, r, &nclips, why, sizeof why, st);
         if (rc < 0) goto fail;
+        if (rc == 2) break;
         done++;
         if (rc == 1) {
             bad++;

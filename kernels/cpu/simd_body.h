@@ -41,20 +41,30 @@ static void SFX(kern)(int64_t kc, const double *A, const double *B, double *C, i
 }
 
 /* Packs `cnt` ≤ R rows (stride srow between rows, sstep along k) of kc elements into a
- * panel dst[k*R + r], zero rows beyond cnt. Writes are contiguous; the R source rows
- * are read as R sequential streams. */
+ * panel dst[k*R + r], zero rows beyond cnt. */
 static void SFX(pack)(double *dst, const float *src, int64_t srow, int64_t sstep, int cnt,
                       int R, int64_t kc)
 {
-    for (int64_t k = 0; k < kc; k++) {
-        const float *s = src + k * sstep;
-        double *d = dst + k * R;
-        if (srow == 1)
-            for (int r = 0; r < cnt; r++) d[r] = s[r];
-        else
-            for (int r = 0; r < cnt; r++) d[r] = s[r * srow];
-        for (int r = cnt; r < R; r++) d[r] = 0.0;
+    if (srow == 1 || sstep != 1) { /* contiguous writes; rows adjacent or k strided */
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = src + k * sstep;
+            double *d = dst + k * R;
+            if (srow == 1)
+                for (int r = 0; r < cnt; r++) d[r] = s[r];
+            else
+                for (int r = 0; r < cnt; r++) d[r] = s[r * srow];
+            for (int r = cnt; r < R; r++) d[r] = 0.0;
+        }
+        return;
     }
+    /* row-major rows (k contiguous): read each row as one stream; the strided writes
+     * stay within the panel, which is in L1 */
+    for (int r = 0; r < cnt; r++) {
+        const float *s = src + r * srow;
+        for (int64_t k = 0; k < kc; k++) dst[k * R + r] = s[k];
+    }
+    for (int r = cnt; r < R; r++)
+        for (int64_t k = 0; k < kc; k++) dst[k * R + r] = 0.0;
 }
 
 /* One output tile [m0, m0+mc) × [n0, n0+nc) over all K, then the write-back. Cb holds

@@ -108,10 +108,11 @@ return p
 
 TORCH_CHILD = r"""
 import importlib.util, resource, sys, torch
+from safetensors.numpy import load_file
 spec = importlib.util.spec_from_file_location("vae_ref", sys.argv[1]); ref = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ref)
 cfg = eval(sys.argv[2]); T = int(sys.argv[3]); H = int(sys.argv[4]); torch.set_num_threads(int(sys.argv[5]))
-W = {k: v.float() for k, v in ref.make_weights(cfg, 1).items()}
+W = {k: torch.from_numpy(v) for k, v in load_file(sys.argv[6]).items()}
 x = torch.rand(1, 3, T, H, H) * 2 - 1
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with torch.no_grad():
@@ -120,10 +121,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, base * 1024)
 """
 
 
-def torch_peak(cfg, T, H):
+def torch_peak(tmp, cfg, T, H):
+    wpath = os.path.join(tmp, "w_peak.safetensors")
+    if not os.path.exists(wpath):
+        ref.save_weights(wpath, ref.make_weights(cfg, 1))
     r = subprocess.run([sys.executable, "-c", TORCH_CHILD, os.path.join(SRC, "tests/reference/test_vae_parity.py"),
-                        repr(cfg), str(T), str(H), str(THREADS)], capture_output=True, text=True)
+                        repr(cfg), str(T), str(H), str(THREADS), wpath], capture_output=True, text=True)
     if r.returncode != 0:
+        print("pytorch child failed: " + r.stderr[-2000:])
         return None
     peak, base = map(int, r.stdout.split())
     return peak, base
@@ -149,7 +154,7 @@ def main():
         res = {}
         for T in (17, 65):
             v = vflow_peak(tmp, cfg, T, H, chunk, 2)
-            t = torch_peak(cfg, T, H)
+            t = torch_peak(tmp, cfg, T, H)
             res[T] = (v, t)
             print("  %2d frames: vae_encode account peak %s, worker peak RSS %s | pytorch whole-clip peak RSS %s "
                   "(%s before the encode)" % (T, mib(v[0] if v else None), mib(v[1] if v else None),
@@ -159,8 +164,8 @@ def main():
         if v17 and v65:
             print("  65/17 ratio: vae_encode account %.3f, worker RSS %.3f" % (v65[0] / v17[0], v65[1] / v17[1]))
         if t17 and t65:
-            print("  65/17 ratio: pytorch encode growth %.2f (peak minus pre-encode RSS)" %
-                  ((t65[0] - t65[1]) / max(t17[0] - t17[1], 1)))
+            print("  65/17 ratio: pytorch peak RSS %.3f; growth during the encode %s -> %s" %
+                  (t65[0] / t17[0], mib(t17[0] - t17[1]), mib(t65[0] - t65[1])))
     return 0
 
 

@@ -112,10 +112,12 @@ void vf_vae_config_str(const vf_vae_config *c, char *buf, size_t n)
     for (int i = 0; i + 1 < c->nlevels; i++)
         b += (size_t)snprintf(td + b, sizeof td - b, "%s%d", i ? "," : "",
                               c->temporal_downsample[i]);
+    /* scale/shift are in: the latents a stage emits (and a cache stores) depend on them */
     snprintf(buf, n,
              "vae-enc-v1;dim=%d;dim_mult=%s;num_res_blocks=%d;temporal_downsample=%s;"
-             "z_dim=%d;eps=%.9g",
-             c->dim, mult, c->num_res_blocks, td, c->z_dim, (double)c->eps);
+             "z_dim=%d;eps=%.9g;scale=%.9g;shift=%.9g",
+             c->dim, mult, c->num_res_blocks, td, c->z_dim, (double)c->eps, (double)c->scale,
+             (double)c->shift);
 }
 
 /* ------------------------------------------------------------------ parameter table */

@@ -136,8 +136,9 @@ int vf_vae_init_seeded(vf_vae *m, uint64_t seed, vf_status *st);
 int vf_vae_load(vf_vae *m, const char *path, vf_status *st);
 /* Writes the weights as an F32 safetensors file (metadata "vflow.vae" = config text). */
 int vf_vae_save(vf_vae *m, const char *path, vf_status *st);
-/* 32 hex chars: hash of the config text and every tensor's name, shape and f32 values,
- * set by init/load (the same weights give the same hash on every backend). Borrowed. */
+/* 32 hex chars: hash of the config text (latent scale/shift included: they change the
+ * latents a stage emits) and every tensor's name, shape and f32 values, set by init/load
+ * (the same weights give the same hash on every backend). Borrowed. */
 const char *vf_vae_hash(const vf_vae *m);
 
 /* ------------------------------------------------------------------ streaming encoder */

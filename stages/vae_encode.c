@@ -4,7 +4,8 @@
  * Output "out": the same item, frames dropped, with "latent" f32 (z, T', H/s, W/s)
  * = (mean - shift)·scale, optionally "logvar" (of that normalised latent: the encoder's
  * logvar + 2·ln|scale|, so a sample is latent + exp(logvar/2)·ε), and metadata "vae"
- * (weights hash), "vae_scale", "vae_shift".
+ * (vf_vae_hash: weights, config and the affine, so a cache keyed by it never mixes
+ * latents of another scale/shift), "vae_scale", "vae_shift".
  *
  * Clips are gathered into micro-batches of `micro_batch` clips of the same shape (a
  * clip of another shape, or the end of the stream, flushes a partial batch) and encoded

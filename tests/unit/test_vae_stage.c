@@ -2,7 +2,8 @@
  * propagation from the decoder's frames spec, T' = 1 + (T-1)/4 with symbols kept; clip
  * lengths refused before launch; a memory plan whose device part does not depend on the
  * clip length), and the stage running on its own thread between two in-process edges:
- * its latents equal the model's direct encode, metadata passes through, micro-batches
+ * its latents equal the model's direct encode, metadata passes through (plus the hash
+ * of weights + config + affine), micro-batches
  * flush on a shape change and at the end, and the peak of its memory account does not
  * grow with the clip length.
  */
@@ -229,6 +230,9 @@ static void expect_latent(const vf_params *p, int i, int64_t T, float **mean, fl
     vf_status st = {0};
     vf_vae_config c;
     vf_vae_config_tiny(&c);
+    /* the stage's affine is part of the config its hash covers */
+    if (vf_param_has(p, "scale")) c.scale = (float)vf_param_num(p, "scale");
+    if (vf_param_has(p, "shift")) c.shift = (float)vf_param_num(p, "shift");
     vf_vae *m = NULL;
     vf_vae_enc *e = NULL;
     VF_CHECK(vf_vae_new(&c, vf_backend_cpu(), &m, &st) == 0);

@@ -183,8 +183,9 @@ static int cmd_pipeline(int argc, char **argv)
             printf("%s\n", j);
             free(j);
         } else {
-            printf("%s: ok: pipeline '%s', %d stages, %d edges, %d workers\n", c.script, g->name, g->nstages,
-                   g->nedges, g->nworkers);
+            printf("%s: ok: pipeline '%s', %d stage%s, %d edge%s, %d worker%s\n", c.script, g->name, g->nstages,
+                   g->nstages == 1 ? "" : "s", g->nedges, g->nedges == 1 ? "" : "s", g->nworkers,
+                   g->nworkers == 1 ? "" : "s");
         }
     } else if (strcmp(c.cmd, "graph") == 0) {
         if (c.json) {

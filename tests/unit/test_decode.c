@@ -1,4 +1,5 @@
-/* test_decode.c — the decode core (stages/decode_av.h), clip planner and manifests.
+/* test_decode.c — the decode core (stages/decode_av.h) on real videos.
+ * (Clip planner and manifests without videos: test_decode_plan.c.)
  * vflow-test: labels=decode timeout=600
  *
  * Videos come from tests/tools/mkvideo (frames carry their index as a 12-bit block
@@ -251,169 +252,11 @@ static void run_case(const vcase *c)
     vf_decode_close(f);
 }
 
-/* ------------------------------------------------------------ clip planner (pure) */
-
-VF_TEST(clip_plan_stride)
-{
-    double t[100];
-    for (int i = 0; i < 100; i++) t[i] = i / 25.0;
-    vf_clip_opts o = {.frames = 8, .stride = 2};
-    vf_clip_plan p;
-    vf_status st = {0};
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 100, 4.0, &o, &p, &st), 0);
-    /* span 15, step 16: starts 0,16,...,80 -> 6 clips (80+14 = 94 < 100) */
-    VF_CHECK_EQ_INT(p.nclips, 6);
-    VF_CHECK_EQ_INT(p.idx[5 * 8 + 7], 94);
-    vf_clip_plan_fini(&p);
-    o.clips_per_video = 2; /* picks grid 1 and 4 of 6 (evenly spread) */
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 100, 4.0, &o, &p, &st), 0);
-    VF_CHECK_EQ_INT(p.nclips, 2);
-    VF_CHECK_EQ_INT(p.grid[0], 1);
-    VF_CHECK_EQ_INT(p.grid[1], 4);
-    VF_CHECK_EQ_INT(p.idx[8], 64);
-    vf_clip_plan_fini(&p);
-    o = (vf_clip_opts){.frames = 8, .stride = 1, .start_s = 1.0, .end_s = 2.0}; /* frames 25..49 */
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 100, 4.0, &o, &p, &st), 0);
-    VF_CHECK_EQ_INT(p.nclips, 3);
-    VF_CHECK_EQ_INT(p.idx[0], 25);
-    VF_CHECK_EQ_INT(p.idx[2 * 8 + 7], 48);
-    vf_clip_plan_fini(&p);
-    o = (vf_clip_opts){.frames = 60, .stride = 2};
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 100, 4.0, &o, &p, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "too short") != NULL, "%s", st.msg);
-    vf_clip_plan_fini(&p);
-}
-
-VF_TEST(clip_plan_fps)
-{
-    double t[120];
-    for (int i = 0; i < 120; i++) t[i] = i / 30.0; /* 4 s at 30 fps */
-    vf_clip_opts o = {.frames = 10, .fps = 15};
-    vf_clip_plan p;
-    vf_status st = {0};
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 120, 4.0, &o, &p, &st), 0);
-    VF_CHECK_EQ_INT(p.nclips, 6); /* 60 samples at 15 fps in 4 s */
-    for (int j = 0; j < 10; j++) VF_CHECK_EQ_INT(p.idx[10 + j], 20 + 2 * j);
-    vf_clip_plan_fini(&p);
-    o.fps = 60; /* faster than the source: would repeat frames */
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 120, 4.0, &o, &p, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "repeat") != NULL, "%s", st.msg);
-    vf_clip_plan_fini(&p);
-    /* 24 -> 30 nearest-neighbour would repeat; 30 -> 24 drops every 5th frame */
-    o.fps = 24;
-    vf_status_clear(&st);
-    VF_CHECK_EQ_INT(vf_clip_plan_make(t, 120, 4.0, &o, &p, &st), 0);
-    VF_CHECK_EQ_INT(p.nclips, 9); /* 96 samples */
-    for (int j = 0; j < 10; j++) /* nearest of j/24 s on a 1/30 s grid, ties to the earlier */
-        VF_CHECK_EQ_INT(p.idx[j], (int64_t)floor(j * 30.0 / 24 + 0.5 - 1e-9));
-    vf_clip_plan_fini(&p);
-}
-
-/* ------------------------------------------------------------ manifests */
-
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");
     fputs(text, f);
     fclose(f);
-}
-
-VF_TEST(manifest_csv_jsonl_glob)
-{
-    setup();
-    char p[1024], q[1024];
-    path_in_dir(p, sizeof p, "m.csv");
-    write_file(p, "\xEF\xBB\xBFpath,text,start,end,fps,aspect_ratio\r\n"
-                  "a.mp4,\"a cat, \"\"quoted\"\"\nsecond line\",1.5,,,0.56\r\n"
-                  "\r\n"
-                  "/abs/b.mkv,plain,,3,30000/1001,1.0\n"
-                  "sub/c.webm,,,,,\n");
-    vf_manifest m;
-    vf_status st = {0};
-    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), 0);
-    VF_CHECK_EQ_INT(m.n, 3);
-    if (m.n == 3) {
-        snprintf(q, sizeof q, "%s/a.mp4", g_dir);
-        VF_CHECK_STR(m.rows[0].path, q);
-        VF_CHECK_STR(m.rows[0].caption, "a cat, \"quoted\"\nsecond line");
-        VF_CHECK_NEAR(m.rows[0].start_s, 1.5, 0);
-        VF_CHECK_EQ_INT(m.rows[0].nextra, 1);
-        VF_CHECK_STR(m.rows[0].extra[0].key, "aspect_ratio");
-        VF_CHECK_STR(m.rows[0].extra[0].val, "0.56");
-        VF_CHECK_STR(m.rows[1].path, "/abs/b.mkv");
-        VF_CHECK_NEAR(m.rows[1].end_s, 3, 0);
-        VF_CHECK_NEAR(m.rows[1].fps, 30000.0 / 1001, 1e-12);
-        VF_CHECK_EQ_INT(m.rows[1].line, 5);
-        VF_CHECK_STR(m.rows[2].caption, "");
-    }
-    vf_manifest_fini(&m);
-    /* shards: rows 0 and 2 / row 1 */
-    VF_CHECK_EQ_INT(vf_manifest_load(p, 1, 2, &m, &st), 0);
-    VF_CHECK_EQ_INT(m.n, 1);
-    VF_CHECK_EQ_INT(m.total, 3);
-    if (m.n == 1) VF_CHECK_STR(m.rows[0].path, "/abs/b.mkv");
-    vf_manifest_fini(&m);
-
-    path_in_dir(p, sizeof p, "m.jsonl");
-    write_file(p, "{\"path\": \"x.mp4\", \"text\": \"caf\\u00e9 \\\"q\\\"\", \"start\": 2, \"score\": 0.5, \"ok\": true}\n"
-                  "\n{\"file_name\": \"/y.mp4\", \"caption\": null}\n");
-    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), 0);
-    VF_CHECK_EQ_INT(m.n, 2);
-    if (m.n == 2) {
-        VF_CHECK_STR(m.rows[0].caption, "caf\xC3\xA9 \"q\"");
-        VF_CHECK_NEAR(m.rows[0].start_s, 2, 0);
-        VF_CHECK_EQ_INT(m.rows[0].nextra, 2);
-        VF_CHECK(m.rows[0].extra[0].is_num && !m.rows[0].extra[1].is_num);
-        VF_CHECK_STR(m.rows[1].path, "/y.mp4");
-        VF_CHECK_EQ_INT(m.rows[1].line, 3);
-    }
-    vf_manifest_fini(&m);
-
-    /* errors name the file and line; exit code 2 class */
-    path_in_dir(p, sizeof p, "bad.csv");
-    write_file(p, "path,text\na.mp4,x\nb.mp4\n");
-    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "bad.csv:3") != NULL, "%s", st.msg);
-    vf_manifest_fini(&m);
-    vf_status_clear(&st);
-    path_in_dir(p, sizeof p, "nopath.csv");
-    write_file(p, "video,text\na.mp4,x\n");
-    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "no `path` column") != NULL, "%s", st.msg);
-    vf_manifest_fini(&m);
-    vf_status_clear(&st);
-    VF_CHECK_EQ_INT(vf_manifest_load("/nonexistent/list.csv", 0, 1, &m, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "/nonexistent/list.csv") != NULL, "%s", st.msg);
-    VF_CHECK_EQ_INT(vf_exit_code(st.code), 2);
-    vf_manifest_fini(&m);
-    vf_status_clear(&st);
-    path_in_dir(p, sizeof p, "bad.jsonl");
-    write_file(p, "{\"path\": \"a.mp4\"}\n{\"path\": [1]}\n");
-    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "bad.jsonl:2") != NULL, "%s", st.msg);
-    vf_manifest_fini(&m);
-
-    /* glob: files only, sorted; a directory = all its files; no match = error */
-    char d[400];
-    path_in_dir(d, sizeof d, "g");
-    mkdir(d, 0755);
-    snprintf(p, sizeof p, "%s/b.mp4", d); write_file(p, "x");
-    snprintf(p, sizeof p, "%s/a.mp4", d); write_file(p, "x");
-    snprintf(p, sizeof p, "%s/c.txt", d); write_file(p, "x");
-    snprintf(p, sizeof p, "%s/sub", d); mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/*.mp4", d);
-    vf_status_clear(&st);
-    VF_CHECK_EQ_INT(vf_manifest_glob(p, 0, 1, &m, &st), 0);
-    VF_CHECK_EQ_INT(m.n, 2);
-    if (m.n == 2) { snprintf(q, sizeof q, "%s/a.mp4", d); VF_CHECK_STR(m.rows[0].path, q); }
-    vf_manifest_fini(&m);
-    VF_CHECK_EQ_INT(vf_manifest_glob(d, 0, 1, &m, &st), 0);
-    VF_CHECK_EQ_INT(m.n, 3);
-    vf_manifest_fini(&m);
-    snprintf(p, sizeof p, "%s/*.avi", d);
-    VF_CHECK_EQ_INT(vf_manifest_glob(p, 0, 1, &m, &st), VF_EBADINPUT);
-    VF_CHECK_MSG(strstr(st.msg, "matches no files") != NULL, "%s", st.msg);
-    vf_manifest_fini(&m);
 }
 
 /* ------------------------------------------------------------ formats */

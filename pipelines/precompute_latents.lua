@@ -1,0 +1,31 @@
+-- Precompute VAE latents of a folder or manifest of videos into an LMDB cache.
+--   vflow run pipelines/precompute_latents.lua --set manifest=data/samples/manifest.csv \
+--        --set cache=cache/latents.lmdb --set frames=17 --set size=64
+-- Knobs (vf.args): manifest | source (glob), cache, frames, stride, size, workers,
+-- micro_batch, chunk, vae (preset name), weights (VAE safetensors), device.
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline(a.name or "precompute")
+
+local size = a.size or 64
+local clips = p:stage("decode", {
+  manifest = a.source == nil and (a.manifest or "data/samples/manifest.csv") or nil,
+  source = a.source,
+  frames = a.frames or 17,
+  stride = a.stride or 1,
+  size = { size, size },
+  clips_per_video = a.clips_per_video or 0,
+  workers = a.workers or 2,
+})
+local vae = p:stage("vae_encode", {
+  model = vf.models.vae(a.vae or "tiny"),
+  weights = a.weights,
+  micro_batch = a.micro_batch or 2,
+  chunk = a.chunk or 4,
+  device = a.device or "cpu",
+})
+local cache = p:stage("latent_cache", { path = a.cache or "cache/latents.lmdb" })
+
+p:connect(clips, vae, { capacity = 4 })
+p:connect(vae, cache, { capacity = 8 })
+return p

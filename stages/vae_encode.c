@@ -131,6 +131,7 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
                 "vae_encode: frames of %" PRId64 "x%" PRId64 " (HxW): both must be multiples of %d",
                 g.H, g.W, sf);
     vf_port_spec *in = vf_port_add(out, "in", VF_PORT_IN, true);
+    in->multi = true; /* several decode workers feed one encoder */
     int64_t fd[4] = {g.T, g.H, g.W, 3};
     const char *fs[4] = {g.T ? g.tsym : "T", g.H ? "" : "H", g.W ? "" : "W", ""};
     vf_port_tensor(in, "frames", VF_DTYPE_U8, 4, fd, fs);

@@ -48,30 +48,40 @@ static int64_t chunk_positions(const conv_geom *g)
 }
 
 /* col (CK × np) = patches of batch b for output positions [p0, p0+np); rows ck in
- * [r0, r1) only (so the rows can be split across threads). */
+ * [r0, r1) only (so the rows can be split across threads). Walks the positions one
+ * output row (to, ho) at a time: a row either lies in the time/height padding (zeros)
+ * or reads one input row, contiguously when the width stride is 1. */
 static void im2col(float *col, const float *inp, const conv_geom *g, int64_t b, int64_t p0,
                    int64_t np, int64_t r0, int64_t r1)
 {
-    const int64_t HoWo = g->Ho * g->Wo;
     for (int64_t r = r0; r < r1; r++) {
         int64_t kw = r % g->KW, kh = (r / g->KW) % g->KH, kt = (r / (g->KW * g->KH)) % g->KT;
         int64_t c = r / ((int64_t)g->KW * g->KH * g->KT);
         const float *x = inp + (b * g->C + c) * g->T * g->H * g->W;
         float *dst = col + r * np;
-        int64_t to = p0 / HoWo, ho = (p0 / g->Wo) % g->Ho, wo = p0 % g->Wo;
-        for (int64_t p = 0; p < np; p++) {
-            int64_t t = to * g->st - g->pt0 + kt, h = ho * g->sh - g->ph + kh,
-                    w = wo * g->sw - g->pw + kw;
-            dst[p] = (t >= 0 && t < g->T && h >= 0 && h < g->H && w >= 0 && w < g->W)
-                         ? x[(t * g->H + h) * g->W + w]
-                         : 0.0f;
-            if (++wo == g->Wo) {
-                wo = 0;
-                if (++ho == g->Ho) {
-                    ho = 0;
-                    to++;
+        /* valid output columns: 0 ≤ wo·sw − pw + kw < W */
+        int64_t lo_num = g->pw - kw, hi_num = g->W - 1 + g->pw - kw;
+        int64_t wlo = lo_num > 0 ? (lo_num + g->sw - 1) / g->sw : 0;
+        int64_t whi = hi_num < 0 ? -1 : hi_num / g->sw; /* inclusive */
+        if (whi > g->Wo - 1) whi = g->Wo - 1;
+        int64_t p = 0, pos = p0;
+        while (p < np) {
+            int64_t to = pos / (g->Ho * g->Wo), ho = (pos / g->Wo) % g->Ho, wo0 = pos % g->Wo;
+            int64_t n = g->Wo - wo0 < np - p ? g->Wo - wo0 : np - p; /* this output row */
+            int64_t t = to * g->st - g->pt0 + kt, h = ho * g->sh - g->ph + kh;
+            float *d = dst + p;
+            if (t < 0 || t >= g->T || h < 0 || h >= g->H) {
+                for (int64_t i = 0; i < n; i++) d[i] = 0.0f;
+            } else {
+                const float *xr = x + (t * g->H + h) * g->W;
+                const int64_t off = kw - g->pw; /* input column of wo: wo·sw + off */
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t wo = wo0 + i;
+                    d[i] = (wo >= wlo && wo <= whi) ? xr[wo * g->sw + off] : 0.0f;
                 }
             }
+            p += n;
+            pos += n;
         }
     }
 }

@@ -9,10 +9,12 @@
  *
  * Why 1e-3 for gradients: the differences are taken in f64 with h = 1e-5·max(1,|x|), so
  * their own error is ~1e-9 (truncation h²·f''' plus cancellation eps64·|L|/h); the op
- * stores f32 and accumulates in f64, so its error is a few f32 roundings (~1e-6
- * relative). 1e-3 leaves three orders of margin for those and still catches any real
- * mistake (a wrong term, index or sign errs by O(1)). The largest error seen is
- * printed so a drift towards the tolerance shows in the log.
+ * stores f32 and accumulates in f64, so its error is a few f32 roundings (~1e-7..1e-6
+ * relative), more where a backward formula cancels terms computed from f32-saved
+ * statistics (LayerNorm with a large mean, RMSNorm with C = 1, near one-hot attention:
+ * up to ~1.5e-4 seen). 1e-3 leaves margin for those and still catches any real mistake
+ * (a wrong term, index, scale or sign errs by O(1)). The largest error seen is printed
+ * so a drift towards the tolerance shows in the log.
  *
  * Accumulation: check_grad_acc runs the backward twice, once into zeroed buffers and
  * once into buffers preset to random values g0 (of the gradient's own magnitude), and

@@ -1,14 +1,16 @@
 /* cpu_internal.h — shared plumbing of the CPU backend's kernel files (not public).
  *
- * Include it AFTER the system headers: it switches floating-point contraction off for
- * the rest of the translation unit (and lets the vectoriser use its dynamic cost model:
- * the build compiles kernels at -O2, whose "very cheap" model skips every loop that needs
- * an epilogue — that is, nearly all of ours). The CPU backend promises the same bits for the same
- * inputs on every thread count and every x86 ISA path (kernels/cpu/gemm.c dispatches
- * AVX-512 / AVX2 / baseline micro-kernels); that holds only if every a*b+c is two IEEE
- * operations. C11 mode already defaults to -ffp-contract=off, but a gnu11 build or a
- * target("avx512f") function (which implies FMA in GCC 12) would contract silently,
- * so the pragma makes it a property of the source, not of the build flags.
+ * Include it AFTER the system headers: its pragma applies to the rest of the
+ * translation unit and sets three things.
+ *  - fp-contract=off: the backend promises the same bits for the same inputs on every
+ *    thread count and on every ISA build of its hot loops (simd.c: AVX-512, AVX2,
+ *    baseline); that holds only if every a*b+c is two IEEE operations. C11 mode already
+ *    defaults to it, but a gnu11 build or a target("avx512f") function (which implies
+ *    FMA in GCC 12) would contract silently, so it is a property of the source here.
+ *  - vect-cost-model=dynamic: the build compiles kernels at -O2, whose "very cheap"
+ *    model skips every loop that needs an epilogue, i.e. nearly all of ours.
+ *  - no-trapping-math: lets the vectoriser if-convert the clamps in vf_cpu_exp; it
+ *    concerns floating-point exception flags, not values.
  *
  * Parallelism rule for every kernel: OpenMP splits only independent outputs (rows,
  * columns, tiles, heads); each output is reduced by one thread in a fixed order, so the
@@ -26,6 +28,9 @@
 #include "../../runtime/vflow.h"
 
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
+#if defined(__clang__) /* clang ignores the GCC pragma and contracts by default */
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 /* Below this many scalar operations a kernel runs on the calling thread: an OpenMP
  * fork costs a few microseconds. Thresholds never change results, only speed. */

@@ -5,6 +5,15 @@
  * account from any thread, and a magic word catches double frees and foreign pointers
  * (a bug: VF_ASSERT). Counters are C11 atomics; the account list is append-only under a
  * mutex, so iteration never sees a freed account.
+ *
+ * Big blocks (>= VF_ALLOC_BIG: tensors, encoded records) do not go through malloc: a
+ * streaming stage allocates and frees same-sized big blocks over and over, from
+ * different threads (a record is freed by a ZeroMQ I/O thread), and glibc's heap then
+ * fragments and keeps freed pages resident, so RSS drifts far above what is live. They
+ * are mmap'd (2 MiB aligned, MADV_HUGEPAGE: one fault per 2 MiB instead of 512) and, when
+ * freed, parked in a small cache of at most vf_alloc_cache_limit() bytes for the next
+ * allocation of about the same size (faulting fresh pages in costs more than the copy
+ * they are for). So a process holds at most live bytes + the cache limit in big blocks.
  */
 #include "alloc.h"
 
@@ -13,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct vf_account {
     char name[VF_NAME_MAX + 16];
@@ -29,7 +39,8 @@ typedef struct hdr {
     uint64_t magic;
     size_t size;
     vf_account *acct;
-    char pad[HDR_SIZE - 8 - sizeof(size_t) - sizeof(void *)];
+    size_t map_len; /* big blocks: length of the mapping that starts at the header; 0 = malloc */
+    char pad[HDR_SIZE - 8 - 2 * sizeof(size_t) - sizeof(void *)];
 } hdr;
 _Static_assert(sizeof(hdr) == HDR_SIZE, "allocation header must keep 64-byte alignment");
 
@@ -134,18 +145,134 @@ void vf_account_each(void (*fn)(vf_account *a, void *user), void *user)
     }
 }
 
+/* ------------------------------------------------------------------ big blocks */
+
+#define HUGE_2M ((size_t)2 << 20)
+#define CACHE_SLOTS 16
+
+static struct {
+    pthread_mutex_t mu;
+    size_t bytes, limit;
+    int n;
+    struct {
+        void *base;
+        size_t len;
+    } slot[CACHE_SLOTS];
+} g_cache = {PTHREAD_MUTEX_INITIALIZER, 0, VF_ALLOC_CACHE_DEFAULT, 0, {{0}}};
+
+void vf_alloc_set_cache_limit(size_t bytes)
+{
+    pthread_mutex_lock(&g_cache.mu);
+    g_cache.limit = bytes;
+    /* Trim down to the new limit now, largest first is not needed: any order frees. */
+    while (g_cache.n > 0 && g_cache.bytes > g_cache.limit) {
+        g_cache.n--;
+        munmap(g_cache.slot[g_cache.n].base, g_cache.slot[g_cache.n].len);
+        g_cache.bytes -= g_cache.slot[g_cache.n].len;
+    }
+    pthread_mutex_unlock(&g_cache.mu);
+}
+
+size_t vf_alloc_cache_limit(void)
+{
+    pthread_mutex_lock(&g_cache.mu);
+    size_t l = g_cache.limit;
+    pthread_mutex_unlock(&g_cache.mu);
+    return l;
+}
+
+size_t vf_alloc_cached_bytes(void)
+{
+    pthread_mutex_lock(&g_cache.mu);
+    size_t b = g_cache.bytes;
+    pthread_mutex_unlock(&g_cache.mu);
+    return b;
+}
+
+/* A parked block of len..len*5/4 bytes (best fit), or NULL. */
+static void *cache_take(size_t len, size_t *got)
+{
+    pthread_mutex_lock(&g_cache.mu);
+    int best = -1;
+    for (int i = 0; i < g_cache.n; i++) {
+        size_t l = g_cache.slot[i].len;
+        if (l >= len && l - len <= len / 4 && (best < 0 || l < g_cache.slot[best].len)) best = i;
+    }
+    void *p = NULL;
+    if (best >= 0) {
+        p = g_cache.slot[best].base;
+        *got = g_cache.slot[best].len;
+        g_cache.bytes -= *got;
+        g_cache.slot[best] = g_cache.slot[--g_cache.n];
+    }
+    pthread_mutex_unlock(&g_cache.mu);
+    return p;
+}
+
+static void cache_put(void *base, size_t len)
+{
+    pthread_mutex_lock(&g_cache.mu);
+    if (len <= g_cache.limit) {
+        /* Make room: the oldest parked blocks go first. */
+        while (g_cache.n > 0 && (g_cache.n == CACHE_SLOTS || g_cache.bytes + len > g_cache.limit)) {
+            munmap(g_cache.slot[0].base, g_cache.slot[0].len);
+            g_cache.bytes -= g_cache.slot[0].len;
+            memmove(&g_cache.slot[0], &g_cache.slot[1], (size_t)(g_cache.n - 1) * sizeof g_cache.slot[0]);
+            g_cache.n--;
+        }
+        g_cache.slot[g_cache.n].base = base;
+        g_cache.slot[g_cache.n].len = len;
+        g_cache.n++;
+        g_cache.bytes += len;
+        base = NULL;
+    }
+    pthread_mutex_unlock(&g_cache.mu);
+    if (base) munmap(base, len);
+}
+
+/* A mapping of at least len bytes starting 2 MiB aligned; *zeroed if fresh. */
+static void *big_map(size_t len, size_t *map_len, bool *zeroed)
+{
+    void *p = cache_take(len, map_len);
+    if (p) {
+        *zeroed = false;
+        return p;
+    }
+    size_t over = len + HUGE_2M;
+    char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *al = (char *)(((uintptr_t)raw + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
+    if (al > raw) munmap(raw, (size_t)(al - raw));
+    size_t tail = (size_t)(raw + over - (al + len));
+    if (tail) munmap(al + len, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(al, len, MADV_HUGEPAGE); /* advice only: fine if THP is off */
+#endif
+    *map_len = len;
+    *zeroed = true;
+    return al;
+}
+
+/* ------------------------------------------------------------------ vf_alloc */
+
 static void *alloc_impl(size_t bytes, bool zero, vf_status *st)
 {
     vf_account *a = vf_account_current();
-    if (bytes > (size_t)INT64_MAX - 2 * HDR_SIZE) {
+    if (bytes > (size_t)INT64_MAX - 2 * HUGE_2M) {
         vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "allocation of %zu bytes is impossible (account '%s')",
                       bytes, a->name);
         return NULL;
     }
     if (vf_account_charge(a, (int64_t)bytes, st) < 0) return NULL;
     void *raw = NULL;
-    size_t total = HDR_SIZE + ((bytes + 63) & ~(size_t)63);
-    if (posix_memalign(&raw, 64, total) != 0) {
+    size_t map_len = 0;
+    bool zeroed = false;
+    if (bytes >= VF_ALLOC_BIG) {
+        raw = big_map((HDR_SIZE + bytes + 4095) & ~(size_t)4095, &map_len, &zeroed);
+    } else if (posix_memalign(&raw, 64, HDR_SIZE + ((bytes + 63) & ~(size_t)63)) != 0) {
+        raw = NULL;
+    }
+    if (!raw) {
         vf_account_credit(a, (int64_t)bytes);
         char b[32];
         fmt_bytes(b, sizeof b, (int64_t)bytes);
@@ -157,8 +284,9 @@ static void *alloc_impl(size_t bytes, bool zero, vf_status *st)
     h->magic = HDR_MAGIC;
     h->size = bytes;
     h->acct = a;
+    h->map_len = map_len;
     void *p = (char *)raw + HDR_SIZE;
-    if (zero) memset(p, 0, bytes);
+    if (zero && !zeroed) memset(p, 0, bytes);
     return p;
 }
 
@@ -178,7 +306,8 @@ void vf_free(void *p)
     hdr *h = header_of(p);
     vf_account_credit(h->acct, (int64_t)h->size);
     h->magic = HDR_FREED;
-    free(h);
+    if (h->map_len) cache_put(h, h->map_len);
+    else free(h);
 }
 
 size_t vf_alloc_size(const void *p) { return header_of(p)->size; }

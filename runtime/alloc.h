@@ -57,6 +57,16 @@ void vf_account_credit(vf_account *a, int64_t bytes);
 /* Calls fn for every account, in creation order (the runtime account first). */
 void vf_account_each(void (*fn)(vf_account *a, void *user), void *user);
 
+/* Big blocks (>= VF_ALLOC_BIG bytes) are mapped directly and, once freed, parked for
+ * reuse in a per-process cache of at most vf_alloc_cache_limit() bytes (default
+ * VF_ALLOC_CACHE_DEFAULT): resident memory that no account holds, to add to a worker's
+ * plan. 0 disables the cache (every big free unmaps). */
+#define VF_ALLOC_BIG ((size_t)1 << 20)
+#define VF_ALLOC_CACHE_DEFAULT ((size_t)64 << 20)
+void vf_alloc_set_cache_limit(size_t bytes);
+size_t vf_alloc_cache_limit(void);
+size_t vf_alloc_cached_bytes(void);
+
 /* Size a vf_alloc'd block was asked for, and the account it is charged to. */
 size_t vf_alloc_size(const void *p);
 vf_account *vf_alloc_account(const void *p);

@@ -89,6 +89,8 @@ void vf_inproc_free(vf_edge_end *e);
 
 /* ZeroMQ transport */
 int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st);
+/* send: waits (stop-aware) until the edge has a credit or its receiver closed. */
+int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st);
 /* Sends the shared record (takes one reference of enc). 0, VF_EOS receiver closed,
  * VF_ESTOPPED, or an error. */
 int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st);

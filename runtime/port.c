@@ -113,6 +113,23 @@ static int check_size(vf_port *p, vf_edge_end *e, size_t enc_len, const vf_item 
     return 0;
 }
 
+/* Books one edge's send result: counts, drops, and errors get the port's name. */
+static int count_send(vf_port *p, int r, int64_t bytes, int *open_edges, vf_status *st)
+{
+    if (r < 0) {
+        vf_status_prefix(st, "port %s", p->name);
+        return r;
+    }
+    if (r == VF_EOS) {
+        atomic_fetch_add(&p->dropped, 1);
+        return 0;
+    }
+    atomic_fetch_add(&p->items, 1);
+    atomic_fetch_add(&p->bytes, bytes);
+    (*open_edges)++;
+    return 0;
+}
+
 int vf_send(vf_port *p, vf_item *it, vf_status *st)
 {
     int rc = 0;
@@ -128,6 +145,15 @@ int vf_send(vf_port *p, vf_item *it, vf_status *st)
     size_t enc_len = vf_item_encoded_size(it), tbytes = vf_item_tensor_bytes(it);
     for (int i = 0; i < p->n; i++) VF_TRY(check_size(p, p->e[i], enc_len, it, st));
     if (p->nzmq) {
+        /* Credit first, encode after: a record exists only once an edge can take it,
+         * so a producer holds at most `capacity` records per edge, never one more. */
+        for (int i = 0; i < p->n; i++) {
+            if (!p->e[i]->sock) continue;
+            if ((rc = vf_zmq_wait_credit(p->e[i], st)) < 0) {
+                vf_status_prefix(st, "port %s", p->name);
+                goto fail;
+            }
+        }
         /* One record for every ZeroMQ edge; the I/O threads drop the references. */
         if (!(enc = calloc(1, sizeof *enc))) VF_FAIL(st, VF_ENOMEM, "out of memory (port %s)", p->name);
         atomic_init(&enc->refs, 1);
@@ -141,37 +167,26 @@ int vf_send(vf_port *p, vf_item *it, vf_status *st)
     int last_inproc = -1, open_edges = 0;
     for (int i = 0; i < p->n; i++)
         if (p->e[i]->ip) last_inproc = i;
+    /* ZeroMQ edges first: they have credit now, so this does not block, and the record
+     * is on its way (our reference dropped) before an inproc edge makes us wait. */
+    for (int i = 0; enc && i < p->n; i++) {
+        if (!p->e[i]->sock) continue;
+        atomic_fetch_add(&enc->refs, 1);
+        int r = vf_zmq_send(p->e[i], enc, st);
+        VF_TRY(count_send(p, r, (int64_t)enc->len, &open_edges, st));
+    }
+    if (enc) vf_enc_unref(NULL, enc);
+    enc = NULL;
     for (int i = 0; i < p->n; i++) {
-        vf_edge_end *e = p->e[i];
-        int r;
-        if (e->ip) {
-            vf_item *mine = it;
-            if (i != last_inproc) {
-                if (!(mine = vf_item_share(it, st))) {
-                    rc = VF_ENOMEM;
-                    goto fail;
-                }
-            } else {
-                it = NULL; /* the last inproc edge takes the item itself */
-            }
-            r = vf_inproc_send(e, mine, st);
-            if (r == 0) atomic_fetch_add(&p->bytes, (int64_t)tbytes);
+        if (!p->e[i]->ip) continue;
+        vf_item *mine = it;
+        if (i != last_inproc) {
+            if (!(mine = vf_item_share(it, st))) VF_FAIL(st, VF_ENOMEM, "out of memory (port %s)", p->name);
         } else {
-            atomic_fetch_add(&enc->refs, 1);
-            r = vf_zmq_send(e, enc, st);
-            if (r == 0) atomic_fetch_add(&p->bytes, (int64_t)enc->len);
+            it = NULL; /* the last inproc edge takes the item itself */
         }
-        if (r < 0) {
-            rc = r;
-            vf_status_prefix(st, "port %s", p->name);
-            goto fail;
-        }
-        if (r == VF_EOS) {
-            atomic_fetch_add(&p->dropped, 1);
-        } else {
-            atomic_fetch_add(&p->items, 1);
-            open_edges++;
-        }
+        int r = vf_inproc_send(p->e[i], mine, st);
+        VF_TRY(count_send(p, r, (int64_t)tbytes, &open_edges, st));
     }
     if (p->n > 0 && open_edges == 0) rc = VF_EOS; /* every receiver has stopped reading */
 fail:

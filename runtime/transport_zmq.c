@@ -86,8 +86,13 @@ int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
          * own commands (READY carries the socket metadata), hence not just CTL_SIZE. */
         int64_t maxmsg = 4096;
         if (zmq_setsockopt(e->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
-        /* Do not queue data for a peer that is not connected yet: the send waits. */
-        VF_TRY(setopt_int(e, ZMQ_IMMEDIATE, 1, "ZMQ_IMMEDIATE", st));
+        /* ZMQ_IMMEDIATE stays off on purpose: with it, a connecting socket's pipe is torn
+         * down, unread frames and all, the moment the peer disconnects, so a receiver's
+         * last credits and its EOS ack (sent just before it closes) could vanish and the
+         * sender would wait forever. Without it, frames already received stay readable.
+         * What it would bound — data queued toward a receiver not connected yet — the
+         * credits already bound to `capacity` records. */
+        VF_TRY(setopt_int(e, ZMQ_IMMEDIATE, 0, "ZMQ_IMMEDIATE", st));
         if (zmq_connect(e->sock, addr) != 0) ZFAIL(e, "zmq_connect");
         e->credits = e->d.capacity;
     }
@@ -169,12 +174,10 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
     }
 }
 
-int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
+int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
 {
     int rc = 0;
     int64_t t0 = 0;
-    bool owned = true; /* our reference of enc not yet handed to a message */
-    zmq_msg_t m;
     VF_TRY(vf_zmq_poll_control(e, st));
     while (e->credits == 0 && !e->closed) {
         if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for credit", e->d.name);
@@ -183,6 +186,18 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
         VF_TRY(vf_zmq_poll_control(e, st));
     }
+fail:
+    if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
+    return rc;
+}
+
+int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
+{
+    int rc = 0;
+    int64_t t0 = 0;
+    bool owned = true; /* our reference of enc not yet handed to a message */
+    zmq_msg_t m;
+    VF_TRY(vf_zmq_wait_credit(e, st));
     if (e->closed) {
         rc = VF_EOS;
         goto fail;
@@ -197,7 +212,8 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
             zmq_msg_close(&m);
             VF_FAIL(st, VF_EEXTERNAL, "edge %s: zmq_msg_send(%s): %s", e->d.name, e->d.addr, zmq_strerror(err));
         }
-        /* Not connected yet (ZMQ_IMMEDIATE) or the pipe is full: wait for it. */
+        /* The pipe is full (the HWM leaves room for every credited record, so only a
+         * reconnecting peer gets here): wait for it. */
         if (vf_runtime_stopping()) {
             zmq_msg_close(&m);
             VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for the receiver", e->d.name);

@@ -62,7 +62,7 @@ void vf_account_each(void (*fn)(vf_account *a, void *user), void *user);
  * VF_ALLOC_CACHE_DEFAULT): resident memory that no account holds, to add to a worker's
  * plan. 0 disables the cache (every big free unmaps). */
 #define VF_ALLOC_BIG ((size_t)1 << 20)
-#define VF_ALLOC_CACHE_DEFAULT ((size_t)64 << 20)
+#define VF_ALLOC_CACHE_DEFAULT ((size_t)256 << 20)
 void vf_alloc_set_cache_limit(size_t bytes);
 size_t vf_alloc_cache_limit(void);
 size_t vf_alloc_cached_bytes(void);

@@ -476,6 +476,10 @@ VF_TEST(crc32c_hw_equals_table)
     size_t n = 1 << 16;
     unsigned char *b = malloc(n + 8);
     for (size_t i = 0; i < n + 8; i++) b[i] = (unsigned char)rnd();
+    /* lengths around the 3-way blocks of the hardware path (3 x 256, 3 x 8192) */
+    static const size_t edge_len[] = {767, 768, 769, 24575, 24576, 24577, 2 * 24576 + 13, 65536 - 8};
+    for (size_t k = 0; k < sizeof edge_len / sizeof *edge_len; k++)
+        VF_CHECK_EQ_INT(vf_crc32c_hw(7, b + 3, edge_len[k]), vf_crc32c_sw(7, b + 3, edge_len[k]));
     for (int k = 0; k < 300; k++) {
         size_t off = rnd() % 8, len = k < 100 ? (size_t)k : rnd() % n;
         uint32_t seed = k % 3 ? rnd() : 0;

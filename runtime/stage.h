@@ -73,7 +73,8 @@ struct vf_stage {
     vf_ctx ctx;
     _Atomic int phase;              /* vf_stage_phase */
     vf_status status;               /* the failure, valid once phase == FAILED */
-    int64_t t_start_ns, t_end_ns;   /* monotonic: run start / end */
+    _Atomic int64_t t_start_ns;     /* monotonic: init start (read by the control thread) */
+    _Atomic int64_t t_end_ns;       /* monotonic: end, 0 while running */
     pthread_mutex_t gauge_mu;
     int ngauges;
     vf_gauge gauges[VF_CTX_MAX_GAUGES];

@@ -20,7 +20,7 @@
 
 static volatile sig_atomic_t g_sigcount, g_firstsig;
 static int g_sigpipe[2] = {-1, -1};
-static struct sigaction g_old_int, g_old_term;
+static struct sigaction g_old_int, g_old_term, g_old_pipe;
 
 static void on_signal(int sig)
 {
@@ -47,6 +47,10 @@ int vf_super_signals_install(vf_status *st)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, &g_old_int);
     sigaction(SIGTERM, &sa, &g_old_term);
+    /* `vflow run ... | head` must not kill the driver (and with it every worker) on
+     * its next progress line: a write to a closed pipe becomes EPIPE instead. */
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, &g_old_pipe);
     return 0;
 }
 
@@ -54,6 +58,7 @@ void vf_super_signals_restore(void)
 {
     sigaction(SIGINT, &g_old_int, NULL);
     sigaction(SIGTERM, &g_old_term, NULL);
+    sigaction(SIGPIPE, &g_old_pipe, NULL);
     for (int i = 0; i < 2; i++) {
         if (g_sigpipe[i] >= 0) close(g_sigpipe[i]);
         g_sigpipe[i] = -1;

@@ -75,7 +75,8 @@ typedef struct vf_super {
 int vf_super_init(vf_super *sv, vf_graph *g, vf_rundir *rd, void *router, bool tty,
                   vf_status *st);
 void vf_super_fini(vf_super *sv);
-/* Installs the SIGINT/SIGTERM handlers (until vf_super_signals_restore). */
+/* Installs the SIGINT/SIGTERM handlers and ignores SIGPIPE (until
+ * vf_super_signals_restore). */
 int vf_super_signals_install(vf_status *st);
 void vf_super_signals_restore(void);
 /* Runs until every worker has exited. 0 when every stage finished; otherwise the

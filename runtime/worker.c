@@ -223,7 +223,8 @@ static void send_metrics(worker *w)
             }
         }
         int phase = atomic_load(&s->phase);
-        int64_t run_ns = s->t_start_ns ? (s->t_end_ns ? s->t_end_ns : now) - s->t_start_ns : 0;
+        int64_t t0 = atomic_load(&s->t_start_ns), t1 = atomic_load(&s->t_end_ns);
+        int64_t run_ns = t0 ? (t1 ? t1 : now) - t0 : 0;
         vf_obuf_printf(&b, "s %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", s->index,
                        phase, (long long)in, (long long)out, (long long)bin, (long long)bout,
                        (long long)blocked, (long long)run_ns,

@@ -151,6 +151,19 @@ chain(0)
 # same seed, same content: the checksum is deterministic across runs
 c2 = chain(500)
 check(c1 == c2, "same seed gives the same stream checksum: %s %s" % (c1, c2))
+# a run dir too deep for ipc socket paths (sun_path: 107 bytes): sockets go to /tmp
+deep = Run("deep", CHAIN, sets=["count=20"])
+deep.args[deep.args.index("--run-dir") + 1] = deep.run_dir = os.path.join(deep.dir, "d" * 120, "run")
+deep.run(timeout=60)
+check(deep.rc == 0, "deep run dir: exit 0\n" + deep.describe())
+sockline = [ln for ln in deep.log().splitlines() if "too long for ipc sockets; using " in ln]
+if check(sockline, "deep run dir: run.log names the socket dir it used"):
+    sockdir = sockline[0].split("using ")[-1].strip()
+    check(len(sockdir) < 90 and not os.path.exists(sockdir), "deep run dir: %s short and removed" % sockdir)
+got = deep.event("null_sink_done")
+check(got and got[0]["count"] == 20, "deep run dir: all items arrived: %r" % got)
+deep.cleanup()
+
 reference("f32", 4)
 reference("u8", 1)
 reference("i32", 4)

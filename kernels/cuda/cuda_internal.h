@@ -1,0 +1,236 @@
+/* cuda_internal.h — what the files of the CUDA backend share (not public; stages use
+ * kernels/ops.h and get a backend from vf_backend_cuda).
+ *
+ * One backend per device per process: a context with ONE stream on which every op is
+ * enqueued, a cuBLASLt handle + workspace, a device scratch area (partial sums of the
+ * deterministic reductions, upload/download staging), a small pinned host area, and a
+ * mutex. Why one stream and a mutex: several stage threads of one worker may share a GPU
+ * (a DiT partition and an optimizer shard); with a single stream every buffer handed
+ * between them is ordered for free (no events between streams), and freed pool blocks
+ * can be reused by the next allocation without waiting (stream order). The mutex keeps
+ * the launches of one op together, because ops use the shared scratch between launches.
+ *
+ * Errors: ops return void (ops.h), so a failing CUDA call inside an op is recorded in
+ * the context (first error wins, with file:line and the call) and returned by the next
+ * be->sync(), which every caller of a device op eventually makes (downloads, loss, send).
+ * Calls that can return a status (alloc, sync, creation, transports) check through
+ * VF_CUDA_TRY, which fills a vf_status with file:line and the CUDA error string.
+ */
+#ifndef VF_CUDA_INTERNAL_H
+#define VF_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+#include <cublasLt.h>
+
+#include "../ops.h"
+#include "../../runtime/alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VF_CUDA_MAX_DEVICES 16
+#define VF_CUDA_LT_WS_BYTES ((size_t)32 << 20)    /* cuBLASLt workspace */
+#define VF_CUDA_SCRATCH_DEFAULT ((size_t)64 << 20) /* VFLOW_CUDA_SCRATCH_MB overrides */
+#define VF_CUDA_STAGE_BYTES ((size_t)8 << 20)     /* upload/download staging inside scratch */
+#define VF_CUDA_HOST_BYTES ((size_t)64 << 10)     /* pinned host: reduction partials */
+#define VF_CUDA_RED_BLOCKS 256                    /* fixed blocks of mse / sumsq (as the CPU) */
+#define VF_CUDA_PLAN_CACHE 256                    /* cuBLASLt plans kept per device */
+
+typedef struct vf_lt_plan vf_lt_plan; /* gemm.c */
+
+typedef struct vf_cuda_ctx {
+    int device;
+    char devname[16];          /* "cuda:N" for messages */
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws;               /* VF_CUDA_LT_WS_BYTES */
+    void *scratch;             /* device: [staging VF_CUDA_STAGE_BYTES][partials …] */
+    size_t scratch_bytes;
+    void *host;                /* pinned host, VF_CUDA_HOST_BYTES */
+    pthread_mutex_t mu;        /* held while an op enqueues (shared scratch, plan cache) */
+    int sm_count;
+    size_t smem_optin;         /* largest dynamic shared memory a block may opt into */
+    /* first error of an op (returned by sync) */
+    int err;
+    int err_line;
+    const char *err_file;
+    char err_msg[512];
+    /* cuBLASLt plans (gemm.c) */
+    vf_lt_plan *plans;
+    int nplans;
+    int no_bgrad;              /* VFLOW_CUDA_NO_BGRAD=1: bias gradients by our own kernel */
+    vf_account *acct;          /* the backend's own buffers ("cuda backend@cuda:N") */
+} vf_cuda_ctx;
+
+static inline vf_cuda_ctx *vf_cuda_ctx_of(vf_backend *be) { return (vf_cuda_ctx *)be->ctx; }
+
+/* Records a failed CUDA runtime call of an op (first error wins). Returns 0 when e is
+ * cudaSuccess, VF_ECUDA otherwise. */
+int vf_cuda_note(vf_cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line);
+int vf_cuda_note_lt(vf_cuda_ctx *c, cublasStatus_t s, const char *what, const char *file, int line);
+/* Records an op-level misuse (bad sizes the kernels do not support) as a sticky error. */
+void vf_cuda_note_msg(vf_cuda_ctx *c, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Inside ops: note and carry on (the op returns void; sync reports it). */
+#define VF_CUDA_NOTE(c, call) vf_cuda_note((c), (call), #call, __FILE__, __LINE__)
+#define VF_CUDA_NOTE_LAUNCH(c) vf_cuda_note((c), cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+/* With a status: on failure fill st (file:line, the call, CUDA's message) and goto fail. */
+#define VF_CUDA_TRY(st, call)                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (call);                                                                \
+        if (e_ != cudaSuccess) {                                                                \
+            rc = vf_status_set((st), VF_ECUDA, __FILE__, __LINE__, "%s: %s (%s)", #call,         \
+                               cudaGetErrorString(e_), cudaGetErrorName(e_));                   \
+            goto fail;                                                                          \
+        }                                                                                       \
+    } while (0)
+
+/* Op bracket: makes the device current on this thread and takes the enqueue lock. */
+void vf_cuda_op_begin(vf_cuda_ctx *c);
+void vf_cuda_op_end(vf_cuda_ctx *c);
+
+/* The scratch area split: staging (upload/download) and partials (reductions). */
+static inline void *vf_cuda_stage(vf_cuda_ctx *c) { return c->scratch; }
+static inline float *vf_cuda_partials(vf_cuda_ctx *c) { return (float *)((char *)c->scratch + VF_CUDA_STAGE_BYTES); }
+static inline size_t vf_cuda_partials_bytes(vf_cuda_ctx *c) { return c->scratch_bytes - VF_CUDA_STAGE_BYTES; }
+
+/* The device this thread last created / fetched a backend for (vf_backend_cuda), or -1:
+ * where the device transports deliver received device tensors (a CPU stage's thread,
+ * which never asked for a CUDA backend, gets host tensors). */
+int vf_cuda_thread_device(void);
+
+/* ------------------------------------------------------------------ device pool (pool.c) */
+
+/* Device memory for device `dev`, charged to the calling thread's account (its device
+ * twin "<account>@cuda:N"). Blocks are cudaMalloc'd, cached by size on free and reused;
+ * cached bytes are charged to "pool cache@cuda:N". NULL + st on failure (after
+ * returning the cache to the driver and retrying once). Thread-safe. */
+void *vf_cuda_pool_alloc(int dev, size_t bytes, vf_status *st);
+/* Returns a block to the cache (any thread; NULL is fine). Work already enqueued on
+ * the device's stream that reads the block stays valid: the next user is enqueued after
+ * it on the same stream. */
+void vf_cuda_pool_free(int dev, void *p);
+/* Frees the cached blocks that were never exported (cudaFree). */
+void vf_cuda_pool_trim(int dev);
+/* The pool block holding device address p: its base, size, a process-unique id, and
+ * (export = true) its CUDA IPC handle, made once per block; the block is then never
+ * given back to the driver while this process lives (an importer may have it mapped).
+ * VF_ENOTFOUND when p is not pool memory. */
+int vf_cuda_pool_lookup(int dev, const void *p, void **base, size_t *size, uint64_t *id,
+                        cudaIpcMemHandle_t *handle, int export_it, vf_status *st);
+/* Base address of this process's block `id` (both ends of an IPC edge in one process).
+ * VF_ENOTFOUND when no such block. */
+int vf_cuda_pool_by_id(int dev, uint64_t id, void **base);
+/* Bytes held from the driver / cached (for metrics and tests). */
+size_t vf_cuda_pool_reserved(int dev);
+size_t vf_cuda_pool_cached(int dev);
+
+/* ------------------------------------------------------------------ op entry points
+ * (the .cu files; signatures as the table in ops.h) */
+
+/* memory.cu */
+void vf_cuda_memset0(vf_backend *be, void *p, size_t bytes);
+void vf_cuda_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt);
+void vf_cuda_download(vf_backend *be, float *dst, const void *src, int64_t n, vf_dtype dt);
+void vf_cuda_copy(vf_backend *be, void *dst, const void *src, size_t bytes);
+void vf_cuda_permute(vf_backend *be, void *out, const void *inp, int ndim, const int64_t *shape,
+                     const int *perm);
+void vf_cuda_embed_fwd(vf_backend *be, void *out, const int32_t *tok, const void *table, int64_t N,
+                       int64_t C);
+void vf_cuda_embed_bwd(vf_backend *be, void *dtable, const void *dout, const int32_t *tok,
+                       int64_t N, int64_t C);
+
+/* gemm.c (+ the bias-gradient kernel in reduce.cu) */
+void vf_cuda_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                        const void *bias, int64_t N, int64_t C, int64_t OC);
+void vf_cuda_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                        const void *inp, const void *w, int64_t N, int64_t C, int64_t OC);
+void vf_cuda_lt_free(vf_cuda_ctx *c);
+
+/* elementwise.cu */
+void vf_cuda_add(vf_backend *be, void *out, const void *a, const void *b, int64_t n);
+void vf_cuda_axpy(vf_backend *be, void *y, const void *x, float alpha, int64_t n);
+void vf_cuda_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
+void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
+void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+void vf_cuda_rope_fwd(vf_backend *be, void *out, const void *inp, const float *cos,
+                      const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+void vf_cuda_rope_bwd(vf_backend *be, void *dinp, const void *dout, const float *cos,
+                      const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+void vf_cuda_adamw(vf_backend *be, float *master, float *m, float *v, const void *grad,
+                   void *weights_out, int64_t n, float lr, float beta1, float beta2, float eps,
+                   float weight_decay, float grad_scale, int64_t t);
+
+/* reduce.cu: column sums over rows (bias, norm and adaLN parameter gradients), loss */
+void vf_cuda_modulate_fwd(vf_backend *be, void *out, const void *x, const void *shift,
+                          const void *scale, int64_t B, int64_t L, int64_t C);
+void vf_cuda_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
+                          const void *x, const void *scale, int64_t B, int64_t L, int64_t C);
+void vf_cuda_gated_add_fwd(vf_backend *be, void *out, const void *x, const void *gate,
+                           const void *y, int64_t B, int64_t L, int64_t C);
+void vf_cuda_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
+                           const void *gate, const void *y, int64_t B, int64_t L, int64_t C);
+double vf_cuda_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target,
+                           int64_t n, float grad_scale);
+double vf_cuda_sumsq(vf_backend *be, const void *grad, int64_t n);
+/* dbias (OC) += Σ_n dout (N, OC), bf16 in/out, f32 sums in a fixed order (no lock: the
+ * caller holds the op bracket). */
+void vf_cuda_bias_grad(vf_cuda_ctx *c, void *dbias, const void *dout, int64_t N, int64_t OC);
+/* out (N, OC) += bias (OC) broadcast over rows (caller holds the op bracket) */
+void vf_cuda_add_bias_rows(vf_cuda_ctx *c, void *out, const void *bias, int64_t N, int64_t OC);
+/* dbias (n, bf16) += src (n, f32) */
+void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float *src, int64_t n);
+
+/* dw/db (C) += Σ_n dout·x̂, Σ_n dout with x̂ = (x − mean)·rstd per row (mean NULL:
+ * RMSNorm); either output may be NULL (reduce.cu; caller holds the op bracket). */
+void vf_cuda_norm_wgrad(vf_cuda_ctx *c, void *dw, void *db, const void *dout, const void *x,
+                        const float *mean, const float *rstd, int64_t N, int64_t C);
+
+/* norm.cu */
+void vf_cuda_layernorm_fwd(vf_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                           const void *w, const void *b, int64_t N, int64_t C, float eps);
+void vf_cuda_layernorm_bwd(vf_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                           const void *inp, const void *w, const float *mean, const float *rstd,
+                           int64_t N, int64_t C);
+void vf_cuda_rmsnorm_fwd(vf_backend *be, void *out, float *rstd, const void *inp, const void *w,
+                         int64_t N, int64_t C, float eps);
+void vf_cuda_rmsnorm_bwd(vf_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
+                         const void *w, const float *rstd, int64_t N, int64_t C);
+void vf_cuda_rmsnorm_ch_fwd(vf_backend *be, void *out, const void *inp, const void *w, int64_t B,
+                            int64_t C, int64_t S, float eps);
+
+/* attention.cu */
+int vf_cuda_attention_init(vf_cuda_ctx *c, vf_status *st);
+void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
+                           const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
+                           float scale);
+void vf_cuda_attention_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                           const void *q, const void *k, const void *v, const void *out,
+                           const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                           int64_t D, float scale);
+
+/* conv3d.cu */
+int vf_cuda_conv3d_init(vf_cuda_ctx *c, vf_status *st);
+void vf_cuda_conv3d_fwd(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
+                        int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC, int KT,
+                        int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw);
+void vf_cuda_conv3d_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                        const void *inp, const void *w, int64_t B, int64_t C, int64_t T, int64_t H,
+                        int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw,
+                        int pt0, int pt1, int ph, int pw);
+
+/* xfer_cuda.c: registers the device-tensor transports with the runtime (transport_dev.h). */
+void vf_cuda_xfer_register(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_CUDA_INTERNAL_H */

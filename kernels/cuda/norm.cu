@@ -1,0 +1,234 @@
+/* norm.cu — LayerNorm and RMSNorm over the last dim (forward, backward) and the VAE's
+ * channel RMSNorm over a channel-first tensor, on CUDA.
+ *
+ * One warp per row: the row is read in 8-element (16-byte) pieces when aligned, the
+ * statistics are f32 warp sums (xor butterflies: a fixed order), the variance is the
+ * mean-shifted two-pass one as in the CPU reference, and mean / rstd are saved in f32.
+ * Rows are read two or three times; at DiT widths (≤ 5120 bf16 = 10 KB) the re-reads
+ * hit L1/L2, so the kernels run at the speed of one pass over DRAM.
+ * Parameter gradients (sums over rows) go through the deterministic column sums of
+ * reduce.cu.
+ */
+#include "common.cuh"
+
+#define ROWS_PER_BLOCK 8
+
+/* ------------------------------------------------------------------ forward */
+
+/* RMS = 0: LayerNorm (mean saved); RMS = 1: RMSNorm (no mean) */
+template <int RMS, bool VEC>
+__global__ void k_norm_fwd(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *bias,
+                           int64_t N, int64_t C, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const bf16 *x = inp + row * C;
+    bf16 *o = out + row * C;
+    float mu = 0.0f;
+    if (!RMS) {
+        float s = 0.0f;
+        if (VEC) {
+            for (int64_t c = lane * 8; c < C; c += 256) {
+                float v[8];
+                ld8(x + c, v);
+#pragma unroll
+                for (int j = 0; j < 8; j++) s += v[j];
+            }
+        } else {
+            for (int64_t c = lane; c < C; c += 32) s += bf(x[c]);
+        }
+        mu = warp_sum(s) / (float)C;
+    }
+    float ss = 0.0f;
+    if (VEC) {
+        for (int64_t c = lane * 8; c < C; c += 256) {
+            float v[8];
+            ld8(x + c, v);
+#pragma unroll
+            for (int j = 0; j < 8; j++) ss += (v[j] - mu) * (v[j] - mu);
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) ss += (bf(x[c]) - mu) * (bf(x[c]) - mu);
+    }
+    const float r = rsqrtf(warp_sum(ss) / (float)C + eps);
+    if (VEC) {
+        for (int64_t c = lane * 8; c < C; c += 256) {
+            float v[8], g[8], b[8];
+            ld8(x + c, v);
+            if (w) ld8(w + c, g);
+            if (bias) ld8(bias + c, b);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float y = (v[j] - mu) * r;
+                if (w) y *= g[j];
+                if (bias) y += b[j];
+                v[j] = y;
+            }
+            st8(o + c, v);
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) {
+            float y = (bf(x[c]) - mu) * r;
+            if (w) y *= bf(w[c]);
+            if (bias) y += bf(bias[c]);
+            o[c] = tobf(y);
+        }
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = mu;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+template <int RMS>
+static void norm_fwd(vf_cuda_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                     const void *b, int64_t N, int64_t C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    const bool vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && (!w || aligned16(w)) && (!b || aligned16(b));
+    const unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    if (vec)
+        k_norm_fwd<RMS, true><<<grid, 32 * ROWS_PER_BLOCK, 0, c->stream>>>(
+            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C, eps);
+    else
+        k_norm_fwd<RMS, false><<<grid, 32 * ROWS_PER_BLOCK, 0, c->stream>>>(
+            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C, eps);
+    VF_CUDA_NOTE_LAUNCH(c);
+}
+
+extern "C" void vf_cuda_layernorm_fwd(vf_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                                      const void *w, const void *b, int64_t N, int64_t C, float eps)
+{
+    OpScope s(be);
+    norm_fwd<0>(s.c, out, mean, rstd, inp, w, b, N, C, eps);
+}
+
+extern "C" void vf_cuda_rmsnorm_fwd(vf_backend *be, void *out, float *rstd, const void *inp, const void *w,
+                                    int64_t N, int64_t C, float eps)
+{
+    OpScope s(be);
+    norm_fwd<1>(s.c, out, NULL, rstd, inp, w, NULL, N, C, eps);
+}
+
+/* ------------------------------------------------------------------ backward (dinp) */
+
+/* dinp += rstd·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)), dx̂ = dout·w (LayerNorm);
+ * dinp += rstd·(dx̂ − x̂·mean(dx̂·x̂)) (RMSNorm, x̂ = x·rstd) */
+template <int RMS, bool VEC>
+__global__ void k_norm_bwd(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w, const float *mean,
+                           const float *rstd, int64_t N, int64_t C)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const bf16 *x = inp + row * C, *g = dout + row * C;
+    bf16 *d = dinp + row * C;
+    const float mu = RMS ? 0.0f : mean[row], r = rstd[row];
+    float m1 = 0.0f, m2 = 0.0f;
+    if (VEC) {
+        for (int64_t c = lane * 8; c < C; c += 256) {
+            float xv[8], gv[8], wv[8];
+            ld8(x + c, xv);
+            ld8(g + c, gv);
+            if (w) ld8(w + c, wv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float dxh = gv[j] * (w ? wv[j] : 1.0f);
+                m1 += dxh;
+                m2 += dxh * (xv[j] - mu) * r;
+            }
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) {
+            const float dxh = bf(g[c]) * (w ? bf(w[c]) : 1.0f);
+            m1 += dxh;
+            m2 += dxh * (bf(x[c]) - mu) * r;
+        }
+    }
+    m1 = RMS ? 0.0f : warp_sum(m1) / (float)C;
+    m2 = warp_sum(m2) / (float)C;
+    if (VEC) {
+        for (int64_t c = lane * 8; c < C; c += 256) {
+            float xv[8], gv[8], wv[8], dv[8];
+            ld8(x + c, xv);
+            ld8(g + c, gv);
+            ld8(d + c, dv);
+            if (w) ld8(w + c, wv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float dxh = gv[j] * (w ? wv[j] : 1.0f), xh = (xv[j] - mu) * r;
+                dv[j] += r * (dxh - m1 - xh * m2);
+            }
+            st8(d + c, dv);
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) {
+            const float dxh = bf(g[c]) * (w ? bf(w[c]) : 1.0f), xh = (bf(x[c]) - mu) * r;
+            d[c] = tobf(bf(d[c]) + r * (dxh - m1 - xh * m2));
+        }
+    }
+}
+
+template <int RMS>
+static void norm_bwd(vf_cuda_ctx *c, void *dinp, const void *dout, const void *inp, const void *w, const float *mean,
+                     const float *rstd, int64_t N, int64_t C)
+{
+    if (!dinp || N <= 0 || C <= 0) return;
+    const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && (!w || aligned16(w));
+    const unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    if (vec)
+        k_norm_bwd<RMS, true><<<grid, 32 * ROWS_PER_BLOCK, 0, c->stream>>>(
+            (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
+    else
+        k_norm_bwd<RMS, false><<<grid, 32 * ROWS_PER_BLOCK, 0, c->stream>>>(
+            (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, mean, rstd, N, C);
+    VF_CUDA_NOTE_LAUNCH(c);
+}
+
+extern "C" void vf_cuda_layernorm_bwd(vf_backend *be, void *dinp, void *dw, void *db, const void *dout,
+                                      const void *inp, const void *w, const float *mean, const float *rstd,
+                                      int64_t N, int64_t C)
+{
+    OpScope s(be);
+    norm_bwd<0>(s.c, dinp, dout, inp, w, mean, rstd, N, C);
+    if (dw || db) vf_cuda_norm_wgrad(s.c, dw, db, dout, inp, mean, rstd, N, C);
+}
+
+extern "C" void vf_cuda_rmsnorm_bwd(vf_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
+                                    const void *w, const float *rstd, int64_t N, int64_t C)
+{
+    OpScope s(be);
+    norm_bwd<1>(s.c, dinp, dout, inp, w, NULL, rstd, N, C);
+    if (dw) vf_cuda_norm_wgrad(s.c, dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+/* ------------------------------------------------------------------ channel RMSNorm */
+
+/* (B, C, S): one thread per position (b, s), channels walked in order with stride S, so
+ * a warp reads 32 consecutive positions of one channel (coalesced). */
+__global__ void k_rmsnorm_ch(bf16 *out, const bf16 *inp, const bf16 *w, int64_t B, int64_t C, int64_t S, float eps)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * S; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / S, s = i % S;
+        const bf16 *x = inp + b * C * S + s;
+        bf16 *o = out + b * C * S + s;
+        float ss = 0.0f;
+        for (int64_t c = 0; c < C; c++) {
+            const float v = bf(x[c * S]);
+            ss += v * v;
+        }
+        const float r = rsqrtf(ss / (float)C + eps);
+        for (int64_t c = 0; c < C; c++) o[c * S] = tobf(bf(x[c * S]) * r * (w ? bf(w[c]) : 1.0f));
+    }
+}
+
+extern "C" void vf_cuda_rmsnorm_ch_fwd(vf_backend *be, void *out, const void *inp, const void *w, int64_t B,
+                                       int64_t C, int64_t S, float eps)
+{
+    if (B * S <= 0 || C <= 0) return;
+    OpScope s(be);
+    k_rmsnorm_ch<<<grid_for(B * S, 256), 256, 0, s.c->stream>>>((bf16 *)out, (const bf16 *)inp, (const bf16 *)w,
+                                                                  B, C, S, eps);
+    VF_CUDA_NOTE_LAUNCH(s.c);
+}

@@ -1,0 +1,338 @@
+/* reduce.cu — the CUDA ops that sum over rows, and their broadcast forward partners:
+ * adaLN modulate and the gated residual (forward and backward), the dense layer's bias
+ * gradient, the MSE loss and the gradient sum of squares.
+ *
+ * Deterministic without atomics: a column sum over the L rows of (B, L, C) runs in two
+ * launches. The first cuts the rows into `nch` fixed chunks (a function of the shape
+ * and the device's SM count only); a block sums 32 columns of one chunk with 8 row
+ * lanes, each lane walking its rows in order, and folds the 8 lanes in lane order into
+ * one f32 partial per (chunk, column) in the scratch area. The second adds the chunks'
+ * partials in chunk order and the result once into the bf16 gradient. The same
+ * elements, visited once, also produce the elementwise gradients (dx, dy), so a
+ * backward is one pass over its inputs.
+ *
+ * mse / sumsq return f64 like the CPU: 256 fixed blocks (the CPU's split of [0, n)),
+ * each reduced by a fixed tree in f64, the 256 partials added on the host in order.
+ */
+#include "common.cuh"
+
+/* ------------------------------------------------------------------ column sums */
+
+#define CS_COLS 32
+#define CS_LANES 8
+
+/* Op: __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2)
+ * accumulates the contributions of element (b, l, c) (and may write elementwise
+ * gradients); NS = number of sums used (1 or 2). */
+template <class Op>
+__global__ void k_colsum_part(Op op, int64_t L, int64_t C, int nch, float *part)
+{
+    __shared__ float sh[2][CS_LANES][CS_COLS];
+    const int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
+    const int64_t b = blockIdx.z;
+    const int ch = blockIdx.y;
+    const int64_t l0 = L * ch / nch, l1 = L * (ch + 1) / nch;
+    float s1 = 0.0f, s2 = 0.0f;
+    if (c < C)
+        for (int64_t l = l0 + threadIdx.y; l < l1; l += CS_LANES) op.at(b, l, c, s1, s2);
+    sh[0][threadIdx.y][threadIdx.x] = s1;
+    sh[1][threadIdx.y][threadIdx.x] = s2;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float a1 = 0.0f, a2 = 0.0f;
+#pragma unroll
+        for (int y = 0; y < CS_LANES; y++) {
+            a1 += sh[0][y][threadIdx.x];
+            a2 += sh[1][y][threadIdx.x];
+        }
+        float *p = part + (((int64_t)b * nch + ch) * C + c) * 2;
+        p[0] = a1;
+        p[1] = a2;
+    }
+}
+
+/* out1/out2 (B, C) bf16 (either NULL) += the chunk sums, in chunk order */
+__global__ void k_colsum_fin(const float *part, int64_t B, int64_t C, int nch, bf16 *out1, bf16 *out2)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * C; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / C, c = i % C;
+        float a1 = 0.0f, a2 = 0.0f;
+        for (int ch = 0; ch < nch; ch++) {
+            const float *p = part + (((int64_t)b * nch + ch) * C + c) * 2;
+            a1 += p[0];
+            a2 += p[1];
+        }
+        if (out1) out1[i] = tobf(bf(out1[i]) + a1);
+        if (out2) out2[i] = tobf(bf(out2[i]) + a2);
+    }
+}
+
+/* Runs both launches (caller holds the op bracket). */
+template <class Op>
+static void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C, bf16 *out1, bf16 *out2)
+{
+    if (B <= 0 || C <= 0) return;
+    const int64_t cblk = (C + CS_COLS - 1) / CS_COLS;
+    int64_t nch = ((int64_t)c->sm_count * 4 + cblk * B - 1) / (cblk * B); /* ~4 blocks per SM */
+    const int64_t maxch = (L + CS_LANES * 4 - 1) / (CS_LANES * 4);       /* >= 32 rows per chunk */
+    if (nch > maxch) nch = maxch;
+    const int64_t room = (int64_t)(vf_cuda_partials_bytes(c) / (2 * sizeof(float) * (size_t)(B * C)));
+    if (nch > room) nch = room;
+    if (nch > 65535) nch = 65535;
+    if (nch < 1) {
+        vf_cuda_note_msg(c, __FILE__, __LINE__,
+                         "column sum of (%lld, %lld, %lld): the partial sums need more than the %zu bytes of "
+                         "scratch (raise VFLOW_CUDA_SCRATCH_MB)",
+                         (long long)B, (long long)L, (long long)C, vf_cuda_partials_bytes(c));
+        return;
+    }
+    if (B > 65535) {
+        vf_cuda_note_msg(c, __FILE__, __LINE__, "column sum: batch %lld over 65535", (long long)B);
+        return;
+    }
+    float *part = vf_cuda_partials(c);
+    dim3 grid((unsigned)cblk, (unsigned)nch, (unsigned)B), block(CS_COLS, CS_LANES);
+    k_colsum_part<Op><<<grid, block, 0, c->stream>>>(op, L, C, (int)nch, part);
+    VF_CUDA_NOTE_LAUNCH(c);
+    if (out1 || out2) {
+        k_colsum_fin<<<grid_for(B * C, 256), 256, 0, c->stream>>>(part, B, C, (int)nch, out1, out2);
+        VF_CUDA_NOTE_LAUNCH(c);
+    }
+}
+
+/* ------------------------------------------------------------------ broadcast forwards */
+
+/* out (B, L, C) = x·(1 + scale[b]) + shift[b] (scale/shift may be NULL = 0);
+ * GATED: out = x + gate[b]·y (gate in `scale`). out may alias x. */
+template <int GATED>
+__global__ void k_bcast(bf16 *out, const bf16 *x, const bf16 *shift, const bf16 *scale, const bf16 *y, int64_t L,
+                        int64_t C, int64_t n, bool vec)
+{
+    const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, nth = (int64_t)gridDim.x * blockDim.x;
+    if (vec) { /* C % 8 == 0: an 8-chunk never crosses a row */
+        for (int64_t i = tid * 8; i < n; i += nth * 8) {
+            const int64_t c = i % C, b = i / (L * C);
+            float xv[8], s[8], t[8];
+            ld8(x + i, xv);
+            if (GATED) {
+                ld8(scale + b * C + c, s);
+                ld8(y + i, t);
+#pragma unroll
+                for (int j = 0; j < 8; j++) xv[j] += s[j] * t[j];
+            } else {
+                if (scale) {
+                    ld8(scale + b * C + c, s);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) xv[j] *= 1.0f + s[j];
+                }
+                if (shift) {
+                    ld8(shift + b * C + c, t);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) xv[j] += t[j];
+                }
+            }
+            st8(out + i, xv);
+        }
+        return;
+    }
+    for (int64_t i = tid; i < n; i += nth) {
+        const int64_t c = i % C, b = i / (L * C);
+        float v = bf(x[i]);
+        if (GATED) {
+            v += bf(scale[b * C + c]) * bf(y[i]);
+        } else {
+            if (scale) v *= 1.0f + bf(scale[b * C + c]);
+            if (shift) v += bf(shift[b * C + c]);
+        }
+        out[i] = tobf(v);
+    }
+}
+
+static bool al16(const void *p) { return !p || aligned16(p); }
+
+static void bcast(vf_cuda_ctx *c, int gated, bf16 *out, const bf16 *x, const bf16 *shift, const bf16 *scale,
+                  const bf16 *y, int64_t B, int64_t L, int64_t C)
+{
+    const int64_t n = B * L * C;
+    if (n <= 0) return;
+    const bool vec = C % 8 == 0 && al16(out) && al16(x) && al16(shift) && al16(scale) && al16(y);
+    const unsigned g = grid_for(vec ? n / 8 : n, 256, (int64_t)c->sm_count * 16);
+    if (gated) k_bcast<1><<<g, 256, 0, c->stream>>>(out, x, NULL, scale, y, L, C, n, vec);
+    else k_bcast<0><<<g, 256, 0, c->stream>>>(out, x, shift, scale, NULL, L, C, n, vec);
+    VF_CUDA_NOTE_LAUNCH(c);
+}
+
+extern "C" void vf_cuda_modulate_fwd(vf_backend *be, void *out, const void *x, const void *shift,
+                                     const void *scale, int64_t B, int64_t L, int64_t C)
+{
+    OpScope s(be);
+    bcast(s.c, 0, (bf16 *)out, (const bf16 *)x, (const bf16 *)shift, (const bf16 *)scale, NULL, B, L, C);
+}
+
+extern "C" void vf_cuda_gated_add_fwd(vf_backend *be, void *out, const void *x, const void *gate, const void *y,
+                                      int64_t B, int64_t L, int64_t C)
+{
+    OpScope s(be);
+    bcast(s.c, 1, (bf16 *)out, (const bf16 *)x, NULL, (const bf16 *)gate, (const bf16 *)y, B, L, C);
+}
+
+extern "C" void vf_cuda_add_bias_rows(vf_cuda_ctx *c, void *out, const void *bias, int64_t N, int64_t OC)
+{
+    bcast(c, 0, (bf16 *)out, (const bf16 *)out, (const bf16 *)bias, NULL, NULL, 1, N, OC);
+}
+
+/* ------------------------------------------------------------------ backwards */
+
+struct ModBwdOp { /* dx += dout·(1+scale); s1 = Σ dout (dshift); s2 = Σ dout·x (dscale) */
+    bf16 *dx;
+    const bf16 *dout, *x, *scale;
+    int64_t L, C;
+    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
+    {
+        const int64_t i = (b * L + l) * C + c;
+        const float g = bf(dout[i]);
+        if (dx) dx[i] = tobf(bf(dx[i]) + g * (1.0f + bf(scale[b * C + c])));
+        s1 += g;
+        s2 += g * bf(x[i]);
+    }
+};
+
+extern "C" void vf_cuda_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
+                                     const void *x, const void *scale, int64_t B, int64_t L, int64_t C)
+{
+    OpScope s(be);
+    ModBwdOp op{(bf16 *)dx, (const bf16 *)dout, (const bf16 *)x, (const bf16 *)scale, L, C};
+    colsum(s.c, op, B, L, C, (bf16 *)dshift, (bf16 *)dscale);
+}
+
+struct GatedBwdOp { /* dx += dout; dy += dout·gate; s1 = Σ dout·y (dgate) */
+    bf16 *dx, *dy;
+    const bf16 *dout, *gate, *y;
+    int64_t L, C;
+    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
+    {
+        const int64_t i = (b * L + l) * C + c;
+        const float g = bf(dout[i]);
+        if (dx) dx[i] = tobf(bf(dx[i]) + g);
+        if (dy) dy[i] = tobf(bf(dy[i]) + g * bf(gate[b * C + c]));
+        s1 += g * bf(y[i]);
+    }
+};
+
+extern "C" void vf_cuda_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
+                                      const void *gate, const void *y, int64_t B, int64_t L, int64_t C)
+{
+    OpScope s(be);
+    GatedBwdOp op{(bf16 *)dx, (bf16 *)dy, (const bf16 *)dout, (const bf16 *)gate, (const bf16 *)y, L, C};
+    colsum(s.c, op, B, L, C, (bf16 *)dgate, NULL);
+}
+
+struct BiasOp {
+    const bf16 *dout;
+    int64_t C;
+    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const { s1 += bf(dout[l * C + c]); }
+};
+
+extern "C" void vf_cuda_bias_grad(vf_cuda_ctx *c, void *dbias, const void *dout, int64_t N, int64_t OC)
+{
+    colsum(c, BiasOp{(const bf16 *)dout, OC}, 1, N, OC, (bf16 *)dbias, NULL);
+}
+
+__global__ void k_add_f32(bf16 *d, const float *s, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        d[i] = tobf(bf(d[i]) + s[i]);
+}
+
+extern "C" void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float *src, int64_t n)
+{
+    if (n <= 0) return;
+    k_add_f32<<<grid_for(n, 256), 256, 0, c->stream>>>((bf16 *)dbias, src, n);
+    VF_CUDA_NOTE_LAUNCH(c);
+}
+
+/* the norms' parameter gradients (norm.cu) use the same machinery */
+struct NormWOp { /* s1 = Σ dout·x̂ (dw), s2 = Σ dout (db); x̂ = (x − mean)·rstd, mean NULL for RMSNorm */
+    const bf16 *dout, *x;
+    const float *mean, *rstd;
+    int64_t C;
+    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
+    {
+        const int64_t i = l * C + c;
+        const float g = bf(dout[i]);
+        const float xh = (bf(x[i]) - (mean ? mean[l] : 0.0f)) * rstd[l];
+        s1 += g * xh;
+        s2 += g;
+    }
+};
+
+extern "C" void vf_cuda_norm_wgrad(vf_cuda_ctx *c, void *dw, void *db, const void *dout, const void *x,
+                                   const float *mean, const float *rstd, int64_t N, int64_t C)
+{
+    colsum(c, NormWOp{(const bf16 *)dout, (const bf16 *)x, mean, rstd, C}, 1, N, C, (bf16 *)dw, (bf16 *)db);
+}
+
+/* ------------------------------------------------------------------ mse, sumsq */
+
+#define RED_THREADS 256
+
+/* block k of VF_CUDA_RED_BLOCKS sums [n·k/256, n·(k+1)/256): threads stride, then a
+ * fixed f64 tree. MSE: also dpred += gs·(pred − target). */
+template <int MSE>
+__global__ void k_red(double *part, bf16 *dpred, const bf16 *pred, const bf16 *target, int64_t n, double gs)
+{
+    __shared__ double sh[RED_THREADS];
+    const int k = blockIdx.x;
+    const int64_t lo = n * k / VF_CUDA_RED_BLOCKS, hi = n * (k + 1) / VF_CUDA_RED_BLOCKS;
+    double s = 0.0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += RED_THREADS) {
+        double d = (double)bf(pred[i]);
+        if (MSE) {
+            d -= (double)bf(target[i]);
+            if (dpred) dpred[i] = tobf((float)((double)bf(dpred[i]) + gs * d));
+        }
+        s += d * d;
+    }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = RED_THREADS / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[k] = sh[0];
+}
+
+static double red_finish(vf_cuda_ctx *c, double *part)
+{
+    double *h = (double *)c->host;
+    if (VF_CUDA_NOTE(c, cudaMemcpyAsync(h, part, VF_CUDA_RED_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
+                                        c->stream)) ||
+        VF_CUDA_NOTE(c, cudaStreamSynchronize(c->stream)))
+        return NAN;
+    double s = 0.0;
+    for (int k = 0; k < VF_CUDA_RED_BLOCKS; k++) s += h[k];
+    return s;
+}
+
+extern "C" double vf_cuda_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target, int64_t n,
+                                      float grad_scale)
+{
+    if (n <= 0) return 0.0;
+    OpScope s(be);
+    double *part = (double *)vf_cuda_partials(s.c);
+    k_red<1><<<VF_CUDA_RED_BLOCKS, RED_THREADS, 0, s.c->stream>>>(part, (bf16 *)dpred, (const bf16 *)pred,
+                                                                    (const bf16 *)target, n,
+                                                                    2.0 * (double)grad_scale / (double)n);
+    VF_CUDA_NOTE_LAUNCH(s.c);
+    return red_finish(s.c, part) / (double)n;
+}
+
+extern "C" double vf_cuda_sumsq(vf_backend *be, const void *grad, int64_t n)
+{
+    if (n <= 0) return 0.0;
+    OpScope s(be);
+    double *part = (double *)vf_cuda_partials(s.c);
+    k_red<0><<<VF_CUDA_RED_BLOCKS, RED_THREADS, 0, s.c->stream>>>(part, NULL, (const bf16 *)grad, NULL, n, 0.0);
+    VF_CUDA_NOTE_LAUNCH(s.c);
+    return red_finish(s.c, part);
+}

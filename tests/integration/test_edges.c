@@ -362,8 +362,13 @@ VF_TEST(backpressure_bounds_rss_of_both_processes)
             (long long)r.cons.base_rss_kb, (long long)max_c, (long long)allow_c, (long long)r.prod.base_rss_kb,
             (long long)max_p, (long long)allow_p);
     VF_CHECK(max_c > r.cons.base_rss_kb + record_kb); /* the measurement sees the items at all */
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan's quarantine keeps freed memory resident on purpose: RSS says nothing there. */
+    fprintf(stderr, "ASan build: RSS bounds not checked\n");
+#else
     VF_CHECK_MSG(max_c <= allow_c, "consumer RSS %lld kB over %lld kB", (long long)max_c, (long long)allow_c);
     VF_CHECK_MSG(max_p <= allow_p, "producer RSS %lld kB over %lld kB", (long long)max_p, (long long)allow_p);
+#endif
     /* the producer really was held back: it waited for credit most of the run */
     VF_CHECK_MSG(r.prod.blocked_ms > 512 * 5 / 2, "producer blocked only %lld ms",
                  (long long)r.prod.blocked_ms);

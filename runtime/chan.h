@@ -16,6 +16,8 @@
  *                 receiver decodes a view over the ZeroMQ message (no second copy).
  *                 One DEALER socket per end carries data one way and credits/acks back;
  *                 HWMs are set from the capacity, MAXMSGSIZE from max_item_bytes.
+ *                 vf_send returns once the record is queued (its credit spent); the
+ *                 record is freed when ZeroMQ has written it.
  * End of stream travels on every edge (vf_close); a port at its end returns VF_EOS
  * from vf_recv once every one of its edges has ended. vf_close on an INPUT port tells
  * its producers that nobody will read any more: their sends are dropped and vf_send
@@ -127,9 +129,12 @@ vf_port_dir vf_port_direction(const vf_port *p);
  * Inproc edges need no draining (the consumer lives in this process). Call it on the
  * stage's thread (it reads the sockets). */
 int vf_port_drain(vf_port *out, int timeout_ms, vf_status *st);
-/* Closes (vf_close if not yet done, without draining), releases items still queued,
- * closes sockets (ZMQ_LINGER 0 once drained, a short bounded linger for the final
- * control message otherwise) and frees. NULL is fine. */
+/* Frees the port and its ends. An output the stage had closed is drained first (as
+ * vf_port_drain with no timeout: until its receivers read the EOS, or the stop flag),
+ * so no data is lost when the process exits; a port never closed (a failed stage) is
+ * closed now without draining. Releases items still queued; closes sockets with
+ * ZMQ_LINGER 0, except a receiver whose last ack / "closed" frame may still be on its
+ * way (1 s linger, bounded). NULL is fine. */
 void vf_port_free(vf_port *p);
 
 /* Counters for metrics; readable from any thread while the stage runs. */

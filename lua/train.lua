@@ -1,0 +1,270 @@
+-- vflow extension
+-- train.lua — training sugar (DESIGN §5, §7): p:pipeline_parallel(model, opts), the
+-- `adamw` shard expander, and p:train{...}. Everything here expands into plain stages and
+-- edges; the C stages (stages/dit_stage.c, adamw.c, checkpoint.c) never see the sugar.
+--
+--   local dit  = p:pipeline_parallel(vf.models.dit "tiny", { stages = P, micro_batches = M,
+--                  recompute = true, devices = {"cpu", "cpu"}, replicas = D })
+--   local opt  = p:stage("adamw", { lr = 1e-3, shards = S, ... })
+--   local ckpt = p:stage("checkpoint", { dir = "runs/x/ckpt", every = 50, keep = 2 })
+--   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200 }
+--
+-- The plain graph (D = 1; with D > 1 partitions are dit_<q>_r<r> and readers <name>_r<r>):
+--   stages   dit_0 .. dit_{P-1}          kind dit, stage = q, splits = block boundaries
+--            adamw_0 .. adamw_{S-1}      kind adamw, shard = k, shards = S
+--            the reader, the checkpoint stage
+--   edges    reader.out        -> dit_0.batch           capacity 2
+--            dit_q.act_out     -> dit_{q+1}.act_in      capacity M   activations, forward
+--            dit_{q+1}.grad_out -> dit_q.grad_in        capacity M   loop: their gradients
+--            dit_q.grad_s<k>   -> adamw_k.grads         capacity 2   gradient slices (every q, k)
+--            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: updated weights
+--            adamw_k.norm_out  -> adamw_j.norm_in       capacity 2   loop: global-norm partials (k ≠ j)
+--            adamw_k.snap      -> checkpoint.snap       capacity 1   snapshots: one in flight per shard
+--            checkpoint.ack    -> adamw_k.ack           capacity 2   loop, only with sync = true
+-- Every partition talks to every shard (an item with no tensor where their ranges do not
+-- overlap): the ranges depend on parameter counts the Lua side does not know, and the
+-- empty items double as the per-step barrier.
+--
+-- Placement: with isolate (default true) every partition, every shard and the checkpoint
+-- writer get a worker process of their own (`worker = <stage name>`), so a crash costs
+-- one of them and the tests can kill any one; isolate = false leaves placement to the
+-- default rules (one CPU worker, one per CUDA device).
+return function(vf)
+  local fail = vf.fail
+
+  local function int_of(v, what, lo, hi)
+    if math.type(v) == "float" and v == math.floor(v) then v = math.tointeger(v) end
+    if math.type(v) ~= "integer" or v < lo or v > hi then
+      fail("%s must be an integer in %d..%d, got %s", what, lo, hi, tostring(v))
+    end
+    return v
+  end
+
+  -- Canonical JSON of a plain value (sorted keys), for params that carry other params.
+  local function json(v)
+    local t = type(v)
+    if t == "string" then
+      return '"' .. v:gsub('[%c"\\]', function(c)
+        local map = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t' }
+        return map[c] or string.format("\\u%04x", c:byte())
+      end) .. '"'
+    elseif t == "number" then
+      if math.type(v) == "integer" then return tostring(v) end
+      if v ~= v or v == math.huge or v == -math.huge then fail("a non-finite number cannot be a param") end
+      return string.format("%.17g", v)
+    elseif t == "boolean" then
+      return tostring(v)
+    elseif t == "table" then
+      local n = #v
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = k end
+      if n > 0 and #keys == n then
+        local out = {}
+        for i = 1, n do out[i] = json(v[i]) end
+        return "[" .. table.concat(out, ",") .. "]"
+      end
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+      local out = {}
+      for _, k in ipairs(keys) do out[#out + 1] = json(tostring(k)) .. ":" .. json(v[k]) end
+      return "{" .. table.concat(out, ",") .. "}"
+    end
+    fail("a %s cannot be a param value", t)
+  end
+  vf.json = json
+
+  -- ------------------------------------------------------------ pipeline_parallel
+
+  local Model = {}
+  Model.__index = Model
+  Model.__name = "vflow.dit_pipeline"
+
+  function Model:_endpoints(dir)
+    if dir == "in" then
+      local out = {}
+      for r = 1, self.D do out[#out + 1] = { self.parts[r][1], "batch" } end
+      return out
+    end
+    fail("the pipeline model has no output to connect: p:train wires its gradients to the optimizer")
+  end
+
+  function Model:stages()
+    local out = {}
+    for r = 1, self.D do
+      for q = 1, self.P do out[#out + 1] = self.parts[r][q] end
+    end
+    return out
+  end
+
+  local PP_OPTS = { "stages", "micro_batches", "recompute", "devices", "replicas", "name", "isolate" }
+
+  vf.extend("pipeline_parallel", function(p, model, opts)
+    if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
+    if type(model) ~= "table" or getmetatable(model) ~= nil or model.depth == nil then
+      fail("pipeline_parallel: the first argument is a DiT preset, e.g. vf.models.dit \"tiny\"")
+    end
+    opts = opts or {}
+    if type(opts) ~= "table" then fail("pipeline_parallel: options must be a table") end
+    for k in pairs(opts) do
+      local known = false
+      for _, o in ipairs(PP_OPTS) do known = known or o == k end
+      if not known then
+        local near = vf.did_you_mean(tostring(k), PP_OPTS)
+        fail("pipeline_parallel: unknown option '%s'%s (options: %s)", tostring(k),
+             near and ("; did you mean '" .. near .. "'?") or "", table.concat(PP_OPTS, ", "))
+      end
+    end
+    local depth = int_of(model.depth, "model.depth", 1, 1 << 20)
+    local P = int_of(opts.stages or 1, "pipeline_parallel: stages", 1, math.min(24, depth))
+    local M = int_of(opts.micro_batches or 1, "pipeline_parallel: micro_batches", 1, 4096)
+    local D = int_of(opts.replicas or 1, "pipeline_parallel: replicas", 1, 64)
+    local base = opts.name or "dit"
+    if type(base) ~= "string" then fail("pipeline_parallel: name must be a string") end
+    local devices = opts.devices or "cpu"
+    if type(devices) == "string" then devices = { devices } end
+    if type(devices) ~= "table" or (#devices ~= 1 and #devices ~= P and #devices ~= P * D) then
+      fail("pipeline_parallel: devices must be one device, %d (one per stage) or %d (per stage and replica)",
+           P, P * D)
+    end
+    local isolate = opts.isolate ~= false
+    local splits = {}
+    for i = 0, P do splits[i + 1] = i * depth // P end
+    local m = { p = p, P = P, M = M, D = D, model = model, splits = splits, parts = {}, isolate = isolate }
+    for r = 0, D - 1 do
+      local row = {}
+      for q = 0, P - 1 do
+        local name = D == 1 and (base .. "_" .. q) or (base .. "_" .. q .. "_r" .. r)
+        local dev = #devices == 1 and devices[1] or #devices == P and devices[q + 1] or devices[r * P + q + 1]
+        row[q + 1] = p:raw_stage("dit", {
+          name = name, model = model, stage = q, splits = splits, micro_batches = M,
+          recompute = opts.recompute == true, device = dev, replicas = D, replica = r,
+          worker = isolate and name or nil,
+        })
+        if q > 0 then
+          p:connect({ row[q], "act_out" }, { row[q + 1], "act_in" }, { capacity = M })
+          p:connect({ row[q + 1], "grad_out" }, { row[q], "grad_in" }, { capacity = M, loop = true })
+        end
+      end
+      m.parts[r + 1] = row
+    end
+    return setmetatable(m, Model)
+  end)
+
+  -- ------------------------------------------------------------ adamw shards
+
+  local Shards = {}
+  Shards.__index = Shards
+  Shards.__name = "vflow.adamw_shards"
+  function Shards:_endpoints()
+    fail("the optimizer shards are wired by p:train{optimizer = ...}, not p:connect")
+  end
+
+  vf.expand("adamw", function(p, kind, params)
+    local S = int_of(params.shards or 1, "adamw: shards", 1, 24)
+    local base = params.name or "adamw"
+    if type(base) ~= "string" then fail("adamw: name must be a string") end
+    local isolate = params.isolate ~= false
+    local members = {}
+    for k = 0, S - 1 do
+      local q = {}
+      for key, v in pairs(params) do
+        if key ~= "shards" and key ~= "name" and key ~= "isolate" then q[key] = v end
+      end
+      q.name = base .. "_" .. k
+      q.shard, q.shards = k, S
+      if q.worker == nil and isolate then q.worker = q.name end
+      members[k + 1] = p:raw_stage(kind, q)
+    end
+    return setmetatable({ members = members, S = S }, Shards)
+  end)
+
+  -- ------------------------------------------------------------ train
+
+  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std" }
+
+  vf.extend("train", function(p, t)
+    if getmetatable(p) ~= vf.Pipeline then fail("call it as p:train{...}, with a colon") end
+    if type(t) ~= "table" then fail("p:train: expected a table {data, model, optimizer, checkpoint, steps}") end
+    for k in pairs(t) do
+      local known = false
+      for _, o in ipairs(TRAIN_OPTS) do known = known or o == k end
+      if not known then
+        local near = vf.did_you_mean(tostring(k), TRAIN_OPTS)
+        fail("p:train: unknown key '%s'%s (keys: %s)", tostring(k), near and ("; did you mean '" .. near .. "'?") or "",
+             table.concat(TRAIN_OPTS, ", "))
+      end
+    end
+    local m, opt, ck, data = t.model, t.optimizer, t.checkpoint, t.data
+    if getmetatable(m) ~= Model then fail("p:train: model must come from p:pipeline_parallel(...)") end
+    if m.p ~= p then fail("p:train: the model belongs to another pipeline") end
+    if m.trained then fail("p:train: this model is already wired into a training loop") end
+    if getmetatable(opt) ~= Shards then fail("p:train: optimizer must be p:stage(\"adamw\", {...})") end
+    if not vf.is_stage(data) or data.kind ~= "latent_reader" then
+      fail("p:train: data must be a latent_reader stage")
+    end
+    if ck ~= nil and (not vf.is_stage(ck) or ck.kind ~= "checkpoint") then
+      fail("p:train: checkpoint must be a checkpoint stage (or absent)")
+    end
+    local steps = int_of(t.steps, "p:train: steps", 1, 1 << 40)
+    local seed = int_of(t.seed or 0, "p:train: seed", 0, 1 << 53)
+    local t_mean, t_std = t.t_mean or 0.0, t.t_std or 1.0
+    if type(t_mean) ~= "number" or type(t_std) ~= "number" then fail("p:train: t_mean and t_std are numbers") end
+    m.trained = true
+
+    -- data-parallel replicas read disjoint shards of the cache
+    local readers = { data }
+    if m.D > 1 then
+      if data.params.shard ~= nil or data.params.nshards ~= nil then
+        fail("p:train: with replicas = %d the readers' shard/nshards are set for you; drop them", m.D)
+      end
+      data.params.shard, data.params.nshards = 0, m.D
+      for r = 1, m.D - 1 do
+        local q = {}
+        for k, v in pairs(data.params) do q[k] = v end
+        q.shard, q.name, q.worker = r, data.name .. "_r" .. r, data.worker
+        readers[r + 1] = p:raw_stage("latent_reader", q)
+      end
+    end
+    local dir = ck and ck.params.dir or ""
+    local every = ck and (ck.params.every == nil and 50 or ck.params.every) or 0
+    local sync = ck ~= nil and ck.params.sync == true
+    local model_params = m.model
+
+    for r = 1, m.D do
+      p:connect(readers[r], { m.parts[r][1], "batch" }, { capacity = 2 })
+      for q = 1, m.P do
+        local s = m.parts[r][q].params
+        s.shards, s.steps, s.seed, s.t_mean, s.t_std, s.ckpt_dir = opt.S, steps, seed, t_mean, t_std, dir
+      end
+    end
+    local data_json = json(data.params)
+    for _, a in ipairs(opt.members) do
+      local s = a.params
+      s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
+      s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
+    end
+    if ck then
+      ck.params.model, ck.params.shards = model_params, opt.S
+      if ck.worker == nil and m.isolate then ck.worker = ck.name end
+    end
+
+    for r = 1, m.D do
+      for q = 1, m.P do
+        local d = m.parts[r][q]
+        for k, a in ipairs(opt.members) do
+          p:connect({ d, "grad_s" .. (k - 1) }, { a, "grads" }, { capacity = 2 })
+          p:connect({ a, "weights_p" .. (q - 1) }, { d, "weights" }, { capacity = 2, loop = true })
+        end
+      end
+    end
+    for k, a in ipairs(opt.members) do
+      for j, b in ipairs(opt.members) do
+        if j ~= k then p:connect({ a, "norm_out" }, { b, "norm_in" }, { capacity = 2, loop = true }) end
+      end
+      if ck then
+        p:connect({ a, "snap" }, { ck, "snap" }, { capacity = 1 })
+        if sync then p:connect({ ck, "ack" }, { a, "ack" }, { capacity = 2, loop = true }) end
+      end
+    end
+    return p
+  end)
+end

@@ -1,0 +1,70 @@
+-- Train a video DiT on a latent cache (pipelines/precompute_latents.lua writes one):
+-- pipeline-parallel partitions in 1F1B, sharded AdamW, asynchronous atomic checkpoints.
+--
+--   vflow run pipelines/train_dit.lua --set cache=cache/latents.lmdb --set steps=300
+--   vflow run pipelines/train_dit.lua ... --resume      # continue from the newest checkpoint
+--
+-- Knobs (vf.args):
+--   run            pipeline name = run dir runs/<run>                      (train)
+--   cache          LMDB latent cache                                       (cache/latents.lmdb)
+--   model          DiT preset                                              (tiny)
+--   dim depth heads head_dim ffn text_len   overrides of the preset's fields
+--   steps          optimizer steps                                         (200)
+--   batch          global batch per replica (samples per step)             (4)
+--   stages         pipeline partitions P                                   (2)
+--   micro_batches  micro-batches M per step                                (2)
+--   recompute      keep only block inputs (true/false)                     (false)
+--   replicas       data-parallel replicas D                                (1)
+--   shards         optimizer shards S                                      (1)
+--   lr warmup schedule min_lr weight_decay clip   AdamW                    (1e-3, 0, constant, 0, 0.01, 1.0)
+--   every keep     checkpoint interval (steps; 0 = last only) and count    (50, 2)
+--   ckpt           checkpoint dir                                          (<run dir>/ckpt)
+--   sync           synchronous checkpoints (benchmark baseline)            (false)
+--   seed           data order, init, noise and timesteps                   (0)
+--   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
+--   isolate        one process per partition / shard / writer (true/false) (true)
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline(a.run or "train")
+
+local overrides = {}
+for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len" } do
+  if a[k] ~= nil then overrides[k] = a[k] end
+end
+local model = vf.models.dit(a.model or "tiny", overrides)
+local seed = a.seed or 0
+local isolate = a.isolate ~= false
+
+local data = p:stage("latent_reader", {
+  path = a.cache or "cache/latents.lmdb",
+  batch = a.batch or 4,
+  seed = seed,
+  text_len = model.text_len,
+})
+local dit = p:pipeline_parallel(model, {
+  stages = a.stages or 2,
+  micro_batches = a.micro_batches or 2,
+  recompute = a.recompute == true,
+  devices = a.device or "cpu",
+  replicas = a.replicas or 1,
+  isolate = isolate,
+})
+local opt = p:stage("adamw", {
+  lr = a.lr or 1e-3,
+  warmup = a.warmup or 0,
+  schedule = a.schedule or "constant",
+  min_lr = a.min_lr or 0,
+  weight_decay = a.weight_decay or 0.01,
+  clip_grad = a.clip or 1.0,
+  shards = a.shards or 1,
+  device = a.device or "cpu",
+  isolate = isolate,
+})
+local ckpt = p:stage("checkpoint", {
+  dir = a.ckpt or "",
+  every = a.every or 50,
+  keep = a.keep or 2,
+  sync = a.sync == true,
+})
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed }
+return p

@@ -29,7 +29,8 @@ static const char *const USAGE =
     "  run PIPELINE.lua     validate, plan, launch the workers and run to the end\n"
     "  check PIPELINE.lua   validate only (exit 0 = the topology is sound)\n"
     "  graph PIPELINE.lua   print the expanded plain graph as Graphviz DOT (--json: as JSON)\n"
-    "  plan PIPELINE.lua    print the memory each stage and edge declares, per device\n"
+    "  plan PIPELINE.lua    every byte the run will hold, per worker and device; verdict\n"
+    "                       against the budgets and, when over, the knobs that make it fit\n"
     "  cache stat|ls|verify PATH   inspect an LMDB latent cache\n"
     "  version              print the version\n"
     "  help [KIND|stages]   this text, the stage kinds, or the params of one kind\n"
@@ -40,10 +41,11 @@ static const char *const USAGE =
     "  --set NAME.PARAM=V   overrides param PARAM of stage NAME after the script ran\n"
     "                       (V is JSON if it parses, else a string)\n"
     "  --json               check/graph/plan: machine-readable output on stdout\n"
-    "  --budget SPEC        plan/run: fail (exit 2) if the plan exceeds e.g. cuda=80GiB,cpu=24GiB\n"
+    "  --budget SPEC        plan/run: device budgets, e.g. cuda=80GiB,cpu=24GiB (default: what\n"
+    "                       the machine has); a plan over a budget fails with exit 2\n"
     "  --run-dir DIR        run: where the run dir goes (default runs/<pipeline name>)\n"
     "  --resume             run: continue from the newest complete checkpoint\n"
-    "  --force              run: start even if the plan exceeds --budget\n"
+    "  --force              run: start even if the plan exceeds a budget\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad usage, bad topology or bad input\n";
 
@@ -201,21 +203,14 @@ static int cmd_pipeline(int argc, char **argv)
             if (rc < 0) vf_status_set(&st, rc, __FILE__, __LINE__, "writing the graph failed");
         }
     } else if (strcmp(c.cmd, "plan") == 0) {
-        rc = vf_plan_print(g, stdout, c.json, &st);
-        if (rc >= 0) {
-            fflush(stdout);
-            rc = vf_plan_check(g, c.budget, &st);
-        }
+        /* the memory planner (plan.h): verdict against the budgets, fixes when over */
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, c.json};
+        rc = vf_plan_command(g, &req, stdout, &st);
     } else { /* run */
-        if (c.budget) {
-            rc = vf_plan_check(g, c.budget, &st);
-            if (rc < 0 && c.force) {
-                fprintf(stderr, "vflow: warning (--force): %s\n", st.msg);
-                vf_status_clear(&st);
-                rc = 0;
-            }
-            if (rc < 0) goto done;
-        }
+        /* plan first: refuse (exit 2) a run over a budget or on absent devices */
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false};
+        rc = vf_plan_gate(g, &req, c.force, stdout, &st);
+        if (rc < 0) goto done;
         fflush(stdout);
         vf_run_opts opts = {
             .run_dir = c.run_dir,
@@ -225,6 +220,9 @@ static int cmd_pipeline(int argc, char **argv)
             .budget = c.budget,
         };
         rc = vf_driver_run(g, &opts, &st);
+        /* the plan's per-stage prediction next to the measured account peaks */
+        vf_status pst = {0};
+        if (rc != VF_EUSAGE && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
     }
 done:
     vf_graph_free(g);

@@ -1,255 +1,350 @@
-/* plan.c — `vflow plan` output and the --budget check (see plan.h). Replaceable as a
- * whole by the memory planner: nothing else depends on how it lays out its report. */
+/* plan.c — the memory plan of a validated, placed graph (plan.h): every stage's
+ * declarations, every edge's buffers where they live, each process's overhead; totals
+ * per device and the per-stage account predictions metrics.jsonl is compared with.
+ * Output is plan_out.c, budgets plan_budget.c, fixes plan_fix.c.
+ */
 #include "plan.h"
-#include "json.h"
+#include "alloc.h"
+#include "params.h"
 
-#include <math.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-void vf_bytes_str(int64_t bytes, char *buf, size_t n)
-{
-    if (bytes < 0) {
-        snprintf(buf, n, "unbounded");
-        return;
-    }
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (fabs(v) >= 1024 && u < 5) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0) snprintf(buf, n, "%lld B", (long long)bytes);
-    else snprintf(buf, n, "%.2f %s", v, unit[u]);
-}
+/* ------------------------------------------------------------------ categories */
 
-static int parse_size(const char *s, int64_t *out)
+const char *vf_mcat_name(vf_mcat c)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || !(v >= 0)) return VF_EINVAL;
-    static const struct { const char *suffix; double mul; } units[] = {
-        {"", 1},          {"B", 1},          {"K", 1024.0},       {"KiB", 1024.0},
-        {"KB", 1e3},      {"M", 1048576.0},  {"MiB", 1048576.0},  {"MB", 1e6},
-        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9},
-        {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12},
+    static const char *const names[VF_MCAT_COUNT] = {
+        "weights", "gradients", "optimizer", "activations", "workspace", "vae",
+        "decode",  "items",     "edges",     "checkpoint",  "runtime",   "other",
     };
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(end, units[i].suffix) == 0) {
-            double b = v * units[i].mul;
-            if (b > 9.0e18) return VF_EINVAL;
-            *out = (int64_t)b;
-            return 0;
-        }
-    return VF_EINVAL;
+    return c >= 0 && c < VF_MCAT_COUNT ? names[c] : "?";
 }
 
-int vf_budget_parse(const char *spec, vf_budget *out, vf_status *st)
+static bool has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+
+vf_mcat vf_mcat_of(const char *kind, const char *what)
 {
-    int rc = 0;
-    char buf[512];
-    memset(out, 0, sizeof *out);
-    if (strlen(spec) >= sizeof buf) VF_FAIL(st, VF_EUSAGE, "--budget: spec too long");
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq) VF_FAIL(st, VF_EUSAGE, "--budget %s: expected DEVICE=SIZE, got '%s'", spec, tok);
-        *eq = 0;
-        if (out->n == VF_BUDGET_MAX) VF_FAIL(st, VF_EUSAGE, "--budget %s: too many entries", spec);
-        vf_status dst = {0};
-        if (strcmp(tok, "cuda") == 0) {
-            out->e[out->n].any_cuda = true;
-            out->e[out->n].dev = (vf_device){VF_DEV_CUDA, 0};
-        } else if (vf_device_parse(tok, &out->e[out->n].dev, &dst) < 0) {
-            VF_FAIL(st, VF_EUSAGE, "--budget %s: unknown device '%s' (cpu, cuda or cuda:N)", spec, tok);
-        }
-        if (parse_size(eq + 1, &out->e[out->n].bytes) < 0)
-            VF_FAIL(st, VF_EUSAGE, "--budget %s: bad size '%s' (e.g. 24GiB, 800MB, 1.5G)", spec, eq + 1);
-        out->n++;
-    }
-    if (out->n == 0) VF_FAIL(st, VF_EUSAGE, "--budget: empty spec");
-fail:
-    return rc;
+    char w[VF_NAME_MAX * 4];
+    size_t i = 0;
+    for (; what[i] && i + 1 < sizeof w; i++) w[i] = (char)tolower((unsigned char)what[i]);
+    w[i] = 0;
+    if (kind && strcmp(kind, "checkpoint") == 0) return VF_MCAT_CKPT;
+    if (kind && strcmp(kind, "decode") == 0) return VF_MCAT_DECODE;
+    /* Order matters: "activation item pool" is items, "saved activations" activations. */
+    if (has(w, "pool") || has(w, "item") || !strncmp(w, "input", 5)) return VF_MCAT_ITEMS;
+    if (has(w, "activation") || has(w, "saved")) return VF_MCAT_ACTS;
+    if (has(w, "master") || has(w, "moment") || has(w, "optimizer")) return VF_MCAT_OPTIM;
+    if (has(w, "snapshot") || has(w, "checkpoint")) return VF_MCAT_CKPT;
+    if (has(w, "clips") || has(w, "latents")) return VF_MCAT_ITEMS; /* vae's micro-batch */
+    if (has(w, "vae") || has(w, "causal cache") || has(w, "chunk")) return VF_MCAT_VAE;
+    if (has(w, "gradient")) return has(w, "weights") ? VF_MCAT_WEIGHTS : VF_MCAT_GRADS;
+    if (has(w, "workspace") || has(w, "attention") || has(w, "scratch")) return VF_MCAT_WORKSPACE;
+    if (has(w, "decoder") || has(w, "manifest")) return VF_MCAT_DECODE;
+    if (has(w, "weights")) return VF_MCAT_WEIGHTS;
+    if (has(w, "batch") || has(w, "clip") || has(w, "record") || has(w, "latent") || has(w, "pairs"))
+        return VF_MCAT_ITEMS;
+    return VF_MCAT_OTHER;
 }
+
+/* ------------------------------------------------------------------ building */
 
 static bool same_dev(vf_device a, vf_device b)
 {
     return a.kind == b.kind && (a.kind == VF_DEV_CPU || a.index == b.index);
 }
 
-static vf_device edge_device(const vf_graph *g, int e)
+static int add_line(vf_mplan *p, int stage, int edge, int worker, vf_device dev, vf_mcat cat,
+                    int64_t bytes, int account, vf_status *st, const char *fmt, ...)
+    __attribute__((format(printf, 10, 11)));
+
+static int add_line(vf_mplan *p, int stage, int edge, int worker, vf_device dev, vf_mcat cat,
+                    int64_t bytes, int account, vf_status *st, const char *fmt, ...)
 {
-    const vf_port_spec *p = vf_graph_edge_src_spec(g, e);
-    return p ? p->device : (vf_device){VF_DEV_CPU, 0};
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        vf_pline *l = realloc(p->l, (size_t)cap * sizeof *l);
+        if (!l) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+        p->l = l;
+        p->cap = cap;
+    }
+    vf_pline *x = &p->l[p->n++];
+    memset(x, 0, sizeof *x);
+    x->stage = stage, x->edge = edge, x->worker = worker, x->dev = dev, x->cat = cat;
+    x->bytes = bytes, x->account = account;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->what, sizeof x->what, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+/* The stage whose allocations an item sent by stage s is made of: s itself, unless s
+ * only forwards what one in-process input brought (declares nothing, one input edge,
+ * in-process), like passthrough: then that edge's origin. */
+static int origin(const vf_graph *g, int s, int depth)
+{
+    if (depth > g->nstages) return s;
+    if (g->stages[s].mem.n > 0) return s;
+    int in = -1, nin = 0;
+    for (int e = 0; e < g->nedges; e++)
+        if (g->edges[e].dst == s) in = e, nin++;
+    bool outs = false;
+    for (int e = 0; e < g->nedges; e++) outs = outs || g->edges[e].src == s;
+    if (nin != 1 || !outs || g->edges[in].transport != VF_TR_INPROC) return s;
+    return origin(g, g->edges[in].src, depth + 1);
+}
+
+/* For a stage's "input …" entries: the account that pays for its received items — the
+ * producer's when every input edge is in-process from one origin; its own otherwise
+ * (ZeroMQ receives are charged to the receiver). */
+static int input_account(const vf_graph *g, int s)
+{
+    int who = -1;
+    for (int e = 0; e < g->nedges; e++) {
+        const vf_gedge *ge = &g->edges[e];
+        if (ge->dst != s) continue;
+        if (ge->transport != VF_TR_INPROC) return s;
+        int o = origin(g, ge->src, 0);
+        if (who >= 0 && who != o) return s;
+        who = o;
+    }
+    return who >= 0 ? who : s;
+}
+
+static void edge_name(const vf_graph *g, int e, char *buf, size_t n)
+{
+    const vf_gedge *ge = &g->edges[e];
+    snprintf(buf, n, "%s.%s -> %s.%s", g->stages[ge->src].name, ge->src_port, g->stages[ge->dst].name,
+             ge->dst_port);
+}
+
+static int64_t mul_sat(int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0) return -1;
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
+static int add_edges(vf_mplan *p, vf_status *st)
+{
+    const vf_graph *g = p->g;
+    int rc = 0;
+    char name[2 * VF_NAME_MAX * 2 + 16], b[32];
+    for (int e = 0; e < g->nedges; e++) {
+        const vf_gedge *ge = &g->edges[e];
+        const vf_port_spec *sp = vf_graph_edge_src_spec(g, e);
+        vf_device dev = sp ? sp->device : (vf_device){VF_DEV_CPU, 0};
+        int64_t item = sp ? vf_port_max_item_bytes(sp) : 0;
+        int64_t bytes = mul_sat(ge->capacity, item);
+        int ws = g->stages[ge->src].worker, wd = g->stages[ge->dst].worker;
+        edge_name(g, e, name, sizeof name);
+        vf_bytes_str(item, b, sizeof b);
+        const char *tr = vf_transport_name(ge->transport);
+        if (ge->transport == VF_TR_INPROC) {
+            /* items move by pointer: the producer's allocations sit in the ring */
+            VF_TRY(add_line(p, -1, e, ws, dev, VF_MCAT_EDGES, bytes, origin(g, ge->src, 0), st,
+                            "edge %s (%s, %d x %s)", name, tr, ge->capacity, b));
+        } else if (dev.kind == VF_DEV_CUDA) {
+            /* CUDA IPC: the producer keeps every buffer it sent until its credit returns */
+            VF_TRY(add_line(p, -1, e, ws, dev, VF_MCAT_EDGES, bytes, ge->src, st,
+                            "edge %s (%s + CUDA IPC, %d x %s, sender's buffers)", name, tr, ge->capacity, b));
+        } else {
+            /* host records: the credited items sit in the receiver's ZeroMQ pipe (no
+             * account holds them); the sender holds the one being transmitted */
+            VF_TRY(add_line(p, -1, e, wd, dev, VF_MCAT_EDGES, bytes, -1, st,
+                            "edge %s (%s, %d x %s, receiver's pipe)", name, tr, ge->capacity, b));
+            /* one encoded record per port is shared by all its ZeroMQ edges */
+            bool first = true;
+            for (int k = 0; k < e && first; k++)
+                first = !(g->edges[k].src == ge->src && strcmp(g->edges[k].src_port, ge->src_port) == 0 &&
+                          g->edges[k].transport != VF_TR_INPROC);
+            if (first)
+                VF_TRY(add_line(p, -1, e, ws, dev, VF_MCAT_EDGES, item, ge->src, st, "send copy of %s.%s (%s)",
+                                g->stages[ge->src].name, ge->src_port, b));
+        }
+    }
+fail:
+    return rc;
+}
+
+static int add_runtime(vf_mplan *p, vf_status *st)
+{
+    const vf_graph *g = p->g;
+    int rc = 0;
+    const vf_device cpu = {VF_DEV_CPU, 0};
+    int nl = p->n; /* lines so far: what the workers hold */
+    for (int w = 0; w < g->nworkers; w++) {
+        int64_t host = 0;
+        bool cuda[VF_PLAN_MAX_DEVS] = {0};
+        for (int i = 0; i < nl; i++) {
+            const vf_pline *x = &p->l[i];
+            if (x->worker != w) continue;
+            if (x->dev.kind == VF_DEV_CPU && x->bytes > 0) host += x->bytes;
+            if (x->dev.kind == VF_DEV_CUDA && x->dev.index >= 0 && x->dev.index < VF_PLAN_MAX_DEVS)
+                cuda[x->dev.index] = true;
+        }
+        for (int i = 0; i < g->nstages; i++)
+            if (g->stages[i].worker == w && g->stages[i].device.kind == VF_DEV_CUDA &&
+                g->stages[i].device.index < VF_PLAN_MAX_DEVS)
+                cuda[g->stages[i].device.index] = true;
+        VF_TRY(add_line(p, -1, -1, w, cpu, VF_MCAT_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st,
+                        "process %s (private baseline)", g->workers[w].name));
+        /* Freed big blocks parked for reuse: at most the cache limit, and a worker whose
+         * blocks are all small never parks any. */
+        int64_t lim = (int64_t)VF_ALLOC_CACHE_DEFAULT;
+        int64_t cache = host >= (int64_t)VF_ALLOC_BIG ? (host < lim ? host : lim) : 0;
+        if (cache > 0)
+            VF_TRY(add_line(p, -1, -1, w, cpu, VF_MCAT_RUNTIME, cache, -1, st, "vf_alloc big-block cache"));
+        for (int d = 0; d < VF_PLAN_MAX_DEVS; d++) {
+            if (!cuda[d]) continue;
+            vf_device dev = {VF_DEV_CUDA, d};
+            VF_TRY(add_line(p, -1, -1, w, dev, VF_MCAT_RUNTIME, VF_PLAN_CUDA_CONTEXT, -1, st, "CUDA context"));
+            VF_TRY(add_line(p, -1, -1, w, dev, VF_MCAT_WORKSPACE, VF_PLAN_CUDA_BACKEND, -1, st,
+                            "CUDA backend (cuBLASLt workspace, scratch)"));
+        }
+    }
+    VF_TRY(add_line(p, -1, -1, -1, cpu, VF_MCAT_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st, "driver process (private)"));
+    VF_TRY(add_line(p, -1, -1, -1, cpu, VF_MCAT_RUNTIME, VF_PLAN_SHARED_CODE, -1, st,
+                    "code and libraries (shared by all processes)"));
+fail:
+    return rc;
+}
+
+/* Activations of stage i with its `recompute` param flipped: the hook asked again. */
+static int64_t acts_flipped(const vf_gstage *s)
+{
+    if (!s->ops || !s->ops->memory || !s->ops->params || !vf_param_spec_find(s->ops->params, "recompute"))
+        return -1;
+    vf_status st = {0};
+    vf_params *q = vf_params_clone(s->params, &st);
+    if (!q) return -1;
+    int64_t acts = -1;
+    if (vf_params_set_json(q, "recompute", vf_param_bool(s->params, "recompute") ? "false" : "true", &st) == 0) {
+        vf_mem_plan m;
+        memset(&m, 0, sizeof m);
+        if (s->ops->memory(q, &s->ports, &m, &st) == 0) {
+            acts = 0;
+            for (int k = 0; k < m.n; k++)
+                if (vf_mcat_of(s->kind, m.e[k].what) == VF_MCAT_ACTS) acts += m.e[k].bytes;
+        }
+    }
+    vf_params_free(q);
+    return acts;
+}
+
+static vf_pdev *dev_slot(vf_mplan *p, vf_device d)
+{
+    for (int i = 0; i < p->ndev; i++)
+        if (same_dev(p->dev[i].dev, d)) return &p->dev[i];
+    if (p->ndev == VF_PLAN_MAX_DEVS) return NULL;
+    vf_pdev *x = &p->dev[p->ndev++];
+    memset(x, 0, sizeof *x);
+    x->dev = d.kind == VF_DEV_CPU ? (vf_device){VF_DEV_CPU, 0} : d;
+    x->budget = -1;
+    x->budget_src = "";
+    x->present = true;
+    return x;
+}
+
+static int cmp_dev(const void *a, const void *b)
+{
+    const vf_pdev *x = a, *y = b;
+    if (x->dev.kind != y->dev.kind) return x->dev.kind == VF_DEV_CPU ? -1 : 1;
+    return (x->dev.index > y->dev.index) - (x->dev.index < y->dev.index);
+}
+
+int vf_mplan_build(const vf_graph *g, vf_mplan *p, vf_status *st)
+{
+    int rc = 0;
+    memset(p, 0, sizeof *p);
+    p->g = g;
+    size_t ns = (size_t)(g->nstages ? g->nstages : 1);
+    p->account = calloc(ns, sizeof *p->account);
+    p->acts_alt = calloc(ns, sizeof *p->acts_alt);
+    if (!p->account || !p->acts_alt) VF_FAIL(st, VF_ENOMEM, "plan: out of memory");
+    for (int i = 0; i < g->nstages; i++) {
+        const vf_gstage *s = &g->stages[i];
+        int in_acct = input_account(g, i);
+        for (int m = 0; m < s->mem.n; m++) {
+            const vf_mem_entry *e = &s->mem.e[m];
+            bool input = strncmp(e->what, "input", 5) == 0 || strncmp(e->what, "Input", 5) == 0;
+            VF_TRY(add_line(p, i, -1, s->worker, e->device, vf_mcat_of(s->kind, e->what), e->bytes,
+                            input ? in_acct : i, st, "%s", e->what));
+        }
+        p->acts_alt[i] = acts_flipped(s);
+    }
+    VF_TRY(add_edges(p, st));
+    VF_TRY(add_runtime(p, st));
+    /* devices: cpu always, then every device a line or a stage names */
+    dev_slot(p, (vf_device){VF_DEV_CPU, 0});
+    for (int i = 0; i < g->nstages; i++) dev_slot(p, g->stages[i].device);
+    for (int i = 0; i < p->n; i++) {
+        vf_pdev *d = dev_slot(p, p->l[i].dev);
+        if (!d) VF_FAIL(st, VF_EUSAGE, "%s: the plan touches more than %d devices", g->script, VF_PLAN_MAX_DEVS);
+        int64_t b = p->l[i].bytes;
+        if (d->total >= 0) d->total = b < 0 ? -1 : d->total + b;
+        if (b > 0) d->cat[p->l[i].cat] += b;
+        int a = p->l[i].account;
+        if (a >= 0 && p->l[i].dev.kind == VF_DEV_CPU && p->account[a] >= 0)
+            p->account[a] = b < 0 ? -1 : p->account[a] + b;
+    }
+    qsort(p->dev, (size_t)p->ndev, sizeof p->dev[0], cmp_dev);
+    return 0;
+fail:
+    vf_mplan_free(p);
+    return rc;
+}
+
+void vf_mplan_free(vf_mplan *p)
+{
+    if (!p) return;
+    free(p->l);
+    free(p->account);
+    free(p->acts_alt);
+    memset(p, 0, sizeof *p);
+}
+
+const vf_pdev *vf_mplan_dev(const vf_mplan *p, vf_device d)
+{
+    for (int i = 0; i < p->ndev; i++)
+        if (same_dev(p->dev[i].dev, d)) return &p->dev[i];
+    return NULL;
+}
+
+void vf_mplan_budget(vf_mplan *p, const vf_budget *b, const vf_machine *m)
+{
+    p->nover = 0;
+    for (int i = 0; i < p->ndev; i++) {
+        vf_pdev *d = &p->dev[i];
+        d->budget = b ? vf_budget_for(b, d->dev) : -1;
+        d->budget_src = d->budget >= 0 ? "--budget" : "";
+        d->present = true;
+        if (m && d->dev.kind == VF_DEV_CUDA) d->present = d->dev.index < m->ncuda;
+        if (d->budget < 0 && m) {
+            if (d->dev.kind == VF_DEV_CPU && m->mem_total > 0) {
+                d->budget = m->mem_total;
+                d->budget_src = "MemTotal";
+            } else if (d->dev.kind == VF_DEV_CUDA && d->present && m->cuda_free[d->dev.index] > 0) {
+                /* measured with the probe's own context open: the context the worker
+                 * will open is planned separately, so give that much back */
+                d->budget = m->cuda_free[d->dev.index] + VF_PLAN_CUDA_CONTEXT;
+                d->budget_src = "cuMemGetInfo";
+            }
+        }
+        d->over = d->budget >= 0 && (d->total < 0 || d->total > d->budget);
+        if (d->over) p->nover++;
+    }
 }
 
 int64_t vf_plan_device_total(const vf_graph *g, vf_device dev)
 {
-    int64_t total = 0;
-    for (int i = 0; i < g->nstages; i++) total += vf_mem_plan_total(&g->stages[i].mem, dev);
-    for (int e = 0; e < g->nedges; e++) {
-        int64_t b = vf_graph_edge_bytes(g, e);
-        if (b < 0) return -1; /* unbounded */
-        if (same_dev(edge_device(g, e), dev)) total += b;
-    }
-    return total;
-}
-
-/* Every device the graph touches, cpu first. */
-static int devices(const vf_graph *g, vf_device *out, int max)
-{
-    int n = 0;
-    out[n++] = (vf_device){VF_DEV_CPU, 0};
-    for (int i = 0; i < g->nstages; i++) {
-        const vf_gstage *s = &g->stages[i];
-        vf_device cands[VF_MAX_MEM_ENTRIES + 1];
-        int nc = 0;
-        cands[nc++] = s->device;
-        for (int m = 0; m < s->mem.n; m++) cands[nc++] = s->mem.e[m].device;
-        for (int c = 0; c < nc; c++) {
-            bool seen = false;
-            for (int k = 0; k < n && !seen; k++) seen = same_dev(out[k], cands[c]);
-            if (!seen && n < max) out[n++] = cands[c];
-        }
-    }
-    return n;
-}
-
-static const char *worker_name(const vf_graph *g, const vf_gstage *s)
-{
-    return s->worker >= 0 && s->worker < g->nworkers ? g->workers[s->worker].name : "-";
-}
-
-static int print_json(const vf_graph *g, FILE *f, vf_status *st)
-{
-    char dev[32];
-    vf_json *root = vf_json_obj(), *stages = vf_json_arr(), *edges = vf_json_arr(), *totals = vf_json_obj();
-    vf_json_set(root, "pipeline", vf_json_str(g->name));
-    for (int i = 0; i < g->nstages; i++) {
-        const vf_gstage *s = &g->stages[i];
-        vf_json *o = vf_json_obj(), *mem = vf_json_arr();
-        vf_json_set(o, "name", vf_json_str(s->name));
-        vf_json_set(o, "kind", vf_json_str(s->kind));
-        vf_json_set(o, "worker", vf_json_str(worker_name(g, s)));
-        vf_device_str(s->device, dev, sizeof dev);
-        vf_json_set(o, "device", vf_json_str(dev));
-        for (int m = 0; m < s->mem.n; m++) {
-            vf_json *mo = vf_json_obj();
-            vf_json_set(mo, "what", vf_json_str(s->mem.e[m].what));
-            vf_device_str(s->mem.e[m].device, dev, sizeof dev);
-            vf_json_set(mo, "device", vf_json_str(dev));
-            vf_json_set(mo, "bytes", vf_json_int(s->mem.e[m].bytes));
-            vf_json_push(mem, mo);
-        }
-        vf_json_set(o, "mem", mem);
-        vf_json_push(stages, o);
-    }
-    for (int e = 0; e < g->nedges; e++) {
-        const vf_gedge *ge = &g->edges[e];
-        const vf_port_spec *p = vf_graph_edge_src_spec(g, e);
-        vf_json *o = vf_json_obj();
-        char name[2 * VF_NAME_MAX + 8];
-        snprintf(name, sizeof name, "%s.%s", g->stages[ge->src].name, ge->src_port);
-        vf_json_set(o, "src", vf_json_str(name));
-        snprintf(name, sizeof name, "%s.%s", g->stages[ge->dst].name, ge->dst_port);
-        vf_json_set(o, "dst", vf_json_str(name));
-        vf_json_set(o, "transport", vf_json_str(vf_transport_name(ge->transport)));
-        vf_json_set(o, "capacity", vf_json_int(ge->capacity));
-        vf_json_set(o, "item_bytes", vf_json_int(p ? vf_port_max_item_bytes(p) : 0));
-        vf_json_set(o, "bytes", vf_json_int(vf_graph_edge_bytes(g, e)));
-        vf_device_str(edge_device(g, e), dev, sizeof dev);
-        vf_json_set(o, "device", vf_json_str(dev));
-        vf_json_push(edges, o);
-    }
-    vf_device devs[64];
-    int nd = devices(g, devs, 64);
-    for (int d = 0; d < nd; d++) {
-        vf_device_str(devs[d], dev, sizeof dev);
-        vf_json_set(totals, dev, vf_json_int(vf_plan_device_total(g, devs[d])));
-    }
-    vf_json_set(root, "stages", stages);
-    vf_json_set(root, "edges", edges);
-    vf_json_set(root, "totals", totals);
-    char *text = vf_json_emit(root, false, 2);
-    vf_json_free(root);
-    if (!text) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
-    fprintf(f, "%s\n", text);
-    free(text);
-    return 0;
-}
-
-int vf_plan_print(const vf_graph *g, FILE *f, bool json, vf_status *st)
-{
-    if (json) return print_json(g, f, st);
-    char dev[32], b1[32], b2[32];
-    fprintf(f, "plan for pipeline '%s': %d stages, %d edges, %d workers\n\n", g->name, g->nstages, g->nedges,
-            g->nworkers);
-    fprintf(f, "%-20s %-16s %-16s %-8s %-24s %12s\n", "stage", "kind", "worker", "device", "holds", "bytes");
-    for (int i = 0; i < g->nstages; i++) {
-        const vf_gstage *s = &g->stages[i];
-        vf_device_str(s->device, dev, sizeof dev);
-        if (s->mem.n == 0)
-            fprintf(f, "%-20s %-16s %-16s %-8s %-24s %12s\n", s->name, s->kind, worker_name(g, s), dev, "-", "0 B");
-        for (int m = 0; m < s->mem.n; m++) {
-            vf_device_str(s->mem.e[m].device, dev, sizeof dev);
-            vf_bytes_str(s->mem.e[m].bytes, b1, sizeof b1);
-            fprintf(f, "%-20s %-16s %-16s %-8s %-24s %12s\n", m ? "" : s->name, m ? "" : s->kind,
-                    m ? "" : worker_name(g, s), dev, s->mem.e[m].what, b1);
-        }
-    }
-    if (g->nedges) {
-        fprintf(f, "\n%-40s %-9s %8s %12s %12s\n", "edge", "transport", "capacity", "item max", "buffer");
-        for (int e = 0; e < g->nedges; e++) {
-            const vf_gedge *ge = &g->edges[e];
-            const vf_port_spec *p = vf_graph_edge_src_spec(g, e);
-            char name[2 * VF_NAME_MAX * 2 + 16];
-            snprintf(name, sizeof name, "%s.%s -> %s.%s", g->stages[ge->src].name, ge->src_port,
-                     g->stages[ge->dst].name, ge->dst_port);
-            vf_bytes_str(p ? vf_port_max_item_bytes(p) : 0, b1, sizeof b1);
-            vf_bytes_str(vf_graph_edge_bytes(g, e), b2, sizeof b2);
-            fprintf(f, "%-40s %-9s %8d %12s %12s\n", name, vf_transport_name(ge->transport), ge->capacity, b1, b2);
-        }
-    }
-    fprintf(f, "\ntotal per device\n");
-    vf_device devs[64];
-    int nd = devices(g, devs, 64);
-    for (int d = 0; d < nd; d++) {
-        vf_device_str(devs[d], dev, sizeof dev);
-        vf_bytes_str(vf_plan_device_total(g, devs[d]), b1, sizeof b1);
-        fprintf(f, "  %-8s %12s\n", dev, b1);
-    }
-    return ferror(f) ? vf_status_set(st, VF_EIO, __FILE__, __LINE__, "write error") : 0;
-}
-
-int vf_plan_check(const vf_graph *g, const char *budget, vf_status *st)
-{
-    vf_budget b;
-    if (!budget) return 0;
-    int rc = vf_budget_parse(budget, &b, st);
-    if (rc < 0) return rc;
-    vf_device devs[64];
-    int nd = devices(g, devs, 64);
-    for (int d = 0; d < nd; d++) {
-        int64_t limit = -1;
-        for (int k = 0; k < b.n; k++) {
-            if (!b.e[k].any_cuda && same_dev(b.e[k].dev, devs[d])) limit = b.e[k].bytes;
-            if (b.e[k].any_cuda && devs[d].kind == VF_DEV_CUDA && limit < 0) limit = b.e[k].bytes;
-        }
-        /* A specific entry beats the generic "cuda" one whatever their order. */
-        for (int k = 0; k < b.n; k++)
-            if (!b.e[k].any_cuda && same_dev(b.e[k].dev, devs[d])) limit = b.e[k].bytes;
-        int64_t need = vf_plan_device_total(g, devs[d]);
-        if (limit >= 0 && (need > limit || need < 0)) {
-            char dev[32], n1[32], n2[32];
-            vf_device_str(devs[d], dev, sizeof dev);
-            vf_bytes_str(need, n1, sizeof n1);
-            vf_bytes_str(limit, n2, sizeof n2);
-            return vf_status_set(st, VF_EBUDGET, __FILE__, __LINE__,
-                                 "%s: the plan needs %s on %s, over the budget of %s (see `vflow plan`; "
-                                 "--force runs anyway)",
-                                 g->script, n1, dev, n2);
-        }
-    }
-    return 0;
+    vf_mplan p;
+    vf_status st = {0};
+    if (vf_mplan_build(g, &p, &st) < 0) return -1;
+    const vf_pdev *d = vf_mplan_dev(&p, dev);
+    int64_t t = d ? d->total : 0;
+    vf_mplan_free(&p);
+    return t;
 }

@@ -1,0 +1,63 @@
+#!/bin/bash
+# test_train_resume.sh — SIGKILL of one training worker (a pipeline partition, an optimizer
+# shard or the checkpoint writer, each a process of its own) at a random step, then
+# `vflow run … --resume`: the final weights are BITWISE those of an uninterrupted run.
+# Five seeds, one victim kind each (dit_1, adamw_1, checkpoint, dit_0, adamw_0), killed
+# after a random number of observed steps (a kill can land mid-checkpoint: the writer
+# then leaves a .tmp, which is never read). The killed run must fail and name the
+# signal; the resumed run continues from the newest complete checkpoint (or from step 0
+# when none was written yet), replays the reader to the checkpoint's data cursor across
+# epoch boundaries, and leaves no .tmp behind. A resume of a finished run trains nothing.
+# vflow-test: timeout=300
+set -u
+source "$(dirname "$0")/train_lib.sh"
+cd "$TMP"
+
+STEPS=40
+COMMON=(--set steps=$STEPS --set every=4 --set keep=2 --set batch=4 --set stages=2 --set shards=2
+        --set micro_batches=2 --set lr=2e-3)
+train ref "${COMMON[@]}" || fail "reference run: $(tail -5 ref.out)"
+want=$(model_md5 ref $STEPS)
+echo "uninterrupted: $want"
+
+victims=(dit_1 adamw_1 checkpoint dit_0 adamw_0)
+for seed in 1 2 3 4 5; do
+  victim=${victims[$((seed - 1))]}
+  RANDOM=$seed
+  at=$((2 + RANDOM % 30))
+  run=kill$seed
+  rm -f "trace$seed"
+  VFLOW_TRACE_SPAWN=$TMP/trace$seed "$VFLOW" run "$PIPE" --run-dir "$run" --set cache="$CACHE" "${COMMON[@]}" \
+    > "$run.out" 2>&1 &
+  vpid=$!
+  pid=""
+  for i in $(seq 1 3000); do
+    [ -z "$pid" ] && pid=$(awk -v v="stages=$victim" '$3 == v {sub("pid=", "", $1); print $1}' "trace$seed" 2>/dev/null)
+    [ -n "$pid" ] && [ "$(steps_done $run)" -ge $at ] && break
+    kill -0 $vpid 2>/dev/null || break
+    sleep 0.01
+  done
+  [ -n "$pid" ] || fail "seed $seed: no worker for $victim in the spawn trace: $(tail -5 $run.out)"
+  kill -9 "$pid" 2>/dev/null || fail "seed $seed: $victim (pid $pid) already gone: the run ended before step $at"
+  killed_at=$(steps_done $run)
+  wait $vpid
+  rc=$?
+  [ $rc -ne 0 ] || fail "seed $seed: the run succeeded although $victim was killed"
+  grep -q "SIGKILL" "$run.out" || fail "seed $seed: the killed worker is not reported: $(tail -5 $run.out)"
+  from=$("$TOOL" ckpt-find "$run/ckpt" 2>/dev/null | cut -d' ' -f1)
+  echo "seed $seed: killed $victim after step $killed_at (exit $rc); newest complete checkpoint: ${from:-none}"
+  train "$run" "${COMMON[@]}" --resume || fail "seed $seed: resume: $(tail -5 $run.out)"
+  got=$(model_md5 "$run" $STEPS)
+  [ "$got" = "$want" ] || fail "seed $seed: resumed weights $got differ from the uninterrupted $want"
+  ls -d "$run"/ckpt/*.tmp 2>/dev/null && fail "seed $seed: a .tmp dir is left"
+  if [ -n "$from" ]; then
+    grep -q "resuming at step $from" "$run/run.log" || fail "seed $seed: the shards did not resume at $from"
+    grep -q "resumed the data at cursor" "$run/run.log" || fail "seed $seed: the reader was not replayed"
+  fi
+done
+
+# resuming a finished run: nothing to train, weights untouched
+train kill1 "${COMMON[@]}" --resume || fail "resume of a finished run: $(tail -5 kill1.out)"
+grep -q "nothing to train" kill1/run.log || fail "resume of a finished run trained again"
+[ "$(model_md5 kill1 $STEPS)" = "$want" ] || fail "resume of a finished run changed the weights"
+echo "PASS"

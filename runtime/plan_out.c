@@ -37,7 +37,7 @@ static void print_line(FILE *f, const vf_pline *x)
     char dev[32], b[32];
     vf_device_str(x->dev, dev, sizeof dev);
     vf_bytes_str(x->bytes, b, sizeof b);
-    fprintf(f, "    %-7s %-11s %-66s %12s\n", dev, vf_mcat_name(x->cat), x->what, b);
+    fprintf(f, "    %-7s %-11s %-72s %12s\n", dev, vf_mcat_name(x->cat), x->what, b);
 }
 
 static void print_worker(FILE *f, const vf_mplan *p, int w)
@@ -52,8 +52,25 @@ static void print_worker(FILE *f, const vf_mplan *p, int w)
     }
     for (int i = 0; i < g->nstages; i++) {
         if (w < 0 || g->stages[i].worker != w) continue;
+        /* what its accounts should peak at: the host one (metrics.jsonl "peak") and the
+         * device twins of the CUDA pools */
+        char acc[256];
+        int off = 0;
         vf_bytes_str(p->account[i], b, sizeof b);
-        fprintf(f, "  stage %s (%s); its account should peak at %s\n", g->stages[i].name, g->stages[i].kind, b);
+        off += snprintf(acc + off, sizeof acc - (size_t)off, "cpu %s", b);
+        for (int d = 0; d < p->ndev; d++) {
+            if (p->dev[d].dev.kind != VF_DEV_CUDA) continue;
+            int64_t t = 0;
+            bool any = false;
+            for (int k = 0; k < p->n; k++)
+                if (p->l[k].account == i && p->l[k].dev.kind == VF_DEV_CUDA && p->l[k].dev.index == p->dev[d].dev.index)
+                    t = (t < 0 || p->l[k].bytes < 0) ? -1 : t + p->l[k].bytes, any = true;
+            if (!any || (size_t)off >= sizeof acc) continue;
+            vf_device_str(p->dev[d].dev, dev, sizeof dev);
+            vf_bytes_str(t, b, sizeof b);
+            off += snprintf(acc + off, sizeof acc - (size_t)off, ", %s %s", dev, b);
+        }
+        fprintf(f, "  stage %s (%s); accounts should peak at %s\n", g->stages[i].name, g->stages[i].kind, acc);
         bool any = false;
         for (int k = 0; k < p->n; k++)
             if (p->l[k].stage == i) print_line(f, &p->l[k]), any = true;

@@ -1,0 +1,41 @@
+-- Plan-only example (docs/PLANNING.md): full fine-tune of Wan-2.1 T2V-1.3B on ONE 80 GB
+-- GPU at Wan's 480p training size, 81 frames 480x832 -> latents (16, 21, 60, 104):
+-- 21·30·52 = 32,760 video tokens per sample, 512 caption tokens, batch 1.
+--
+--   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=24GiB
+--   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB --set recompute=false
+--
+-- It names cuda:0 and a cache that need not exist (latent_shape plans without it):
+-- `vflow plan` works anywhere, `vflow run` needs the GPU and the cache.
+-- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), height
+-- (480), width (832), offload (false: the optimizer shard on the GPU), shards (1),
+-- device ("cuda:0"), cache.
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline "wan13b_1x80"
+
+local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
+local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local model = vf.models.dit "wan-1.3b"
+local dev = a.device or "cuda:0"
+
+local data = p:stage("latent_reader", {
+  path = a.cache or "cache/wan480p.lmdb",
+  batch = a.batch or 1,
+  text_len = model.text_len,
+  latent_shape = { model.z, T, h, w },
+})
+local dit = p:pipeline_parallel(model, {
+  stages = a.stages or 1,
+  micro_batches = a.micro_batches or 1,
+  recompute = a.recompute ~= false,
+  devices = dev,
+})
+local opt = p:stage("adamw", {
+  lr = 1e-5,
+  shards = a.shards or 1,
+  device = a.offload == true and "cpu" or dev,
+})
+local ckpt = p:stage("checkpoint", { dir = "runs/wan13b_1x80/ckpt", every = 500, keep = 2 })
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000 }
+return p

@@ -1,0 +1,46 @@
+-- Plan-only example (docs/PLANNING.md): full fine-tune of Wan-2.1 T2V-14B on one node of
+-- 8 x 80 GB GPUs: 8 pipeline partitions (5 of the 40 blocks each, one per GPU), 1F1B
+-- over 8 micro-batches of one 81x480x832 clip (32,760 video tokens), recompute, and the
+-- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards OFFLOADED to
+-- host memory; only bf16 weights, gradients and activations stay on the GPUs.
+--
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB --set offload=false
+--
+-- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
+-- `vflow run` needs the GPUs and the cache.
+-- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),
+-- offload (true), frames (81), height (480), width (832), cache.
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline "wan14b_8x80"
+
+local T = 1 + ((a.frames or 81) - 1) // 4
+local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local model = vf.models.dit "wan-14b"
+local P, G = a.stages or 8, a.gpus or 8
+local M = a.micro_batches or 8
+
+local devices = {}
+for q = 1, P do devices[q] = "cuda:" .. ((q - 1) * G // P) end  -- partitions spread over the GPUs
+
+local data = p:stage("latent_reader", {
+  path = a.cache or "cache/wan480p.lmdb",
+  batch = M,                                       -- one clip per micro-batch
+  text_len = model.text_len,
+  latent_shape = { model.z, T, h, w },
+})
+local dit = p:pipeline_parallel(model, {
+  stages = P,
+  micro_batches = M,
+  recompute = a.recompute ~= false,
+  devices = devices,
+})
+local S = a.shards or 8
+local opt = p:stage("adamw", { lr = 1e-5, shards = S, device = "cpu" })
+if a.offload == false then   -- shard k on GPU k instead of the host
+  for k, s in ipairs(opt.members) do s.params.device = "cuda:" .. ((k - 1) * G // S) end
+end
+local ckpt = p:stage("checkpoint", { dir = "runs/wan14b_8x80/ckpt", every = 250, keep = 2 })
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000 }
+return p

@@ -1,0 +1,218 @@
+"""`vflow plan` against what runs hold: for several configurations of a precompute
+pipeline (synthetic clips -> vae_encode -> latent_cache) and of training (latent_reader ->
+dit partitions in 1F1B -> adamw shards -> checkpoint), run the real binary, read the
+plan the run wrote (<run dir>/plan.json: each stage's predicted account peak) and the
+measured peaks (metrics.jsonl "final" rows), and compare per stage:
+  - never above the plan: measured <= plan x 1.10 (the plan is a bound), every stage;
+  - tight: measured >= plan x 0.90, for the stages whose memory hook declares exactly
+    what the stage allocates (LOOSE lists the others and why; docs/PLANNING.md).
+Also: a budget below the plan is refused (exit 2, one line on stderr, nothing launched,
+the plan with its fixes on stdout); a budget above it runs; `plan` accepts a CUDA
+device this machine lacks while `run` refuses it; `run` prints plan vs measured.
+vflow-test: labels=integration timeout=600
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+VFLOW = os.environ.get("VFLOW_BIN") or os.path.join(os.environ.get("VFLOW_BUILD", "build"), "vflow")
+BUILD = os.environ.get("VFLOW_BUILD") or os.path.dirname(VFLOW)
+SRC = os.environ.get("VFLOW_SRC") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TOOL = os.path.join(BUILD, "tools", "train_tool")
+FAILS = []
+
+# Stage kinds whose hook is not (yet) exactly what the stage allocates: only the upper
+# bound is checked for them. Each entry says why; docs/PLANNING.md keeps the list.
+LOOSE = {
+    "synthetic": "declares a 16-item reuse pool; it holds the item it is building, the edges hold the rest",
+    "latent_cache": "declares 3 x commit_every records (arena regrowth bound); the arena is presized once",
+    "dit": "item pools sized for the edge capacity, which the plan also counts as edge buffers",
+    "adamw": "weight item pool sized for the edge capacity, which the plan also counts as edge buffers",
+    "checkpoint": "'writer buffers' are not allocated through vf_alloc, so no account sees them",
+}
+
+PRECOMPUTE = """
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline "pre"
+local T, S = a.frames or 9, a.size or 64
+local src = p:stage("synthetic", { shape = {T, S, S, 3}, dtype = "u8", tensor = "frames",
+                                   count = a.count or 8 })
+local vae = p:stage("vae_encode", { model = vf.models.vae "tiny", micro_batch = a.mb or 2,
+                                    chunk = a.chunk or 4 })
+local cache = p:stage("latent_cache", { path = a.cache, key = "id", commit_every = a.commit or 4 })
+p:connect(src, vae, { capacity = a.cap or 4, transport = a.tr or "auto" })
+p:connect(vae, cache, { capacity = a.cap2 or 4 })
+return p
+"""
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("CHECK FAILED: " + msg, flush=True)
+    return cond
+
+
+def vflow(args, cwd, timeout=240):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+    return subprocess.run([VFLOW] + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def final_peaks(run_dir):
+    peaks = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "final":
+                peaks[r["stage"]] = (r["kind"], r["peak"])
+    return peaks
+
+
+def compare(name, run_dir, out):
+    with open(os.path.join(run_dir, "plan.json")) as f:
+        plan = json.load(f)
+    peaks = final_peaks(run_dir)
+    check("plan vs measured" in out, "%s: run prints plan vs measured" % name)
+    rows = []
+    for s in plan["stages"]:
+        kind, peak = peaks.get(s["name"], (s["kind"], None))
+        want = s["account"]
+        if not check(peak is not None and want > 0, "%s: %s has a final row and a plan" % (name, s["name"])):
+            continue
+        ratio = peak / want
+        tight = kind not in LOOSE
+        rows.append((s["name"], kind, want, peak, ratio, tight))
+        check(ratio <= 1.10, "%s: %s measured %d > 1.1 x plan %d" % (name, s["name"], peak, want))
+        if tight:
+            check(ratio >= 0.90, "%s: %s measured %d < 0.9 x plan %d" % (name, s["name"], peak, want))
+    for r in rows:
+        print("  %-8s %-14s %-14s plan %10d measured %10d ratio %.3f%s" %
+              ((name,) + r[:5] + ("" if r[5] else "  (bound only: " + LOOSE[r[1]] + ")",)))
+
+
+def precompute(tmp, name, sets):
+    script = os.path.join(tmp, "pre.lua")
+    with open(script, "w") as f:
+        f.write(PRECOMPUTE)
+    run_dir = os.path.join(tmp, "run-" + name)
+    cache = os.path.join(tmp, "cache-" + name)
+    args = ["run", script, "--run-dir", run_dir, "--set", "cache=" + cache]
+    for s in sets:
+        args += ["--set", s]
+    r = vflow(args, tmp)
+    if check(r.returncode == 0, "%s: run exit %d\n%s\n%s" % (name, r.returncode, r.stdout[-2000:], r.stderr[-2000:])):
+        compare(name, run_dir, r.stdout)
+    return r
+
+
+def train(tmp, cache, name, sets):
+    run_dir = os.path.join(tmp, "run-" + name)
+    args = ["run", os.path.join(SRC, "pipelines", "train_dit.lua"), "--run-dir", run_dir,
+            "--set", "cache=" + cache, "--set", "steps=6", "--set", "every=3"]
+    for s in sets:
+        args += ["--set", s]
+    r = vflow(args, tmp)
+    if check(r.returncode == 0, "%s: run exit %d\n%s\n%s" % (name, r.returncode, r.stdout[-2000:], r.stderr[-2000:])):
+        compare(name, run_dir, r.stdout)
+
+
+def budgets(tmp):
+    script = os.path.join(tmp, "pre.lua")
+    cache = os.path.join(tmp, "cache-budget")
+    base = ["--set", "cache=" + cache, "--set", "frames=17", "--set", "size=64"]
+    r = vflow(["plan", script, "--json"] + base, tmp)
+    check(r.returncode == 0, "plan --json exit %d: %s" % (r.returncode, r.stderr))
+    plan = json.loads(r.stdout)
+    total = plan["totals"]["cpu"]
+    check(plan["fits"] and plan["devices"][0]["budget_source"] == "MemTotal",
+          "plan without --budget is checked against MemTotal: %r" % plan["devices"][0])
+    # the lines add up to the totals, by device and by category
+    check(sum(x["bytes"] for x in plan["lines"] if x["device"] == "cpu") == total, "lines add up to the cpu total")
+    check(sum(plan["devices"][0]["categories"].values()) == total, "categories add up to the cpu total")
+
+    # below the plan: refused, one line on stderr, the fixes on stdout, nothing launched
+    below = "cpu=%dB" % (total - (1 << 20))
+    run_dir = os.path.join(tmp, "run-below")
+    r = vflow(["run", script, "--run-dir", run_dir, "--budget", below] + base, tmp)
+    check(r.returncode == 2, "run over budget: exit 2, got %d" % r.returncode)
+    check(re.fullmatch(r"vflow: .*pre\.lua: the plan needs [0-9.]+ MiB on cpu, over the budget of [0-9.]+ MiB "
+                       r"\(see `vflow plan`; --force runs anyway\)\n", r.stderr) is not None,
+          "one-line refusal on stderr: %r" % r.stderr)
+    check(not os.path.exists(run_dir), "nothing launched (no run dir)")
+    check("fixes (each re-planned" in r.stdout and re.search(r"^  (chunk|micro_batch|capacity|combined)\s+fits ",
+                                                             r.stdout, re.M) is not None,
+          "the refusal lists fixes that fit:\n%s" % r.stdout[-3000:])
+    # the same message from plan, and the fixes' totals are real re-plans
+    rp = vflow(["plan", script, "--json", "--budget", below] + base, tmp)
+    check(rp.returncode == 2 and rp.stderr == r.stderr, "plan refuses with the same message: %r" % rp.stderr)
+    fixes = json.loads(rp.stdout)["fixes"]
+    check(any(f["fits"] for f in fixes), "a fix fits: %r" % fixes)
+    for f in fixes:
+        if f["knob"] in ("chunk", "micro_batch") and f["change"].startswith("--set "):
+            sets = f["change"].replace("--set ", "").split()
+            args = ["plan", script, "--json"] + base
+            for s in sets:
+                args += ["--set", s]
+            again = json.loads(vflow(args, tmp).stdout)
+            check(again["totals"]["cpu"] == f["totals"]["cpu"],
+                  "fix %s: predicted %d == plan of the changed script %d" %
+                  (f["change"], f["totals"]["cpu"], again["totals"]["cpu"]))
+            print("fix %-12s %-40s cpu %d (fits: %s)" % (f["knob"], f["change"], f["totals"]["cpu"], f["fits"]))
+    # --force runs anyway, with a warning
+    r = vflow(["run", script, "--run-dir", os.path.join(tmp, "run-force"), "--budget", below, "--force"] + base, tmp)
+    check(r.returncode == 0 and "warning (--force)" in r.stderr, "--force runs: %d %r" % (r.returncode, r.stderr))
+    # above the plan: runs
+    above = "cpu=%dB" % (total + (1 << 20))
+    shutil.rmtree(cache, ignore_errors=True)
+    r = vflow(["run", script, "--run-dir", os.path.join(tmp, "run-above"), "--budget", above] + base, tmp)
+    check(r.returncode == 0, "run within budget: exit %d %s" % (r.returncode, r.stderr[-500:]))
+    print("budget: plan %d bytes; %s refused, %s ran" % (total, below, above))
+
+
+def devices(tmp):
+    script = os.path.join(tmp, "gpu.lua")
+    with open(script, "w") as f:
+        f.write(PRECOMPUTE.replace('chunk = a.chunk or 4 }', 'chunk = a.chunk or 4, device = "cuda:7" }'))
+    r = vflow(["plan", script, "--budget", "cuda=80GiB", "--set", "cache=" + os.path.join(tmp, "c")], tmp)
+    check(r.returncode == 0 and "cuda:7" in r.stdout, "plan accepts an absent cuda:7: %d %r" % (r.returncode, r.stderr))
+    run_dir = os.path.join(tmp, "run-gpu")
+    r = vflow(["run", script, "--run-dir", run_dir, "--set", "cache=" + os.path.join(tmp, "c")], tmp)
+    n = r.stderr.count("\n")
+    check(r.returncode == 2 and n == 1 and "runs on cuda:7, but this machine has" in r.stderr and
+          not os.path.exists(run_dir), "run refuses the absent device: %d %r" % (r.returncode, r.stderr))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="vf_plan_")
+    try:
+        # precompute: micro-batch, chunk, capacity, transport between source and encoder
+        precompute(tmp, "pre-a", ["mb=2", "chunk=4", "cap=4"])
+        precompute(tmp, "pre-b", ["mb=1", "chunk=1", "cap=1", "frames=17"])
+        precompute(tmp, "pre-c", ["mb=4", "chunk=8", "cap=2", "frames=17", "size=96", "tr=ipc", "count=12"])
+        # training: partitions P, micro-batches M, recompute, shards S
+        cache = os.path.join(tmp, "latents")
+        r = subprocess.run([TOOL, "mkcache", cache, "32", "4", "1", "8", "8", "7"], capture_output=True, text=True)
+        if check(r.returncode == 0, "train_tool mkcache: %s" % r.stderr):
+            train(tmp, cache, "train-a", ["stages=2", "micro_batches=2", "shards=1"])
+            train(tmp, cache, "train-b", ["stages=3", "micro_batches=4", "recompute=true", "shards=2"])
+            train(tmp, cache, "train-c", ["stages=1", "micro_batches=1", "shards=3"])
+        budgets(tmp)
+        devices(tmp)
+    finally:
+        if FAILS:
+            print("(kept %s)" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print("%d check(s) failed" % len(FAILS))
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+/* bench_cuda_dit.c — the vflow side of the CUDA DiT benchmarks (bench/bench_cuda.sh runs
+ * it next to the PyTorch peer bench/bench_cuda_dit.py and prints the ratios).
+ *
+ *   bench_cuda_dit step [preset=wan-1.3b] [B=1] [T=13] [H=48] [W=84] [recompute=1]
+ *                       [steps=8] [warmup=2] [device=cuda:0]
+ *       one training step of the whole model on cuda:0 as one partition: zero grads,
+ *       forward, rectified-flow loss, backward (recompute: only block inputs kept), AdamW
+ *       over every parameter (f32 master and moments on the GPU, bf16 weights out).
+ *       Latent (16, T, H, W) with patch 1x2x2: the defaults give 13·24·42 = 13104 tokens
+ *       (a 49-frame 384x672 clip). Median step time -> tokens/s, MFU (REFERENCE's
+ *       6·N·S + 12·L·d·S² + 12·L·d·S·S_txt, with the text K/V projections, over the
+ *       989 TF/s dense bf16 peak of an H100 SXM), peak device memory (what the pool
+ *       holds from the driver plus the backend's own scratch, like PyTorch's
+ *       max_memory_reserved).
+ *   bench_cuda_dit attn [B=1] [L=13104] [Lk=L] [H=12] [D=128] [iters=20]
+ *       attention forward and forward+backward alone: TFLOP/s with the usual counts
+ *       (forward 4·B·H·Lq·Lk·D, backward 2.5x that).
+ *
+ * The last line of each mode is one JSON object (what the script parses). Needs a GPU;
+ * exits 77 without one (or without CUDA in the build).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/ops.h"
+#include "models/dit.h"
+#include "runtime/philox.h"
+#ifdef VFLOW_HAVE_CUDA
+#include "kernels/cuda/cuda_internal.h"
+#endif
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static const char *arg(int argc, char **argv, const char *key, const char *def)
+{
+    size_t n = strlen(key);
+    for (int i = 2; i < argc; i++)
+        if (strncmp(argv[i], key, n) == 0 && argv[i][n] == '=') return argv[i] + n + 1;
+    return def;
+}
+#define IARG(k, d) atoi(arg(argc, argv, k, d))
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float *randn(int64_t n, uint64_t seed, float scale)
+{
+    float *p = malloc(sizeof(float) * (size_t)n);
+    vf_rng r;
+    vf_rng_init(&r, seed, 0, 0, VF_RNG_TEST);
+    vf_rng_normal(&r, 0, n, p);
+    for (int64_t i = 0; i < n; i++) p[i] *= scale;
+    return p;
+}
+
+#define DIE(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 1; } while (0)
+
+/* parameters applied once per video token / per text token (the FLOP model) */
+static void param_split(const vf_dit_layout *l, double *n_tok, double *n_txt)
+{
+    *n_tok = *n_txt = 0;
+    for (int i = 0; i < l->n; i++) {
+        const char *nm = l->t[i].name;
+        double n = (double)l->t[i].numel;
+        if (strstr(nm, "modulation") || strncmp(nm, "time_", 5) == 0) continue; /* per sample */
+        if (strstr(nm, "cross_attn.k.") || strstr(nm, "cross_attn.v.") || strncmp(nm, "text_", 5) == 0) *n_txt += n;
+        else *n_tok += n;
+    }
+}
+
+static int step_bench(int argc, char **argv, vf_backend *be)
+{
+    vf_status st = {0};
+    vf_dit_config c;
+    if (vf_dit_preset(arg(argc, argv, "preset", "wan-1.3b"), &c, &st)) DIE("%s", st.msg);
+    vf_dit_dims d = {IARG("B", "1"), IARG("T", "13"), IARG("H", "48"), IARG("W", "84")};
+    const bool recompute = IARG("recompute", "1") != 0;
+    const int steps = IARG("steps", "8"), warmup = IARG("warmup", "2");
+    vf_dit_layout *l = NULL;
+    if (vf_dit_layout_new(&c, &l, &st)) DIE("%s", st.msg);
+    const int64_t P = l->total, L = vf_dit_tokens(&c, &d), nlat = (int64_t)d.B * c.z * d.T * d.H * d.W;
+    /* weights, grads, optimizer state on the GPU */
+    const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
+    void *w = be->alloc(be, (size_t)P * as, &st), *g = be->alloc(be, (size_t)P * gs, &st);
+    float *master = be->alloc(be, (size_t)P * 4, &st), *m = be->alloc(be, (size_t)P * 4, &st);
+    float *v = be->alloc(be, (size_t)P * 4, &st);
+    void *xt = be->alloc(be, (size_t)nlat * as, &st), *tg = be->alloc(be, (size_t)nlat * as, &st);
+    if (!w || !g || !master || !m || !v || !xt || !tg) DIE("alloc: %s", st.msg);
+    {
+        float *h = malloc(sizeof(float) * (size_t)P);
+        vf_dit_init(l, 1, 0, P, h);
+        float *noise = randn(P, 2, 0.02f); /* the head starts at 0: give every block a gradient */
+        for (int64_t i = 0; i < P; i++) h[i] += noise[i];
+        be->upload(be, w, h, P, be->act_dtype);
+        be->upload(be, master, h, P, VF_DTYPE_F32);
+        be->memset0(be, m, (size_t)P * 4);
+        be->memset0(be, v, (size_t)P * 4);
+        free(noise);
+        free(h);
+        float *x = randn(nlat, 3, 1.0f), *y = randn(nlat, 4, 1.0f);
+        be->upload(be, xt, x, nlat, be->act_dtype);
+        be->upload(be, tg, y, nlat, be->act_dtype);
+        free(x), free(y);
+    }
+    float *t = malloc(sizeof(float) * (size_t)d.B);
+    int32_t *text = malloc(sizeof(int32_t) * (size_t)(d.B * c.text_len)), *tl = malloc(sizeof(int32_t) * (size_t)d.B);
+    for (int i = 0; i < d.B; i++) {
+        t[i] = 0.3f + 0.1f * (float)i;
+        tl[i] = c.text_len * 3 / 4;
+        for (int j = 0; j < c.text_len; j++) text[i * c.text_len + j] = 'a' + (i + j) % 26;
+    }
+    vf_dit_batch b = {.dims = d, .x_t = xt, .t = t, .text = text, .text_len = tl, .target = tg};
+    vf_dit_part *p = NULL;
+    vf_dit_saved *sv = NULL;
+    if (vf_dit_part_new(be, l, 0, c.depth, &d, recompute, w, g, &p, &st) || vf_dit_saved_new(p, &sv, &st))
+        DIE("partition: %s", st.msg);
+    double *times = malloc(sizeof(double) * (size_t)(steps + warmup)), loss = 0;
+    for (int s = 0; s < steps + warmup; s++) {
+        double t0 = now_s();
+        be->memset0(be, g, (size_t)P * gs);
+        if (vf_dit_part_forward(p, &b, NULL, NULL, sv, &st) || vf_dit_part_loss(p, &b, sv, 1.0f, &loss, &st) ||
+            vf_dit_part_backward(p, &b, sv, NULL, &st))
+            DIE("step: %s", st.msg);
+        be->adamw(be, master, m, v, g, w, P, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, s + 1);
+        if (be->sync(be, &st)) DIE("step: %s", st.msg);
+        times[s] = now_s() - t0;
+        fprintf(stderr, "step %d: %.1f ms, loss %.4f\n", s, times[s] * 1e3, loss);
+    }
+    qsort(times + warmup, (size_t)steps, sizeof *times, cmp_d);
+    const double ts = times[warmup + steps / 2];
+    double n_tok, n_txt;
+    param_split(l, &n_tok, &n_txt);
+    const double S = (double)L, St = c.text_len, Ly = c.depth, dm = c.dim;
+    const double flops = d.B * (6 * n_tok * S + 6 * n_txt * St + 12 * Ly * dm * S * S + 12 * Ly * dm * S * St);
+    double peak = 0;
+#ifdef VFLOW_HAVE_CUDA
+    vf_cuda_ctx *cc = be->device.kind == VF_DEV_CUDA ? vf_cuda_ctx_of(be) : NULL;
+    if (be->device.kind == VF_DEV_CUDA)
+        peak = (double)vf_cuda_pool_reserved(cc->device) + (double)(VF_CUDA_LT_WS_BYTES + cc->scratch_bytes);
+#endif
+    printf("vflow dit step: %s B=%d tokens=%lld params=%.3fB recompute=%d: %.1f ms, %.0f tokens/s, MFU %.1f%%, "
+           "peak %.2f GiB\n",
+           arg(argc, argv, "preset", "wan-1.3b"), d.B, (long long)L, (double)P / 1e9, (int)recompute, ts * 1e3, d.B * S / ts,
+           100 * flops / ts / 989e12, peak / 1073741824.0);
+    printf("{\"bench\":\"dit_step\",\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.1f,\"mfu\":%.4f,"
+           "\"peak_bytes\":%.0f,\"tokens\":%lld,\"loss\":%.5f}\n",
+           ts * 1e3, d.B * S / ts, flops / ts / 1e12, flops / ts / 989e12, peak, (long long)L, loss);
+    vf_dit_saved_free(sv);
+    vf_dit_part_free(p);
+    vf_dit_layout_free(l);
+    return 0;
+}
+
+static int attn_bench(int argc, char **argv, vf_backend *be)
+{
+    vf_status st = {0};
+    const int64_t B = IARG("B", "1"), L = IARG("L", "13104"), Lk = atoi(arg(argc, argv, "Lk", arg(argc, argv, "L", "13104")));
+    const int64_t H = IARG("H", "12"), D = IARG("D", "128");
+    const int iters = IARG("iters", "20");
+    const int64_t nq = B * L * H * D, nk = B * Lk * H * D;
+    const size_t es = vf_dtype_size(be->act_dtype);
+    void *q = be->alloc(be, (size_t)nq * es, &st), *k = be->alloc(be, (size_t)nk * es, &st);
+    void *v = be->alloc(be, (size_t)nk * es, &st), *o = be->alloc(be, (size_t)nq * es, &st);
+    void *go = be->alloc(be, (size_t)nq * es, &st), *gq = be->alloc(be, (size_t)nq * es, &st);
+    void *gk = be->alloc(be, (size_t)nk * es, &st), *gv = be->alloc(be, (size_t)nk * es, &st);
+    float *lse = be->alloc(be, sizeof(float) * (size_t)(B * H * L), &st);
+    if (!q || !k || !v || !o || !go || !gq || !gk || !gv || !lse) DIE("alloc: %s", st.msg);
+    float *h = randn(nq > nk ? nq : nk, 5, 1.0f);
+    be->upload(be, q, h, nq, be->act_dtype), be->upload(be, go, h, nq, be->act_dtype);
+    be->upload(be, k, h, nk, be->act_dtype), be->upload(be, v, h, nk, be->act_dtype);
+    be->memset0(be, gq, (size_t)nq * es), be->memset0(be, gk, (size_t)nk * es), be->memset0(be, gv, (size_t)nk * es);
+    free(h);
+    const float scale = 1.0f / sqrtf((float)D);
+    double tf = 0, tb = 0;
+    for (int pass = 0; pass < 2; pass++) { /* pass 0 warms up */
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) be->attention_fwd(be, o, lse, q, k, v, B, L, Lk, H, D, scale);
+        if (be->sync(be, &st)) DIE("%s", st.msg);
+        double t1 = now_s();
+        for (int i = 0; i < iters; i++)
+            be->attention_bwd(be, gq, gk, gv, go, q, k, v, o, lse, B, L, Lk, H, D, scale);
+        if (be->sync(be, &st)) DIE("%s", st.msg);
+        tf = (t1 - t0) / iters;
+        tb = (now_s() - t1) / iters;
+    }
+    const double ff = 4.0 * B * H * (double)L * Lk * D, fb = 2.5 * ff;
+    printf("vflow attention B=%lld Lq=%lld Lk=%lld H=%lld D=%lld: fwd %.3f ms %.0f TF/s, bwd %.3f ms %.0f TF/s, "
+           "fwd+bwd %.0f TF/s\n",
+           (long long)B, (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, ff / tf / 1e12, tb * 1e3,
+           fb / tb / 1e12, (ff + fb) / (tf + tb) / 1e12);
+    printf("{\"bench\":\"attention\",\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f}\n",
+           tf * 1e3, tb * 1e3, ff / tf / 1e12, (ff + fb) / (tf + tb) / 1e12);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    vf_status st = {0};
+    if (argc < 2 || (strcmp(argv[1], "step") && strcmp(argv[1], "attn"))) {
+        fprintf(stderr, "usage: bench_cuda_dit step|attn [key=value ...]\n");
+        return 2;
+    }
+    /* device=cpu runs the same code on the CPU backend (a check of the harness, with a
+     * small preset: the CPU is no competitor here) */
+    vf_device dev;
+    if (vf_device_parse(arg(argc, argv, "device", "cuda:0"), &dev, &st)) DIE("%s", st.msg);
+    vf_backend *be = vf_backend_for(dev, &st);
+    if (!be) {
+        printf("skip: %s\n", st.msg);
+        return 77;
+    }
+    return strcmp(argv[1], "step") == 0 ? step_bench(argc, argv, be) : attn_bench(argc, argv, be);
+}

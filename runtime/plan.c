@@ -176,12 +176,16 @@ static int add_runtime(vf_mplan *p, vf_status *st)
     const vf_device cpu = {VF_DEV_CPU, 0};
     int nl = p->n; /* lines so far: what the workers hold */
     for (int w = 0; w < g->nworkers; w++) {
-        int64_t host = 0;
+        int64_t churn = 0;
         bool cuda[VF_PLAN_MAX_DEVS] = {0};
         for (int i = 0; i < nl; i++) {
             const vf_pline *x = &p->l[i];
             if (x->worker != w) continue;
-            if (x->dev.kind == VF_DEV_CPU && x->bytes > 0) host += x->bytes;
+            /* big blocks freed while running: items, records, staging (state is
+             * allocated once and freed at the end, DESIGN §3: pools, no per-item malloc) */
+            bool transient = x->cat == VF_MCAT_ITEMS || x->cat == VF_MCAT_EDGES || x->cat == VF_MCAT_CKPT ||
+                             x->cat == VF_MCAT_DECODE;
+            if (x->dev.kind == VF_DEV_CPU && transient && x->bytes >= (int64_t)VF_ALLOC_BIG) churn += x->bytes;
             if (x->dev.kind == VF_DEV_CUDA && x->dev.index >= 0 && x->dev.index < VF_PLAN_MAX_DEVS)
                 cuda[x->dev.index] = true;
         }
@@ -191,10 +195,10 @@ static int add_runtime(vf_mplan *p, vf_status *st)
                 cuda[g->stages[i].device.index] = true;
         VF_TRY(add_line(p, -1, -1, w, cpu, VF_MCAT_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st,
                         "process %s (private baseline)", g->workers[w].name));
-        /* Freed big blocks parked for reuse: at most the cache limit, and a worker whose
-         * blocks are all small never parks any. */
+        /* Freed big blocks parked for reuse (alloc.h): at most the cache limit, and at
+         * most what the worker frees while running. */
         int64_t lim = (int64_t)VF_ALLOC_CACHE_DEFAULT;
-        int64_t cache = host >= (int64_t)VF_ALLOC_BIG ? (host < lim ? host : lim) : 0;
+        int64_t cache = churn < lim ? churn : lim;
         if (cache > 0)
             VF_TRY(add_line(p, -1, -1, w, cpu, VF_MCAT_RUNTIME, cache, -1, st, "vf_alloc big-block cache"));
         for (int d = 0; d < VF_PLAN_MAX_DEVS; d++) {

@@ -90,6 +90,23 @@ def compare(name, run_dir, out):
         check(ratio <= 1.10, "%s: %s measured %d > 1.1 x plan %d" % (name, s["name"], peak, want))
         if tight:
             check(ratio >= 0.90, "%s: %s measured %d < 0.9 x plan %d" % (name, s["name"], peak, want))
+    # each worker process: its resident peak within its plan (+ the shared code, which
+    # RSS counts in every process)
+    rss = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "final" and r.get("rss_peak", -1) > 0:
+                rss[r["worker"]] = r["rss_peak"]
+    shared = next(x["bytes"] for x in plan["lines"] if x["what"].startswith("code and libraries"))
+    for w in plan["workers"]:
+        want = w["totals"].get("cpu", 0) + shared
+        got = rss.get(w["name"])
+        if got is None:  # the driver samples /proc: a short-lived worker may have no sample
+            print("  %-8s worker %-18s (no RSS sample)" % (name, w["name"]))
+        else:
+            print("  %-8s worker %-18s plan+code %10d rss peak %10d ratio %.3f" % (name, w["name"], want, got, got / want))
+            check(got <= 1.10 * want, "%s: worker %s RSS peak %d over 1.1 x its plan %d" % (name, w["name"], got, want))
     for r in rows:
         print("  %-8s %-14s %-14s plan %10d measured %10d ratio %.3f%s" %
               ((name,) + r[:5] + ("" if r[5] else "  (bound only: " + LOOSE[r[1]] + ")",)))

@@ -1,0 +1,272 @@
+/* test_plan.c — the memory planner's pieces (runtime/plan*.c): budget and size parsing
+ * (and their errors), budget precedence, categories of hook entries, the plan's sums,
+ * and the knob search: every fix it reports is checked against an independent re-plan of
+ * the script with the fix's --set pairs, and "fits" against the budget.
+ */
+#include "vf_test.h"
+
+#include "../runtime/plan.h"
+
+#include <unistd.h>
+
+static const int64_t GiB = (int64_t)1 << 30, MiB = (int64_t)1 << 20;
+
+VF_TEST(sizes)
+{
+    struct {
+        const char *s;
+        int64_t want;
+    } ok[] = {
+        {"80GiB", 80 * GiB}, {"24G", 24 * GiB}, {"512MiB", 512 * MiB}, {"512M", 512 * MiB},
+        {"1.5G", 3 * GiB / 2}, {"800MB", 800000000}, {"2TB", 2000000000000LL}, {"1TiB", 1024 * GiB},
+        {"123", 123}, {"123B", 123}, {"4KiB", 4096}, {"4K", 4096}, {"4KB", 4000}, {"0", 0},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int64_t v = -1;
+        VF_CHECK_MSG(vf_size_parse(ok[i].s, &v) == 0 && v == ok[i].want, "%s -> %lld", ok[i].s, (long long)v);
+    }
+    const char *bad[] = {"", "G", "-1G", "1X", "1 GiB", "1GiBs", "inf", "nan", "1e30", "+1G", "GiB1", "1.5.5G"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t v = 7;
+        VF_CHECK_MSG(vf_size_parse(bad[i], &v) == VF_EINVAL, "'%s' should be refused (got %lld)", bad[i], (long long)v);
+    }
+}
+
+VF_TEST(budget_spec)
+{
+    vf_budget b;
+    vf_status st = {0};
+    VF_CHECK(vf_budget_parse("cuda=80GiB,cpu=24GiB", &b, &st) == 0);
+    VF_CHECK_EQ_INT(b.n, 2);
+    VF_CHECK(b.e[0].any_cuda && b.e[0].bytes == 80 * GiB);
+    VF_CHECK(!b.e[1].any_cuda && b.e[1].dev.kind == VF_DEV_CPU && b.e[1].bytes == 24 * GiB);
+    /* a device of its own beats "cuda", whatever the order */
+    VF_CHECK(vf_budget_parse("cuda:1=40GiB,cuda=80GiB", &b, &st) == 0);
+    VF_CHECK_EQ_INT(vf_budget_for(&b, (vf_device){VF_DEV_CUDA, 1}), 40 * GiB);
+    VF_CHECK_EQ_INT(vf_budget_for(&b, (vf_device){VF_DEV_CUDA, 0}), 80 * GiB);
+    VF_CHECK_EQ_INT(vf_budget_for(&b, (vf_device){VF_DEV_CUDA, 7}), 80 * GiB);
+    VF_CHECK_EQ_INT(vf_budget_for(&b, (vf_device){VF_DEV_CPU, 0}), -1);
+    VF_CHECK(vf_budget_parse("cpu=512MiB", &b, &st) == 0 && vf_budget_for(&b, (vf_device){VF_DEV_CUDA, 0}) == -1);
+
+    struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"", "--budget: empty spec"},
+        {"cpu", "--budget cpu: expected DEVICE=SIZE, got 'cpu'"},
+        {"cpu=", "--budget cpu=: bad size '' (e.g. 24GiB, 800MB, 1.5G)"},
+        {"cpu=abc", "--budget cpu=abc: bad size 'abc' (e.g. 24GiB, 800MB, 1.5G)"},
+        {"cpu=-1G", "--budget cpu=-1G: bad size '-1G' (e.g. 24GiB, 800MB, 1.5G)"},
+        {"gpu=1G", "--budget gpu=1G: unknown device 'gpu' (cpu, cuda or cuda:N)"},
+        {"cuda:x=1G", "--budget cuda:x=1G: unknown device 'cuda:x' (cpu, cuda or cuda:N)"},
+        {"cpu=1G,cpu=2G", "--budget cpu=1G,cpu=2G: 'cpu' is given twice"},
+        {"cpu=1G,,", NULL}, /* empty tokens are skipped: fine */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vf_status_clear(&st);
+        int rc = vf_budget_parse(bad[i].spec, &b, &st);
+        if (!bad[i].msg) {
+            VF_CHECK_MSG(rc == 0, "%s: %s", bad[i].spec, st.msg);
+            continue;
+        }
+        VF_CHECK_MSG(rc == VF_EUSAGE, "%s: rc %d", bad[i].spec, rc);
+        VF_CHECK_STR(st.msg, bad[i].msg);
+    }
+}
+
+VF_TEST(categories)
+{
+    struct {
+        const char *kind, *what;
+        vf_mcat want;
+    } c[] = {
+        {"dit", "weights", VF_MCAT_WEIGHTS},
+        {"dit", "gradients", VF_MCAT_GRADS},
+        {"dit", "saved activations (micro-batches in flight)", VF_MCAT_ACTS},
+        {"dit", "activation item pool", VF_MCAT_ITEMS},
+        {"dit", "partition workspace", VF_MCAT_WORKSPACE},
+        {"adamw", "master weights + moments (f32)", VF_MCAT_OPTIM},
+        {"adamw", "gradient slice", VF_MCAT_GRADS},
+        {"adamw", "host staging (init/resume, snapshot)", VF_MCAT_CKPT},
+        {"vae_encode", "vae chunk workspace", VF_MCAT_VAE},
+        {"vae_encode", "vae micro-batch clips", VF_MCAT_ITEMS},
+        {"vae_encode", "input clips (micro-batch)", VF_MCAT_ITEMS},
+        {"decode", "clip being decoded", VF_MCAT_DECODE},
+        {"checkpoint", "writer buffers", VF_MCAT_CKPT},
+        {"latent_cache", "commit batch", VF_MCAT_ITEMS},
+        {"x", "something else", VF_MCAT_OTHER},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        VF_CHECK_MSG(vf_mcat_of(c[i].kind, c[i].what) == c[i].want, "%s/%s -> %s", c[i].kind, c[i].what,
+                     vf_mcat_name(vf_mcat_of(c[i].kind, c[i].what)));
+}
+
+/* ------------------------------------------------------------------ plans and fixes */
+
+/* A training pipeline that plans without a cache (latent_shape), all on the host. */
+static const char *TRAIN_LUA =
+    "local vf = require \"vflow\"\n"
+    "local a = vf.args\n"
+    "local p = vf.pipeline \"t\"\n"
+    "local m = vf.models.dit \"tiny\"\n"
+    "local data = p:stage(\"latent_reader\", { path = \"/nonexistent/cache\", batch = a.batch or 8,\n"
+    "  text_len = m.text_len, latent_shape = { m.z, 8, 32, 32 } })\n"
+    "local dit = p:pipeline_parallel(m, { stages = a.stages or 1, micro_batches = a.micro_batches or 1,\n"
+    "  recompute = a.recompute == true, devices = \"cpu\" })\n"
+    "local opt = p:stage(\"adamw\", { shards = a.shards or 1 })\n"
+    "local ck = p:stage(\"checkpoint\", { dir = \"/tmp/x\" })\n"
+    "p:train { data = data, model = dit, optimizer = opt, checkpoint = ck, steps = 10 }\n"
+    "return p\n";
+
+static char script_path[64];
+
+static void write_script(void)
+{
+    snprintf(script_path, sizeof script_path, "/tmp/vf_test_plan_%d.lua", (int)getpid());
+    FILE *f = fopen(script_path, "w");
+    fputs(TRAIN_LUA, f);
+    fclose(f);
+}
+
+static int64_t cpu_total(const char *const *sets, int n)
+{
+    vf_graph *g = NULL;
+    vf_status st = {0};
+    if (vf_plan_load(script_path, sets, n, &g, &st) < 0) {
+        fprintf(stderr, "load: %s\n", st.msg);
+        return -2;
+    }
+    vf_mplan p;
+    int64_t t = -2;
+    if (vf_mplan_build(g, &p, &st) == 0) {
+        t = vf_mplan_dev(&p, (vf_device){VF_DEV_CPU, 0})->total;
+        vf_mplan_free(&p);
+    }
+    vf_graph_free(g);
+    return t;
+}
+
+VF_TEST(plan_sums)
+{
+    write_script();
+    vf_graph *g = NULL;
+    vf_status st = {0};
+    VF_CHECK(vf_plan_load(script_path, NULL, 0, &g, &st) == 0);
+    if (!g) return;
+    vf_mplan p;
+    VF_CHECK(vf_mplan_build(g, &p, &st) == 0);
+    /* the total is the sum of the lines, the categories the same sum, and every stage's
+     * declarations are among the lines */
+    int64_t lines = 0, cats = 0, decl = 0;
+    for (int i = 0; i < p.n; i++)
+        if (p.l[i].dev.kind == VF_DEV_CPU) lines += p.l[i].bytes;
+    const vf_pdev *cpu = vf_mplan_dev(&p, (vf_device){VF_DEV_CPU, 0});
+    for (int c = 0; c < VF_MCAT_COUNT; c++) cats += cpu->cat[c];
+    for (int i = 0; i < g->nstages; i++) decl += vf_mem_plan_total(&g->stages[i].mem, (vf_device){VF_DEV_CPU, 0});
+    VF_CHECK_EQ_INT(cpu->total, lines);
+    VF_CHECK_EQ_INT(cpu->total, cats);
+    VF_CHECK(cpu->total > decl && decl > 0);
+    VF_CHECK_EQ_INT(cpu->total, vf_plan_device_total(g, (vf_device){VF_DEV_CPU, 0}));
+    /* with recompute flipped the hook gives fewer activation bytes */
+    int d = vf_graph_find(g, "dit_0");
+    VF_CHECK(d >= 0 && p.acts_alt[d] > 0 && p.acts_alt[d] < cpu->cat[VF_MCAT_ACTS]);
+    /* budgets: over by one byte, and exactly at the total */
+    vf_budget b;
+    char spec[64];
+    snprintf(spec, sizeof spec, "cpu=%lld", (long long)cpu->total - 1);
+    VF_CHECK(vf_budget_parse(spec, &b, &st) == 0);
+    vf_mplan_budget(&p, &b, NULL);
+    VF_CHECK(p.nover == 1 && vf_mplan_refusal(&p, &st) == VF_EBUDGET);
+    VF_CHECK(strstr(st.msg, "the plan needs") && strstr(st.msg, "on cpu, over the budget of"));
+    snprintf(spec, sizeof spec, "cpu=%lld", (long long)cpu->total);
+    vf_status_clear(&st);
+    VF_CHECK(vf_budget_parse(spec, &b, &st) == 0);
+    vf_mplan_budget(&p, &b, NULL);
+    VF_CHECK(p.nover == 0 && vf_mplan_refusal(&p, &st) == 0);
+    vf_mplan_free(&p);
+    vf_graph_free(g);
+}
+
+static const vf_plan_fix *find_fix(const vf_plan_fix *f, int n, const char *knob)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(f[i].knob, knob) == 0) return &f[i];
+    return NULL;
+}
+
+/* "--set a=1 --set b=2" -> {"a=1", "b=2"} */
+static int split_sets(const char *change, char bufs[][128], const char **out, int max)
+{
+    int n = 0;
+    const char *p = change;
+    while ((p = strstr(p, "--set ")) && n < max) {
+        p += 6;
+        const char *e = strchr(p, ' ');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        snprintf(bufs[n], 128, "%.*s", (int)len, p);
+        out[n] = bufs[n];
+        n++;
+    }
+    return n;
+}
+
+VF_TEST(knob_search)
+{
+    write_script();
+    vf_graph *g = NULL;
+    vf_status st = {0};
+    VF_CHECK(vf_plan_load(script_path, NULL, 0, &g, &st) == 0);
+    if (!g) return;
+    vf_mplan p;
+    VF_CHECK(vf_mplan_build(g, &p, &st) == 0);
+    int64_t total = vf_mplan_dev(&p, (vf_device){VF_DEV_CPU, 0})->total;
+    int64_t with_rc = cpu_total((const char *[]){"recompute=true"}, 1);
+    VF_CHECK(with_rc > 0 && with_rc < total);
+
+    /* a budget that recompute meets */
+    vf_budget b;
+    char spec[64];
+    snprintf(spec, sizeof spec, "cpu=%lld", (long long)(with_rc + (total - with_rc) / 10));
+    VF_CHECK(vf_budget_parse(spec, &b, &st) == 0);
+    vf_mplan_budget(&p, &b, NULL);
+    VF_CHECK(p.nover == 1);
+    vf_plan_req req = {script_path, NULL, 0, spec, false};
+    vf_plan_fix fix[VF_PLAN_MAX_FIXES];
+    int n = vf_plan_fixes(&req, &p, &b, NULL, fix, VF_PLAN_MAX_FIXES);
+    VF_CHECK(n >= 2);
+    const vf_plan_fix *rc = find_fix(fix, n, "recompute");
+    VF_CHECK(rc && rc->fits && strcmp(rc->change, "--set recompute=true") == 0 && rc->total[0] == with_rc);
+    VF_CHECK(fix[0].fits); /* the best come first */
+    /* every fix is what the script plans with its pairs, and fits iff within budget */
+    for (int i = 0; i < n; i++) {
+        char bufs[16][128];
+        const char *sets[16];
+        int ns = split_sets(fix[i].change, bufs, sets, 16);
+        if (strstr(fix[i].change, "capacity =")) continue; /* edges: no --set form */
+        int64_t again = cpu_total(sets, ns);
+        VF_CHECK_MSG(again == fix[i].total[0], "%s (%s): %lld vs re-plan %lld", fix[i].knob, fix[i].change,
+                     (long long)fix[i].total[0], (long long)again);
+        VF_CHECK_MSG(fix[i].fits == (fix[i].total[0] <= b.e[0].bytes), "%s fits flag", fix[i].knob);
+        VF_CHECK_MSG(fix[i].total[0] < total, "%s lowers the total", fix[i].knob);
+    }
+    const vf_plan_fix *mb = find_fix(fix, n, "micro_batches");
+    VF_CHECK(mb && strncmp(mb->change, "--set micro_batches=", 20) == 0);
+
+    /* nothing fits alone below everything: the knobs combined are tried */
+    snprintf(spec, sizeof spec, "cpu=%lld", (long long)(with_rc / 20));
+    VF_CHECK(vf_budget_parse(spec, &b, &st) == 0);
+    vf_mplan_budget(&p, &b, NULL);
+    n = vf_plan_fixes(&req, &p, &b, NULL, fix, VF_PLAN_MAX_FIXES);
+    const vf_plan_fix *all = find_fix(fix, n, "combined");
+    VF_CHECK(all && !all->fits && strstr(all->change, "recompute=true") && strstr(all->note, "+"));
+    if (all) {
+        for (int i = 0; i < n; i++)
+            if (fix[i].total[0] < all->total[0] && strcmp(fix[i].knob, "capacity") != 0)
+                VF_CHECK_MSG(false, "combined (%lld) above %s (%lld)", (long long)all->total[0], fix[i].knob,
+                             (long long)fix[i].total[0]);
+    }
+    vf_mplan_free(&p);
+    vf_graph_free(g);
+    unlink(script_path);
+}
+
+int main(void) { return vf_test_main(); }

@@ -9,14 +9,19 @@
 -- `vflow plan` works anywhere, `vflow run` needs the GPU and the cache.
 -- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), height
 -- (480), width (832), offload (false: the optimizer shard on the GPU), shards (1),
--- device ("cuda:0"), cache.
+-- device ("cuda:0"), cache; model (preset, "wan-1.3b") and dim depth heads head_dim ffn
+-- text_len to plan another DiT shape on one GPU (docs/PLANNING.md: a CogVideoX-5B shape).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan13b_1x80"
 
 local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
 local h, w = (a.height or 480) // 8, (a.width or 832) // 8
-local model = vf.models.dit "wan-1.3b"
+local overrides = {}
+for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len" } do
+  if a[k] ~= nil then overrides[k] = a[k] end
+end
+local model = vf.models.dit(a.model or "wan-1.3b", overrides)
 local dev = a.device or "cuda:0"
 
 local data = p:stage("latent_reader", {

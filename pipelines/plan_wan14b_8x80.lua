@@ -1,16 +1,17 @@
 -- Plan-only example (docs/PLANNING.md): full fine-tune of Wan-2.1 T2V-14B on one node of
 -- 8 x 80 GB GPUs: 8 pipeline partitions (5 of the 40 blocks each, one per GPU), 1F1B
 -- over 8 micro-batches of one 81x480x832 clip (32,760 video tokens), recompute, and the
--- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards OFFLOADED to
--- host memory; only bf16 weights, gradients and activations stay on the GPUs.
+-- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
+-- partition k; offload = true puts the shards in host memory (DESIGN §7), so that only
+-- bf16 weights, gradients and activations stay on the GPUs.
 --
 --   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB --set offload=false
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB --set offload=true
 --
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
 -- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),
--- offload (true), frames (81), height (480), width (832), cache.
+-- offload (false), frames (81), height (480), width (832), cache.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_8x80"
@@ -38,7 +39,7 @@ local dit = p:pipeline_parallel(model, {
 })
 local S = a.shards or 8
 local opt = p:stage("adamw", { lr = 1e-5, shards = S, device = "cpu" })
-if a.offload == false then   -- shard k on GPU k instead of the host
+if a.offload ~= true then   -- shard k on GPU k; offload = true keeps them in host memory
   for k, s in ipairs(opt.members) do s.params.device = "cuda:" .. ((k - 1) * G // S) end
 end
 local ckpt = p:stage("checkpoint", { dir = "runs/wan14b_8x80/ckpt", every = 250, keep = 2 })

@@ -1,0 +1,153 @@
+"""The plan-only examples at real sizes (pipelines/plan_*.lua, docs/PLANNING.md) against
+numbers computed here by hand, independently of vflow's code:
+  - parameter counts of Wan-2.1 1.3B / 14B from the layer shapes of models/dit.h, and the
+    ZeRO figures: 2 + 2 bytes/param of weights and gradients, 12 of optimizer state;
+  - activations with recompute: Korthikanti's 2·s·b·h per layer (bf16 block inputs) plus
+    at most 15% for the embeddings' and head's saved tensors; 1F1B keeps P - p
+    micro-batches in flight on partition p;
+  - the precompute: edges = workers x capacity x (clip bytes + codec overhead), and the
+    VAE's device memory independent of the clip length;
+  - every example loads on a machine without GPUs (devices marked not present) and the
+    verdicts are what docs/PLANNING.md says.
+vflow-test: labels=integration timeout=120
+"""
+import json
+import os
+import subprocess
+import sys
+
+VFLOW = os.environ.get("VFLOW_BIN") or os.path.join(os.environ.get("VFLOW_BUILD", "build"), "vflow")
+SRC = os.environ.get("VFLOW_SRC") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FAILS = []
+GiB = 2.0 ** 30
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("CHECK FAILED: " + msg, flush=True)
+    return cond
+
+
+def plan(script, *args):
+    r = subprocess.run([VFLOW, "plan", os.path.join(SRC, "pipelines", script), "--json"] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode in (0, 2), "%s %s: exit %d %s" % (script, args, r.returncode, r.stderr))
+    return json.loads(r.stdout), r.returncode
+
+
+def wan_params(d, f, L, text_dim=4096, freq=256, z=16, patch=4, vocab=257):
+    """Wan-2.1 DiT as models/dit.h lays it out, counted by hand."""
+    block = (8 * (d * d + d)       # self- and cross-attention q, k, v, o
+             + 4 * d               # their q/k RMSNorm gains
+             + 2 * d               # norm3: the affine LayerNorm before cross-attention
+             + d * f + f + f * d + d  # ffn
+             + 6 * d)              # modulation table
+    embed = ((z * patch) * d + d                      # patch embedding
+             + text_dim * d + d + d * d + d           # text embedding MLP
+             + freq * d + d + d * d + d               # time embedding MLP
+             + 6 * d * d + 6 * d                      # time projection
+             + vocab * text_dim)                      # byte-token table
+    head = 2 * d + d * z * patch + z * patch
+    return L * block + embed + head, block, embed, head
+
+
+def line_sum(p, stage=None, device=None, what=None, category=None):
+    t = 0
+    for x in p["lines"]:
+        if stage is not None and x.get("stage") != stage:
+            continue
+        if device is not None and x["device"] != device:
+            continue
+        if what is not None and not x["what"].startswith(what):
+            continue
+        if category is not None and x["category"] != category:
+            continue
+        t += x["bytes"]
+    return t
+
+
+def dev(p, name):
+    return next(d for d in p["devices"] if d["device"] == name)
+
+
+def wan13b():
+    p, rc = plan("plan_wan13b_1x80.lua", "--budget", "cuda=80GiB,cpu=256GiB")
+    N, _, _, _ = wan_params(1536, 8960, 30)
+    check(rc == 0 and p["fits"], "Wan-1.3B fits one 80 GiB GPU with recompute: %s" % p["verdict"])
+    check(not dev(p, "cuda:0")["present"], "cuda:0 is marked absent on this machine")
+    opt = line_sum(p, stage="adamw_0", what="master weights + moments")
+    wg = line_sum(p, stage="dit_0", what="weights + gradients")
+    check(opt == 12 * N, "optimizer state 12 B/param: %d vs %d" % (opt, 12 * N))
+    check(wg == 4 * N, "bf16 weights + gradients 4 B/param: %d vs %d" % (wg, 4 * N))
+    check(opt + wg == 16 * N, "ZeRO's 16 bytes/param")
+    s, h, L = 21 * 30 * 52, 1536, 30
+    acts = line_sum(p, stage="dit_0", category="activations")
+    kort = 2 * s * h * L  # bf16 block inputs, Korthikanti's full recompute
+    check(kort <= acts <= 1.15 * kort, "recompute activations %.2f GiB vs 2sbh·L %.2f GiB" % (acts / GiB, kort / GiB))
+    st = next(x for x in p["stages"] if x["name"] == "dit_0")
+    off = st["activations"]["recompute_off"]
+    per_layer = off / (s * h * L)
+    check(34 <= per_layer <= 80, "no recompute: %.1f·s·h per layer (Korthikanti's GPT block: 34)" % per_layer)
+    print("wan-1.3b: N=%d, cuda:0 %.2f GiB, acts %.2f GiB (2sbhL %.2f), no recompute %.1f sbh/layer, cpu %.2f GiB"
+          % (N, dev(p, "cuda:0")["total"] / GiB, acts / GiB, kort / GiB, per_layer, dev(p, "cpu")["total"] / GiB))
+    # without recompute it does not fit, and recompute is the fix found
+    p2, rc2 = plan("plan_wan13b_1x80.lua", "--budget", "cuda=80GiB,cpu=256GiB", "--set", "recompute=false")
+    fixes = {f["knob"]: f for f in p2["fixes"]}
+    check(rc2 == 2 and "recompute" in fixes and fixes["recompute"]["fits"] and
+          fixes["recompute"]["totals"]["cuda:0"] == dev(p, "cuda:0")["total"],
+          "recompute=false: refused, and the recompute fix re-plans to the default's total: %r" % p2["fixes"])
+
+
+def wan14b():
+    p, rc = plan("plan_wan14b_8x80.lua", "--budget", "cuda=80GiB,cpu=2TiB")
+    N, block, embed, head = wan_params(5120, 13824, 40)
+    opt = sum(line_sum(p, stage="adamw_%d" % k, what="master weights + moments") for k in range(8))
+    check(opt == 12 * N, "14B optimizer state over 8 shards = 12 B/param: %d vs %d" % (opt, 12 * N))
+    n0 = 5 * block + embed
+    check(line_sum(p, stage="dit_0", what="weights + gradients") == 4 * n0, "partition 0: embeddings + 5 blocks")
+    s, h = 21 * 30 * 52, 5120
+    for q in range(8):
+        acts = line_sum(p, stage="dit_%d" % q, category="activations")
+        want = (8 - q) * 5 * 2 * s * h  # 1F1B: P - p micro-batches in flight
+        # the last partition also keeps what its head and loss need: the last block's
+        # output and the head's normalised / modulated inputs (3·s·h in bf16)
+        extra = 3 * 2 * s * h * (8 - q) if q == 7 else 0
+        check(want <= acts <= 1.15 * want + extra, "partition %d: %.2f GiB activations vs %.2f GiB" %
+              (q, acts / GiB, want / GiB))
+    cpu = dev(p, "cpu")["total"]
+    # the host holds the checkpoint's four 12-byte/param copies (staging, record, pipe,
+    # the item being written) and little else
+    check(48 * N <= cpu <= 1.02 * 48 * N, "host %.2f GiB vs 48 B/param %.2f GiB" % (cpu / GiB, 48 * N / GiB))
+    over = [d["device"] for d in p["devices"] if d["over"]]
+    check(rc == 2 and "cuda:0" in over and "cpu" not in over, "8x80: over on the GPUs only: %r" % over)
+    print("wan-14b: N=%d, cuda:0 %.2f GiB .. cuda:7 %.2f GiB, cpu %.2f GiB (48 B/param = %.2f GiB)" %
+          (N, dev(p, "cuda:0")["total"] / GiB, dev(p, "cuda:7")["total"] / GiB, cpu / GiB, 48 * N / GiB))
+
+
+def precompute():
+    p, rc = plan("plan_precompute_129f_480p.lua", "--budget", "cuda=80GiB,cpu=64GiB")
+    check(rc == 0 and p["fits"], "precompute fits: %s" % p["verdict"])
+    clip = 129 * 480 * 832 * 3
+    edges = [e for e in p["edges"] if e["dst"] == "vae_encode.in"]
+    check(len(edges) == 4 and all(e["capacity"] == 4 for e in edges), "4 decode workers, capacity 4")
+    for e in edges:
+        # + the codec header and the bound the port allows for the id and metadata
+        check(clip <= e["item_bytes"] <= clip + 140 * 1024, "item = one clip + codec overhead: %d vs %d" %
+              (e["item_bytes"], clip))
+    p2, _ = plan("plan_precompute_129f_480p.lua", "--budget", "cuda=80GiB,cpu=64GiB", "--set", "frames=257")
+    vae1 = line_sum(p, stage="vae_encode", device="cuda:0")
+    vae2 = line_sum(p2, stage="vae_encode", device="cuda:0")
+    check(vae1 == vae2 > 0, "VAE device memory independent of the clip length: %d vs %d" % (vae1, vae2))
+    check(dev(p2, "cpu")["total"] > dev(p, "cpu")["total"], "host memory grows with the clips")
+    print("precompute 129f: cpu %.2f GiB, cuda:0 %.2f GiB (VAE %.2f GiB at 129 and 257 frames)" %
+          (dev(p, "cpu")["total"] / GiB, dev(p, "cuda:0")["total"] / GiB, vae1 / GiB))
+
+
+wan13b()
+wan14b()
+precompute()
+if FAILS:
+    print("%d check(s) failed" % len(FAILS))
+    sys.exit(1)
+print("ok")

@@ -274,8 +274,11 @@ int vf_mplan_build(const vf_graph *g, vf_mplan *p, vf_status *st)
         for (int m = 0; m < s->mem.n; m++) {
             const vf_mem_entry *e = &s->mem.e[m];
             bool input = strncmp(e->what, "input", 5) == 0 || strncmp(e->what, "Input", 5) == 0;
+            /* memory a library allocates itself (libav's frame pool): in the totals and the
+             * worker's RSS, in no account */
+            bool lib = strstr(e->what, "(library)") != NULL;
             VF_TRY(add_line(p, i, -1, s->worker, e->device, vf_mcat_of(s->kind, e->what), e->bytes,
-                            input ? in_acct : i, st, "%s", e->what));
+                            lib ? -1 : input ? in_acct : i, st, "%s", e->what));
         }
         p->acts_alt[i] = acts_flipped(s);
     }
@@ -329,7 +332,7 @@ void vf_mplan_budget(vf_mplan *p, const vf_budget *b, const vf_machine *m)
         if (d->budget < 0 && m) {
             if (d->dev.kind == VF_DEV_CPU && m->mem_total > 0) {
                 d->budget = m->mem_total;
-                d->budget_src = "MemTotal";
+                d->budget_src = m->mem_limited ? "cgroup" : "MemTotal";
             } else if (d->dev.kind == VF_DEV_CUDA && d->present && m->cuda_free[d->dev.index] > 0) {
                 /* measured with the probe's own context open: the context the worker
                  * will open is planned separately, so give that much back */

@@ -12,13 +12,17 @@
  *     sender's device; in-process edges hold the producer's items by pointer;
  *   - per worker process: its private baseline, the vf_alloc big-block cache, and on a
  *     CUDA device the context and the backend's workspaces; once per node the shared code.
- * Hooks declare the received items a stage holds (a map stage holds one, vae_encode a
- * micro-batch …) in entries whose `what` starts with "input"; on an in-process edge those
- * bytes are charged to the producer's account (it allocated them), which is what the
- * per-stage prediction (vf_mplan.account) models for comparison with metrics.jsonl.
+ * The hook contract (docs/PLANNING.md): a stage declares its own state, the one item it
+ * is building, and the received items it holds (a map stage one, vae_encode a
+ * micro-batch …) in entries whose `what` starts with "input" — on an in-process edge
+ * those bytes are charged to the producer's account (it allocated them); never the items
+ * on its edges (the plan counts those). An entry whose `what` contains "(library)" is
+ * memory a library allocates itself (libav): in the totals, in no account. That is what
+ * the per-stage prediction (vf_mplan.account) models for comparison with metrics.jsonl.
  *
  * Budgets: --budget "cuda=80GiB,cpu=24GiB,cuda:3=40GiB", else what the machine has (cpu:
- * MemTotal; cuda: free memory from cuMemGetInfo, probed in a child process). `plan`
+ * MemTotal, or a container's cgroup limit; cuda: free memory from cuMemGetInfo, probed in
+ * a child process). `plan`
  * accepts devices this machine lacks (plans for real sizes); `run` refuses them.
  */
 #ifndef VF_PLAN_H
@@ -65,7 +69,8 @@ int64_t vf_budget_for(const vf_budget *b, vf_device dev);
 
 /* What this machine has. */
 typedef struct vf_machine {
-    int64_t mem_total;   /* /proc/meminfo MemTotal; -1 unknown */
+    int64_t mem_total;   /* /proc/meminfo MemTotal, or the cgroup's limit when lower; -1 unknown */
+    bool mem_limited;    /* mem_total is the cgroup limit */
     int ncuda;           /* CUDA devices seen (0: none, no driver, or the probe failed) */
     int64_t cuda_free[VF_PLAN_MAX_DEVS];  /* cuMemGetInfo free, with the probe's context open */
     int64_t cuda_total[VF_PLAN_MAX_DEVS];
@@ -112,7 +117,7 @@ typedef struct vf_pdev {
     int64_t total;                   /* -1 = unbounded */
     int64_t cat[VF_MCAT_COUNT];
     int64_t budget;                  /* -1 = none known */
-    const char *budget_src;          /* "--budget", "MemTotal", "cuMemGetInfo", "" */
+    const char *budget_src;          /* "--budget", "MemTotal", "cgroup", "cuMemGetInfo", "" */
     bool present;                    /* this machine has it (cpu: always) */
     bool over;                       /* total > budget (or unbounded with a budget) */
 } vf_pdev;

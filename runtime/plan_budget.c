@@ -121,6 +121,22 @@ static int64_t mem_total(void)
     return kb > 0 ? (int64_t)kb * 1024 : -1;
 }
 
+/* A container's memory limit (cgroup v2 memory.max, else v1 limit_in_bytes); -1 none. */
+static int64_t cgroup_limit(void)
+{
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f) continue;
+        char buf[64] = "";
+        long long v = -1;
+        if (fgets(buf, sizeof buf, f) && strncmp(buf, "max", 3) != 0) v = atoll(buf);
+        fclose(f);
+        if (v > 0) return (int64_t)v;
+    }
+    return -1;
+}
+
 /* The child: "n\n" then "free total\n" per device; nothing on any failure. */
 static void cuda_child(int fd)
 {
@@ -209,6 +225,10 @@ void vf_machine_probe(vf_machine *m, bool cuda)
 {
     memset(m, 0, sizeof *m);
     m->mem_total = mem_total();
+    /* in a container the limit is what this run can have */
+    int64_t lim = cgroup_limit();
+    m->mem_limited = lim > 0 && (m->mem_total < 0 || lim < m->mem_total);
+    if (m->mem_limited) m->mem_total = lim;
     for (int i = 0; i < VF_PLAN_MAX_DEVS; i++) m->cuda_free[i] = m->cuda_total[i] = -1;
     if (cuda) cuda_probe(m);
 }

@@ -124,11 +124,18 @@ int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_st
     vf_mplan p;
     FILE *f = NULL;
     int64_t *peak = calloc((size_t)(g->nstages ? g->nstages : 1), sizeof *peak);
-    if (!peak) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+    int64_t *rss = calloc((size_t)(g->nworkers ? g->nworkers : 1), sizeof *rss);
+    if (!peak || !rss) {
+        free(peak);
+        free(rss);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+    }
     for (int i = 0; i < g->nstages; i++) peak[i] = -1;
+    for (int w = 0; w < g->nworkers; w++) rss[w] = -1;
     rc = vf_mplan_build(g, &p, st);
     if (rc < 0) {
         free(peak);
+        free(rss);
         return rc;
     }
     char *json = vf_mplan_json(&p, NULL, 0);
@@ -149,7 +156,12 @@ int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_st
         if (!r) continue;
         const char *type = vf_json_get_str(r, "type", "");
         int i = vf_graph_find(g, vf_json_get_str(r, "stage", ""));
-        if (strcmp(type, "final") == 0 && i >= 0) peak[i] = vf_json_get_int(r, "peak", -1);
+        if (strcmp(type, "final") == 0 && i >= 0) {
+            peak[i] = vf_json_get_int(r, "peak", -1);
+            int w = g->stages[i].worker;
+            int64_t rp = vf_json_get_int(r, "rss_peak", -1);
+            if (w >= 0 && w < g->nworkers && rp > rss[w]) rss[w] = rp;
+        }
         vf_json_free(r);
     }
     free(line);
@@ -163,10 +175,28 @@ int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_st
         if (peak[i] >= 0 && p.account[i] > 0) snprintf(r, sizeof r, "%.2f", (double)peak[i] / (double)p.account[i]);
         fprintf(out, "  %-22s %-14s %14s %14s %8s\n", g->stages[i].name, g->stages[i].kind, a, b, r);
     }
+    /* worker processes: their resident peak against their lines (+ the shared code, which
+     * every process's RSS counts) */
+    int64_t shared = 0;
+    for (int k = 0; k < p.n; k++)
+        if (p.l[k].worker < 0 && p.l[k].cat == VF_MCAT_RUNTIME && strstr(p.l[k].what, "shared")) shared += p.l[k].bytes;
+    fprintf(out, "  %-22s %-14s %14s %14s %8s\n", "worker", "", "plan (+code)", "rss peak", "ratio");
+    for (int w = 0; w < g->nworkers; w++) {
+        int64_t t = shared;
+        for (int k = 0; k < p.n; k++)
+            if (p.l[k].worker == w && p.l[k].dev.kind == VF_DEV_CPU) t = (t < 0 || p.l[k].bytes < 0) ? -1 : t + p.l[k].bytes;
+        char a[32], b[32], r[16] = "-";
+        vf_bytes_str(t, a, sizeof a);
+        if (rss[w] > 0) vf_bytes_str(rss[w], b, sizeof b);
+        else snprintf(b, sizeof b, "-");
+        if (rss[w] > 0 && t > 0) snprintf(r, sizeof r, "%.2f", (double)rss[w] / (double)t);
+        fprintf(out, "  %-22s %-14s %14s %14s %8s\n", g->workers[w].name, "", a, b, r);
+    }
 fail:
     if (f) fclose(f);
     vf_mplan_free(&p);
     free(peak);
+    free(rss);
     return rc;
 }
 

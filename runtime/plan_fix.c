@@ -250,6 +250,9 @@ typedef struct knob_result {
     vf_plan_fix fix;
     cand c;
     double worst;
+    char knob[32];
+    char refused[512];   /* the first candidate's error when the script or validation refused it */
+    char refused_change[512];
 } knob_result;
 
 static void consider(const search *s, knob_result *r, cand *c, const char *knob, const char *note)
@@ -257,7 +260,12 @@ static void consider(const search *s, knob_result *r, cand *c, const char *knob,
     vf_plan_fix f;
     memset(&f, 0, sizeof f);
     vf_status st = {0};
+    snprintf(r->knob, sizeof r->knob, "%s", knob);
     if (try_cand(s, c, &f, NULL, &st) < 0) {
+        if (!r->refused[0]) {
+            snprintf(r->refused, sizeof r->refused, "%.500s", st.msg[0] ? st.msg : vf_strerror(st.code));
+            describe(c, r->refused_change, sizeof r->refused_change);
+        }
         cand_free(c);
         return;
     }
@@ -406,9 +414,23 @@ int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget 
         if (!r->fix.fits && !r->fix.note[0]) snprintf(r->fix.note, sizeof r->fix.note, "not enough alone");
         out[nfix++] = r->fix;
     }
+    /* knobs the pipeline refused outright: say why, so nobody wonders (e.g. a stage that
+     * cannot run on the host next to GPU partitions) */
+    int nplain = nfix;
+    for (int k = 0; k < 8 && nfix < max; k++) {
+        knob_result *r = &res[k];
+        if (r->found || !r->refused[0]) continue;
+        vf_plan_fix *x = &out[nfix++];
+        memset(x, 0, sizeof *x);
+        snprintf(x->knob, sizeof x->knob, "%s", r->knob);
+        snprintf(x->change, sizeof x->change, "%s", r->refused_change);
+        const char *msg = r->refused;
+        snprintf(x->note, sizeof x->note, "refused: %s", msg);
+        for (int i = 0; i < VF_PLAN_MAX_DEVS; i++) x->total[i] = -1;
+    }
     /* together: add the knobs' changes one by one, best first, until it fits */
     bool any_fits = false;
-    for (int i = 0; i < nfix; i++) any_fits = any_fits || out[i].fits;
+    for (int i = 0; i < nplain; i++) any_fits = any_fits || out[i].fits;
     if (!any_fits && no > 1 && nfix < max) {
         cand all = {0};
         knob_result comb;

@@ -168,7 +168,7 @@ static void print_text(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE
             fprintf(f, "  %-14s %-4s %s\n", x->knob, x->fits ? "fits" : "no", x->change);
             fprintf(f, "  %-14s      ", "");
             for (int i = 0; i < p->ndev; i++) {
-                if (!p->dev[i].over) continue;
+                if (!p->dev[i].over || x->total[i] < 0) continue;
                 vf_device_str(p->dev[i].dev, dev, sizeof dev);
                 vf_bytes_str(x->total[i], a, sizeof a);
                 fprintf(f, "%s %s  ", dev, a);

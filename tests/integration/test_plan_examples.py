@@ -119,6 +119,9 @@ def wan14b():
     # the host holds the checkpoint's four 12-byte/param copies (staging, record, pipe,
     # the item being written) and little else
     check(48 * N <= cpu <= 1.02 * 48 * N, "host %.2f GiB vs 48 B/param %.2f GiB" % (cpu / GiB, 48 * N / GiB))
+    # offloading the shards is tried (refused with the reason while the optimizer stage
+    # cannot take bf16 gradients on the host)
+    check(any(f["knob"] == "offload" for f in p["fixes"]), "the offload knob is tried: %r" % p["fixes"])
     over = [d["device"] for d in p["devices"] if d["over"]]
     check(rc == 2 and "cuda:0" in over and "cpu" not in over, "8x80: over on the GPUs only: %r" % over)
     print("wan-14b: N=%d, cuda:0 %.2f GiB .. cuda:7 %.2f GiB, cpu %.2f GiB (48 B/param = %.2f GiB)" %

@@ -3,6 +3,7 @@
  * port.c, the transports in transport_inproc.c and transport_zmq.c.
  */
 #include "chan_internal.h"
+#include "transport_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -172,6 +173,7 @@ const vf_edge_desc *vf_edge_end_desc(const vf_edge_end *e) { return &e->d; }
 void vf_edge_end_free(vf_edge_end *e)
 {
     if (!e) return;
+    if (e->sock) vf_devxfer_edge_free(e); /* the CUDA transports' state for this edge */
     if (e->ip) vf_inproc_free(e);
     if (e->sock) vf_zmq_free(e);
     free(e);

@@ -10,6 +10,7 @@
  */
 #include "chan_internal.h"
 #include "item.h"
+#include "transport_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -144,7 +145,10 @@ int vf_send(vf_port *p, vf_item *it, vf_status *st)
 
     size_t enc_len = vf_item_encoded_size(it), tbytes = vf_item_tensor_bytes(it);
     for (int i = 0; i < p->n; i++) VF_TRY(check_size(p, p->e[i], enc_len, it, st));
-    if (p->nzmq) {
+    /* Device tensors cross a ZeroMQ edge through the CUDA transports (transport_dev.h),
+     * which build a wire item per edge; host items share one record. */
+    bool dev = p->nzmq && vf_item_has_device(it);
+    if (p->nzmq && !dev) {
         /* Credit first, encode after: a record exists only once an edge can take it,
          * so a producer holds at most `capacity` records per edge, never one more. */
         for (int i = 0; i < p->n; i++) {
@@ -169,8 +173,14 @@ int vf_send(vf_port *p, vf_item *it, vf_status *st)
         if (p->e[i]->ip) last_inproc = i;
     /* ZeroMQ edges first: they have credit now, so this does not block, and the record
      * is on its way (our reference dropped) before an inproc edge makes us wait. */
-    for (int i = 0; enc && i < p->n; i++) {
+    for (int i = 0; (enc || dev) && i < p->n; i++) {
         if (!p->e[i]->sock) continue;
+        if (dev) {
+            int64_t bytes = 0;
+            int r = vf_devxfer_send_zmq(p->e[i], it, &bytes, st);
+            VF_TRY(count_send(p, r, bytes, &open_edges, st));
+            continue;
+        }
         atomic_fetch_add(&enc->refs, 1);
         int r = vf_zmq_send(p->e[i], enc, st);
         VF_TRY(count_send(p, r, (int64_t)enc->len, &open_edges, st));
@@ -238,6 +248,14 @@ static int recv_impl(vf_port *p, int timeout_ms, vf_item **out, vf_status *st)
                 atomic_fetch_add(&p->bytes, (int64_t)vf_item_tensor_bytes(*out));
             } else {
                 atomic_fetch_add(&p->bytes, (int64_t)vf_item_encoded_size(*out));
+                /* Device tensors are copied into this side's memory before the credit
+                 * (sent just below) lets the producer reuse its buffer. */
+                int fr = vf_devxfer_recv_fixup(e, out, st);
+                if (fr < 0) {
+                    vf_status_prefix(st, "port %s", p->name);
+                    rc = fr;
+                    break;
+                }
                 int cr = vf_zmq_consumed(e, st);
                 if (cr < 0) {
                     vf_item_free(*out);

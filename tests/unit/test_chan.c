@@ -6,6 +6,7 @@
  * both ends sit in this process (the multi-process tests are in tests/integration). */
 #include "alloc.h"
 #include "chan.h"
+#include "transport_dev.h"
 #include "vf_test.h"
 
 #include <pthread.h>
@@ -468,6 +469,41 @@ VF_TEST(zmq_ipc_order_payload_and_accounting)
     VF_CHECK_EQ_INT(a.rc, 0);
     vf_port_free(out);
     vf_port_free(in);
+    vf_chan_hub_free(h);
+}
+
+/* ------------------------------------------------------------------ device-tensor hook */
+
+/* Without the CUDA transports: a device tensor on a ZeroMQ edge is refused with the
+ * edge's name, and a host-staged "@host/x" tensor arrives as plain "x". */
+VF_TEST(zmq_device_tensors_without_cuda)
+{
+    if (vf_devxfer_get()) {
+        fprintf(stderr, "CUDA transports registered in this build: covered by the GPU tests\n");
+        return;
+    }
+    vf_status st = {0};
+    vf_chan_hub *h = vf_chan_hub_new(&st);
+    vf_port *out = port("gpu.out", VF_PORT_OUT), *in = port("cpu.in", VF_PORT_IN);
+    connect_edge(h, desc(80, VF_TR_TCP, "tcp://127.0.0.1:*", 2), out, in);
+    static float fake[4];
+    int64_t shape[1] = {4};
+    vf_item *it = vf_item_new("d", &st);
+    vf_item_put(it, "x", vf_tensor_wrap(VF_DTYPE_F32, 1, shape, (vf_device){VF_DEV_CUDA, 0}, fake, NULL, NULL, &st),
+                &st);
+    VF_CHECK_EQ_INT(vf_send(out, it, &st), VF_EUSAGE);
+    VF_CHECK_MSG(strstr(st.msg, "#80") && strstr(st.msg, "CUDA"), "%s", st.msg);
+    vf_status_clear(&st);
+    it = mk(0, 1, 16);
+    vf_item_put(it, VF_DEVX_HOST "y", vf_tensor_ref(vf_item_get(it, "x")), &st);
+    VF_CHECK_EQ_INT(vf_send(out, it, &st), 0);
+    vf_item *r = NULL;
+    VF_CHECK_EQ_INT(vf_recv(in, &r, &st), 0);
+    VF_CHECK(r && vf_item_get(r, "y") && !vf_item_get(r, VF_DEVX_HOST "y") && payload_ok(r));
+    vf_item_free(r);
+    vf_close(out, &st);
+    vf_port_free(in); /* first: a closed output waits in vf_port_free for its reader */
+    vf_port_free(out);
     vf_chan_hub_free(h);
 }
 

@@ -109,9 +109,9 @@ for round in 1 2 3; do
       else pid=$(awk -v p="$pat" '$3 == p {sub("pid=", "", $1); print $1}' "$TMP/trace" 2>/dev/null); fi
     fi
     n=$(entries); n=${n:-1}
-    [ -n "$pid" ] && [ "$n" -ge $((prev + 1 + 10)) ] && break
+    [ -n "$pid" ] && [ "$n" -ge $((prev + 1 + 6)) ] && break
     kill -0 $vpid 2>/dev/null || break
-    sleep 0.05
+    sleep 0.01
   done
   [ -n "$pid" ] || fail "round $round: no $what in the spawn trace: $(cat "$TMP/out$round")"
   workers=$(awk '{sub("pid=", "", $1); print $1}' "$TMP/trace")

@@ -10,6 +10,7 @@
 #    index, first frame, pts range and fps agree with ffprobe's frame timestamps; each
 #    key is an independent Python FNV-1a-128 of (source identity of path/size/mtime,
 #    clip, transform, VAE hash); records parse with a Python codec decoder (CRC32C here);
+#    captions and the manifest's extra columns match Python's csv reading of it;
 #  - `vflow cache verify` is clean, `mdb_stat` reads the environment, python3-lmdb sees the
 #    same key count, the "__meta__" summary counts what is there;
 #  - latent_reader -> null_sink through `vflow run`: the stream digest equals a Python
@@ -19,6 +20,7 @@
 #  - a rerun writes nothing (every key skipped, no LMDB txn committed, values unchanged);
 #  - another `size` and another VAE seed add new keys beside the old ones (no collision).
 # vflow-test: labels=precompute timeout=300
+import csv
 import json
 import os
 import random
@@ -271,12 +273,17 @@ def make_inputs(tmp):
 
 
 def expected_clips(good, size):
-    """{id: (path, clip, ffprobe times, fps)} and the transform string, from ffprobe alone."""
+    """{id: (path, clip, ffprobe times, fps, manifest row)} and the transform string, from
+    ffprobe and Python's csv module alone."""
+    rows = {}
+    for path in good:
+        with open(os.path.join(os.path.dirname(path), "manifest.csv"), newline="") as f:
+            rows.update({os.path.join(os.path.dirname(path), r["path"]): r for r in csv.DictReader(f)})
     want = {}
     for path in good:
         n, fps, times = ffprobe(path)
         for clip in range(n // T if n >= T else 0):
-            want["%s#%d" % (path, clip)] = (path, clip, times, fps)
+            want["%s#%d" % (path, clip)] = (path, clip, times, fps, rows[path])
     transform = "frames=%d;stride=1;fps=0;size=%dx%d;crop=center;filter=bicubic" % (T, size, size)
     return want, transform
 
@@ -319,7 +326,7 @@ def check_cache(cache, want, transform, size):
         ids[iid] = key
         if not check(iid in want, "unexpected record %s (%s)" % (key, iid)):
             continue
-        path, clip, times, fps = want[iid]
+        path, clip, times, fps, row = want[iid]
         st = os.stat(path)
         src = source_id(path, st.st_size, st.st_mtime_ns)
         check(m.get("source") == src and m.get("transform") == transform and m.get("vae") == vae,
@@ -337,7 +344,10 @@ def check_cache(cache, want, transform, size):
         check(dt == "f32" and shp == shape, "%s: latent %s %r, want f32 %r" % (iid, dt, shp, shape))
         lat = np.frombuffer(raw, dtype=np.float32)
         check(lat.size and np.all(np.isfinite(lat)) and float(np.std(lat)) > 0, "%s: latent not finite/constant" % iid)
-        check(m.get("caption"), "%s: no caption" % iid)
+        # caption (quoted CSV with commas) and the extra columns pass through as text
+        check(m.get("caption") == row["text"], "%s: caption %r, manifest %r" % (iid, m.get("caption"), row["text"]))
+        check(all(m.get(k) == row[k] for k in ("num_frames", "height", "width")),
+              "%s: extra columns %r, manifest %r" % (iid, {k: m.get(k) for k in ("num_frames", "height", "width")}, row))
     missing = sorted(set(want) - set(ids))
     check(not missing, "%d clips missing from the cache, e.g. %s" % (len(missing), missing[:3]))
     return items

@@ -2,7 +2,7 @@
 # carries its DSL and `require "vflow"` needs no files at run time.
 file(GLOB files ${SRC_DIR}/*.lua)
 list(SORT files)
-set(body "/* generated from lua/*.lua by cmake/embed_lua.cmake: do not edit */\n#include <stddef.h>\n")
+set(body "// generated from the lua sources by cmake/embed_lua.cmake: do not edit\n#include <stddef.h>\n")
 set(table "const struct { const char *name; const char *src; size_t len; } vf_lua_embedded[] = {\n")
 set(i 0)
 foreach(f ${files})

@@ -63,13 +63,49 @@ static char *read_file(const char *path, size_t *len, vf_status *st)
     return b.p ? b.p : xstrdup("");
 }
 
-/* Absolute path: `p` if absolute, else base_dir/p. */
+/* Lexical normalisation of an absolute path in place: "//" and "/./" collapse, "x/.."
+ * removes x ("/.." stays "/"), no trailing slash but for "/" itself. */
+static void normalise_lexical(char *p)
+{
+    char *w = p; /* write cursor; p[0] == '/' */
+    const char *r = p;
+    while (*r) {
+        while (*r == '/') r++;
+        if (!*r) break;
+        const char *e = strchr(r, '/');
+        size_t n = e ? (size_t)(e - r) : strlen(r);
+        if (n == 1 && r[0] == '.') {
+            /* nothing */
+        } else if (n == 2 && r[0] == '.' && r[1] == '.') {
+            while (w > p && *--w != '/') {}
+        } else {
+            *w++ = '/';
+            memmove(w, r, n); /* w <= r: the path only shrinks */
+            w += n;
+        }
+        r += n;
+    }
+    if (w == p) *w++ = '/';
+    *w = 0;
+}
+
+/* Absolute, normalised path of `p` (relative to base_dir): the file's realpath when it
+ * exists (so two spellings or a symlink of one file give one source identity and one
+ * cache key), else the lexical normalisation (the file is quarantined later anyway, and
+ * its message then names a clean path). */
 static char *abs_path(const char *base_dir, const char *p)
 {
-    if (p[0] == '/') return xstrdup(p);
     size_t n = strlen(base_dir) + strlen(p) + 2;
     char *r = malloc(n);
-    if (r) snprintf(r, n, "%s/%s", base_dir, p);
+    if (!r) return NULL;
+    if (p[0] == '/') snprintf(r, n, "%s", p);
+    else snprintf(r, n, "%s/%s", base_dir, p);
+    char *real = realpath(r, NULL);
+    if (real) {
+        free(r);
+        return real;
+    }
+    normalise_lexical(r);
     return r;
 }
 

@@ -11,7 +11,8 @@
  *  - a glob pattern (`source`, with * ? [] {} wildcards; a directory means every file
  *    in it), matches sorted.
  * Relative paths in a manifest are relative to the manifest's directory; every path is
- * made absolute. Rows are dealt to instances round-robin: row i goes to shard
+ * made absolute and normalised (realpath when the file exists, else lexically: "a/./b",
+ * "a//b", "a/x/../b" -> "a/b"), so one file reached by two paths has one identity. Rows are dealt to instances round-robin: row i goes to shard
  * i % nshards, so each file is read by exactly one decode instance.
  */
 #ifndef VF_DECODE_MANIFEST_H
@@ -24,7 +25,7 @@ typedef struct vf_manifest_extra {
 } vf_manifest_extra;
 
 typedef struct vf_manifest_row {
-    char *path;               /* absolute */
+    char *path;               /* absolute, normalised */
     char *caption;            /* "" when none */
     double start_s, end_s;    /* <= 0: not given */
     double fps;               /* <= 0: not given */

@@ -191,6 +191,57 @@ VF_TEST(manifest_csv_jsonl_glob)
     vf_manifest_fini(&m);
 }
 
+/* Paths are normalised: the same file reached by two spellings (or a symlink) gets one
+ * path, hence one source identity and one cache key; a missing file is cleaned lexically. */
+VF_TEST(manifest_paths_normalised)
+{
+    setup();
+    char base[1024], p[1300], q[1300], real[1300];
+    if (!realpath(g_dir, base)) { VF_CHECK(!"realpath of the test dir"); return; }
+    snprintf(p, sizeof p, "%s/n", base); mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/n/samples", base); mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/n/bad", base); mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/n/samples/v.mp4", base); write_file(p, "x");
+    snprintf(p, sizeof p, "%s/n/bad/x.mp4", base); write_file(p, "x");
+    snprintf(real, sizeof real, "%s/n/bad/x.mp4", base);
+    snprintf(q, sizeof q, "%s/n/samples/link.mp4", base);
+    VF_CHECK_EQ_INT(symlink(real, q), 0);
+    snprintf(p, sizeof p, "%s/n/samples/m.csv", base);
+    snprintf(q, sizeof q,
+             "path,text\n"
+             "../bad/x.mp4,a\n"             /* exists: realpath */
+             "./v.mp4,b\n"
+             "sub/..//./v.mp4,c\n"          /* sub/ does not exist: lexical gives v.mp4 */
+             "%s/n/samples/../bad/x.mp4,d\n" /* absolute with .. */
+             "link.mp4,e\n"                 /* symlink to bad/x.mp4 */
+             "../bad/./gone/../none.mp4,f\n" /* missing file: lexical */
+             "../../../../../../../../../../../../../../..//tmp/../zz.mp4,g\n",
+             base);
+    write_file(p, q);
+    vf_manifest m;
+    vf_status st = {0};
+    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), 0);
+    VF_CHECK_EQ_INT(m.n, 7);
+    if (m.n == 7) {
+        char v[1300], none[1300];
+        snprintf(v, sizeof v, "%s/n/samples/v.mp4", base);
+        snprintf(none, sizeof none, "%s/n/bad/none.mp4", base);
+        VF_CHECK_STR(m.rows[0].path, real);
+        VF_CHECK_STR(m.rows[1].path, v);
+        VF_CHECK_STR(m.rows[2].path, v);
+        VF_CHECK_STR(m.rows[3].path, real);
+        VF_CHECK_STR(m.rows[4].path, real);
+        VF_CHECK_STR(m.rows[5].path, none);
+        VF_CHECK_STR(m.rows[6].path, "/zz.mp4");
+    }
+    vf_manifest_fini(&m);
+    /* a glob spelled through .. lists the same paths as the plain one */
+    snprintf(p, sizeof p, "%s/n/samples/../bad/./*.mp4", base);
+    VF_CHECK_EQ_INT(vf_manifest_glob(p, 0, 1, &m, &st), 0);
+    VF_CHECK_EQ_INT(m.n, 1);
+    if (m.n == 1) VF_CHECK_STR(m.rows[0].path, real);
+    vf_manifest_fini(&m);
+}
 
 int main(void)
 {

@@ -83,13 +83,14 @@ static void cu_free(vf_backend *be, void *p) { vf_cuda_pool_free(vf_cuda_ctx_of(
 static int cu_sync(vf_backend *be, vf_status *st)
 {
     vf_cuda_ctx *c = vf_cuda_ctx_of(be);
-    int rc = 0;
-    vf_cuda_op_begin(c);
+    int rc = 0, cur = -1;
+    /* no enqueue lock while waiting: other stage threads on this device keep launching */
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device) cudaSetDevice(c->device);
     cudaError_t e = cudaStreamSynchronize(c->stream);
+    pthread_mutex_lock(&c->mu);
     if (e != cudaSuccess) vf_cuda_note(c, e, "cudaStreamSynchronize", __FILE__, __LINE__);
-    if (c->err)
-        rc = vf_status_set(st, c->err, c->err_file, c->err_line, "%s: %s", c->devname, c->err_msg);
-    vf_cuda_op_end(c);
+    if (c->err) rc = vf_status_set(st, c->err, c->err_file, c->err_line, "%s: %s", c->devname, c->err_msg);
+    pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
@@ -112,7 +113,7 @@ static void ctx_free(vf_cuda_ctx *c)
     if (!c) return;
     cudaSetDevice(c->device);
     vf_cuda_lt_free(c);
-    if (c->lt) cublasLtDestroy(c->lt);
+    if (c->lt) vf_cuda_lt_destroy(c->lt);
     if (c->lt_ws) cudaFree(c->lt_ws);
     if (c->scratch) cudaFree(c->scratch);
     if (c->host) cudaFreeHost(c->host);
@@ -146,8 +147,9 @@ static vf_backend *backend_new(int index, vf_status *st)
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     VF_CUDA_TRY(st, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    VF_TRY(vf_cuda_lt_load(st));
     {
-        cublasStatus_t s = cublasLtCreate(&c->lt);
+        cublasStatus_t s = vf_cuda_lt_create(&c->lt);
         if (s != CUBLAS_STATUS_SUCCESS) VF_FAIL(st, VF_ECUDA, "cuda:%d: cublasLtCreate: status %d", index, (int)s);
     }
     c->scratch_bytes = scratch_bytes_from_env();

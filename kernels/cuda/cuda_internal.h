@@ -153,6 +153,10 @@ void vf_cuda_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *
 void vf_cuda_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                         const void *inp, const void *w, int64_t N, int64_t C, int64_t OC);
 void vf_cuda_lt_free(vf_cuda_ctx *c);
+/* Opens cuBLASLt (dlopen, once per process): 0 or VF_ECUDA naming the library. */
+int vf_cuda_lt_load(vf_status *st);
+cublasStatus_t vf_cuda_lt_create(cublasLtHandle_t *h);
+void vf_cuda_lt_destroy(cublasLtHandle_t h);
 
 /* elementwise.cu */
 void vf_cuda_add(vf_backend *be, void *out, const void *a, const void *b, int64_t n);

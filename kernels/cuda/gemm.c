@@ -16,11 +16,67 @@
  * operand alignment: pointers into a flat parameter vector may be only 2-byte aligned,
  * and cuBLASLt's fastest kernels need 16, so alignment is part of the key.
  */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublas_api.h>
+
 #include "cuda_internal.h"
+
+/* ------------------------------------------------------------------ loading cuBLASLt
+ * cuBLASLt is opened with dlopen when the first CUDA backend is made, not linked:
+ * merely loading the 540 MB library at process start costs ~150 MB of resident memory
+ * (relocations), in every worker, also the CPU-only ones (decode, LMDB writer) whose
+ * memory the plan bounds. The entry points used are called through this table. */
+#define LT_FUNCS(X)                                                                                \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)  \
+    X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                          \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+static struct {
+#define LT_PTR(f) __typeof__(&f) f;
+    LT_FUNCS(LT_PTR)
+#undef LT_PTR
+} lt;
+static pthread_mutex_t g_lt_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_lt_state; /* 0 not tried, 1 loaded, -1 failed */
+static char g_lt_err[256];
+
+int vf_cuda_lt_load(vf_status *st)
+{
+    pthread_mutex_lock(&g_lt_mu);
+    if (g_lt_state == 0) {
+        char name[64];
+        snprintf(name, sizeof name, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+        void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (!h) h = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            snprintf(g_lt_err, sizeof g_lt_err, "cannot load %s: %s", name, dlerror());
+            g_lt_state = -1;
+        } else {
+            g_lt_state = 1;
+#define LT_SYM(f)                                                                                  \
+    if (g_lt_state == 1 && !(*(void **)&lt.f = dlsym(h, #f))) {                                    \
+        snprintf(g_lt_err, sizeof g_lt_err, "%s: no symbol %s", name, #f);                         \
+        g_lt_state = -1;                                                                           \
+    }
+            LT_FUNCS(LT_SYM)
+#undef LT_SYM
+        }
+    }
+    int ok = g_lt_state == 1;
+    pthread_mutex_unlock(&g_lt_mu);
+    if (ok) return 0;
+    return vf_status_set(st, VF_ECUDA, __FILE__, __LINE__, "cuBLASLt: %s (is the CUDA toolkit's lib64 on the "
+                         "library path?)", g_lt_err);
+}
+
+cublasStatus_t vf_cuda_lt_create(cublasLtHandle_t *h) { return lt.cublasLtCreate(h); }
+void vf_cuda_lt_destroy(cublasLtHandle_t h) { lt.cublasLtDestroy(h); }
 
 struct vf_lt_plan {
     /* key */
@@ -45,10 +101,10 @@ void vf_cuda_lt_free(vf_cuda_ctx *c)
 {
     for (int i = 0; i < c->nplans; i++) {
         vf_lt_plan *p = &c->plans[i];
-        if (p->desc) cublasLtMatmulDescDestroy(p->desc);
-        if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-        if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-        if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+        if (p->desc) lt.cublasLtMatmulDescDestroy(p->desc);
+        if (p->la) lt.cublasLtMatrixLayoutDestroy(p->la);
+        if (p->lb) lt.cublasLtMatrixLayoutDestroy(p->lb);
+        if (p->ld) lt.cublasLtMatrixLayoutDestroy(p->ld);
     }
     free(c->plans);
     c->plans = NULL;
@@ -68,37 +124,37 @@ static void plan_build(vf_cuda_ctx *c, vf_lt_plan *p)
     cublasOperation_t oa = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->epi;
     p->ok = 0;
-    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
+    LT(lt.cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
+    LT(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
     if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        LT(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         if (p->bias_f32) {
             cudaDataType_t bt = CUDA_R_32F;
-            LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+            LT(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
         }
     }
-    LT(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda));
-    LT(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb));
-    LT(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, p->m, p->n, p->ldd));
-    LT(cublasLtMatmulPreferenceCreate(&pref));
+    LT(lt.cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda));
+    LT(lt.cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb));
+    LT(lt.cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, p->m, p->n, p->ldd));
+    LT(lt.cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = VF_CUDA_LT_WS_BYTES;
     uint32_t aa = (uint32_t)p->al_a, ab = (uint32_t)p->al_b, ad = (uint32_t)p->al_d;
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
+    LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+    LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+    LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad));
+    LT(lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &nres));
+    LT(lt.cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &nres));
     if (nres < 1) goto bad;
     p->algo = res.algo;
     p->ok = 1;
-    cublasLtMatmulPreferenceDestroy(pref);
+    lt.cublasLtMatmulPreferenceDestroy(pref);
     return;
 bad:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (pref) lt.cublasLtMatmulPreferenceDestroy(pref);
 }
 
 static vf_lt_plan *plan_get(vf_cuda_ctx *c, const vf_lt_plan *key)
@@ -149,12 +205,12 @@ static int lt_gemm(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t
         return VF_ECUDA;
     }
     if (epi != CUBLASLT_EPILOGUE_DEFAULT &&
-        vf_cuda_note_lt(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                        "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", __FILE__, __LINE__))
+        vf_cuda_note_lt(c, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+                        "lt.cublasLtMatmulDescSetAttribute(BIAS_POINTER)", __FILE__, __LINE__))
         return VF_ECUDA;
     const float alpha = 1.0f;
     return vf_cuda_note_lt(c,
-                           cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld,
+                           lt.cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld,
                                           &p->algo, c->lt_ws, VF_CUDA_LT_WS_BYTES, c->stream),
                            "cublasLtMatmul", __FILE__, __LINE__);
 }
@@ -171,9 +227,13 @@ void vf_cuda_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *
         vf_cuda_op_end(c);
         return;
     }
+    /* the fused bias wants an aligned vector: a bias at an odd offset of the flat
+     * parameter vector is added by the row kernel instead */
+    const bool fuse = bias && align_of(bias) == 16;
     int rc = lt_gemm(c, 1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f,
-                     bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, (void *)bias, 0);
-    /* no fused bias for this shape (e.g. a 2-byte aligned bias): plain GEMM, then the add */
+                     fuse ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, (void *)bias, 0);
+    if (rc == 0 && bias && !fuse) vf_cuda_add_bias_rows(c, out, bias, N, OC);
+    /* no fused bias for this shape: plain GEMM, then the add */
     if (rc == VF_ENOTFOUND &&
         lt_gemm(c, 1, 0, OC, N, C, w, C, inp, C, out, OC, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, 0) == 0)
         vf_cuda_add_bias_rows(c, out, bias, N, OC);

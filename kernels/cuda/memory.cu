@@ -175,14 +175,16 @@ __global__ void k_embed_fwd(bf16 *out, const int32_t *tok, const bf16 *table, in
 }
 
 /* Scatter-add without atomics or sorting: the block of position n works only if n is
- * the FIRST position holding its token, and then sums, for its share of columns, the
- * rows of every position with that token in position order (f32), adding the total to
- * the table row once. One owner and one order per table entry: deterministic, and
- * independent of the table size (which the op is not told). O(N²) token compares, which
- * for caption-length N (a few thousand) is nothing next to the row sums. */
+ * the FIRST position holding its token; it lists (in order) every position with that
+ * token, then sums their rows for its share of columns in f32, in position order, and
+ * adds the total to the table row once. One owner and one order per table entry:
+ * deterministic, and independent of the table size (which the op is not told). The
+ * scans are O(N) per block, nothing next to the row sums at caption lengths. */
+#define EMB_LIST 2048
 __global__ void k_embed_bwd(bf16 *dtable, const bf16 *dout, const int32_t *tok, int64_t N, int64_t C)
 {
-    __shared__ int dup;
+    __shared__ int dup, cnt;
+    __shared__ int32_t list[EMB_LIST];
     const int64_t n = blockIdx.x;
     const int32_t t = tok[n];
     if (threadIdx.x == 0) dup = 0;
@@ -191,18 +193,34 @@ __global__ void k_embed_bwd(bf16 *dtable, const bf16 *dout, const int32_t *tok, 
         if (tok[m] == t) dup = 1; /* benign race: every writer writes 1 */
     __syncthreads();
     if (dup || t < 0) return;
+    if (threadIdx.x == 0) { /* the positions of token t, in order (one thread: the order is the point) */
+        int k = 0;
+        for (int64_t m = n; m < N && k <= EMB_LIST; m++)
+            if (tok[m] == t) {
+                if (k < EMB_LIST) list[k] = (int32_t)m;
+                k++;
+            }
+        cnt = k; /* EMB_LIST + 1: too many to list, scan instead */
+    }
+    __syncthreads();
+    const int k = cnt;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t m = n; m < N; m++)
-            if (tok[m] == t) acc += __bfloat162float(dout[m * C + c]);
+        if (k <= EMB_LIST) {
+            for (int i = 0; i < k; i++) acc += __bfloat162float(dout[(int64_t)list[i] * C + c]);
+        } else {
+            for (int64_t m = n; m < N; m++)
+                if (tok[m] == t) acc += __bfloat162float(dout[m * C + c]);
+        }
         bf16 *d = dtable + (int64_t)t * C + c;
         *d = __float2bfloat16_rn(__bfloat162float(*d) + acc);
     }
 }
 
-/* tokens must be >= 0 (the CPU backend aborts on a negative one); a negative token is
- * noted as an error by a host-side check the embedding cannot do without a sync, so the
- * kernels clamp it instead of reading out of bounds. */
+/* Tokens must be >= 0 and < the table's rows (ops.h); the kernels cannot check the
+ * upper bound (the table size is not passed) and, without a host sync, cannot report a
+ * negative token: they clamp it to row 0 (forward) or skip it (backward) rather than
+ * touch memory outside the table. */
 extern "C" void vf_cuda_embed_fwd(vf_backend *be, void *out, const int32_t *tok, const void *table, int64_t N,
                                   int64_t C)
 {

@@ -6,6 +6,7 @@
 # talking over ZeroMQ ipc). The same global batch cut into M = 1, 2 or 4 micro-batches
 # gives the same losses and weights to rounding (≤ 1e-5 relative), but not necessarily
 # the same bits; and a different seed gives different weights (the comparison can fail).
+# With D = 2 data-parallel replicas the weights are again the same bits for any P and S.
 # vflow-test: timeout=240
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -24,6 +25,18 @@ for P in 1 2 4; do
   done
 done
 grep -q '"stages": 4' p4s3/ckpt/step-20/state.json || fail "state.json of P=4 does not say stages 4"
+
+# D = 2 data-parallel replicas (readers on shards 0/2 and 1/2, shards summing the replicas
+# in replica order): also the same bits for any P and S
+for c in "1 1" "2 3"; do
+  set -- $c
+  train "d2p$1s$2" "${COMMON[@]}" --set replicas=2 --set stages=$1 --set shards=$2 --set micro_batches=2 \
+    || fail "D=2 P=$1 S=$2: $(tail -5 d2p$1s$2.out)"
+done
+[ "$(model_md5 d2p1s1 20)" = "$(model_md5 d2p2s3 20)" ] || fail "D=2: P=2 S=3 differs from P=1 S=1"
+[ "$(model_md5 d2p1s1 20)" != "$ref" ] || fail "D=2 gave the D=1 weights (replicas ignored?)"
+grep -q 'shard=1/2' d2p2s3/ckpt/step-20/state.json || fail "D=2: no cursor of replica 1 in state.json"
+echo "D=2: P=1 S=1 and P=2 S=3 agree"
 
 for M in 1 4; do
   train "m$M" "${COMMON[@]}" --set stages=2 --set shards=1 --set micro_batches=$M || fail "M=$M: $(tail -5 m$M.out)"

@@ -7,7 +7,8 @@
 # then leaves a .tmp, which is never read). The killed run must fail and name the
 # signal; the resumed run continues from the newest complete checkpoint (or from step 0
 # when none was written yet), replays the reader to the checkpoint's data cursor across
-# epoch boundaries, and leaves no .tmp behind. A resume of a finished run trains nothing.
+# epoch boundaries, and leaves no .tmp behind. Then the same with D = 2 data-parallel
+# replicas (a replica's partition killed). A resume of a finished run trains nothing.
 # vflow-test: timeout=300
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -55,6 +56,26 @@ for seed in 1 2 3 4 5; do
     grep -q "resumed the data at cursor" "$run/run.log" || fail "seed $seed: the reader was not replayed"
   fi
 done
+
+# D = 2 replicas: a replica's partition killed, the resume replays both readers
+COMMON2=("${COMMON[@]}" --set replicas=2)
+train ref2 "${COMMON2[@]}" || fail "reference run with 2 replicas: $(tail -5 ref2.out)"
+rm -f trace6
+VFLOW_TRACE_SPAWN=$TMP/trace6 "$VFLOW" run "$PIPE" --run-dir kill6 --set cache="$CACHE" "${COMMON2[@]}" > kill6.out 2>&1 &
+vpid=$!
+pid=""
+for i in $(seq 1 3000); do
+  [ -z "$pid" ] && pid=$(awk '$3 == "stages=dit_0_r1" {sub("pid=", "", $1); print $1}' trace6 2>/dev/null)
+  [ -n "$pid" ] && [ "$(steps_done kill6)" -ge 13 ] && break
+  kill -0 $vpid 2>/dev/null || break
+  sleep 0.01
+done
+kill -9 "$pid" 2>/dev/null || fail "replicas: dit_0_r1 already gone"
+wait $vpid && fail "replicas: the run succeeded although dit_0_r1 was killed"
+train kill6 "${COMMON2[@]}" --resume || fail "replicas: resume: $(tail -5 kill6.out)"
+[ "$(model_md5 kill6 $STEPS)" = "$(model_md5 ref2 $STEPS)" ] || fail "replicas: resumed weights differ"
+[ "$(grep -c 'resumed the data at cursor' kill6/run.log)" = 2 ] || fail "replicas: both readers must be replayed"
+echo "replicas: killed dit_0_r1 after step 13, resumed bitwise"
 
 # resuming a finished run: nothing to train, weights untouched
 train kill1 "${COMMON[@]}" --resume || fail "resume of a finished run: $(tail -5 kill1.out)"

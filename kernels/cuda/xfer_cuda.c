@@ -18,10 +18,13 @@
  * (tests): the block is used directly, no mapping.
  *
  * NCCL. A communicator of 2 ranks per edge (sender rank 0): the sender draws the unique
- * id and puts it in the first item ("@nccl-id"), joins once that record is sent, and
- * then posts one ncclSend per device tensor on its stream after every record; the
- * receiver joins when it sees the id and posts the matching ncclRecv into pool memory
- * on its stream (NCCL matches sends and receives in order). The sender's tensors stay
+ * id and puts it in the first item ("@nccl-id") — in-band on the edge's own ZeroMQ link,
+ * which already connects exactly these two processes, rather than through the driver's
+ * control plane — joins once that record is sent, and then posts one ncclSend per
+ * device tensor on its stream after every record; the receiver joins when it sees the
+ * id and posts the matching ncclRecv into pool memory on its stream (NCCL matches sends
+ * and receives in order). Communicators are non-blocking and polled with the stop flag,
+ * so a dead peer stops the run instead of hanging it. The sender's tensors stay
  * referenced until the credit, like IPC.
  *
  * Host staging. The producer copies each device tensor to a host tensor of the same
@@ -32,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../runtime/chan.h"
 #include "../../runtime/graph.h"
 #include "../../runtime/transport_dev.h"
 #include "cuda_internal.h"
@@ -125,6 +129,48 @@ static xedge *xedge_get(void **state, vf_status *st)
     *state = x;
     return x;
 }
+
+#ifdef VFLOW_HAVE_NCCL
+/* Communicators are non-blocking (REFERENCE: a dead peer can hang a collective): every
+ * NCCL call that may wait is followed by this poll of the communicator's state, which
+ * gives up when the run stops (the supervisor sets the flag once a peer died) and
+ * aborts the communicator. */
+static int nccl_wait(ncclComm_t comm, ncclResult_t r, const char *what, vf_status *st)
+{
+    while (r == ncclInProgress || r == ncclSuccess) {
+        ncclResult_t a = ncclSuccess;
+        if (ncclCommGetAsyncError(comm, &a) != ncclSuccess) break;
+        if (a == ncclSuccess) return 0;
+        if (a != ncclInProgress) {
+            r = a;
+            break;
+        }
+        if (vf_runtime_stopping()) {
+            ncclCommAbort(comm);
+            return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__, "%s: the run is stopping", what);
+        }
+        usleep(200);
+    }
+    return vf_status_set(st, VF_ECUDA, __FILE__, __LINE__, "%s: %s", what, ncclGetErrorString(r));
+}
+
+static int nccl_join(xedge *x, int rank, vf_status *st)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&x->comm, 2, x->id, rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return vf_status_set(st, VF_ECUDA, __FILE__, __LINE__, "ncclCommInitRank (rank %d): %s", rank,
+                             ncclGetErrorString(r));
+    int rc = nccl_wait(x->comm, r, rank ? "ncclCommInitRank (receiver)" : "ncclCommInitRank (sender)", st);
+    if (rc < 0) {
+        if (rc != VF_ESTOPPED) ncclCommAbort(x->comm);
+        return rc;
+    }
+    x->comm_ready = true;
+    return 0;
+}
+#endif
 
 /* ------------------------------------------------------------------ import table */
 
@@ -430,19 +476,17 @@ static int xsent(void **state, const vf_edge_desc *ed, vf_status *st)
     ncclResult_t r = ncclSuccess;
     if (!x->comm_ready) { /* joins the receiver, which joins when it reads the id we just sent */
         VF_CUDA_TRY(st, cudaSetDevice(x->dev));
-        r = ncclCommInitRank(&x->comm, 2, x->id, 0);
-        if (r != ncclSuccess) VF_FAIL(st, VF_ECUDA, "ncclCommInitRank (sender): %s", ncclGetErrorString(r));
-        x->comm_ready = true;
+        VF_TRY(nccl_join(x, 0, st));
     }
     vf_cuda_op_begin(c);
     r = ncclGroupStart();
     for (int i = 0; i < x->npending && r == ncclSuccess; i++)
         r = ncclSend(x->pending[i]->data, vf_tensor_nbytes(x->pending[i]), ncclUint8, 1, x->comm, c->stream);
-    if (r == ncclSuccess) r = ncclGroupEnd();
-    else ncclGroupEnd();
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess) r = e;
     vf_cuda_op_end(c);
     x->npending = 0;
-    if (r != ncclSuccess) VF_FAIL(st, VF_ECUDA, "ncclSend: %s", ncclGetErrorString(r));
+    VF_TRY(nccl_wait(x->comm, r, "ncclSend", st));
 fail:
     return rc;
 #else
@@ -473,12 +517,10 @@ static int xrecv(void **state, const vf_edge_desc *ed, vf_item **itp, vf_status 
                 VF_FAIL(st, VF_EUSAGE, "NCCL edge: the receiving stage has no CUDA device (or a bad id)");
             }
             memcpy(&x->id, idt->data, sizeof x->id);
-            ncclResult_t r = ncclCommInitRank(&x->comm, 2, x->id, 1);
-            if (r != ncclSuccess) {
+            if ((rc = nccl_join(x, 1, st)) < 0) {
                 vf_tensor_unref(idt);
-                VF_FAIL(st, VF_ECUDA, "ncclCommInitRank (receiver): %s", ncclGetErrorString(r));
+                goto fail;
             }
-            x->comm_ready = true;
         }
 #endif
         vf_tensor_unref(idt);
@@ -564,7 +606,7 @@ static int xrecv(void **state, const vf_edge_desc *ed, vf_item **itp, vf_status 
                 nccl_group = true;
                 ncclResult_t r = ncclRecv(dst, d.nbytes, ncclUint8, 0, x->comm, c->stream);
                 vf_cuda_op_end(c);
-                if (r != ncclSuccess) {
+                if (r != ncclSuccess && r != ncclInProgress) {
                     vf_tensor_unref(nt);
                     VF_FAIL(st, VF_ECUDA, "ncclRecv of '%s': %s", plain, ncclGetErrorString(r));
                 }
@@ -583,7 +625,7 @@ static int xrecv(void **state, const vf_edge_desc *ed, vf_item **itp, vf_status 
         ncclResult_t r = ncclGroupEnd();
         vf_cuda_op_end(c);
         nccl_group = false;
-        if (r != ncclSuccess) VF_FAIL(st, VF_ECUDA, "ncclGroupEnd (recv): %s", ncclGetErrorString(r));
+        VF_TRY(nccl_wait(x->comm, r, "ncclRecv", st));
     }
 #endif
     if (copied) { /* the producer may reuse its buffers once we credit: finish the copies */

@@ -1,15 +1,19 @@
 /* train_tool.c — helpers for the training tests and benchmark.
  *
- *   train_tool mkcache PATH N Z T H W [SEED]
+ *   train_tool mkcache PATH N Z T H W [SEED [DUMP]]
  *       writes an LMDB latent cache (keyed by id) of N latents (Z, T, H, W) with
  *       learnable structure: sample i belongs to class c = i mod 4, named in its caption;
  *       its latent is a class-specific travelling plane wave over (t, h, w) per channel,
  *       plus 10% per-sample noise. A DiT that reads the caption can predict most of it,
- *       so the rectified-flow loss falls well below its starting value.
+ *       so the rectified-flow loss falls well below its starting value. DUMP (optional)
+ *       receives, per sample in id order, its 32-char cache key, its caption (96 bytes,
+ *       NUL padded) and its latent (f32): what a reference trainer needs to rebuild the
+ *       batches without decoding the cache.
  *   train_tool ckpt-find DIR
  *       prints "STEP PATH" of the newest complete checkpoint (runtime/ckpt.h rules) and
  *       the damaged ones it skipped on stderr; exit 1 when there is none.
  */
+#include "../../runtime/cache_format.h"
 #include "../../runtime/ckpt.h"
 #include "../../runtime/philox.h"
 #include "../../stages/latent_cache.h"
@@ -28,6 +32,11 @@ static int mkcache(int argc, char **argv)
     const char *path = argv[2];
     int N = atoi(argv[3]), Z = atoi(argv[4]), T = atoi(argv[5]), H = atoi(argv[6]), W = atoi(argv[7]);
     uint64_t seed = argc > 8 ? strtoull(argv[8], NULL, 10) : 1;
+    FILE *dump = argc > 9 ? fopen(argv[9], "wb") : NULL;
+    if (argc > 9 && !dump) {
+        fprintf(stderr, "train_tool mkcache: cannot write %s\n", argv[9]);
+        return 1;
+    }
     static const char *const names[4] = {"a red square drifting right", "green stripes rolling down",
                                          "a blue ring pulsing", "orange noise flickering"};
     vf_status st = {0};
@@ -57,12 +66,24 @@ static int mkcache(int argc, char **argv)
                         double a = 2 * M_PI * (fh * h / H + fw * ww / W) + ph + 0.5 * tt + 1.3 * z;
                         x[k] = (float)((z % 2 ? cos(a) : sin(a)) + 0.1 * noise[k]);
                     }
+        if (dump) {
+            char key[VF_CACHE_KEY_LEN + 1], capbuf[96] = {0};
+            vf_cache_key_of_id(id, key);
+            snprintf(capbuf, sizeof capbuf, "%s", cap);
+            fwrite(key, 1, VF_CACHE_KEY_LEN, dump);
+            fwrite(capbuf, 1, sizeof capbuf, dump);
+            fwrite(x, sizeof(float), (size_t)n, dump);
+        }
         bool skipped;
         if (vf_item_put(it, "latent", t, &st) || vf_item_set_str(it, "caption", cap, &st) ||
             vf_latent_writer_add(w, it, &skipped, &st))
             goto fail;
     }
     free(noise);
+    if (dump && fclose(dump) != 0) {
+        fprintf(stderr, "train_tool mkcache: writing the dump failed\n");
+        return 1;
+    }
     if (vf_latent_writer_flush(w, &st)) goto fail;
     vf_latent_writer_close(w);
     printf("wrote %d latents (%d,%d,%d,%d) to %s\n", N, Z, T, H, W, path);

@@ -187,7 +187,15 @@ static int vae_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pla
     int64_t T = g.T ? g.T : 1, Tl = 1 + (T - 1) / vf_vae_time_factor(&c);
     int64_t lat = (int64_t)c.z_dim * Tl * (g.H / vf_vae_space_factor(&c)) *
                   (g.W / vf_vae_space_factor(&c)) * 4 * (vf_param_bool(p, "logvar") ? 2 : 1);
-    vf_mem_plan_add(out, host, "vae micro-batch clips", mb * T * g.H * g.W * 3);
+    int64_t frames = T * g.H * g.W * 3;
+    vf_mem_plan_add(out, host, "vae micro-batch clips", mb * frames);
+    /* A clip that came over a ZeroMQ edge (decode workers are processes of their own) is
+     * held as its whole record, charged to this stage until its frames are dropped: the
+     * id, metadata (path, caption, pass-through columns) and codec headers on top of
+     * the frames. The input port's record bound less the frames is exactly that part. */
+    const vf_port_spec *inp = vf_port_find(ports, "in");
+    int64_t rec = inp ? vf_port_max_item_bytes(inp) : -1;
+    if (rec > frames) vf_mem_plan_add(out, host, "vae micro-batch item metadata", mb * (rec - frames));
     vf_mem_plan_add(out, host, "vae micro-batch latents", mb * lat + lat);
 fail:
     return rc;

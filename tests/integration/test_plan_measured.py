@@ -24,6 +24,7 @@ BUILD = os.environ.get("VFLOW_BUILD") or os.path.dirname(VFLOW)
 SRC = os.environ.get("VFLOW_SRC") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOOL = os.path.join(BUILD, "tools", "train_tool")
 FAILS = []
+SLACK = 4096
 
 # Stage kinds whose hook is not (yet) exactly what the stage allocates: only the upper
 # bound is checked for them. Each entry says why; docs/PLANNING.md keeps the list.
@@ -33,6 +34,8 @@ LOOSE = {
     "dit": "item pools sized for the edge capacity, which the plan also counts as edge buffers",
     "adamw": "weight item pool sized for the edge capacity, which the plan also counts as edge buffers",
     "checkpoint": "'writer buffers' are not allocated through vf_alloc, so no account sees them",
+    "latent_reader": "its key list, batch being filled, decoded record and send copy are not always alive at "
+                     "once: 0.67-0.95 of their sum, by timing",
 }
 
 PRECOMPUTE = """
@@ -87,9 +90,11 @@ def compare(name, run_dir, out):
         ratio = peak / want
         tight = kind not in LOOSE
         rows.append((s["name"], kind, want, peak, ratio, tight))
-        check(ratio <= 1.10, "%s: %s measured %d > 1.1 x plan %d" % (name, s["name"], peak, want))
+        # +-10%, and a few KiB either way for accounts of a few KiB (whether one small
+        # record is still being sent when the next is built is a matter of timing)
+        check(peak <= 1.10 * want + SLACK, "%s: %s measured %d > 1.1 x plan %d" % (name, s["name"], peak, want))
         if tight:
-            check(ratio >= 0.90, "%s: %s measured %d < 0.9 x plan %d" % (name, s["name"], peak, want))
+            check(peak >= 0.90 * want - SLACK, "%s: %s measured %d < 0.9 x plan %d" % (name, s["name"], peak, want))
     # each worker process: its resident peak within its plan (+ the shared code, which
     # RSS counts in every process)
     rss = {}

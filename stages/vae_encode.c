@@ -13,8 +13,13 @@
  * workspace depend on (micro_batch, chunk, H, W), never on T, and that is what `memory`
  * declares. The encoder is built at the first clip (its frame size) and rebuilt if the
  * frame size changes.
+ *
+ * Stopping (docs/run.md): on a drain the stage keeps consuming to the end of its input,
+ * so the micro-batch in hand is finished and sent; on an abort it returns VF_ESTOPPED
+ * between two chunks instead of finishing a batch nobody will read.
  */
 #include "../models/vae.h"
+#include "../runtime/chan.h" /* vf_runtime_stopping: abort, as opposed to a drain */
 #include "../runtime/vflow.h"
 
 #include <inttypes.h>
@@ -275,6 +280,13 @@ static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
     }
     VF_TRY(vf_vae_encode_begin(v->enc, v->nb, T, st));
     for (int64_t t0 = 0; t0 < T; t0 += v->chunk) {
+        /* Abort (second SIGINT, a failed peer: the data plane's stop flag) ends the run
+         * now: a micro-batch of long clips can take minutes, and nothing downstream will
+         * take its latents. A drain (vf_stopping alone) lets the batch in hand finish. */
+        if (vf_runtime_stopping())
+            VF_FAIL(st, VF_ESTOPPED,
+                    "vae_encode: the run is stopping: dropped a micro-batch of %d clips at frame "
+                    "%" PRId64 " of %" PRId64, v->nb, t0, T);
         int n = (int)(T - t0 < v->chunk ? T - t0 : v->chunk);
         for (int b = 0; b < v->nb; b++) {
             const vf_tensor *f = vf_item_get(v->batch[b], "frames");

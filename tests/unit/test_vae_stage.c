@@ -18,6 +18,8 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 static const vf_stage_ops *ops(void)
@@ -471,6 +473,139 @@ VF_TEST(stage_peak_within_declared_over_zmq)
     vf_stage_free(h.s);
     vf_chan_hub_free(hub);
     vf_params_free(h.p);
+}
+
+/* ------------------------------------------------------------------ drain and abort */
+
+typedef struct wired {
+    harness h;
+    atomic_bool stop; /* the worker's drain/abort flag (vf_stopping) */
+    vf_chan_hub *hub;
+    vf_port *src, *sin, *sout, *sink;
+    pthread_t th;
+} wired;
+
+/* Starts a vae_encode stage between two in-process edges (the test feeds src and reads
+ * sink), with its vf_stopping flag under the test's control. */
+static int wire_start(wired *w, const char *name, const char *json, int id0)
+{
+    vf_status st = {0};
+    memset(w, 0, sizeof *w);
+    atomic_init(&w->stop, false);
+    w->h.p = params(json, &st);
+    VF_CHECK_MSG(w->h.p != NULL, "%s", st.msg);
+    if (!w->h.p) return -1;
+    w->h.s = vf_stage_new(ops(), name, 0, w->h.p, &st);
+    VF_CHECK_MSG(w->h.s != NULL, "%s", st.msg);
+    if (!w->h.s) return -1;
+    w->h.s->ctx.stopping = &w->stop;
+    w->hub = vf_chan_hub_new(&st);
+    vf_edge_desc e1 = {.id = id0, .transport = VF_TR_INPROC, .capacity = 16};
+    vf_edge_desc e2 = {.id = id0 + 1, .transport = VF_TR_INPROC, .capacity = 16};
+    snprintf(e1.name, sizeof e1.name, "test.out -> %s.in", name);
+    snprintf(e2.name, sizeof e2.name, "%s.out -> test.in", name);
+    vf_edge_end *a_out, *a_in, *b_out, *b_in;
+    VF_CHECK(vf_edge_open(w->hub, &e1, VF_PORT_OUT, &a_out, &st) == 0);
+    VF_CHECK(vf_edge_open(w->hub, &e1, VF_PORT_IN, &a_in, &st) == 0);
+    VF_CHECK(vf_edge_open(w->hub, &e2, VF_PORT_OUT, &b_out, &st) == 0);
+    VF_CHECK(vf_edge_open(w->hub, &e2, VF_PORT_IN, &b_in, &st) == 0);
+    vf_port_new("out", VF_PORT_OUT, &w->src, &st);
+    vf_port_new("in", VF_PORT_IN, &w->sin, &st);
+    vf_port_new("out", VF_PORT_OUT, &w->sout, &st);
+    vf_port_new("in", VF_PORT_IN, &w->sink, &st);
+    vf_port_attach(w->src, a_out, &st);
+    vf_port_attach(w->sin, a_in, &st);
+    vf_port_attach(w->sout, b_out, &st);
+    vf_port_attach(w->sink, b_in, &st);
+    vf_stage_attach_port(w->h.s, "in", VF_PORT_IN, w->sin, &st);
+    vf_stage_attach_port(w->h.s, "out", VF_PORT_OUT, w->sout, &st);
+    w->h.out = w->sout;
+    pthread_create(&w->th, NULL, stage_main, &w->h);
+    return 0;
+}
+
+static void wire_finish(wired *w)
+{
+    pthread_join(w->th, NULL);
+    vf_port_free(w->src), vf_port_free(w->sin), vf_port_free(w->sout), vf_port_free(w->sink);
+    vf_stage_free(w->h.s);
+    vf_chan_hub_free(w->hub);
+    vf_params_free(w->h.p);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Waits until the stage is encoding: its encoder (caches and workspace, allocated at
+ * the first micro-batch) shows in its account. False after 60 s. */
+static bool wait_encoding(wired *w, int64_t T)
+{
+    vf_status st = {0};
+    vf_port_specs up, ports = {0};
+    vf_mem_plan plan = {0};
+    upstream(&up, T, "", HH, WW);
+    VF_CHECK(ops()->ports(w->h.p, &up, &ports, &st) == 0);
+    VF_CHECK(ops()->memory(w->h.p, &ports, &plan, &st) == 0);
+    int64_t enc = plan_bytes(&plan, "vae weights") +
+                  (plan_bytes(&plan, "vae causal caches") + plan_bytes(&plan, "vae chunk workspace")) / 2;
+    for (int i = 0; i < 60000; i++) {
+        if (vf_account_live(w->h.s->account) > enc) return true;
+        usleep(1000);
+    }
+    return false;
+}
+
+/* One micro-batch of two long clips (17 chunks of 4 frames): a drain (vf_stopping) lets the
+ * batch in hand finish and go out; an abort (the data plane's stop flag) makes the
+ * stage return VF_ESTOPPED between two chunks, long before the batch would be done. */
+VF_TEST(stage_drain_finishes_batch_abort_returns_between_chunks)
+{
+    const int64_t T = 65;
+    const char *cfg = "{\"micro_batch\": 2, \"chunk\": 4, \"seed\": 4}";
+    vf_status st = {0};
+    wired w;
+
+    /* drain while the batch is being encoded: both clips still come out, then EOS */
+    if (wire_start(&w, "vae_drain", cfg, 21) < 0) return;
+    for (int i = 0; i < 2; i++) VF_CHECK(vf_send(w.src, make_item(i, T), &st) == 0);
+    VF_CHECK(wait_encoding(&w, T));
+    double t0 = now_s();
+    atomic_store(&w.stop, true);
+    vf_close(w.src, &st); /* the drained source ends its stream */
+    int got = 0;
+    vf_item *it = NULL;
+    while (vf_recv(w.sink, &it, &st) == 0) {
+        VF_CHECK(vf_item_get(it, "latent") != NULL);
+        vf_item_free(it);
+        got++;
+    }
+    double t_batch = now_s() - t0;
+    wire_finish(&w);
+    VF_CHECK_MSG(w.h.rc == 0, "drained stage: %d %s", w.h.rc, w.h.st.msg);
+    VF_CHECK_EQ_INT(got, 2);
+
+    /* abort while the batch is being encoded: back within a few chunks */
+    if (wire_start(&w, "vae_abort", cfg, 23) < 0) return;
+    for (int i = 0; i < 2; i++) VF_CHECK(vf_send(w.src, make_item(i, T), &st) == 0);
+    VF_CHECK(wait_encoding(&w, T));
+    double t1 = now_s();
+    vf_runtime_request_stop();
+    pthread_join(w.th, NULL);
+    double t_abort = now_s() - t1;
+    vf_runtime_clear_stop();
+    VF_CHECK_MSG(w.h.rc == VF_ESTOPPED, "aborted stage: %d %s", w.h.rc, w.h.st.msg);
+    VF_CHECK_MSG(strstr(w.h.st.msg, "dropped a micro-batch of 2 clips") != NULL, "%s", w.h.st.msg);
+    fprintf(stderr, "   micro-batch of 2 x %" PRId64 " frames, chunk 4: %.3f s to encode; "
+                    "abort returned after %.3f s\n", T, t_batch, t_abort);
+    VF_CHECK_MSG(t_abort < 0.4 * t_batch, "abort took %.3f s of a %.3f s batch", t_abort, t_batch);
+    vf_port_free(w.src), vf_port_free(w.sin), vf_port_free(w.sout), vf_port_free(w.sink);
+    vf_stage_free(w.h.s);
+    vf_chan_hub_free(w.hub);
+    vf_params_free(w.h.p);
 }
 
 int main(void) { return vf_test_main(); }

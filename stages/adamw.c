@@ -617,17 +617,30 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         return finish(ctx, h, st);
     }
     VF_TRY(send_weights(s, ctx, h, h->t0, st));
-    int64_t t_prev = vf_train_now_ns();
+    int64_t t_prev = vf_train_now_ns(), done = h->t0, last_snap = h->t0;
+    double last_lr = 0;
     for (int64_t step = h->t0 + 1; step <= h->steps; step++) {
-        vf_json_free(si.cursors);
-        si.cursors = h->g.k == 0 ? vf_json_arr() : NULL;
-        rc = recv_grads(s, ctx, h, step, &si, st);
+        step_info cur = {0};
+        cur.cursors = h->g.k == 0 ? vf_json_arr() : NULL;
+        rc = recv_grads(s, ctx, h, step, &cur, st);
+        if (rc) vf_json_free(cur.cursors);
         if (rc == VF_EOS) {
-            vf_log(ctx, VF_LOG_INFO, "partitions stopped before step %lld", (long long)step);
+            /* The partitions stopped at a step boundary (a drain: Ctrl-C, SIGTERM): every
+             * shard sees it after the same step, so all snapshot that step and the run
+             * can be resumed from where it stopped. */
             rc = 0;
+            if (done > last_snap) {
+                vf_log(ctx, VF_LOG_INFO, "partitions stopped after step %lld: snapshot for a final checkpoint",
+                       (long long)done);
+                VF_TRY(snapshot(s, ctx, h, done, last_lr, &si, st));
+            } else {
+                vf_log(ctx, VF_LOG_INFO, "partitions stopped before step %lld", (long long)step);
+            }
             break;
         }
         VF_TRY(rc);
+        vf_json_free(si.cursors);
+        si = cur;
         double norm = 0;
         VF_TRY(global_norm(s, ctx, h, step, &norm, st));
         double coef = h->clip > 0 ? (double)h->clip / (norm + 1e-6) : 1.0;
@@ -668,10 +681,8 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_metric(ctx, "bubble", si.bubble);
         }
         t_prev = t_now;
-        if (vf_stopping(ctx)) {
-            vf_log(ctx, VF_LOG_INFO, "stopping after step %lld", (long long)step);
-            break;
-        }
+        done = step, last_lr = lr;
+        if (ck) last_snap = step;
     }
     rc = finish(ctx, h, st);
 fail:

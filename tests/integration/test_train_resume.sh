@@ -8,7 +8,8 @@
 # signal; the resumed run continues from the newest complete checkpoint (or from step 0
 # when none was written yet), replays the reader to the checkpoint's data cursor across
 # epoch boundaries, and leaves no .tmp behind. Then the same with D = 2 data-parallel
-# replicas (a replica's partition killed). A resume of a finished run trains nothing.
+# replicas (a replica's partition killed), and with SIGINT to the driver (a drain: the
+# shards snapshot the last finished step). A resume of a finished run trains nothing.
 # vflow-test: timeout=300
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -76,6 +77,24 @@ train kill6 "${COMMON2[@]}" --resume || fail "replicas: resume: $(tail -5 kill6.
 [ "$(model_md5 kill6 $STEPS)" = "$(model_md5 ref2 $STEPS)" ] || fail "replicas: resumed weights differ"
 [ "$(grep -c 'resumed the data at cursor' kill6/run.log)" = 2 ] || fail "replicas: both readers must be replayed"
 echo "replicas: killed dit_0_r1 after step 13, resumed bitwise"
+
+# SIGINT (drain): the shards snapshot the last finished step, the run exits 1 as
+# interrupted, and --resume continues from that step bitwise (no checkpoint interval hit)
+"$VFLOW" run "$PIPE" --run-dir int --set cache="$CACHE" "${COMMON[@]}" --set every=100 > int.out 2>&1 &
+vpid=$!
+for i in $(seq 1 3000); do
+  [ "$(steps_done int)" -ge 10 ] && break
+  kill -0 $vpid 2>/dev/null || break
+  sleep 0.01
+done
+kill -INT $vpid || fail "SIGINT: the run ended before step 10"
+wait $vpid && fail "SIGINT: the run exited 0"
+grep -q "interrupted by SIGINT" int.out || fail "SIGINT: not reported: $(tail -3 int.out)"
+stopped=$("$TOOL" ckpt-find int/ckpt | cut -d' ' -f1)
+[ -n "$stopped" ] && [ "$stopped" -ge 10 ] || fail "SIGINT: no checkpoint of the last step (found '${stopped}')"
+train int "${COMMON[@]}" --set every=100 --resume || fail "SIGINT: resume: $(tail -5 int.out)"
+[ "$(model_md5 int $STEPS)" = "$want" ] || fail "SIGINT: resumed weights differ"
+echo "SIGINT after step $stopped: final checkpoint written, resumed bitwise"
 
 # resuming a finished run: nothing to train, weights untouched
 train kill1 "${COMMON[@]}" --resume || fail "resume of a finished run: $(tail -5 kill1.out)"

@@ -443,6 +443,7 @@ int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget 
             cand c = {0};
             cand_copy(&c, &all);
             snprintf(note, sizeof note, "%s", knobs);
+            cand_free(&comb.c); /* each try starts afresh: the last one tried is reported */
             memset(&comb, 0, sizeof comb);
             consider(&s, &comb, &c, "combined", note);
             if (comb.found && comb.fix.fits) break;

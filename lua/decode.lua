@@ -8,6 +8,8 @@
 -- decoder, which the supervisor restarts). The returned group connects like one stage:
 -- p:connect(clips, vae) adds an edge from every instance (the consumer's input must
 -- accept several edges). workers = 1 (or absent) is a plain stage named "decode".
+-- The instances form the group NAME (default "decode"): --set decode.fps=8 sets the
+-- param on every instance (--set decode_1.fps=8 on one).
 return function(vf)
   vf.expand("decode", function(p, kind, params)
     local workers = params.workers
@@ -35,6 +37,7 @@ return function(vf)
       local q = {}
       for k, v in pairs(copy) do q[k] = v end
       q.name = base .. "_" .. i
+      q.group = base
       q.shard = i
       q.nshards = workers
       members[#members + 1] = p:raw_stage(kind, q)

@@ -115,12 +115,14 @@ local function copy_value(v, path, seen, ctx)
   return out
 end
 
-local RESERVED = { name = true, worker = true }
+local RESERVED = { name = true, worker = true, group = true }
 local expanders = {}
 
 --- p:raw_stage(kind, params) -> stage: adds one stage, bypassing expanders (for sugar).
--- params.name (default: kind) names it, params.worker pins it to a named worker; both
--- are taken out of the params the stage sees.
+-- params.name (default: kind) names it, params.worker pins it to a named worker, and
+-- params.group (for expanders) names the group of stages one p:stage call became, so
+-- that --set GROUP.param=v reaches all of them; all three are taken out of the params
+-- the stage sees.
 function Pipeline:raw_stage(kind, params)
   check_self(self, "raw_stage")
   params = params or {}
@@ -134,6 +136,11 @@ function Pipeline:raw_stage(kind, params)
   if worker ~= nil and (type(worker) ~= "string" or worker == "") then
     fail("stage '%s': worker must be a non-empty string (stages with the same worker share a process)", name)
   end
+  local group = params.group
+  if group ~= nil and (type(group) ~= "string" or group == "" or group:find("[%.%s\"'\\/]") or #group > 47) then
+    fail("stage '%s': bad group name %s (a name as for stages: it is used as NAME in --set NAME.param=v)",
+         name, tostring(group))
+  end
   local prev = self._by_name[name]
   if prev then
     fail("duplicate stage name '%s' (first defined at %s); give one of them name = \"...\"", name, prev.where)
@@ -146,7 +153,7 @@ function Pipeline:raw_stage(kind, params)
       copied[k] = copy_value(v, k, {}, ctx)
     end
   end
-  local s = setmetatable({ name = name, kind = kind, params = copied, worker = worker,
+  local s = setmetatable({ name = name, kind = kind, params = copied, worker = worker, group = group,
                            where = host.where(), pipeline = self }, Stage)
   self._by_name[name] = s
   self._stages[#self._stages + 1] = s

@@ -1,8 +1,10 @@
 -- Precompute VAE latents of a folder or manifest of videos into an LMDB cache.
 --   vflow run pipelines/precompute_latents.lua --set manifest=data/samples/manifest.csv \
 --        --set cache=cache/latents.lmdb --set frames=17 --set size=64
--- Knobs (vf.args): manifest | source (glob), cache, frames, stride, size, workers,
--- micro_batch, chunk, vae (preset name), weights (VAE safetensors), device.
+-- Knobs (vf.args): manifest | source (glob), cache, frames, stride | fps, size, workers,
+-- clips_per_video, max_bad_fraction, micro_batch, chunk, vae (preset name), weights (VAE
+-- safetensors), device. Other params: --set decode.PARAM=v (every decode instance),
+-- --set vae_encode.PARAM=v, --set latent_cache.PARAM=v.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.name or "precompute")
@@ -13,8 +15,10 @@ local clips = p:stage("decode", {
   source = a.source,
   frames = a.frames or 17,
   stride = a.stride or 1,
+  fps = a.fps, -- target frame rate: sample by timestamp instead of stride
   size = { size, size },
   clips_per_video = a.clips_per_video or 0,
+  max_bad_fraction = a.max_bad_fraction, -- per decode instance (default 0.1)
   workers = a.workers or 2,
 })
 local vae = p:stage("vae_encode", {

@@ -144,50 +144,81 @@ int vf_transport_parse(const char *s, vf_transport *out)
 
 /* ------------------------------------------------------------------ overrides */
 
+/* Whether `key`'s top level is a param of stage s's kind (kinds unknown here pass:
+ * validation reports them); else VF_EUSAGE with a did-you-mean. `who` names the stage
+ * or the group in the message. */
+static int override_key_ok(const vf_gstage *s, const char *who, const char *stage_param,
+                           const char *value, const char *key, vf_status *st)
+{
+    int rc = 0;
+    const vf_stage_ops *ops = vf_stage_lookup(s->kind);
+    if (!ops) return 0;
+    char top[VF_NAME_MAX * 2];
+    snprintf(top, sizeof top, "%s", key);
+    char *d2 = strchr(top, '.');
+    if (d2) *d2 = 0;
+    if (vf_param_spec_find(ops->params, top)) return 0;
+    const char *names[128];
+    int n = 0;
+    for (const vf_param_spec *p = ops->params; p && p->name && n < 128; p++) names[n++] = p->name;
+    const char *near = vf_did_you_mean(top, names, n);
+    if (near)
+        VF_FAIL(st, VF_EUSAGE, "--set %s=%s: %s (%s) has no param '%s'; did you mean '%s'?", stage_param,
+                value, who, s->kind, top, near);
+    VF_FAIL(st, VF_EUSAGE, "--set %s=%s: %s (%s) has no param '%s'", stage_param, value, who, s->kind, top);
+fail:
+    return rc;
+}
+
 int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st)
 {
     int rc = 0;
-    char name[VF_NAME_MAX];
+    char name[VF_NAME_MAX], who[2 * VF_NAME_MAX + 32];
     const char *dot = strchr(stage_param, '.');
     if (!dot || dot == stage_param || !dot[1] || (size_t)(dot - stage_param) >= sizeof name)
         VF_FAIL(st, VF_EUSAGE, "--set %s=%s: expected NAME.PARAM=VALUE", stage_param, value);
     memcpy(name, stage_param, (size_t)(dot - stage_param));
     name[dot - stage_param] = 0;
     const char *key = dot + 1;
-    int i = vf_graph_find(g, name);
-    if (i < 0) {
+    /* The stage NAME, else every stage of group NAME (an expansion such as decode's
+     * workers = N): one override reaches all the instances the user wrote as one. */
+    int i = vf_graph_find(g, name), nmembers = 0;
+    if (i < 0)
+        for (int k = 0; k < g->nstages; k++) nmembers += strcmp(g->stages[k].group, name) == 0;
+    if (i < 0 && !nmembers) {
+        /* A typo: suggest among stage names and group names alike. */
         const char *names[256];
         int n = 0;
-        for (int k = 0; k < g->nstages && n < 256; k++) names[n++] = g->stages[k].name;
+        for (int k = 0; k < g->nstages && n < 256; k++) {
+            names[n++] = g->stages[k].name;
+            if (g->stages[k].group[0] && n < 256) names[n++] = g->stages[k].group;
+        }
         const char *near = vf_did_you_mean(name, names, n);
         if (near)
             VF_FAIL(st, VF_EUSAGE, "--set %s=%s: no stage named '%s'; did you mean '%s'?", stage_param,
                     value, name, near);
         VF_FAIL(st, VF_EUSAGE, "--set %s=%s: no stage named '%s'", stage_param, value, name);
     }
-    vf_gstage *s = &g->stages[i];
     /* The top-level key must be in the schema when the kind is known; a typo here would
-     * otherwise be reported against the Lua line, which the user did not write. */
-    const vf_stage_ops *ops = vf_stage_lookup(s->kind);
-    if (ops) {
-        char top[VF_NAME_MAX * 2];
-        snprintf(top, sizeof top, "%s", key);
-        char *d2 = strchr(top, '.');
-        if (d2) *d2 = 0;
-        if (!vf_param_spec_find(ops->params, top)) {
-            const char *names[128];
-            int n = 0;
-            for (const vf_param_spec *p = ops->params; p && p->name && n < 128; p++) names[n++] = p->name;
-            const char *near = vf_did_you_mean(top, names, n);
-            if (near)
-                VF_FAIL(st, VF_EUSAGE, "--set %s=%s: stage '%s' (%s) has no param '%s'; did you mean '%s'?",
-                        stage_param, value, s->name, s->kind, top, near);
-            VF_FAIL(st, VF_EUSAGE, "--set %s=%s: stage '%s' (%s) has no param '%s'", stage_param, value,
-                    s->name, s->kind, top);
+     * otherwise be reported against the Lua line, which the user did not write. Every
+     * member is checked before any is changed. */
+    for (int k = 0; k < g->nstages; k++) {
+        const vf_gstage *s = &g->stages[k];
+        if (i >= 0 ? k != i : strcmp(s->group, name) != 0) continue;
+        if (i >= 0) snprintf(who, sizeof who, "stage '%s'", s->name);
+        else snprintf(who, sizeof who, "stage '%s' of group '%s'", s->name, name);
+        VF_TRY(override_key_ok(s, who, stage_param, value, key, st));
+    }
+    for (int k = 0; k < g->nstages; k++) {
+        vf_gstage *s = &g->stages[k];
+        if (i >= 0 ? k != i : strcmp(s->group, name) != 0) continue;
+        rc = vf_params_set_json(s->params, key, value, st);
+        if (rc < 0) {
+            if (i < 0) vf_status_prefix(st, "--set %s=%s (stage '%s' of group '%s')", stage_param, value, s->name, name);
+            else vf_status_prefix(st, "--set %s=%s", stage_param, value);
+            goto fail;
         }
     }
-    rc = vf_params_set_json(s->params, key, value, st);
-    if (rc < 0) vf_status_prefix(st, "--set %s=%s", stage_param, value);
 fail:
     return rc;
 }
@@ -246,6 +277,7 @@ char *vf_graph_to_json(const vf_graph *g)
         vf_json_set(o, "device", device_json(s->device));
         vf_json_set(o, "worker_hint", vf_json_str(s->worker_hint));
         vf_json_set(o, "worker", vf_json_int(s->worker));
+        if (s->group[0]) vf_json_set(o, "group", vf_json_str(s->group));
         vf_json_set(o, "params", vf_json_clone(vf_params_ctree(s->params)));
         /* Informational (the run dir's reader): workers re-derive both by validating. */
         if (s->ops) {
@@ -335,6 +367,7 @@ int vf_graph_from_json(const char *text, vf_graph **out, vf_status *st)
         vf_gstage *s = &g->stages[g->nstages - 1];
         snprintf(s->worker_hint, sizeof s->worker_hint, "%s", vf_json_get_str(o, "worker_hint", ""));
         s->worker = (int)vf_json_get_int(o, "worker", -1);
+        snprintf(s->group, sizeof s->group, "%s", vf_json_get_str(o, "group", ""));
         if (vf_device_parse(vf_json_get_str(o, "device", "cpu"), &s->device, st) < 0)
             VF_FAIL(st, VF_ECORRUPT, "graph JSON: stage '%s': bad device", sn);
     }

@@ -35,6 +35,10 @@ typedef struct vf_gstage {
     int worker;                  /* placement: worker index, set by vf_graph_place */
     vf_port_specs ports;         /* resolved by validation */
     vf_mem_plan mem;             /* from the memory hook, filled by validation */
+    /* (addition, H14) The name a Lua expansion gave the stages it made ("decode" for
+     * decode_0..decode_{N-1} of workers = N); "" for a plain stage. `--set NAME.PARAM`
+     * with NAME a group and no stage applies to every member. */
+    char group[VF_NAME_MAX];
 } vf_gstage;
 
 typedef struct vf_gedge {
@@ -92,7 +96,8 @@ int vf_graph_from_json(const char *text, vf_graph **out, vf_status *st);
 int vf_graph_dot(const vf_graph *g, FILE *out);
 
 /* Parameter overrides from `--set name.param=value` (value parsed as JSON if it
- * parses, else a string). Applied before validation. */
+ * parses, else a string). Applied before validation. When no stage has that name but
+ * stages of that group do (vf_gstage.group), every member gets the override. */
 int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st);
 
 /* ---- additions (H2) ---- */

@@ -149,6 +149,7 @@ static int convert_stage(lua_State *L, vf_lua_conv *c, int rec)
 {
     const char *name = raw_str(L, rec, "name"), *kind = raw_str(L, rec, "kind");
     const char *where = raw_str(L, rec, "where"), *worker = raw_str(L, rec, "worker");
+    const char *group = raw_str(L, rec, "group"); /* set by an expansion (lua/decode.lua) */
     if (!name || !kind || !where)
         return c->rc = vf_status_set(c->st, VF_EUSAGE, __FILE__, __LINE__,
                                      "%s: the pipeline's stage list was modified by the script", c->script);
@@ -186,6 +187,12 @@ static int convert_stage(lua_State *L, vf_lua_conv *c, int rec)
             return c->rc = vf_status_set(c->st, VF_EUSAGE, __FILE__, __LINE__,
                                          "%s: stage '%s' (%s): bad worker name '%s'", where, name, kind, worker);
         snprintf(c->g->stages[idx].worker_hint, VF_NAME_MAX, "%s", worker);
+    }
+    if (group) {
+        if (strlen(group) >= VF_NAME_MAX || !*group || strchr(group, '.'))
+            return c->rc = vf_status_set(c->st, VF_EUSAGE, __FILE__, __LINE__,
+                                         "%s: stage '%s' (%s): bad group name '%s'", where, name, kind, group);
+        snprintf(c->g->stages[idx].group, VF_NAME_MAX, "%s", group);
     }
     return 0;
 }

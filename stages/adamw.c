@@ -677,7 +677,9 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_metric(ctx, "loss", si.loss);
             vf_metric(ctx, "grad_norm", norm);
             vf_metric(ctx, "lr", lr);
+            vf_metric(ctx, "step_s", dt);
             vf_metric(ctx, "samples_s", dt > 0 ? si.samples / dt : 0);
+            vf_metric(ctx, "tokens_s", dt > 0 ? si.tokens / dt : 0);
             vf_metric(ctx, "bubble", si.bubble);
         }
         t_prev = t_now;

@@ -192,11 +192,20 @@ static int recv_batch(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_item **out
         const char *cur = vf_item_str(it, "cursor");
         if (h->skip_to[0]) {
             int cmp = 0;
-            if (!cur || vf_train_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
+            if (cur && !vf_train_cursor_same_stream(cur, h->skip_to)) {
+                rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                   "%s: the checkpoint's data cursor %s is of another stream than this "
+                                   "reader's (%s): another cache, seed or shard layout", vf_stage_name(s),
+                                   h->skip_to, cur);
                 vf_item_free(it);
-                return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
-                                     "%s: batch cursor \"%s\" cannot be compared with the checkpoint's \"%s\"",
-                                     vf_stage_name(s), cur ? cur : "", h->skip_to);
+                return rc;
+            }
+            if (!cur || vf_train_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
+                rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                   "%s: batch cursor \"%s\" cannot be compared with the checkpoint's \"%s\"",
+                                   vf_stage_name(s), cur ? cur : "", h->skip_to);
+                vf_item_free(it);
+                return rc;
             }
             if (cmp <= 0) {
                 bool exact = cmp == 0;

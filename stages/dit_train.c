@@ -113,6 +113,30 @@ int vf_train_cursor_cmp(const char *a, const char *b, int *cmp)
     return 0;
 }
 
+/* The cursor without its epoch= and pos= fields. */
+static void cursor_rest(const char *c, char *out, size_t n)
+{
+    size_t k = 0;
+    while (*c && k + 1 < n) {
+        const char *end = strchr(c, ';');
+        size_t len = end ? (size_t)(end - c) : strlen(c);
+        if (strncmp(c, "epoch=", 6) != 0 && strncmp(c, "pos=", 4) != 0) {
+            for (size_t i = 0; i < len && k + 1 < n; i++) out[k++] = c[i];
+            if (k + 1 < n) out[k++] = ';';
+        }
+        c += len + (end ? 1 : 0);
+    }
+    out[k] = 0;
+}
+
+bool vf_train_cursor_same_stream(const char *a, const char *b)
+{
+    char ra[512], rb[512];
+    cursor_rest(a, ra, sizeof ra);
+    cursor_rest(b, rb, sizeof rb);
+    return strcmp(ra, rb) == 0;
+}
+
 int64_t vf_train_now_ns(void)
 {
     struct timespec ts;

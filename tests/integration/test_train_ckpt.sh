@@ -9,7 +9,8 @@
 #  - a damaged newest checkpoint (one flipped byte) is skipped loudly for the previous
 #    one, and the resumed run ends bitwise where an uninterrupted run ends;
 #  - a resume with a different config is refused with exit code 2 naming each differing
-#    key (lr and depth), launching no training and touching no checkpoint;
+#    key (lr and depth), launching no training and touching no checkpoint; so is one over
+#    another cache (the checkpoint's data cursor names another stream);
 #  - a failing checkpoint write (injected with VFLOW_CKPT_FAIL, and a real ENOSPC on a
 #    small tmpfs where `unshare -m` may mount one) fails that checkpoint only: the run
 #    finishes, the error is reported, the previous checkpoint stays complete, no .tmp.
@@ -88,6 +89,14 @@ rc=$?
 [ $rc -eq 2 ] || fail "mismatched config: exit $rc, expected 2: $(tail -5 a.out)"
 grep -q "model.depth (checkpoint 4, now 2)" a.out || fail "model.depth not named: $(tail -3 a.out)"
 grep -q "optim.lr (checkpoint 0.002, now 0.004)" a.out || fail "optim.lr not named: $(tail -3 a.out)"
+[ "$(cat a/ckpt/latest; ls a/ckpt)" = "$before" ] || fail "the refused run touched the checkpoints"
+
+# another cache (more entries): the checkpoint's data cursor belongs to another stream
+"$TOOL" mkcache other.lmdb 40 4 1 8 8 7 > /dev/null || fail "mkcache other"
+train a "${COMMON[@]}" --set steps=10 --set cache="$TMP/other.lmdb" --resume
+rc=$?
+[ $rc -eq 2 ] || fail "resume over another cache: exit $rc, expected 2: $(tail -3 a.out)"
+grep -q "another stream" a.out || fail "resume over another cache: $(tail -2 a.out)"
 [ "$(cat a/ckpt/latest; ls a/ckpt)" = "$before" ] || fail "the refused run touched the checkpoints"
 
 # write failures: the failed checkpoints only

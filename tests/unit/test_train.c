@@ -155,6 +155,9 @@ VF_TEST(micro_batch_cuts_and_cursor_order)
     VF_CHECK(vf_train_cursor_cmp("v1;epoch=1;pos=0;n=32", "v1;epoch=0;pos=28;n=32", &c) == 0 && c > 0);
     VF_CHECK(vf_train_cursor_cmp("v1;epoch=2;pos=4;x", "v1;epoch=2;pos=4;y", &c) == 0 && c == 0);
     VF_CHECK(vf_train_cursor_cmp("garbage", "v1;epoch=2;pos=4", &c) < 0);
+    VF_CHECK(vf_train_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=3;pos=12;n=32;seed=0;shard=0/1"));
+    VF_CHECK(!vf_train_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=0;pos=8;n=33;seed=0;shard=0/1"));
+    VF_CHECK(!vf_train_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=0;pos=8;n=32;seed=0;shard=1/2"));
 }
 
 /* ------------------------------------------------------------------ checkpoints */

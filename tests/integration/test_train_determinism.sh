@@ -25,6 +25,13 @@ for P in 1 2 4; do
   done
 done
 grep -q '"stages": 4' p4s3/ckpt/step-20/state.json || fail "state.json of P=4 does not say stages 4"
+# all stages in one process (in-process edges: items move by pointer, gradients are
+# updated in place in the producer's buffers): the same bits again
+train inproc "${COMMON[@]}" --set stages=4 --set shards=3 --set micro_batches=2 --set isolate=false \
+  || fail "isolate=false: $(tail -5 inproc.out)"
+[ "$(grep -o '"worker": [0-9]*' inproc/graph.json | sort -u | wc -l)" = 1 ] || fail "isolate=false: several workers"
+[ "$(model_md5 inproc 20)" = "$ref" ] || fail "isolate=false: weights differ"
+echo "P=4 S=3 in one process: same bits"
 
 # D = 2 data-parallel replicas (readers on shards 0/2 and 1/2, shards summing the replicas
 # in replica order): also the same bits for any P and S

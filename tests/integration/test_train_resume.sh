@@ -26,7 +26,7 @@ victims=(dit_1 adamw_1 checkpoint dit_0 adamw_0)
 for seed in 1 2 3 4 5; do
   victim=${victims[$((seed - 1))]}
   RANDOM=$seed
-  at=$((2 + RANDOM % 30))
+  at=$((2 + RANDOM % 16))  # of 40 steps: room for the metrics rows to lag behind
   run=kill$seed
   rm -f "trace$seed"
   VFLOW_TRACE_SPAWN=$TMP/trace$seed "$VFLOW" run "$PIPE" --run-dir "$run" --set cache="$CACHE" "${COMMON[@]}" \

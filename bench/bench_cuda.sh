@@ -2,7 +2,7 @@
 # bench_cuda.sh — the CUDA benchmarks of issue 5 in one command: builds vflow with CUDA,
 # runs each benchmark next to its PyTorch peer in the same run, prints the ratios.
 #
-#   bash bench/bench_cuda.sh [BUILD_DIR] [--quick] [--tests]
+#   bash bench/bench_cuda.sh [BUILD_DIR] [--quick] [--tests] [--prebuilt DIR]
 #
 #   DiT training step   Wan-1.3B dims, bf16, 13104 tokens/sample, recompute on:
 #                       bench/bench_cuda_dit (vflow) vs bench/bench_cuda_dit.py (PyTorch,
@@ -17,26 +17,34 @@
 #   --quick             smaller shapes (a smoke run); --tests also runs `ctest -L gpu`.
 #
 # Environment: VFLOW_BENCH_PY = the Python with PyTorch 2.x + CUDA (default python3).
-# If this machine lacks the build dependencies (libzmq, lmdb, lua5.4, libav*), .deb files
-# placed in $SRC/.debs (e.g. fetched elsewhere with `apt-get download` of the -dev
-# packages and their libraries) are unpacked into $SRC/.deproot and used from there.
-# Full logs and the JSON lines go to BUILD_DIR/bench-cuda/.
+# A GPU machine without vflow's build dependencies (libzmq, lmdb, lua5.4, libav*): build
+# elsewhere with bench/bench_cuda_pack.sh, carry .cudapack, unpack it and pass
+# --prebuilt DIR (binaries in the build-dir layout plus the shared libraries they load).
+# Or put .deb files of the -dev packages and their libraries in $SRC/.debs: they are
+# unpacked into $SRC/.deproot and built against. Full logs and the JSON lines go to
+# BUILD_DIR/bench-cuda/.
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=""
 QUICK=0
 TESTS=0
-for a in "$@"; do
-  case "$a" in
+PREBUILT=0
+while [ $# -gt 0 ]; do
+  case "$1" in
     --quick) QUICK=1 ;;
     --tests) TESTS=1 ;;
-    *) BUILD="$a" ;;
+    --prebuilt) PREBUILT=1; BUILD="$2"; shift ;;
+    *) BUILD="$1" ;;
   esac
+  shift
 done
 BUILD=$(realpath -m "${BUILD:-$SRC/build-cuda}")
 PY=${VFLOW_BENCH_PY:-python3}
 LOG="$BUILD/bench-cuda"
 
+if [ "$PREBUILT" = 1 ]; then
+  export LD_LIBRARY_PATH="$BUILD/lib:${LD_LIBRARY_PATH:-}"
+else
 # ---------------------------------------------------------------- dependencies
 need="libzmq lmdb lua5.4 libavformat libavcodec libavutil libswscale"
 if ! pkg-config --exists $need 2>/dev/null && [ -d "$SRC/.debs" ]; then
@@ -61,12 +69,21 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   cmake -S "$SRC" -B "$BUILD" $gen -DVFLOW_CUDA=ON -DCMAKE_BUILD_TYPE=Release > /dev/null || exit 1
 fi
 cmake --build "$BUILD" -j "$(nproc)" > "$BUILD/build.log" 2>&1 || { tail -30 "$BUILD/build.log"; exit 1; }
+fi
 mkdir -p "$LOG"
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 echo "bench_cuda: $(date -u +%Y-%m-%dT%H:%MZ) on ${GPU:-unknown GPU}; torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
-if [ "$TESTS" = 1 ]; then
-  ctest --test-dir "$BUILD" -L gpu --output-on-failure 2>&1 | tee "$LOG/ctest-gpu.log" | tail -15
+if [ "$TESTS" = 1 ]; then # the GPU tests, directly (a prebuilt tree has no ctest files)
+  export VFLOW_BIN="$BUILD/vflow" VFLOW_BUILD="$BUILD" VFLOW_SRC="$SRC" VFLOW_PY="$PY"
+  for t in "$BUILD"/tests/gpu_test_*; do
+    "$t" > "$LOG/$(basename "$t").log" 2>&1
+    echo "  $(basename "$t"): rc $? ($(tail -1 "$LOG/$(basename "$t").log"))"
+  done
+  for t in "$SRC"/tests/gpu/test_*.py; do
+    "$PY" "$t" > "$LOG/$(basename "$t").log" 2>&1
+    echo "  $(basename "$t"): rc $? ($(tail -1 "$LOG/$(basename "$t").log"))"
+  done
 fi
 
 # runs a command, keeps its log, appends its last JSON line to results.jsonl
@@ -81,7 +98,7 @@ run() {
     echo "  $name FAILED (rc $?): $(tail -3 "$LOG/$name.log")"
   fi
 }
-rm -f "$LOG/results.jsonl"
+rm -f "$LOG/results.jsonl"; touch "$LOG/results.jsonl"
 
 if [ "$QUICK" = 1 ]; then
   DIT="T=5 H=32 W=32 steps=3 warmup=1"; DITPY="--T 5 --H 32 --W 32 --steps 3 --warmup 1"

@@ -9,7 +9,8 @@
 #
 # 1. throughput: clips/s of a fresh precompute (frames=17, best of REPEATS; clips over
 #    the run's own elapsed time and over the wall time of the command), and of a rerun
-#    over the complete cache (every key exists and is skipped);
+#    over the complete cache (every key exists: vae_encode drops each clip before
+#    encoding it, skip_cached; decode still decodes them);
 # 2. peak RSS of every worker process: VmHWM read from /proc/PID/status every 20 ms
 #    until the process ends (pids from VFLOW_TRACE_SPAWN); VmHWM only grows, so the last
 #    read is the peak unless the peak falls in the last 20 ms;
@@ -86,7 +87,10 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 run = [r for r in rows if r.get("type") == "run"][-1]
 done = [r for r in rows if r.get("event") == "latent_cache_done"][-1]
 peaks = {r["stage"]: r["peak"] for r in rows if r.get("type") == "final"}
-print(run["elapsed_s"], done["written"], done["skipped"], " ".join("%s=%d" % kv for kv in sorted(peaks.items())))
+# skipped: by vae_encode before encoding (skip_cached) plus by the writer
+cached = sum(r.get("gauges", {}).get("skipped_cached", 0) for r in rows
+             if r.get("type") == "final" and r.get("kind") == "vae_encode")
+print(run["elapsed_s"], done["written"], done["skipped"] + cached, " ".join("%s=%d" % kv for kv in sorted(peaks.items())))
 EOF
 }
 
@@ -126,7 +130,7 @@ echo "  stage peaks (vf_alloc accounting): $best_peaks"
 run_once rerun 17 "$size" "$work/cache_1.lmdb"
 read -r el written skipped _ < <(summary rerun)
 echo "rerun over the complete cache: wrote $written, skipped $skipped in ${el} s run time" \
-     "($(awk -v n="$skipped" -v t="$el" 'BEGIN { printf "%.2f", n / t }') clips/s: decode and encode run again, the writer skips)"
+     "($(awk -v n="$skipped" -v t="$el" 'BEGIN { printf "%.2f", n / t }') clips/s: decode runs again, vae_encode drops every clip before encoding)"
 
 # ---------------------------------------------------------------- 3: 17 vs 65 frames
 for sz in $rss_sizes; do

@@ -21,14 +21,16 @@ local clips = p:stage("decode", {
   max_bad_fraction = a.max_bad_fraction, -- per decode instance (default 0.1)
   workers = a.workers or 2,
 })
+local cache_path = a.cache or "cache/latents.lmdb"
 local vae = p:stage("vae_encode", {
   model = vf.models.vae(a.vae or "tiny"),
   weights = a.weights,
   micro_batch = a.micro_batch or 2,
   chunk = a.chunk or 4,
   device = a.device or "cpu",
+  skip_cached = cache_path, -- a rerun drops clips the cache holds before encoding them
 })
-local cache = p:stage("latent_cache", { path = a.cache or "cache/latents.lmdb" })
+local cache = p:stage("latent_cache", { path = cache_path })
 
 p:connect(clips, vae, { capacity = 4 })
 p:connect(vae, cache, { capacity = 8 })

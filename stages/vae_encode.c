@@ -14,11 +14,21 @@
  * declares. The encoder is built at the first clip (its frame size) and rebuilt if the
  * frame size changes.
  *
+ * Reruns: with `skip_cached` = the LMDB cache the run writes to, a clip whose cache key
+ * (runtime/cache_format.h: source, clip, transform and this encoder's vf_vae_hash, or
+ * the item id for a cache keyed by id) already exists is dropped on arrival, before any
+ * encoding, and counted (metric "skipped_cached", a log line at the end). The cache is
+ * opened read-only through the process's LMDB registry and each lookup is a short read
+ * txn of its own (no reader slot pinned while the writer, another process, commits or
+ * grows the map; MDB_MAP_RESIZED is adopted by lmdb_store.c). No cache there yet (a
+ * first run) means nothing to skip.
+ *
  * Stopping (docs/run.md): on a drain the stage keeps consuming to the end of its input,
  * so the micro-batch in hand is finished and sent; on an abort it returns VF_ESTOPPED
  * between two chunks instead of finishing a batch nobody will read.
  */
 #include "../models/vae.h"
+#include "../runtime/cache_format.h"
 #include "../runtime/chan.h" /* vf_runtime_stopping: abort, as opposed to a drain */
 #include "../runtime/vflow.h"
 
@@ -58,6 +68,9 @@ static const vf_param_spec vae_params[] = {
     {"logvar", VF_P_BOOL, "false", VF_ANY, "also emit \"logvar\""},
     {"scale", VF_P_NUM, "null", VF_ANY, "latent scale (default: the model's)"},
     {"shift", VF_P_NUM, "null", VF_ANY, "latent shift (default: the model's)"},
+    {"skip_cached", VF_P_STR, "null", VF_ANY,
+     "LMDB latent cache: drop clips whose key (source, clip, transform, this VAE) it holds, "
+     "before encoding (a rerun redoes only what is missing)"},
     {0},
 };
 
@@ -218,7 +231,37 @@ typedef struct vae_state {
     int64_t bT, bH, bW;          /* shape of the clips in `batch` */
     float *mean, *lv;            /* (micro_batch, z, T', h, w) */
     int64_t out_cap;             /* floats in each */
+    vf_lmdb *cache;              /* skip_cached, read-only; NULL = skip nothing */
+    bool no_cache_yet;           /* skip_cached named a path without an environment */
+    vf_cache_keying keying;      /* the cache's key scheme (its "__meta__") */
+    int64_t skipped;             /* clips dropped because the cache has them */
 } vae_state;
+
+/* Opens skip_cached read-only and learns its key scheme. No environment there yet is
+ * fine (nothing to skip); anything else wrong with it is an error naming the path. */
+static int open_cache(vae_state *v, const char *path, vf_status *st)
+{
+    int rc = 0;
+    MDB_txn *txn = NULL;
+    vf_json *meta = NULL;
+    vf_lmdb_opts o = {.readonly = true};
+    rc = vf_lmdb_open(path, &o, &v->cache, st);
+    if (rc == VF_ENOTFOUND) {
+        vf_status_clear(st);
+        v->cache = NULL;
+        v->no_cache_yet = true;
+        return 0;
+    }
+    if (rc < 0) goto fail;
+    VF_TRY(vf_lmdb_read_begin(v->cache, &txn, st));
+    VF_TRY(vf_cache_meta_read(v->cache, txn, &meta, st));
+    v->keying = meta ? vf_cache_meta_keying(meta) : VF_CACHE_KEY_PROVENANCE;
+fail:
+    if (txn) mdb_txn_abort(txn);
+    vf_json_free(meta);
+    if (rc < 0) vf_status_prefix(st, "vae_encode: skip_cached");
+    return rc;
+}
 
 static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
 {
@@ -243,7 +286,28 @@ static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
         VF_TRY(vf_vae_load(v->m, vf_param_str(p, "weights"), st));
     else
         VF_TRY(vf_vae_init_seeded(v->m, (uint64_t)vf_param_int(p, "seed"), st));
+    if (vf_param_has(p, "skip_cached")) VF_TRY(open_cache(v, vf_param_str(p, "skip_cached"), st));
 fail:
+    return rc;
+}
+
+/* Whether the cache already holds clip `it` (encoded by this model). Items without the
+ * provenance a provenance-keyed cache needs are never skipped: the writer reports them. */
+static int is_cached(vae_state *v, const vf_item *it, bool *hit, vf_status *st)
+{
+    char key[VF_CACHE_KEY_LEN + 1];
+    double clip = 0;
+    *hit = false;
+    if (!v->cache) return 0;
+    if (v->keying == VF_CACHE_KEY_ID) {
+        vf_cache_key_of_id(vf_item_id(it), key);
+    } else {
+        const char *src = vf_item_str(it, "source"), *tf = vf_item_str(it, "transform");
+        if (!src || !tf || vf_item_num(it, "clip", &clip) != 0) return 0;
+        vf_cache_key(src, (int64_t)clip, tf, vf_vae_hash(v->m), key);
+    }
+    int rc = vf_lmdb_exists(v->cache, key, VF_CACHE_KEY_LEN, hit, st);
+    if (rc < 0) vf_status_prefix(st, "vae_encode: skip_cached: item '%s'", vf_item_id(it));
     return rc;
 }
 
@@ -375,12 +439,27 @@ static int vae_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_item_free(it);
             goto fail;
         }
+        bool hit;
+        if ((rc = is_cached(v, it, &hit, st)) < 0) {
+            vf_item_free(it);
+            goto fail;
+        }
+        if (hit) { /* a rerun: encoded and stored by an earlier run */
+            vf_item_free(it);
+            vf_metric(ctx, "skipped_cached", (double)++v->skipped);
+            continue;
+        }
         if (v->nb && (T != v->bT || H != v->bH || W != v->bW)) VF_TRY(flush(v, ctx, out, st));
         v->bT = T, v->bH = H, v->bW = W;
         v->batch[v->nb++] = it;
         if (v->nb == v->micro_batch) VF_TRY(flush(v, ctx, out, st));
     }
     VF_TRY(flush(v, ctx, out, st));
+    if (v->cache)
+        vf_log(ctx, VF_LOG_INFO, "skipped %lld cached clips (already in %s)", (long long)v->skipped,
+               vf_lmdb_path(v->cache));
+    else if (v->no_cache_yet)
+        vf_log(ctx, VF_LOG_INFO, "skipped 0 cached clips (no cache at skip_cached when the stage started)");
     return 0;
 fail:
     drop_batch(v);
@@ -397,6 +476,7 @@ static void vae_fini(vf_stage *s)
     vf_free(v->mean);
     vf_free(v->lv);
     vf_free(v->batch);
+    vf_lmdb_close(v->cache);
     vf_free(v);
     vf_stage_set_state(s, NULL);
 }

@@ -17,8 +17,10 @@
 #    digest of the order the reader library gives (tests/tools/cache_tool read) for that
 #    seed; the same seed gives the same digest, another seed another order and digest;
 #    a resume cursor continues with exactly the remaining batches;
-#  - a rerun writes nothing (every key skipped, no LMDB txn committed, values unchanged);
-#  - another `size` and another VAE seed add new keys beside the old ones (no collision).
+#  - a rerun writes nothing (no LMDB txn committed, values unchanged) and encodes
+#    nothing: vae_encode (skip_cached = the cache) drops every clip before the VAE;
+#  - another `size` and another VAE seed add new keys beside the old ones (no collision)
+#    and skip nothing (the skip key covers the transform and the VAE hash).
 # vflow-test: labels=precompute timeout=300
 import csv
 import json
@@ -206,6 +208,14 @@ def precompute(tmp, tag, manifest, cache, extra=(), size=SIZE):
     done = events(run_dir, "latent_cache_done")
     check(len(done) == 1, "%s: one latent_cache_done event, got %r" % (tag, done))
     return run_dir, done[0] if done else None
+
+
+def vae_final(run_dir):
+    """vae_encode's final metrics row: (clips skipped as cached, items sent on)."""
+    rows = [r for r in events(run_dir, "final") if r.get("type") == "final" and r.get("stage") == "vae_encode"]
+    check(len(rows) == 1, "one final vae_encode row, got %r" % rows)
+    r = rows[0] if rows else {}
+    return r.get("gauges", {}).get("skipped_cached", 0), r.get("items_out")
 
 
 def mdb_stat(cache):
@@ -458,6 +468,7 @@ def main():
     if done is None:
         return 1
     check(done["written"] == n and done["skipped"] == 0, "first run wrote %r, want %d" % (done, n))
+    check(vae_final(run_dir) == (0, n), "first run: vae_encode skipped/sent %r, want (0, %d)" % (vae_final(run_dir), n))
     check_quarantine(run_dir, bad)
     items = check_cache(cache, want, transform, SIZE)
     verify(cache, n)
@@ -469,10 +480,15 @@ def main():
     # 2. latent_reader -> null_sink: order by seed, resume
     check_reader(tmp, cache, {k: v for k, v in items.items()})
 
-    # 3. rerun: nothing new, no txn committed, the same bytes
+    # 3. rerun: nothing new, no txn committed, the same bytes; every clip dropped by
+    #    vae_encode before encoding (none reaches the writer)
     run_dir, done = precompute(tmp, "rerun", mixed, cache)
     if done is not None:
-        check(done["written"] == 0 and done["skipped"] == n, "rerun: %r, want 0 written, %d skipped" % (done, n))
+        check(done["written"] == 0 and done["skipped"] == 0, "rerun: writer %r, want 0 written, 0 skipped" % done)
+        check(vae_final(run_dir) == (n, 0), "rerun: vae_encode skipped/sent %r, want (%d, 0)" % (vae_final(run_dir), n))
+        with open(os.path.join(run_dir, "run.log")) as f:
+            log = f.read()
+        check("skipped %d cached clips" % n in log, "rerun: no 'skipped %d cached clips' line in run.log" % n)
     check_quarantine(run_dir, bad)
     st2 = mdb_stat(cache)
     check(st2.get("Last transaction ID") == st1.get("Last transaction ID"),
@@ -482,12 +498,14 @@ def main():
     check(again == items, "rerun changed the cache")
 
     # 4. another size and another VAE seed: new keys beside the old ones
-    _, done = precompute(tmp, "size48", clean_manifest, cache, size=48)
+    run_dir, done = precompute(tmp, "size48", clean_manifest, cache, size=48)
     if done is not None:
         check(done["written"] == n and done["skipped"] == 0, "size=48: %r, want %d new" % (done, n))
-    _, done = precompute(tmp, "seed7", clean_manifest, cache, extra=["vae_encode.seed=7"])
+        check(vae_final(run_dir)[0] == 0, "size=48: vae_encode skipped %r cached clips" % (vae_final(run_dir),))
+    run_dir, done = precompute(tmp, "seed7", clean_manifest, cache, extra=["vae_encode.seed=7"])
     if done is not None:
         check(done["written"] == n and done["skipped"] == 0, "VAE seed 7: %r, want %d new" % (done, n))
+        check(vae_final(run_dir)[0] == 0, "VAE seed 7: vae_encode skipped %r cached clips" % (vae_final(run_dir),))
     allk = read_cache(cache)
     meta = json.loads(allk.pop("__meta__"))
     check(len(allk) == 3 * n, "after size/seed runs: %d entries, want %d" % (len(allk), 3 * n))

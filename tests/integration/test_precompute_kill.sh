@@ -6,7 +6,8 @@
 #   round 3: the driver itself (its workers must follow it: PR_SET_PDEATHSIG).
 # After every kill `mdb_stat` reads the environment, `vflow cache verify` is clean and the
 # committed count grew but stayed short of the total; no worker outlives the driver. The
-# final run exits 0, writes exactly the missing records and skips the committed ones, and
+# final run exits 0, writes exactly the missing records and skips the committed ones
+# (vae_encode drops them before encoding: skip_cached; the writer skips none), and
 # the cache holds exactly the expected key set: keys derived in Python from each video's
 # (path, size, mtime), the clip count ffprobe's frame count gives, the transform and the
 # VAE hash (python3-lmdb reads the keys); no clip is stored twice.
@@ -147,11 +148,17 @@ N=$(wc -l < "$TMP/expect")
 [ "$prev" -lt "$N" ] || fail "the kills came too late: $prev of $N records were committed before the final run"
 "$PY" - "$RUN/metrics.jsonl" $((N - prev)) $prev <<'EOF' || fail "final run's latent_cache_done event"
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"latent_cache_done"' in l]
-assert len(rows) == 1, rows
-r = rows[0]
-assert r["written"] == int(sys.argv[2]) and r["skipped"] == int(sys.argv[3]) and r["entries"] == r["written"] + r["skipped"], r
-print("final run: wrote %d, skipped %d" % (r["written"], r["skipped"]))
+rows = [json.loads(l) for l in open(sys.argv[1])]
+done = [r for r in rows if r.get("event") == "latent_cache_done"]
+assert len(done) == 1, done
+r = done[0]
+vae = [x for x in rows if x.get("type") == "final" and x.get("stage") == "vae_encode"]
+assert len(vae) == 1, vae
+cached = vae[0].get("gauges", {}).get("skipped_cached", 0)
+# the committed records are dropped before the VAE; none reaches the writer twice
+assert r["written"] == int(sys.argv[2]) and cached == int(sys.argv[3]) and r["skipped"] == 0, (r, vae[0])
+assert r["entries"] == r["written"] + cached, r
+print("final run: wrote %d, vae_encode skipped %d cached clips" % (r["written"], cached))
 EOF
 mdb_stat -e "$CACHE" > "$TMP/stat" || fail "mdb_stat"
 grep -q "Entries: $((N + 1))$" "$TMP/stat" || fail "expected $((N + 1)) entries: $(cat "$TMP/stat")"

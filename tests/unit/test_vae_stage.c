@@ -15,6 +15,7 @@
 #include "../../runtime/chan.h"
 #include "../../runtime/params.h"
 #include "../../runtime/stage.h"
+#include "../../stages/latent_cache.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -606,6 +607,95 @@ VF_TEST(stage_drain_finishes_batch_abort_returns_between_chunks)
     vf_stage_free(w.h.s);
     vf_chan_hub_free(w.hub);
     vf_params_free(w.h.p);
+}
+
+/* ------------------------------------------------------------------ skip_cached */
+
+/* Runs a stage over clips `ids` (T = 5, provenance metadata source "src<i>", transform
+ * "frames=5") and returns how many came out; out_ids[] gets their clip numbers and, when
+ * w is not NULL, the items go to that cache writer. */
+static int run_skip(const char *name, const char *json, const int *ids, int n, int *out_ids,
+                    vf_latent_writer *w, int id0)
+{
+    vf_status st = {0};
+    wired h;
+    if (wire_start(&h, name, json, id0) < 0) return -1;
+    for (int k = 0; k < n; k++) {
+        vf_item *it = make_item(ids[k], 5);
+        char src[32];
+        snprintf(src, sizeof src, "src%d", ids[k]);
+        vf_item_set_str(it, "source", src, &st);
+        vf_item_set_str(it, "transform", "frames=5", &st);
+        VF_CHECK(vf_send(h.src, it, &st) == 0);
+    }
+    vf_close(h.src, &st);
+    int got = 0;
+    vf_item *it = NULL;
+    while (vf_recv(h.sink, &it, &st) == 0) {
+        double c = -1;
+        vf_item_num(it, "clip", &c);
+        out_ids[got++] = (int)c;
+        if (w) {
+            bool skipped = true;
+            VF_CHECK_MSG(vf_latent_writer_add(w, it, &skipped, &st) == 0, "%s", st.msg);
+            VF_CHECK(!skipped);
+        } else {
+            vf_item_free(it);
+        }
+    }
+    wire_finish(&h);
+    VF_CHECK_MSG(h.h.rc == 0, "%s: %s", name, h.h.st.msg);
+    return got;
+}
+
+/* skip_cached: clips whose key the cache holds are dropped before encoding, with the
+ * keys the writer derives (provenance with this VAE's hash, or the id for an id-keyed
+ * cache); another VAE skips nothing; no cache there yet skips nothing. */
+VF_TEST(stage_skip_cached)
+{
+    char dir[128], pa[160], pb[160], json[400];
+    snprintf(dir, sizeof dir, "/tmp/vf-test-vae-skip-XXXXXX");
+    if (!mkdtemp(dir)) { VF_CHECK(!"mkdtemp"); return; }
+    snprintf(pa, sizeof pa, "%s/prov.lmdb", dir);
+    snprintf(pb, sizeof pb, "%s/id.lmdb", dir);
+    vf_status st = {0};
+    int out[8], all[4] = {0, 1, 2, 3}, some[2] = {0, 2};
+
+    /* no cache yet: nothing skipped; clips 0 and 2 go into a provenance-keyed cache */
+    vf_latent_writer *w = NULL;
+    vf_latent_writer_opts wo = {.path = pa, .commit_every = 4, .keying = VF_CACHE_KEY_PROVENANCE};
+    snprintf(json, sizeof json, "{\"micro_batch\": 2, \"seed\": 5, \"skip_cached\": \"%s\"}", pa);
+    VF_CHECK_MSG(vf_latent_writer_open(&wo, &w, &st) == 0, "%s", st.msg);
+    int n = run_skip("vae_skip_a", json, some, 2, out, w, 31);
+    VF_CHECK_EQ_INT(n, 2);
+    VF_CHECK(vf_latent_writer_flush(w, &st) == 0);
+    vf_latent_writer_close(w);
+    /* the same VAE: 0 and 2 are dropped, 1 and 3 encoded */
+    n = run_skip("vae_skip_b", json, all, 4, out, NULL, 33);
+    VF_CHECK_EQ_INT(n, 2);
+    if (n == 2) VF_CHECK(out[0] == 1 && out[1] == 3);
+    /* another VAE (seed): another hash, nothing skipped */
+    snprintf(json, sizeof json, "{\"micro_batch\": 2, \"seed\": 6, \"skip_cached\": \"%s\"}", pa);
+    VF_CHECK_EQ_INT(run_skip("vae_skip_c", json, all, 4, out, NULL, 35), 4);
+    /* a cache path without an environment: nothing skipped */
+    snprintf(json, sizeof json, "{\"micro_batch\": 2, \"seed\": 5, \"skip_cached\": \"%s/none\"}", dir);
+    VF_CHECK_EQ_INT(run_skip("vae_skip_d", json, all, 4, out, NULL, 37), 4);
+
+    /* an id-keyed cache holding clip 1: skipped by its item id */
+    wo.path = pb;
+    wo.keying = VF_CACHE_KEY_ID;
+    VF_CHECK_MSG(vf_latent_writer_open(&wo, &w, &st) == 0, "%s", st.msg);
+    snprintf(json, sizeof json, "{\"micro_batch\": 2, \"seed\": 9, \"skip_cached\": \"%s\"}", pb);
+    VF_CHECK_EQ_INT(run_skip("vae_skip_e", json, all + 1, 1, out, w, 39), 1);
+    VF_CHECK(vf_latent_writer_flush(w, &st) == 0);
+    vf_latent_writer_close(w);
+    n = run_skip("vae_skip_f", json, all, 4, out, NULL, 41);
+    VF_CHECK_EQ_INT(n, 3);
+    if (n == 3) VF_CHECK(out[0] == 0 && out[1] == 2 && out[2] == 3);
+
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    VF_CHECK(system(cmd) == 0);
 }
 
 int main(void) { return vf_test_main(); }

@@ -25,6 +25,12 @@
 -- overlap): the ranges depend on parameter counts the Lua side does not know, and the
 -- empty items double as the per-step barrier.
 --
+-- Groups: the partitions form the group "dit" (the `name` option) and the shards the group
+-- "adamw" (their `name`), so `--set adamw.lr=2e-3` or `--set dit.recompute=true` reaches
+-- every member. The checkpoint interval is read by p:train from the checkpoint stage's
+-- `every` and given to the shards, which decide when to snapshot: override it after the
+-- script with `--set adamw.every=N` (a script knob, like train_dit.lua's `every`, is better).
+--
 -- Placement: with isolate (default true) every partition, every shard and the checkpoint
 -- writer get a worker process of their own (`worker = <stage name>`), so a crash costs
 -- one of them and the tests can kill any one; isolate = false leaves placement to the
@@ -137,7 +143,7 @@ return function(vf)
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, device = dev, replicas = D, replica = r,
-          worker = isolate and name or nil,
+          worker = isolate and name or nil, group = base,
         })
         if q > 0 then
           p:connect({ row[q], "act_out" }, { row[q + 1], "act_in" }, { capacity = M })
@@ -170,6 +176,7 @@ return function(vf)
         if key ~= "shards" and key ~= "name" and key ~= "isolate" then q[key] = v end
       end
       q.name = base .. "_" .. k
+      q.group = base
       q.shard, q.shards = k, S
       if q.worker == nil and isolate then q.worker = q.name end
       members[k + 1] = p:raw_stage(kind, q)

@@ -38,21 +38,29 @@ __global__ void __launch_bounds__(CV_THREADS)
 {
     __shared__ __align__(16) bf16 As[CV_BM * CV_LDS];
     __shared__ __align__(16) bf16 Bs[CV_BN * CV_LDS];
+    /* per output position n of the tile: the input offset of its (0,0,0) tap and its
+     * window origin (t, h, w); per k of a k-slice (double-buffered: the next slice's is
+     * made while the current one is in use): the tap's offset c·THW + kt·HW + kh·W + kw
+     * and (kt, kh, kw) packed. A tap reads x[s_base[n] + k_off[k]] when inside the input. */
     __shared__ int64_t s_base[CV_BN];
     __shared__ int s_t[CV_BN], s_h[CV_BN], s_w[CV_BN];
+    __shared__ int64_t k_off[2][CV_BK];
+    __shared__ int k_tap[2][CV_BK];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wm = warp >> 1, wn = warp & 1;
     const int64_t m0 = (int64_t)blockIdx.y * CV_BM, n0 = (int64_t)blockIdx.x * CV_BN;
-    const int64_t HW = g.H * g.W, THW = g.T * HW, KHW = (int64_t)g.KH * g.KW, KTHW = g.KT * KHW;
+    const int64_t HW = g.H * g.W, THW = g.T * HW;
+    const int KHW = g.KH * g.KW, KTHW = g.KT * KHW;
 
-    if (tid < CV_BN) { /* where each output position of the tile reads from */
+    if (tid < CV_BN) {
         const int64_t pos = n0 + tid;
         if (pos < g.NP) {
             const int64_t b = pos / g.P, p = pos % g.P;
             const int64_t to = p / (g.Ho * g.Wo), ho = (p / g.Wo) % g.Ho, wo = p % g.Wo;
-            s_base[tid] = b * g.C * THW;
-            s_t[tid] = (int)(to * g.st - g.pt0);
-            s_h[tid] = (int)(ho * g.sh - g.ph);
-            s_w[tid] = (int)(wo * g.sw - g.pw);
+            const int t0 = (int)(to * g.st - g.pt0), h0 = (int)(ho * g.sh - g.ph), w0 = (int)(wo * g.sw - g.pw);
+            s_base[tid] = b * g.C * THW + ((int64_t)t0 * g.H + h0) * g.W + w0;
+            s_t[tid] = t0;
+            s_h[tid] = h0;
+            s_w[tid] = w0;
         } else {
             s_base[tid] = 0;
             s_t[tid] = INT32_MIN / 2; /* every tap out of range: zeros */
@@ -60,14 +68,30 @@ __global__ void __launch_bounds__(CV_THREADS)
             s_w[tid] = 0;
         }
     }
-    __syncthreads();
+    /* the k table of slice k0 into buffer bi (threads 0..BK-1; read after a barrier) */
+    auto ktable = [&](int64_t k0, int bi) {
+        if (tid < CV_BK) {
+            const int64_t kk = k0 + tid;
+            if (kk < g.CK) {
+                const int c = (int)(kk / KTHW), r = (int)(kk % KTHW);
+                const int kt = r / KHW, kh = (r / g.KW) % g.KH, kw = r % g.KW;
+                k_off[bi][tid] = (int64_t)c * THW + (int64_t)kt * HW + (int64_t)kh * g.W + kw;
+                k_tap[bi][tid] = kt | kh << 10 | kw << 20;
+            } else {
+                k_off[bi][tid] = 0;
+                k_tap[bi][tid] = -1; /* past CK: zero */
+            }
+        }
+    };
 
     uint4 rav[2];
     bf16 ra[WVEC ? 1 : CV_PER_THREAD], rb[CV_PER_THREAD];
     const bf16 zero = __float2bfloat16_rn(0.0f);
-    /* A: w[m0 + r][k0 + c] for (r, c) = (idx / BK, idx % BK), idx = tid + j·THREADS (scalar);
-     * vector: 64 rows x 4 chunks of 8, two per thread. B: position n = idx % BN, k = idx / BN. */
-    auto fetch = [&](int64_t k0) {
+    /* A: element j of this thread is w[m0 + r][k0 + c], r = tid/BK + 4j, c = tid % BK
+     * (scalar); vector: 64 rows x 4 chunks of 8, two per thread. B: element j is position
+     * n = tid % BN, k = tid/BN + 2j of the slice. */
+    const int ar = tid / CV_BK, ac = tid % CV_BK, bn = tid % CV_BN, bk = tid / CV_BN;
+    auto fetch = [&](int64_t k0, int bi) {
         if (WVEC) {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
@@ -77,24 +101,20 @@ __global__ void __launch_bounds__(CV_THREADS)
                 rav[j] = u;
             }
         } else {
+            const bf16 *wp = w + (m0 + ar) * g.CK + k0 + ac;
+            const bool kin = k0 + ac < g.CK;
 #pragma unroll
-            for (int j = 0; j < CV_PER_THREAD; j++) {
-                const int idx = tid + j * CV_THREADS, r = idx / CV_BK, c = idx % CV_BK;
-                ra[j] = (m0 + r < g.OC && k0 + c < g.CK) ? w[(m0 + r) * g.CK + k0 + c] : zero;
-            }
+            for (int j = 0; j < CV_PER_THREAD; j++)
+                ra[j] = (kin && m0 + ar + 4 * j < g.OC) ? wp[(int64_t)(4 * j) * g.CK] : zero;
         }
+        const int64_t base = s_base[bn];
+        const int t0 = s_t[bn], h0 = s_h[bn], w0 = s_w[bn];
 #pragma unroll
         for (int j = 0; j < CV_PER_THREAD; j++) {
-            const int idx = tid + j * CV_THREADS, n = idx % CV_BN;
-            const int64_t kk = k0 + idx / CV_BN;
+            const int kl = bk + 2 * j, tap = k_tap[bi][kl];
+            const int t = t0 + (tap & 1023), h = h0 + ((tap >> 10) & 1023), ww = w0 + (tap >> 20);
             bf16 v = zero;
-            if (kk < g.CK) {
-                const int64_t c = kk / KTHW, r = kk % KTHW;
-                const int kt = (int)(r / KHW), kh = (int)((r / g.KW) % g.KH), kw = (int)(r % g.KW);
-                const int t = s_t[n] + kt, h = s_h[n] + kh, ww = s_w[n] + kw;
-                if (t >= 0 && t < g.T && h >= 0 && h < g.H && ww >= 0 && ww < g.W)
-                    v = x[s_base[n] + c * THW + ((int64_t)t * g.H + h) * g.W + ww];
-            }
+            if (tap >= 0 && t >= 0 && t < g.T && h >= 0 && h < g.H && ww >= 0 && ww < g.W) v = x[base + k_off[bi][kl]];
             rb[j] = v;
         }
     };
@@ -107,16 +127,10 @@ __global__ void __launch_bounds__(CV_THREADS)
             }
         } else {
 #pragma unroll
-            for (int j = 0; j < CV_PER_THREAD; j++) {
-                const int idx = tid + j * CV_THREADS;
-                As[(idx / CV_BK) * CV_LDS + idx % CV_BK] = ra[j];
-            }
+            for (int j = 0; j < CV_PER_THREAD; j++) As[(ar + 4 * j) * CV_LDS + ac] = ra[j];
         }
 #pragma unroll
-        for (int j = 0; j < CV_PER_THREAD; j++) {
-            const int idx = tid + j * CV_THREADS;
-            Bs[(idx % CV_BN) * CV_LDS + idx / CV_BN] = rb[j];
-        }
+        for (int j = 0; j < CV_PER_THREAD; j++) Bs[bn * CV_LDS + bk + 2 * j] = rb[j];
     };
 
     float acc[2][4][4];
@@ -126,20 +140,24 @@ __global__ void __launch_bounds__(CV_THREADS)
         for (int b = 0; b < 4; b++) acc[a][b][0] = acc[a][b][1] = acc[a][b][2] = acc[a][b][3] = 0.0f;
 
     const int64_t nk = (g.CK + CV_BK - 1) / CV_BK;
-    fetch(0);
+    ktable(0, 0);
+    __syncthreads(); /* positions and slice 0's k table */
+    fetch(0, 0);
     stash();
+    if (nk > 1) ktable(CV_BK, 1);
     __syncthreads();
     for (int64_t kt = 0; kt < nk; kt++) {
-        if (kt + 1 < nk) fetch((kt + 1) * CV_BK); /* loads in flight during the products */
+        if (kt + 1 < nk) fetch((kt + 1) * CV_BK, (int)((kt + 1) & 1)); /* loads in flight during the products */
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
             warp_mma_nt<CV_BK / 16, 4>(acc[mt], As + (wm * 32 + mt * 16) * CV_LDS, CV_LDS, Bs + wn * 32 * CV_LDS,
                                        CV_LDS);
         __syncthreads();
-        if (kt + 1 < nk) {
-            stash();
-            __syncthreads();
-        }
+        if (kt + 1 < nk) stash();
+        /* slice kt+2's table goes where slice kt's was: its last reader, fetch(kt), ran in
+         * the previous iteration */
+        if (kt + 2 < nk) ktable((kt + 2) * CV_BK, (int)(kt & 1));
+        __syncthreads();
     }
 
     const int gq = lane >> 2, t4 = lane & 3;

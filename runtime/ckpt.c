@@ -3,6 +3,7 @@
  * checkpoint writer, and vf_resuming (vflow.h).
  */
 #include "ckpt.h"
+#include "stage.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,52 +16,13 @@
 
 /* ------------------------------------------------------------------ resume flag */
 
-/* True when the NUL-separated argv in buf[0..n) has the token `tok`. */
-static bool argv_has(const char *buf, size_t n, const char *tok)
-{
-    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-        if (strcmp(buf + i, tok) == 0) return true;
-    return false;
-}
-
-static size_t read_small(const char *path, char *buf, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    size_t n = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r <= 0) break;
-        n += (size_t)r;
-        if (n >= cap - 1) break;
-    }
-    close(fd);
-    buf[n] = 0;
-    return n;
-}
-
-/* `vflow run … --resume` reaches a stage as: VFLOW_RESUME=1|0 in the environment (any
- * launcher may set it; it wins), "--resume" among the worker's own arguments, or — with
- * the driver as it spawns workers today — the driver's command line: the parent process
- * runs this same executable with "run" and "--resume" among its arguments. */
+/* `vflow run … --resume` reaches a stage only one way: the driver starts each worker with
+ * "--resume" (launch.c), the worker sets it on every stage's context (worker.c). Nothing
+ * else (environment, the parent's command line) is consulted: a stage outside a run
+ * (unit tests) resumes only when its context says so. */
 bool vf_resuming(const vf_ctx *ctx)
 {
-    (void)ctx;
-    const char *env = getenv("VFLOW_RESUME");
-    if (env && env[0]) return strcmp(env, "0") != 0;
-    static char buf[16384];
-    size_t n = read_small("/proc/self/cmdline", buf, sizeof buf);
-    if (argv_has(buf, n, "--resume")) return true;
-    char path[64], self[PATH_MAX], parent[PATH_MAX];
-    ssize_t a = readlink("/proc/self/exe", self, sizeof self - 1);
-    snprintf(path, sizeof path, "/proc/%d/exe", (int)getppid());
-    ssize_t b = readlink(path, parent, sizeof parent - 1);
-    if (a <= 0 || b <= 0) return false;
-    self[a] = parent[b] = 0;
-    if (strcmp(self, parent) != 0) return false;
-    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)getppid());
-    n = read_small(path, buf, sizeof buf);
-    return argv_has(buf, n, "run") && argv_has(buf, n, "--resume");
+    return ctx && ctx->resuming;
 }
 
 /* ------------------------------------------------------------------ listing */

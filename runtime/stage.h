@@ -51,6 +51,7 @@ struct vf_ctx {
     const char *run_dir;            /* borrowed, absolute */
     const atomic_bool *stopping;    /* drain or abort requested; NULL = never */
     const vf_ctx_hooks *hooks;      /* NULL = stderr */
+    bool resuming;                  /* `vflow run … --resume`: vf_resuming() */
 };
 
 typedef enum vf_stage_phase {

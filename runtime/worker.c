@@ -66,6 +66,7 @@ typedef struct worker {
     char **endpoints;                  /* per graph edge: where its receiver bound */
     atomic_bool stopping;              /* drain or abort: vf_stopping() */
     bool aborting;
+    bool resume;                       /* --resume among our arguments: vf_resuming() */
     bool final_metrics_sent;           /* sent after the last stage thread ended */
     vf_ctx_hooks hooks;
     pthread_mutex_t mu;
@@ -427,6 +428,7 @@ static int make_stages(worker *w, vf_status *st)
         ws->s->ctx.run_dir = w->run_dir;
         ws->s->ctx.stopping = &w->stopping;
         ws->s->ctx.hooks = &w->hooks;
+        ws->s->ctx.resuming = w->resume;
         w->nst++;
     }
     return 0;
@@ -441,6 +443,13 @@ static const char *arg_value(int argc, char **argv, const char *key)
     for (int i = 0; i + 1 < argc; i++)
         if (strcmp(argv[i], key) == 0) return argv[i + 1];
     return NULL;
+}
+
+static bool arg_flag(int argc, char **argv, const char *key)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], key) == 0) return true;
+    return false;
 }
 
 /* Waits for the driver's go, heartbeating meanwhile. 1 go, 0 aborted, negative error. */
@@ -564,10 +573,11 @@ int vf_worker_main(int argc, char **argv)
     w->sock_dir = arg_value(argc, argv, "--sock-dir");
     w->ctl_ep = arg_value(argc, argv, "--ctl");
     w->self = idx ? atoi(idx) : -1;
+    w->resume = arg_flag(argc, argv, "--resume"); /* the driver passes `vflow run`'s flag */
     if (!graph_path || !idx || !w->run_dir || !w->sock_dir || !w->ctl_ep) {
         fprintf(stderr, "vflow __worker: internal command, started by `vflow run`\n"
                         "usage: vflow __worker --graph FILE --worker N --run-dir DIR "
-                        "--sock-dir DIR --ctl ENDPOINT\n");
+                        "--sock-dir DIR --ctl ENDPOINT [--resume]\n");
         return 2;
     }
     /* Terminal signals go to the driver only (workers run in their own process group);

@@ -339,7 +339,10 @@ static void *blocked_recv(void *arg)
     return NULL;
 }
 
-static void stop_unblocks(vf_transport tr, const char *addr)
+/* One attempt: a send blocked on a full edge and a recv blocked on an empty one, then the
+ * stop flag ~150 ms after they blocked. Checks everything but the latency, returns the
+ * larger of the two latencies (ms). A call that never looks at the flag hangs the join. */
+static int64_t stop_latency_ms(vf_transport tr, const char *addr)
 {
     vf_status st = {0};
     vf_chan_hub *h = vf_chan_hub_new(&st);
@@ -362,8 +365,7 @@ static void stop_unblocks(vf_transport tr, const char *addr)
     pthread_join(tr_, NULL);
     VF_CHECK_EQ_INT(s.rc, VF_ESTOPPED);
     VF_CHECK_EQ_INT(r.rc, VF_ESTOPPED);
-    VF_CHECK_MSG(s.t_end - t_stop < 200, "send took %lld ms to see the stop", (long long)(s.t_end - t_stop));
-    VF_CHECK_MSG(r.t_end - t_stop < 200, "recv took %lld ms to see the stop", (long long)(r.t_end - t_stop));
+    int64_t ls = s.t_end - t_stop, lr = r.t_end - t_stop;
     vf_item *it = NULL;
     VF_CHECK_EQ_INT(vf_recv(in, &it, &st), VF_ESTOPPED); /* even with an item waiting */
     VF_CHECK_EQ_INT(vf_port_drain(out, -1, &st), 0);     /* never closed: nothing to drain */
@@ -373,6 +375,26 @@ static void stop_unblocks(vf_transport tr, const char *addr)
     vf_port_free(out2);
     vf_port_free(in2);
     vf_chan_hub_free(h);
+    fprintf(stderr, "stop seen by send after %lld ms, by recv after %lld ms\n", (long long)ls, (long long)lr);
+    return ls > lr ? ls : lr;
+}
+
+/* The blocked calls must see the stop within 200 ms (2 x VF_STOP_POLL_MS). The bound
+ * holds for the best of up to 5 attempts, not for every one: on a loaded 2-core machine
+ * under ASan one attempt was seen to take 1.3 s (the threads were not scheduled), which
+ * says nothing about the code. The best-of still catches the bug the bound is for, a
+ * wait that looks at the flag too rarely: the stop comes at a fixed phase (~150 ms after
+ * the calls blocked), so a poll period P gives a latency of about P - 150 ms on every
+ * attempt, and any P over ~350 ms fails all five, as it failed the single attempt. */
+static void stop_unblocks(vf_transport tr, const char *addr)
+{
+    int64_t best = INT64_MAX;
+    for (int attempt = 0; attempt < 5 && best >= 200; attempt++) {
+        int64_t l = stop_latency_ms(tr, addr);
+        if (l < best) best = l;
+    }
+    VF_CHECK_MSG(best < 200, "the blocked send/recv took at best %lld ms (of 5 attempts) to see the stop",
+                 (long long)best);
 }
 
 VF_TEST(stop_unblocks_inproc) { stop_unblocks(VF_TR_INPROC, NULL); }

@@ -200,7 +200,12 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     int64_t Bmax;
     upstream_dims(&g, ports, &mx, &Bmax);
     vf_mem_plan_add(out, dev, "weights + gradients", (int64_t)(as + gs) * g.n);
-    vf_mem_plan_add(out, dev, "gradient slice pool", 2 * (int64_t)gs * g.n);
+    /* the pools behind sent items allocate only when none has come back, so what they
+     * hold beyond the one item being built sits on the edges and in the receivers' hands,
+     * which the plan counts there: one gradient slice (the largest), one activation or
+     * gradient item */
+    vf_mem_plan_add(out, dev, "gradient slice item being built",
+                    (int64_t)gs * vf_train_most_overlap(g.off, g.off + g.n, g.slo, g.shi, g.S));
     if (mx.B > 0) {
         vf_dit_mem m;
         bool last = g.p == g.P - 1, first = g.p == 0;
@@ -212,8 +217,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         vf_mem_plan_add(out, dev, "saved activations (micro-batches in flight)", nsv * m.saved);
         vf_mem_plan_add(out, dev, "partition workspace", m.workspace);
         int64_t per = (int64_t)g.cfg.z * mx.T * mx.H * mx.W * mx.B;
-        if (!last) vf_mem_plan_add(out, dev, "activation item pool", (g.M + 1) * (m.xfer + (first ? (int64_t)as * per : 0)));
-        if (last && !first) vf_mem_plan_add(out, dev, "gradient item pool", (g.M + 1) * m.xfer / (int64_t)as * (int64_t)gs);
+        if (!last) vf_mem_plan_add(out, dev, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
+        if (last && !first) vf_mem_plan_add(out, dev, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
         if (first) {
             vf_mem_plan_add(out, cpu, "micro-batch pairs (host)", 8 * per + 8 * mx.B * (g.cfg.text_len + 2));
             vf_mem_plan_add(out, dev, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));

@@ -76,12 +76,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
             if (!h->gout_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
         }
     }
-    int64_t most = 1;
-    for (int k = 0; k < h->S; k++) {
-        int64_t o, n;
-        vf_train_overlap(h->off, h->off + h->n, h->slo[k], h->shi[k], &o, &n);
-        if (n > most) most = n;
-    }
+    int64_t most = vf_train_most_overlap(h->off, h->off + h->n, h->slo, h->shi, h->S);
     h->slice_pool = vf_bufpool_new(be, h->gs * (size_t)most, 2 * h->S, st);
     if (!h->slice_pool) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
     if (h->first) {

@@ -62,6 +62,17 @@ void vf_train_overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1, int64_t *o
     *n = hi > lo ? hi - lo : 0;
 }
 
+int64_t vf_train_most_overlap(int64_t a0, int64_t a1, const int64_t *lo, const int64_t *hi, int k)
+{
+    int64_t most = 1;
+    for (int i = 0; i < k; i++) {
+        int64_t off, n;
+        vf_train_overlap(a0, a1, lo[i], hi[i], &off, &n);
+        if (n > most) most = n;
+    }
+    return most;
+}
+
 /* ------------------------------------------------------------------ schedules */
 
 int vf_train_1f1b(int P, int p, int M, vf_1f1b_op *ops)

@@ -54,6 +54,11 @@ int vf_train_splits(const vf_params *p, int depth, int *splits, int *P, const ch
 /* [a0, a1) ∩ [b0, b1) as (*off, *n); n = 0 when empty. */
 void vf_train_overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1, int64_t *off, int64_t *n);
 
+/* The largest vf_train_overlap of [a0, a1) with the k ranges [lo[i], hi[i]), at least 1:
+ * the element count of the buffers of a pool that serves all k pieces (the pool's size
+ * and the stage's memory hook come from this one function). */
+int64_t vf_train_most_overlap(int64_t a0, int64_t a1, const int64_t *lo, const int64_t *hi, int k);
+
 /* ------------------------------------------------------------------ schedules */
 
 /* One op of the 1F1B order of partition p: forward (fwd = true) or backward of mb. */

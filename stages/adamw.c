@@ -167,6 +167,13 @@ static int adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_por
     return 0;
 }
 
+/* Elements of the largest piece of this shard one partition receives: the size of every
+ * weight item buffer (adamw_init's pool and adamw_memory share it). */
+static int64_t weight_piece_most(const geo *g)
+{
+    return vf_train_most_overlap(g->lo, g->hi, g->plo, g->phi, g->P);
+}
+
 static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
                         vf_status *st)
 {
@@ -180,8 +187,10 @@ static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     vf_mem_plan_add(out, dev, "master weights + moments (f32)", 12 * g.n);
     vf_mem_plan_add(out, dev, "gradient slice", gs * g.n);
     vf_mem_plan_add(out, dev, "new compute weights", as * g.n);
-    /* weight items: each partition's piece, two in flight per partition */
-    vf_mem_plan_add(out, dev, "weight item pool", 2 * as * g.n);
+    /* the weight item being built (the pool's buffers are all the size of the largest
+     * piece; the sent ones are on the edges and in the partitions' hands, which the plan
+     * counts there: the pool allocates only when none has come back) */
+    vf_mem_plan_add(out, dev, "weight item being built", as * weight_piece_most(&g));
     vf_mem_plan_add(out, cpu, "norm partials", 8 * g.nblk);
     vf_mem_plan_add(out, cpu, "host staging (init/resume, snapshot)", 12 * g.n);
     geo_fini(&g);
@@ -235,13 +244,7 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (!h->wout || !h->partials || !h->got)
         VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "adamw %s: cannot allocate the state of %lld "
                 "parameters", vf_stage_name(s), (long long)n);
-    int64_t most = 1;
-    for (int q = 0; q < h->g.P; q++) {
-        int64_t off, k;
-        vf_train_overlap(h->g.lo, h->g.hi, h->g.plo[q], h->g.phi[q], &off, &k);
-        if (k > most) most = k;
-    }
-    h->wpool = vf_bufpool_new(be, h->as * (size_t)most, 2 * h->g.P, st);
+    h->wpool = vf_bufpool_new(be, h->as * (size_t)weight_piece_most(&h->g), 2 * h->g.P, st);
     if (!h->wpool) {
         rc = VF_ENOMEM;
         goto fail;

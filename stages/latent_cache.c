@@ -12,9 +12,8 @@
  *
  * Runs in a worker of its own (VF_STAGE_OWN_WORKER): the LMDB writer, and map growth
  * needs no other txn open in the process. Declared memory: the commit buffer, sized at
- * the first record to commit_every records; were records to grow, the arena doubles and
- * briefly holds old and new, so the bound is 3 × commit_every × the largest record the
- * input port allows.
+ * the first record to commit_every records (a cache's records are alike in size, so it
+ * does not regrow), and the received item being encoded into it.
  */
 #include "latent_cache.h"
 
@@ -207,8 +206,14 @@ static int cache_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
 {
     const vf_port_spec *in = vf_port_find(ports, "in");
     int64_t rec = in ? vf_port_max_item_bytes(in) : 0;
+    /* the arena vf_latent_writer_put presizes once to commit_every x (record + key + 64):
+     * a cache's records are alike in size, so it never regrows (the record here is the
+     * port's bound; the id and metadata of a real one are shorter) */
     vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "commit batch",
-                    3 * vf_param_int(p, "commit_every") * (rec > 0 ? rec + VF_CACHE_KEY_LEN + 64 : 0));
+                    vf_param_int(p, "commit_every") * (rec > 0 ? rec + VF_CACHE_KEY_LEN + 64 : 0));
+    /* the received item being encoded into the arena (a ZeroMQ receive is charged to
+     * this stage, an in-process one to its producer) */
+    if (rec > 0) vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input item", rec);
     return 0;
 }
 

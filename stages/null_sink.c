@@ -42,7 +42,12 @@ static int null_sink_ports(const vf_params *p, const vf_port_specs *upstream, vf
 static int null_sink_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
                             vf_status *st)
 {
-    return 0; /* holds one received item at a time, which its edge already accounts for */
+    /* the one received item it is hashing (charged, on an in-process edge, to the
+     * producer that allocated it; a ZeroMQ receive to this stage) */
+    const vf_port_spec *in = vf_port_find(ports, "in");
+    int64_t item = in ? vf_port_max_item_bytes(in) : 0;
+    if (item > 0) vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input item", item);
+    return 0;
 }
 
 typedef struct sink {

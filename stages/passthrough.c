@@ -33,7 +33,12 @@ static int passthrough_ports(const vf_params *p, const vf_port_specs *upstream, 
 static int passthrough_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
                               vf_status *st)
 {
-    return 0; /* one item in hand, owned by an edge's budget */
+    /* the one received item in hand until it is forwarded (charged, on an in-process
+     * edge, to the producer that allocated it) */
+    const vf_port_spec *in = vf_port_find(ports, "in");
+    int64_t item = in ? vf_port_max_item_bytes(in) : 0;
+    if (item > 0) vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input item", item);
+    return 0;
 }
 
 static int forward(vf_stage *s, vf_ctx *ctx, vf_item *it, vf_status *st)

@@ -189,8 +189,11 @@ static int synthetic_memory(const vf_params *p, const vf_port_specs *ports, vf_m
 {
     const vf_port_spec *o = vf_port_find(ports, "out");
     int64_t item = o ? vf_port_max_item_bytes(o) : 0;
-    /* the reuse pool keeps at most POOL_KEEP idle buffers */
-    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "buffer pool", item * POOL_KEEP);
+    /* the one item being built: the pool allocates a buffer only when none of the sent
+     * ones has come back, so its buffers never outnumber the items alive at once — the
+     * one in hand plus those on the edge and held by the consumer, which the plan counts
+     * (edge buffers, the consumer's "input" entries) */
+    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "item being built", item);
     return 0;
 }
 

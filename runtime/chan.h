@@ -124,7 +124,8 @@ const char *vf_port_name(const vf_port *p);
 vf_port_dir vf_port_direction(const vf_port *p);
 
 /* After vf_close on an output port: waits until every zmq receiver has read the end of
- * stream (so all data left this process and was consumed) or closed its input.
+ * stream (so all data left this process and was consumed) or closed its input, or is
+ * gone (disconnected and not back within VF_PEER_GONE_MS: its last frame was lost).
  * timeout_ms < 0 waits until then or until the stop flag. 0, VF_ETIMEOUT, VF_ESTOPPED.
  * Inproc edges need no draining (the consumer lives in this process). Call it on the
  * stage's thread (it reads the sockets). */

@@ -56,6 +56,9 @@ struct vf_edge_end {
     int credit_batch;     /* recv: credit back in batches of this many */
     bool acked;           /* send: receiver read our EOS */
     bool sent_final;      /* recv: sent an ack / closed message that must still go out */
+    void *mon;            /* send: PAIR socket reading the socket's connect/disconnect events */
+    bool peer_down;       /* send: the receiver disconnected and has not reconnected since */
+    int64_t down_ns;      /* send: when it disconnected (monotonic) */
 };
 
 struct vf_chan_hub {
@@ -103,6 +106,11 @@ int vf_zmq_close_send(vf_edge_end *e, vf_status *st);
 int vf_zmq_close_recv(vf_edge_end *e, vf_status *st);
 /* send: reads credits / acks / closed notices without blocking. */
 int vf_zmq_poll_control(vf_edge_end *e, vf_status *st);
+/* send, after its EOS: true once the receiver is gone — disconnected and not back
+ * within VF_PEER_GONE_MS — so that its ack / closed notice will never come. */
+bool vf_zmq_peer_gone(vf_edge_end *e);
+/* How long a disconnected receiver may take to reconnect before it counts as gone (ms). */
+#define VF_PEER_GONE_MS 1000
 void vf_zmq_free(vf_edge_end *e);
 
 #endif /* VF_CHAN_INTERNAL_H */

@@ -348,6 +348,12 @@ int vf_port_drain(vf_port *p, int timeout_ms, vf_status *st)
             int rc = vf_zmq_poll_control(e, st);
             if (rc < 0) return rc;
             if (!e->ended || e->acked || e->closed) continue; /* only an EOS sent is awaited */
+            /* Read everything it sent before it went (poll_control above), then stop
+             * waiting for a receiver that is gone: its ack / closed frame was lost. */
+            if (vf_zmq_peer_gone(e)) {
+                e->closed = true;
+                continue;
+            }
             p->pi[np++] = (zmq_pollitem_t){e->sock, 0, ZMQ_POLLIN, 0};
         }
         if (np == 0) return 0;

@@ -13,6 +13,13 @@
  * and count per pipe); HWMs are still set from the capacity, never left at 1000, and
  * MAXMSGSIZE from the largest item the port allows, so a broken peer cannot make us
  * allocate without bound. Every wait is a zmq_poll of at most VF_STOP_POLL_MS.
+ *
+ * A sender's socket is monitored (zmq_socket_monitor: connected / disconnected): after
+ * its EOS, the drain waits for the receiver's ack or closed notice, but a receiver that
+ * exited without that frame reaching us (its last frame lost with the connection) would
+ * make it wait forever. A receiver disconnected for VF_PEER_GONE_MS without coming back
+ * is gone: it cannot consume anything more, so ending the wait loses nothing it could
+ * still have read (a tcp blip that reconnects within the grace keeps the wait going).
  */
 #include "alloc.h"
 #include "chan_internal.h"
@@ -93,14 +100,59 @@ int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
          * What it would bound — data queued toward a receiver not connected yet — the
          * credits already bound to `capacity` records. */
         VF_TRY(setopt_int(e, ZMQ_IMMEDIATE, 0, "ZMQ_IMMEDIATE", st));
+        char mon_ep[64];
+        snprintf(mon_ep, sizeof mon_ep, "inproc://vf-mon-%p", (void *)e);
+        if (zmq_socket_monitor(e->sock, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+            ZFAIL(e, "zmq_socket_monitor");
+        if (!(e->mon = zmq_socket(ctx, ZMQ_PAIR))) ZFAIL(e, "zmq_socket(monitor)");
+        int zero = 0;
+        zmq_setsockopt(e->mon, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(e->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
         if (zmq_connect(e->sock, addr) != 0) ZFAIL(e, "zmq_connect");
         e->credits = e->d.capacity;
     }
     return 0;
 fail:
+    if (e->mon) zmq_close(e->mon);
     if (e->sock) zmq_close(e->sock);
-    e->sock = NULL;
+    e->sock = e->mon = NULL;
     return rc;
+}
+
+/* Reads the monitor's pending events: each is a 6-byte frame (u16 event, u32 value)
+ * followed by the peer's address. */
+static void poll_monitor(vf_edge_end *e)
+{
+    if (!e->mon) return;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, e->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            if (zmq_errno() == EINTR) continue;
+            return;
+        }
+        uint16_t ev = 0;
+        if (zmq_msg_size(&m) >= 2) memcpy(&ev, zmq_msg_data(&m), sizeof ev);
+        while (zmq_msg_more(&m)) { /* the address frame */
+            zmq_msg_close(&m);
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, e->mon, 0) < 0) break;
+        }
+        zmq_msg_close(&m);
+        if (ev == ZMQ_EVENT_DISCONNECTED) {
+            if (!e->peer_down) e->down_ns = vf_now_ns();
+            e->peer_down = true;
+        } else if (ev == ZMQ_EVENT_CONNECTED) {
+            e->peer_down = false;
+        }
+    }
+}
+
+bool vf_zmq_peer_gone(vf_edge_end *e)
+{
+    poll_monitor(e);
+    return e->peer_down && vf_now_ns() - e->down_ns >= (int64_t)VF_PEER_GONE_MS * 1000000;
 }
 
 /* Sends a control frame. block: wait (stop-aware) for the socket to take it; else
@@ -352,6 +404,11 @@ void vf_zmq_free(vf_edge_end *e)
      * a short bounded linger lets the receiver's final ack / closed frame leave. */
     int linger = e->side == VF_PORT_IN && e->sent_final ? FINAL_LINGER_MS : 0;
     zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (e->mon) {
+        zmq_socket_monitor(e->sock, NULL, 0);
+        zmq_close(e->mon);
+        e->mon = NULL;
+    }
     zmq_close(e->sock);
     e->sock = NULL;
 }

@@ -145,8 +145,12 @@ def compare(name, run_dir, out):
             # 1.15, not 1.10: items under VF_ALLOC_BIG come from malloc, whose heap keeps
             # what they churn through (glibc raises its mmap threshold after the first
             # free), and runtime/plan.c counts a reuse cache only for big blocks; measured
-            # 1.04-1.11 for the precompute worker of 204 KiB clips (pre-b)
-            check(got <= 1.15 * want, "%s: worker %s RSS peak %d over 1.15 x its plan %d" % (name, w["name"], got, want))
+            # 1.04-1.11 for the precompute worker of 204 KiB clips (pre-b), and 1.16 once
+            # on a loaded CI machine: that retention is a few MiB whatever the plan, so the
+            # bound also allows a fixed 4 MiB. An undeclared buffer of the item sizes these
+            # configs use (MiBs per clip, x micro-batch) still breaks it.
+            slack = 4 << 20
+            check(got <= 1.15 * want + slack, "%s: worker %s RSS peak %d over 1.15 x its plan %d + 4 MiB" % (name, w["name"], got, want))
     for r in rows:
         print("  %-8s %-14s %-14s plan %10d measured %10d ratio %.3f%s" %
               ((name,) + r[:5] + ("" if not r[5] else "  (" + r[5] + ")",)))

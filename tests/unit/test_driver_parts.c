@@ -15,6 +15,7 @@
 #include "runtime/stage.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -33,10 +34,28 @@ static char *slurp(const char *path)
     return s;
 }
 
+/* The temp dirs of this run, removed at exit (each run used to leave three behind). */
+static char g_tmp[8][64];
+static int g_ntmp;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb, (void)flag, (void)f;
+    remove(path); /* best effort: keep going */
+    return 0;
+}
+
+static void rm_tmpdirs(void)
+{
+    for (int i = 0; i < g_ntmp; i++) nftw(g_tmp[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static void tmpdir(char *buf, size_t n)
 {
     snprintf(buf, n, "/tmp/vf_driver_parts_XXXXXX");
     VF_CHECK(mkdtemp(buf) != NULL);
+    if (g_ntmp == 0) atexit(rm_tmpdirs);
+    if (g_ntmp < 8) snprintf(g_tmp[g_ntmp++], sizeof g_tmp[0], "%s", buf);
 }
 
 VF_TEST(registry_has_generic_stages_sorted)

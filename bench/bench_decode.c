@@ -1,4 +1,4 @@
-/* bench_decode.c — decode + resize throughput of the decode core (stages/decode_av.h).
+/* bench_decode.c — decode + resize throughput of the decode core (stages/decode/decode_av.h).
  *
  *   bench_decode [-t threads] [-s WxH] [-f frames] [-r repeats] FILE...
  *
@@ -9,8 +9,8 @@
  * taking the best of `repeats` runs (the machine may be shared). bench/bench_decode.sh
  * runs it against the ffmpeg CLI on the same files and threads.
  */
-#include "../stages/decode_av.h"
-#include "../stages/decode_clip.h"
+#include "stages/decode/decode_av.h"
+#include "stages/decode/decode_clip.h"
 
 #include <libavutil/log.h>
 #include <stdio.h>

@@ -11,9 +11,9 @@
  * Each figure is the best of `reps` runs (the machine is shared).
  * Usage: bench_edges [big_items=8] [small_items=50000] [reps=3]
  */
-#include "alloc.h"
-#include "chan.h"
-#include "item.h"
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan.h"
+#include "runtime/core/item.h"
 
 #include <pthread.h>
 #include <stdio.h>

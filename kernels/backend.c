@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops.h"
-#include "cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "kernels/cpu/cpu_ops.h"
 
 static void *cpu_alloc(vf_backend *be, size_t bytes, vf_status *st)
 {

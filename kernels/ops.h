@@ -20,7 +20,7 @@
 #ifndef VF_OPS_H
 #define VF_OPS_H
 
-#include "../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 -- vflow extension
 -- train.lua — training sugar (DESIGN §5, §7): p:pipeline_parallel(model, opts), the
 -- `adamw` shard expander, and p:train{...}. Everything here expands into plain stages and
--- edges; the C stages (stages/dit_stage.c, adamw.c, checkpoint.c) never see the sugar.
+-- edges; the C stages (stages/train/dit_stage.c, adamw.c, checkpoint.c) never see the sugar.
 --
 --   local dit  = p:pipeline_parallel(vf.models.dit "tiny", { stages = P, micro_batches = M,
 --                  recompute = true, devices = {"cpu", "cpu"}, replicas = D })

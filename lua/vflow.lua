@@ -1,7 +1,7 @@
 -- vflow.lua — the Lua side of the DSL (DESIGN §5): pipelines, stages, connections.
 --
 -- A script describes a graph; it does not compute. Everything here records stages and
--- edges in plain tables that the C host (runtime/lua_host.c) converts into a vf_graph
+-- edges in plain tables that the C host (runtime/graph/lua_host.c) converts into a vf_graph
 -- after the script returns its pipeline. Sugar (p:train, p:pipeline_parallel, decode
 -- `workers = N`) lives in extension modules: any embedded lua/*.lua whose first line is
 -- "-- vflow extension" is loaded at the end of this file and called with this module;

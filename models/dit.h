@@ -40,9 +40,9 @@
 #ifndef VF_DIT_H
 #define VF_DIT_H
 
-#include "../kernels/ops.h"
-#include "../runtime/safetensors.h"
-#include "../runtime/vflow.h"
+#include "kernels/ops.h"
+#include "formats/safetensors.h"
+#include "runtime/vflow.h"
 
 #ifdef __cplusplus
 extern "C" {

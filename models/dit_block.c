@@ -12,7 +12,7 @@
  * moments. Scratch comes from the partition's workspace; the op sequence is fixed, which
  * is what makes recompute and partitioning bit-exact.
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
 #include <math.h>
 

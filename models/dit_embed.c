@@ -7,7 +7,7 @@
  * takes ≤ 6 dims): (B·z·T', pt, H', ph, W', pw) <-> (B, z, L, P), then (B, z, L, P) <->
  * (B, L, ·).
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
 #define WE(k) dit_w(p, (k))
 #define GE(k) dit_g(p, (k))

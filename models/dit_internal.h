@@ -6,7 +6,7 @@
 #ifndef VF_DIT_INTERNAL_H
 #define VF_DIT_INTERNAL_H
 
-#include "dit.h"
+#include "models/dit.h"
 
 #include <string.h>
 

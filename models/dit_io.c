@@ -5,7 +5,7 @@
  * with load_state_dict(strict=True), and a partition can load just its range from a full
  * checkpoint.
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
 /* Tensors of l lying in [off, off + n); whole tensors only. */
 static int range_tensors(const vf_dit_layout *l, int64_t off, int64_t n, int *i0, int *i1,

@@ -6,9 +6,9 @@
  * plus "text_tokens.weight" for the built-in byte-token embedding, so a Wan checkpoint
  * maps by name and our model.safetensors loads into a WanModel-shaped PyTorch module.
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
-#include "../runtime/philox.h"
+#include "runtime/philox.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * an allocation it hands out the buffers. Same code, so the plan is the allocation.
  * Every buffer is 64-byte aligned.
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
                    const vf_dit_dims *max, bool recompute, size_t as, size_t gs)

@@ -3,7 +3,7 @@
  * of the items crossing a partition boundary. Separate from dit_layout.c so that code
  * using the model without the params/ports machinery does not pull it in.
  */
-#include "dit.h"
+#include "models/dit.h"
 
 const vf_param_spec vf_dit_model_fields[] = {
     {"name", VF_P_STR, "\"tiny\"", VF_ANY, "preset name (informational)"},

@@ -10,7 +10,7 @@
  * partition. Recompute reruns a block's forward from its saved input with the same ops,
  * so its internals, and hence the gradients, are bit-identical.
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
 #include <stdio.h>
 

@@ -3,9 +3,9 @@
  * timestep features and the 3D RoPE angle tables. All computed in double and rounded
  * once, so every partition and every backend gets the same f32 values.
  */
-#include "dit_internal.h"
+#include "models/dit_internal.h"
 
-#include "../runtime/philox.h"
+#include "runtime/philox.h"
 
 #include <math.h>
 

@@ -5,9 +5,9 @@
  * build_table below and takes the tensors in table order. Architecture and the tensor
  * names are documented in vae.h.
  */
-#include "vae.h"
+#include "models/vae.h"
 
-#include "../runtime/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <inttypes.h>
 #include <math.h>

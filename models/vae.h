@@ -64,8 +64,8 @@
 #ifndef VF_VAE_H
 #define VF_VAE_H
 
-#include "../kernels/ops.h"
-#include "../runtime/vflow.h"
+#include "kernels/ops.h"
+#include "runtime/vflow.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,7 +15,7 @@
  * gets its input as [cache (2 frames) | n frames] and keeps the last two for the next
  * chunk; the temporal downsample keeps its 1-2 pending frames. See vae.h for the maths.
  */
-#include "vae.h"
+#include "models/vae.h"
 
 #include <inttypes.h>
 #include <math.h>

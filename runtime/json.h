@@ -13,7 +13,7 @@
 #ifndef VF_JSON_H
 #define VF_JSON_H
 
-#include "vflow.h"
+#include "runtime/vflow.h"
 
 typedef enum vf_json_type {
     VF_JSON_NULL = 0,

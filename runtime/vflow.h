@@ -387,7 +387,7 @@ bool vf_stopping(const vf_ctx *ctx);
 const char *vf_run_dir(const vf_ctx *ctx); /* the run dir (absolute) */
 /* True when the run was started with `vflow run … --resume`: stages that keep training
  * state (optimizer shards, the first DiT partition, the checkpoint writer) then continue
- * from the newest complete checkpoint. (Added with the training stages; runtime/ckpt.c.) */
+ * from the newest complete checkpoint. (Added with the training stages; formats/ckpt.c.) */
 bool vf_resuming(const vf_ctx *ctx);
 vf_stage *vf_ctx_stage(vf_ctx *ctx);
 

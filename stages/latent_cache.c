@@ -2,7 +2,7 @@
  *
  * Input "in": one latent item per clip (docs/ITEMS.md: tensor "latent" f32 (z, T', h, w),
  * optional "logvar", metadata with caption and provenance). Each item is stored under
- * the key of its provenance (source, clip, transform, vae — runtime/cache_format.h), so
+ * the key of its provenance (source, clip, transform, vae — formats/cache_format.h), so
  * another VAE or transform never collides; the value is the item's codec record (with
  * its CRC32C). A key that already exists is skipped and counted: a rerun of a killed
  * precompute redoes only what was never committed. Records are committed `commit_every`
@@ -15,7 +15,7 @@
  * the first record to commit_every records (a cache's records are alike in size, so it
  * does not regrow), and the received item being encoded into it.
  */
-#include "latent_cache.h"
+#include "stages/latent_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>

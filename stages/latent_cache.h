@@ -4,7 +4,7 @@
  */
 #ifndef VF_LATENT_CACHE_H
 #define VF_LATENT_CACHE_H
-#include "../runtime/cache_format.h"
+#include "formats/cache_format.h"
 
 typedef struct vf_latent_writer vf_latent_writer;
 

@@ -6,8 +6,8 @@
  * stay in memory; records are read one at a time inside a short read txn per batch and
  * copied into the batch tensors, so memory is the key list plus one batch.
  */
-#include "latent_reader.h"
-#include "../runtime/philox.h"
+#include "stages/latent_reader.h"
+#include "runtime/philox.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
  */
 #ifndef VF_LATENT_READER_H
 #define VF_LATENT_READER_H
-#include "../runtime/cache_format.h"
+#include "formats/cache_format.h"
 
 typedef struct vf_latent_reader vf_latent_reader;
 

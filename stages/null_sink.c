@@ -10,7 +10,7 @@
  *
  * `delay_ms` sleeps after each item: a deliberately slow consumer for backpressure tests.
  */
-#include "../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * Used to build chains (end of stream across many stages and processes) and as the
  * simplest example of a map stage (vf_run_map).
  */
-#include "../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 #include <string.h>
 #include <time.h>

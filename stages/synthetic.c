@@ -16,7 +16,7 @@
  * `rate` (items/s) paces the source; 0 sends as fast as credits allow. Tensor buffers
  * come from a small pool (a freed item's buffer is reused), not one malloc per item.
  */
-#include "../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 #include <pthread.h>
 #include <stdio.h>

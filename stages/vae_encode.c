@@ -15,7 +15,7 @@
  * frame size changes.
  *
  * Reruns: with `skip_cached` = the LMDB cache the run writes to, a clip whose cache key
- * (runtime/cache_format.h: source, clip, transform and this encoder's vf_vae_hash, or
+ * (formats/cache_format.h: source, clip, transform and this encoder's vf_vae_hash, or
  * the item id for a cache keyed by id) already exists is dropped on arrival, before any
  * encoding, and counted (metric "skipped_cached", a log line at the end). The cache is
  * opened read-only through the process's LMDB registry and each lookup is a short read
@@ -27,10 +27,10 @@
  * so the micro-batch in hand is finished and sent; on an abort it returns VF_ESTOPPED
  * between two chunks instead of finishing a batch nobody will read.
  */
-#include "../models/vae.h"
-#include "../runtime/cache_format.h"
-#include "../runtime/chan.h" /* vf_runtime_stopping: abort, as opposed to a drain */
-#include "../runtime/vflow.h"
+#include "models/vae.h"
+#include "formats/cache_format.h"
+#include "runtime/edge/chan.h" /* vf_runtime_stopping: abort, as opposed to a drain */
+#include "runtime/vflow.h"
 
 #include <inttypes.h>
 #include <math.h>

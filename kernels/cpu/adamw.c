@@ -15,8 +15,8 @@
 #include <math.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 void vf_cpu_adamw(float *master, float *m, float *v, const float *grad, float *weights_out,
                   int64_t n, float lr, float beta1, float beta2, float eps,

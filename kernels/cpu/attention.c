@@ -21,8 +21,8 @@
 #include <omp.h>
 
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #define BQ 64 /* queries per forward / dq work item */
 #define BK 64 /* keys per dk/dv work item */

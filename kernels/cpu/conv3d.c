@@ -15,8 +15,8 @@
 #include <string.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 typedef struct conv_geom {
     int64_t B, C, T, H, W, OC, To, Ho, Wo, P, CK;

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic", "no-trapping-math")
 #if defined(__clang__) /* clang ignores the GCC pragma and contracts by default */

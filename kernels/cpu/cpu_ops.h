@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "../../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 #ifdef __cplusplus
 extern "C" {

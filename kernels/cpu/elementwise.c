@@ -8,8 +8,8 @@
  */
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 /* out = a + b (out may be a or b). A float sum rounded from float operands is already
  * correctly rounded, so no widening is needed. */

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 void vf_cpu_embed_fwd(float *out, const int32_t *tok, const float *table, int64_t N, int64_t C)
 {

@@ -13,8 +13,8 @@
  */
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 void vf_cpu_gemm(const vf_gemm *g, int parallel)
 {

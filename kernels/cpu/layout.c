@@ -8,8 +8,8 @@
 #include <string.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 void vf_cpu_permute(float *out, const float *inp, int ndim, const int64_t *shape,
                     const int *perm)

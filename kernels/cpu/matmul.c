@@ -7,8 +7,8 @@
 #include <string.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 /* out (N, OC) = inp (N, C) · w (OC, C)ᵀ + bias (OC) */
 void vf_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias,

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 void *vf_cpu_alloc(size_t bytes, vf_status *st) { return vf_alloc(bytes, st); }
 

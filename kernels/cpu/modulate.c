@@ -8,8 +8,8 @@
  */
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #define CH 64 /* channels per work item in the backward passes */
 

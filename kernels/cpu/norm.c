@@ -9,8 +9,8 @@
 #include <math.h>
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 #define CH 64 /* columns per work item of the parameter-gradient passes */
 

@@ -7,8 +7,8 @@
  */
 #include <omp.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 void vf_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float *sin,
                      int64_t B, int64_t L, int64_t H, int64_t D)

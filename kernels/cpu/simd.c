@@ -11,8 +11,8 @@
 #include <string.h>
 #include <pthread.h>
 
-#include "cpu_internal.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_ops.h"
 
 /* baseline (SSE2 on x86-64, NEON on arm64): 2-lane vectors, 4×4 micro-tile */
 typedef double vf_v2d __attribute__((vector_size(16)));
@@ -22,7 +22,7 @@ typedef double vf_v2d __attribute__((vector_size(16)));
 #define VF_VW 2
 #define VF_MR 4
 #define VF_NR 4
-#include "simd_body.h"
+#include "kernels/cpu/simd_body.h"
 #undef VF_SFX
 #undef VF_SIMD_NAME
 #undef VF_VT
@@ -42,7 +42,7 @@ typedef double vf_v8d __attribute__((vector_size(64)));
 #define VF_VW 4
 #define VF_MR 6
 #define VF_NR 8
-#include "simd_body.h"
+#include "kernels/cpu/simd_body.h"
 #undef VF_SFX
 #undef VF_SIMD_NAME
 #undef VF_VT
@@ -59,7 +59,7 @@ typedef double vf_v8d __attribute__((vector_size(64)));
 #define VF_VW 8
 #define VF_MR 8
 #define VF_NR 16
-#include "simd_body.h"
+#include "kernels/cpu/simd_body.h"
 #undef VF_SFX
 #undef VF_SIMD_NAME
 #undef VF_VT

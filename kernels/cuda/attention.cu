@@ -29,7 +29,7 @@
  */
 #include <math.h>
 
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define ATT_BM 64 /* queries per block (fwd, dq) */
 #define ATT_BN 64 /* keys per tile (fwd, dq) / per block (dkdv) */

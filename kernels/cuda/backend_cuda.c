@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 /* ------------------------------------------------------------------ errors */
 

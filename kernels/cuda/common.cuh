@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 typedef __nv_bfloat16 bf16;
 

@@ -18,7 +18,7 @@
  * dbias and dW by block reductions over (b, position), dinp by gathering each input
  * element's taps (as the CPU reference does). Correct and deterministic, not fast.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define CV_BM 64
 #define CV_BN 64

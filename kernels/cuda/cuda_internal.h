@@ -26,8 +26,8 @@
 #include <cuda_runtime_api.h>
 #include <cublasLt.h>
 
-#include "../ops.h"
-#include "../../runtime/alloc.h"
+#include "kernels/ops.h"
+#include "runtime/core/alloc.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,7 +9,7 @@
  * is f64, term for term the CPU reference's (torch.optim.AdamW), so GPU and CPU
  * optimizer shards agree to the last f32 bit up to the rounding of the bf16 gradient.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f

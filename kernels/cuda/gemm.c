@@ -24,7 +24,7 @@
 
 #include <cublas_api.h>
 
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 /* ------------------------------------------------------------------ loading cuBLASLt
  * cuBLASLt is opened with dlopen when the first CUDA backend is made, not linked:

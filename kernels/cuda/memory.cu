@@ -10,7 +10,7 @@
  */
 #include <stdio.h>
 
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 /* ------------------------------------------------------------------ memset, copy */
 

@@ -9,7 +9,7 @@
  * Parameter gradients (sums over rows) go through the deterministic column sums of
  * reduce.cu.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 #define ROWS_PER_BLOCK 8
 

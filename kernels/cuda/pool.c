@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_internal.h"
-#include "pool_core.h"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/pool_core.h"
 
 typedef struct dev_pool {
     pthread_mutex_t mu;

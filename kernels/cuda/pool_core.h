@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/alloc.h"
-#include "../../runtime/vflow.h"
+#include "runtime/core/alloc.h"
+#include "runtime/vflow.h"
 
 #define VF_POOL_SMALL_LIMIT ((size_t)1 << 20)
 #define VF_POOL_SMALL_ROUND ((size_t)512)

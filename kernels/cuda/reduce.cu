@@ -14,7 +14,7 @@
  * mse / sumsq return f64 like the CPU: 256 fixed blocks (the CPU's split of [0, n)),
  * each reduced by a fixed tree in f64, the 256 partials added on the host in order.
  */
-#include "common.cuh"
+#include "kernels/cuda/common.cuh"
 
 /* ------------------------------------------------------------------ column sums */
 

@@ -35,11 +35,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../runtime/chan.h"
-#include "../../runtime/graph.h"
-#include "../../runtime/transport_dev.h"
-#include "cuda_internal.h"
-#include "xfer_state.h"
+#include "runtime/edge/chan.h"
+#include "runtime/graph/graph.h"
+#include "runtime/edge/transport_dev.h"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/xfer_state.h"
 #ifdef VFLOW_HAVE_NCCL
 #include <nccl.h>
 #endif

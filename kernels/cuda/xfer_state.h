@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../runtime/vflow.h"
+#include "runtime/vflow.h"
 
 /* ------------------------------------------------------------------ descriptor */
 

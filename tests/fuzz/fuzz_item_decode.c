@@ -9,7 +9,7 @@
  * Build for fuzzing: clang -fsanitize=fuzzer,address,undefined with the runtime; in the
  * normal build it is linked with replay_main.c and runs over corpus/fuzz_item_decode/.
  */
-#include "item.h"
+#include "runtime/core/item.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,9 +11,9 @@
  *     idempotent (validating again changes nothing).
  * In the normal build it is linked with replay_main.c and runs over corpus/fuzz_json/.
  */
-#include "graph.h"
-#include "json.h"
-#include "params.h"
+#include "runtime/graph/graph.h"
+#include "runtime/json.h"
+#include "runtime/core/params.h"
 
 #include <stdio.h>
 #include <stdlib.h>

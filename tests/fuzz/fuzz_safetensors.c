@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c — libFuzzer target for the safetensors reader (runtime/safetensors.c).
+/* fuzz_safetensors.c — libFuzzer target for the safetensors reader (formats/safetensors.c).
  *
  * Properties beyond "no crash / no out-of-bounds read" (ASan):
  *   - a refused file leaves *out NULL and a message naming the file;
@@ -9,7 +9,7 @@
  * Build for fuzzing: clang -fsanitize=fuzzer,address,undefined with the runtime; in the
  * normal build it is linked with replay_main.c and runs over corpus/fuzz_safetensors/.
  */
-#include "safetensors.h"
+#include "formats/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>

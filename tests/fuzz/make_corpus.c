@@ -4,7 +4,7 @@
  *      -lzmq -lpthread -lm -o /tmp/make_corpus && /tmp/make_corpus tests/fuzz/corpus/fuzz_item_decode
  * Valid records of several shapes, then damaged ones (truncated, bit-flipped, wrong
  * version, wrong CRC). */
-#include "item.h"
+#include "runtime/core/item.h"
 
 #include <stdio.h>
 #include <stdlib.h>

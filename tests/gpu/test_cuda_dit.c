@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../kernels/ops.h"
-#include "../../models/dit.h"
-#include "../../runtime/philox.h"
+#include "kernels/ops.h"
+#include "models/dit.h"
+#include "runtime/philox.h"
 
 static vf_backend *G;
 

@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../kernels/ops.h"
+#include "kernels/ops.h"
 
 static vf_backend *G, *C;
 

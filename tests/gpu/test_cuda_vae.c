@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../kernels/ops.h"
-#include "../../models/vae.h"
+#include "kernels/ops.h"
+#include "models/vae.h"
 
 static vf_backend *G;
 

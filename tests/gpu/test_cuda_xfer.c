@@ -1,5 +1,5 @@
 /* test_cuda_xfer.c — device tensors between two processes on one node, through the
- * device-tensor hook (runtime/transport_dev.h) over a real ZeroMQ ipc:// edge: CUDA IPC,
+ * device-tensor hook (runtime/edge/transport_dev.h) over a real ZeroMQ ipc:// edge: CUDA IPC,
  * host staging, and NCCL (only with two GPUs: NCCL refuses two ranks on one device).
  *
  * vflow-test: labels=gpu timeout=300
@@ -24,11 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../kernels/ops.h"
-#include "../../runtime/chan_internal.h"
-#include "../../runtime/transport_dev.h"
+#include "kernels/ops.h"
+#include "runtime/edge/chan_internal.h"
+#include "runtime/edge/transport_dev.h"
 #ifdef VFLOW_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -19,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../kernels/ops.h"
-#include "../../models/dit.h"
-#include "../../runtime/alloc.h"
-#include "../../stages/dit_train.h"
+#include "kernels/ops.h"
+#include "models/dit.h"
+#include "runtime/core/alloc.h"
+#include "stages/train/dit_train.h"
 
 #ifdef VFLOW_HAVE_CUDA
 #include <cuda_runtime_api.h>

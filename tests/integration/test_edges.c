@@ -1,4 +1,4 @@
-/* test_edges.c — ZeroMQ edges between real processes (runtime/transport_zmq.c, port.c).
+/* test_edges.c — ZeroMQ edges between real processes (runtime/edge/transport_zmq.c, port.c).
  *
  * The parent forks a consumer (which binds and reports the endpoint it got) and a
  * producer (which connects to it); each child makes its own hub, hence its own ZeroMQ
@@ -22,9 +22,9 @@
  *     touched later. An unbounded queue would show up as ~2 GiB on one side.
  * vflow-test: labels=integration timeout=300
  */
-#include "alloc.h"
-#include "chan.h"
-#include "vf_test.h"
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan.h"
+#include "tests/vf_test.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -144,7 +144,7 @@ def compare(name, run_dir, out):
             print("  %-8s worker %-18s plan+code %10d rss peak %10d ratio %.3f" % (name, w["name"], want, got, got / want))
             # 1.15, not 1.10: items under VF_ALLOC_BIG come from malloc, whose heap keeps
             # what they churn through (glibc raises its mmap threshold after the first
-            # free), and runtime/plan.c counts a reuse cache only for big blocks; measured
+            # free), and runtime/plan/plan.c counts a reuse cache only for big blocks; measured
             # 1.04-1.11 for the precompute worker of 204 KiB clips (pre-b), and 1.16 once
             # on a loaded CI machine: that retention is a few MiB whatever the plan, so the
             # bound also allows a fixed 4 MiB. An undeclared buffer of the item sizes these

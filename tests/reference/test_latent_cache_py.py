@@ -83,7 +83,7 @@ DTYPES = {0: ("u8", 1), 1: ("i32", 4), 2: ("f32", 4), 3: ("bf16", 2), 4: ("f16",
 
 
 def decode(rec):
-    """The codec record (runtime/item.h) -> (id, meta, {name: (dtype, shape, bytes)})."""
+    """The codec record (runtime/core/item.h) -> (id, meta, {name: (dtype, shape, bytes)})."""
     if rec[:4] != b"VFIT":
         raise ValueError("magic")
     ver, flags, total = struct.unpack_from("<HHQ", rec, 4)

@@ -1,7 +1,7 @@
 # test_vae_parity.py — the C causal VAE encoder (models/vae.c) against an independent
 # PyTorch implementation of the same architecture (float64, whole clip, torch conv3d),
 # on the same weights, exchanged through safetensors files written here with the
-# `safetensors` package and read by the C side through runtime/safetensors.h.
+# `safetensors` package and read by the C side through formats/safetensors.h.
 #
 # The C side runs through build/tools/vae_tool, in chunks of 1, 4 and 5 frames (and
 # whole): every run must match the reference to a relative error <= 1e-4 (max abs

@@ -15,9 +15,9 @@
  *       one line per batch: "<cursor>\t<keys>"
  *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
  */
-#include "../stages/latent_cache.h"
-#include "../stages/latent_reader.h"
-#include "cache_cli.h"
+#include "stages/latent_cache.h"
+#include "stages/latent_reader.h"
+#include "cli/cache_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>

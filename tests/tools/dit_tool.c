@@ -15,8 +15,8 @@
  * Inputs are raw little-endian arrays: params f32 (layout order), xt/target f32
  * (B,z,T,H,W), t f32 (B), text i32 (B,text_len), len i32 (B).
  */
-#include "../../models/dit.h"
-#include "../../runtime/philox.h"
+#include "models/dit.h"
+#include "runtime/philox.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,8 +8,8 @@
  *   st_tool copy IN OUT       rewrites IN with vf_st_writer (all tensors and metadata)
  *   st_tool f32 FILE NAME     the tensor through vf_st_read_f32, one %.9g value per line
  */
-#include "obuf.h"
-#include "safetensors.h"
+#include "runtime/core/obuf.h"
+#include "formats/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>

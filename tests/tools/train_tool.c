@@ -10,13 +10,13 @@
  *       NUL padded) and its latent (f32): what a reference trainer needs to rebuild the
  *       batches without decoding the cache.
  *   train_tool ckpt-find DIR
- *       prints "STEP PATH" of the newest complete checkpoint (runtime/ckpt.h rules) and
+ *       prints "STEP PATH" of the newest complete checkpoint (formats/ckpt.h rules) and
  *       the damaged ones it skipped on stderr; exit 1 when there is none.
  */
-#include "../../runtime/cache_format.h"
-#include "../../runtime/ckpt.h"
-#include "../../runtime/philox.h"
-#include "../../stages/latent_cache.h"
+#include "formats/cache_format.h"
+#include "formats/ckpt.h"
+#include "runtime/philox.h"
+#include "stages/latent_cache.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -16,8 +16,8 @@
  *
  * Exit 0 on success, 1 with the error on stderr, 2 on bad usage.
  */
-#include "../../models/vae.h"
-#include "../../runtime/safetensors.h"
+#include "models/vae.h"
+#include "formats/safetensors.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <omp.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
 /* ---- deterministic random numbers (splitmix64) */
 static uint64_t tl_seed_ = 0x9e3779b97f4a7c15ull;

@@ -1,8 +1,8 @@
-/* test_alloc.c — vf_alloc and the per-stage memory accounts (runtime/alloc.c): live and
+/* test_alloc.c — vf_alloc and the per-stage memory accounts (runtime/core/alloc.c): live and
  * peak bytes, frees from another thread credit the owner, limits refuse with a message
  * naming the account, and concurrent charges never take an account over its limit. */
-#include "alloc.h"
-#include "vf_test.h"
+#include "runtime/core/alloc.h"
+#include "tests/vf_test.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -1,13 +1,13 @@
-/* test_chan.c — edges and run-time ports inside one process (runtime/port.c, chan.c,
+/* test_chan.c — edges and run-time ports inside one process (runtime/edge/port.c, chan.c,
  * transport_inproc.c, transport_zmq.c): capacity really bounds the items in flight,
  * fan-in is fair and ends only after every edge ended, fan-out shares tensors, a
  * closed input turns into VF_EOS for the producer, the stop flag unblocks a blocked
  * send and recv within 200 ms, and the ZeroMQ edges keep order, credits and EOS when
  * both ends sit in this process (the multi-process tests are in tests/integration). */
-#include "alloc.h"
-#include "chan.h"
-#include "transport_dev.h"
-#include "vf_test.h"
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan.h"
+#include "runtime/edge/transport_dev.h"
+#include "tests/vf_test.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

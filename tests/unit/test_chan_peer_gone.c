@@ -1,5 +1,5 @@
 /* test_chan_peer_gone.c — a ZeroMQ sender's drain after vf_close must not wait forever
- * for a receiver process that is gone (runtime/port.c vf_port_drain, transport_zmq.c):
+ * for a receiver process that is gone (runtime/edge/port.c vf_port_drain, transport_zmq.c):
  * the receiver (a forked child speaking the edge's wire format on a raw DEALER) reads
  * every item and the EOS, then exits without its final ack reaching the sender (the
  * lost last frame seen at exit with P=4 training). Before the fix the drain waited until
@@ -7,9 +7,9 @@
  * is merely slow (connected, reading late) is still waited for and gets every item.
  * (Before the fix vf_port_free, draining without a bound, never returned here.)
  * vflow-test: timeout=60 */
-#include "alloc.h"
-#include "chan.h"
-#include "vf_test.h"
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan.h"
+#include "tests/vf_test.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_codec.c — the item codec (runtime/item.c) and CRC32C (runtime/crc32c.c).
+/* test_codec.c — the item codec (runtime/core/item.c) and CRC32C (runtime/core/crc32c.c).
  *
  * Round trips for every dtype and rank, then the strictness that makes the codec safe
  * for the wire and for LMDB: every truncation and every single-bit flip of a valid
@@ -6,8 +6,8 @@
  * records with a VALID CRC but broken structure are refused with a message naming the
  * offset. CRC32C against the RFC 3720 vectors, hardware path against the table path.
  */
-#include "item.h"
-#include "vf_test.h"
+#include "runtime/core/item.h"
+#include "tests/vf_test.h"
 
 #include <stdint.h>
 

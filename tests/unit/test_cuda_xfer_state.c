@@ -2,7 +2,7 @@
  * device-tensor transports, on a machine without a GPU: pool_core.h (size classes,
  * reuse, accounts, limits, trim on driver OOM, exported blocks kept), xfer_state.h (the
  * IPC/NCCL descriptor codec and its strictness, the send ring's release by credit, the
- * import table's open-once refcounting) and runtime/transport_dev.c (host-staged
+ * import table's open-once refcounting) and runtime/edge/transport_dev.c (host-staged
  * tensors unwrapped without CUDA, the error naming the edge when a device tensor meets
  * a build without a device transport).
  */
@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../kernels/cuda/pool_core.h"
-#include "../../kernels/cuda/xfer_state.h"
-#include "../../runtime/alloc.h"
-#include "../../runtime/chan_internal.h"
-#include "../../runtime/transport_dev.h"
+#include "kernels/cuda/pool_core.h"
+#include "kernels/cuda/xfer_state.h"
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan_internal.h"
+#include "runtime/edge/transport_dev.h"
 
 /* ------------------------------------------------------------------ a fake driver */
 

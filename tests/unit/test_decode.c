@@ -1,4 +1,4 @@
-/* test_decode.c — the decode core (stages/decode_av.h) on real videos.
+/* test_decode.c — the decode core (stages/decode/decode_av.h) on real videos.
  * (Clip planner and manifests without videos: test_decode_plan.c.)
  * vflow-test: labels=decode timeout=600
  *
@@ -9,11 +9,11 @@
  * fails. Independent references: ffprobe (frame count, rate, timestamps) and the ffmpeg
  * CLI (scale + crop + autorotate of the same frame, compared pixel-wise).
  */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../stages/decode_av.h"
-#include "../../stages/decode_clip.h"
-#include "../../stages/decode_manifest.h"
+#include "stages/decode/decode_av.h"
+#include "stages/decode/decode_clip.h"
+#include "stages/decode/decode_manifest.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavutil/log.h>

@@ -1,4 +1,4 @@
-/* test_dit.c — the DiT model (models/dit*.c) and the Philox RNG (runtime/philox.c) on the
+/* test_dit.c — the DiT model (models/dit*.c) and the Philox RNG (runtime/core/philox.c) on the
  * CPU backend.
  *
  *  - Philox4x32-10 known answers (Random123 kat_vectors) and call-order independence;
@@ -14,11 +14,11 @@
  * The gradient values themselves are checked against PyTorch in
  * tests/reference/test_dit_parity.py.
  */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../models/dit.h"
-#include "../runtime/params.h"
-#include "../runtime/philox.h"
+#include "models/dit.h"
+#include "runtime/core/params.h"
+#include "runtime/philox.h"
 
 #include <lauxlib.h>
 #include <lua.h>

@@ -2,17 +2,17 @@
  * run dir (incl. the sun_path fallback), control-plane framing, metrics rows, progress
  * line, and the context's quarantine / gauges. The whole driver runs in the integration
  * tests (tests/integration/test_run_*.sh). */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "runtime/ctl.h"
-#include "runtime/graph.h"
+#include "runtime/driver/ctl.h"
+#include "runtime/graph/graph.h"
 #include "runtime/json.h"
-#include "runtime/metrics.h"
-#include "runtime/obuf.h"
-#include "runtime/params.h"
-#include "runtime/progress.h"
-#include "runtime/rundir.h"
-#include "runtime/stage.h"
+#include "runtime/driver/metrics.h"
+#include "runtime/core/obuf.h"
+#include "runtime/core/params.h"
+#include "runtime/driver/progress.h"
+#include "runtime/driver/rundir.h"
+#include "runtime/core/stage.h"
 
 #include <fcntl.h>
 #include <ftw.h>

@@ -3,11 +3,11 @@
  * required ports, memory), placement, overrides, JSON round trip and DOT.
  *
  * Test-only stage kinds (t_*) are registered here, in this executable only. */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../runtime/graph.h"
-#include "../runtime/json.h"
-#include "../runtime/params.h"
+#include "runtime/graph/graph.h"
+#include "runtime/json.h"
+#include "runtime/core/params.h"
 
 /* ---- t_src: one output "out" carrying tensor "x" of params dtype/shape/sym ---- */
 static const vf_param_spec src_params[] = {

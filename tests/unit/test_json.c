@@ -1,8 +1,8 @@
 /* test_json.c — the strict JSON tree: parse, exact integers, canonical emit, errors with
  * line/column, round trips, builders. Expected texts are written out by hand (RFC 8259). */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../runtime/json.h"
+#include "runtime/json.h"
 
 #include <float.h>
 #include <stdint.h>

@@ -3,9 +3,9 @@
  * (same seed same order, other seed other order, a permutation per epoch), shards
  * disjoint and covering, exact resume from a cursor, batch contents, damaged and
  * mixed-shape caches. */
-#include "../stages/latent_cache.h"
-#include "../stages/latent_reader.h"
-#include "vf_test.h"
+#include "stages/latent_cache.h"
+#include "stages/latent_reader.h"
+#include "tests/vf_test.h"
 
 #include <unistd.h>
 

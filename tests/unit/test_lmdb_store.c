@@ -2,8 +2,8 @@
  * from a tiny map (with a summary record updated inside the retried txn), the growth
  * ceiling, stale reader slots of a killed process, MDB_MAP_RESIZED seen by a reader
  * while another process grows the map, and error messages. */
-#include "lmdb_store.h"
-#include "vf_test.h"
+#include "formats/lmdb_store.h"
+#include "tests/vf_test.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct hp {
     float lr, b1, b2, eps, wd, gs;

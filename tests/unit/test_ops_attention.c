@@ -4,7 +4,7 @@
  * lengths crossing the 64-row query/key blocks; accumulation; NULL gradients; identical
  * bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct at {
     int64_t B, Lq, Lk, H, D;

@@ -3,7 +3,7 @@
  * vf_backend_for, and the "built without CUDA" answer of a build without CUDA. */
 #include "kernels/ops.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 VF_TEST(cpu_table_complete)
 {

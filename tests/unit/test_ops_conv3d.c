@@ -3,7 +3,7 @@
  * causal time padding, symmetric spatial padding, strides, a 1×2×2 patch embedding, odd
  * and prime sizes; accumulation; identical bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct cv {
     int64_t B, C, T, H, W, OC;

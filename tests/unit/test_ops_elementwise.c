@@ -2,7 +2,7 @@
  * forward against f64 references, backward against f64 finite differences (into zeroed
  * and into preset gradients), in-place use, and identical bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 /* ---- unary activations */
 

@@ -2,7 +2,7 @@
  * and MSE loss: against f64 references and f64 finite differences, repeated tokens,
  * accumulation, identical bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct em {
     int64_t N, C;

@@ -5,7 +5,7 @@
  * backend's own exp against libm (the same float after rounding, ≤ 1 ulp in double). */
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct bufs {
     float *b[16];

@@ -2,7 +2,7 @@
  * restores, identical bytes on 1/2/3 threads) and the memory functions (f32/bf16/f16
  * upload and download against the runtime's converters). */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 /* out[i0..] = inp[j] where out axis a indexes inp axis perm[a] */
 static void permute_ref(float *out, const float *inp, int nd, const int64_t *shape, const int *perm)

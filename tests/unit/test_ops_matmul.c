@@ -2,7 +2,7 @@
  * reference: forward, backward by finite differences, accumulation, odd and
  * block-crossing sizes, bit equality across gemm ISA paths and thread counts. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct mm {
     int64_t N, C, OC;

@@ -2,7 +2,7 @@
  * statistics) against f64 references, backward against f64 finite differences with and
  * without affine parameters, accumulation, odd sizes, identical bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct nm {
     int64_t N, C, S; /* rows × C (row norms) or (N=B, C, S) channel-first */

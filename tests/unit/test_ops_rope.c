@@ -2,7 +2,7 @@
  * reference (complex multiply of interleaved pairs), backward against f64 finite
  * differences, accumulation, in place, odd D, identical bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
-#include "ops_testlib.h"
+#include "tests/unit/ops_testlib.h"
 
 typedef struct rp {
     int64_t B, L, H, D;

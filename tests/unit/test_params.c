@@ -1,9 +1,9 @@
 /* test_params.c — params against schemas: defaults filled, numbers normalised, getters,
  * every validation message word for word, --set style overrides, did-you-mean. */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../runtime/json.h"
-#include "../runtime/params.h"
+#include "runtime/json.h"
+#include "runtime/core/params.h"
 
 static const vf_param_spec model_fields[] = {
     {"dim", VF_P_INT, "8", VF_RANGE(1, 4096), "width", NULL, NULL},

@@ -3,9 +3,9 @@
  * and the knob search: every fix it reports is checked against an independent re-plan of
  * the script with the fix's --set pairs, and "fits" against the budget.
  */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../runtime/plan.h"
+#include "runtime/plan/plan.h"
 
 #include <unistd.h>
 

@@ -1,8 +1,8 @@
 /* test_safetensors.c — reader/writer round trips and every malformed header the
  * reference reader refuses (the same cases are cross-checked against the Python
  * package in tests/reference/test_safetensors_py.py). */
-#include "safetensors.h"
-#include "vf_test.h"
+#include "formats/safetensors.h"
+#include "tests/vf_test.h"
 
 #include <fcntl.h>
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* test_tensor.c — dtypes, device strings, tensor lifetime and the bf16/f16 conversions
- * (runtime/tensor.c). The f16 conversion is checked against the compiler's own
+ * (runtime/core/tensor.c). The f16 conversion is checked against the compiler's own
  * _Float16 (libgcc's soft-float routines), an independent reference. */
-#include "alloc.h"
-#include "vf_test.h"
-#include "vflow.h"
+#include "runtime/core/alloc.h"
+#include "tests/vf_test.h"
+#include "runtime/vflow.h"
 
 #include <stdint.h>
 

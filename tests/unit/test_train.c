@@ -7,19 +7,19 @@
  *    that must finish (no deadlock) with at most M items on any edge;
  *  - the learning-rate schedule (warmup, cosine end points, constant), micro-batch cuts,
  *    reader-cursor order;
- *  - checkpoints (stages/checkpoint_write.c, runtime/ckpt.c): files, manifest CRCs,
+ *  - checkpoints (stages/train/checkpoint_write.c, formats/ckpt.c): files, manifest CRCs,
  *    `latest`, keep-K pruning, an injected write failure leaving the previous ones intact
  *    and no .tmp, a damaged newest one skipped with a warning, state.json contents,
  *    model.safetensors by name equal to the snapshots, moments and master slices read
  *    back under another shard count, and the config check naming every differing key.
  */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../runtime/ckpt.h"
-#include "../runtime/philox.h"
-#include "../stages/adamw_io.h"
-#include "../stages/checkpoint.h"
-#include "../stages/dit_train.h"
+#include "formats/ckpt.h"
+#include "runtime/philox.h"
+#include "stages/train/adamw_io.h"
+#include "stages/train/checkpoint.h"
+#include "stages/train/dit_train.h"
 
 #include <math.h>
 #include <stdio.h>

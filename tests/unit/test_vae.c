@@ -5,10 +5,10 @@
  *
  * Parity with an independent PyTorch implementation is tests/reference/test_vae_parity.py.
  */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../models/vae.h"
-#include "../../runtime/alloc.h"
+#include "models/vae.h"
+#include "runtime/core/alloc.h"
 
 #include <inttypes.h>
 #include <unistd.h>

@@ -8,14 +8,14 @@
  * grow with the clip length; fed over a ZeroMQ edge, that peak stays within what its
  * memory hook declares (received clips are held as whole records).
  */
-#include "vf_test.h"
+#include "tests/vf_test.h"
 
-#include "../../models/vae.h"
-#include "../../runtime/alloc.h"
-#include "../../runtime/chan.h"
-#include "../../runtime/params.h"
-#include "../../runtime/stage.h"
-#include "../../stages/latent_cache.h"
+#include "models/vae.h"
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan.h"
+#include "runtime/core/params.h"
+#include "runtime/core/stage.h"
+#include "stages/latent_cache.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -1,0 +1,228 @@
+/* plan_cli.c — the planner as the CLI uses it (plan.h): `vflow plan`, the gate in front
+ * of `vflow run`, and plan vs measured once a run is over.
+ */
+#include "runtime/plan/plan.h"
+#include "runtime/json.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static bool touches_cuda(const vf_mplan *p)
+{
+    for (int i = 0; i < p->ndev; i++)
+        if (p->dev[i].dev.kind == VF_DEV_CUDA) return true;
+    return false;
+}
+
+/* Plan + budgets (+ fixes when over). *nfix fixes in fix[]. */
+static int plan_all(const vf_graph *g, const vf_plan_req *req, vf_mplan *p, vf_machine *m, vf_plan_fix *fix,
+                    int *nfix, vf_status *st)
+{
+    int rc = 0;
+    vf_budget b, *bp = NULL;
+    *nfix = 0;
+    if (req->budget) {
+        VF_TRY(vf_budget_parse(req->budget, &b, st));
+        bp = &b;
+    }
+    VF_TRY(vf_mplan_build(g, p, st));
+    vf_machine_probe(m, touches_cuda(p));
+    vf_mplan_budget(p, bp, m);
+    if (p->nover > 0 && req->script) *nfix = vf_plan_fixes(req, p, bp, m, fix, VF_PLAN_MAX_FIXES);
+fail:
+    return rc;
+}
+
+int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_status *st)
+{
+    vf_mplan p;
+    vf_machine m;
+    vf_plan_fix fix[VF_PLAN_MAX_FIXES];
+    int nfix = 0;
+    int rc = plan_all(g, req, &p, &m, fix, &nfix, st);
+    if (rc < 0) return rc;
+    rc = vf_mplan_print(&p, fix, nfix, out, req->json, st);
+    fflush(out);
+    if (rc == 0) rc = vf_mplan_refusal(&p, st);
+    vf_mplan_free(&p);
+    return rc;
+}
+
+int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *report, vf_status *st)
+{
+    vf_mplan p;
+    vf_machine m;
+    vf_plan_fix fix[VF_PLAN_MAX_FIXES];
+    int nfix = 0, rc = 0;
+    vf_budget b, *bp = NULL;
+    if (req->budget) {
+        rc = vf_budget_parse(req->budget, &b, st);
+        if (rc < 0) return rc;
+        bp = &b;
+    }
+    rc = vf_mplan_build(g, &p, st);
+    if (rc < 0) return rc;
+    vf_machine_probe(&m, touches_cuda(&p));
+    /* Devices first: `plan` plans for GPUs this machine lacks, `run` cannot use them. */
+    for (int i = 0; i < g->nstages; i++) {
+        const vf_gstage *s = &g->stages[i];
+        if (s->device.kind == VF_DEV_CUDA && s->device.index >= m.ncuda) {
+            rc = vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                               "%s: stage '%s' (%s) runs on cuda:%d, but this machine has %d CUDA device%s "
+                               "(`vflow plan` plans for absent devices; `vflow run` needs them)",
+                               s->where, s->name, s->kind, s->device.index, m.ncuda, m.ncuda == 1 ? "" : "s");
+            goto out;
+        }
+    }
+    vf_mplan_budget(&p, bp, &m);
+    if (p.nover > 0) {
+        if (!force) {
+            nfix = vf_plan_fixes(req, &p, bp, &m, fix, VF_PLAN_MAX_FIXES);
+            if (report) {
+                vf_mplan_print(&p, fix, nfix, report, false, st);
+                fflush(report);
+            }
+        }
+        rc = vf_mplan_refusal(&p, st);
+        if (force) {
+            fprintf(stderr, "vflow: warning (--force): %s\n", st->msg);
+            vf_status_clear(st);
+            rc = 0;
+        }
+    }
+out:
+    vf_mplan_free(&p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ after the run */
+
+static int write_file(const char *path, const char *text)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return VF_EIO;
+    fputs(text, f);
+    fputc('\n', f);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return VF_EIO;
+    }
+    return 0;
+}
+
+int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_status *st)
+{
+    int rc = 0;
+    char dir[4096], path[4200];
+    if (run_dir) snprintf(dir, sizeof dir, "%s", run_dir);
+    else snprintf(dir, sizeof dir, "runs/%s", g->name[0] ? g->name : "run");
+    vf_mplan p;
+    FILE *f = NULL;
+    int64_t *peak = calloc((size_t)(g->nstages ? g->nstages : 1), sizeof *peak);
+    int64_t *rss = calloc((size_t)(g->nworkers ? g->nworkers : 1), sizeof *rss);
+    if (!peak || !rss) {
+        free(peak);
+        free(rss);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+    }
+    for (int i = 0; i < g->nstages; i++) peak[i] = -1;
+    for (int w = 0; w < g->nworkers; w++) rss[w] = -1;
+    rc = vf_mplan_build(g, &p, st);
+    if (rc < 0) {
+        free(peak);
+        free(rss);
+        return rc;
+    }
+    char *json = vf_mplan_json(&p, NULL, 0);
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    if (json) write_file(path, json); /* a record for later; the run's outcome does not hang on it */
+    free(json);
+
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    f = fopen(path, "r");
+    if (!f) VF_FAIL(st, VF_EIO, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        if (!strstr(line, "\"final\"")) continue;
+        vf_status js = {0};
+        vf_json *r = vf_json_parse_n(line, (size_t)len, &js);
+        if (!r) continue;
+        const char *type = vf_json_get_str(r, "type", "");
+        int i = vf_graph_find(g, vf_json_get_str(r, "stage", ""));
+        if (strcmp(type, "final") == 0 && i >= 0) {
+            peak[i] = vf_json_get_int(r, "peak", -1);
+            int w = g->stages[i].worker;
+            int64_t rp = vf_json_get_int(r, "rss_peak", -1);
+            if (w >= 0 && w < g->nworkers && rp > rss[w]) rss[w] = rp;
+        }
+        vf_json_free(r);
+    }
+    free(line);
+    fprintf(out, "plan vs measured (per-stage host accounts, %s):\n", path);
+    fprintf(out, "  %-22s %-14s %14s %14s %8s\n", "stage", "kind", "plan", "measured", "ratio");
+    for (int i = 0; i < g->nstages; i++) {
+        char a[32], b[32], r[16] = "-";
+        vf_bytes_str(p.account[i], a, sizeof a);
+        if (peak[i] >= 0) vf_bytes_str(peak[i], b, sizeof b);
+        else snprintf(b, sizeof b, "-");
+        if (peak[i] >= 0 && p.account[i] > 0) snprintf(r, sizeof r, "%.2f", (double)peak[i] / (double)p.account[i]);
+        fprintf(out, "  %-22s %-14s %14s %14s %8s\n", g->stages[i].name, g->stages[i].kind, a, b, r);
+    }
+    /* worker processes: their resident peak against their lines (+ the shared code, which
+     * every process's RSS counts) */
+    int64_t shared = 0;
+    for (int k = 0; k < p.n; k++)
+        if (p.l[k].worker < 0 && p.l[k].cat == VF_MCAT_RUNTIME && strstr(p.l[k].what, "shared")) shared += p.l[k].bytes;
+    fprintf(out, "  %-22s %-14s %14s %14s %8s\n", "worker", "", "plan (+code)", "rss peak", "ratio");
+    for (int w = 0; w < g->nworkers; w++) {
+        int64_t t = shared;
+        for (int k = 0; k < p.n; k++)
+            if (p.l[k].worker == w && p.l[k].dev.kind == VF_DEV_CPU) t = (t < 0 || p.l[k].bytes < 0) ? -1 : t + p.l[k].bytes;
+        char a[32], b[32], r[16] = "-";
+        vf_bytes_str(t, a, sizeof a);
+        if (rss[w] > 0) vf_bytes_str(rss[w], b, sizeof b);
+        else snprintf(b, sizeof b, "-");
+        if (rss[w] > 0 && t > 0) snprintf(r, sizeof r, "%.2f", (double)rss[w] / (double)t);
+        fprintf(out, "  %-22s %-14s %14s %14s %8s\n", g->workers[w].name, "", a, b, r);
+    }
+fail:
+    if (f) fclose(f);
+    vf_mplan_free(&p);
+    free(peak);
+    free(rss);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ compat */
+
+int vf_plan_print(const vf_graph *g, FILE *out, bool json, vf_status *st)
+{
+    vf_mplan p;
+    int rc = vf_mplan_build(g, &p, st);
+    if (rc < 0) return rc;
+    rc = vf_mplan_print(&p, NULL, 0, out, json, st);
+    vf_mplan_free(&p);
+    return rc;
+}
+
+int vf_plan_check(const vf_graph *g, const char *budget, vf_status *st)
+{
+    if (!budget) return 0;
+    vf_budget b;
+    vf_mplan p;
+    int rc = vf_budget_parse(budget, &b, st);
+    if (rc < 0) return rc;
+    rc = vf_mplan_build(g, &p, st);
+    if (rc < 0) return rc;
+    vf_mplan_budget(&p, &b, NULL);
+    rc = vf_mplan_refusal(&p, st);
+    vf_mplan_free(&p);
+    return rc;
+}

@@ -1,0 +1,77 @@
+/* cache_format.h — the conventions of vflow's LMDB latent cache, shared by the writer
+ * (stages/latent_cache.c), the reader (stages/latent_reader.c) and `vflow cache`.
+ *
+ * Entries of the main DB:
+ *   <32 lowercase hex chars>  the codec record (vf_item_encode) of one latent item
+ *                             (docs/ITEMS.md: tensor "latent" f32 (z, T', h, w), optional
+ *                             "logvar", metadata with caption and provenance)
+ *   "__meta__"                canonical JSON summary, updated in the same txn as the
+ *                             entries it counts (so it is exact after a SIGKILL):
+ *     {"format":"vflow-latent-cache","version":1,"key":"provenance"|"id",
+ *      "tensor":"latent","dtype":"f32","entries":N,"bytes":B,
+ *      "shapes":{"(16,5,32,32)":N,…},"vae":{"<vae hash>":N,…}}
+ *
+ * Keys: the 128-bit FNV-1a hash, as 32 hex chars (high half first), of
+ *   "vflow-latent-key/1\0" source "\0" clip "\0" transform "\0" vae "\0"
+ * (clip as a decimal integer; source/transform/vae the item's metadata strings of those
+ * names) — so another file, clip, transform or VAE never collides with an entry, and a
+ * rerun derives the same key for the same work. Items without provenance (tests, the
+ * synthetic source) use key scheme "id": the hash of "vflow-latent-key/id/1\0" id "\0".
+ */
+#ifndef VF_CACHE_FORMAT_H
+#define VF_CACHE_FORMAT_H
+#include "runtime/json.h"
+#include "formats/lmdb_store.h"
+
+#define VF_CACHE_FORMAT "vflow-latent-cache"
+#define VF_CACHE_VERSION 1
+#define VF_CACHE_META_KEY "__meta__"
+#define VF_CACHE_KEY_LEN 32
+#define VF_CACHE_TENSOR "latent"
+
+typedef enum vf_cache_keying {
+    VF_CACHE_KEY_PROVENANCE = 0, /* (source, clip, transform, vae) */
+    VF_CACHE_KEY_ID = 1,         /* the item id */
+} vf_cache_keying;
+
+const char *vf_cache_keying_name(vf_cache_keying k); /* "provenance" | "id" */
+int vf_cache_keying_parse(const char *s, vf_cache_keying *out); /* 0 or VF_EINVAL */
+
+/* The key text (32 hex chars + NUL) of the given provenance / id. */
+void vf_cache_key(const char *source, int64_t clip, const char *transform, const char *vae,
+                  char out[VF_CACHE_KEY_LEN + 1]);
+void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]);
+/* Key of an item under a scheme; VF_EINVAL naming the item id and the missing
+ * metadata field (provenance needs str source, num clip, str transform, str vae). */
+int vf_cache_key_of_item(const vf_item *it, vf_cache_keying k, char out[VF_CACHE_KEY_LEN + 1],
+                         vf_status *st);
+/* Whether an LMDB key is an entry key (32 lowercase hex chars), not "__meta__". */
+bool vf_cache_is_entry_key(const void *key, size_t klen);
+
+/* Checks an item is a cache entry: tensor "latent", f32, 4 dims (z, T', h, w).
+ * VF_EINVAL naming the item otherwise. */
+int vf_cache_check_item(const vf_item *it, vf_status *st);
+/* "(z,T',h,w)" of the latent, for the summary's shape histogram. */
+void vf_cache_shape_key(const vf_item *it, char *buf, size_t n);
+
+/* Strict decode of a stored record (codec: magic, version, CRC, every length) plus
+ * vf_cache_check_item. VF_ECORRUPT / VF_EVERSION / VF_EINVAL with a message naming the
+ * cache path and the key. Caller owns *out. */
+int vf_cache_record_decode(const char *path, const void *key, size_t klen, const void *val,
+                           size_t vlen, vf_item **out, vf_status *st);
+
+/* The summary record. read: *out = NULL when absent; VF_EVERSION / VF_ECORRUPT when it
+ * is of another format or version or not JSON. Caller owns *out (vf_json_free). */
+int vf_cache_meta_read(vf_lmdb *db, MDB_txn *txn, vf_json **out, vf_status *st);
+/* New summary with zero counts for key scheme k. NULL when out of memory. */
+vf_json *vf_cache_meta_new(vf_cache_keying k);
+/* Counts one more entry of `bytes` record bytes, latent shape `shape`, VAE `vae`
+ * (NULL or "" = "none"). 0 or VF_ENOMEM. */
+int vf_cache_meta_count(vf_json *meta, const char *shape, const char *vae, int64_t bytes,
+                        vf_status *st);
+/* Stores it (canonical JSON) in txn: 0, VF_LMDB_RETRY (map full) or an error. */
+int vf_cache_meta_write(vf_lmdb *db, MDB_txn *txn, const vf_json *meta, vf_status *st);
+/* The key scheme a summary records. */
+vf_cache_keying vf_cache_meta_keying(const vf_json *meta);
+
+#endif /* VF_CACHE_FORMAT_H */

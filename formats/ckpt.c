@@ -1,0 +1,373 @@
+/* ckpt.c — checkpoint dirs on disk (ckpt.h): finding the newest complete one, verifying
+ * it against its manifest, the config check, the small durable-write helpers of the
+ * checkpoint writer, and vf_resuming (vflow.h).
+ */
+#include "formats/ckpt.h"
+#include "runtime/core/stage.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ resume flag */
+
+/* `vflow run … --resume` reaches a stage only one way: the driver starts each worker with
+ * "--resume" (launch.c), the worker sets it on every stage's context (worker.c). Nothing
+ * else (environment, the parent's command line) is consulted: a stage outside a run
+ * (unit tests) resumes only when its context says so. */
+bool vf_resuming(const vf_ctx *ctx)
+{
+    return ctx && ctx->resuming;
+}
+
+/* ------------------------------------------------------------------ listing */
+
+void vf_ckpt_dir(const char *param, const char *run_dir, char *out, size_t n)
+{
+    if (param && param[0]) snprintf(out, n, "%s", param);
+    else snprintf(out, n, "%s/ckpt", run_dir && run_dir[0] ? run_dir : ".");
+}
+
+/* "step-N" (or "step-N.tmp" with tmp): N, else -1. */
+static int64_t step_of(const char *name, bool tmp)
+{
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    const char *p = name + 5;
+    if (*p < '0' || *p > '9') return -1;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (tmp ? strcmp(end, ".tmp") != 0 : *end != 0) return -1;
+    return v;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int vf_ckpt_list(const char *dir, bool tmp, int64_t **steps, int *n, vf_status *st)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "checkpoint dir %s: %s", dir,
+                             strerror(errno));
+    }
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = step_of(e->d_name, tmp);
+        if (s < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *g = realloc(*steps, sizeof *g * (size_t)cap);
+            if (!g) {
+                closedir(d);
+                free(*steps);
+                *steps = NULL;
+                *n = 0;
+                return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+            }
+            *steps = g;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_i64);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ verify */
+
+static char *slurp(const char *path, size_t max, size_t *len, vf_status *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        vf_status_set(st, errno == ENOENT ? VF_ENOTFOUND : VF_EIO, __FILE__, __LINE__, "%s: %s",
+                      path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    char *buf = NULL;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size > max) {
+        vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: unreadable or larger than %zu bytes",
+                      path, max);
+        goto out;
+    }
+    buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) {
+        vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+        goto out;
+    }
+    size_t n = 0;
+    while (n < (size_t)sb.st_size) {
+        ssize_t r = read(fd, buf + n, (size_t)sb.st_size - n);
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    buf[n] = 0;
+    *len = n;
+out:
+    close(fd);
+    return buf;
+}
+
+/* Size and CRC32C of a file, read in 1 MiB pieces. */
+static int file_crc(const char *path, int64_t *bytes, uint32_t *crc, vf_status *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return vf_status_set(st, errno == ENOENT ? VF_ECORRUPT : VF_EIO, __FILE__, __LINE__,
+                             "%s: %s", path, strerror(errno));
+    enum { CH = 1 << 20 };
+    char *buf = malloc(CH);
+    int rc = 0;
+    if (!buf) {
+        close(fd);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+    }
+    uint32_t c = 0;
+    int64_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, CH);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
+            break;
+        }
+        if (r == 0) break;
+        c = vf_crc32c(c, buf, (size_t)r);
+        n += r;
+    }
+    free(buf);
+    close(fd);
+    *bytes = n;
+    *crc = c;
+    return rc;
+}
+
+int vf_ckpt_verify(const char *path, vf_status *st)
+{
+    int rc = 0;
+    char file[PATH_MAX + 64];
+    size_t len = 0;
+    vf_json *m = NULL;
+    snprintf(file, sizeof file, "%s/%s", path, VF_CKPT_MANIFEST);
+    char *text = slurp(file, 64 << 20, &len, st);
+    if (!text) return st && st->code ? st->code : VF_EIO;
+    vf_status pst;
+    vf_status_clear(&pst);
+    m = vf_json_parse_n(text, len, &pst);
+    if (!m || m->type != VF_JSON_OBJ)
+        VF_FAIL(st, VF_ECORRUPT, "%s: not a checkpoint manifest (%s)", file, m ? "not an object" : pst.msg);
+    vf_json *files = vf_json_get(m, "files");
+    if (!files || files->type != VF_JSON_OBJ)
+        VF_FAIL(st, VF_ECORRUPT, "%s: no \"files\" object", file);
+    if (!vf_json_get(files, VF_CKPT_MODEL) || !vf_json_get(files, VF_CKPT_STATE))
+        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s and %s", file, VF_CKPT_MODEL, VF_CKPT_STATE);
+    for (int i = 0; i < vf_json_len(files); i++) {
+        const char *name = vf_json_key_at(files, i);
+        const vf_json *f = files->items[i];
+        if (strchr(name, '/') || strcmp(name, "..") == 0)
+            VF_FAIL(st, VF_ECORRUPT, "%s: bad file name \"%s\"", file, name);
+        int64_t want = vf_json_get_int(f, "bytes", -1), got = 0;
+        const char *crc_hex = vf_json_get_str(f, "crc32c", "");
+        uint32_t crc = 0;
+        char fp[PATH_MAX + 64];
+        snprintf(fp, sizeof fp, "%s/%s", path, name);
+        VF_TRY(file_crc(fp, &got, &crc, st));
+        if (got != want)
+            VF_FAIL(st, VF_ECORRUPT, "%s: %lld bytes, the manifest says %lld", fp, (long long)got,
+                    (long long)want);
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", crc);
+        if (strcmp(hex, crc_hex) != 0)
+            VF_FAIL(st, VF_ECORRUPT, "%s: CRC32C %s, the manifest says %s", fp, hex, crc_hex);
+    }
+fail:
+    vf_json_free(m);
+    free(text);
+    return rc;
+}
+
+int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out, vf_status *st)
+{
+    int rc = 0;
+    int64_t *steps = NULL;
+    int n = 0;
+    memset(out, 0, sizeof *out);
+    VF_TRY(vf_ckpt_list(dir, false, &steps, &n, st));
+    for (int i = n - 1; i >= 0; i--) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/step-%lld", dir, (long long)steps[i]);
+        vf_status vs;
+        vf_status_clear(&vs);
+        int v = vf_ckpt_verify(path, &vs);
+        vf_json *state = NULL;
+        if (v == 0) {
+            char sp[PATH_MAX + 32];
+            size_t len = 0;
+            snprintf(sp, sizeof sp, "%s/%s", path, VF_CKPT_STATE);
+            char *text = slurp(sp, 64 << 20, &len, &vs);
+            if (text) state = vf_json_parse_n(text, len, &vs);
+            free(text);
+            if (state && (state->type != VF_JSON_OBJ || vf_json_get_int(state, "step", -1) != steps[i])) {
+                vf_status_set(&vs, VF_ECORRUPT, __FILE__, __LINE__, "%s: \"step\" is not %lld", sp,
+                              (long long)steps[i]);
+                vf_json_free(state);
+                state = NULL;
+            }
+        }
+        if (!state) {
+            char msg[sizeof vs.msg + PATH_MAX + 128];
+            snprintf(msg, sizeof msg, "skipping damaged checkpoint %s: %s", path, vs.msg);
+            if (warn) warn(user, msg);
+            out->skipped++;
+            continue;
+        }
+        out->step = steps[i];
+        snprintf(out->path, sizeof out->path, "%s", path);
+        out->state = state;
+        goto fail; /* rc == 0 */
+    }
+    rc = vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__, "%s: no complete checkpoint%s", dir,
+                       out->skipped ? " (every step dir is damaged)" : "");
+fail:
+    free(steps);
+    return rc;
+}
+
+void vf_ckpt_fini(vf_ckpt *c)
+{
+    if (!c) return;
+    vf_json_free(c->state);
+    c->state = NULL;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+int vf_ckpt_write_text(const char *path, const char *text, uint32_t *crc, int64_t *bytes,
+                       vf_status *st)
+{
+    size_t len = strlen(text), off = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
+    while (off < len) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: write: %s", path, strerror(e));
+        }
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: fsync: %s", path, strerror(e));
+    }
+    if (close(fd) != 0)
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: close: %s", path, strerror(errno));
+    if (crc) *crc = vf_crc32c(0, text, len);
+    if (bytes) *bytes = (int64_t)len;
+    return 0;
+}
+
+int vf_ckpt_fsync_dir(const char *dir, vf_status *st)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", dir, strerror(errno));
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (r != 0) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: fsync: %s", dir, strerror(e));
+    return 0;
+}
+
+int vf_ckpt_remove(const char *path, vf_status *st)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
+    }
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char f[PATH_MAX + 256];
+        snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+        if (unlink(f) != 0 && errno != ENOENT && !rc)
+            rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", f, strerror(errno));
+    }
+    closedir(d);
+    if (rmdir(path) != 0 && errno != ENOENT && !rc)
+        rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
+    return rc;
+}
+
+/* ------------------------------------------------------------------ config */
+
+void vf_ckpt_config_hash(const vf_json *config, char out[17])
+{
+    char *text = vf_json_emit(config, true, 0);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = text ? text : ""; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    free(text);
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+static void value_text(const vf_json *v, char *buf, size_t n)
+{
+    if (!v) {
+        snprintf(buf, n, "(absent)");
+        return;
+    }
+    char *t = vf_json_emit(v, true, 0);
+    snprintf(buf, n, "%s", t ? t : "?");
+    free(t);
+}
+
+static void add_diff(char *list, size_t cap, int *nd, const char *key, const vf_json *a,
+                     const vf_json *b)
+{
+    char va[128], vb[128];
+    value_text(a, va, sizeof va);
+    value_text(b, vb, sizeof vb);
+    size_t l = strlen(list);
+    snprintf(list + l, cap - l, "%s%s (checkpoint %s, now %s)", *nd ? "; " : "", key, va, vb);
+    (*nd)++;
+}
+
+int vf_ckpt_config_check(const char *ckpt_path, const vf_json *saved, const vf_json *now,
+                         vf_status *st)
+{
+    char list[1536] = "";
+    int nd = 0;
+    if (!saved || saved->type != VF_JSON_OBJ)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "%s: state.json has no \"config\" to compare this run with", ckpt_path);
+    for (int i = 0; i < vf_json_len(now); i++) {
+        const char *k = vf_json_key_at(now, i);
+        const vf_json *a = vf_json_get(saved, k);
+        if (!a || !vf_json_equal(a, now->items[i])) add_diff(list, sizeof list, &nd, k, a, now->items[i]);
+    }
+    for (int i = 0; i < vf_json_len(saved); i++) {
+        const char *k = vf_json_key_at(saved, i);
+        if (!vf_json_get(now, k)) add_diff(list, sizeof list, &nd, k, saved->items[i], NULL);
+    }
+    if (!nd) return 0;
+    return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                         "%s: this run's config differs from the checkpoint's in %d key%s: %s; resume "
+                         "with the original settings, or start a new run dir",
+                         ckpt_path, nd, nd == 1 ? "" : "s", list);
+}

@@ -1,0 +1,89 @@
+/* ckpt.h — the on-disk checkpoint layout, shared by the stage that writes checkpoints
+ * (stages/train/checkpoint.c) and the stages that resume from them (adamw shards, the first
+ * DiT partition).
+ *
+ * Layout (DESIGN §7) of a checkpoint dir D:
+ *   D/step-N/            one complete checkpoint: model.safetensors, optimizer-kk-of-SS
+ *                        .safetensors, state.json, and manifest.json, written last, which
+ *                        lists every other file with its byte size and CRC32C
+ *   D/step-N.tmp/        one being written (never read; removed at the next start)
+ *   D/latest             "step-N\n" of the newest complete one (for people and scripts;
+ *                        resume does not trust it: it scans and verifies)
+ * A step-N dir appears only by rename after its files and manifest were fsynced, so a
+ * crash leaves either the complete dir or a .tmp. A step-N dir whose files do not match
+ * its manifest (damage after the fact, a partial copy) is skipped, loudly, for the
+ * previous one.
+ *
+ * The config check: state.json holds "config", a flat JSON object of every setting that
+ * must match for a resume to continue the same run (model dims, optimizer, data order).
+ * vf_ckpt_config_check refuses a mismatch with VF_EUSAGE (exit code 2) naming each
+ * differing key with both values.
+ */
+#ifndef VF_CKPT_H
+#define VF_CKPT_H
+
+#include "runtime/json.h"
+#include "runtime/vflow.h"
+
+#include <limits.h>
+
+#define VF_CKPT_MANIFEST "manifest.json"
+#define VF_CKPT_STATE "state.json"
+#define VF_CKPT_MODEL "model.safetensors"
+
+/* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
+ * it is empty. */
+void vf_ckpt_dir(const char *param, const char *run_dir, char *out, size_t n);
+
+/* A verified checkpoint. */
+typedef struct vf_ckpt {
+    int64_t step;
+    char path[PATH_MAX];   /* D/step-N */
+    vf_json *state;        /* parsed state.json (owned) */
+    int skipped;           /* newer step dirs skipped as damaged */
+} vf_ckpt;
+
+/* Called once per damaged checkpoint skipped, with a message naming it and why. */
+typedef void (*vf_ckpt_warn_fn)(void *user, const char *msg);
+
+/* Finds the newest complete checkpoint in dir whose files match its manifest and whose
+ * state.json parses. 0 with *out filled (vf_ckpt_fini), VF_ENOTFOUND when there is none
+ * (no dir, no step dirs, or every one damaged: st says which), VF_EIO on a directory
+ * error. warn may be NULL. */
+int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out, vf_status *st);
+void vf_ckpt_fini(vf_ckpt *c);
+
+/* Checks one step dir against its manifest: every listed file present with its size and
+ * CRC32C, model.safetensors and state.json listed. VF_ECORRUPT (or VF_ENOTFOUND for a
+ * missing manifest) with the file and the mismatch in st. */
+int vf_ckpt_verify(const char *path, vf_status *st);
+
+/* Complete step numbers in dir (names "step-N", no suffix), ascending; with `tmp` the
+ * "step-N.tmp" ones instead. *steps is malloc'ed (free()), *n may be 0. A missing dir is
+ * not an error. */
+int vf_ckpt_list(const char *dir, bool tmp, int64_t **steps, int *n, vf_status *st);
+
+/* ---- writing helpers (stages/train/checkpoint.c) */
+
+/* Writes text to path (created/truncated), fsyncs it; *crc (may be NULL) = CRC32C of the
+ * bytes, *bytes their count. */
+int vf_ckpt_write_text(const char *path, const char *text, uint32_t *crc, int64_t *bytes,
+                       vf_status *st);
+/* fsync of a directory (after creating, renaming or removing entries in it). */
+int vf_ckpt_fsync_dir(const char *dir, vf_status *st);
+/* Removes a step dir and the files in it (one level: checkpoints have no subdirs).
+ * Missing is fine. */
+int vf_ckpt_remove(const char *path, vf_status *st);
+
+/* ---- config */
+
+/* 16 hex digits naming a config: FNV-1a 64 of its canonical JSON. */
+void vf_ckpt_config_hash(const vf_json *config, char out[17]);
+/* 0 when `saved` (from state.json) and `now` have the same keys with equal values;
+ * otherwise VF_EUSAGE, st = "<ckpt>: this run's config differs from the checkpoint's
+ * in N key(s): k1 (checkpoint V, now W); k2 (...); use the original settings or start a
+ * new run dir". */
+int vf_ckpt_config_check(const char *ckpt_path, const vf_json *saved, const vf_json *now,
+                         vf_status *st);
+
+#endif /* VF_CKPT_H */

@@ -1,0 +1,74 @@
+/* item.h — runtime-internal helpers around items and the codec (not for stages).
+ *
+ * The record format (version 1, little-endian; tensors payloads in host order, and the
+ * runtime only builds on little-endian hosts):
+ *
+ *   0   magic "VFIT"        4 bytes
+ *   4   version             u16 (VF_CODEC_VERSION)
+ *   6   flags               u16, 0
+ *   8   total length        u64, whole record including the CRC
+ *   16  id                  u32 length + bytes (no NUL inside)
+ *       metadata            u32 count, then per entry: u32 key length (1..255) + key,
+ *                           u8 kind (0 string: u32 length + bytes, 1 number: f64)
+ *       tensors             u32 count, then per tensor: u32 name length (1..255) + name,
+ *                           u8 dtype, u8 ndim (0..6), u8 location, u8 0,
+ *                           i64 dims[ndim], u32 location-data length + bytes
+ *                           (0 for inline; a CUDA IPC handle / NCCL peer for the others)
+ *       zero padding to a multiple of 64
+ *   payloads                every inline tensor in order, each at a 64-byte aligned
+ *                           offset (so a view over the record is aligned), zero padded
+ *   CRC32C                  u32 over every byte before it
+ *
+ * Decoding checks magic, version, the total length against the buffer and the CRC, and
+ * then still checks every length and count against the bytes left (a record with a
+ * valid CRC may be crafted), refusing duplicate names, bad dtypes, ndim > 6, negative or
+ * overflowing dims, and naming the offset of whatever is wrong.
+ */
+#ifndef VF_ITEM_H
+#define VF_ITEM_H
+
+#include "runtime/vflow.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VF_CODEC_MAGIC "VFIT"
+#define VF_CODEC_VERSION 1
+#define VF_CODEC_ALIGN 64
+#define VF_CODEC_MAX_NAME 255        /* tensor names and metadata keys */
+#define VF_CODEC_MAX_COUNT 4096      /* tensors or metadata entries per item */
+#define VF_CODEC_MAX_LOC 4096        /* location data of a non-inline tensor */
+
+typedef enum vf_tensor_loc {
+    VF_LOC_INLINE = 0,   /* payload in the record */
+    VF_LOC_CUDA_IPC = 1, /* device tensor: CUDA IPC handle + event (CUDA transport) */
+    VF_LOC_NCCL = 2,     /* device tensor sent by NCCL alongside the record */
+    VF_LOC_COUNT
+} vf_tensor_loc;
+
+/* Shallow copy for fan-out: id and metadata copied, tensors shared by reference.
+ * Caller owns the result; NULL with st set on failure. */
+vf_item *vf_item_share(const vf_item *it, vf_status *st);
+/* Sum of the tensors' byte sizes. */
+size_t vf_item_tensor_bytes(const vf_item *it);
+/* Encodes into a new vf_alloc'd buffer (charged to the calling thread's account);
+ * caller frees *buf with vf_free. */
+int vf_item_encode_alloc(const vf_item *it, void **buf, size_t *len, vf_status *st);
+
+/* Upper bound of the encoded size of an item with this id+metadata budget
+ * (id_meta_bytes: raw bytes of the id, keys and values; the codec adds its own small
+ * per-entry headers, covered by assuming at most one entry per 16 bytes) and these
+ * tensors. -1 if it overflows. */
+int64_t vf_codec_size_bound(int64_t id_meta_bytes, int ntensors, const size_t *name_lens,
+                            const int *ndims, const int64_t *payload_bytes);
+
+/* CRC32C, table and SSE4.2 paths (vf_crc32c picks one); for tests and benchmarks. */
+uint32_t vf_crc32c_sw(uint32_t crc, const void *data, size_t n);
+uint32_t vf_crc32c_hw(uint32_t crc, const void *data, size_t n); /* = sw without SSE4.2 */
+bool vf_crc32c_hw_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_ITEM_H */

@@ -1,0 +1,170 @@
+/* launch.c — `vflow run` after validation: run dir, placement, control socket, one OS
+ * process per worker, supervision, final metrics and summary.
+ *
+ * Workers are started with fork + exec of /proc/self/exe `__worker ...` (worker.c):
+ * never fork alone, because ZeroMQ contexts, LMDB environments and CUDA contexts must
+ * not cross a fork. Between fork and exec the child only makes async-signal-safe calls:
+ * its own process group (a terminal's Ctrl-C reaches the driver only, which drains the
+ * run in order), PR_SET_PDEATHSIG (a driver killed with -9 takes its workers along),
+ * stdout/stderr to <run dir>/workers/<name>.log, every other descriptor close-on-exec.
+ *
+ * `vflow run … --resume` reaches every worker as "--resume" in its arguments (the stages
+ * read it through vf_resuming()).
+ *
+ * VFLOW_TRACE_SPAWN=FILE appends "pid=<pid> worker=<name> stages=<a,b>" per spawned
+ * worker: tests use it to prove that a bad topology launched nothing.
+ */
+#include "runtime/driver/launch.h"
+#include "runtime/driver/ctl.h"
+#include "runtime/driver/supervise.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static void trace_spawn(const vf_super *sv, int wi)
+{
+    const char *path = getenv("VFLOW_TRACE_SPAWN");
+    if (!path || !path[0]) return;
+    char line[1024], stages[512];
+    snprintf(stages, sizeof stages, "%s", sv->w[wi].stages);
+    for (char *c = stages; *c; c++) /* "a, b" -> "a,b": one token per field */
+        if (*c == ' ') memmove(c, c + 1, strlen(c));
+    snprintf(line, sizeof line, "pid=%d worker=%s stages=%s\n", (int)sv->w[wi].pid, sv->w[wi].name,
+             stages);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ssize_t r = write(fd, line, strlen(line));
+    (void)r;
+    close(fd);
+}
+
+/* The child half of fork: async-signal-safe calls only, then exec. */
+static void child_exec(char *const argv[], int logfd, int nullfd, pid_t parent)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127); /* the driver died before prctl took effect */
+    dup2(nullfd, 0);
+    dup2(logfd, 1);
+    dup2(logfd, 2);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    /* The driver's ZeroMQ and file descriptors must not leak into the worker. */
+    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+        for (int fd = 3; fd < 4096; fd++) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    execv("/proc/self/exe", argv);
+    _exit(127);
+}
+
+static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char *ctl_ep,
+                        bool resume, vf_status *st)
+{
+    int rc = 0, logfd = -1, nullfd = -1;
+    vf_wproc *w = &sv->w[wi];
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", wi);
+    char *argv[] = {"vflow", "__worker", "--graph", (char *)graph_path, "--worker", idx,
+                    "--run-dir", sv->rd->path, "--sock-dir", sv->rd->sock_dir, "--ctl",
+                    (char *)ctl_ep, resume ? "--resume" : NULL, NULL};
+    logfd = open(w->logfile, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (logfd < 0) VF_FAIL(st, VF_EIO, "driver: cannot open %s: %s", w->logfile, strerror(errno));
+    nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (nullfd < 0) VF_FAIL(st, VF_EIO, "driver: /dev/null: %s", strerror(errno));
+    fflush(NULL); /* nothing buffered may be written twice */
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) VF_FAIL(st, VF_EIO, "driver: fork: %s", strerror(errno));
+    if (pid == 0) child_exec(argv, logfd, nullfd, parent);
+    w->pid = pid;
+    w->spawn_ns = w->last_msg_ns = vf_now_ns();
+    sv->mon.pids[wi] = pid;
+    trace_spawn(sv, wi);
+    vf_super_log(sv, VF_LOG_INFO, "driver", "started worker %s (pid %d): %s", w->name, (int)pid,
+                 w->stages);
+fail:
+    if (logfd >= 0) close(logfd);
+    if (nullfd >= 0) close(nullfd);
+    return rc;
+}
+
+int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
+{
+    int rc = 0;
+    vf_rundir rd;
+    vf_super sv;
+    void *zctx = NULL, *router = NULL;
+    char *json = NULL;
+    bool super_ok = false, signals = false;
+    memset(&rd, 0, sizeof rd);
+    rd.log_fd = rd.metrics_fd = -1;
+    memset(&sv, 0, sizeof sv);
+
+    if (g->nworkers <= 0) VF_TRY(vf_graph_place(g, st));
+    if (g->nstages == 0) VF_FAIL(st, VF_EUSAGE, "%s: the pipeline has no stages", g->script);
+    VF_TRY(vf_rundir_open(&rd, opts ? opts->run_dir : NULL, g->name, opts && opts->resume, st));
+    json = vf_graph_to_json(g);
+    if (!json) VF_FAIL(st, VF_ENOMEM, "driver: cannot serialise the graph");
+    VF_TRY(vf_rundir_write(&rd, "graph.json", json, st));
+    char graph_path[PATH_MAX + 16];
+    vf_rundir_file(&rd, "graph.json", graph_path, sizeof graph_path);
+
+    zctx = zmq_ctx_new();
+    if (!zctx) VF_FAIL(st, VF_EEXTERNAL, "driver: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+    char ctl_ep[VF_SUN_PATH_MAX + 16];
+    snprintf(ctl_ep, sizeof ctl_ep, "ipc://%s/ctl", rd.sock_dir);
+    VF_TRY(vf_ctl_router_open(zctx, ctl_ep, &router, st));
+    VF_TRY(vf_super_init(&sv, g, &rd, router, opts && opts->progress_tty, st));
+    super_ok = true;
+    vf_super_log(&sv, VF_LOG_INFO, "driver", "run %s (%s): %d stages, %d edges, %d workers; run dir %s",
+                 g->name, g->script, g->nstages, g->nedges, g->nworkers, rd.path);
+    if (rd.sock_tmp)
+        vf_super_log(&sv, VF_LOG_INFO, "driver", "run dir path too long for ipc sockets; using %s",
+                     rd.sock_dir);
+    VF_TRY(vf_super_signals_install(st));
+    signals = true;
+    for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, opts && opts->resume, st));
+
+    rc = vf_super_run(&sv, st);
+    const char *status = rc == 0 ? "done" : rc == VF_ESTOPPED ? "interrupted" : "failed";
+    vf_monitor_final(&sv.mon, status, rc == 0 ? "" : st->msg);
+    vf_super_log(&sv, rc == 0 ? VF_LOG_INFO : VF_LOG_ERROR, "driver", "run %s after %.2f s%s%s", status,
+                 vf_monitor_elapsed(&sv.mon), rc == 0 ? "" : ": ", rc == 0 ? "" : st->msg);
+    char title[PATH_MAX + 256];
+    snprintf(title, sizeof title, "vflow: run %s %s in %.2f s (run dir %s)", g->name, status,
+             vf_monitor_elapsed(&sv.mon), rd.path);
+    vf_monitor_summary(&sv.mon, stdout, title);
+    fflush(stdout);
+    goto out;
+fail:
+    if (super_ok) {
+        vf_super_log(&sv, VF_LOG_ERROR, "driver", "%s", st->msg);
+        vf_monitor_final(&sv.mon, "failed", st->msg);
+    }
+out:
+    if (super_ok) {
+        vf_super_kill_all(&sv);
+        vf_super_fini(&sv);
+    }
+    if (signals) vf_super_signals_restore();
+    vf_ctl_close(router, 0);
+    if (zctx) zmq_ctx_term(zctx);
+    vf_rundir_close(&rd);
+    free(json);
+    return rc;
+}

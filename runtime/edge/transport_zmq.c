@@ -1,0 +1,414 @@
+/* transport_zmq.c — an edge between two processes over ZeroMQ (ipc:// on one node,
+ * tcp:// across nodes).
+ *
+ * One DEALER socket per end: the receiver binds, the sender connects. Data goes one
+ * way as single-frame codec records, sent zero-copy (zmq_msg_init_data over the
+ * vf_alloc'd record, shared by every ZeroMQ edge of a fan-out); the receiver decodes a
+ * view over the ZeroMQ message, so the payload is not copied again, and the message is
+ * released when the item's last tensor goes. Control frames go both ways:
+ *   8 bytes "VFC" + type + u32 n:  'C' n credits back (receiver -> sender),
+ *   'E' end of stream (sender -> receiver), 'A' EOS read (receiver -> sender),
+ *   'X' the receiver stopped reading (receiver -> sender).
+ * Credits, not HWMs, bound the edge (HWMs are approximate: they ignore kernel buffers
+ * and count per pipe); HWMs are still set from the capacity, never left at 1000, and
+ * MAXMSGSIZE from the largest item the port allows, so a broken peer cannot make us
+ * allocate without bound. Every wait is a zmq_poll of at most VF_STOP_POLL_MS.
+ *
+ * A sender's socket is monitored (zmq_socket_monitor: connected / disconnected): after
+ * its EOS, the drain waits for the receiver's ack or closed notice, but a receiver that
+ * exited without that frame reaching us (its last frame lost with the connection) would
+ * make it wait forever. A receiver disconnected for VF_PEER_GONE_MS without coming back
+ * is gone: it cannot consume anything more, so ending the wait loses nothing it could
+ * still have read (a tcp blip that reconnects within the grace keeps the wait going).
+ */
+#include "runtime/core/alloc.h"
+#include "runtime/edge/chan_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#define CTL_SIZE 8
+#define CTL_CREDIT 'C'
+#define CTL_EOS 'E'
+#define CTL_ACK 'A'
+#define CTL_CLOSED 'X'
+/* Messages beyond the credited items: EOS or ack/closed, credit frames, margin. */
+#define HWM_EXTRA 4
+/* Bounded linger for the receiver's last control frame (ack / closed). */
+#define FINAL_LINGER_MS 1000
+
+#define ZFAIL(e, what)                                                                                      \
+    VF_FAIL(st, VF_EEXTERNAL, "edge %s: %s(%s): %s", (e)->d.name, what, (e)->d.addr, zmq_strerror(zmq_errno()))
+
+void vf_enc_unref(void *data, void *hint)
+{
+    (void)data;
+    vf_enc *enc = hint;
+    if (atomic_fetch_sub_explicit(&enc->refs, 1, memory_order_acq_rel) == 1) {
+        vf_free(enc->data);
+        free(enc);
+    }
+}
+
+static int setopt_int(vf_edge_end *e, int opt, int v, const char *name, vf_status *st)
+{
+    if (zmq_setsockopt(e->sock, opt, &v, sizeof v) != 0)
+        return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_setsockopt(%s=%d): %s", e->d.name,
+                             name, v, zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
+{
+    int rc = 0;
+    const char *addr = e->d.addr;
+    const char *scheme = e->d.transport == VF_TR_IPC ? "ipc://" : "tcp://";
+    if (strncmp(addr, scheme, 6) != 0)
+        VF_FAIL(st, VF_EINVAL, "edge %s: address \"%s\" does not start with %s", e->d.name, addr, scheme);
+    if (e->d.transport == VF_TR_IPC && strlen(addr + 6) > 107)
+        VF_FAIL(st, VF_EINVAL, "edge %s: ipc path \"%s\" is %zu bytes, over the 107 a Unix socket allows "
+                "(use a shorter run dir)", e->d.name, addr + 6, strlen(addr + 6));
+    pthread_mutex_lock(&h->mu);
+    if (!h->zctx) h->zctx = zmq_ctx_new();
+    void *ctx = h->zctx;
+    pthread_mutex_unlock(&h->mu);
+    if (!ctx) ZFAIL(e, "zmq_ctx_new");
+    if (!(e->sock = zmq_socket(ctx, ZMQ_DEALER))) ZFAIL(e, "zmq_socket");
+    int hwm = e->d.capacity + HWM_EXTRA;
+    VF_TRY(setopt_int(e, ZMQ_LINGER, 0, "ZMQ_LINGER", st));
+    VF_TRY(setopt_int(e, ZMQ_SNDHWM, hwm, "ZMQ_SNDHWM", st));
+    VF_TRY(setopt_int(e, ZMQ_RCVHWM, hwm, "ZMQ_RCVHWM", st));
+    if (e->side == VF_PORT_IN) {
+        int64_t maxmsg = e->d.max_item_bytes > 0 ? e->d.max_item_bytes + VF_EDGE_SIZE_SLACK : -1;
+        if (zmq_setsockopt(e->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
+        if (zmq_bind(e->sock, addr) != 0) ZFAIL(e, "zmq_bind");
+        size_t n = sizeof e->endpoint;
+        if (zmq_getsockopt(e->sock, ZMQ_LAST_ENDPOINT, e->endpoint, &n) != 0) ZFAIL(e, "ZMQ_LAST_ENDPOINT");
+        e->credit_batch = e->d.capacity / 4 > 1 ? e->d.capacity / 4 : 1;
+    } else {
+        /* Only control frames come back; the limit also applies to the ZMTP handshake's
+         * own commands (READY carries the socket metadata), hence not just CTL_SIZE. */
+        int64_t maxmsg = 4096;
+        if (zmq_setsockopt(e->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
+        /* ZMQ_IMMEDIATE stays off on purpose: with it, a connecting socket's pipe is torn
+         * down, unread frames and all, the moment the peer disconnects, so a receiver's
+         * last credits and its EOS ack (sent just before it closes) could vanish and the
+         * sender would wait forever. Without it, frames already received stay readable.
+         * What it would bound — data queued toward a receiver not connected yet — the
+         * credits already bound to `capacity` records. */
+        VF_TRY(setopt_int(e, ZMQ_IMMEDIATE, 0, "ZMQ_IMMEDIATE", st));
+        char mon_ep[64];
+        snprintf(mon_ep, sizeof mon_ep, "inproc://vf-mon-%p", (void *)e);
+        if (zmq_socket_monitor(e->sock, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+            ZFAIL(e, "zmq_socket_monitor");
+        if (!(e->mon = zmq_socket(ctx, ZMQ_PAIR))) ZFAIL(e, "zmq_socket(monitor)");
+        int zero = 0;
+        zmq_setsockopt(e->mon, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(e->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
+        if (zmq_connect(e->sock, addr) != 0) ZFAIL(e, "zmq_connect");
+        e->credits = e->d.capacity;
+    }
+    return 0;
+fail:
+    if (e->mon) zmq_close(e->mon);
+    if (e->sock) zmq_close(e->sock);
+    e->sock = e->mon = NULL;
+    return rc;
+}
+
+/* Reads the monitor's pending events: each is a 6-byte frame (u16 event, u32 value)
+ * followed by the peer's address. */
+static void poll_monitor(vf_edge_end *e)
+{
+    if (!e->mon) return;
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, e->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            if (zmq_errno() == EINTR) continue;
+            return;
+        }
+        uint16_t ev = 0;
+        if (zmq_msg_size(&m) >= 2) memcpy(&ev, zmq_msg_data(&m), sizeof ev);
+        while (zmq_msg_more(&m)) { /* the address frame */
+            zmq_msg_close(&m);
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, e->mon, 0) < 0) break;
+        }
+        zmq_msg_close(&m);
+        if (ev == ZMQ_EVENT_DISCONNECTED) {
+            if (!e->peer_down) e->down_ns = vf_now_ns();
+            e->peer_down = true;
+        } else if (ev == ZMQ_EVENT_CONNECTED) {
+            e->peer_down = false;
+        }
+    }
+}
+
+bool vf_zmq_peer_gone(vf_edge_end *e)
+{
+    poll_monitor(e);
+    return e->peer_down && vf_now_ns() - e->down_ns >= (int64_t)VF_PEER_GONE_MS * 1000000;
+}
+
+/* Sends a control frame. block: wait (stop-aware) for the socket to take it; else
+ * return VF_EDGE_EMPTY when it cannot be queued now. */
+static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status *st)
+{
+    unsigned char f[CTL_SIZE] = {'V', 'F', 'C', (unsigned char)type, (unsigned char)n, (unsigned char)(n >> 8),
+                                 (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
+    int64_t t0 = 0;
+    for (;;) {
+        if (zmq_send(e->sock, f, sizeof f, ZMQ_DONTWAIT) == CTL_SIZE) break;
+        int err = zmq_errno();
+        if (err == EINTR) continue;
+        if (err != EAGAIN)
+            return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_send(control '%c'): %s",
+                                 e->d.name, type, zmq_strerror(err));
+        if (!block) return VF_EDGE_EMPTY;
+        if (vf_runtime_stopping())
+            return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__, "edge %s: stopped", e->d.name);
+        if (!t0) t0 = vf_now_ns();
+        zmq_pollitem_t pi = {e->sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&pi, 1, VF_STOP_POLL_MS);
+    }
+    if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
+    return 0;
+}
+
+static int parse_ctl(vf_edge_end *e, const unsigned char *p, size_t n, char *type, uint32_t *v, vf_status *st)
+{
+    if (n != CTL_SIZE || p[0] != 'V' || p[1] != 'F' || p[2] != 'C')
+        return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
+                             "edge %s: unexpected %zu-byte frame from %s (not a control frame)", e->d.name, n,
+                             e->side == VF_PORT_OUT ? "the receiver" : "the sender");
+    *type = (char)p[3];
+    *v = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+    return 0;
+}
+
+int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
+{
+    for (;;) {
+        unsigned char f[CTL_SIZE + 1];
+        int n = zmq_recv(e->sock, f, sizeof f, ZMQ_DONTWAIT);
+        if (n < 0) {
+            int err = zmq_errno();
+            if (err == EAGAIN) return 0;
+            if (err == EINTR) continue;
+            return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_recv(control): %s", e->d.name,
+                                 zmq_strerror(err));
+        }
+        char type;
+        uint32_t v;
+        int rc = parse_ctl(e, f, (size_t)n, &type, &v, st);
+        if (rc < 0) return rc;
+        if (type == CTL_CREDIT) {
+            if (v > (uint32_t)(e->d.capacity - e->credits))
+                return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
+                                     "edge %s: receiver returned %u credits, only %d items are in flight", e->d.name,
+                                     v, e->d.capacity - e->credits);
+            e->credits += (int)v;
+        } else if (type == CTL_ACK) {
+            e->acked = true;
+            e->credits = e->d.capacity;
+        } else if (type == CTL_CLOSED) {
+            e->closed = true;
+        } else {
+            return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "edge %s: unknown control frame '%c'",
+                                 e->d.name, type);
+        }
+        atomic_store(&e->inflight, e->d.capacity - e->credits);
+    }
+}
+
+int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
+{
+    int rc = 0;
+    int64_t t0 = 0;
+    VF_TRY(vf_zmq_poll_control(e, st));
+    while (e->credits == 0 && !e->closed) {
+        if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for credit", e->d.name);
+        if (!t0) t0 = vf_now_ns();
+        zmq_pollitem_t pi = {e->sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&pi, 1, VF_STOP_POLL_MS);
+        VF_TRY(vf_zmq_poll_control(e, st));
+    }
+fail:
+    if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
+    return rc;
+}
+
+int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
+{
+    int rc = 0;
+    int64_t t0 = 0;
+    bool owned = true; /* our reference of enc not yet handed to a message */
+    zmq_msg_t m;
+    VF_TRY(vf_zmq_wait_credit(e, st));
+    if (e->closed) {
+        rc = VF_EOS;
+        goto fail;
+    }
+    if (zmq_msg_init_data(&m, enc->data, enc->len, vf_enc_unref, enc) != 0) ZFAIL(e, "zmq_msg_init_data");
+    owned = false; /* closing or sending m releases it */
+    for (;;) {
+        if (zmq_msg_send(&m, e->sock, ZMQ_DONTWAIT) >= 0) break;
+        int err = zmq_errno();
+        if (err == EINTR) continue;
+        if (err != EAGAIN) {
+            zmq_msg_close(&m);
+            VF_FAIL(st, VF_EEXTERNAL, "edge %s: zmq_msg_send(%s): %s", e->d.name, e->d.addr, zmq_strerror(err));
+        }
+        /* The pipe is full (the HWM leaves room for every credited record, so only a
+         * reconnecting peer gets here): wait for it. */
+        if (vf_runtime_stopping()) {
+            zmq_msg_close(&m);
+            VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for the receiver", e->d.name);
+        }
+        if (!t0) t0 = vf_now_ns();
+        zmq_pollitem_t pi = {e->sock, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&pi, 1, VF_STOP_POLL_MS);
+    }
+    e->credits--;
+    atomic_store(&e->inflight, e->d.capacity - e->credits);
+fail:
+    if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
+    if (owned) vf_enc_unref(NULL, enc);
+    return rc;
+}
+
+/* A received message kept alive by the item's tensors. */
+typedef struct rmsg {
+    zmq_msg_t msg;
+    vf_account *acct;
+    size_t size;
+} rmsg;
+
+static void rmsg_release(void *data, void *hint)
+{
+    (void)data;
+    rmsg *r = hint;
+    zmq_msg_close(&r->msg);
+    vf_account_credit(r->acct, (int64_t)r->size);
+    free(r);
+}
+
+int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
+{
+    int rc = 0;
+    rmsg *r = malloc(sizeof *r);
+    if (!r) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
+    zmq_msg_init(&r->msg);
+    for (;;) {
+        if (zmq_msg_recv(&r->msg, e->sock, ZMQ_DONTWAIT) >= 0) break;
+        int err = zmq_errno();
+        if (err == EINTR) continue;
+        zmq_msg_close(&r->msg);
+        free(r);
+        if (err == EAGAIN) return VF_EDGE_EMPTY;
+        return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_msg_recv(%s): %s", e->d.name,
+                             e->endpoint, zmq_strerror(err));
+    }
+    const unsigned char *p = zmq_msg_data(&r->msg);
+    size_t n = zmq_msg_size(&r->msg);
+    if (zmq_msg_more(&r->msg))
+        VF_FAIL(st, VF_ECORRUPT, "edge %s: unexpected multi-part message (%zu bytes)", e->d.name, n);
+    if (n == CTL_SIZE && p[0] == 'V' && p[1] == 'F' && p[2] == 'C') {
+        char type;
+        uint32_t v;
+        VF_TRY(parse_ctl(e, p, n, &type, &v, st));
+        if (type != CTL_EOS) VF_FAIL(st, VF_ECORRUPT, "edge %s: unexpected control frame '%c' from the sender",
+                                     e->d.name, type);
+        zmq_msg_close(&r->msg);
+        free(r);
+        e->ended = true;
+        /* Everything before the EOS was read: tell the sender it may close. */
+        rc = send_ctl(e, CTL_ACK, 0, true, st);
+        e->sent_final = true;
+        return rc < 0 ? rc : VF_EOS;
+    }
+    /* The message is now memory this stage holds: charge it to the consumer's account. */
+    r->acct = vf_account_current();
+    r->size = n;
+    rc = vf_account_charge(r->acct, (int64_t)n, st);
+    if (rc < 0) {
+        vf_status_prefix(st, "edge %s", e->d.name);
+        goto fail;
+    }
+    rc = vf_item_decode_view(p, n, rmsg_release, r, out, st);
+    if (rc < 0) {
+        vf_account_credit(r->acct, (int64_t)n);
+        vf_status_prefix(st, "edge %s", e->d.name);
+        goto fail;
+    }
+    return 0;
+fail:
+    zmq_msg_close(&r->msg);
+    free(r);
+    return rc;
+}
+
+int vf_zmq_flush_credits(vf_edge_end *e, vf_status *st)
+{
+    if (e->pending_credits == 0 || e->ended || e->closed) return 0;
+    /* Non-blocking: if the frame cannot be queued now, the next flush retries. The HWM
+     * leaves room for it, so this only happens while the sender reconnects. */
+    int rc = send_ctl(e, CTL_CREDIT, (uint32_t)e->pending_credits, false, st);
+    if (rc < 0) return rc;
+    if (rc == 0) e->pending_credits = 0;
+    atomic_store(&e->inflight, e->pending_credits);
+    return 0;
+}
+
+int vf_zmq_consumed(vf_edge_end *e, vf_status *st)
+{
+    e->pending_credits++;
+    atomic_store(&e->inflight, e->pending_credits);
+    if (e->pending_credits >= e->credit_batch) return vf_zmq_flush_credits(e, st);
+    return 0;
+}
+
+int vf_zmq_close_send(vf_edge_end *e, vf_status *st)
+{
+    if (e->ended) return 0;
+    int rc = vf_zmq_poll_control(e, st);
+    if (rc < 0) return rc;
+    if (e->closed) {
+        e->ended = true; /* nobody reads: no EOS needed */
+        return 0;
+    }
+    rc = send_ctl(e, CTL_EOS, 0, true, st);
+    if (rc == 0) e->ended = true;
+    return rc;
+}
+
+int vf_zmq_close_recv(vf_edge_end *e, vf_status *st)
+{
+    if (e->ended || e->closed) return 0;
+    e->closed = true;
+    /* If the sender never connected there is nobody to tell: do not wait for one. */
+    int rc = send_ctl(e, CTL_CLOSED, 0, false, st);
+    if (rc == 0) e->sent_final = true;
+    return rc < 0 ? rc : 0;
+}
+
+void vf_zmq_free(vf_edge_end *e)
+{
+    if (!e->sock) return;
+    /* LINGER 0 once nothing is owed to the peer (the sender after its EOS was acked);
+     * a short bounded linger lets the receiver's final ack / closed frame leave. */
+    int linger = e->side == VF_PORT_IN && e->sent_final ? FINAL_LINGER_MS : 0;
+    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (e->mon) {
+        zmq_socket_monitor(e->sock, NULL, 0);
+        zmq_close(e->mon);
+        e->mon = NULL;
+    }
+    zmq_close(e->sock);
+    e->sock = NULL;
+}

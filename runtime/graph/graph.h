@@ -1,0 +1,123 @@
+/* graph.h — the plain graph: what the Lua DSL produces, what the driver validates,
+ * plans, places and serialises for its workers.
+ *
+ * The Lua side (lua/vflow.lua) expands all sugar (pipeline_parallel, train, workers)
+ * into stages and edges; the C side only sees this. Each stage and edge remembers the
+ * `file:line` of the Lua call that made it, so every validation error can point there.
+ */
+#ifndef VF_GRAPH_H
+#define VF_GRAPH_H
+
+#include "runtime/vflow.h"
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vf_json vf_json; /* runtime/json.h */
+
+typedef enum vf_transport {
+    VF_TR_AUTO = 0,  /* chosen by placement */
+    VF_TR_INPROC,    /* same worker: pointer handoff */
+    VF_TR_IPC,       /* ZeroMQ ipc:// (same node) */
+    VF_TR_TCP,       /* ZeroMQ tcp:// */
+} vf_transport;
+
+typedef struct vf_gstage {
+    char name[VF_NAME_MAX];      /* unique in the graph */
+    char kind[VF_NAME_MAX];
+    const vf_stage_ops *ops;     /* resolved by validation */
+    vf_params *params;           /* owned; defaults filled by validation */
+    char where[256];             /* "pipelines/x.lua:12" of the Lua call */
+    vf_device device;            /* from params.device when the kind has one, else cpu */
+    char worker_hint[VF_NAME_MAX]; /* p:stage(kind, {..., worker = "w"}) pins stages together */
+    int worker;                  /* placement: worker index, set by vf_graph_place */
+    vf_port_specs ports;         /* resolved by validation */
+    vf_mem_plan mem;             /* from the memory hook, filled by validation */
+    /* (addition, H14) The name a Lua expansion gave the stages it made ("decode" for
+     * decode_0..decode_{N-1} of workers = N); "" for a plain stage. `--set NAME.PARAM`
+     * with NAME a group and no stage applies to every member. */
+    char group[VF_NAME_MAX];
+} vf_gstage;
+
+typedef struct vf_gedge {
+    int src, dst;                /* stage indices */
+    char src_port[VF_NAME_MAX];
+    char dst_port[VF_NAME_MAX];
+    int capacity;                /* items in flight, >= 1 */
+    bool loop;                   /* a declared back edge of the training loop */
+    vf_transport transport;      /* requested (AUTO) then resolved by placement */
+    char where[256];
+} vf_gedge;
+
+typedef struct vf_gworker {
+    char name[VF_NAME_MAX];      /* "w0-cpu", "w1-decode_0", … */
+    vf_device device;
+    char host[64];               /* "" = this node */
+} vf_gworker;
+
+typedef struct vf_graph {
+    char name[VF_NAME_MAX];
+    int nstages, cap_stages;
+    vf_gstage *stages;
+    int nedges, cap_edges;
+    vf_gedge *edges;
+    int nworkers;
+    vf_gworker *workers;         /* set by vf_graph_place */
+    char script[1024];           /* the Lua file it came from */
+} vf_graph;
+
+vf_graph *vf_graph_new(const char *name);
+void vf_graph_free(vf_graph *g);
+/* Adds a stage; params ownership passes to the graph (also on failure). Returns the
+ * stage index or a negative code (duplicate name). */
+int vf_graph_add_stage(vf_graph *g, const char *name, const char *kind, vf_params *params,
+                       const char *where, vf_status *st);
+int vf_graph_add_edge(vf_graph *g, int src, const char *src_port, int dst, const char *dst_port,
+                      int capacity, bool loop, const char *where, vf_status *st);
+int vf_graph_find(const vf_graph *g, const char *name); /* index or -1 */
+
+/* Validation: stage kinds (with did-you-mean), params against schemas (unknown key,
+ * type, range, required, choices, devices), ports (existence, direction, dtype/shape
+ * compatibility with symbol unification and propagation in topological order),
+ * required ports connected, no cycle except through loop edges. Errors are VF_EUSAGE
+ * with "file:line: message". Fills stage->ops, ports, mem. */
+int vf_graph_validate(vf_graph *g, vf_status *st);
+
+/* Placement (DESIGN §3): one worker per CUDA device, one per VF_STAGE_OWN_WORKER
+ * stage, the rest in one CPU worker; resolves edge transports. */
+int vf_graph_place(vf_graph *g, vf_status *st);
+
+/* Resolved graph as JSON (for the run dir and for workers) and back. */
+char *vf_graph_to_json(const vf_graph *g);                     /* caller frees */
+int vf_graph_from_json(const char *text, vf_graph **out, vf_status *st);
+/* Graphviz DOT of the plain graph. */
+int vf_graph_dot(const vf_graph *g, FILE *out);
+
+/* Parameter overrides from `--set name.param=value` (value parsed as JSON if it
+ * parses, else a string). Applied before validation. When no stage has that name but
+ * stages of that group do (vf_gstage.group), every member gets the override. */
+int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st);
+
+/* ---- additions (H2) ---- */
+
+/* "auto" | "inproc" | "ipc" | "tcp". parse: 0 or VF_EINVAL. */
+const char *vf_transport_name(vf_transport t);
+int vf_transport_parse(const char *s, vf_transport *out);
+
+/* Stage indices in topological order over the non-loop edges (ties by index), as
+ * validation propagates port specs. order has room for g->nstages. 0, or VF_EUSAGE
+ * with the cycle in st. */
+int vf_graph_topo_order(const vf_graph *g, int *order, vf_status *st);
+
+/* The output spec feeding edge e (after validation), NULL if unknown. Borrowed. */
+const vf_port_spec *vf_graph_edge_src_spec(const vf_graph *g, int e);
+/* Bytes an edge can hold: capacity x the largest item its source port allows; -1 when
+ * the port leaves a dim unbounded. */
+int64_t vf_graph_edge_bytes(const vf_graph *g, int e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_GRAPH_H */

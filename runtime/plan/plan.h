@@ -1,0 +1,214 @@
+/* plan.h — `vflow plan`: every byte a run will hold, per worker and device, before
+ * anything starts (DESIGN §3, §4, §10), the budget check `vflow run` applies, the search
+ * for knobs that make an over-budget run fit, and plan-vs-measured after a run.
+ *
+ * What is counted (one line of the plan each; lines carry a category):
+ *   - each stage's `memory` hook, as declared (weights, gradients, optimizer state,
+ *     activations, workspaces, items it holds or builds, staging …);
+ *   - each edge: capacity x the largest item its source port allows (the items in
+ *     flight), on the device of that port; for a ZeroMQ edge of host tensors they sit in
+ *     the receiving worker (its ZeroMQ pipe) and the sending worker holds one more encoded
+ *     copy while it is transmitted ("send copy"); CUDA IPC edges keep their buffers on the
+ *     sender's device; in-process edges hold the producer's items by pointer;
+ *   - per worker process: its private baseline, the vf_alloc big-block cache, and on a
+ *     CUDA device the context and the backend's workspaces; once per node the shared code.
+ * The hook contract (docs/PLANNING.md): a stage declares its own state, the one item it
+ * is building, and the received items it holds (a map stage one, vae_encode a
+ * micro-batch …) in entries whose `what` starts with "input" — on an in-process edge
+ * those bytes are charged to the producer's account (it allocated them); never the items
+ * on its edges (the plan counts those). An entry whose `what` contains "(library)" is
+ * memory a library allocates itself (libav): in the totals, in no account. That is what
+ * the per-stage prediction (vf_mplan.account) models for comparison with metrics.jsonl.
+ *
+ * Budgets: --budget "cuda=80GiB,cpu=24GiB,cuda:3=40GiB", else what the machine has (cpu:
+ * MemTotal, or a container's cgroup limit; cuda: free memory from cuMemGetInfo, probed in
+ * a child process). `plan`
+ * accepts devices this machine lacks (plans for real sizes); `run` refuses them.
+ */
+#ifndef VF_PLAN_H
+#define VF_PLAN_H
+
+#include "runtime/graph/graph.h"
+
+#include <stdio.h>
+
+#define VF_BUDGET_MAX 16
+#define VF_PLAN_MAX_DEVS 32
+
+/* Process-level constants (measured; docs/PLANNING.md): the private memory of an idle
+ * worker (PSS anon of `vflow __worker`, 5.2 MiB) and the code and libraries all vflow
+ * processes of a node share (23 MiB). */
+#define VF_PLAN_PROC_PRIVATE ((int64_t)6 << 20)
+#define VF_PLAN_SHARED_CODE ((int64_t)24 << 20)
+/* CUDA: a context on the device (typical of CUDA 12 with lazy module loading on H100;
+ * the gpu test measures it) and the backend's own buffers (kernels/cuda/cuda_internal.h:
+ * 32 MiB cuBLASLt workspace + 64 MiB scratch). */
+#define VF_PLAN_CUDA_CONTEXT ((int64_t)512 << 20)
+#define VF_PLAN_CUDA_BACKEND ((int64_t)96 << 20)
+
+/* ------------------------------------------------------------------ budgets */
+
+/* A --budget "cuda=80GiB,cpu=24GiB,cuda:1=40GiB": "cuda" applies to every CUDA device
+ * without an entry of its own; "cpu" to host memory. */
+typedef struct vf_budget {
+    int n;
+    struct {
+        vf_device dev;
+        bool any_cuda;   /* the "cuda" entry */
+        int64_t bytes;
+    } e[VF_BUDGET_MAX];
+} vf_budget;
+
+/* Parses a budget spec (sizes: 123, 1.5GiB, 800MB, 2G, 512MiB — K/M/G/T alone mean
+ * KiB/MiB/…). VF_EUSAGE with a message on a bad spec. */
+int vf_budget_parse(const char *spec, vf_budget *out, vf_status *st);
+/* One size: "80GiB" -> bytes. 0 or VF_EINVAL. */
+int vf_size_parse(const char *s, int64_t *out);
+/* The budget for dev (a specific entry beats "cuda"), -1 when b has none. */
+int64_t vf_budget_for(const vf_budget *b, vf_device dev);
+
+/* What this machine has. */
+typedef struct vf_machine {
+    int64_t mem_total;   /* /proc/meminfo MemTotal, or the cgroup's limit when lower; -1 unknown */
+    bool mem_limited;    /* mem_total is the cgroup limit */
+    int ncuda;           /* CUDA devices seen (0: none, no driver, or the probe failed) */
+    int64_t cuda_free[VF_PLAN_MAX_DEVS];  /* cuMemGetInfo free, with the probe's context open */
+    int64_t cuda_total[VF_PLAN_MAX_DEVS];
+} vf_machine;
+/* Probes host memory and (cuda = true) the CUDA devices through libcuda.so.1 in a child
+ * process, so the caller never holds a CUDA context. Never fails: unknowns stay -1/0. */
+void vf_machine_probe(vf_machine *m, bool cuda);
+
+/* ------------------------------------------------------------------ the plan */
+
+typedef enum vf_mcat {
+    VF_MCAT_WEIGHTS = 0,
+    VF_MCAT_GRADS,
+    VF_MCAT_OPTIM,       /* optimizer state (master weights, moments) */
+    VF_MCAT_ACTS,        /* saved activations of micro-batches in flight */
+    VF_MCAT_WORKSPACE,   /* compute workspace (partition, attention, backend) */
+    VF_MCAT_VAE,         /* VAE weights, causal caches, chunk workspace */
+    VF_MCAT_DECODE,      /* decoder frames, index, scaler, manifest */
+    VF_MCAT_ITEMS,       /* items a stage holds or builds, item pools */
+    VF_MCAT_EDGES,       /* edge buffers (items in flight) and send copies */
+    VF_MCAT_CKPT,        /* checkpoint snapshots and staging */
+    VF_MCAT_RUNTIME,     /* processes, allocator cache, CUDA contexts */
+    VF_MCAT_OTHER,
+    VF_MCAT_COUNT
+} vf_mcat;
+const char *vf_mcat_name(vf_mcat c); /* "weights", "gradients", "optimizer", … */
+/* The category of a hook entry: by what it names (kind breaks ties: everything of a
+ * checkpoint stage is checkpoint staging, of a decoder decode buffers). */
+vf_mcat vf_mcat_of(const char *kind, const char *what);
+
+typedef struct vf_pline {
+    int stage;           /* stage index, -1 if none */
+    int edge;            /* edge index, -1 if none */
+    int worker;          /* worker index, -1 = the node (shared code) or the driver */
+    vf_device dev;
+    vf_mcat cat;
+    char what[160];
+    int64_t bytes;       /* -1 = unbounded */
+    int account;         /* stage whose vf_alloc account holds it (host), -1 none */
+} vf_pline;
+
+typedef struct vf_pdev {
+    vf_device dev;
+    int64_t total;                   /* -1 = unbounded */
+    int64_t cat[VF_MCAT_COUNT];
+    int64_t budget;                  /* -1 = none known */
+    const char *budget_src;          /* "--budget", "MemTotal", "cgroup", "cuMemGetInfo", "" */
+    bool present;                    /* this machine has it (cpu: always) */
+    bool over;                       /* total > budget (or unbounded with a budget) */
+} vf_pdev;
+
+typedef struct vf_mplan {
+    const vf_graph *g;               /* borrowed: validated and placed */
+    int n, cap;
+    vf_pline *l;
+    int ndev;
+    vf_pdev dev[VF_PLAN_MAX_DEVS];   /* cpu first, then cuda:N in order */
+    int64_t *account;                /* per stage: predicted peak of its host account */
+    int64_t *acts_alt;               /* per stage: activations with `recompute` flipped, -1 n/a */
+    int nover;                       /* devices over budget */
+} vf_mplan;
+
+/* Builds the plan of a validated, placed graph. Caller frees with vf_mplan_free. */
+int vf_mplan_build(const vf_graph *g, vf_mplan *out, vf_status *st);
+void vf_mplan_free(vf_mplan *p);
+/* Applies budgets: b's entries where it has one, else the machine's (m may be NULL), and
+ * marks devices over budget (p->nover). Also sets `present` from m (NULL: all present). */
+void vf_mplan_budget(vf_mplan *p, const vf_budget *b, const vf_machine *m);
+const vf_pdev *vf_mplan_dev(const vf_mplan *p, vf_device d); /* NULL if untouched */
+
+/* Bytes the graph holds on dev (the plan's total; -1 when an edge is unbounded). */
+int64_t vf_plan_device_total(const vf_graph *g, vf_device dev);
+
+/* ------------------------------------------------------------------ fixes */
+
+#define VF_PLAN_MAX_FIXES 16
+
+/* A knob change that was re-planned: the script re-run with `sets` (vf.args and
+ * NAME.PARAM overrides, as on the command line) and, for capacity, edges changed. */
+typedef struct vf_plan_fix {
+    char knob[32];                   /* "recompute", "micro_batches", "stages", … */
+    char change[512];                /* what to type: "--set recompute=true" */
+    char note[160];                  /* how it was found / why it is not enough */
+    int64_t total[VF_PLAN_MAX_DEVS]; /* predicted totals, indexed like the plan's devices */
+    bool fits;                       /* every device within its budget */
+} vf_plan_fix;
+
+/* What the CLI asks for. */
+typedef struct vf_plan_req {
+    const char *script;
+    const char *const *sets;         /* the user's --set pairs */
+    int nsets;
+    const char *budget;              /* --budget spec or NULL */
+    bool json;
+} vf_plan_req;
+
+/* Searches knobs for a plan that fits: each knob changed alone (the smallest change
+ * that fits, or the best reached), then all useful ones together. Every candidate is
+ * re-planned for real: the script re-run with the user's --set pairs plus the knob's,
+ * validated, placed, planned, budgeted. Returns the number of fixes written to out. */
+int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget *b,
+                  const vf_machine *m, vf_plan_fix *out, int max);
+/* The loading the fixes use (script + --set pairs -> validated, placed graph), the same
+ * steps as the CLI: script knobs as vf.args, NAME.PARAM as stage overrides. */
+int vf_plan_load(const char *script, const char *const *sets, int nsets, vf_graph **out,
+                 vf_status *st);
+
+/* ------------------------------------------------------------------ output, CLI */
+
+/* Text (or JSON) of the plan, its verdict and the fixes (nfix may be 0). */
+int vf_mplan_print(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE *out, bool json,
+                   vf_status *st);
+/* The JSON text alone (caller frees; NULL when out of memory). */
+char *vf_mplan_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix);
+/* The one-line refusal for the first device over its budget, into st (VF_EBUDGET):
+ * "SCRIPT: the plan needs X on DEV, over the budget of Y (see `vflow plan`; --force
+ * runs anyway)". 0 when nothing is over. */
+int vf_mplan_refusal(const vf_mplan *p, vf_status *st);
+
+/* `vflow plan`: plan, budgets (explicit or the machine's), fixes when over; prints to
+ * out. VF_EBUDGET (exit 2) when a device is over its budget. */
+int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_status *st);
+/* `vflow run`, before launching: refuses (VF_EBUDGET; the plan, its verdict and fixes
+ * printed on `report`) a plan over the budget of a device (--budget, else what this
+ * machine has), and (VF_EUSAGE) stages on CUDA devices this machine lacks. force: a
+ * budget refusal becomes a warning on stderr (missing devices still refuse). */
+int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *report, vf_status *st);
+/* After a run: writes <run_dir>/plan.json, reads <run_dir>/metrics.jsonl (the last
+ * "final" row of each stage) and prints the plan's per-stage account prediction next to
+ * the measured peak. run_dir NULL = runs/<pipeline name>, as `vflow run` uses. */
+int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_status *st);
+
+/* Compat (the first plan.c): vf_plan_print prints vf_mplan_print of a fresh plan without
+ * budgets; vf_plan_check refuses as vf_mplan_refusal with the explicit budget only. */
+int vf_plan_print(const vf_graph *g, FILE *out, bool json, vf_status *st);
+int vf_plan_check(const vf_graph *g, const char *budget, vf_status *st);
+
+/* "1.50 MiB" */
+void vf_bytes_str(int64_t bytes, char *buf, size_t n);
+
+#endif /* VF_PLAN_H */

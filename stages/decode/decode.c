@@ -1,0 +1,406 @@
+/* decode.c — the `decode` stage: videos in (manifest or glob), clips out.
+ *
+ * A source stage: reads this instance's share of the files (shard/nshards; the Lua side
+ * expands `workers = N` into N instances, lua/decode.lua), cuts each file into clips
+ * (decode_clip.h) and decodes them with the core of decode_av.h into u8 (T, H, W, 3) RGB
+ * items (docs/ITEMS.md, port "out"). Each instance runs in a worker process of its own
+ * (VF_STAGE_OWN_WORKER), so libav's failures stay there: decode_guard.h records a file
+ * that crashes the decoder or hangs it past its deadline (the worker ends and the run
+ * fails naming the file) and later runs in the same run dir skip it.
+ *
+ * A file that cannot give its clips (corrupt, truncated, empty, not a video, audio only,
+ * too short, over max_pixels, past its deadline) goes to <run dir>/quarantine.jsonl with
+ * the reason and the run goes on. If a file fails after some of its clips were sent,
+ * those clips stand (their frames were decoded correctly) and the reason says so. When
+ * more than max_bad_fraction of this instance's files are bad, the stage fails, naming
+ * the fraction and the last reasons.
+ */
+#include "stages/decode/decode_av.h"
+#include "stages/decode/decode_clip.h"
+#include "stages/decode/decode_guard.h"
+#include "stages/decode/decode_manifest.h"
+
+#include <libavutil/log.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define META_BYTES (64 * 1024) /* bound on an item's id + metadata (port spec) */
+#define LAST_REASONS 3
+
+static const vf_param_spec decode_params[] = {
+    {"manifest", VF_P_STR, "null", VF_ANY,
+     "CSV (path,text[,start,end,fps], extra columns pass through) or JSONL list of videos"},
+    {"source", VF_P_STR, "null", VF_ANY, "glob of videos instead of a manifest (\"dir/*.mp4\"; a dir = all files)"},
+    {"frames", VF_P_INT, "17", VF_RANGE(1, 4096), "frames per clip (T)"},
+    {"stride", VF_P_INT, "1", VF_RANGE(1, 1000), "take every stride-th source frame"},
+    {"fps", VF_P_NUM, "0", VF_RANGE(0, 1000),
+     "target frame rate: sample by timestamp instead of stride (0 = use stride)"},
+    {"clips_per_video", VF_P_INT, "0", VF_RANGE(0, 1000000),
+     "clips per file, spread evenly over its non-overlapping clips; 0 = all of them"},
+    {"size", VF_P_LIST_INT, "[256,256]", VF_RANGE(1, 16384),
+     "output {W, H} (or {S} for S x S): resize keeping aspect to cover, then centre crop"},
+    {"filter", VF_P_STR, "\"bicubic\"", VF_ANY, "resize filter", "fast_bilinear|bilinear|bicubic|area|lanczos|neighbor"},
+    {"deadline_s", VF_P_NUM, "300", VF_RANGE(0.01, 604800), "time budget per file (open + all its clips)"},
+    {"max_bad_fraction", VF_P_NUM, "0.1", VF_RANGE(0, 1),
+     "fail when more than this fraction of the instance's files are quarantined"},
+    {"threads", VF_P_INT, "2", VF_RANGE(0, 256), "libavcodec/libswscale threads per instance (0 = per core)"},
+    {"shard", VF_P_INT, "0", VF_RANGE(0, 65535), "this instance's share: files i with i % nshards == shard"},
+    {"nshards", VF_P_INT, "1", VF_RANGE(1, 65536), "number of decode instances sharing the list"},
+    {"max_pixels", VF_P_INT, "9437184", VF_RANGE(1, 1 << 30),
+     "largest decoded frame (w*h) accepted; also bounds the decoder's frame pool"},
+    {"err_detect", VF_P_STR, "\"careful\"", VF_ANY,
+     "damage detection: careful drops frames libav flags, explode also any frame with an error",
+     "ignore|careful|explode"},
+    {0},
+};
+
+typedef struct dec_state {
+    vf_decode_opts av;
+    vf_clip_opts clip;
+    vf_manifest man;
+    double max_bad;
+    int T, W, H;
+    char transform[256];
+    char last[LAST_REASONS][512]; /* ring of the last quarantine reasons */
+    int nlast;
+} dec_state;
+
+/* ------------------------------------------------------------ params */
+
+static int read_opts(const vf_params *p, vf_decode_opts *av, vf_clip_opts *clip, int *W, int *H,
+                     vf_status *st)
+{
+    int rc = 0;
+    int nsz = vf_param_len(p, "size");
+    if (nsz != 1 && nsz != 2)
+        VF_FAIL(st, VF_EUSAGE, "decode: size must be {W, H} or {S}, got %d numbers", nsz);
+    *W = (int)vf_param_int_at(p, "size", 0);
+    *H = (int)vf_param_int_at(p, "size", nsz == 2 ? 1 : 0);
+    vf_decode_opts_default(av);
+    av->out_w = *W;
+    av->out_h = *H;
+    av->threads = (int)vf_param_int(p, "threads");
+    av->deadline_s = vf_param_num(p, "deadline_s");
+    av->max_pixels = vf_param_int(p, "max_pixels");
+    const char *ed = vf_param_str(p, "err_detect");
+    av->err_detect = !strcmp(ed, "ignore") ? VF_DECODE_ERR_IGNORE
+                   : !strcmp(ed, "explode") ? VF_DECODE_ERR_EXPLODE : VF_DECODE_ERR_CAREFUL;
+    if (vf_decode_filter_parse(vf_param_str(p, "filter"), &av->sws_flags) < 0)
+        VF_FAIL(st, VF_EUSAGE, "decode: unknown filter '%s'", vf_param_str(p, "filter"));
+    memset(clip, 0, sizeof *clip);
+    clip->frames = (int)vf_param_int(p, "frames");
+    clip->stride = (int)vf_param_int(p, "stride");
+    clip->fps = vf_param_num(p, "fps");
+    clip->clips_per_video = (int)vf_param_int(p, "clips_per_video");
+    if (clip->fps > 0 && clip->stride != 1)
+        VF_FAIL(st, VF_EUSAGE, "decode: give either stride (%d) or fps (%g), not both",
+                clip->stride, clip->fps);
+    if ((int64_t)*W * *H > vf_param_int(p, "max_pixels"))
+        VF_FAIL(st, VF_EUSAGE, "decode: size %dx%d is larger than max_pixels=%lld", *W, *H,
+                (long long)vf_param_int(p, "max_pixels"));
+    bool has_m = vf_param_has(p, "manifest"), has_s = vf_param_has(p, "source");
+    if (has_m == has_s)
+        VF_FAIL(st, VF_EUSAGE, "decode: give exactly one of manifest (a CSV/JSONL file) or "
+                               "source (a glob), got %s", has_m ? "both" : "neither");
+    if (vf_param_int(p, "shard") >= vf_param_int(p, "nshards"))
+        VF_FAIL(st, VF_EUSAGE, "decode: shard %lld outside [0, nshards=%lld)",
+                (long long)vf_param_int(p, "shard"), (long long)vf_param_int(p, "nshards"));
+    return 0;
+fail:
+    return rc;
+}
+
+static int decode_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
+                        vf_status *st)
+{
+    int rc = 0, W, H;
+    vf_decode_opts av;
+    vf_clip_opts clip;
+    VF_TRY(read_opts(p, &av, &clip, &W, &H, st));
+    vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
+    const int64_t dims[4] = {clip.frames, H, W, 3};
+    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, NULL); /* (T, H, W, 3) RGB */
+    o->meta_bytes = META_BYTES;
+    return 0;
+fail:
+    return rc;
+}
+
+static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
+                         vf_status *st)
+{
+    int rc = 0, W, H;
+    vf_decode_opts av;
+    vf_clip_opts clip;
+    VF_TRY(read_opts(p, &av, &clip, &W, &H, st));
+    vf_device cpu = {VF_DEV_CPU, 0};
+    vf_mem_plan_add(out, cpu, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
+    /* the clip being filled before vf_send hands it to the edge */
+    vf_mem_plan_add(out, cpu, "clip being decoded", (int64_t)clip.frames * H * W * 3 + META_BYTES);
+    /* clip plan of one file: frame indices of every clip (bounded by the frame index) */
+    vf_mem_plan_add(out, cpu, "clip plan", (int64_t)(1 << 21) * 8 * 2);
+    const char *m = vf_param_has(p, "manifest") ? vf_param_str(p, "manifest") : NULL;
+    const char *s = vf_param_has(p, "source") ? vf_param_str(p, "source") : NULL;
+    vf_mem_plan_add(out, cpu, "manifest", vf_manifest_bytes(m, s, (int)vf_param_int(p, "nshards")));
+    return 0;
+fail:
+    return rc;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
+{
+    int rc = 0;
+    dec_state *d = calloc(1, sizeof *d);
+    if (!d) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "decode: out of memory");
+    vf_stage_set_state(s, d);
+    VF_TRY(read_opts(p, &d->av, &d->clip, &d->W, &d->H, st));
+    d->T = d->clip.frames;
+    d->max_bad = vf_param_num(p, "max_bad_fraction");
+    int shard = (int)vf_param_int(p, "shard"), nshards = (int)vf_param_int(p, "nshards");
+    if (vf_param_has(p, "manifest")) rc = vf_manifest_load(vf_param_str(p, "manifest"), shard, nshards, &d->man, st);
+    else rc = vf_manifest_glob(vf_param_str(p, "source"), shard, nshards, &d->man, st);
+    if (rc < 0) {
+        vf_status_prefix(st, "stage '%s'", vf_stage_name(s));
+        goto fail;
+    }
+    snprintf(d->transform, sizeof d->transform, "frames=%d;stride=%d;fps=%g;size=%dx%d;crop=center;filter=%s",
+             d->T, d->clip.fps > 0 ? 1 : d->clip.stride, d->clip.fps, d->W, d->H, vf_param_str(p, "filter"));
+    /* libav's own error lines go to the log; warnings about damaged files would drown
+     * it, and every rejection carries its reason into quarantine.jsonl anyway. */
+    if (av_log_get_level() > AV_LOG_ERROR) av_log_set_level(AV_LOG_ERROR);
+    return 0;
+fail:
+    return rc;
+}
+
+static void decode_fini(vf_stage *s)
+{
+    dec_state *d = vf_stage_state(s);
+    if (!d) return;
+    vf_manifest_fini(&d->man);
+    free(d);
+    vf_stage_set_state(s, NULL);
+}
+
+/* ------------------------------------------------------------ per file */
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* 128-bit identity of (path, size, mtime) as 32 hex chars: two FNV-1a 64 lanes. */
+static void source_id(const char *path, int64_t size, int64_t mtime_ns, char out[33])
+{
+    uint64_t h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+    char tail[64];
+    int tn = snprintf(tail, sizeof tail, "\n%lld\n%lld", (long long)size, (long long)mtime_ns);
+    for (int l = 0; l < 2; l++) {
+        for (const char *c = path; *c; c++) { h[l] ^= (unsigned char)*c; h[l] *= 0x100000001b3ULL + l * 2; }
+        for (int i = 0; i < tn; i++) { h[l] ^= (unsigned char)tail[i]; h[l] *= 0x100000001b3ULL + l * 2; }
+    }
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
+}
+
+static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_info *info,
+                      const double *times, int64_t grid, const int64_t *idx, vf_tensor *frames,
+                      const char *src, int64_t size, int64_t mtime_ns, vf_item **out, vf_status *st)
+{
+    int rc = 0;
+    char id[4200], tf[400];
+    snprintf(id, sizeof id, "%s#%lld", r->path, (long long)grid);
+    vf_item *it = vf_item_new(id, st);
+    if (!it) { vf_tensor_unref(frames); return st ? st->code : VF_ENOMEM; }
+    VF_TRY(vf_item_put(it, "frames", frames, st));
+    if (r->start_s > 0 || r->end_s > 0)
+        snprintf(tf, sizeof tf, "%s;start=%g;end=%g", d->transform, r->start_s, r->end_s);
+    else
+        snprintf(tf, sizeof tf, "%s", d->transform);
+    VF_TRY(vf_item_set_str(it, "path", r->path, st));
+    VF_TRY(vf_item_set_str(it, "caption", r->caption, st));
+    VF_TRY(vf_item_set_str(it, "transform", tf, st));
+    VF_TRY(vf_item_set_str(it, "source", src, st));
+    VF_TRY(vf_item_set_num(it, "clip", (double)grid, st));
+    VF_TRY(vf_item_set_num(it, "pts_start", times[idx[0]], st));
+    VF_TRY(vf_item_set_num(it, "pts_end", times[idx[d->T - 1]], st));
+    VF_TRY(vf_item_set_num(it, "fps", r->fps > 0 && !info->has_pts ? r->fps : info->fps, st));
+    VF_TRY(vf_item_set_num(it, "frame0", (double)idx[0], st));
+    VF_TRY(vf_item_set_num(it, "size_bytes", (double)size, st));
+    VF_TRY(vf_item_set_num(it, "mtime_ns", (double)mtime_ns, st));
+    VF_TRY(vf_item_set_num(it, "src_w", info->width, st));
+    VF_TRY(vf_item_set_num(it, "src_h", info->height, st));
+    VF_TRY(vf_item_set_num(it, "rotation", info->rotation, st));
+    for (int i = 0; i < r->nextra; i++) {
+        const vf_manifest_extra *x = &r->extra[i];
+        if (x->is_num) VF_TRY(vf_item_set_num(it, x->key, strtod(x->val, NULL), st));
+        else VF_TRY(vf_item_set_str(it, x->key, x->val, st));
+    }
+    *out = it;
+    return 0;
+fail:
+    vf_item_free(it);
+    return rc;
+}
+
+/* Decodes one file. 0: done (clips sent); 1: bad file, reason in why; 2: the run is
+ * draining, stop producing; <0: run failure. */
+static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_row *r,
+                   int64_t *nclips, char *why, size_t whyn, vf_status *st)
+{
+    int rc = 0;
+    vf_status fst = {0};
+    vf_decode_file *f = NULL;
+    vf_clip_plan plan = {0};
+    int64_t sent = 0;
+    struct stat sb;
+    why[0] = 0;
+    size_t meta = strlen(r->path) * 2 + strlen(r->caption) + strlen(d->transform) + 512;
+    for (int i = 0; i < r->nextra; i++) meta += strlen(r->extra[i].key) + strlen(r->extra[i].val) + 16;
+    if (meta > META_BYTES) {
+        snprintf(why, whyn, "metadata of %zu bytes (path, caption, extra columns) exceed the %d-byte bound",
+                 meta, META_BYTES);
+        return 1;
+    }
+    if (stat(r->path, &sb) != 0) memset(&sb, 0, sizeof sb);
+    int64_t mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+    char src[33];
+    source_id(r->path, (int64_t)sb.st_size, mtime_ns, src);
+    char prior[600];
+    if (vf_decode_guard_known(r->path, src, prior, sizeof prior)) {
+        snprintf(why, whyn, "skipped: an earlier run in this run dir recorded: %s", prior);
+        return 1;
+    }
+    vf_decode_opts o = d->av;
+    o.fps_hint = r->fps;
+    vf_decode_guard_enter(r->path, src, o.deadline_s);
+    rc = vf_decode_open(r->path, &o, &f, &fst);
+    if (rc < 0) goto bad;
+    const vf_decode_info *info = vf_decode_get_info(f);
+    const double *times = vf_decode_frame_times(f);
+    vf_clip_opts co = d->clip;
+    co.start_s = r->start_s;
+    co.end_s = r->end_s;
+    rc = vf_clip_plan_make(times, info->nframes, info->duration_s, &co, &plan, &fst);
+    if (rc < 0) goto bad;
+    const int64_t shape[4] = {d->T, d->H, d->W, 3};
+    for (int64_t k = 0; k < plan.nclips; k++) {
+        if (vf_stopping(ctx)) { rc = 2; goto done; } /* drain: end the stream here */
+        const int64_t *idx = plan.idx + k * d->T;
+        vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 4, shape, st); /* (T, H, W, 3) */
+        if (!t) { rc = st->code ? st->code : VF_ENOMEM; goto done; }
+        rc = vf_decode_read(f, idx, d->T, t->data, &fst);
+        if (rc < 0) {
+            vf_tensor_unref(t);
+            vf_status_prefix(&fst, "clip %lld (frames %lld..%lld)", (long long)plan.grid[k],
+                             (long long)idx[0], (long long)idx[d->T - 1]);
+            goto bad;
+        }
+        vf_item *it = NULL;
+        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, &it, st);
+        if (rc < 0) goto done;
+        double t0 = mono_s();
+        rc = vf_send(out, it, st);
+        double waited = mono_s() - t0; /* waiting for credit is not decoding */
+        vf_decode_deadline_extend(f, waited);
+        vf_decode_guard_extend(waited);
+        if (rc < 0) goto done;
+        sent++;
+        (*nclips)++;
+    }
+    rc = 0;
+    goto done;
+bad:
+    if (rc == VF_EBADINPUT || rc == VF_ETIMEOUT) {
+        if (sent)
+            snprintf(why, whyn, "%.1200s (%lld earlier clip%s of this file were sent)", fst.msg,
+                     (long long)sent, sent > 1 ? "s" : "");
+        else
+            snprintf(why, whyn, "%.1400s", fst.msg);
+        rc = 1;
+    } else { /* out of memory or a bug: not the file's fault */
+        vf_status_set(st, rc, fst.file ? fst.file : __FILE__, fst.line, "%s: %s", r->path, fst.msg);
+    }
+done:
+    vf_clip_plan_fini(&plan);
+    vf_decode_close(f);
+    vf_decode_guard_leave();
+    return rc;
+}
+
+static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
+{
+    int rc = 0;
+    dec_state *d = vf_stage_state(s);
+    vf_port *out = vf_out(ctx, "out");
+    int64_t bad = 0, nclips = 0, done = 0;
+    char why[1536];
+    const int64_t nfiles = d->man.n;
+    if (!out) VF_FAIL(st, VF_EUSAGE, "decode: output port 'out' is not connected");
+    /* libav stuck inside one call for the deadline plus this grace = a hung decoder */
+    double grace = d->av.deadline_s * 0.25 > 5 ? d->av.deadline_s * 0.25 : 5;
+    VF_TRY(vf_decode_guard_start(vf_run_dir(ctx), vf_stage_name(s), grace, st));
+    vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%dx%d, %d frames)", (long long)nfiles,
+           (long long)d->man.total, d->man.origin, d->W, d->H, d->T);
+    for (int64_t i = 0; i < nfiles; i++) {
+        /* drain (first SIGINT): stop producing; returning 0 ends the stream cleanly */
+        if (vf_stopping(ctx)) break;
+        const vf_manifest_row *r = &d->man.rows[i];
+        rc = do_file(d, ctx, out, r, &nclips, why, sizeof why, st);
+        if (rc < 0) goto fail;
+        if (rc == 2) break;
+        done++;
+        if (rc == 1) {
+            bad++;
+            vf_quarantine(ctx, r->path, why); /* also logs it */
+            snprintf(d->last[d->nlast % LAST_REASONS], sizeof d->last[0], "%s: %s", r->path, why);
+            d->nlast++;
+            /* Fail as soon as the final fraction is certain to exceed the bound. */
+            if ((double)bad > d->max_bad * (double)nfiles) {
+                char tail[3 * 520] = "";
+                for (int k = 0; k < LAST_REASONS && k < d->nlast; k++) {
+                    size_t l = strlen(tail);
+                    snprintf(tail + l, sizeof tail - l, "%s%s", k ? "; " : "",
+                             d->last[(d->nlast - 1 - k) % LAST_REASONS]);
+                }
+                /* the run failed on its data, not on its command line: exit 1 */
+                VF_FAIL(st, VF_EINVAL,
+                        "decode '%s': %lld of %lld files bad (%.3g > max_bad_fraction %.3g), "
+                        "stopping after %lld files; last reasons: %s",
+                        vf_stage_name(s), (long long)bad, (long long)nfiles, (double)bad / nfiles,
+                        d->max_bad, (long long)done, tail);
+            }
+        }
+        vf_metric(ctx, "files", (double)done);
+        vf_metric(ctx, "clips", (double)nclips);
+        vf_metric(ctx, "bad", (double)bad);
+    }
+    vf_log(ctx, VF_LOG_INFO, "done: %lld files, %lld clips, %lld quarantined", (long long)done,
+           (long long)nclips, (long long)bad);
+    vf_decode_guard_stop();
+    return 0;
+fail:
+    vf_decode_guard_stop();
+    return rc;
+}
+
+static const vf_stage_ops decode_ops = {
+    .api_version = VF_API_VERSION,
+    .kind = "decode",
+    .doc = "videos (manifest or glob) -> u8 (T,H,W,3) RGB clips; bad files to quarantine.jsonl",
+    .params = decode_params,
+    .flags = VF_STAGE_OWN_WORKER | VF_STAGE_SOURCE,
+    .ports = decode_ports,
+    .memory = decode_memory,
+    .init = decode_init,
+    .run = decode_run,
+    .fini = decode_fini,
+};
+VF_REGISTER_STAGE(decode_ops)

@@ -1,0 +1,710 @@
+/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (DESIGN §7).
+ *
+ * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
+ * dit_train.h) and holds for it the f32 master weights and both moments on its device.
+ * Per step s:
+ *   1. receive one gradient slice from every partition of every data-parallel replica
+ *      ("grads", P·D items; empty for a partition that does not overlap the slice) and
+ *      form the slice's gradient, replicas summed in replica order;
+ *   2. global norm: f64 sum of squares of each norm block it owns, sent to every other
+ *      shard ("norm_out" / "norm_in"), and all blocks' partials added in block order —
+ *      the same number on every shard and for every S;
+ *   3. clip factor min(1, clip / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_), the
+ *      learning rate of step s, and the AdamW update (kernels/ops.h: decoupled weight
+ *      decay, bias correction) writing the new compute weights too;
+ *   4. send each partition its piece of the new weights ("weights_p<p>", fanned out to
+ *      the D replicas of that partition);
+ *   5. at checkpoint steps (every `every`, and the last) copy master, m, v to the host
+ *      into a snapshot item for the checkpoint stage ("snap", capacity 1: one in flight)
+ *      and go on — unless `sync`, where it waits for the writer's "ack" (the benchmark's
+ *      synchronous baseline).
+ * Before the first step it sends the initial weights: Philox init (vf_dit_init with
+ * `seed`), or with --resume its slice of the newest complete checkpoint, after checking
+ * that the checkpoint's config matches this run's (exit 2 otherwise).
+ * Shard 0 also reports the step: loss (from the last partitions), grad norm, lr, step
+ * time, samples/s, tokens/s and the measured pipeline bubble.
+ */
+#include "stages/train/adamw_io.h"
+#include "stages/train/dit_train.h"
+#include "formats/ckpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const vf_param_spec adamw_params[] = {
+    {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (vf.models.dit \"tiny\")", NULL,
+     vf_dit_model_fields},
+    {"shard", VF_P_INT, "0", VF_RANGE(0, VF_TRAIN_MAX_SHARDS - 1), "index k of this shard (set by the adamw expander)"},
+    {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S"},
+    {"splits", VF_P_LIST_INT, "[]", VF_RANGE(0, 1 << 20), "partition block boundaries {0, …, depth} (set by p:train); [] = one partition"},
+    {"replicas", VF_P_INT, "1", VF_RANGE(1, 64), "data-parallel replicas D of the pipeline"},
+    {"lr", VF_P_NUM, "1e-3", VF_RANGE(0, 10), "peak learning rate"},
+    {"beta1", VF_P_NUM, "0.9", VF_RANGE(0, 1), "Adam β1"},
+    {"beta2", VF_P_NUM, "0.999", VF_RANGE(0, 1), "Adam β2"},
+    {"eps", VF_P_NUM, "1e-8", VF_RANGE(0, 1), "Adam ε"},
+    {"weight_decay", VF_P_NUM, "0.01", VF_RANGE(0, 10), "decoupled weight decay"},
+    {"clip_grad", VF_P_NUM, "1.0", VF_RANGE(0, 1e9), "global gradient-norm clip; 0 = off"},
+    {"warmup", VF_P_INT, "0", VF_RANGE(0, 1e12), "linear warmup steps"},
+    {"schedule", VF_P_STR, "\"constant\"", VF_ANY, "after warmup", "constant|cosine"},
+    {"min_lr", VF_P_NUM, "0", VF_RANGE(0, 10), "cosine: final learning rate"},
+    {"decay_steps", VF_P_INT, "0", VF_RANGE(0, 1e12), "cosine: step where it reaches min_lr; 0 = steps"},
+    {"steps", VF_P_INT, "0", VF_RANGE(0, 1e12), "optimizer steps of the run (set by p:train)"},
+    {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "weight init seed (and run seed)"},
+    {"t_mean", VF_P_NUM, "0", VF_ANY, "timestep logit mean (for the resume config check; set by p:train)"},
+    {"t_std", VF_P_NUM, "1", VF_RANGE(0, 100), "timestep logit std (for the resume config check)"},
+    {"data", VF_P_STR, "\"\"", VF_ANY, "the latent_reader params as JSON (resume config check; set by p:train)"},
+    {"every", VF_P_INT, "0", VF_RANGE(0, 1e12), "snapshot every N steps (and at the last); 0 = last only"},
+    {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir to resume from; \"\" = <run dir>/ckpt"},
+    {"sync", VF_P_BOOL, "false", VF_ANY, "wait for each checkpoint to be written (benchmark baseline)"},
+    {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where master weights and moments live (cpu = offload)"},
+    {0},
+};
+
+/* ------------------------------------------------------------------ geometry */
+
+typedef struct geo {
+    vf_dit_config cfg;
+    vf_dit_layout *l;
+    int k, S, P, D;
+    int splits[VF_TRAIN_MAX_PARTS + 1];
+    int64_t total, block, nblk, lo, hi, n, b0, b1;
+    int64_t plo[VF_TRAIN_MAX_PARTS], phi[VF_TRAIN_MAX_PARTS];
+} geo;
+
+static void geo_fini(geo *g) { vf_dit_layout_free(g->l); }
+
+static int geo_init(const vf_params *p, geo *g, vf_status *st)
+{
+    int rc = 0;
+    memset(g, 0, sizeof *g);
+    VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &g->cfg, st));
+    VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
+    g->k = (int)vf_param_int(p, "shard");
+    g->S = (int)vf_param_int(p, "shards");
+    g->D = (int)vf_param_int(p, "replicas");
+    if (g->k >= g->S) VF_FAIL(st, VF_EUSAGE, "adamw: shard %d is not below shards %d", g->k, g->S);
+    if (vf_param_len(p, "splits") == 0) {
+        g->P = 1, g->splits[0] = 0, g->splits[1] = g->cfg.depth;
+    } else {
+        VF_TRY(vf_train_splits(p, g->cfg.depth, g->splits, &g->P, "adamw", st));
+    }
+    g->total = g->l->total;
+    g->block = vf_train_norm_block(g->total);
+    g->nblk = (g->total + g->block - 1) / g->block;
+    if (g->S > g->nblk)
+        VF_FAIL(st, VF_EUSAGE, "adamw: %d shards for a model of %lld parameters (%lld norm blocks of "
+                "%lld): at most %lld shards", g->S, (long long)g->total, (long long)g->nblk,
+                (long long)g->block, (long long)g->nblk);
+    vf_train_shard_range(g->total, g->block, g->S, g->k, &g->lo, &g->hi, &g->b0, &g->b1);
+    g->n = g->hi - g->lo;
+    for (int q = 0; q < g->P; q++) {
+        int64_t off, n;
+        vf_dit_layout_range(g->l, g->splits[q], g->splits[q + 1], &off, &n);
+        g->plo[q] = off, g->phi[q] = off + n;
+    }
+fail:
+    if (rc) geo_fini(g);
+    return rc;
+}
+
+/* Device dtypes the stages exchange (the CPU backend keeps everything in f32). */
+static void dev_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
+{
+    *act = d.kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
+    *grad = *act;
+}
+
+/* ------------------------------------------------------------------ ports, memory */
+
+static int adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
+                       vf_status *st)
+{
+    geo g;
+    int rc = geo_init(p, &g, st);
+    if (rc) return rc;
+    vf_device dev = vf_param_device(p, "device");
+    vf_dtype act, grad;
+    dev_dtypes(dev, &act, &grad);
+    static const char *const sN[1] = {"N"};
+    int64_t n1 = g.n > 0 ? g.n : 1;
+
+    vf_port_spec *gi = vf_port_add(out, "grads", VF_PORT_IN, true);
+    gi->multi = true;
+    gi->device = dev;
+    vf_port_tensor(gi, "g", grad, 1, &n1, sN)->optional = true;
+    gi->meta_bytes = 1024;
+    for (int q = 0; q < g.P; q++) {
+        char name[VF_NAME_MAX];
+        int64_t off, n;
+        vf_train_overlap(g.lo, g.hi, g.plo[q], g.phi[q], &off, &n);
+        if (n < 1) n = 1;
+        snprintf(name, sizeof name, "weights_p%d", q);
+        vf_port_spec *w = vf_port_add(out, name, VF_PORT_OUT, true);
+        w->device = dev;
+        vf_port_tensor(w, "w", act, 1, &n, sN)->optional = true;
+        w->meta_bytes = 256;
+    }
+    if (g.S > 1) {
+        int64_t mine = 8 * (g.b1 - g.b0), most = 8 * ((g.nblk + g.S - 1) / g.S);
+        static const char *const sK[1] = {"K"};
+        vf_port_spec *no = vf_port_add(out, "norm_out", VF_PORT_OUT, true);
+        vf_port_tensor(no, "partials", VF_DTYPE_U8, 1, &mine, sK);
+        no->meta_bytes = 256;
+        vf_port_spec *ni = vf_port_add(out, "norm_in", VF_PORT_IN, true);
+        ni->multi = true;
+        vf_port_tensor(ni, "partials", VF_DTYPE_U8, 1, &most, sK);
+        ni->meta_bytes = 256;
+    }
+    vf_port_spec *sn = vf_port_add(out, "snap", VF_PORT_OUT, false);
+    static const char *const snames[3] = {"master", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &n1, sN);
+    sn->meta_bytes = 16384; /* cursors, config */
+    vf_port_spec *ack = vf_port_add(out, "ack", VF_PORT_IN, false);
+    ack->meta_bytes = 256;
+    geo_fini(&g);
+    return 0;
+}
+
+/* Elements of the largest piece of this shard one partition receives: the size of every
+ * weight item buffer (adamw_init's pool and adamw_memory share it). */
+static int64_t weight_piece_most(const geo *g)
+{
+    return vf_train_most_overlap(g->lo, g->hi, g->plo, g->phi, g->P);
+}
+
+static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
+                        vf_status *st)
+{
+    geo g;
+    int rc = geo_init(p, &g, st);
+    if (rc) return rc;
+    vf_device dev = vf_param_device(p, "device"), cpu = {VF_DEV_CPU, 0};
+    vf_dtype act, grad;
+    dev_dtypes(dev, &act, &grad);
+    int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
+    vf_mem_plan_add(out, dev, "master weights + moments (f32)", 12 * g.n);
+    vf_mem_plan_add(out, dev, "gradient slice", gs * g.n);
+    vf_mem_plan_add(out, dev, "new compute weights", as * g.n);
+    /* the weight item being built (the pool's buffers are all the size of the largest
+     * piece; the sent ones are on the edges and in the partitions' hands, which the plan
+     * counts there: the pool allocates only when none has come back) */
+    vf_mem_plan_add(out, dev, "weight item being built", as * weight_piece_most(&g));
+    vf_mem_plan_add(out, cpu, "norm partials", 8 * g.nblk);
+    vf_mem_plan_add(out, cpu, "host staging (init/resume, snapshot)", 12 * g.n);
+    geo_fini(&g);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ state */
+
+typedef struct shard {
+    geo g;
+    vf_backend *be;
+    vf_dtype act, grad;
+    size_t as, gs;
+    float *master, *m, *v; /* backend f32, n each */
+    void *gbuf, *wout;     /* backend grad / act dtype, n each */
+    double *partials;      /* host, one per norm block of the model */
+    vf_bufpool *wpool;
+    vf_lr_sched lr;
+    float beta1, beta2, eps, wd, clip;
+    int64_t steps, every, t0;
+    bool sync;
+    vf_json *config;
+    char ckdir[PATH_MAX];
+    /* per step, from the partitions: [part][replica] */
+    vf_item **got;
+} shard;
+
+static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
+{
+    int rc = 0;
+    shard *h = calloc(1, sizeof *h);
+    if (!h) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: out of memory");
+    vf_stage_set_state(s, h);
+    VF_TRY(geo_init(p, &h->g, st));
+    h->be = vf_backend_for(vf_param_device(p, "device"), st);
+    if (!h->be) {
+        rc = st && st->code ? st->code : VF_EINVAL;
+        goto fail;
+    }
+    h->act = h->be->act_dtype, h->grad = h->be->grad_dtype;
+    h->as = vf_dtype_size(h->act), h->gs = vf_dtype_size(h->grad);
+    int64_t n = h->g.n;
+    vf_backend *be = h->be;
+    h->master = be->alloc(be, 4 * (size_t)n, st);
+    h->m = h->master ? be->alloc(be, 4 * (size_t)n, st) : NULL;
+    h->v = h->m ? be->alloc(be, 4 * (size_t)n, st) : NULL;
+    h->gbuf = h->v ? be->alloc(be, h->gs * (size_t)n, st) : NULL;
+    h->wout = h->gbuf ? be->alloc(be, h->as * (size_t)n, st) : NULL;
+    h->partials = calloc((size_t)h->g.nblk, sizeof *h->partials);
+    h->got = calloc((size_t)(h->g.P * h->g.D), sizeof *h->got);
+    if (!h->wout || !h->partials || !h->got)
+        VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "adamw %s: cannot allocate the state of %lld "
+                "parameters", vf_stage_name(s), (long long)n);
+    h->wpool = vf_bufpool_new(be, h->as * (size_t)weight_piece_most(&h->g), 2 * h->g.P, st);
+    if (!h->wpool) {
+        rc = VF_ENOMEM;
+        goto fail;
+    }
+    h->lr = (vf_lr_sched){vf_param_num(p, "lr"), vf_param_num(p, "min_lr"), vf_param_int(p, "warmup"),
+                          vf_param_int(p, "decay_steps"), strcmp(vf_param_str(p, "schedule"), "cosine") == 0};
+    h->steps = vf_param_int(p, "steps");
+    if (h->lr.decay_steps <= 0) h->lr.decay_steps = h->steps;
+    h->beta1 = (float)vf_param_num(p, "beta1"), h->beta2 = (float)vf_param_num(p, "beta2");
+    h->eps = (float)vf_param_num(p, "eps"), h->wd = (float)vf_param_num(p, "weight_decay");
+    h->clip = (float)vf_param_num(p, "clip_grad");
+    h->every = vf_param_int(p, "every");
+    h->sync = vf_param_bool(p, "sync");
+    VF_TRY(vf_adamw_config(p, h->steps, &h->config, st));
+fail:
+    return rc;
+}
+
+static void adamw_fini(vf_stage *s)
+{
+    shard *h = vf_stage_state(s);
+    if (!h) return;
+    vf_backend *be = h->be;
+    if (be) {
+        if (h->master) be->free(be, h->master);
+        if (h->m) be->free(be, h->m);
+        if (h->v) be->free(be, h->v);
+        if (h->gbuf) be->free(be, h->gbuf);
+        if (h->wout) be->free(be, h->wout);
+    }
+    if (h->got)
+        for (int i = 0; i < h->g.P * h->g.D; i++) vf_item_free(h->got[i]);
+    free(h->got);
+    free(h->partials);
+    vf_bufpool_unref(h->wpool);
+    vf_json_free(h->config);
+    geo_fini(&h->g);
+    free(h);
+    vf_stage_set_state(s, NULL);
+}
+
+/* ------------------------------------------------------------------ start */
+
+static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_WARN, "%s", msg); }
+
+/* Initial master weights and moments: the newest checkpoint with --resume, else init. */
+static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
+{
+    int rc = 0;
+    vf_ckpt ck = {0};
+    float *host = NULL, *mv = NULL;
+    vf_backend *be = h->be;
+    int64_t n = h->g.n;
+    host = vf_alloc(sizeof(float) * (size_t)(n ? n : 1), st);
+    if (!host) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
+    const vf_params *p = vf_stage_params(s);
+    vf_ckpt_dir(vf_param_str(p, "ckpt_dir"), vf_run_dir(ctx), h->ckdir, sizeof h->ckdir);
+    bool found = false;
+    if (vf_resuming(ctx)) {
+        vf_status fs;
+        vf_status_clear(&fs);
+        rc = vf_ckpt_find(h->ckdir, warn_cb, ctx, &ck, &fs);
+        if (rc == VF_ENOTFOUND) {
+            vf_log(ctx, VF_LOG_WARN, "--resume: %s; starting from step 0", fs.msg);
+            rc = 0;
+        } else if (rc) {
+            *st = fs;
+            goto fail;
+        } else {
+            found = true;
+        }
+    }
+    if (found) {
+        VF_TRY(vf_ckpt_config_check(ck.path, vf_json_get(ck.state, "config"), h->config, st));
+        VF_TRY(vf_adamw_load_master(ck.path, h->g.l, h->g.lo, h->g.hi, host, st));
+        be->upload(be, h->master, host, n, VF_DTYPE_F32);
+        be->upload(be, h->wout, host, n, h->act);
+        mv = vf_alloc(sizeof(float) * (size_t)(n ? n : 1), st);
+        if (!mv) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
+        VF_TRY(vf_adamw_load_moments(ck.path, h->g.lo, h->g.hi, host, mv, st));
+        be->upload(be, h->m, host, n, VF_DTYPE_F32);
+        be->upload(be, h->v, mv, n, VF_DTYPE_F32);
+        h->t0 = ck.step;
+        vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
+    } else {
+        vf_dit_init(h->g.l, (uint64_t)vf_param_int(p, "seed"), h->g.lo, n, host);
+        be->upload(be, h->master, host, n, VF_DTYPE_F32);
+        be->upload(be, h->wout, host, n, h->act);
+        be->memset0(be, h->m, 4 * (size_t)n);
+        be->memset0(be, h->v, 4 * (size_t)n);
+        h->t0 = 0;
+    }
+fail:
+    if (rc) vf_status_prefix(st, "adamw %s", vf_stage_name(s));
+    vf_ckpt_fini(&ck);
+    vf_free(host);
+    vf_free(mv);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ per step */
+
+static int set_nums(vf_item *it, vf_status *st, int n, const char *const *keys, const double *vals)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = vf_item_set_num(it, keys[i], vals[i], st);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Sends each partition its piece of the current compute weights (wout), tagged `step`. */
+static int send_weights(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, vf_status *st)
+{
+    for (int q = 0; q < h->g.P; q++) {
+        int rc = 0;
+        char name[VF_NAME_MAX], id[64];
+        int64_t off, n;
+        vf_train_overlap(h->g.lo, h->g.hi, h->g.plo[q], h->g.phi[q], &off, &n);
+        snprintf(name, sizeof name, "weights_p%d", q);
+        snprintf(id, sizeof id, "w%lld.s%d.p%d", (long long)step, h->g.k, q);
+        vf_port *out = vf_out(ctx, name);
+        if (!out) continue;
+        vf_item *it = vf_item_new(id, st);
+        if (!it) return VF_ENOMEM;
+        if (n > 0) {
+            vf_tensor *t = vf_bufpool_tensor(h->wpool, h->act, 1, &n, st);
+            if (!t) {
+                vf_item_free(it);
+                return st->code ? st->code : VF_ENOMEM;
+            }
+            h->be->copy(h->be, t->data, (char *)h->wout + (size_t)(off - h->g.lo) * h->as, (size_t)n * h->as);
+            if ((rc = vf_item_put(it, "w", t, st))) {
+                vf_item_free(it);
+                return rc;
+            }
+        }
+        static const char *const keys[] = {"step", "shard", "off", "n"};
+        double vals[] = {(double)step, h->g.k, (double)off, (double)n};
+        if ((rc = set_nums(it, st, 4, keys, vals))) {
+            vf_item_free(it);
+            return rc;
+        }
+        rc = vf_send(out, it, st);
+        if (rc == VF_EOS) continue; /* that partition has finished */
+        if (rc) return rc;
+    }
+    (void)s;
+    return 0;
+}
+
+/* What shard 0 learns from the partitions' items of one step. */
+typedef struct step_info {
+    double loss, samples, tokens, bubble;
+    int64_t t_first, t_last;
+    vf_json *cursors;
+} step_info;
+
+static double num_or(const vf_item *it, const char *k, double def)
+{
+    double v;
+    return vf_item_num(it, k, &v) == 0 ? v : def;
+}
+
+/* Receives the P·D gradient items of `step` and forms the slice's gradient in gbuf. */
+static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_info *si, vf_status *st)
+{
+    int rc = 0, need = h->g.P * h->g.D, have = 0;
+    vf_port *in = vf_in(ctx, "grads");
+    vf_backend *be = h->be;
+    while (have < need) {
+        vf_item *it = NULL;
+        rc = vf_recv(in, &it, st);
+        if (rc == VF_EOS) return have == 0 ? VF_EOS : vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                                                  "adamw %s: gradients of step %lld ended after %d of %d partitions",
+                                                                  vf_stage_name(s), (long long)step, have, need);
+        if (rc) return rc;
+        double ds = num_or(it, "step", -1), dq = num_or(it, "part", -1), dr = num_or(it, "replica", -1);
+        int q = (int)dq, r = (int)dr;
+        if ((int64_t)ds != step || q < 0 || q >= h->g.P || r < 0 || r >= h->g.D || h->got[q * h->g.D + r]) {
+            vf_item_free(it);
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "adamw %s: unexpected gradient item (step %g, part %g, replica %g) while "
+                                 "collecting step %lld", vf_stage_name(s), ds, dq, dr, (long long)step);
+        }
+        h->got[q * h->g.D + r] = it;
+        have++;
+    }
+    /* sum replicas in replica order, partition pieces where they land */
+    int64_t covered = 0;
+    for (int q = 0; q < h->g.P; q++) {
+        int64_t off, n;
+        vf_train_overlap(h->g.lo, h->g.hi, h->g.plo[q], h->g.phi[q], &off, &n);
+        for (int r = 0; r < h->g.D; r++) {
+            vf_item *it = h->got[q * h->g.D + r];
+            vf_tensor *g = vf_item_get(it, "g");
+            int64_t ioff = (int64_t)num_or(it, "off", -1), in_n = (int64_t)num_or(it, "n", -1);
+            if (ioff != off || in_n != n || (n > 0 && (!g || vf_tensor_numel(g) != n)))
+                return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                     "adamw %s: partition %d sent elements [%lld, +%lld), expected [%lld, +%lld)",
+                                     vf_stage_name(s), q, (long long)ioff, (long long)in_n, (long long)off,
+                                     (long long)n);
+            if (n == 0) continue;
+            void *dst = (char *)h->gbuf + (size_t)(off - h->g.lo) * h->gs;
+            if (r == 0) {
+                VF_TRY(vf_train_tensor_in(be, dst, h->grad, g, 0, n, "adamw gradient", st));
+            } else {
+                if (g->dtype != h->grad || g->device.kind != be->device.kind)
+                    return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                         "adamw %s: replica %d's gradient is not %s on this device",
+                                         vf_stage_name(s), r, vf_dtype_name(h->grad));
+                be->axpy(be, dst, g->data, 1.0f, n);
+            }
+        }
+        covered += n;
+    }
+    if (covered != h->g.n)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "adamw %s: partitions cover %lld of the %lld elements of this shard",
+                             vf_stage_name(s), (long long)covered, (long long)h->g.n);
+    /* what shard 0 reports */
+    si->loss = 0, si->samples = 0, si->tokens = 0;
+    double busy = 0;
+    si->t_first = INT64_MAX, si->t_last = 0;
+    for (int q = 0; q < h->g.P; q++)
+        for (int r = 0; r < h->g.D; r++) {
+            vf_item *it = h->got[q * h->g.D + r];
+            int64_t t0 = (int64_t)num_or(it, "t0_ns", 0), t1 = (int64_t)num_or(it, "t1_ns", 0);
+            if (t0 < si->t_first) si->t_first = t0;
+            if (t1 > si->t_last) si->t_last = t1;
+            busy += num_or(it, "busy_ns", 0);
+            if (q == h->g.P - 1) si->loss += num_or(it, "loss", 0) / h->g.D;
+            if (q == 0) {
+                si->samples += num_or(it, "samples", 0);
+                si->tokens += num_or(it, "tokens", 0);
+                const char *c = vf_item_str(it, "cursor");
+                if (si->cursors) vf_json_push(si->cursors, vf_json_str(c ? c : ""));
+            }
+        }
+    double window = (double)(si->t_last - si->t_first) * (double)(h->g.P * h->g.D);
+    si->bubble = window > 0 ? 1.0 - busy / window : 0;
+fail:
+    for (int i = 0; i < need; i++) {
+        vf_item_free(h->got[i]);
+        h->got[i] = NULL;
+    }
+    return rc;
+}
+
+/* Partial sums of squares of the owned norm blocks, exchanged with the other shards;
+ * returns the global norm (all blocks, in block order). */
+static int global_norm(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double *norm, vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = h->be;
+    for (int64_t j = h->g.b0; j < h->g.b1; j++) {
+        int64_t a = j * h->g.block, b = a + h->g.block < h->g.total ? a + h->g.block : h->g.total;
+        h->partials[j] = be->sumsq(be, (char *)h->gbuf + (size_t)(a - h->g.lo) * h->gs, b - a);
+    }
+    if (h->g.S > 1) {
+        int64_t nb = h->g.b1 - h->g.b0, bytes = 8 * nb;
+        vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 1, &bytes, st);
+        vf_item *it = t ? vf_item_new("norm", st) : NULL;
+        if (!it) {
+            vf_tensor_unref(t);
+            return VF_ENOMEM;
+        }
+        memcpy(t->data, h->partials + h->g.b0, (size_t)bytes);
+        static const char *const keys[] = {"step", "shard", "blk0", "nblk"};
+        double vals[] = {(double)step, h->g.k, (double)h->g.b0, (double)nb};
+        if ((rc = vf_item_put(it, "partials", t, st)) || (rc = set_nums(it, st, 4, keys, vals))) {
+            vf_item_free(it);
+            return rc;
+        }
+        if ((rc = vf_send(vf_out(ctx, "norm_out"), it, st)) < 0) return rc;
+        for (int got = 0; got < h->g.S - 1; got++) {
+            vf_item *in = NULL;
+            rc = vf_recv(vf_in(ctx, "norm_in"), &in, st);
+            if (rc == VF_EOS)
+                return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                     "adamw %s: another shard ended during step %lld", vf_stage_name(s),
+                                     (long long)step);
+            if (rc) return rc;
+            vf_tensor *p = vf_item_get(in, "partials");
+            int64_t b0 = (int64_t)num_or(in, "blk0", -1), k = (int64_t)num_or(in, "nblk", -1);
+            if ((int64_t)num_or(in, "step", -1) != step || !p || b0 < 0 || k < 0 || b0 + k > h->g.nblk ||
+                (int64_t)vf_tensor_nbytes(p) != 8 * k) {
+                vf_item_free(in);
+                return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                     "adamw %s: malformed norm partials for step %lld", vf_stage_name(s),
+                                     (long long)step);
+            }
+            memcpy(h->partials + b0, p->data, (size_t)(8 * k));
+            vf_item_free(in);
+        }
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < h->g.nblk; j++) sum += h->partials[j];
+    *norm = sqrt(sum);
+    return 0;
+}
+
+/* Host copies of master, m, v into a snapshot item for the checkpoint stage. */
+static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr, const step_info *si,
+                    vf_status *st)
+{
+    int rc = 0;
+    vf_port *out = vf_out(ctx, "snap");
+    if (!out) return 0;
+    vf_item *it = vf_item_new("snap", st);
+    if (!it) return VF_ENOMEM;
+    const float *src[3] = {h->master, h->m, h->v};
+    static const char *const names[3] = {"master", "exp_avg", "exp_avg_sq"};
+    int64_t n = h->g.n;
+    for (int i = 0; i < 3; i++) {
+        vf_tensor *t = vf_tensor_new(VF_DTYPE_F32, 1, &n, st);
+        if (!t) VF_FAIL(st, VF_ENOMEM, "adamw %s: snapshot of step %lld: out of host memory",
+                        vf_stage_name(s), (long long)step);
+        h->be->download(h->be, t->data, src[i], n, VF_DTYPE_F32);
+        VF_TRY(vf_item_put(it, names[i], t, st));
+    }
+    static const char *const keys[] = {"step", "shard", "shards", "off", "n", "total", "lr", "replicas",
+                                       "stages"};
+    double vals[] = {(double)step, h->g.k, h->g.S, (double)h->g.lo, (double)n, (double)h->g.total, lr,
+                     h->g.D, h->g.P};
+    VF_TRY(set_nums(it, st, 9, keys, vals));
+    if (h->g.k == 0) {
+        char *c = vf_json_emit(h->config, true, 0), *cur = si->cursors ? vf_json_emit(si->cursors, true, 0) : NULL;
+        if (c) rc = vf_item_set_str(it, "config", c, st);
+        if (!rc && cur) rc = vf_item_set_str(it, "cursors", cur, st);
+        free(c);
+        free(cur);
+        VF_TRY(rc);
+        VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
+    }
+    rc = vf_send(out, it, st);
+    it = NULL;
+    if (rc == VF_EOS) rc = 0; /* no writer any more: nothing to wait for */
+    else if (rc == 0 && h->sync) {
+        vf_item *ack = NULL;
+        rc = vf_recv(vf_in(ctx, "ack"), &ack, st);
+        if (rc == VF_EOS) rc = 0;
+        vf_item_free(ack);
+    }
+fail:
+    vf_item_free(it);
+    return rc;
+}
+
+/* Orderly end (dit_train.h vf_train_finish): outputs first, then inputs to their end. */
+static int finish(vf_ctx *ctx, shard *h, vf_status *st)
+{
+    char names[VF_TRAIN_MAX_PARTS][VF_NAME_MAX];
+    const char *outs[VF_TRAIN_MAX_PARTS + 2] = {"norm_out", "snap"};
+    for (int q = 0; q < h->g.P; q++) {
+        snprintf(names[q], sizeof names[q], "weights_p%d", q);
+        outs[2 + q] = names[q];
+    }
+    static const char *const drain[] = {"grads", "norm_in", "ack"};
+    return vf_train_finish(ctx, outs, 2 + h->g.P, NULL, 0, drain, 3, st);
+}
+
+static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
+{
+    int rc = 0;
+    shard *h = vf_stage_state(s);
+    vf_backend *be = h->be;
+    step_info si = {0};
+    VF_TRY(load_start(s, ctx, h, st));
+    if (h->t0 >= h->steps) {
+        vf_log(ctx, VF_LOG_INFO, "already at step %lld of %lld: nothing to train", (long long)h->t0,
+               (long long)h->steps);
+        return finish(ctx, h, st);
+    }
+    VF_TRY(send_weights(s, ctx, h, h->t0, st));
+    int64_t t_prev = vf_train_now_ns(), done = h->t0, last_snap = h->t0;
+    double last_lr = 0;
+    for (int64_t step = h->t0 + 1; step <= h->steps; step++) {
+        step_info cur = {0};
+        cur.cursors = h->g.k == 0 ? vf_json_arr() : NULL;
+        rc = recv_grads(s, ctx, h, step, &cur, st);
+        if (rc) vf_json_free(cur.cursors);
+        if (rc == VF_EOS) {
+            /* The partitions stopped at a step boundary (a drain: Ctrl-C, SIGTERM): every
+             * shard sees it after the same step, so all snapshot that step and the run
+             * can be resumed from where it stopped. */
+            rc = 0;
+            if (done > last_snap) {
+                vf_log(ctx, VF_LOG_INFO, "partitions stopped after step %lld: snapshot for a final checkpoint",
+                       (long long)done);
+                VF_TRY(snapshot(s, ctx, h, done, last_lr, &si, st));
+            } else {
+                vf_log(ctx, VF_LOG_INFO, "partitions stopped before step %lld", (long long)step);
+            }
+            break;
+        }
+        VF_TRY(rc);
+        vf_json_free(si.cursors);
+        si = cur;
+        double norm = 0;
+        VF_TRY(global_norm(s, ctx, h, step, &norm, st));
+        double coef = h->clip > 0 ? (double)h->clip / (norm + 1e-6) : 1.0;
+        if (coef > 1.0) coef = 1.0;
+        double lr = vf_train_lr(&h->lr, step);
+        be->adamw(be, h->master, h->m, h->v, h->gbuf, h->wout, h->g.n, (float)lr, h->beta1, h->beta2,
+                  h->eps, h->wd, (float)coef, step);
+        /* Async: the weights go out first, so the partitions compute the next step while
+         * the snapshot is copied and sent. Sync (the benchmark's baseline, as a save
+         * inside a training loop): the snapshot is written and acknowledged before the
+         * weights go out. ckpt_s is the shard's time in the snapshot; the step's wall
+         * time runs from weights out to weights out. */
+        bool ck = step == h->steps || (h->every > 0 && step % h->every == 0);
+        int64_t t_ck = vf_train_now_ns();
+        if (ck && h->sync) VF_TRY(snapshot(s, ctx, h, step, lr, &si, st));
+        double ckpt_s = (double)(vf_train_now_ns() - t_ck) * 1e-9;
+        if (step < h->steps) VF_TRY(send_weights(s, ctx, h, step, st));
+        int64_t t_now = vf_train_now_ns();
+        if (ck && !h->sync) {
+            VF_TRY(snapshot(s, ctx, h, step, lr, &si, st));
+            ckpt_s = (double)(vf_train_now_ns() - t_now) * 1e-9;
+        }
+        if (h->g.k == 0) {
+            double dt = (double)(t_now - t_prev) * 1e-9;
+            char row[700];
+            snprintf(row, sizeof row,
+                     "{\"event\":\"train_step\",\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%.9g,\"clip\":%.6g,"
+                     "\"lr\":%.9g,\"step_s\":%.6f,\"samples_s\":%.6g,\"tokens_s\":%.6g,\"bubble\":%.4f,"
+                     "\"ckpt_s\":%.6f}",
+                     (long long)step, si.loss, norm, coef, lr, dt, dt > 0 ? si.samples / dt : 0,
+                     dt > 0 ? si.tokens / dt : 0, si.bubble, ckpt_s);
+            vf_metric_row(ctx, row);
+            vf_metric(ctx, "step", (double)step);
+            vf_metric(ctx, "loss", si.loss);
+            vf_metric(ctx, "grad_norm", norm);
+            vf_metric(ctx, "lr", lr);
+            vf_metric(ctx, "step_s", dt);
+            vf_metric(ctx, "samples_s", dt > 0 ? si.samples / dt : 0);
+            vf_metric(ctx, "tokens_s", dt > 0 ? si.tokens / dt : 0);
+            vf_metric(ctx, "bubble", si.bubble);
+        }
+        t_prev = t_now;
+        done = step, last_lr = lr;
+        if (ck) last_snap = step;
+    }
+    rc = finish(ctx, h, st);
+fail:
+    vf_json_free(si.cursors);
+    return rc;
+}
+
+static const vf_stage_ops adamw_ops = {
+    .api_version = VF_API_VERSION,
+    .kind = "adamw",
+    .doc = "AdamW optimizer shard: f32 master + moments of one slice, global-norm clipping across "
+           "shards, warmup + cosine/constant lr, snapshots for async checkpoints",
+    .params = adamw_params,
+    .ports = adamw_ports,
+    .memory = adamw_memory,
+    .init = adamw_init,
+    .run = adamw_run,
+    .fini = adamw_fini,
+};
+VF_REGISTER_STAGE(adamw_ops)

@@ -1,0 +1,168 @@
+/* adamw_io.c — run config and checkpoint reading for the adamw shard (adamw_io.h). */
+#include "stages/train/adamw_io.h"
+#include "formats/ckpt.h"
+#include "runtime/core/params.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ config */
+
+static int put(vf_json *o, const char *k, vf_json *v, vf_status *st)
+{
+    if (!v || vf_json_set(o, k, v) != 0)
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+    return 0;
+}
+
+int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status *st)
+{
+    int rc = 0;
+    vf_params *data = NULL;
+    vf_json *o = vf_json_obj();
+    *out = NULL;
+    if (!o) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+
+    const vf_json *m = vf_params_ctree(vf_param_table(p, "model"));
+    for (int i = 0; i < vf_json_len(m); i++) {
+        const char *k = vf_json_key_at(m, i);
+        if (strcmp(k, "name") == 0) continue; /* a label; the numbers are what must match */
+        char key[96];
+        snprintf(key, sizeof key, "model.%s", k);
+        VF_TRY(put(o, key, vf_json_clone(m->items[i]), st));
+    }
+    bool cosine = strcmp(vf_param_str(p, "schedule"), "cosine") == 0;
+    int64_t decay = vf_param_int(p, "decay_steps");
+    VF_TRY(put(o, "optim.lr", vf_json_num(vf_param_num(p, "lr")), st));
+    VF_TRY(put(o, "optim.beta1", vf_json_num(vf_param_num(p, "beta1")), st));
+    VF_TRY(put(o, "optim.beta2", vf_json_num(vf_param_num(p, "beta2")), st));
+    VF_TRY(put(o, "optim.eps", vf_json_num(vf_param_num(p, "eps")), st));
+    VF_TRY(put(o, "optim.weight_decay", vf_json_num(vf_param_num(p, "weight_decay")), st));
+    VF_TRY(put(o, "optim.clip_grad", vf_json_num(vf_param_num(p, "clip_grad")), st));
+    VF_TRY(put(o, "optim.warmup", vf_json_int(vf_param_int(p, "warmup")), st));
+    VF_TRY(put(o, "optim.schedule", vf_json_str(vf_param_str(p, "schedule")), st));
+    /* the decay horizon shapes a cosine schedule only: a constant one may be extended */
+    VF_TRY(put(o, "optim.min_lr", vf_json_num(cosine ? vf_param_num(p, "min_lr") : 0.0), st));
+    VF_TRY(put(o, "optim.decay_steps", vf_json_int(cosine ? (decay > 0 ? decay : steps) : 0), st));
+    VF_TRY(put(o, "train.seed", vf_json_int(vf_param_int(p, "seed")), st));
+    VF_TRY(put(o, "train.t_mean", vf_json_num(vf_param_num(p, "t_mean")), st));
+    VF_TRY(put(o, "train.t_std", vf_json_num(vf_param_num(p, "t_std")), st));
+
+    const char *dj = vf_param_str(p, "data");
+    if (dj && dj[0]) {
+        data = vf_params_from_json(dj, st);
+        if (!data) {
+            vf_status_prefix(st, "adamw: param data (the latent_reader params as JSON)");
+            rc = VF_EUSAGE;
+            goto fail;
+        }
+        const vf_stage_ops *reader = vf_stage_lookup("latent_reader");
+        if (reader) VF_TRY(vf_params_validate(data, reader->params, "latent_reader", "adamw data", st));
+        static const char *const keys[] = {"batch", "seed", "nshards", "drop_last", "text_len"};
+        const vf_json *t = vf_params_ctree(data);
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            const vf_json *v = vf_json_get(t, keys[i]);
+            if (!v) continue;
+            char key[64];
+            snprintf(key, sizeof key, "data.%s", keys[i]);
+            VF_TRY(put(o, key, vf_json_clone(v), st));
+        }
+    }
+    *out = o;
+    o = NULL;
+fail:
+    vf_params_free(data);
+    vf_json_free(o);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ master weights */
+
+int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t lo, int64_t hi,
+                         float *dst, vf_status *st)
+{
+    int rc = 0;
+    vf_st_file *f = NULL;
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL);
+    VF_TRY(vf_st_open(path, &f, st));
+    int64_t covered = 0;
+    for (int i = 0; i < l->n; i++) {
+        const vf_dit_tensor *t = &l->t[i];
+        int64_t a = t->offset > lo ? t->offset : lo;
+        int64_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (b <= a) continue;
+        const vf_st_tensor *ft;
+        VF_TRY(vf_st_expect(f, t->name, t->ndim, t->shape, &ft, st));
+        if (ft->dtype != VF_ST_F32)
+            VF_FAIL(st, VF_ECORRUPT, "%s: tensor %s is %s; checkpoints hold F32 master weights", path,
+                    t->name, vf_st_dtype_name(ft->dtype));
+        /* the mapping need not be aligned for floats: copy bytes */
+        memcpy(dst + (a - lo), (const char *)ft->data + (size_t)(a - t->offset) * 4, (size_t)(b - a) * 4);
+        covered += b - a;
+    }
+    if (covered != hi - lo)
+        VF_FAIL(st, VF_ECORRUPT, "%s: the model layout covers %lld of the %lld elements [%lld, %lld)",
+                path, (long long)covered, (long long)(hi - lo), (long long)lo, (long long)hi);
+fail:
+    vf_st_close(f);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ moments */
+
+static int64_t meta_int(const vf_st_file *f, const char *key)
+{
+    const char *v = vf_st_meta_get(f, key);
+    if (!v || !v[0]) return -1;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return *end ? -1 : x;
+}
+
+int vf_adamw_load_moments(const char *ckpt_path, int64_t lo, int64_t hi, float *m, float *v,
+                          vf_status *st)
+{
+    int rc = 0;
+    DIR *d = opendir(ckpt_path);
+    vf_st_file *f = NULL;
+    int64_t covered = 0;
+    if (!d) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: cannot list", ckpt_path);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "optimizer-", 10) != 0 || len < 12 ||
+            strcmp(e->d_name + len - 12, ".safetensors") != 0)
+            continue;
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/%s", ckpt_path, e->d_name);
+        VF_TRY(vf_st_open(path, &f, st));
+        int64_t off = meta_int(f, "offset"), n = meta_int(f, "numel");
+        if (off < 0 || n < 0)
+            VF_FAIL(st, VF_ECORRUPT, "%s: metadata \"offset\"/\"numel\" missing or not integers", path);
+        int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+        if (b > a) {
+            const int64_t shape[1] = {n};
+            const vf_st_tensor *tm, *tv;
+            VF_TRY(vf_st_expect(f, "exp_avg", 1, shape, &tm, st));
+            VF_TRY(vf_st_expect(f, "exp_avg_sq", 1, shape, &tv, st));
+            if (tm->dtype != VF_ST_F32 || tv->dtype != VF_ST_F32)
+                VF_FAIL(st, VF_ECORRUPT, "%s: moments must be F32", path);
+            memcpy(m + (a - lo), (const char *)tm->data + (size_t)(a - off) * 4, (size_t)(b - a) * 4);
+            memcpy(v + (a - lo), (const char *)tv->data + (size_t)(a - off) * 4, (size_t)(b - a) * 4);
+            covered += b - a;
+        }
+        vf_st_close(f);
+        f = NULL;
+    }
+    if (covered != hi - lo)
+        VF_FAIL(st, VF_ECORRUPT,
+                "%s: the optimizer files cover %lld of the %lld elements [%lld, %lld) of this shard",
+                ckpt_path, (long long)covered, (long long)(hi - lo), (long long)lo, (long long)hi);
+fail:
+    vf_st_close(f);
+    closedir(d);
+    return rc;
+}

@@ -1,0 +1,300 @@
+/* checkpoint_write.c — one atomic checkpoint commit (checkpoint.h, formats/ckpt.h).
+ *
+ * Order, so that a crash or a full disk at any point leaves the previous checkpoints
+ * intact and never a step-N dir that is not complete:
+ *   step-N.tmp/ created → model.safetensors, optimizer-kk-of-SS.safetensors, state.json,
+ *   each written and fsynced (their CRC32C computed on the way out) → manifest.json
+ *   (fsynced) → fsync step-N.tmp → rename to step-N → fsync dir → latest (temp file,
+ *   fsync, rename, fsync dir) → remove the oldest complete checkpoints beyond `keep`.
+ * model.safetensors streams each tensor from the shards' master slices through a fill
+ * callback (a tensor may straddle two shards), so the model is never assembled in one
+ * buffer.
+ */
+#include "stages/train/checkpoint.h"
+#include "formats/ckpt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+typedef struct shard_view {
+    int64_t off, n;
+    const float *master, *m, *v;
+} shard_view;
+
+typedef struct fill_ctx {
+    const shard_view *sh;
+    int S;
+    int64_t first; /* flat element of the tensor's byte 0 */
+} fill_ctx;
+
+/* Bytes [offset, offset + n) of a tensor whose element 0 is flat element first. */
+static int fill_master(void *user, uint64_t offset, void *buf, size_t n, vf_status *st)
+{
+    const fill_ctx *f = user;
+    int64_t e0 = f->first + (int64_t)(offset / 4), e1 = e0 + (int64_t)(n / 4);
+    char *out = buf;
+    for (int k = 0; k < f->S && e0 < e1; k++) {
+        const shard_view *s = &f->sh[k];
+        if (e0 < s->off || e0 >= s->off + s->n) continue;
+        int64_t take = (s->off + s->n < e1 ? s->off + s->n : e1) - e0;
+        memcpy(out, s->master + (e0 - s->off), (size_t)take * 4);
+        out += take * 4;
+        e0 += take;
+    }
+    if (e0 != e1)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "checkpoint: element %lld is in no shard's snapshot", (long long)e0);
+    return 0;
+}
+
+static double meta_num(const vf_item *it, const char *k, double def)
+{
+    double v;
+    return vf_item_num(it, k, &v) == 0 ? v : def;
+}
+
+static int add_file(vf_json *files, const char *name, int64_t bytes, uint32_t crc)
+{
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08x", crc);
+    vf_json *f = vf_json_obj();
+    if (!f || vf_json_set(f, "bytes", vf_json_int(bytes)) || vf_json_set(f, "crc32c", vf_json_str(hex))) {
+        vf_json_free(f);
+        return VF_ENOMEM;
+    }
+    return vf_json_set(files, name, f) ? VF_ENOMEM : 0;
+}
+
+/* state.json: step, data cursors, run seed / lr schedule, config and its hash. */
+static char *state_text(int64_t step, vf_item *const *snaps, int S, int64_t total, vf_status *st)
+{
+    const vf_item *z = snaps[0];
+    vf_json *o = vf_json_obj(), *cfg = NULL, *cur = NULL;
+    char *text = NULL;
+    vf_status ps;
+    vf_status_clear(&ps);
+    const char *c = vf_item_str(z, "config"), *cs = vf_item_str(z, "cursors");
+    cfg = c ? vf_json_parse(c, &ps) : vf_json_obj();
+    cur = cs ? vf_json_parse(cs, &ps) : vf_json_arr();
+    if (!o || !cfg || !cur) {
+        vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "checkpoint: shard 0's config/cursors: %s", ps.msg);
+        goto out;
+    }
+    char hash[17];
+    vf_ckpt_config_hash(cfg, hash);
+    int bad = 0;
+    bad |= vf_json_set(o, "format", vf_json_str("vflow-checkpoint v1"));
+    bad |= vf_json_set(o, "step", vf_json_int(step));
+    bad |= vf_json_set(o, "cursors", cur);
+    cur = NULL;
+    const vf_json *seed = vf_json_get(cfg, "train.seed");
+    bad |= vf_json_set(o, "seed", seed ? vf_json_clone(seed) : vf_json_null());
+    vf_json *lr = vf_json_obj();
+    if (lr) {
+        bad |= vf_json_set(lr, "at_step", vf_json_num(meta_num(z, "lr", 0)));
+        static const char *const keys[] = {"optim.lr", "optim.schedule", "optim.warmup", "optim.decay_steps",
+                                           "optim.min_lr"};
+        for (int i = 0; i < 5; i++) {
+            const vf_json *v = vf_json_get(cfg, keys[i]);
+            if (v) bad |= vf_json_set(lr, keys[i] + 6, vf_json_clone(v));
+        }
+    }
+    bad |= vf_json_set(o, "lr", lr);
+    bad |= vf_json_set(o, "adam_step", vf_json_int(step));
+    bad |= vf_json_set(o, "loss", vf_json_num(meta_num(z, "loss", 0)));
+    bad |= vf_json_set(o, "params", vf_json_int(total));
+    bad |= vf_json_set(o, "shards", vf_json_int(S));
+    bad |= vf_json_set(o, "replicas", vf_json_int((int64_t)meta_num(z, "replicas", 1)));
+    bad |= vf_json_set(o, "stages", vf_json_int((int64_t)meta_num(z, "stages", 1)));
+    bad |= vf_json_set(o, "config_hash", vf_json_str(hash));
+    bad |= vf_json_set(o, "config", cfg);
+    cfg = NULL;
+    bad |= vf_json_set(o, "time", vf_json_num((double)time(NULL)));
+    text = bad ? NULL : vf_json_emit(o, false, 2);
+    if (!text) vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "checkpoint: state.json: out of memory");
+out:
+    vf_json_free(o);
+    vf_json_free(cfg);
+    vf_json_free(cur);
+    return text;
+}
+
+static int write_model(const char *path, const vf_dit_layout *l, const shard_view *sh, int S, int64_t step,
+                       int64_t *bytes, uint32_t *crc, vf_status *st)
+{
+    int rc = 0;
+    vf_st_writer *w = vf_st_writer_new(st);
+    fill_ctx *fc = calloc((size_t)l->n, sizeof *fc);
+    if (!w || !fc) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < l->n; i++) {
+        fc[i] = (fill_ctx){sh, S, l->t[i].offset};
+        VF_TRY(vf_st_writer_add_fill(w, l->t[i].name, VF_ST_F32, l->t[i].ndim, l->t[i].shape, fill_master, &fc[i],
+                                     st));
+    }
+    char sstep[32];
+    snprintf(sstep, sizeof sstep, "%lld", (long long)step);
+    VF_TRY(vf_st_writer_meta(w, "format", "pt", st));
+    VF_TRY(vf_st_writer_meta(w, "step", sstep, st));
+    *bytes = (int64_t)vf_st_writer_size(w);
+    VF_TRY(vf_st_writer_save(w, path, VF_ST_FSYNC, crc, st));
+fail:
+    vf_st_writer_free(w);
+    free(fc);
+    return rc;
+}
+
+static int write_optimizer(const char *path, const shard_view *s, int k, int S, int64_t step, int64_t total,
+                           int64_t *bytes, uint32_t *crc, vf_status *st)
+{
+    int rc = 0;
+    vf_st_writer *w = vf_st_writer_new(st);
+    if (!w) return VF_ENOMEM;
+    const int64_t shape[1] = {s->n};
+    char v[5][32];
+    snprintf(v[0], 32, "%lld", (long long)s->off);
+    snprintf(v[1], 32, "%lld", (long long)s->n);
+    snprintf(v[2], 32, "%d", k);
+    snprintf(v[3], 32, "%d", S);
+    snprintf(v[4], 32, "%lld", (long long)step);
+    static const char *const keys[5] = {"offset", "numel", "shard", "shards", "step"};
+    VF_TRY(vf_st_writer_add(w, "exp_avg", VF_ST_F32, 1, shape, s->m, st));
+    VF_TRY(vf_st_writer_add(w, "exp_avg_sq", VF_ST_F32, 1, shape, s->v, st));
+    for (int i = 0; i < 5; i++) VF_TRY(vf_st_writer_meta(w, keys[i], v[i], st));
+    char tot[32];
+    snprintf(tot, sizeof tot, "%lld", (long long)total);
+    VF_TRY(vf_st_writer_meta(w, "total", tot, st));
+    *bytes = (int64_t)vf_st_writer_size(w);
+    VF_TRY(vf_st_writer_save(w, path, VF_ST_FSYNC, crc, st));
+fail:
+    vf_st_writer_free(w);
+    return rc;
+}
+
+static int prune(const char *dir, int64_t newest, int keep, vf_status *st)
+{
+    int64_t *steps = NULL;
+    int n = 0, rc = vf_ckpt_list(dir, false, &steps, &n, st);
+    if (rc) return rc;
+    int older = 0;
+    for (int i = 0; i < n; i++) older += steps[i] < newest;
+    /* the newest plus keep-1 older ones stay */
+    for (int i = 0; i < n && older > keep - 1; i++) {
+        if (steps[i] >= newest) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/step-%lld", dir, (long long)steps[i]);
+        if ((rc = vf_ckpt_remove(p, st))) break;
+        older--;
+    }
+    free(steps);
+    if (!rc) rc = vf_ckpt_fsync_dir(dir, st);
+    return rc;
+}
+
+int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int S,
+                       const vf_dit_layout *l, int keep, bool fail_inject, vf_ckpt_write_stats *out,
+                       vf_status *st)
+{
+    int rc = 0;
+    char tmp[4200], fin[4200], file[4400];
+    shard_view *sh = calloc((size_t)S, sizeof *sh);
+    vf_json *man = vf_json_obj(), *files = vf_json_obj();
+    char *state = NULL, *mtext = NULL;
+    int64_t t0 = (int64_t)time(NULL), total_bytes = 0;
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    bool tmp_made = false;
+    memset(out, 0, sizeof *out);
+    if (!sh || !man || !files) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    int64_t covered = 0;
+    for (int k = 0; k < S; k++) {
+        vf_tensor *a = vf_item_get(snaps[k], "master"), *m = vf_item_get(snaps[k], "exp_avg"),
+                  *v = vf_item_get(snaps[k], "exp_avg_sq");
+        sh[k].off = (int64_t)meta_num(snaps[k], "off", -1);
+        sh[k].n = (int64_t)meta_num(snaps[k], "n", -1);
+        if (!a || !m || !v || a->dtype != VF_DTYPE_F32 || a->device.kind != VF_DEV_CPU || sh[k].off < 0 ||
+            vf_tensor_numel(a) != sh[k].n || vf_tensor_numel(m) != sh[k].n || vf_tensor_numel(v) != sh[k].n)
+            VF_FAIL(st, VF_EINVAL, "checkpoint: snapshot of shard %d (step %lld) is malformed", k, (long long)step);
+        sh[k].master = a->data, sh[k].m = m->data, sh[k].v = v->data;
+        covered += sh[k].n;
+    }
+    if (covered != l->total)
+        VF_FAIL(st, VF_EINVAL, "checkpoint: the %d snapshots of step %lld hold %lld of %lld parameters", S,
+                (long long)step, (long long)covered, (long long)l->total);
+
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        VF_FAIL(st, VF_EIO, "checkpoint: mkdir %s: %s", dir, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s/step-%lld.tmp", dir, (long long)step);
+    snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)step);
+    VF_TRY(vf_ckpt_remove(tmp, st));
+    if (mkdir(tmp, 0755) != 0) VF_FAIL(st, VF_EIO, "checkpoint: mkdir %s: %s", tmp, strerror(errno));
+    tmp_made = true;
+
+    int64_t bytes;
+    uint32_t crc;
+    snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL);
+    VF_TRY(write_model(file, l, sh, S, step, &bytes, &crc, st));
+    VF_TRY(add_file(files, VF_CKPT_MODEL, bytes, crc));
+    total_bytes += bytes;
+    if (fail_inject) VF_FAIL(st, VF_EIO, "checkpoint: %s: injected write failure (VFLOW_CKPT_FAIL)", tmp);
+    for (int k = 0; k < S; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "optimizer-%02d-of-%02d.safetensors", k, S);
+        snprintf(file, sizeof file, "%s/%s", tmp, name);
+        VF_TRY(write_optimizer(file, &sh[k], k, S, step, l->total, &bytes, &crc, st));
+        VF_TRY(add_file(files, name, bytes, crc));
+        total_bytes += bytes;
+    }
+    state = state_text(step, snaps, S, l->total, st);
+    if (!state) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "checkpoint: state.json");
+    snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_STATE);
+    VF_TRY(vf_ckpt_write_text(file, state, &crc, &bytes, st));
+    VF_TRY(add_file(files, VF_CKPT_STATE, bytes, crc));
+    total_bytes += bytes;
+
+    if (vf_json_set(man, "format", vf_json_str("vflow-checkpoint-manifest v1")) ||
+        vf_json_set(man, "step", vf_json_int(step)) || vf_json_set(man, "created", vf_json_int(t0)) ||
+        vf_json_set(man, "files", files))
+        VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    files = NULL;
+    mtext = vf_json_emit(man, false, 2);
+    if (!mtext) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MANIFEST);
+    VF_TRY(vf_ckpt_write_text(file, mtext, NULL, &bytes, st));
+    total_bytes += bytes;
+    VF_TRY(vf_ckpt_fsync_dir(tmp, st));
+
+    /* a step dir of this number can only be one that resume skipped as damaged */
+    VF_TRY(vf_ckpt_remove(fin, st));
+    if (rename(tmp, fin) != 0) VF_FAIL(st, VF_EIO, "checkpoint: rename %s -> %s: %s", tmp, fin, strerror(errno));
+    tmp_made = false;
+    VF_TRY(vf_ckpt_fsync_dir(dir, st));
+
+    char lt[4200], lf[4200], text[64];
+    snprintf(lt, sizeof lt, "%s/latest.tmp", dir);
+    snprintf(lf, sizeof lf, "%s/latest", dir);
+    snprintf(text, sizeof text, "step-%lld\n", (long long)step);
+    VF_TRY(vf_ckpt_write_text(lt, text, NULL, NULL, st));
+    if (rename(lt, lf) != 0) VF_FAIL(st, VF_EIO, "checkpoint: rename %s: %s", lt, strerror(errno));
+    VF_TRY(vf_ckpt_fsync_dir(dir, st));
+    VF_TRY(prune(dir, step, keep, st));
+    snprintf(out->path, sizeof out->path, "%s", fin);
+    out->bytes = total_bytes;
+fail:
+    if (tmp_made) {
+        vf_status rs;
+        vf_status_clear(&rs);
+        vf_ckpt_remove(tmp, &rs);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
+    out->seconds = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+    free(sh);
+    vf_json_free(man);
+    vf_json_free(files);
+    free(state);
+    free(mtext);
+    return rc;
+}

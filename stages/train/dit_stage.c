@@ -1,0 +1,475 @@
+/* dit_stage.c — stage kind `dit`: one pipeline partition of the video DiT (DESIGN §7).
+ *
+ * Partition p of P runs blocks [splits[p], splits[p+1]) of the model (the first also the
+ * embeddings, the last also the head and the loss) on its device. Per step:
+ *   1. receive the weights of its flat range from every optimizer shard ("weights", one
+ *      item per shard, empty when the shard's slice does not overlap the range): the
+ *      first item's step is where the run starts (0, or the checkpoint's with --resume);
+ *   2. run the step's M micro-batches in 1F1B order (dit_step.c), accumulating the
+ *      parameter gradients;
+ *   3. send each shard its piece of the gradients ("grad_s<k>"), with the step's loss
+ *      (last partition), reader cursor (first partition) and timings.
+ * It stops after `steps`, or at a step boundary when its inputs end. Ports:
+ *   batch    in   (first partition) latent_reader items
+ *   act_in   in   (not first) activations, act_out out (not last)
+ *   grad_in  in   (not last, a training-loop edge), grad_out out (not first)
+ *   weights  in   multi, from the S shards (loop edges)
+ *   grad_s<k> out one per shard
+ * With --resume the first partition replays the reader up to the checkpoint's cursor, so
+ * the data continue exactly where the checkpointed step left them.
+ */
+#include "stages/train/dit_stage.h"
+#include "formats/ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const vf_param_spec dit_params[] = {
+    {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (vf.models.dit \"tiny\")", NULL,
+     vf_dit_model_fields},
+    {"stage", VF_P_INT, "0", VF_RANGE(0, VF_TRAIN_MAX_PARTS - 1), "partition index p (set by pipeline_parallel)"},
+    {"splits", VF_P_LIST_INT, "[]", VF_RANGE(0, 1 << 20), "block boundaries {0, …, depth} of the P partitions; [] = one"},
+    {"micro_batches", VF_P_INT, "1", VF_RANGE(1, 4096), "micro-batches M per step (1F1B)"},
+    {"recompute", VF_P_BOOL, "false", VF_ANY, "keep only block inputs, recompute in backward"},
+    {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S (set by p:train)"},
+    {"replicas", VF_P_INT, "1", VF_RANGE(1, 64), "data-parallel replicas D (set by p:train)"},
+    {"replica", VF_P_INT, "0", VF_RANGE(0, 63), "this partition's replica r"},
+    {"steps", VF_P_INT, "0", VF_RANGE(0, 1e12), "optimizer steps of the run (set by p:train)"},
+    {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "noise / timestep seed (Philox key)"},
+    {"t_mean", VF_P_NUM, "0", VF_ANY, "logit-normal timestep mean"},
+    {"t_std", VF_P_NUM, "1", VF_RANGE(0, 100), "logit-normal timestep std"},
+    {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir (first partition: data cursor on --resume); \"\" = <run dir>/ckpt"},
+    {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where this partition runs"},
+    {0},
+};
+
+/* ------------------------------------------------------------------ geometry */
+
+typedef struct pgeo {
+    vf_dit_config cfg;
+    vf_dit_layout *l;
+    int p, P, S, M;
+    int splits[VF_TRAIN_MAX_PARTS + 1];
+    int64_t off, n;
+    int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
+} pgeo;
+
+static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
+{
+    int rc = 0;
+    memset(g, 0, sizeof *g);
+    VF_TRY(vf_dit_config_from_params(vf_param_table(prm, "model"), &g->cfg, st));
+    VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
+    if (vf_param_len(prm, "splits") == 0) {
+        g->P = 1, g->splits[0] = 0, g->splits[1] = g->cfg.depth;
+    } else {
+        VF_TRY(vf_train_splits(prm, g->cfg.depth, g->splits, &g->P, "dit", st));
+    }
+    g->p = (int)vf_param_int(prm, "stage");
+    g->S = (int)vf_param_int(prm, "shards");
+    g->M = (int)vf_param_int(prm, "micro_batches");
+    if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
+    vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
+    int64_t block = vf_train_norm_block(g->l->total), b0, b1;
+    if (g->S > (g->l->total + block - 1) / block)
+        VF_FAIL(st, VF_EUSAGE, "dit: %d optimizer shards for %lld parameters (norm blocks of %lld)", g->S,
+                (long long)g->l->total, (long long)block);
+    for (int k = 0; k < g->S; k++) vf_train_shard_range(g->l->total, block, g->S, k, &g->slo[k], &g->shi[k], &b0, &b1);
+fail:
+    if (rc) vf_dit_layout_free(g->l), g->l = NULL;
+    return rc;
+}
+
+static void dev_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
+{
+    *act = d.kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
+    *grad = *act;
+}
+
+/* Micro-batch geometry bound from what arrives: the reader's latent (first partition) or
+ * the previous partition's target. Zeros when not known yet. */
+static void upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx, int64_t *Bmax)
+{
+    memset(mx, 0, sizeof *mx);
+    *Bmax = 0;
+    const vf_port_spec *in = up ? vf_port_find(up, g->p == 0 ? "batch" : "act_in") : NULL;
+    for (int i = 0; in && i < in->ntensors; i++) {
+        const vf_tensor_spec *t = &in->t[i];
+        if (strcmp(t->name, g->p == 0 ? "latent" : "target") != 0 || t->ndim != 5) continue;
+        int64_t B = t->dims[0];
+        if (g->p == 0) B = (B + g->M - 1) / g->M;
+        *mx = (vf_dit_dims){(int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]};
+        *Bmax = B;
+    }
+}
+
+/* ------------------------------------------------------------------ ports, memory */
+
+static void mirror(vf_port_spec *dst, const vf_port_spec *src)
+{
+    dst->ntensors = src->ntensors;
+    memcpy(dst->t, src->t, sizeof dst->t);
+    dst->meta_bytes = src->meta_bytes;
+}
+
+static void xfer_spec(vf_port_spec *ps, const pgeo *g, const vf_dit_dims *mx, vf_dtype dt, bool target)
+{
+    vf_dit_xfer_port(ps, &g->cfg, mx, dt);
+    if (target) {
+        static const char *const sym[5] = {"B", "", "", "", ""};
+        int64_t d[5] = {mx->B, g->cfg.z, mx->T, mx->H, mx->W};
+        vf_port_tensor(ps, "target", dt, 5, d, sym);
+    }
+    ps->meta_bytes = 512;
+}
+
+static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_port_specs *out,
+                     vf_status *st)
+{
+    pgeo g;
+    int rc = pgeo_init(prm, &g, st);
+    if (rc) return rc;
+    vf_device dev = vf_param_device(prm, "device");
+    vf_dtype act, grad;
+    dev_dtypes(dev, &act, &grad);
+    vf_dit_dims mx;
+    int64_t Bmax;
+    upstream_dims(&g, upstream, &mx, &Bmax);
+    const vf_port_spec *up = upstream ? vf_port_find(upstream, g.p == 0 ? "batch" : "act_in") : NULL;
+    if (mx.T && (mx.T % g.cfg.patch[0] || mx.H % g.cfg.patch[1] || mx.W % g.cfg.patch[2]))
+        VF_FAIL(st, VF_EUSAGE, "dit: latents of T=%d H=%d W=%d are not divisible by the patch (%d,%d,%d)",
+                mx.T, mx.H, mx.W, g.cfg.patch[0], g.cfg.patch[1], g.cfg.patch[2]);
+    if (g.p == 0 && up) {
+        for (int i = 0; i < up->ntensors; i++)
+            if (!strcmp(up->t[i].name, "latent") && up->t[i].ndim == 5 && up->t[i].dims[1] != g.cfg.z)
+                VF_FAIL(st, VF_EUSAGE, "dit: the data's latents have %lld channels, the model's z is %d",
+                        (long long)up->t[i].dims[1], g.cfg.z);
+        if (up->t[0].ndim == 5 && up->t[0].dims[0] > 0 && up->t[0].dims[0] < g.M)
+            VF_FAIL(st, VF_EUSAGE, "dit: batches of %lld samples cannot be cut into %d micro-batches",
+                    (long long)up->t[0].dims[0], g.M);
+    }
+    vf_port_spec *in = vf_port_add(out, g.p == 0 ? "batch" : "act_in", VF_PORT_IN, true);
+    in->device = g.p == 0 ? (vf_device){VF_DEV_CPU, 0} : dev;
+    if (up) mirror(in, up);
+    if (g.p + 1 < g.P) {
+        vf_port_spec *ao = vf_port_add(out, "act_out", VF_PORT_OUT, true);
+        ao->device = dev;
+        xfer_spec(ao, &g, &mx, act, true);
+        vf_port_spec *gi = vf_port_add(out, "grad_in", VF_PORT_IN, true);
+        gi->device = dev;
+        xfer_spec(gi, &g, &mx, grad, false);
+    }
+    if (g.p > 0) {
+        vf_port_spec *go = vf_port_add(out, "grad_out", VF_PORT_OUT, true);
+        go->device = dev;
+        xfer_spec(go, &g, &mx, grad, false);
+    }
+    static const char *const sN[1] = {"N"};
+    vf_port_spec *w = vf_port_add(out, "weights", VF_PORT_IN, true);
+    w->multi = true;
+    w->device = dev;
+    vf_port_tensor(w, "w", act, 1, &g.n, sN)->optional = true;
+    w->meta_bytes = 256;
+    for (int k = 0; k < g.S; k++) {
+        char name[VF_NAME_MAX];
+        int64_t off, n;
+        vf_train_overlap(g.off, g.off + g.n, g.slo[k], g.shi[k], &off, &n);
+        if (n < 1) n = 1;
+        snprintf(name, sizeof name, "grad_s%d", k);
+        vf_port_spec *gs = vf_port_add(out, name, VF_PORT_OUT, true);
+        gs->device = dev;
+        vf_port_tensor(gs, "g", grad, 1, &n, sN)->optional = true;
+        gs->meta_bytes = 1024;
+    }
+fail:
+    vf_dit_layout_free(g.l);
+    return rc;
+}
+
+static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_plan *out, vf_status *st)
+{
+    pgeo g;
+    int rc = pgeo_init(prm, &g, st);
+    if (rc) return rc;
+    vf_device dev = vf_param_device(prm, "device"), cpu = {VF_DEV_CPU, 0};
+    vf_dtype act, grad;
+    dev_dtypes(dev, &act, &grad);
+    size_t as = vf_dtype_size(act), gs = vf_dtype_size(grad);
+    vf_dit_dims mx;
+    int64_t Bmax;
+    upstream_dims(&g, ports, &mx, &Bmax);
+    vf_mem_plan_add(out, dev, "weights + gradients", (int64_t)(as + gs) * g.n);
+    /* the pools behind sent items allocate only when none has come back, so what they
+     * hold beyond the one item being built sits on the edges and in the receivers' hands,
+     * which the plan counts there: one gradient slice (the largest), one activation or
+     * gradient item */
+    vf_mem_plan_add(out, dev, "gradient slice item being built",
+                    (int64_t)gs * vf_train_most_overlap(g.off, g.off + g.n, g.slo, g.shi, g.S));
+    if (mx.B > 0) {
+        vf_dit_mem m;
+        bool last = g.p == g.P - 1, first = g.p == 0;
+        vf_dit_part_memory(&g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, vf_param_bool(prm, "recompute"), as,
+                           gs, &m);
+        vf_1f1b_op *ops = calloc((size_t)(2 * g.M), sizeof *ops);
+        int nsv = ops ? vf_train_1f1b(g.P, g.p, g.M, ops) : g.M;
+        free(ops);
+        vf_mem_plan_add(out, dev, "saved activations (micro-batches in flight)", nsv * m.saved);
+        vf_mem_plan_add(out, dev, "partition workspace", m.workspace);
+        int64_t per = (int64_t)g.cfg.z * mx.T * mx.H * mx.W * mx.B;
+        if (!last) vf_mem_plan_add(out, dev, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
+        if (last && !first) vf_mem_plan_add(out, dev, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
+        if (first) {
+            vf_mem_plan_add(out, cpu, "micro-batch pairs (host)", 8 * per + 8 * mx.B * (g.cfg.text_len + 2));
+            vf_mem_plan_add(out, dev, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
+        }
+    }
+    vf_dit_layout_free(g.l);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ init, fini */
+
+static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
+{
+    int rc = 0;
+    dit_part_state *h = calloc(1, sizeof *h);
+    if (!h) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "dit: out of memory");
+    vf_stage_set_state(s, h);
+    pgeo g;
+    VF_TRY(pgeo_init(prm, &g, st));
+    h->cfg = g.cfg, h->l = g.l, h->p = g.p, h->P = g.P, h->S = g.S, h->M = g.M;
+    memcpy(h->splits, g.splits, sizeof h->splits);
+    memcpy(h->slo, g.slo, sizeof h->slo);
+    memcpy(h->shi, g.shi, sizeof h->shi);
+    h->off = g.off, h->n = g.n;
+    h->first = h->p == 0, h->last = h->p == h->P - 1;
+    h->D = (int)vf_param_int(prm, "replicas");
+    h->r = (int)vf_param_int(prm, "replica");
+    if (h->r >= h->D) VF_FAIL(st, VF_EUSAGE, "%s: replica %d is not below replicas %d", vf_stage_name(s), h->r, h->D);
+    h->recompute = vf_param_bool(prm, "recompute");
+    h->steps = vf_param_int(prm, "steps");
+    h->rf = (vf_dit_rf){(uint64_t)vf_param_int(prm, "seed"), (float)vf_param_num(prm, "t_mean"),
+                        (float)vf_param_num(prm, "t_std")};
+    snprintf(h->ckpt_dir, sizeof h->ckpt_dir, "%s", vf_param_str(prm, "ckpt_dir"));
+    h->be = vf_backend_for(vf_param_device(prm, "device"), st);
+    if (!h->be) VF_FAIL(st, st && st->code ? st->code : VF_EINVAL, "%s: no backend", vf_stage_name(s));
+    h->act = h->be->act_dtype, h->grad = h->be->grad_dtype;
+    h->as = vf_dtype_size(h->act), h->gs = vf_dtype_size(h->grad);
+    h->params = h->be->alloc(h->be, h->as * (size_t)h->n, st);
+    h->grads = h->params ? h->be->alloc(h->be, h->gs * (size_t)h->n, st) : NULL;
+    if (!h->grads) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld weights",
+                           vf_stage_name(s), (long long)h->n);
+fail:
+    return rc;
+}
+
+static void dit_fini(vf_stage *s)
+{
+    dit_part_state *h = vf_stage_state(s);
+    if (!h) return;
+    vf_dit_stage_teardown(h);
+    if (h->be && h->params) h->be->free(h->be, h->params);
+    if (h->be && h->grads) h->be->free(h->be, h->grads);
+    vf_dit_layout_free(h->l);
+    free(h);
+    vf_stage_set_state(s, NULL);
+}
+
+/* ------------------------------------------------------------------ run */
+
+/* Weights of the range from every shard, all tagged with one step: *step (or sets it
+ * when < 0). VF_EOS when the shards ended. */
+static int recv_weights(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step, vf_status *st)
+{
+    int64_t covered = 0;
+    for (int got = 0; got < h->S; got++) {
+        vf_item *it = NULL;
+        int rc = vf_recv(vf_in(ctx, "weights"), &it, st);
+        if (rc == VF_EOS && got == 0) return VF_EOS;
+        if (rc == VF_EOS)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: weights ended after %d of %d shards",
+                                 vf_stage_name(s), got, h->S);
+        if (rc) return rc;
+        double ws, off, n;
+        if (vf_item_num(it, "step", &ws) || vf_item_num(it, "off", &off) || vf_item_num(it, "n", &n)) {
+            vf_item_free(it);
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: weights item without step/off/n",
+                                 vf_stage_name(s));
+        }
+        if (*step < 0) *step = (int64_t)ws;
+        if ((int64_t)ws != *step || (n > 0 && ((int64_t)off < h->off || (int64_t)(off + n) > h->off + h->n))) {
+            vf_item_free(it);
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "%s: weights for step %g elements [%g, +%g) do not fit step %lld range [%lld, +%lld)",
+                                 vf_stage_name(s), ws, off, n, (long long)*step, (long long)h->off, (long long)h->n);
+        }
+        if (n > 0) {
+            vf_tensor *w = vf_item_get(it, "w");
+            rc = w ? vf_train_tensor_in(h->be, (char *)h->params + (size_t)((int64_t)off - h->off) * h->as, h->act,
+                                        w, 0, (int64_t)n, "dit weights", st)
+                   : vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: weights item without \"w\"",
+                                   vf_stage_name(s));
+            if (rc) {
+                vf_item_free(it);
+                return rc;
+            }
+        }
+        covered += (int64_t)n;
+        vf_item_free(it);
+    }
+    if (covered != h->n)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: the shards sent %lld of %lld weights",
+                             vf_stage_name(s), (long long)covered, (long long)h->n);
+    return 0;
+}
+
+static int send_slices(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out *o,
+                       int64_t t0, int64_t t1, vf_status *st)
+{
+    for (int k = 0; k < h->S; k++) {
+        int rc = 0;
+        char name[VF_NAME_MAX], id[64];
+        int64_t off, n;
+        vf_train_overlap(h->off, h->off + h->n, h->slo[k], h->shi[k], &off, &n);
+        snprintf(name, sizeof name, "grad_s%d", k);
+        snprintf(id, sizeof id, "g%lld.p%d.r%d", (long long)step, h->p, h->r);
+        vf_item *it = vf_item_new(id, st);
+        if (!it) return VF_ENOMEM;
+        if (n > 0) {
+            vf_tensor *t = vf_bufpool_tensor(h->slice_pool, h->grad, 1, &n, st);
+            if (!t || (rc = vf_item_put(it, "g", t, st))) {
+                vf_item_free(it);
+                return t ? rc : VF_ENOMEM;
+            }
+            h->be->copy(h->be, t->data, (char *)h->grads + (size_t)(off - h->off) * h->gs, (size_t)n * h->gs);
+        }
+        const char *keys[] = {"step", "part", "replica", "off", "n", "t0_ns", "t1_ns", "busy_ns", "samples", "tokens", "loss"};
+        double vals[] = {(double)step, h->p, h->r, (double)off, (double)n, (double)t0, (double)t1,
+                         (double)o->busy_ns, o->samples, (double)o->tokens, o->loss};
+        for (int i = 0; i < 11 && !rc; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
+        if (!rc && h->first) rc = vf_item_set_str(it, "cursor", o->cursor, st);
+        if (rc) {
+            vf_item_free(it);
+            return rc;
+        }
+        rc = vf_send(vf_out(ctx, name), it, st);
+        if (rc < 0) return rc;
+    }
+    (void)s;
+    return 0;
+}
+
+static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_INFO, "%s", msg); }
+
+/* First partition with --resume: where the reader must continue (the checkpoint the
+ * shards resume from, found by the same rule). */
+static int resume_cursor(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t start, vf_status *st)
+{
+    char dir[4096];
+    vf_ckpt ck;
+    vf_status fs;
+    vf_status_clear(&fs);
+    vf_ckpt_dir(h->ckpt_dir, vf_run_dir(ctx), dir, sizeof dir);
+    int rc = vf_ckpt_find(dir, warn_cb, ctx, &ck, &fs);
+    if (rc) {
+        if (rc == VF_ENOTFOUND && start == 0) return 0;
+        *st = fs;
+        return rc;
+    }
+    if (ck.step != start) {
+        rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                           "%s: the shards resume at step %lld but the newest checkpoint in %s is step %lld",
+                           vf_stage_name(s), (long long)start, dir, (long long)ck.step);
+    } else {
+        const vf_json *c = vf_json_at(vf_json_get(ck.state, "cursors"), h->r);
+        const char *cur = c && c->type == VF_JSON_STR ? c->s : "";
+        snprintf(h->skip_to, sizeof h->skip_to, "%s", cur);
+        if (!cur[0])
+            rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: %s/state.json has no data cursor for replica %d",
+                               vf_stage_name(s), ck.path, h->r);
+    }
+    vf_ckpt_fini(&ck);
+    return rc;
+}
+
+/* Orderly end (dit_train.h vf_train_finish): our outputs first, then the reader is told
+ * to stop and the other inputs are read to their end. */
+static int finish(vf_ctx *ctx, dit_part_state *h, vf_status *st)
+{
+    char names[VF_TRAIN_MAX_SHARDS][VF_NAME_MAX];
+    const char *outs[VF_TRAIN_MAX_SHARDS + 2] = {"act_out", "grad_out"};
+    for (int k = 0; k < h->S; k++) {
+        snprintf(names[k], sizeof names[k], "grad_s%d", k);
+        outs[2 + k] = names[k];
+    }
+    static const char *const stop[] = {"batch"}, *const drain[] = {"act_in", "grad_in", "weights"};
+    return vf_train_finish(ctx, outs, 2 + h->S, stop, 1, drain, 3, st);
+}
+
+static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
+{
+    int rc = 0;
+    dit_part_state *h = vf_stage_state(s);
+    int64_t step = -1, busy_total = 0, t_run = vf_train_now_ns();
+    for (;;) {
+        int64_t ws = step < 0 ? -1 : step;
+        rc = recv_weights(s, ctx, h, &ws, st);
+        if (rc == VF_EOS) {
+            rc = 0;
+            break;
+        }
+        VF_TRY(rc);
+        if (step < 0) {
+            if (h->first && vf_resuming(ctx)) VF_TRY(resume_cursor(s, ctx, h, ws, st));
+            if (ws > 0) vf_log(ctx, VF_LOG_INFO, "starting at step %lld", (long long)ws);
+        }
+        step = ws + 1;
+        if (step > h->steps) break;
+        if (h->first && vf_stopping(ctx)) break;
+        int64_t t0 = vf_train_now_ns();
+        dit_step_out o;
+        rc = vf_dit_stage_step(s, ctx, h, step, &o, st);
+        if (rc == VF_EOS) {
+            vf_log(ctx, VF_LOG_INFO, "input ended before step %lld", (long long)step);
+            rc = 0;
+            break;
+        }
+        VF_TRY(rc);
+        int64_t t1 = vf_train_now_ns();
+        busy_total += o.busy_ns;
+        VF_TRY(send_slices(s, ctx, h, step, &o, t0, t1, st));
+        if (h->last) {
+            char row[256];
+            snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"loss\":%.9g,\"replica\":%d}",
+                     (long long)step, o.loss, h->r);
+            vf_metric_row(ctx, row);
+            vf_metric(ctx, "loss", o.loss);
+        }
+        char row[256];
+        snprintf(row, sizeof row, "{\"event\":\"partition_step\",\"step\":%lld,\"partition\":%d,\"replica\":%d,"
+                 "\"busy_s\":%.6f,\"window_s\":%.6f}", (long long)step, h->p, h->r, o.busy_ns * 1e-9,
+                 (t1 - t0) * 1e-9);
+        vf_metric_row(ctx, row);
+        double el = (double)(vf_train_now_ns() - t_run);
+        vf_metric(ctx, "busy", el > 0 ? (double)busy_total / el : 0);
+        if (step == h->steps) break;
+    }
+    rc = finish(ctx, h, st);
+fail:
+    return rc;
+}
+
+static const vf_stage_ops dit_ops = {
+    .api_version = VF_API_VERSION,
+    .kind = "dit",
+    .doc = "one pipeline partition of the video DiT: 1F1B over micro-batches, rectified-flow loss, "
+           "gradient slices to the optimizer shards",
+    .params = dit_params,
+    .ports = dit_ports,
+    .memory = dit_memory,
+    .init = dit_init,
+    .run = dit_run,
+    .fini = dit_fini,
+};
+VF_REGISTER_STAGE(dit_ops)

@@ -1,0 +1,72 @@
+/* dit_stage.h — internals of stage kind `dit` (one pipeline partition), shared by the
+ * stage glue (dit_stage.c: params, ports, memory, the step loop) and the step engine
+ * (dit_step.c: the first partition's batch, the 1F1B order of one step, the gradient
+ * slices). Not for other stages.
+ */
+#ifndef VF_DIT_STAGE_H
+#define VF_DIT_STAGE_H
+
+#include "stages/train/dit_train.h"
+
+/* Hot-item pools: forward activations (+ target), last partition's boundary gradients. */
+enum { XF_X = 0, XF_E, XF_E0, XF_CTX, XF_TARGET, XF_N };
+extern const char *const vf_dit_xf_names[XF_N];
+
+typedef struct dit_part_state {
+    /* model and placement */
+    vf_dit_config cfg;
+    vf_dit_layout *l;
+    vf_backend *be;
+    vf_dtype act, grad;
+    size_t as, gs;
+    int p, P, M, S, D, r;
+    int splits[VF_TRAIN_MAX_PARTS + 1];
+    bool first, last, recompute;
+    int64_t off, n;                          /* this partition's flat range */
+    int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
+    int64_t steps;
+    vf_dit_rf rf;
+    char ckpt_dir[4096];
+
+    /* buffers: weights and gradients of the range (backend) */
+    void *params, *grads;
+
+    /* set up at the first micro-batch, once its geometry is known */
+    bool ready;
+    vf_dit_dims max;                         /* largest micro-batch */
+    vf_dit_part *part;
+    vf_dit_saved **sv;
+    int nsv;
+    vf_1f1b_op *ops;
+    vf_bufpool *act_pool[XF_N], *gout_pool[XF_CTX + 1], *slice_pool;
+    /* first partition: host staging of one micro-batch and its device copy */
+    float *h_xt, *h_target, *h_t;
+    int32_t *h_text, *h_len;
+    void *d_xt, *d_target;
+    int64_t per;                             /* latent elements per sample */
+
+    /* resume: skip reader batches up to this cursor (first partition) */
+    char skip_to[512];
+} dit_part_state;
+
+/* What one step produced, for the gradient items and the metrics. */
+typedef struct dit_step_out {
+    double loss;                             /* last partition: mean over the replica's batch */
+    int samples;                             /* first partition: the global batch of this replica */
+    int64_t tokens;                          /* samples × tokens per sample */
+    int64_t busy_ns;
+    char cursor[512];                        /* first partition: reader cursor after the batch */
+} dit_step_out;
+
+/* Allocates what depends on the geometry (partition, saved stores, pools, staging) for
+ * micro-batches up to max. */
+int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st);
+void vf_dit_stage_teardown(dit_part_state *h);
+
+/* Runs the M micro-batches of `step` in 1F1B order (grads zeroed first). The first
+ * partition receives its batch from "batch" (skipping batches before skip_to). VF_EOS
+ * when the input ended before the step began. */
+int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
+                      vf_status *st);
+
+#endif /* VF_DIT_STAGE_H */

@@ -1,0 +1,442 @@
+/* dit_step.c — one training step of one DiT pipeline partition (stage kind `dit`).
+ *
+ * The first partition cuts the replica's global batch (one latent_reader item of Bg
+ * samples) into M micro-batches of ⌊Bg·(m+1)/M⌋ − ⌊Bg·m/M⌋ samples and builds each
+ * sample's rectified-flow pair from Philox keyed by (seed, step, r·Bg + position in the
+ * global batch): the noise and the timestep of a sample never depend on P or M. The
+ * target travels forward with the activations to the last partition, which computes the
+ * loss with grad_scale = B_m / (Bg · D), so the gradients accumulated over the M
+ * micro-batches and summed over the D replicas are those of the global mean loss.
+ *
+ * Order (dit_train.h vf_train_1f1b): min(P−p−1, M) warmup forwards, then one forward /
+ * one backward, then the remaining backwards; micro-batch m uses saved store m mod nsv,
+ * free again by then because at most nsv micro-batches are in flight. Activations go
+ * forward, their gradients come back and are updated IN PLACE (dit.h: the conditioning
+ * gradients are continued, not re-summed) and forwarded: a middle partition passes the
+ * received gradient item on, and forwards the received e, e0, ctx and target tensors by
+ * reference, so only x is new at each boundary.
+ */
+#include "stages/train/dit_stage.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const vf_dit_xf_names[XF_N] = {"x", "e", "e0", "ctx", "target"};
+
+/* ------------------------------------------------------------------ setup */
+
+static void xf_shapes(const dit_part_state *h, const vf_dit_dims *d, int64_t shp[XF_N][5], int nd[XF_N])
+{
+    const vf_dit_config *c = &h->cfg;
+    int64_t B = d->B, L = vf_dit_tokens(c, d), D = c->dim;
+    nd[XF_X] = 3, shp[XF_X][0] = B, shp[XF_X][1] = L, shp[XF_X][2] = D;
+    nd[XF_E] = 2, shp[XF_E][0] = B, shp[XF_E][1] = D;
+    nd[XF_E0] = 3, shp[XF_E0][0] = B, shp[XF_E0][1] = 6, shp[XF_E0][2] = D;
+    nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = c->text_len, shp[XF_CTX][2] = D;
+    nd[XF_TARGET] = 5, shp[XF_TARGET][0] = B, shp[XF_TARGET][1] = c->z, shp[XF_TARGET][2] = d->T;
+    shp[XF_TARGET][3] = d->H, shp[XF_TARGET][4] = d->W;
+}
+
+static size_t numel(const int64_t *s, int n)
+{
+    size_t k = 1;
+    for (int i = 0; i < n; i++) k *= (size_t)s[i];
+    return k;
+}
+
+int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = h->be;
+    h->max = *max;
+    VF_TRY(vf_dit_part_new(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->recompute, h->params,
+                           h->grads, &h->part, st));
+    h->ops = calloc((size_t)(2 * h->M), sizeof *h->ops);
+    if (!h->ops) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
+    h->nsv = vf_train_1f1b(h->P, h->p, h->M, h->ops);
+    h->sv = calloc((size_t)h->nsv, sizeof *h->sv);
+    if (!h->sv) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
+    for (int i = 0; i < h->nsv; i++) VF_TRY(vf_dit_saved_new(h->part, &h->sv[i], st));
+
+    int64_t shp[XF_N][5];
+    int nd[XF_N];
+    xf_shapes(h, max, shp, nd);
+    if (!h->last) {
+        /* a middle partition forwards the received e, e0, ctx, target: it makes only x */
+        int nx = h->first ? XF_N : XF_X + 1;
+        for (int i = 0; i < nx; i++) {
+            h->act_pool[i] = vf_bufpool_new(be, h->as * numel(shp[i], nd[i]), h->M + 1, st);
+            if (!h->act_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
+        }
+    }
+    if (h->last && !h->first) {
+        for (int i = 0; i <= XF_CTX; i++) {
+            h->gout_pool[i] = vf_bufpool_new(be, h->gs * numel(shp[i], nd[i]), h->M + 1, st);
+            if (!h->gout_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
+        }
+    }
+    int64_t most = vf_train_most_overlap(h->off, h->off + h->n, h->slo, h->shi, h->S);
+    h->slice_pool = vf_bufpool_new(be, h->gs * (size_t)most, 2 * h->S, st);
+    if (!h->slice_pool) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
+    if (h->first) {
+        h->per = (int64_t)h->cfg.z * max->T * max->H * max->W;
+        size_t nb = (size_t)max->B;
+        h->h_xt = vf_alloc(sizeof(float) * nb * (size_t)h->per, st);
+        h->h_target = h->h_xt ? vf_alloc(sizeof(float) * nb * (size_t)h->per, st) : NULL;
+        h->h_t = h->h_target ? vf_alloc(sizeof(float) * nb, st) : NULL;
+        h->h_text = h->h_t ? vf_alloc(sizeof(int32_t) * nb * (size_t)h->cfg.text_len, st) : NULL;
+        h->h_len = h->h_text ? vf_alloc(sizeof(int32_t) * nb, st) : NULL;
+        h->d_xt = h->h_len ? be->alloc(be, h->as * nb * (size_t)h->per, st) : NULL;
+        if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * nb * (size_t)h->per, st);
+        if (!h->d_xt || (h->last && !h->d_target))
+            VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch staging");
+    }
+    h->ready = true;
+fail:
+    return rc;
+}
+
+void vf_dit_stage_teardown(dit_part_state *h)
+{
+    vf_backend *be = h->be;
+    if (h->sv)
+        for (int i = 0; i < h->nsv; i++) vf_dit_saved_free(h->sv[i]);
+    free(h->sv);
+    h->sv = NULL;
+    free(h->ops);
+    h->ops = NULL;
+    vf_dit_part_free(h->part);
+    h->part = NULL;
+    for (int i = 0; i < XF_N; i++) vf_bufpool_unref(h->act_pool[i]), h->act_pool[i] = NULL;
+    for (int i = 0; i <= XF_CTX; i++) vf_bufpool_unref(h->gout_pool[i]), h->gout_pool[i] = NULL;
+    vf_bufpool_unref(h->slice_pool);
+    h->slice_pool = NULL;
+    vf_free(h->h_xt), vf_free(h->h_target), vf_free(h->h_t), vf_free(h->h_text), vf_free(h->h_len);
+    h->h_xt = h->h_target = h->h_t = NULL, h->h_text = h->h_len = NULL;
+    if (be && h->d_xt) be->free(be, h->d_xt);
+    if (be && h->d_target) be->free(be, h->d_target);
+    h->d_xt = h->d_target = NULL;
+    h->ready = false;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static double meta(const vf_item *it, const char *k)
+{
+    double v;
+    return vf_item_num(it, k, &v) == 0 ? v : -1;
+}
+
+static int set_nums(vf_item *it, vf_status *st, int n, const char *const *keys, const double *vals)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = vf_item_set_num(it, keys[i], vals[i], st);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* New item with tensors i in [0, n) from pools[i], shaped for dims d. */
+static vf_item *pooled_item(const dit_part_state *h, const char *id, vf_bufpool *const *pools, int n,
+                            vf_dtype dt, const vf_dit_dims *d, vf_status *st)
+{
+    int64_t shp[XF_N][5];
+    int nd[XF_N];
+    xf_shapes(h, d, shp, nd);
+    vf_item *it = vf_item_new(id, st);
+    if (!it) return NULL;
+    for (int i = 0; i < n; i++) {
+        if (!pools[i]) continue;
+        vf_tensor *t = vf_bufpool_tensor(pools[i], dt, nd[i], shp[i], st);
+        if (!t || vf_item_put(it, vf_dit_xf_names[i], t, st)) {
+            vf_item_free(it);
+            return NULL;
+        }
+    }
+    return it;
+}
+
+static void xfer_of(const vf_item *it, vf_dit_xfer *x)
+{
+    vf_tensor *t;
+    x->x = (t = vf_item_get(it, "x")) ? t->data : NULL;
+    x->e = (t = vf_item_get(it, "e")) ? t->data : NULL;
+    x->e0 = (t = vf_item_get(it, "e0")) ? t->data : NULL;
+    x->ctx = (t = vf_item_get(it, "ctx")) ? t->data : NULL;
+}
+
+/* ------------------------------------------------------------------ first partition */
+
+/* The replica's global batch of this step: the next reader item, after skipping (once,
+ * on resume) every batch at or before the checkpoint's cursor. */
+static int recv_batch(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_item **out, vf_status *st)
+{
+    vf_port *in = vf_in(ctx, "batch");
+    int skipped = 0;
+    for (;;) {
+        vf_item *it = NULL;
+        int rc = vf_recv(in, &it, st);
+        if (rc) {
+            if (rc == VF_EOS && h->skip_to[0])
+                return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                     "%s: the data ended before the checkpoint's cursor %s (another cache?)",
+                                     vf_stage_name(s), h->skip_to);
+            return rc;
+        }
+        const char *cur = vf_item_str(it, "cursor");
+        if (h->skip_to[0]) {
+            int cmp = 0;
+            if (cur && !vf_train_cursor_same_stream(cur, h->skip_to)) {
+                rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                   "%s: the checkpoint's data cursor %s is of another stream than this "
+                                   "reader's (%s): another cache, seed or shard layout", vf_stage_name(s),
+                                   h->skip_to, cur);
+                vf_item_free(it);
+                return rc;
+            }
+            if (!cur || vf_train_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
+                rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                   "%s: batch cursor \"%s\" cannot be compared with the checkpoint's \"%s\"",
+                                   vf_stage_name(s), cur ? cur : "", h->skip_to);
+                vf_item_free(it);
+                return rc;
+            }
+            if (cmp <= 0) {
+                bool exact = cmp == 0;
+                vf_item_free(it);
+                skipped++;
+                if (exact) {
+                    vf_log(ctx, VF_LOG_INFO, "resumed the data at cursor %s (%d batches replayed)",
+                           h->skip_to, skipped);
+                    h->skip_to[0] = 0;
+                }
+                continue;
+            }
+            if (skipped == 0) {
+                /* the reader already starts past the cursor (its own cursor param) */
+                vf_log(ctx, VF_LOG_WARN, "first batch %s is past the checkpoint's cursor %s: the reader "
+                       "was positioned by its own cursor param", cur, h->skip_to);
+                h->skip_to[0] = 0;
+            } else {
+                vf_item_free(it);
+                return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                     "%s: the reader's batches step over the checkpoint's cursor %s (batch size "
+                                     "changed?)", vf_stage_name(s), h->skip_to);
+            }
+        }
+        *out = it;
+        return 0;
+    }
+}
+
+/* Checks the batch item and returns its geometry (Bg, T, H, W). */
+static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, vf_dit_dims *d,
+                      vf_status *st)
+{
+    vf_tensor *lat = vf_item_get(it, "latent"), *tx = vf_item_get(it, "text"), *tl = vf_item_get(it, "text_len");
+    if (!lat || lat->ndim != 5 || lat->dtype != VF_DTYPE_F32 || lat->device.kind != VF_DEV_CPU)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "%s: batch \"%s\" has no host f32 \"latent\" (B, z, T, H, W)", vf_stage_name(s),
+                             vf_item_id(it));
+    if (lat->shape[1] != h->cfg.z)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "%s: latents have %lld channels, the model's z is %d", vf_stage_name(s),
+                             (long long)lat->shape[1], h->cfg.z);
+    if (!tx || tx->ndim != 2 || tx->dtype != VF_DTYPE_I32 || tx->shape[0] != lat->shape[0] || !tl ||
+        tl->dtype != VF_DTYPE_I32 || vf_tensor_numel(tl) != lat->shape[0])
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "%s: batch \"%s\" needs i32 \"text\" (B, Ltxt) and \"text_len\" (B)",
+                             vf_stage_name(s), vf_item_id(it));
+    *d = (vf_dit_dims){(int)lat->shape[0], (int)lat->shape[2], (int)lat->shape[3], (int)lat->shape[4]};
+    if (d->B < h->M)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "%s: a batch of %d samples cannot be cut into %d micro-batches (drop_last "
+                             "keeps batches whole)", vf_stage_name(s), d->B, h->M);
+    return 0;
+}
+
+/* Host pairs and tokens of micro-batch [first, first + nb) into the staging buffers. */
+static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, int first, int nb)
+{
+    vf_tensor *lat = vf_item_get(batch, "latent"), *tx = vf_item_get(batch, "text"),
+              *tl = vf_item_get(batch, "text_len");
+    int Bg = (int)lat->shape[0];
+    int64_t TLr = tx->shape[1], TL = h->cfg.text_len;
+    const float *x0 = lat->data;
+    const int32_t *text = tx->data, *len = tl->data;
+    for (int i = 0; i < nb; i++) {
+        int j = first + i;
+        uint64_t id = (uint64_t)h->r * (uint64_t)Bg + (uint64_t)j;
+        h->h_t[i] = vf_dit_rf_sample(&h->rf, (uint64_t)step, id, h->per, x0 + (int64_t)j * h->per,
+                                     h->h_xt + (int64_t)i * h->per, h->h_target + (int64_t)i * h->per);
+        for (int64_t k = 0; k < TL; k++) h->h_text[i * TL + k] = k < TLr ? text[(int64_t)j * TLr + k] : 0;
+        int32_t L = len[j] < 0 ? 0 : len[j];
+        h->h_len[i] = L < TL ? L : (int32_t)TL;
+    }
+}
+
+/* ------------------------------------------------------------------ the step */
+
+typedef struct mb_info {
+    vf_dit_dims d;
+    int Bg;
+} mb_info;
+
+int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
+                      vf_status *st)
+{
+    int rc = 0;
+    vf_backend *be = h->be;
+    vf_item *batch = NULL, *it = NULL, *out = NULL;
+    mb_info *mi = NULL;
+    const char *name = vf_stage_name(s);
+    vf_dit_dims bd = {0};
+    memset(o, 0, sizeof *o);
+
+    if (h->first) {
+        rc = recv_batch(s, ctx, h, &batch, st);
+        if (rc) return rc;
+        VF_TRY(batch_dims(s, h, batch, &bd, st));
+        const char *cur = vf_item_str(batch, "cursor");
+        snprintf(o->cursor, sizeof o->cursor, "%s", cur ? cur : "");
+        vf_dit_dims mx = {(bd.B + h->M - 1) / h->M, bd.T, bd.H, bd.W};
+        if (!h->ready) VF_TRY(vf_dit_stage_setup(h, &mx, st));
+        if (mx.B > h->max.B || mx.T != h->max.T || mx.H != h->max.H || mx.W != h->max.W)
+            VF_FAIL(st, VF_EBADINPUT, "%s: batch geometry B=%d T=%d H=%d W=%d differs from the first "
+                    "batch's (one latent shape per run)", name, bd.B, bd.T, bd.H, bd.W);
+        o->samples = bd.B;
+        o->tokens = (int64_t)bd.B * vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W});
+    }
+    mi = calloc((size_t)h->M, sizeof *mi);
+    if (!mi) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", name);
+    be->memset0(be, h->grads, h->gs * (size_t)h->n);
+
+    int nops = 2 * h->M;
+    for (int k = 0; k < nops; k++) {
+        if (k > 0 && !h->ready) VF_FAIL(st, VF_EINVAL, "%s: schedule broken (not set up)", name);
+        vf_1f1b_op op = h->ready ? h->ops[k] : (vf_1f1b_op){true, 0};
+        int m = op.mb;
+        char id[64];
+        snprintf(id, sizeof id, "s%lld.m%d", (long long)step, m);
+        int64_t t0;
+        if (op.fwd) {
+            vf_dit_batch b = {0};
+            vf_dit_xfer in = {0}, xo = {0};
+            vf_dit_saved *sv = NULL;
+            if (h->first) {
+                int f0, nb;
+                vf_train_mb_range(bd.B, h->M, m, &f0, &nb);
+                mi[m] = (mb_info){{nb, bd.T, bd.H, bd.W}, bd.B};
+                t0 = vf_train_now_ns();
+                make_pairs(h, batch, step, f0, nb);
+                be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
+                b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL};
+                if (h->last) {
+                    be->upload(be, h->d_target, h->h_target, (int64_t)nb * h->per, h->act);
+                    b.target = h->d_target;
+                } else {
+                    out = pooled_item(h, id, h->act_pool, XF_N, h->act, &mi[m].d, st);
+                    if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no activation buffers", name);
+                    be->upload(be, vf_item_get(out, "target")->data, h->h_target, (int64_t)nb * h->per, h->act);
+                    xfer_of(out, &xo);
+                }
+            } else {
+                rc = vf_recv(vf_in(ctx, "act_in"), &it, st);
+                if (rc == VF_EOS && k == 0) {
+                    rc = VF_EOS;
+                    goto fail;
+                }
+                if (rc == VF_EOS)
+                    VF_FAIL(st, VF_EINVAL, "%s: activations ended in the middle of step %lld", name, (long long)step);
+                VF_TRY(rc);
+                if ((int64_t)meta(it, "step") != step || (int)meta(it, "mb") != m)
+                    VF_FAIL(st, VF_EINVAL, "%s: got activations of step %g micro-batch %g, expected %lld/%d",
+                            name, meta(it, "step"), meta(it, "mb"), (long long)step, m);
+                mi[m] = (mb_info){{(int)meta(it, "B"), (int)meta(it, "T"), (int)meta(it, "H"), (int)meta(it, "W")},
+                                  (int)meta(it, "Bg")};
+                if (!h->ready) {
+                    vf_dit_dims mx = {(int)meta(it, "Bmax"), mi[m].d.T, mi[m].d.H, mi[m].d.W};
+                    VF_TRY(vf_dit_stage_setup(h, &mx, st));
+                    op = h->ops[k];
+                }
+                xfer_of(it, &in);
+                b.dims = mi[m].d;
+                vf_tensor *tg = vf_item_get(it, "target");
+                if (!tg) VF_FAIL(st, VF_EINVAL, "%s: activations without \"target\"", name);
+                if (h->last) {
+                    b.target = tg->data;
+                } else {
+                    /* x is new; e, e0, ctx and target are passed on as received */
+                    vf_bufpool *px[XF_N] = {h->act_pool[XF_X]};
+                    out = pooled_item(h, id, px, 1, h->act, &mi[m].d, st);
+                    if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no activation buffers", name);
+                    for (int i = XF_E; i < XF_N; i++) {
+                        vf_tensor *t = vf_item_get(it, vf_dit_xf_names[i]);
+                        if (!t) VF_FAIL(st, VF_EINVAL, "%s: activations without \"%s\"", name, vf_dit_xf_names[i]);
+                        VF_TRY(vf_item_put(out, vf_dit_xf_names[i], vf_tensor_ref(t), st));
+                    }
+                    xfer_of(out, &xo);
+                }
+                t0 = vf_train_now_ns();
+            }
+            sv = h->sv[m % h->nsv];
+            VF_TRY(vf_dit_part_forward(h->part, &b, h->first ? NULL : &in, h->last ? NULL : &xo, sv, st));
+            if (h->last) {
+                double loss;
+                float scale = (float)((double)mi[m].d.B / ((double)mi[m].Bg * (double)h->D));
+                VF_TRY(vf_dit_part_loss(h->part, &b, sv, scale, &loss, st));
+                o->loss += loss * (double)mi[m].d.B / (double)mi[m].Bg;
+            }
+            o->busy_ns += vf_train_now_ns() - t0;
+            vf_item_free(it);
+            it = NULL;
+            if (!h->last) {
+                static const char *const keys[] = {"step", "mb", "B", "Bg", "Bmax", "T", "H", "W"};
+                double vals[] = {(double)step, m, mi[m].d.B, mi[m].Bg, h->max.B, mi[m].d.T, mi[m].d.H, mi[m].d.W};
+                VF_TRY(set_nums(out, st, 8, keys, vals));
+                rc = vf_send(vf_out(ctx, "act_out"), out, st);
+                out = NULL;
+                VF_TRY(rc);
+            }
+        } else {
+            vf_dit_xfer d = {0};
+            vf_dit_batch b = {mi[m].d};
+            if (h->last && !h->first) {
+                out = pooled_item(h, id, h->gout_pool, XF_CTX + 1, h->grad, &mi[m].d, st);
+                if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no gradient buffers", name);
+                xfer_of(out, &d);
+            } else if (!h->last) {
+                rc = vf_recv(vf_in(ctx, "grad_in"), &it, st);
+                if (rc == VF_EOS)
+                    VF_FAIL(st, VF_EINVAL, "%s: gradients ended in the middle of step %lld", name, (long long)step);
+                VF_TRY(rc);
+                if ((int64_t)meta(it, "step") != step || (int)meta(it, "mb") != m)
+                    VF_FAIL(st, VF_EINVAL, "%s: got gradients of step %g micro-batch %g, expected %lld/%d", name,
+                            meta(it, "step"), meta(it, "mb"), (long long)step, m);
+                xfer_of(it, &d);
+                if (!h->first) { /* updated in place and passed on */
+                    out = it;
+                    it = NULL;
+                }
+            }
+            t0 = vf_train_now_ns();
+            VF_TRY(vf_dit_part_backward(h->part, &b, h->sv[m % h->nsv], (h->first && h->last) ? NULL : &d, st));
+            o->busy_ns += vf_train_now_ns() - t0;
+            vf_item_free(it);
+            it = NULL;
+            if (!h->first) {
+                VF_TRY(set_nums(out, st, 2, (const char *const[]){"step", "mb"}, (double[]){(double)step, m}));
+                rc = vf_send(vf_out(ctx, "grad_out"), out, st);
+                out = NULL;
+                VF_TRY(rc);
+            }
+        }
+    }
+fail:
+    vf_item_free(it);
+    vf_item_free(out);
+    vf_item_free(batch);
+    free(mi);
+    return rc;
+}

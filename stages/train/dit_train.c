@@ -1,0 +1,306 @@
+/* dit_train.c — the arithmetic the training stages share (dit_train.h): ownership of the
+ * flat parameter vector, the 1F1B order, the learning-rate schedule, micro-batch cuts,
+ * cursor order, and the backend buffer pool behind hot items.
+ *
+ * Everything here is a pure function of its arguments (except the pool), so a partition,
+ * a shard and a test computing the same range or the same schedule always agree.
+ */
+#include "stages/train/dit_train.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ ownership */
+
+int64_t vf_train_norm_block(int64_t total)
+{
+    int64_t want = (total + 4095) / 4096, b = 1;
+    while (b < want) b <<= 1;
+    return b < 4096 ? 4096 : b;
+}
+
+void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *lo, int64_t *hi,
+                          int64_t *b0, int64_t *b1)
+{
+    int64_t nb = (total + block - 1) / block;
+    *b0 = nb * k / S;
+    *b1 = nb * (k + 1) / S;
+    *lo = *b0 * block;
+    *hi = *b1 * block < total ? *b1 * block : total;
+    if (*lo > total) *lo = total;
+}
+
+int vf_train_splits(const vf_params *p, int depth, int *splits, int *P, const char *who,
+                    vf_status *st)
+{
+    int n = vf_param_len(p, "splits");
+    if (n < 2 || n > VF_TRAIN_MAX_PARTS + 1)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "%s: splits needs 2..%d block boundaries {0, ..., depth}, got %d", who,
+                             VF_TRAIN_MAX_PARTS + 1, n);
+    for (int i = 0; i < n; i++) {
+        splits[i] = (int)vf_param_int_at(p, "splits", i);
+        bool bad = (i == 0 && splits[i] != 0) || (i > 0 && splits[i] <= splits[i - 1]) ||
+                   (i == n - 1 && splits[i] != depth);
+        if (bad)
+            return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                                 "%s: splits must rise strictly from 0 to the model depth %d "
+                                 "(entry %d is %d)", who, depth, i, splits[i]);
+    }
+    *P = n - 1;
+    return 0;
+}
+
+void vf_train_overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1, int64_t *off, int64_t *n)
+{
+    int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    *off = lo;
+    *n = hi > lo ? hi - lo : 0;
+}
+
+int64_t vf_train_most_overlap(int64_t a0, int64_t a1, const int64_t *lo, const int64_t *hi, int k)
+{
+    int64_t most = 1;
+    for (int i = 0; i < k; i++) {
+        int64_t off, n;
+        vf_train_overlap(a0, a1, lo[i], hi[i], &off, &n);
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+/* ------------------------------------------------------------------ schedules */
+
+int vf_train_1f1b(int P, int p, int M, vf_1f1b_op *ops)
+{
+    int warm = P - p - 1 < M ? P - p - 1 : M, k = 0, f = 0, b = 0;
+    for (; f < warm; f++) ops[k++] = (vf_1f1b_op){true, f};
+    while (f < M) {
+        ops[k++] = (vf_1f1b_op){true, f++};
+        ops[k++] = (vf_1f1b_op){false, b++};
+    }
+    while (b < M) ops[k++] = (vf_1f1b_op){false, b++};
+    /* in flight peaks after the warmup plus the first steady forward */
+    return warm + 1 < M ? warm + 1 : M;
+}
+
+double vf_train_lr(const vf_lr_sched *s, int64_t step)
+{
+    if (s->warmup > 0 && step <= s->warmup) return s->lr * (double)step / (double)s->warmup;
+    if (!s->cosine) return s->lr;
+    int64_t span = s->decay_steps - s->warmup;
+    double prog = span > 0 ? (double)(step - s->warmup) / (double)span : 1.0;
+    if (prog > 1.0) prog = 1.0;
+    if (prog < 0.0) prog = 0.0;
+    return s->min_lr + (s->lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * prog));
+}
+
+void vf_train_mb_range(int B, int M, int m, int *first, int *n)
+{
+    int a = (int)((int64_t)B * m / M), b = (int)((int64_t)B * (m + 1) / M);
+    *first = a;
+    *n = b - a;
+}
+
+static int cursor_pos(const char *c, long long *e, long long *p)
+{
+    if (!c || strncmp(c, "v1;", 3) != 0) return -1;
+    const char *E = strstr(c, ";epoch="), *Q = strstr(c, ";pos=");
+    if (!E || !Q) return -1;
+    *e = strtoll(E + 7, NULL, 10);
+    *p = strtoll(Q + 5, NULL, 10);
+    return 0;
+}
+
+int vf_train_cursor_cmp(const char *a, const char *b, int *cmp)
+{
+    long long ea, pa, eb, pb;
+    if (cursor_pos(a, &ea, &pa) || cursor_pos(b, &eb, &pb)) return VF_EINVAL;
+    *cmp = ea != eb ? (ea < eb ? -1 : 1) : (pa != pb ? (pa < pb ? -1 : 1) : 0);
+    return 0;
+}
+
+/* The cursor without its epoch= and pos= fields. */
+static void cursor_rest(const char *c, char *out, size_t n)
+{
+    size_t k = 0;
+    while (*c && k + 1 < n) {
+        const char *end = strchr(c, ';');
+        size_t len = end ? (size_t)(end - c) : strlen(c);
+        if (strncmp(c, "epoch=", 6) != 0 && strncmp(c, "pos=", 4) != 0) {
+            for (size_t i = 0; i < len && k + 1 < n; i++) out[k++] = c[i];
+            if (k + 1 < n) out[k++] = ';';
+        }
+        c += len + (end ? 1 : 0);
+    }
+    out[k] = 0;
+}
+
+bool vf_train_cursor_same_stream(const char *a, const char *b)
+{
+    char ra[512], rb[512];
+    cursor_rest(a, ra, sizeof ra);
+    cursor_rest(b, rb, sizeof rb);
+    return strcmp(ra, rb) == 0;
+}
+
+int64_t vf_train_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ buffer pool */
+
+#define POOL_MAX_KEEP 64
+
+struct vf_bufpool {
+    pthread_mutex_t mu;
+    vf_backend *be;
+    size_t bytes;
+    int refs, nfree, keep;
+    void *free[POOL_MAX_KEEP];
+};
+
+vf_bufpool *vf_bufpool_new(vf_backend *be, size_t bytes, int keep, vf_status *st)
+{
+    vf_bufpool *p = calloc(1, sizeof *p);
+    if (!p) {
+        vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "buffer pool: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    p->be = be;
+    p->bytes = bytes ? bytes : 1;
+    p->keep = keep < 1 ? 1 : keep > POOL_MAX_KEEP ? POOL_MAX_KEEP : keep;
+    p->refs = 1;
+    return p;
+}
+
+size_t vf_bufpool_bytes(const vf_bufpool *p) { return p->bytes; }
+
+/* Drops one reference with the lock held; frees everything with the last one. */
+static void pool_unref_locked(vf_bufpool *p)
+{
+    if (--p->refs > 0) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    for (int i = 0; i < p->nfree; i++) p->be->free(p->be, p->free[i]);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+void vf_bufpool_unref(vf_bufpool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    pool_unref_locked(p);
+}
+
+static void pool_release(void *data, void *hint)
+{
+    vf_bufpool *p = hint;
+    pthread_mutex_lock(&p->mu);
+    /* keep the buffer for reuse only while the stage still holds the pool */
+    if (p->nfree < p->keep && p->refs > 1)
+        p->free[p->nfree++] = data;
+    else
+        p->be->free(p->be, data);
+    pool_unref_locked(p);
+}
+
+vf_tensor *vf_bufpool_tensor(vf_bufpool *p, vf_dtype dt, int ndim, const int64_t *shape,
+                             vf_status *st)
+{
+    size_t need = vf_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) need *= (size_t)shape[i];
+    if (need > p->bytes) {
+        char s[96];
+        vf_shape_str(ndim, shape, s, sizeof s);
+        vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                      "buffer pool: tensor %s %s needs %zu bytes, buffers hold %zu", vf_dtype_name(dt),
+                      s, need, p->bytes);
+        return NULL;
+    }
+    pthread_mutex_lock(&p->mu);
+    void *b = p->nfree ? p->free[--p->nfree] : NULL;
+    p->refs++;
+    pthread_mutex_unlock(&p->mu);
+    if (!b) b = p->be->alloc(p->be, p->bytes, st);
+    if (!b) {
+        pthread_mutex_lock(&p->mu);
+        pool_unref_locked(p);
+        return NULL;
+    }
+    vf_tensor *t = vf_tensor_wrap(dt, ndim, shape, p->be->device, b, pool_release, p, st);
+    if (!t) pool_release(b, p);
+    return t;
+}
+
+/* ------------------------------------------------------------------ transfers */
+
+static bool same_device(vf_device a, vf_device b)
+{
+    return a.kind == b.kind && (a.kind == VF_DEV_CPU || a.index == b.index);
+}
+
+int vf_train_tensor_in(vf_backend *be, void *dst, vf_dtype dst_dt, const vf_tensor *src,
+                       int64_t off, int64_t n, const char *what, vf_status *st)
+{
+    if (off < 0 || n < 0 || off + n > vf_tensor_numel(src))
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "%s: elements [%lld, %lld) outside a tensor of %lld", what,
+                             (long long)off, (long long)(off + n), (long long)vf_tensor_numel(src));
+    if (n == 0) return 0;
+    size_t es = vf_dtype_size(src->dtype);
+    const char *p = (const char *)src->data + (size_t)off * es;
+    if (same_device(src->device, be->device) && src->dtype == dst_dt) {
+        be->copy(be, dst, p, (size_t)n * es);
+        return 0;
+    }
+    if (src->device.kind == VF_DEV_CPU && src->dtype == VF_DTYPE_F32) {
+        be->upload(be, dst, (const float *)p, n, dst_dt);
+        return 0;
+    }
+    char dev[32];
+    vf_device_str(src->device, dev, sizeof dev);
+    return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                         "%s: cannot move a %s tensor on %s into %s memory of the %s backend", what,
+                         vf_dtype_name(src->dtype), dev, vf_dtype_name(dst_dt), be->name);
+}
+
+/* ------------------------------------------------------------------ the end */
+
+int vf_train_finish(vf_ctx *ctx, const char *const *outs, int nout, const char *const *stop_ins,
+                    int nstop, const char *const *drain_ins, int ndrain, vf_status *st)
+{
+    int rc = 0;
+    for (int i = 0; i < nout && rc >= 0; i++) {
+        vf_port *p = vf_out(ctx, outs[i]);
+        if (p) rc = vf_close(p, st);
+    }
+    for (int i = 0; i < nstop && rc >= 0; i++) {
+        vf_port *p = vf_in(ctx, stop_ins[i]);
+        if (p) rc = vf_close(p, st);
+    }
+    for (int i = 0; i < ndrain && rc >= 0; i++) {
+        vf_port *p = vf_in(ctx, drain_ins[i]);
+        while (p && rc >= 0) {
+            vf_item *it = NULL;
+            rc = vf_recv(p, &it, st);
+            vf_item_free(it);
+            if (rc == VF_EOS) {
+                rc = 0;
+                break;
+            }
+        }
+    }
+    return rc < 0 ? rc : 0;
+}

@@ -27,3 +27,19 @@ if ! /usr/bin/python3 -c 'import safetensors' 2>/dev/null; then
   echo "setup: installing safetensors (PyPI) for /usr/bin/python3"
   $SUDO /usr/bin/python3 -m pip install -q --break-system-packages safetensors
 fi
+
+# The independent Wan reference (diffusers' WanTransformer3DModel / AutoencoderKLWan,
+# transformers' UMT5EncoderModel) for the parity tests, on Debian's torch 1.13: a venv that
+# sees the system packages (torch, numpy) with pure-Python PyPI packages pinned and
+# installed without their dependencies (they would pull a CUDA torch). Tests find it at
+# $VFLOW_REF_PY (default /opt/vflow-ref/bin/python); tests/reference/wan_ref.py shims the
+# two things torch 1.13 lacks.
+REF=${VFLOW_REF_VENV:-/opt/vflow-ref}
+ref_pins=(diffusers==0.33.1 transformers==4.46.3 tokenizers==0.20.3 huggingface-hub==0.29.3
+          safetensors==0.8.0 regex==2026.11.19 filelock==4.2.12 fsspec==2026.9.0
+          importlib_metadata==10.2.0 zipp==4.1.2 packaging==26.3 pillow==13.0.0 tqdm==4.70.1)
+if ! "$REF/bin/python" -c 'import diffusers, transformers, safetensors' 2>/dev/null; then
+  echo "setup: making the Wan reference venv $REF (diffusers, transformers; PyPI, pinned)"
+  $SUDO /usr/bin/python3 -m venv --system-site-packages "$REF"
+  $SUDO "$REF/bin/pip" install -q --no-deps "${ref_pins[@]}"
+fi

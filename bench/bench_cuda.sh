@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench_cuda.sh — the CUDA benchmarks of issue 5 in one command: builds vflow with CUDA,
+# bench_cuda.sh — the CUDA benchmarks in one command: builds vflow with CUDA,
 # runs each benchmark next to its PyTorch peer in the same run, prints the ratios.
 #
 #   bash bench/bench_cuda.sh [BUILD_DIR] [--quick] [--tests] [--prebuilt DIR]
@@ -133,7 +133,7 @@ def g(n, k):
     return r.get(n, {}).get(k)
 def ratio(a, b):
     return "%.2fx" % (a / b) if a and b else "n/a"
-print("\n== ratios (vflow / peer; goals from issue 5)")
+print("\n== ratios (vflow / peer; goals in README)")
 v, e, c = "dit_vflow", "dit_torch_eager", "dit_torch_compile"
 print("DiT step tokens/s   vs torch.compile %s (goal >= 1.0x), vs eager %s" %
       (ratio(g(v, "tokens_per_s"), g(c, "tokens_per_s")), ratio(g(v, "tokens_per_s"), g(e, "tokens_per_s"))))

@@ -10,7 +10,7 @@
  *                        damaged key with its reason; exit 1 if any, 0 when clean.
  * Exit codes: 0 ok, 1 verify found damage, 2 usage or a cache that cannot be opened.
  */
-#include "cli/cache_cli.h"
+#include "cli/cli.h"
 #include "formats/cache_format.h"
 
 #include <stdio.h>

@@ -3,7 +3,6 @@
  * checkpoint writer, and vf_resuming (vflow.h).
  */
 #include "formats/ckpt.h"
-#include "runtime/core/stage.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,17 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------ resume flag */
-
-/* `vflow run … --resume` reaches a stage only one way: the driver starts each worker with
- * "--resume" (launch.c), the worker sets it on every stage's context (worker.c). Nothing
- * else (environment, the parent's command line) is consulted: a stage outside a run
- * (unit tests) resumes only when its context says so. */
-bool vf_resuming(const vf_ctx *ctx)
-{
-    return ctx && ctx->resuming;
-}
 
 /* ------------------------------------------------------------------ listing */
 

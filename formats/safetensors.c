@@ -1,4 +1,5 @@
-/* safetensors.c — safetensors reader (mmap + strict validation) and streaming writer.
+/* safetensors.c — the safetensors reader: mmap + strict validation (the streaming writer
+ * is safetensors_write.c).
  *
  * The header JSON is parsed by a small private recursive-descent parser that knows the
  * one shape a safetensors header has; it follows serde_json's rules where the reference

@@ -244,6 +244,15 @@ int64_t vf_param_int_at(const vf_params *p, const char *key, int i);
 double vf_param_num_at(const vf_params *p, const char *key, int i);
 const char *vf_param_str_at(const vf_params *p, const char *key, int i);
 const vf_params *vf_param_table(const vf_params *p, const char *key);
+/* Params of stage kind `kind` from a JSON object text, checked against that kind's
+ * schema with defaults filled (for a stage that carries another stage's params, e.g.
+ * the optimizer vouching for the data reader's settings in its checkpoints). `what`
+ * names the source in messages. Caller owns the result (vf_params_free); NULL with st
+ * set when json is not an object, the kind is unknown or a param is wrong. */
+vf_params *vf_params_parse_for(const char *kind, const char *json, const char *what, vf_status *st);
+void vf_params_free(vf_params *p);
+/* The params as a JSON object tree (runtime/json.h), borrowed from p. */
+const struct vf_json *vf_params_ctree(const vf_params *p);
 /* Canonical JSON of the params (sorted keys), e.g. for config hashes and cache keys.
  * Caller frees with free(). */
 char *vf_params_json(const vf_params *p);
@@ -383,11 +392,17 @@ int vf_send(vf_port *out, vf_item *it, vf_status *st);
 /* Ends the stream on an output early (also done for all outputs when run returns). */
 int vf_close(vf_port *out, vf_status *st);
 
+/* A drain was requested (first SIGINT, the driver's drain): finish the work in hand,
+ * send it, and end the stream. */
 bool vf_stopping(const vf_ctx *ctx);
+/* The run is being aborted (second SIGINT, a failed peer): nothing downstream will take
+ * more items, so a long computation in hand may be dropped (return VF_ESTOPPED). Every
+ * vf_send / vf_recv already returns VF_ESTOPPED then; this is for loops between them. */
+bool vf_aborting(const vf_ctx *ctx);
 const char *vf_run_dir(const vf_ctx *ctx); /* the run dir (absolute) */
 /* True when the run was started with `vflow run … --resume`: stages that keep training
  * state (optimizer shards, the first DiT partition, the checkpoint writer) then continue
- * from the newest complete checkpoint. (Added with the training stages; formats/ckpt.c.) */
+ * from the newest complete checkpoint. */
 bool vf_resuming(const vf_ctx *ctx);
 vf_stage *vf_ctx_stage(vf_ctx *ctx);
 

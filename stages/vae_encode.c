@@ -29,7 +29,6 @@
  */
 #include "models/vae.h"
 #include "formats/cache_format.h"
-#include "runtime/edge/chan.h" /* vf_runtime_stopping: abort, as opposed to a drain */
 #include "runtime/vflow.h"
 
 #include <inttypes.h>
@@ -347,7 +346,7 @@ static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
         /* Abort (second SIGINT, a failed peer: the data plane's stop flag) ends the run
          * now: a micro-batch of long clips can take minutes, and nothing downstream will
          * take its latents. A drain (vf_stopping alone) lets the batch in hand finish. */
-        if (vf_runtime_stopping())
+        if (vf_aborting(ctx))
             VF_FAIL(st, VF_ESTOPPED,
                     "vae_encode: the run is stopping: dropped a micro-batch of %d clips at frame "
                     "%" PRId64 " of %" PRId64, v->nb, t0, T);

@@ -12,7 +12,6 @@
 /* Parses a JSON object. Caller owns the result (vf_params_free). */
 vf_params *vf_params_from_json(const char *json, vf_status *st);
 vf_params *vf_params_new(void);
-void vf_params_free(vf_params *p);
 vf_params *vf_params_clone(const vf_params *p, vf_status *st);
 /* Checks p against schema (unknown key with did-you-mean, type, range, choices,
  * required, devices) and fills defaults. Messages start with `where` ("file:line: ")
@@ -23,7 +22,7 @@ int vf_params_validate(vf_params *p, const vf_param_spec *schema, const char *st
  * is stored as a string. */
 int vf_params_set_json(vf_params *p, const char *key, const char *json_value, vf_status *st);
 
-/* ---- additions (graph/Lua host side; H2) ---- */
+/* ---- the JSON tree behind params (graph and Lua host side) ---- */
 typedef struct vf_json vf_json; /* runtime/json.h */
 
 /* vf_params is a JSON object tree: these convert without copying. vf_params_adopt takes
@@ -31,7 +30,6 @@ typedef struct vf_json vf_json; /* runtime/json.h */
  * borrowed from p. */
 vf_params *vf_params_adopt(vf_json *obj);
 vf_json *vf_params_tree(vf_params *p);
-const vf_json *vf_params_ctree(const vf_params *p);
 /* As vf_params_validate, and names the stage kind in messages:
  * "file:line: stage 'NAME' (KIND): param 'KEY': ...". kind may be NULL. */
 int vf_params_validate_kind(vf_params *p, const vf_param_spec *schema, const char *stage_name,

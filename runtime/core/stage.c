@@ -11,6 +11,8 @@
 #include "runtime/core/stage.h"
 #include "runtime/core/alloc.h"
 #include "runtime/core/obuf.h"
+#include "runtime/core/params.h"
+#include "runtime/core/stop.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +142,14 @@ bool vf_stopping(const vf_ctx *ctx)
     return ctx->stopping && atomic_load_explicit(ctx->stopping, memory_order_relaxed);
 }
 
+bool vf_aborting(const vf_ctx *ctx) { return vf_runtime_stopping(); }
+
+/* `vflow run … --resume` reaches a stage only one way: the driver starts each worker with
+ * "--resume" (launch.c), the worker sets it on every stage's context (worker.c). Nothing
+ * else (environment, the parent's command line) is consulted: a stage outside a run
+ * (unit tests) resumes only when its context says so. */
+bool vf_resuming(const vf_ctx *ctx) { return ctx && ctx->resuming; }
+
 const char *vf_run_dir(const vf_ctx *ctx) { return ctx->run_dir ? ctx->run_dir : "."; }
 vf_stage *vf_ctx_stage(vf_ctx *ctx) { return ctx->stage; }
 
@@ -229,4 +239,22 @@ int vf_run_map(vf_stage *s, vf_ctx *ctx, const char *in, vf_map_fn fn, vf_status
         rc = fn(s, ctx, it, st);
         if (rc < 0) return rc;
     }
+}
+
+/* ------------------------------------------------------------------ params of another kind */
+
+vf_params *vf_params_parse_for(const char *kind, const char *json, const char *what, vf_status *st)
+{
+    const vf_stage_ops *ops = vf_stage_lookup(kind);
+    if (!ops) {
+        vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: no stage kind '%s'", what, kind);
+        return NULL;
+    }
+    vf_params *p = vf_params_from_json(json, st);
+    if (!p) return NULL;
+    if (vf_params_validate(p, ops->params, kind, what, st) != 0) {
+        vf_params_free(p);
+        return NULL;
+    }
+    return p;
 }

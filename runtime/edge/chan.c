@@ -1,5 +1,5 @@
-/* chan.c — the process-wide stop flag, the hub (ZeroMQ context + inproc table), edge
- * ends, and the waiter a receiving port sleeps on. The ports that group ends live in
+/* chan.c — the hub (ZeroMQ context + inproc table), edge ends, and the waiter a
+ * receiving port sleeps on. The ports that group ends live in
  * port.c, the transports in transport_inproc.c and transport_zmq.c.
  */
 #include "runtime/edge/chan_internal.h"
@@ -13,14 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
-
-/* ------------------------------------------------------------------ stop flag */
-
-static atomic_int g_stop;
-
-void vf_runtime_request_stop(void) { atomic_store(&g_stop, 1); }
-bool vf_runtime_stopping(void) { return atomic_load_explicit(&g_stop, memory_order_relaxed) != 0; }
-void vf_runtime_clear_stop(void) { atomic_store(&g_stop, 0); }
 
 int64_t vf_now_ns(void)
 {

@@ -49,20 +49,15 @@
 #define VF_CHAN_H
 
 #include "runtime/graph/graph.h" /* vf_transport */
+#include "runtime/core/stop.h"
 #include "runtime/vflow.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------ stop flag */
-
-/* Process-wide: every blocking wait of the data plane returns VF_ESTOPPED once set.
- * Async-signal-safe (a single atomic store), so a signal handler may call it. */
-void vf_runtime_request_stop(void);
-bool vf_runtime_stopping(void);
-/* Clears the flag (tests; a worker that restarts its stages). */
-void vf_runtime_clear_stop(void);
+/* The stop flag (vf_runtime_request_stop / vf_runtime_stopping): runtime/core/stop.h.
+ * Every blocking wait of the data plane returns VF_ESTOPPED once it is set. */
 
 /* ------------------------------------------------------------------ edges */
 

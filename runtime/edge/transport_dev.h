@@ -23,7 +23,7 @@
  * Without CUDA (no hook registered) an item with a device tensor on a ZeroMQ edge fails
  * with a message naming the edge; "@host/" tensors are still unwrapped, as host tensors.
  *
- * Integration (the data plane calls these; see the report of issue 5 for the patch):
+ * Where the data plane calls these:
  *   port.c vf_send:   if (p->nzmq && vf_item_has_device(it)) every ZeroMQ edge sends with
  *                     vf_devxfer_send_zmq(e, it, &bytes, st) instead of the shared record;
  *   port.c recv_impl: after vf_zmq_try_recv returned an item: vf_devxfer_recv_fixup(e, out, st)

@@ -35,7 +35,7 @@ typedef struct vf_gstage {
     int worker;                  /* placement: worker index, set by vf_graph_place */
     vf_port_specs ports;         /* resolved by validation */
     vf_mem_plan mem;             /* from the memory hook, filled by validation */
-    /* (addition, H14) The name a Lua expansion gave the stages it made ("decode" for
+    /* The name a Lua expansion gave the stages it made ("decode" for
      * decode_0..decode_{N-1} of workers = N); "" for a plain stage. `--set NAME.PARAM`
      * with NAME a group and no stage applies to every member. */
     char group[VF_NAME_MAX];
@@ -100,7 +100,7 @@ int vf_graph_dot(const vf_graph *g, FILE *out);
  * stages of that group do (vf_gstage.group), every member gets the override. */
 int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st);
 
-/* ---- additions (H2) ---- */
+/* ---- transports by name, topological order, edge sizes ---- */
 
 /* "auto" | "inproc" | "ipc" | "tcp". parse: 0 or VF_EINVAL. */
 const char *vf_transport_name(vf_transport t);

@@ -1,7 +1,6 @@
 /* adamw_io.c — run config and checkpoint reading for the adamw shard (adamw_io.h). */
 #include "stages/train/adamw_io.h"
 #include "formats/ckpt.h"
-#include "runtime/core/params.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -52,14 +51,12 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
 
     const char *dj = vf_param_str(p, "data");
     if (dj && dj[0]) {
-        data = vf_params_from_json(dj, st);
+        data = vf_params_parse_for("latent_reader", dj, "adamw data", st);
         if (!data) {
             vf_status_prefix(st, "adamw: param data (the latent_reader params as JSON)");
             rc = VF_EUSAGE;
             goto fail;
         }
-        const vf_stage_ops *reader = vf_stage_lookup("latent_reader");
-        if (reader) VF_TRY(vf_params_validate(data, reader->params, "latent_reader", "adamw data", st));
         static const char *const keys[] = {"batch", "seed", "nshards", "drop_last", "text_len"};
         const vf_json *t = vf_params_ctree(data);
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {

@@ -6,7 +6,7 @@
  * Both backends get the SAME inputs: values are drawn, rounded to bf16 once, and the
  * CPU backend computes in f32/f64 from those rounded values, so the difference measures
  * the CUDA kernels only (bf16 storage of their outputs, f32 accumulation), not the
- * input rounding. Pass criteria (issue 5): relative error ‖gpu − cpu‖ / ‖cpu‖ ≤ 2e-2
+ * input rounding. Pass criteria: relative error ‖gpu − cpu‖ / ‖cpu‖ ≤ 2e-2
  * for bf16 outputs, ≤ 1e-5 for f32 outputs (lse, norm statistics, optimizer state, loss,
  * sum of squares); NaN or Inf never passes. Overwritten outputs are poisoned with NaN
  * before the op (an element the kernel forgets stays NaN and fails); accumulated

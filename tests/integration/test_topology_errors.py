@@ -281,7 +281,7 @@ def main():
             buffers = sum(e["bytes"] for e in plan["edges"])
             assert all(e["bytes"] == e["capacity"] * e["item_bytes"] for e in plan["edges"]), plan["edges"]
             assert [e["capacity"] for e in plan["edges"]] == [2, 4]
-            # (the planner, issue 6, adds lines of its own: ZeroMQ send copies, processes)
+            # (the planner adds lines of its own: ZeroMQ send copies, processes)
             lines = sum(x["bytes"] for x in plan["lines"] if x["device"] == "cpu")
             assert plan["totals"]["cpu"] == lines >= declared + buffers > 0, plan["totals"]
             print("ok plan --json")

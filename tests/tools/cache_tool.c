@@ -17,7 +17,7 @@
  */
 #include "stages/latent_cache.h"
 #include "stages/latent_reader.h"
-#include "cli/cache_cli.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,201 @@
+/* pipeline_cli.c — `vflow run|check|graph|plan PIPELINE.lua [--set k=v]... [options]`.
+ *
+ * The four share one front half: run the script in the sandbox, apply
+ * `--set NAME.PARAM=V` overrides, validate, place. Any failure there is a usage or
+ * topology error: one line "vflow: FILE:LINE: message" on stderr, exit 2, and nothing
+ * launched (no run dir, no worker). Exit codes: 0 done, 1 run failed, 2 bad usage.
+ */
+#include "cli/cli.h"
+#include "runtime/core/params.h"
+#include "runtime/driver/launch.h"
+#include "runtime/graph/graph.h"
+#include "runtime/graph/lua_host.h"
+#include "runtime/plan/plan.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct cli {
+    const char *cmd;
+    const char *script;
+    const char **sets;
+    int nsets;
+    const char *run_dir, *budget;
+    bool resume, force, json;
+} cli;
+
+static int die(int code, const char *msg)
+{
+    fprintf(stderr, "vflow: %s\n", msg);
+    return vf_exit_code(code);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "vflow: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see `vflow help`)\n");
+    return 2;
+}
+
+/* Parses the options of run/check/graph/plan. Returns 0 or an exit code. */
+static int parse_args(int argc, char **argv, cli *c)
+{
+    static const char *const opts[] = {"--set", "--json", "--budget", "--run-dir", "--resume", "--force"};
+    c->sets = calloc((size_t)argc, sizeof *c->sets);
+    if (!c->sets) return die(VF_ENOMEM, "out of memory");
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        char name[64];
+        if (a[0] != '-' || strcmp(a, "-") == 0) {
+            if (c->script) return usage_error("%s: one pipeline script at a time", a);
+            c->script = a;
+            continue;
+        }
+        snprintf(name, sizeof name, "%s", a);
+        char *eq = strchr(name, '=');
+        if (eq) {
+            *eq = 0;
+            val = a + (eq - name) + 1;
+        }
+        bool takes = strcmp(name, "--set") == 0 || strcmp(name, "--budget") == 0 || strcmp(name, "--run-dir") == 0;
+        if (takes && !val) {
+            if (i + 1 >= argc) return usage_error("%s needs a value", name);
+            val = argv[++i];
+        }
+        if (strcmp(name, "--set") == 0) {
+            const char *e = strchr(val, '=');
+            if (!e || e == val) return usage_error("--set %s: expected KEY=VALUE", val);
+            c->sets[c->nsets++] = val;
+        } else if (strcmp(name, "--budget") == 0) {
+            c->budget = val;
+        } else if (strcmp(name, "--run-dir") == 0) {
+            c->run_dir = val;
+        } else if (strcmp(name, "--json") == 0 && !val) {
+            c->json = true;
+        } else if (strcmp(name, "--resume") == 0 && !val) {
+            c->resume = true;
+        } else if (strcmp(name, "--force") == 0 && !val) {
+            c->force = true;
+        } else {
+            const char *near = vf_did_you_mean(name, opts, (int)(sizeof opts / sizeof opts[0]));
+            fprintf(stderr, "vflow: unknown option '%s'", a);
+            if (near) fprintf(stderr, "; did you mean '%s'?", near);
+            fprintf(stderr, "\n(see `vflow help`)\n");
+            return 2;
+        }
+    }
+    if (!c->script) {
+        fprintf(stderr, "vflow: %s: which pipeline? e.g. vflow %s pipelines/quickstart.lua\n", c->cmd, c->cmd);
+        return 2;
+    }
+    return 0;
+}
+
+/* Script -> overrides -> validated, placed graph. */
+static int load_graph(const cli *c, vf_graph **out, vf_status *st)
+{
+    int rc = 0;
+    vf_graph *g = NULL;
+    bool *used = calloc((size_t)c->nsets + 1, sizeof *used);
+    if (!used) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_lua_load_ex(c->script, c->sets, c->nsets, &g, used, st));
+    for (int i = 0; i < c->nsets; i++) {
+        const char *kv = c->sets[i], *eq = strchr(kv, '=');
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
+        char *dot = strchr(key, '.');
+        if (dot) {
+            *dot = 0;
+            bool stage = vf_graph_find(g, key) >= 0;
+            *dot = '.';
+            /* NAME.PARAM: an override when NAME is a stage, or when the script did not
+             * read the key itself (then it is a typo of a stage name: say so). */
+            if (stage || !used[i]) VF_TRY(vf_graph_override(g, key, eq + 1, st));
+        } else if (!used[i]) {
+            fprintf(stderr, "vflow: warning: --set %s: the script does not read vf.args.%s\n", kv, key);
+        }
+    }
+    VF_TRY(vf_graph_validate(g, st));
+    VF_TRY(vf_graph_place(g, st));
+    *out = g;
+    g = NULL;
+fail:
+    vf_graph_free(g);
+    free(used);
+    return rc;
+}
+
+int vf_cli_pipeline(int argc, char **argv)
+{
+    cli c = {.cmd = argv[1]};
+    vf_status st = {0};
+    vf_graph *g = NULL;
+    int rc = parse_args(argc, argv, &c);
+    if (rc) {
+        free(c.sets);
+        return rc;
+    }
+    vf_budget budget;
+    if (c.budget && (rc = vf_budget_parse(c.budget, &budget, &st)) < 0) goto done; /* before any work */
+    rc = load_graph(&c, &g, &st);
+    if (rc < 0) goto done;
+    if (strcmp(c.cmd, "check") == 0) {
+        if (c.json) {
+            char *j = vf_graph_to_json(g);
+            if (!j) {
+                rc = vf_status_set(&st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+                goto done;
+            }
+            printf("%s\n", j);
+            free(j);
+        } else {
+            printf("%s: ok: pipeline '%s', %d stage%s, %d edge%s, %d worker%s\n", c.script, g->name, g->nstages,
+                   g->nstages == 1 ? "" : "s", g->nedges, g->nedges == 1 ? "" : "s", g->nworkers,
+                   g->nworkers == 1 ? "" : "s");
+        }
+    } else if (strcmp(c.cmd, "graph") == 0) {
+        if (c.json) {
+            char *j = vf_graph_to_json(g);
+            if (!j) {
+                rc = vf_status_set(&st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+                goto done;
+            }
+            printf("%s\n", j);
+            free(j);
+        } else {
+            rc = vf_graph_dot(g, stdout);
+            if (rc < 0) vf_status_set(&st, rc, __FILE__, __LINE__, "writing the graph failed");
+        }
+    } else if (strcmp(c.cmd, "plan") == 0) {
+        /* the memory planner (plan.h): verdict against the budgets, fixes when over */
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, c.json};
+        rc = vf_plan_command(g, &req, stdout, &st);
+    } else { /* run */
+        /* plan first: refuse (exit 2) a run over a budget or on absent devices */
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false};
+        rc = vf_plan_gate(g, &req, c.force, stdout, &st);
+        if (rc < 0) goto done;
+        fflush(stdout);
+        vf_run_opts opts = {
+            .run_dir = c.run_dir,
+            .resume = c.resume,
+            .force = c.force,
+            .progress_tty = isatty(STDOUT_FILENO) == 1,
+            .budget = c.budget,
+        };
+        rc = vf_driver_run(g, &opts, &st);
+        /* the plan's per-stage prediction next to the measured account peaks */
+        vf_status pst = {0};
+        if (rc != VF_EUSAGE && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
+    }
+done:
+    vf_graph_free(g);
+    free(c.sets);
+    if (rc < 0) return die(rc, st.msg[0] ? st.msg : vf_strerror(rc));
+    return 0;
+}

@@ -36,7 +36,6 @@
 #include <unistd.h>
 
 #include "runtime/edge/chan.h"
-#include "runtime/graph/graph.h"
 #include "runtime/edge/transport_dev.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/xfer_state.h"

@@ -1,9 +1,8 @@
-/* chan.c — the hub (ZeroMQ context + inproc table), edge ends, and the waiter a
- * receiving port sleeps on. The ports that group ends live in
- * port.c, the transports in transport_inproc.c and transport_zmq.c.
+/* chan.c — the hub (per-process state of the transports), edge ends, and the waiter a
+ * receiving port sleeps on. The ports that group ends live in port.c, the transports
+ * behind their operation tables (transport.h) in transport_*.c.
  */
 #include "runtime/edge/chan_internal.h"
-#include "runtime/edge/transport_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +11,6 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 int64_t vf_now_ns(void)
 {
@@ -114,9 +112,14 @@ vf_chan_hub *vf_chan_hub_new(vf_status *st)
 void vf_chan_hub_free(vf_chan_hub *h)
 {
     if (!h) return;
-    /* Every socket was closed with a finite linger, so this returns in bounded time. */
-    if (h->zctx) zmq_ctx_term(h->zctx);
-    VF_ASSERT(h->inproc == NULL && "vf_chan_hub_free with inproc edge ends still open");
+    /* Each transport's per-process state, once per slot (ipc and tcp share one). */
+    bool done[VF_HUB_SLOTS] = {0};
+    for (int t = VF_TR_AUTO + 1; t < VF_TR_COUNT; t++) {
+        const vf_transport_ops *ops = vf_transport_ops_for((vf_transport)t);
+        if (!ops || done[ops->hub_slot]) continue;
+        done[ops->hub_slot] = true;
+        if (ops->hub_fini) ops->hub_fini(h);
+    }
     pthread_mutex_destroy(&h->mu);
     free(h);
 }
@@ -140,18 +143,10 @@ int vf_edge_open(vf_chan_hub *h, const vf_edge_desc *d, vf_port_dir side, vf_edg
     e->side = side;
     e->hub = h;
     snprintf(e->endpoint, sizeof e->endpoint, "%s", e->d.addr);
-    switch (d->transport) {
-    case VF_TR_INPROC:
-        VF_TRY(vf_inproc_open(h, e, st));
-        break;
-    case VF_TR_IPC:
-    case VF_TR_TCP:
-        VF_TRY(vf_zmq_open(h, e, st));
-        break;
-    default:
+    if (!(e->ops = vf_transport_ops_for(d->transport)))
         VF_FAIL(st, VF_EINVAL, "edge %s: transport %d is not resolved (inproc, ipc or tcp expected)", nm,
                 (int)d->transport);
-    }
+    VF_TRY(e->ops->open(h, e, st));
     *out = e;
     return 0;
 fail:
@@ -165,8 +160,6 @@ const vf_edge_desc *vf_edge_end_desc(const vf_edge_end *e) { return &e->d; }
 void vf_edge_end_free(vf_edge_end *e)
 {
     if (!e) return;
-    if (e->sock) vf_devxfer_edge_free(e); /* the CUDA transports' state for this edge */
-    if (e->ip) vf_inproc_free(e);
-    if (e->sock) vf_zmq_free(e);
+    if (e->ops) e->ops->free(e);
     free(e);
 }

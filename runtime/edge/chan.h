@@ -48,7 +48,7 @@
 #ifndef VF_CHAN_H
 #define VF_CHAN_H
 
-#include "runtime/graph/graph.h" /* vf_transport */
+#include "runtime/edge/transport.h"
 #include "runtime/core/stop.h"
 #include "runtime/vflow.h"
 

@@ -1,16 +1,16 @@
 /* port.c — run-time ports: what vf_send / vf_recv / vf_close act on.
  *
- * A port groups the ends of the edges attached to one stage port. Output: every item
- * goes to each edge (inproc edges get a shallow share, ZeroMQ edges one record encoded
- * once for all of them). Input: edges are polled round robin from the one after the
- * last that delivered (fair fan-in), and the port ends when every edge has. A port with
- * ZeroMQ edges sleeps in zmq_poll over its sockets plus an eventfd the inproc producers
- * ring; an inproc-only port sleeps on a condition variable. Either way at most
+ * A port groups the ends of the edges attached to one stage port and drives them
+ * through their transports' operations (transport.h), never looking inside an end.
+ * Output: every item goes to each edge (in-process edges get a shallow share, the others
+ * one record encoded once for all of them). Input: edges are polled round robin from
+ * the one after the last that delivered (fair fan-in), and the port ends when every
+ * edge has. A port with socket ends sleeps in zmq_poll over the sockets plus an eventfd
+ * the in-process producers ring; otherwise on a condition variable. Either way at most
  * VF_STOP_POLL_MS at a time, to look at the stop flag.
  */
 #include "runtime/edge/chan_internal.h"
 #include "runtime/core/item.h"
-#include "runtime/edge/transport_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +23,7 @@ struct vf_port {
     vf_port_dir dir;
     int n, cap;
     vf_edge_end **e;
-    int nzmq;
+    int nsock;        /* ends with a socket to poll */
     int rr;           /* input: edge to look at first */
     bool closed;
     bool has_waiter;
@@ -47,7 +47,7 @@ const char *vf_port_name(const vf_port *p) { return p->name; }
 vf_port_dir vf_port_direction(const vf_port *p) { return p->dir; }
 int vf_port_edges(const vf_port *p) { return p ? p->n : 0; }
 
-/* The waiter needs an eventfd once a ZeroMQ edge joins an input port. */
+/* The waiter needs an eventfd once an end with a socket joins an input port. */
 static int ensure_waiter(vf_port *p, bool need_fd, vf_status *st)
 {
     if (p->has_waiter && (!need_fd || p->w.efd >= 0)) return 0;
@@ -57,15 +57,17 @@ static int ensure_waiter(vf_port *p, bool need_fd, vf_status *st)
     if (p->has_waiter) {
         /* Re-point the inproc producers to the new waiter before retiring the old one. */
         for (int i = 0; i < p->n; i++)
-            if (p->e[i]->ip) vf_inproc_set_waiter(p->e[i], NULL);
+            if (p->e[i]->ops->set_waiter) p->e[i]->ops->set_waiter(p->e[i], NULL);
         vf_waiter_fini(&p->w);
     }
     p->w = nw;
     p->has_waiter = true;
     for (int i = 0; i < p->n; i++)
-        if (p->e[i]->ip) vf_inproc_set_waiter(p->e[i], &p->w);
+        if (p->e[i]->ops->set_waiter) p->e[i]->ops->set_waiter(p->e[i], &p->w);
     return 0;
 }
+
+static bool has_socket(vf_edge_end *e) { return e->ops->socket && e->ops->socket(e); }
 
 int vf_port_attach(vf_port *p, vf_edge_end *e, vf_status *st)
 {
@@ -85,16 +87,17 @@ int vf_port_attach(vf_port *p, vf_edge_end *e, vf_status *st)
     }
     p->e[p->n++] = e;
     atomic_store(&p->nedges, p->n);
-    if (e->sock) p->nzmq++;
+    bool sock = has_socket(e);
+    if (sock) p->nsock++;
     if (p->dir == VF_PORT_IN) {
-        rc = ensure_waiter(p, p->nzmq > 0, st);
+        rc = ensure_waiter(p, p->nsock > 0, st);
         if (rc < 0) {
             p->n--;
-            if (e->sock) p->nzmq--;
+            if (sock) p->nsock--;
             atomic_store(&p->nedges, p->n);
             goto fail;
         }
-        if (e->ip) vf_inproc_set_waiter(e, &p->w);
+        if (e->ops->set_waiter) e->ops->set_waiter(e, &p->w);
     }
     return 0;
 fail:
@@ -134,7 +137,7 @@ static int count_send(vf_port *p, int r, int64_t bytes, int *open_edges, vf_stat
 int vf_send(vf_port *p, vf_item *it, vf_status *st)
 {
     int rc = 0;
-    vf_enc *enc = NULL;
+    vf_send_job job = {.it = it};
     if (!p || !it) {
         vf_item_free(it);
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "vf_send: NULL %s", p ? "item" : "port");
@@ -143,65 +146,38 @@ int vf_send(vf_port *p, vf_item *it, vf_status *st)
     if (p->closed) VF_FAIL(st, VF_EINVAL, "vf_send on port %s after vf_close", p->name);
     if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "port %s: the run is stopping", p->name);
 
-    size_t enc_len = vf_item_encoded_size(it), tbytes = vf_item_tensor_bytes(it);
+    size_t enc_len = vf_item_encoded_size(it);
     for (int i = 0; i < p->n; i++) VF_TRY(check_size(p, p->e[i], enc_len, it, st));
-    /* Device tensors cross a ZeroMQ edge through the CUDA transports (transport_dev.h),
-     * which build a wire item per edge; host items share one record. */
-    bool dev = p->nzmq && vf_item_has_device(it);
-    if (p->nzmq && !dev) {
-        /* Credit first, encode after: a record exists only once an edge can take it,
-         * so a producer holds at most `capacity` records per edge, never one more. */
-        for (int i = 0; i < p->n; i++) {
-            if (!p->e[i]->sock) continue;
-            if ((rc = vf_zmq_wait_credit(p->e[i], st)) < 0) {
-                vf_status_prefix(st, "port %s", p->name);
-                goto fail;
-            }
-        }
-        /* One record for every ZeroMQ edge; the I/O threads drop the references. */
-        if (!(enc = calloc(1, sizeof *enc))) VF_FAIL(st, VF_ENOMEM, "out of memory (port %s)", p->name);
-        atomic_init(&enc->refs, 1);
-        if ((rc = vf_item_encode_alloc(it, &enc->data, &enc->len, st)) < 0) {
-            free(enc);
-            enc = NULL;
+    /* Credit first, send after (transport.h): a record exists only once an edge can
+     * take it, so a producer holds at most `capacity` records per edge, never one more. */
+    for (int i = 0; i < p->n; i++) {
+        vf_edge_end *e = p->e[i];
+        if (e->ops->wait_credit && (rc = e->ops->wait_credit(e, it, st)) < 0) {
             vf_status_prefix(st, "port %s", p->name);
             goto fail;
         }
     }
-    int last_inproc = -1, open_edges = 0;
+    int last_local = -1, open_edges = 0;
     for (int i = 0; i < p->n; i++)
-        if (p->e[i]->ip) last_inproc = i;
-    /* ZeroMQ edges first: they have credit now, so this does not block, and the record
-     * is on its way (our reference dropped) before an inproc edge makes us wait. */
-    for (int i = 0; (enc || dev) && i < p->n; i++) {
-        if (!p->e[i]->sock) continue;
-        if (dev) {
+        if (p->e[i]->ops->in_process) last_local = i;
+    /* Ends that cross processes first: they have credit now, so this does not block, and
+     * the record is on its way before an in-process edge makes us wait. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < p->n; i++) {
+            vf_edge_end *e = p->e[i];
+            if (e->ops->in_process != (pass == 1)) continue;
+            job.take = i == last_local;
             int64_t bytes = 0;
-            int r = vf_devxfer_send_zmq(p->e[i], it, &bytes, st);
+            int r = e->ops->send(e, &job, &bytes, st);
             VF_TRY(count_send(p, r, bytes, &open_edges, st));
-            continue;
         }
-        atomic_fetch_add(&enc->refs, 1);
-        int r = vf_zmq_send(p->e[i], enc, st);
-        VF_TRY(count_send(p, r, (int64_t)enc->len, &open_edges, st));
-    }
-    if (enc) vf_enc_unref(NULL, enc);
-    enc = NULL;
-    for (int i = 0; i < p->n; i++) {
-        if (!p->e[i]->ip) continue;
-        vf_item *mine = it;
-        if (i != last_inproc) {
-            if (!(mine = vf_item_share(it, st))) VF_FAIL(st, VF_ENOMEM, "out of memory (port %s)", p->name);
-        } else {
-            it = NULL; /* the last inproc edge takes the item itself */
-        }
-        int r = vf_inproc_send(p->e[i], mine, st);
-        VF_TRY(count_send(p, r, (int64_t)tbytes, &open_edges, st));
+        if (job.enc) vf_enc_unref(NULL, job.enc); /* the ends hold their own references */
+        job.enc = NULL;
     }
     if (p->n > 0 && open_edges == 0) rc = VF_EOS; /* every receiver has stopped reading */
 fail:
-    if (enc) vf_enc_unref(NULL, enc);
-    vf_item_free(it);
+    if (job.enc) vf_enc_unref(NULL, job.enc);
+    vf_item_free(job.it);
     return rc;
 }
 
@@ -228,7 +204,8 @@ static int recv_impl(vf_port *p, int timeout_ms, vf_item **out, vf_status *st)
             int i = (p->rr + k) % p->n;
             vf_edge_end *e = p->e[i];
             if (e->ended) continue;
-            int r = e->ip ? vf_inproc_try_recv(e, out) : vf_zmq_try_recv(e, out, st);
+            int64_t bytes = 0;
+            int r = e->ops->try_recv(e, out, &bytes, st);
             if (r == VF_EOS) {
                 e->ended = true;
                 atomic_fetch_add(&p->nended, 1);
@@ -241,29 +218,11 @@ static int recv_impl(vf_port *p, int timeout_ms, vf_item **out, vf_status *st)
                 rc = r;
                 break;
             }
-            /* Got one: the stage consumes it now, so the producer gets its credit. */
+            /* Got one: the stage consumes it now, so the producer gets its credit (the
+             * transport counted it in try_recv). */
             p->rr = (i + 1) % p->n;
             atomic_fetch_add(&p->items, 1);
-            if (e->ip) {
-                atomic_fetch_add(&p->bytes, (int64_t)vf_item_tensor_bytes(*out));
-            } else {
-                atomic_fetch_add(&p->bytes, (int64_t)vf_item_encoded_size(*out));
-                /* Device tensors are copied into this side's memory before the credit
-                 * (sent just below) lets the producer reuse its buffer. */
-                int fr = vf_devxfer_recv_fixup(e, out, st);
-                if (fr < 0) {
-                    vf_status_prefix(st, "port %s", p->name);
-                    rc = fr;
-                    break;
-                }
-                int cr = vf_zmq_consumed(e, st);
-                if (cr < 0) {
-                    vf_item_free(*out);
-                    *out = NULL;
-                    rc = cr;
-                    break;
-                }
-            }
+            atomic_fetch_add(&p->bytes, bytes);
             rc = 0;
         }
         if (rc != VF_EDGE_EMPTY) break;
@@ -274,7 +233,8 @@ static int recv_impl(vf_port *p, int timeout_ms, vf_item **out, vf_status *st)
         /* About to sleep: hand back every credit first, or a producer waiting for them
          * and this consumer waiting for data would wait on each other. */
         for (int i = 0; i < p->n; i++) {
-            if (p->e[i]->sock && (rc = vf_zmq_flush_credits(p->e[i], st)) < 0) goto out;
+            vf_edge_end *e = p->e[i];
+            if (e->ops->flush && (rc = e->ops->flush(e, st)) < 0) goto out;
         }
         int64_t now = vf_now_ns();
         if (now >= deadline) {
@@ -284,11 +244,13 @@ static int recv_impl(vf_port *p, int timeout_ms, vf_item **out, vf_status *st)
         int ms = VF_STOP_POLL_MS;
         if (deadline - now < (int64_t)ms * 1000000) ms = (int)((deadline - now + 999999) / 1000000);
         if (!t_block) t_block = now;
-        if (p->nzmq) {
+        if (p->nsock) {
             int np = 0;
             for (int i = 0; i < p->n; i++) {
-                if (!p->e[i]->sock || p->e[i]->ended) continue;
-                p->pi[np++] = (zmq_pollitem_t){p->e[i]->sock, 0, ZMQ_POLLIN, 0};
+                vf_edge_end *e = p->e[i];
+                void *sock = e->ops->socket ? e->ops->socket(e) : NULL;
+                if (!sock || e->ended) continue;
+                p->pi[np++] = (zmq_pollitem_t){sock, 0, ZMQ_POLLIN, 0};
             }
             p->pi[np++] = (zmq_pollitem_t){NULL, p->w.efd, ZMQ_POLLIN, 0};
             zmq_poll(p->pi, np, ms);
@@ -319,12 +281,10 @@ int vf_close(vf_port *p, vf_status *st)
         vf_edge_end *e = p->e[i];
         int r = 0;
         if (p->dir == VF_PORT_OUT) {
-            if (e->ip) vf_inproc_close_send(e);
-            else r = vf_zmq_close_send(e, st);
+            r = e->ops->close_send(e, st);
             e->ended = true;
         } else if (!e->ended) {
-            if (e->ip) vf_inproc_close_recv(e);
-            else r = vf_zmq_close_recv(e, st);
+            r = e->ops->close_recv(e, st);
         }
         if (r < 0 && rc == 0) {
             rc = r;
@@ -344,17 +304,11 @@ int vf_port_drain(vf_port *p, int timeout_ms, vf_status *st)
         int np = 0;
         for (int i = 0; i < p->n; i++) {
             vf_edge_end *e = p->e[i];
-            if (!e->sock) continue;
-            int rc = vf_zmq_poll_control(e, st);
+            if (!e->ops->drain) continue;
+            void *sock = NULL;
+            int rc = e->ops->drain(e, &sock, st);
             if (rc < 0) return rc;
-            if (!e->ended || e->acked || e->closed) continue; /* only an EOS sent is awaited */
-            /* Read everything it sent before it went (poll_control above), then stop
-             * waiting for a receiver that is gone: its ack / closed frame was lost. */
-            if (vf_zmq_peer_gone(e)) {
-                e->closed = true;
-                continue;
-            }
-            p->pi[np++] = (zmq_pollitem_t){e->sock, 0, ZMQ_POLLIN, 0};
+            if (rc == 1) p->pi[np++] = (zmq_pollitem_t){sock, 0, ZMQ_POLLIN, 0};
         }
         if (np == 0) return 0;
         if (vf_runtime_stopping())
@@ -376,12 +330,14 @@ void vf_port_free(vf_port *p)
     vf_status st = {0};
     bool was_closed = p->closed;
     vf_close(p, &st);
-    /* An output that ended normally waits for its ZeroMQ receivers, so no data is lost
-     * when this process exits; an aborted one (never closed by the stage) does not. */
-    if (was_closed && p->dir == VF_PORT_OUT && p->nzmq) vf_port_drain(p, -1, &st);
+    /* An output that ended normally waits for its receivers in other processes, so no
+     * data is lost when this process exits; an aborted one (never closed by the stage)
+     * does not. */
+    if (was_closed && p->dir == VF_PORT_OUT) vf_port_drain(p, -1, &st);
     for (int i = 0; i < p->n; i++) {
-        if (p->e[i]->ip && p->dir == VF_PORT_IN) vf_inproc_set_waiter(p->e[i], NULL);
-        vf_edge_end_free(p->e[i]);
+        vf_edge_end *e = p->e[i];
+        if (e->ops->set_waiter && p->dir == VF_PORT_IN) e->ops->set_waiter(e, NULL);
+        vf_edge_end_free(e);
     }
     if (p->has_waiter) vf_waiter_fini(&p->w);
     free(p->e);
@@ -404,6 +360,6 @@ void vf_port_get_stats(const vf_port *cp, vf_port_stats *out)
         vf_edge_end *e = p->e[i];
         out->capacity += e->d.capacity;
         out->blocked_ns += atomic_load(&e->blocked_ns);
-        out->inflight += e->ip ? vf_inproc_queued(e) : atomic_load(&e->inflight);
+        out->inflight += e->ops->inflight(e);
     }
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/edge/chan_internal.h"
+#include "runtime/edge/transport_zmq.h"
 #include "runtime/core/item.h"
 
 static const vf_devxfer_ops *_Atomic g_ops;
@@ -124,7 +124,7 @@ int vf_devxfer_send_zmq(vf_edge_end *e, const vf_item *it, int64_t *bytes, vf_st
     if (e->closed) return VF_EOS; /* the receiver stopped reading: drop, as vf_zmq_send does */
     void **state = state_of(e, true);
     if (!state) VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory (device transport state)", e->d.name);
-    if ((rc = ops->send(state, &e->d, e->d.capacity - e->credits, it, &wire, st)) < 0) goto fail;
+    if ((rc = ops->send(state, &e->d, e->d.capacity - vf_zmq_of(e)->credits, it, &wire, st)) < 0) goto fail;
     if (!(enc = calloc(1, sizeof *enc))) VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
     atomic_init(&enc->refs, 1);
     if ((rc = vf_item_encode_alloc(wire, &enc->data, &enc->len, st)) < 0) {

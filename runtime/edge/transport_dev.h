@@ -23,12 +23,12 @@
  * Without CUDA (no hook registered) an item with a device tensor on a ZeroMQ edge fails
  * with a message naming the edge; "@host/" tensors are still unwrapped, as host tensors.
  *
- * Where the data plane calls these:
- *   port.c vf_send:   if (p->nzmq && vf_item_has_device(it)) every ZeroMQ edge sends with
- *                     vf_devxfer_send_zmq(e, it, &bytes, st) instead of the shared record;
- *   port.c recv_impl: after vf_zmq_try_recv returned an item: vf_devxfer_recv_fixup(e, out, st)
- *                     (before vf_zmq_consumed, so the credit follows the copy);
- *   chan.c vf_edge_end_free: vf_devxfer_edge_free(e) first.
+ * Where the ZeroMQ transport (transport_zmq.c) calls these:
+ *   send:     an item with a device tensor goes out with vf_devxfer_send_zmq(e, it, &bytes,
+ *             st) instead of the shared record;
+ *   try_recv: after vf_zmq_try_recv returned an item: vf_devxfer_recv_fixup(e, out, st)
+ *             (before vf_zmq_consumed, so the credit follows the copy);
+ *   free:     vf_devxfer_edge_free(e) first.
  */
 #ifndef VF_TRANSPORT_DEV_H
 #define VF_TRANSPORT_DEV_H

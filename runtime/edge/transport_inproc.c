@@ -4,11 +4,16 @@
  * The two ends meet in the hub's table under the edge id, in whichever order they open.
  */
 #include "runtime/edge/chan_internal.h"
+#include "runtime/core/item.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
+/* Hub slot of the table of inproc edges by id. */
+#define HUB_SLOT_INPROC 0
+
+typedef struct inproc_edge inproc_edge;
 struct inproc_edge {
     int id;
     int capacity;
@@ -24,11 +29,12 @@ struct inproc_edge {
     inproc_edge *next;
 };
 
-int vf_inproc_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
+static int inproc_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
 {
     int rc = 0;
     pthread_mutex_lock(&h->mu);
-    inproc_edge *ip = h->inproc;
+    inproc_edge **table = (inproc_edge **)vf_chan_hub_slot(h, HUB_SLOT_INPROC);
+    inproc_edge *ip = *table;
     while (ip && ip->id != e->d.id) ip = ip->next;
     if (!ip) {
         ip = calloc(1, sizeof *ip);
@@ -47,8 +53,8 @@ int vf_inproc_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         pthread_mutex_init(&ip->mu, NULL);
         pthread_cond_init(&ip->space, &ca);
         pthread_condattr_destroy(&ca);
-        ip->next = h->inproc;
-        h->inproc = ip;
+        ip->next = *table;
+        *table = ip;
     } else if (ip->capacity != e->d.capacity) {
         VF_FAIL(st, VF_EINVAL, "edge %s (id %d): the two inproc ends disagree on capacity (%d vs %d)", e->d.name,
                 e->d.id, ip->capacity, e->d.capacity);
@@ -59,17 +65,17 @@ int vf_inproc_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
                 e->side == VF_PORT_OUT ? "sending" : "receiving");
     *taken = true;
     ip->refs++;
-    e->ip = ip;
+    e->impl = ip;
 fail:
     pthread_mutex_unlock(&h->mu);
     return rc;
 }
 
-void vf_inproc_set_waiter(vf_edge_end *e, vf_waiter *w)
+static void inproc_set_waiter(vf_edge_end *e, vf_waiter *w)
 {
-    pthread_mutex_lock(&e->ip->mu);
-    e->ip->rw = w;
-    pthread_mutex_unlock(&e->ip->mu);
+    pthread_mutex_lock(&((inproc_edge *)e->impl)->mu);
+    ((inproc_edge *)e->impl)->rw = w;
+    pthread_mutex_unlock(&((inproc_edge *)e->impl)->mu);
 }
 
 /* Under ip->mu, so the port cannot free the waiter between lookup and signal. */
@@ -78,9 +84,9 @@ static void wake_receiver(inproc_edge *ip)
     if (ip->rw) vf_waiter_signal(ip->rw);
 }
 
-int vf_inproc_send(vf_edge_end *e, vf_item *it, vf_status *st)
+static int inproc_push(vf_edge_end *e, vf_item *it, vf_status *st)
 {
-    inproc_edge *ip = e->ip;
+    inproc_edge *ip = e->impl;
     int64_t t0 = 0;
     pthread_mutex_lock(&ip->mu);
     while (ip->count == ip->capacity && !ip->rclosed) {
@@ -114,13 +120,14 @@ int vf_inproc_send(vf_edge_end *e, vf_item *it, vf_status *st)
     return 0;
 }
 
-int vf_inproc_try_recv(vf_edge_end *e, vf_item **out)
+static int inproc_try_recv(vf_edge_end *e, vf_item **out, int64_t *bytes, vf_status *st)
 {
-    inproc_edge *ip = e->ip;
+    inproc_edge *ip = e->impl;
     int rc = VF_EDGE_EMPTY;
     pthread_mutex_lock(&ip->mu);
     if (ip->count > 0) {
         *out = ip->ring[ip->head];
+        *bytes = (int64_t)vf_item_tensor_bytes(*out);
         ip->ring[ip->head] = NULL;
         ip->head = (ip->head + 1) % ip->capacity;
         ip->count--;
@@ -133,9 +140,9 @@ int vf_inproc_try_recv(vf_edge_end *e, vf_item **out)
     return rc;
 }
 
-void vf_inproc_close_send(vf_edge_end *e)
+static void inproc_end_send(vf_edge_end *e)
 {
-    inproc_edge *ip = e->ip;
+    inproc_edge *ip = e->impl;
     pthread_mutex_lock(&ip->mu);
     ip->eos = true;
     wake_receiver(ip);
@@ -143,9 +150,9 @@ void vf_inproc_close_send(vf_edge_end *e)
 }
 
 /* The consumer will not read again: drop what is queued and unblock the producer. */
-void vf_inproc_close_recv(vf_edge_end *e)
+static void inproc_end_recv(vf_edge_end *e)
 {
-    inproc_edge *ip = e->ip;
+    inproc_edge *ip = e->impl;
     pthread_mutex_lock(&ip->mu);
     ip->rclosed = true;
     ip->rw = NULL;
@@ -159,30 +166,30 @@ void vf_inproc_close_recv(vf_edge_end *e)
     pthread_mutex_unlock(&ip->mu);
 }
 
-int64_t vf_inproc_queued(vf_edge_end *e)
+static int64_t inproc_queued(vf_edge_end *e)
 {
-    pthread_mutex_lock(&e->ip->mu);
-    int64_t n = e->ip->count;
-    pthread_mutex_unlock(&e->ip->mu);
+    pthread_mutex_lock(&((inproc_edge *)e->impl)->mu);
+    int64_t n = ((inproc_edge *)e->impl)->count;
+    pthread_mutex_unlock(&((inproc_edge *)e->impl)->mu);
     return n;
 }
 
-void vf_inproc_free(vf_edge_end *e)
+static void inproc_free(vf_edge_end *e)
 {
-    inproc_edge *ip = e->ip;
+    inproc_edge *ip = e->impl;
     /* An end that goes away must not leave its peer waiting forever. */
-    if (e->side == VF_PORT_OUT) vf_inproc_close_send(e);
-    else vf_inproc_close_recv(e);
+    if (e->side == VF_PORT_OUT) inproc_end_send(e);
+    else inproc_end_recv(e);
     vf_chan_hub *h = e->hub;
     pthread_mutex_lock(&h->mu);
     bool last = --ip->refs == 0;
     if (last) {
-        inproc_edge **pp = &h->inproc;
+        inproc_edge **pp = (inproc_edge **)vf_chan_hub_slot(h, HUB_SLOT_INPROC);
         while (*pp != ip) pp = &(*pp)->next;
         *pp = ip->next;
     }
     pthread_mutex_unlock(&h->mu);
-    e->ip = NULL;
+    e->impl = NULL;
     if (!last) return;
     while (ip->count > 0) {
         vf_item_free(ip->ring[ip->head]);
@@ -194,3 +201,50 @@ void vf_inproc_free(vf_edge_end *e)
     pthread_mutex_destroy(&ip->mu);
     free(ip);
 }
+
+/* ------------------------------------------------------------------ the ops (transport.h) */
+
+/* A shallow share of the item for every edge of a fan-out but the last, which takes it. */
+static int inproc_send(vf_edge_end *e, vf_send_job *job, int64_t *bytes, vf_status *st)
+{
+    vf_item *mine = job->it;
+    if (job->take) {
+        job->it = NULL;
+    } else if (!(mine = vf_item_share(job->it, st))) {
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
+    }
+    *bytes = (int64_t)vf_item_tensor_bytes(mine);
+    return inproc_push(e, mine, st);
+}
+
+static int inproc_close_send(vf_edge_end *e, vf_status *st)
+{
+    inproc_end_send(e);
+    return 0;
+}
+
+static int inproc_close_recv(vf_edge_end *e, vf_status *st)
+{
+    inproc_end_recv(e);
+    return 0;
+}
+
+static void inproc_hub_fini(vf_chan_hub *h)
+{
+    VF_ASSERT(*vf_chan_hub_slot(h, HUB_SLOT_INPROC) == NULL && "vf_chan_hub_free with inproc edge ends still open");
+}
+
+const vf_transport_ops vf_transport_inproc = {
+    .name = "inproc",
+    .in_process = true,
+    .hub_slot = HUB_SLOT_INPROC,
+    .hub_fini = inproc_hub_fini,
+    .open = inproc_open,
+    .free = inproc_free,
+    .send = inproc_send,
+    .close_send = inproc_close_send,
+    .try_recv = inproc_try_recv,
+    .close_recv = inproc_close_recv,
+    .set_waiter = inproc_set_waiter,
+    .inflight = inproc_queued,
+};

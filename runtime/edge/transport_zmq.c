@@ -21,8 +21,10 @@
  * is gone: it cannot consume anything more, so ending the wait loses nothing it could
  * still have read (a tcp blip that reconnects within the grace keeps the wait going).
  */
+#include "runtime/edge/transport_zmq.h"
 #include "runtime/core/alloc.h"
-#include "runtime/edge/chan_internal.h"
+#include "runtime/core/item.h"
+#include "runtime/edge/transport_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -40,6 +42,8 @@
 /* Bounded linger for the receiver's last control frame (ack / closed). */
 #define FINAL_LINGER_MS 1000
 
+#define Z vf_zmq_of
+
 #define ZFAIL(e, what)                                                                                      \
     VF_FAIL(st, VF_EEXTERNAL, "edge %s: %s(%s): %s", (e)->d.name, what, (e)->d.addr, zmq_strerror(zmq_errno()))
 
@@ -55,13 +59,13 @@ void vf_enc_unref(void *data, void *hint)
 
 static int setopt_int(vf_edge_end *e, int opt, int v, const char *name, vf_status *st)
 {
-    if (zmq_setsockopt(e->sock, opt, &v, sizeof v) != 0)
+    if (zmq_setsockopt(Z(e)->sock, opt, &v, sizeof v) != 0)
         return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_setsockopt(%s=%d): %s", e->d.name,
                              name, v, zmq_strerror(zmq_errno()));
     return 0;
 }
 
-int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
+static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
 {
     int rc = 0;
     const char *addr = e->d.addr;
@@ -71,28 +75,31 @@ int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
     if (e->d.transport == VF_TR_IPC && strlen(addr + 6) > 107)
         VF_FAIL(st, VF_EINVAL, "edge %s: ipc path \"%s\" is %zu bytes, over the 107 a Unix socket allows "
                 "(use a shorter run dir)", e->d.name, addr + 6, strlen(addr + 6));
+    if (!(e->impl = calloc(1, sizeof(vf_zmq_end))))
+        VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory (ZeroMQ end)", e->d.name);
     pthread_mutex_lock(&h->mu);
-    if (!h->zctx) h->zctx = zmq_ctx_new();
-    void *ctx = h->zctx;
+    void **zctx = vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
+    if (!*zctx) *zctx = zmq_ctx_new();
+    void *ctx = *zctx;
     pthread_mutex_unlock(&h->mu);
     if (!ctx) ZFAIL(e, "zmq_ctx_new");
-    if (!(e->sock = zmq_socket(ctx, ZMQ_DEALER))) ZFAIL(e, "zmq_socket");
+    if (!(Z(e)->sock = zmq_socket(ctx, ZMQ_DEALER))) ZFAIL(e, "zmq_socket");
     int hwm = e->d.capacity + HWM_EXTRA;
     VF_TRY(setopt_int(e, ZMQ_LINGER, 0, "ZMQ_LINGER", st));
     VF_TRY(setopt_int(e, ZMQ_SNDHWM, hwm, "ZMQ_SNDHWM", st));
     VF_TRY(setopt_int(e, ZMQ_RCVHWM, hwm, "ZMQ_RCVHWM", st));
     if (e->side == VF_PORT_IN) {
         int64_t maxmsg = e->d.max_item_bytes > 0 ? e->d.max_item_bytes + VF_EDGE_SIZE_SLACK : -1;
-        if (zmq_setsockopt(e->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
-        if (zmq_bind(e->sock, addr) != 0) ZFAIL(e, "zmq_bind");
+        if (zmq_setsockopt(Z(e)->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
+        if (zmq_bind(Z(e)->sock, addr) != 0) ZFAIL(e, "zmq_bind");
         size_t n = sizeof e->endpoint;
-        if (zmq_getsockopt(e->sock, ZMQ_LAST_ENDPOINT, e->endpoint, &n) != 0) ZFAIL(e, "ZMQ_LAST_ENDPOINT");
-        e->credit_batch = e->d.capacity / 4 > 1 ? e->d.capacity / 4 : 1;
+        if (zmq_getsockopt(Z(e)->sock, ZMQ_LAST_ENDPOINT, e->endpoint, &n) != 0) ZFAIL(e, "ZMQ_LAST_ENDPOINT");
+        Z(e)->credit_batch = e->d.capacity / 4 > 1 ? e->d.capacity / 4 : 1;
     } else {
         /* Only control frames come back; the limit also applies to the ZMTP handshake's
          * own commands (READY carries the socket metadata), hence not just CTL_SIZE. */
         int64_t maxmsg = 4096;
-        if (zmq_setsockopt(e->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
+        if (zmq_setsockopt(Z(e)->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
         /* ZMQ_IMMEDIATE stays off on purpose: with it, a connecting socket's pipe is torn
          * down, unread frames and all, the moment the peer disconnects, so a receiver's
          * last credits and its EOS ack (sent just before it closes) could vanish and the
@@ -102,20 +109,23 @@ int vf_zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         VF_TRY(setopt_int(e, ZMQ_IMMEDIATE, 0, "ZMQ_IMMEDIATE", st));
         char mon_ep[64];
         snprintf(mon_ep, sizeof mon_ep, "inproc://vf-mon-%p", (void *)e);
-        if (zmq_socket_monitor(e->sock, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+        if (zmq_socket_monitor(Z(e)->sock, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
             ZFAIL(e, "zmq_socket_monitor");
-        if (!(e->mon = zmq_socket(ctx, ZMQ_PAIR))) ZFAIL(e, "zmq_socket(monitor)");
+        if (!(Z(e)->mon = zmq_socket(ctx, ZMQ_PAIR))) ZFAIL(e, "zmq_socket(monitor)");
         int zero = 0;
-        zmq_setsockopt(e->mon, ZMQ_LINGER, &zero, sizeof zero);
-        if (zmq_connect(e->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
-        if (zmq_connect(e->sock, addr) != 0) ZFAIL(e, "zmq_connect");
-        e->credits = e->d.capacity;
+        zmq_setsockopt(Z(e)->mon, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(Z(e)->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
+        if (zmq_connect(Z(e)->sock, addr) != 0) ZFAIL(e, "zmq_connect");
+        Z(e)->credits = e->d.capacity;
     }
     return 0;
 fail:
-    if (e->mon) zmq_close(e->mon);
-    if (e->sock) zmq_close(e->sock);
-    e->sock = e->mon = NULL;
+    if (Z(e)) {
+        if (Z(e)->mon) zmq_close(Z(e)->mon);
+        if (Z(e)->sock) zmq_close(Z(e)->sock);
+        free(e->impl);
+        e->impl = NULL;
+    }
     return rc;
 }
 
@@ -123,11 +133,11 @@ fail:
  * followed by the peer's address. */
 static void poll_monitor(vf_edge_end *e)
 {
-    if (!e->mon) return;
+    if (!Z(e)->mon) return;
     for (;;) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, e->mon, ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&m, Z(e)->mon, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&m);
             if (zmq_errno() == EINTR) continue;
             return;
@@ -137,14 +147,14 @@ static void poll_monitor(vf_edge_end *e)
         while (zmq_msg_more(&m)) { /* the address frame */
             zmq_msg_close(&m);
             zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, e->mon, 0) < 0) break;
+            if (zmq_msg_recv(&m, Z(e)->mon, 0) < 0) break;
         }
         zmq_msg_close(&m);
         if (ev == ZMQ_EVENT_DISCONNECTED) {
-            if (!e->peer_down) e->down_ns = vf_now_ns();
-            e->peer_down = true;
+            if (!Z(e)->peer_down) Z(e)->down_ns = vf_now_ns();
+            Z(e)->peer_down = true;
         } else if (ev == ZMQ_EVENT_CONNECTED) {
-            e->peer_down = false;
+            Z(e)->peer_down = false;
         }
     }
 }
@@ -152,7 +162,7 @@ static void poll_monitor(vf_edge_end *e)
 bool vf_zmq_peer_gone(vf_edge_end *e)
 {
     poll_monitor(e);
-    return e->peer_down && vf_now_ns() - e->down_ns >= (int64_t)VF_PEER_GONE_MS * 1000000;
+    return Z(e)->peer_down && vf_now_ns() - Z(e)->down_ns >= (int64_t)VF_PEER_GONE_MS * 1000000;
 }
 
 /* Sends a control frame. block: wait (stop-aware) for the socket to take it; else
@@ -163,7 +173,7 @@ static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status
                                  (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
     int64_t t0 = 0;
     for (;;) {
-        if (zmq_send(e->sock, f, sizeof f, ZMQ_DONTWAIT) == CTL_SIZE) break;
+        if (zmq_send(Z(e)->sock, f, sizeof f, ZMQ_DONTWAIT) == CTL_SIZE) break;
         int err = zmq_errno();
         if (err == EINTR) continue;
         if (err != EAGAIN)
@@ -173,7 +183,7 @@ static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status
         if (vf_runtime_stopping())
             return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__, "edge %s: stopped", e->d.name);
         if (!t0) t0 = vf_now_ns();
-        zmq_pollitem_t pi = {e->sock, 0, ZMQ_POLLOUT, 0};
+        zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLOUT, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
     }
     if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
@@ -195,7 +205,7 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
 {
     for (;;) {
         unsigned char f[CTL_SIZE + 1];
-        int n = zmq_recv(e->sock, f, sizeof f, ZMQ_DONTWAIT);
+        int n = zmq_recv(Z(e)->sock, f, sizeof f, ZMQ_DONTWAIT);
         if (n < 0) {
             int err = zmq_errno();
             if (err == EAGAIN) return 0;
@@ -208,21 +218,21 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
         int rc = parse_ctl(e, f, (size_t)n, &type, &v, st);
         if (rc < 0) return rc;
         if (type == CTL_CREDIT) {
-            if (v > (uint32_t)(e->d.capacity - e->credits))
+            if (v > (uint32_t)(e->d.capacity - Z(e)->credits))
                 return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
                                      "edge %s: receiver returned %u credits, only %d items are in flight", e->d.name,
-                                     v, e->d.capacity - e->credits);
-            e->credits += (int)v;
+                                     v, e->d.capacity - Z(e)->credits);
+            Z(e)->credits += (int)v;
         } else if (type == CTL_ACK) {
-            e->acked = true;
-            e->credits = e->d.capacity;
+            Z(e)->acked = true;
+            Z(e)->credits = e->d.capacity;
         } else if (type == CTL_CLOSED) {
             e->closed = true;
         } else {
             return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "edge %s: unknown control frame '%c'",
                                  e->d.name, type);
         }
-        atomic_store(&e->inflight, e->d.capacity - e->credits);
+        atomic_store(&e->inflight, e->d.capacity - Z(e)->credits);
     }
 }
 
@@ -231,10 +241,10 @@ int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
     int rc = 0;
     int64_t t0 = 0;
     VF_TRY(vf_zmq_poll_control(e, st));
-    while (e->credits == 0 && !e->closed) {
+    while (Z(e)->credits == 0 && !e->closed) {
         if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for credit", e->d.name);
         if (!t0) t0 = vf_now_ns();
-        zmq_pollitem_t pi = {e->sock, 0, ZMQ_POLLIN, 0};
+        zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
         VF_TRY(vf_zmq_poll_control(e, st));
     }
@@ -257,7 +267,7 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
     if (zmq_msg_init_data(&m, enc->data, enc->len, vf_enc_unref, enc) != 0) ZFAIL(e, "zmq_msg_init_data");
     owned = false; /* closing or sending m releases it */
     for (;;) {
-        if (zmq_msg_send(&m, e->sock, ZMQ_DONTWAIT) >= 0) break;
+        if (zmq_msg_send(&m, Z(e)->sock, ZMQ_DONTWAIT) >= 0) break;
         int err = zmq_errno();
         if (err == EINTR) continue;
         if (err != EAGAIN) {
@@ -271,11 +281,11 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
             VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for the receiver", e->d.name);
         }
         if (!t0) t0 = vf_now_ns();
-        zmq_pollitem_t pi = {e->sock, 0, ZMQ_POLLOUT, 0};
+        zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLOUT, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
     }
-    e->credits--;
-    atomic_store(&e->inflight, e->d.capacity - e->credits);
+    Z(e)->credits--;
+    atomic_store(&e->inflight, e->d.capacity - Z(e)->credits);
 fail:
     if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
     if (owned) vf_enc_unref(NULL, enc);
@@ -305,7 +315,7 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
     if (!r) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
     zmq_msg_init(&r->msg);
     for (;;) {
-        if (zmq_msg_recv(&r->msg, e->sock, ZMQ_DONTWAIT) >= 0) break;
+        if (zmq_msg_recv(&r->msg, Z(e)->sock, ZMQ_DONTWAIT) >= 0) break;
         int err = zmq_errno();
         if (err == EINTR) continue;
         zmq_msg_close(&r->msg);
@@ -329,7 +339,7 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
         e->ended = true;
         /* Everything before the EOS was read: tell the sender it may close. */
         rc = send_ctl(e, CTL_ACK, 0, true, st);
-        e->sent_final = true;
+        Z(e)->sent_final = true;
         return rc < 0 ? rc : VF_EOS;
     }
     /* The message is now memory this stage holds: charge it to the consumer's account. */
@@ -355,21 +365,21 @@ fail:
 
 int vf_zmq_flush_credits(vf_edge_end *e, vf_status *st)
 {
-    if (e->pending_credits == 0 || e->ended || e->closed) return 0;
+    if (Z(e)->pending_credits == 0 || e->ended || e->closed) return 0;
     /* Non-blocking: if the frame cannot be queued now, the next flush retries. The HWM
      * leaves room for it, so this only happens while the sender reconnects. */
-    int rc = send_ctl(e, CTL_CREDIT, (uint32_t)e->pending_credits, false, st);
+    int rc = send_ctl(e, CTL_CREDIT, (uint32_t)Z(e)->pending_credits, false, st);
     if (rc < 0) return rc;
-    if (rc == 0) e->pending_credits = 0;
-    atomic_store(&e->inflight, e->pending_credits);
+    if (rc == 0) Z(e)->pending_credits = 0;
+    atomic_store(&e->inflight, Z(e)->pending_credits);
     return 0;
 }
 
 int vf_zmq_consumed(vf_edge_end *e, vf_status *st)
 {
-    e->pending_credits++;
-    atomic_store(&e->inflight, e->pending_credits);
-    if (e->pending_credits >= e->credit_batch) return vf_zmq_flush_credits(e, st);
+    Z(e)->pending_credits++;
+    atomic_store(&e->inflight, Z(e)->pending_credits);
+    if (Z(e)->pending_credits >= Z(e)->credit_batch) return vf_zmq_flush_credits(e, st);
     return 0;
 }
 
@@ -393,22 +403,105 @@ int vf_zmq_close_recv(vf_edge_end *e, vf_status *st)
     e->closed = true;
     /* If the sender never connected there is nobody to tell: do not wait for one. */
     int rc = send_ctl(e, CTL_CLOSED, 0, false, st);
-    if (rc == 0) e->sent_final = true;
+    if (rc == 0) Z(e)->sent_final = true;
     return rc < 0 ? rc : 0;
 }
 
-void vf_zmq_free(vf_edge_end *e)
+static void zmq_end_free(vf_edge_end *e)
 {
-    if (!e->sock) return;
+    if (!Z(e)) return;
+    vf_devxfer_edge_free(e); /* the CUDA transports' state for this edge */
     /* LINGER 0 once nothing is owed to the peer (the sender after its EOS was acked);
      * a short bounded linger lets the receiver's final ack / closed frame leave. */
-    int linger = e->side == VF_PORT_IN && e->sent_final ? FINAL_LINGER_MS : 0;
-    zmq_setsockopt(e->sock, ZMQ_LINGER, &linger, sizeof linger);
-    if (e->mon) {
-        zmq_socket_monitor(e->sock, NULL, 0);
-        zmq_close(e->mon);
-        e->mon = NULL;
+    int linger = e->side == VF_PORT_IN && Z(e)->sent_final ? FINAL_LINGER_MS : 0;
+    zmq_setsockopt(Z(e)->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (Z(e)->mon) {
+        zmq_socket_monitor(Z(e)->sock, NULL, 0);
+        zmq_close(Z(e)->mon);
     }
-    zmq_close(e->sock);
-    e->sock = NULL;
+    zmq_close(Z(e)->sock);
+    free(e->impl);
+    e->impl = NULL;
 }
+
+/* ------------------------------------------------------------------ the ops (transport.h) */
+
+static int zmq_wait_credit_op(vf_edge_end *e, const vf_item *it, vf_status *st)
+{
+    /* device items wait for their credit inside the device hook */
+    return vf_item_has_device(it) ? 0 : vf_zmq_wait_credit(e, st);
+}
+
+static int zmq_send_op(vf_edge_end *e, vf_send_job *job, int64_t *bytes, vf_status *st)
+{
+    /* Device tensors cross through the CUDA transports (transport_dev.h), which build a
+     * wire item per edge; host items share one record. */
+    if (vf_item_has_device(job->it)) return vf_devxfer_send_zmq(e, job->it, bytes, st);
+    vf_enc *enc;
+    int rc = vf_send_job_record(job, &enc, st);
+    if (rc < 0) return rc;
+    atomic_fetch_add(&enc->refs, 1);
+    *bytes = (int64_t)enc->len;
+    return vf_zmq_send(e, enc, st);
+}
+
+static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
+{
+    int rc = vf_zmq_poll_control(e, st);
+    if (rc < 0) return rc;
+    if (!e->ended || Z(e)->acked || e->closed) return 0; /* only an EOS sent is awaited */
+    /* Everything it sent before it went was read (poll_control above): stop waiting for
+     * a receiver that is gone, its ack / closed frame was lost. */
+    if (vf_zmq_peer_gone(e)) {
+        e->closed = true;
+        return 0;
+    }
+    *wait_sock = Z(e)->sock;
+    return 1;
+}
+
+static int zmq_try_recv_op(vf_edge_end *e, vf_item **out, int64_t *bytes, vf_status *st)
+{
+    int rc = vf_zmq_try_recv(e, out, st);
+    if (rc != 0) return rc;
+    *bytes = (int64_t)vf_item_encoded_size(*out);
+    /* Device tensors are copied into this side's memory before the credit (sent just
+     * below) lets the producer reuse its buffer. */
+    VF_TRY(vf_devxfer_recv_fixup(e, out, st));
+    rc = vf_zmq_consumed(e, st);
+    if (rc < 0) {
+        vf_item_free(*out);
+        *out = NULL;
+    }
+fail:
+    return rc;
+}
+
+static void *zmq_socket_op(vf_edge_end *e) { return Z(e) ? Z(e)->sock : NULL; }
+static int64_t zmq_inflight_op(vf_edge_end *e) { return atomic_load(&e->inflight); }
+
+static void zmq_hub_fini(vf_chan_hub *h)
+{
+    /* Every socket was closed with a finite linger, so this returns in bounded time. */
+    void **zctx = vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
+    if (*zctx) zmq_ctx_term(*zctx);
+    *zctx = NULL;
+}
+
+const vf_transport_ops vf_transport_zmq = {
+    .name = "zmq",
+    .in_process = false,
+    .hub_slot = VF_HUB_SLOT_ZMQ,
+    .hub_fini = zmq_hub_fini,
+    .open = zmq_open,
+    .free = zmq_end_free,
+    .wait_credit = zmq_wait_credit_op,
+    .send = zmq_send_op,
+    .close_send = vf_zmq_close_send,
+    .drain = zmq_drain_op,
+    .try_recv = zmq_try_recv_op,
+    .flush = vf_zmq_flush_credits,
+    .close_recv = vf_zmq_close_recv,
+    .socket = zmq_socket_op,
+    .inflight = zmq_inflight_op,
+};

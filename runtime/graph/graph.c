@@ -121,27 +121,6 @@ int vf_graph_find(const vf_graph *g, const char *name)
     return -1;
 }
 
-const char *vf_transport_name(vf_transport t)
-{
-    switch (t) {
-    case VF_TR_AUTO: return "auto";
-    case VF_TR_INPROC: return "inproc";
-    case VF_TR_IPC: return "ipc";
-    case VF_TR_TCP: return "tcp";
-    }
-    return "?";
-}
-
-int vf_transport_parse(const char *s, vf_transport *out)
-{
-    for (int t = VF_TR_AUTO; t <= VF_TR_TCP; t++)
-        if (strcmp(s, vf_transport_name((vf_transport)t)) == 0) {
-            *out = (vf_transport)t;
-            return 0;
-        }
-    return VF_EINVAL;
-}
-
 /* ------------------------------------------------------------------ overrides */
 
 /* Whether `key`'s top level is a param of stage s's kind (kinds unknown here pass:

@@ -8,6 +8,7 @@
 #ifndef VF_GRAPH_H
 #define VF_GRAPH_H
 
+#include "runtime/edge/transport.h" /* vf_transport: what placement chooses per edge */
 #include "runtime/vflow.h"
 #include <stdio.h>
 
@@ -17,12 +18,6 @@ extern "C" {
 
 typedef struct vf_json vf_json; /* runtime/json.h */
 
-typedef enum vf_transport {
-    VF_TR_AUTO = 0,  /* chosen by placement */
-    VF_TR_INPROC,    /* same worker: pointer handoff */
-    VF_TR_IPC,       /* ZeroMQ ipc:// (same node) */
-    VF_TR_TCP,       /* ZeroMQ tcp:// */
-} vf_transport;
 
 typedef struct vf_gstage {
     char name[VF_NAME_MAX];      /* unique in the graph */
@@ -100,11 +95,8 @@ int vf_graph_dot(const vf_graph *g, FILE *out);
  * stages of that group do (vf_gstage.group), every member gets the override. */
 int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st);
 
-/* ---- transports by name, topological order, edge sizes ---- */
+/* ---- topological order, edge sizes ---- */
 
-/* "auto" | "inproc" | "ipc" | "tcp". parse: 0 or VF_EINVAL. */
-const char *vf_transport_name(vf_transport t);
-int vf_transport_parse(const char *s, vf_transport *out);
 
 /* Stage indices in topological order over the non-loop edges (ties by index), as
  * validation propagates port specs. order has room for g->nstages. 0, or VF_EUSAGE

@@ -27,7 +27,7 @@
 #include "tests/vf_test.h"
 
 #include "kernels/ops.h"
-#include "runtime/edge/chan_internal.h"
+#include "runtime/edge/transport_zmq.h"
 #include "runtime/edge/transport_dev.h"
 #ifdef VFLOW_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -98,7 +98,7 @@ static int sender(const char *mode, int dev, int64_t n, int items, double *secs)
         }
     }
     if (rc == 0 && vf_zmq_close_send(e, &st) < 0) rc = 1;
-    while (rc == 0 && !e->acked && !e->closed) { /* wait for the receiver to read the EOS */
+    while (rc == 0 && !vf_zmq_of(e)->acked && !e->closed) { /* wait for the receiver to read the EOS */
         if (vf_zmq_poll_control(e, &st) < 0) rc = 1;
         usleep(1000);
     }

@@ -1,0 +1,154 @@
+"""test_layering.py — the include rules of docs/ARCHITECTURE.md, checked on every source file.
+
+Reads each quoted #include of runtime/, formats/, kernels/, models/, stages/, cli/, tests/
+and bench/ and fails, naming file and line, when
+  - an include is not spelled from the repository root (the one include directory), or
+    names a file that does not exist;
+  - a lower layer includes a higher one (runtime/core including runtime/edge, the runtime
+    including formats/ or models/, kernels including models, …);
+  - a stage includes runtime internals (runtime/<folder>/), or one stage family
+    (stages/decode/, stages/train/, the single-file stages in stages/) includes another.
+The rules are data (ALLOWED below), so the table in docs/ARCHITECTURE.md and this test say
+the same thing. Run with a source dir argument or VFLOW_SRC; `--self-test` shows that
+each kind of violation is caught.
+"""
+import os
+import re
+import sys
+
+PUBLIC = ["runtime/vflow.h", "runtime/json.h", "runtime/philox.h"]
+
+# Folder of the including file -> prefixes it may include (besides its own folder).
+# The first matching key (longest first) applies.
+ALLOWED = {
+    "runtime/core/": PUBLIC + ["runtime/core/"],
+    "runtime/edge/": PUBLIC + ["runtime/core/", "runtime/edge/"],
+    "runtime/graph/": PUBLIC + ["runtime/core/", "runtime/edge/", "runtime/graph/"],
+    "runtime/plan/": PUBLIC + ["runtime/core/", "runtime/edge/", "runtime/graph/", "runtime/plan/"],
+    "runtime/driver/": PUBLIC + ["runtime/core/", "runtime/edge/", "runtime/graph/", "runtime/plan/",
+                                 "runtime/driver/"],
+    "runtime/": PUBLIC,
+    "formats/": PUBLIC + ["formats/"],
+    # the CUDA backend plugs the device transports into the data plane (transport_dev.h)
+    # and allocates through the memory accounts
+    "kernels/cuda/": PUBLIC + ["kernels/", "runtime/core/alloc.h", "runtime/edge/chan.h",
+                               "runtime/edge/transport.h", "runtime/edge/transport_dev.h"],
+    "kernels/": PUBLIC + ["kernels/ops.h", "kernels/ops_list.h", "kernels/cpu/"],
+    "models/": PUBLIC + ["formats/", "kernels/ops.h", "kernels/ops_list.h", "models/"],
+    "stages/decode/": PUBLIC + ["formats/", "models/", "kernels/ops.h", "kernels/ops_list.h", "stages/decode/"],
+    "stages/train/": PUBLIC + ["formats/", "models/", "kernels/ops.h", "kernels/ops_list.h", "stages/train/"],
+    "stages/": PUBLIC + ["formats/", "models/", "kernels/ops.h", "kernels/ops_list.h", "STAGES_FLAT"],
+    "cli/": None,      # the top floor: anything
+    "tests/": None,
+    "bench/": None,
+}
+SCAN = ["runtime", "formats", "kernels", "models", "stages", "cli", "tests", "bench"]
+EXTS = (".c", ".h", ".cu", ".cuh")
+INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+
+def rule_for(rel):
+    for key in sorted(ALLOWED, key=len, reverse=True):
+        if rel.startswith(key):
+            return key, ALLOWED[key]
+    return None, None
+
+
+def allowed(inc, key, prefixes):
+    if prefixes is None:
+        return True
+    for p in prefixes:
+        if p == "STAGES_FLAT":
+            if inc.startswith("stages/") and inc.count("/") == 1:
+                return True
+        elif inc == p or (p.endswith("/") and inc.startswith(p)):
+            return True
+    return False
+
+
+def check_file(src, rel, text):
+    errs = []
+    key, prefixes = rule_for(rel)
+    for n, line in enumerate(text.splitlines(), 1):
+        m = INC.match(line)
+        if not m:
+            continue
+        inc = m.group(1)
+        where = f"{rel}:{n}"
+        if inc.startswith("./") or inc.startswith("../") or "/" not in inc and not inc.endswith(".c"):
+            errs.append(f"{where}: #include \"{inc}\": spell includes from the repository root")
+            continue
+        if not os.path.isfile(os.path.join(src, inc)):
+            errs.append(f"{where}: #include \"{inc}\": no such file under the repository root")
+            continue
+        if not allowed(inc, key, prefixes):
+            if rel.startswith("stages/") and inc.startswith("runtime/") and inc not in PUBLIC:
+                why = "a stage includes runtime internals (stages use runtime/vflow.h, formats/, models/, kernels/ops.h)"
+            elif rel.startswith("stages/") and inc.startswith("stages/"):
+                why = "one stage family includes another"
+            else:
+                why = f"{key} may not include {inc.rsplit('/', 1)[0]}/ (a lower layer including a higher one)"
+            errs.append(f"{where}: #include \"{inc}\": {why}")
+    return errs
+
+
+def scan(src):
+    errs, nfiles, nincs = [], 0, 0
+    for top in SCAN:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(src, top)):
+            dirnames[:] = [d for d in dirnames if d not in ("corpus",)]
+            for f in sorted(filenames):
+                if not f.endswith(EXTS):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, src).replace(os.sep, "/")
+                text = open(path, encoding="utf-8", errors="replace").read()
+                nfiles += 1
+                nincs += sum(1 for l in text.splitlines() if INC.match(l))
+                errs += check_file(src, rel, text)
+    return errs, nfiles, nincs
+
+
+def self_test(src):
+    """Each kind of violation is reported; a clean file is not."""
+    cases = [
+        ("runtime/core/x.c", '#include "runtime/edge/chan.h"\n', "lower layer"),
+        ("runtime/graph/x.c", '#include "formats/ckpt.h"\n', "lower layer"),
+        ("kernels/cpu/x.c", '#include "models/dit.h"\n', "lower layer"),
+        ("models/x.c", '#include "stages/latent_cache.h"\n', "lower layer"),
+        ("stages/vae_encode.c", '#include "runtime/edge/chan.h"\n', "runtime internals"),
+        ("stages/decode/x.c", '#include "stages/train/dit_train.h"\n', "another"),
+        ("stages/latent_reader.c", '#include "stages/decode/decode_av.h"\n', "another"),
+        ("stages/train/x.c", '#include "vflow.h"\n', "repository root"),
+        ("formats/x.c", '#include "../runtime/vflow.h"\n', "repository root"),
+        ("models/x.c", '#include "models/nonexistent.h"\n', "no such file"),
+    ]
+    bad = 0
+    for rel, text, want in cases:
+        errs = check_file(src, rel, text)
+        if len(errs) != 1 or want not in errs[0]:
+            print(f"self-test: {rel} {text.strip()}: expected one error with '{want}', got {errs}")
+            bad += 1
+    for rel, text in [("stages/train/x.c", '#include "stages/train/dit_train.h"\n#include "formats/ckpt.h"\n'),
+                      ("cli/x.c", '#include "runtime/driver/launch.h"\n'),
+                      ("kernels/cuda/x.c", '#include "runtime/edge/transport_dev.h"\n')]:
+        errs = check_file(src, rel, text)
+        if errs:
+            print(f"self-test: {rel}: expected no error, got {errs}")
+            bad += 1
+    return bad
+
+
+def main():
+    src = next((a for a in sys.argv[1:] if not a.startswith("--")), None) or os.environ.get("VFLOW_SRC") \
+        or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bad = self_test(src)
+    errs, nfiles, nincs = scan(src)
+    for e in errs:
+        print(e)
+    print(f"layering: {nfiles} files, {nincs} includes, {len(errs)} violations, self-test {'failed' if bad else 'ok'}")
+    return 1 if errs or bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,6 +17,7 @@
 #include "runtime/driver/launch.h"
 #include "runtime/driver/ctl.h"
 #include "runtime/driver/supervise.h"
+#include "runtime/edge/curve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +118,20 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
 
     if (g->nworkers <= 0) VF_TRY(vf_graph_place(g, st));
     if (g->nstages == 0) VF_FAIL(st, VF_EUSAGE, "%s: the pipeline has no stages", g->script);
+    /* The run key the workers derive their CURVE keys from (runtime/edge/curve.h): given
+     * (a multi-node launch hands every node the same one) or made now. It reaches the
+     * workers through the environment they inherit, readable by this user only. */
+    const char *given = getenv("VFLOW_RUN_KEY");
+    if (!given || !*given) {
+        char key[VF_CURVE_KEY_HEX + 1];
+        VF_TRY(vf_curve_new_key(key, st));
+        setenv("VFLOW_RUN_KEY", key, 1);
+        explicit_bzero(key, sizeof key);
+    } else {
+        vf_curve probe;
+        VF_TRY(vf_curve_init(&probe, given, VF_CURVE_DRIVER, g->nworkers, "VFLOW_RUN_KEY", st));
+        explicit_bzero(&probe, sizeof probe);
+    }
     VF_TRY(vf_rundir_open(&rd, opts ? opts->run_dir : NULL, g->name, opts && opts->resume, st));
     json = vf_graph_to_json(g);
     if (!json) VF_FAIL(st, VF_ENOMEM, "driver: cannot serialise the graph");

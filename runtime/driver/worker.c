@@ -303,6 +303,7 @@ static void edge_desc(const worker *w, int id, vf_edge_desc *d)
     d->id = id;
     d->transport = edge_transport(w, e);
     d->capacity = e->capacity > 0 ? e->capacity : 1;
+    d->peer = w->self == src->worker ? dst->worker : src->worker;
     const vf_port_spec *ps = vf_port_find(&src->ports, e->src_port);
     d->max_item_bytes = ps ? vf_port_max_item_bytes(ps) : 0;
     /* four names of < VF_NAME_MAX fit in 160 only as far as the message needs */
@@ -597,6 +598,14 @@ int vf_worker_main(int argc, char **argv)
     if (!w->ends_in || !w->ends_out || !w->endpoints) VF_FAIL(&st, VF_ENOMEM, "worker: out of memory");
     w->hub = vf_chan_hub_new(&st);
     if (!w->hub) VF_FAIL(&st, st.code ? st.code : VF_EEXTERNAL, "worker: data plane hub");
+    /* The run key (the driver's environment, never a file): every tcp edge of this worker
+     * authenticates its peers with CURVE; the key stays in memory only. */
+    const char *key = getenv("VFLOW_RUN_KEY");
+    if (key && *key) {
+        VF_TRY(vf_chan_hub_secure(w->hub, key, w->self, w->g->nworkers, &st));
+        explicit_bzero((char *)key, strlen(key));
+        unsetenv("VFLOW_RUN_KEY");
+    }
 
     vf_obuf hello;
     vf_obuf_init(&hello);

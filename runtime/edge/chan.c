@@ -109,6 +109,13 @@ vf_chan_hub *vf_chan_hub_new(vf_status *st)
     return h;
 }
 
+int vf_chan_hub_secure(vf_chan_hub *h, const char *run_key_hex, int self, int npeers, vf_status *st)
+{
+    int rc = vf_curve_init(&h->curve, run_key_hex, self, npeers, "run key", st);
+    if (rc == 0) h->secure = true;
+    return rc;
+}
+
 void vf_chan_hub_free(vf_chan_hub *h)
 {
     if (!h) return;
@@ -120,6 +127,7 @@ void vf_chan_hub_free(vf_chan_hub *h)
         done[ops->hub_slot] = true;
         if (ops->hub_fini) ops->hub_fini(h);
     }
+    explicit_bzero(&h->curve, sizeof h->curve);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }

@@ -73,6 +73,8 @@ typedef struct vf_edge_desc {
     int64_t max_item_bytes;  /* vf_port_max_item_bytes of the producing port; <= 0: unbounded.
                                 Sets ZMQ_MAXMSGSIZE; a larger item fails vf_send with VF_EINVAL. */
     char name[160];          /* "decode.frames -> vae_encode.frames", used in every message */
+    int peer;                /* identity (worker index) of the process at the other end: a
+                                sending tcp end of a secured hub authenticates its receiver by it */
 } vf_edge_desc;
 
 /* Slack allowed over max_item_bytes for the codec's own headers (bytes). */
@@ -87,6 +89,10 @@ typedef struct vf_edge_end vf_edge_end;
 
 /* New hub; caller owns it. Create it in the process that uses it (never across fork). */
 vf_chan_hub *vf_chan_hub_new(vf_status *st);
+/* From now on every tcp end of this hub uses CURVE with keys derived from the run key
+ * (64 hex digits) and the identities of the run (curve.h): self is this process's,
+ * npeers the number of workers. Call before the first tcp end opens. 0 or VF_EUSAGE. */
+int vf_chan_hub_secure(vf_chan_hub *h, const char *run_key_hex, int self, int npeers, vf_status *st);
 /* Frees the hub: call after every port/end made from it was freed. Terminates the
  * ZeroMQ context (bounded: every socket was closed with a finite linger). */
 void vf_chan_hub_free(vf_chan_hub *h);

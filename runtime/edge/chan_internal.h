@@ -10,6 +10,7 @@
 #define VF_CHAN_INTERNAL_H
 
 #include "runtime/edge/chan.h"
+#include "runtime/edge/curve.h"
 #include "runtime/edge/transport.h"
 
 #include <pthread.h>
@@ -51,6 +52,8 @@ struct vf_edge_end {
 struct vf_chan_hub {
     pthread_mutex_t mu;         /* guards the slots; transports may take it for their state */
     void *slot[VF_HUB_SLOTS];
+    bool secure;                /* tcp sockets authenticate with CURVE (vf_chan_hub_secure) */
+    vf_curve curve;
 };
 /* The hub's slot k (under h->mu). */
 static inline void **vf_chan_hub_slot(vf_chan_hub *h, int k) { return &h->slot[k]; }

@@ -20,8 +20,14 @@
  * make it wait forever. A receiver disconnected for VF_PEER_GONE_MS without coming back
  * is gone: it cannot consume anything more, so ending the wait loses nothing it could
  * still have read (a tcp blip that reconnects within the grace keeps the wait going).
+ *
+ * On a secured hub (vf_chan_hub_secure) every tcp socket uses CURVE (curve.h): the
+ * receiving end is the server, the sending end a client of the receiver's identity
+ * (desc.peer), and a connection from anyone who is not a peer of the run is refused in
+ * the handshake, before a byte of it reaches the edge.
  */
 #include "runtime/edge/transport_zmq.h"
+#include "runtime/edge/curve.h"
 #include "runtime/core/alloc.h"
 #include "runtime/core/item.h"
 #include "runtime/edge/transport_dev.h"
@@ -57,6 +63,30 @@ void vf_enc_unref(void *data, void *hint)
     }
 }
 
+/* The transport's per-process state: the ZeroMQ context (made on the first ZeroMQ end,
+ * after fork) and, on a secured hub, the ZAP handler that authenticates the peers of its
+ * tcp servers (started before the first server binds). Under h->mu. */
+typedef struct zmq_hub {
+    void *ctx;
+    vf_zap *zap;
+} zmq_hub;
+
+static int hub_state(vf_chan_hub *h, bool need_zap, vf_status *st)
+{
+    zmq_hub **zh = (zmq_hub **)vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
+    if (!*zh) {
+        zmq_hub *n = calloc(1, sizeof *n);
+        if (!n) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory (ZeroMQ hub)");
+        if (!(n->ctx = zmq_ctx_new())) {
+            free(n);
+            return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        }
+        *zh = n;
+    }
+    if (need_zap && !(*zh)->zap) return vf_zap_start((*zh)->ctx, &h->curve, &(*zh)->zap, st);
+    return 0;
+}
+
 static int setopt_int(vf_edge_end *e, int opt, int v, const char *name, vf_status *st)
 {
     if (zmq_setsockopt(Z(e)->sock, opt, &v, sizeof v) != 0)
@@ -77,17 +107,25 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
                 "(use a shorter run dir)", e->d.name, addr + 6, strlen(addr + 6));
     if (!(e->impl = calloc(1, sizeof(vf_zmq_end))))
         VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory (ZeroMQ end)", e->d.name);
+    bool curve = e->d.transport == VF_TR_TCP && h->secure;
     pthread_mutex_lock(&h->mu);
-    void **zctx = vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
-    if (!*zctx) *zctx = zmq_ctx_new();
-    void *ctx = *zctx;
+    rc = hub_state(h, curve && e->side == VF_PORT_IN, st);
+    zmq_hub *zh = *vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
+    void *ctx = zh ? zh->ctx : NULL;
     pthread_mutex_unlock(&h->mu);
-    if (!ctx) ZFAIL(e, "zmq_ctx_new");
+    if (rc < 0) {
+        vf_status_prefix(st, "edge %s", e->d.name);
+        goto fail;
+    }
     if (!(Z(e)->sock = zmq_socket(ctx, ZMQ_DEALER))) ZFAIL(e, "zmq_socket");
     int hwm = e->d.capacity + HWM_EXTRA;
     VF_TRY(setopt_int(e, ZMQ_LINGER, 0, "ZMQ_LINGER", st));
     VF_TRY(setopt_int(e, ZMQ_SNDHWM, hwm, "ZMQ_SNDHWM", st));
     VF_TRY(setopt_int(e, ZMQ_RCVHWM, hwm, "ZMQ_RCVHWM", st));
+    /* every tcp socket of a secured hub: CURVE, and only the run's own peers */
+    if (curve && e->side == VF_PORT_IN) VF_TRY(vf_curve_server(&h->curve, Z(e)->sock, st));
+    if (curve && e->side == VF_PORT_OUT) VF_TRY(vf_curve_client(&h->curve, Z(e)->sock, e->d.peer, st));
+    Z(e)->curve = curve;
     if (e->side == VF_PORT_IN) {
         int64_t maxmsg = e->d.max_item_bytes > 0 ? e->d.max_item_bytes + VF_EDGE_SIZE_SLACK : -1;
         if (zmq_setsockopt(Z(e)->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) ZFAIL(e, "ZMQ_MAXMSGSIZE");
@@ -109,7 +147,10 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         VF_TRY(setopt_int(e, ZMQ_IMMEDIATE, 0, "ZMQ_IMMEDIATE", st));
         char mon_ep[64];
         snprintf(mon_ep, sizeof mon_ep, "inproc://vf-mon-%p", (void *)e);
-        if (zmq_socket_monitor(Z(e)->sock, mon_ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+        int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                     ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+        if (zmq_socket_monitor(Z(e)->sock, mon_ep, events) != 0)
             ZFAIL(e, "zmq_socket_monitor");
         if (!(Z(e)->mon = zmq_socket(ctx, ZMQ_PAIR))) ZFAIL(e, "zmq_socket(monitor)");
         int zero = 0;
@@ -143,6 +184,8 @@ static void poll_monitor(vf_edge_end *e)
             return;
         }
         uint16_t ev = 0;
+        uint32_t val = 0;
+        if (zmq_msg_size(&m) >= 6) memcpy(&val, (char *)zmq_msg_data(&m) + 2, sizeof val);
         if (zmq_msg_size(&m) >= 2) memcpy(&ev, zmq_msg_data(&m), sizeof ev);
         while (zmq_msg_more(&m)) { /* the address frame */
             zmq_msg_close(&m);
@@ -155,6 +198,14 @@ static void poll_monitor(vf_edge_end *e)
             Z(e)->peer_down = true;
         } else if (ev == ZMQ_EVENT_CONNECTED) {
             Z(e)->peer_down = false;
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            Z(e)->handshakes_ok++;
+            Z(e)->handshakes_failed = 0;
+        } else if (ev & (ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)) {
+            Z(e)->handshakes_failed++;
+            Z(e)->handshake_failed = ev;
+            Z(e)->handshake_status = val;
         }
     }
 }
@@ -236,6 +287,30 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
     }
 }
 
+/* A CURVE receiver that refuses our handshake will never read what we queue: say so
+ * instead of waiting for credit or an end-of-stream ack that cannot come. Refused means
+ * an explicit ZAP denial, or HANDSHAKE_REFUSALS failures in a row before any handshake
+ * succeeded (a receiver that cannot decrypt our hello just drops the connection); a
+ * handshake cut short by a receiver that is exiting after a good one is not a refusal. */
+#define HANDSHAKE_REFUSALS 3
+static int check_handshake(vf_edge_end *e, vf_status *st)
+{
+    poll_monitor(e);
+    if (!Z(e)->curve || !Z(e)->handshake_failed) return 0;
+    bool denied = Z(e)->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (!denied && (Z(e)->handshakes_ok > 0 || Z(e)->handshakes_failed < HANDSHAKE_REFUSALS)) return 0;
+    if (Z(e)->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+        return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__,
+                             "edge %s: the receiver at %s refused our CURVE handshake (status %u): this process is "
+                             "not a peer of its run (a different run key?)",
+                             e->d.name, e->d.addr, Z(e)->handshake_status);
+    return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__,
+                         "edge %s: the handshake with the receiver at %s failed (%s): not a peer of this run, or "
+                         "not a vflow edge", e->d.name, e->d.addr,
+                         Z(e)->handshake_failed == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error"
+                                                                                      : "no detail");
+}
+
 int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
 {
     int rc = 0;
@@ -243,6 +318,7 @@ int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
     VF_TRY(vf_zmq_poll_control(e, st));
     while (Z(e)->credits == 0 && !e->closed) {
         if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for credit", e->d.name);
+        VF_TRY(check_handshake(e, st));
         if (!t0) t0 = vf_now_ns();
         zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
@@ -450,6 +526,7 @@ static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
     int rc = vf_zmq_poll_control(e, st);
     if (rc < 0) return rc;
     if (!e->ended || Z(e)->acked || e->closed) return 0; /* only an EOS sent is awaited */
+    if ((rc = check_handshake(e, st)) < 0) return rc;
     /* Everything it sent before it went was read (poll_control above): stop waiting for
      * a receiver that is gone, its ack / closed frame was lost. */
     if (vf_zmq_peer_gone(e)) {
@@ -477,15 +554,27 @@ fail:
     return rc;
 }
 
+int64_t vf_zmq_refused(vf_chan_hub *h)
+{
+    pthread_mutex_lock(&h->mu);
+    zmq_hub *zh = *vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
+    int64_t n = zh ? vf_zap_refused(zh->zap) : 0;
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
 static void *zmq_socket_op(vf_edge_end *e) { return Z(e) ? Z(e)->sock : NULL; }
 static int64_t zmq_inflight_op(vf_edge_end *e) { return atomic_load(&e->inflight); }
 
 static void zmq_hub_fini(vf_chan_hub *h)
 {
+    zmq_hub **zh = (zmq_hub **)vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
+    if (!*zh) return;
+    vf_zap_stop((*zh)->zap);
     /* Every socket was closed with a finite linger, so this returns in bounded time. */
-    void **zctx = vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
-    if (*zctx) zmq_ctx_term(*zctx);
-    *zctx = NULL;
+    zmq_ctx_term((*zh)->ctx);
+    free(*zh);
+    *zh = NULL;
 }
 
 const vf_transport_ops vf_transport_zmq = {

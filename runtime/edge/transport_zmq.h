@@ -22,6 +22,11 @@ typedef struct vf_zmq_end {
     void *mon;            /* send: PAIR socket reading the socket's connect/disconnect events */
     bool peer_down;       /* send: the receiver disconnected and has not reconnected since */
     int64_t down_ns;      /* send: when it disconnected (monotonic) */
+    bool curve;           /* the socket authenticates with CURVE (a secured hub's tcp end) */
+    int handshakes_ok;    /* send: handshakes that succeeded */
+    int handshakes_failed; /* send: failures in a row since the last success */
+    int handshake_failed; /* send: the latest ZMQ_EVENT_HANDSHAKE_FAILED_* */
+    unsigned handshake_status; /* its value (the ZAP status code for an auth failure) */
 } vf_zmq_end;
 
 static inline vf_zmq_end *vf_zmq_of(const vf_edge_end *e) { return (vf_zmq_end *)e->impl; }
@@ -45,5 +50,7 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st);
 /* send, after its EOS: true once the receiver is gone — disconnected and not back
  * within VF_PEER_GONE_MS — so that its ack / closed notice will never come. */
 bool vf_zmq_peer_gone(vf_edge_end *e);
+/* Handshakes the hub's ZAP handler refused so far (0 on an unsecured hub). */
+int64_t vf_zmq_refused(vf_chan_hub *h);
 
 #endif /* VF_TRANSPORT_ZMQ_H */

@@ -12,6 +12,36 @@
 #include "kernels/ops.h"
 #include "kernels/cpu/cpu_ops.h"
 
+/* ------------------------------------------------------------------ the op list */
+
+const vf_op_info vf_ops[] = {
+#define VF_OP_INFO(name, family) {#name, #family, offsetof(vf_backend, name)},
+    VF_OPS(VF_OP_INFO)
+#undef VF_OP_INFO
+};
+const int vf_nops = (int)(sizeof vf_ops / sizeof vf_ops[0]);
+
+/* The op table is the tail of struct vf_backend, all function pointers: the list must
+ * name as many ops as the struct has (test_ops_backend.c checks they are its members in
+ * order). */
+_Static_assert(sizeof vf_ops / sizeof vf_ops[0] ==
+                   (sizeof(vf_backend) - offsetof(vf_backend, alloc)) / sizeof(void (*)(void)),
+               "kernels/ops_list.h must list every op of struct vf_backend");
+
+void (*vf_op_fn(const vf_backend *be, const vf_op_info *op))(void)
+{
+    void (*fn)(void);
+    memcpy(&fn, (const char *)be + op->offset, sizeof fn);
+    return fn;
+}
+
+const vf_op_info *vf_op_find(const char *name)
+{
+    for (int i = 0; i < vf_nops; i++)
+        if (strcmp(vf_ops[i].name, name) == 0) return &vf_ops[i];
+    return NULL;
+}
+
 static void *cpu_alloc(vf_backend *be, size_t bytes, vf_status *st)
 {
     (void)be;

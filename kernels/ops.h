@@ -20,7 +20,10 @@
 #ifndef VF_OPS_H
 #define VF_OPS_H
 
+#include "kernels/ops_list.h"
 #include "runtime/vflow.h"
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -152,6 +155,20 @@ struct vf_backend {
     /* Σ g² over n gradient elements, f64 (a fixed-order partial for global-norm). */
     double (*sumsq)(vf_backend *be, const void *grad, int64_t n);
 };
+
+/* The ops of the table by name (kernels/ops_list.h): member name, family, offset in
+ * struct vf_backend. vf_nops entries, in table order. */
+typedef struct vf_op_info {
+    const char *name;
+    const char *family;
+    size_t offset;
+} vf_op_info;
+extern const vf_op_info vf_ops[];
+extern const int vf_nops;
+/* The op's function pointer in be (NULL if the backend lacks it), for table checks. */
+void (*vf_op_fn(const vf_backend *be, const vf_op_info *op))(void);
+/* The op named name, NULL if there is none. */
+const vf_op_info *vf_op_find(const char *name);
 
 /* The CPU backend (static, thread-safe, deterministic). */
 vf_backend *vf_backend_cpu(void);

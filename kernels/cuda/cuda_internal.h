@@ -41,7 +41,7 @@ extern "C" {
 #define VF_CUDA_RED_BLOCKS 256                    /* fixed blocks of mse / sumsq (as the CPU) */
 #define VF_CUDA_PLAN_CACHE 256                    /* cuBLASLt plans kept per device */
 
-typedef struct vf_lt_plan vf_lt_plan; /* gemm.c */
+typedef struct vf_lt_plan vf_lt_plan; /* matmul.c */
 
 typedef struct vf_cuda_ctx {
     int device;
@@ -60,7 +60,7 @@ typedef struct vf_cuda_ctx {
     int err_line;
     const char *err_file;
     char err_msg[512];
-    /* cuBLASLt plans (gemm.c) */
+    /* cuBLASLt plans (matmul.c) */
     vf_lt_plan *plans;
     int nplans;
     int no_bgrad;              /* VFLOW_CUDA_NO_BGRAD=1: bias gradients by our own kernel */
@@ -140,14 +140,16 @@ void vf_cuda_memset0(vf_backend *be, void *p, size_t bytes);
 void vf_cuda_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt);
 void vf_cuda_download(vf_backend *be, float *dst, const void *src, int64_t n, vf_dtype dt);
 void vf_cuda_copy(vf_backend *be, void *dst, const void *src, size_t bytes);
+/* layout.cu */
 void vf_cuda_permute(vf_backend *be, void *out, const void *inp, int ndim, const int64_t *shape,
                      const int *perm);
+/* embed_loss.cu */
 void vf_cuda_embed_fwd(vf_backend *be, void *out, const int32_t *tok, const void *table, int64_t N,
                        int64_t C);
 void vf_cuda_embed_bwd(vf_backend *be, void *dtable, const void *dout, const int32_t *tok,
                        int64_t N, int64_t C);
 
-/* gemm.c (+ the bias-gradient kernel in reduce.cu) */
+/* matmul.c (cuBLASLt) and matmul.cu (bias rows and gradient) */
 void vf_cuda_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *w,
                         const void *bias, int64_t N, int64_t C, int64_t OC);
 void vf_cuda_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
@@ -165,15 +167,17 @@ void vf_cuda_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+/* rope.cu */
 void vf_cuda_rope_fwd(vf_backend *be, void *out, const void *inp, const float *cos,
                       const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
 void vf_cuda_rope_bwd(vf_backend *be, void *dinp, const void *dout, const float *cos,
                       const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+/* adamw.cu */
 void vf_cuda_adamw(vf_backend *be, float *master, float *m, float *v, const void *grad,
                    void *weights_out, int64_t n, float lr, float beta1, float beta2, float eps,
                    float weight_decay, float grad_scale, int64_t t);
 
-/* reduce.cu: column sums over rows (bias, norm and adaLN parameter gradients), loss */
+/* modulate.cu */
 void vf_cuda_modulate_fwd(vf_backend *be, void *out, const void *x, const void *shift,
                           const void *scale, int64_t B, int64_t L, int64_t C);
 void vf_cuda_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
@@ -182,10 +186,12 @@ void vf_cuda_gated_add_fwd(vf_backend *be, void *out, const void *x, const void 
                            const void *y, int64_t B, int64_t L, int64_t C);
 void vf_cuda_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
                            const void *gate, const void *y, int64_t B, int64_t L, int64_t C);
+/* embed_loss.cu */
 double vf_cuda_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target,
                            int64_t n, float grad_scale);
+/* adamw.cu */
 double vf_cuda_sumsq(vf_backend *be, const void *grad, int64_t n);
-/* dbias (OC) += Σ_n dout (N, OC), bf16 in/out, f32 sums in a fixed order (no lock: the
+/* matmul.cu: dbias (OC) += Σ_n dout (N, OC), bf16 in/out, f32 sums in a fixed order (no lock: the
  * caller holds the op bracket). */
 void vf_cuda_bias_grad(vf_cuda_ctx *c, void *dbias, const void *dout, int64_t N, int64_t OC);
 /* out (N, OC) += bias (OC) broadcast over rows (caller holds the op bracket) */
@@ -194,7 +200,7 @@ void vf_cuda_add_bias_rows(vf_cuda_ctx *c, void *out, const void *bias, int64_t 
 void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float *src, int64_t n);
 
 /* dw/db (C) += Σ_n dout·x̂, Σ_n dout with x̂ = (x − mean)·rstd per row (mean NULL:
- * RMSNorm); either output may be NULL (reduce.cu; caller holds the op bracket). */
+ * RMSNorm); either output may be NULL (norm.cu; caller holds the op bracket). */
 void vf_cuda_norm_wgrad(vf_cuda_ctx *c, void *dw, void *db, const void *dout, const void *x,
                         const float *mean, const float *rstd, int64_t N, int64_t C);
 

@@ -7,9 +7,9 @@
  * Rows are read two or three times; at DiT widths (≤ 5120 bf16 = 10 KB) the re-reads
  * hit L1/L2, so the kernels run at the speed of one pass over DRAM.
  * Parameter gradients (sums over rows) go through the deterministic column sums of
- * reduce.cu.
+ * reduce.cuh.
  */
-#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 #define ROWS_PER_BLOCK 8
 
@@ -231,4 +231,25 @@ extern "C" void vf_cuda_rmsnorm_ch_fwd(vf_backend *be, void *out, const void *in
     k_rmsnorm_ch<<<grid_for(B * S, 256), 256, 0, s.c->stream>>>((bf16 *)out, (const bf16 *)inp, (const bf16 *)w,
                                                                   B, C, S, eps);
     VF_CUDA_NOTE_LAUNCH(s.c);
+}
+
+/* the parameter gradients: column sums (reduce.cuh) */
+struct NormWOp { /* s1 = Σ dout·x̂ (dw), s2 = Σ dout (db); x̂ = (x − mean)·rstd, mean NULL for RMSNorm */
+    const bf16 *dout, *x;
+    const float *mean, *rstd;
+    int64_t C;
+    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
+    {
+        const int64_t i = l * C + c;
+        const float g = bf(dout[i]);
+        const float xh = (bf(x[i]) - (mean ? mean[l] : 0.0f)) * rstd[l];
+        s1 += g * xh;
+        s2 += g;
+    }
+};
+
+extern "C" void vf_cuda_norm_wgrad(vf_cuda_ctx *c, void *dw, void *db, const void *dout, const void *x,
+                                   const float *mean, const float *rstd, int64_t N, int64_t C)
+{
+    colsum(c, NormWOp{(const bf16 *)dout, (const bf16 *)x, mean, rstd, C}, 1, N, C, (bf16 *)dw, (bf16 *)db);
 }

@@ -592,6 +592,56 @@ VF_TEST(memory_ops)
     VF_CHECK_EQ_INT(G->sync(G, &st), 0);
 }
 
+/* ------------------------------------------------------------------ coverage */
+
+/* Which comparison above covers which ops of kernels/ops_list.h. Each op must appear in
+ * one (every_op_compared fails naming the op otherwise), and the first field names the
+ * comparison's VF_TEST, so dropping a comparison without its entry breaks the build. */
+#define VF_CUDA_OP_CASES(X)                                                         \
+    X(memory_ops, "alloc free memset0 upload download copy sync")                   \
+    X(matmul, "matmul_fwd matmul_bwd")                                              \
+    X(elementwise, "add axpy gelu_fwd gelu_bwd silu_fwd silu_bwd")                  \
+    X(norms, "layernorm_fwd layernorm_bwd rmsnorm_fwd rmsnorm_bwd rmsnorm_ch_fwd")  \
+    X(adaln, "modulate_fwd modulate_bwd gated_add_fwd gated_add_bwd")               \
+    X(rope, "rope_fwd rope_bwd")                                                    \
+    X(attention, "attention_fwd attention_bwd")                                     \
+    X(permute, "permute")                                                           \
+    X(conv3d, "conv3d_fwd conv3d_bwd")                                              \
+    X(embed, "embed_fwd embed_bwd")                                                 \
+    X(loss_optimizer, "mse_fwd_bwd adamw sumsq")
+
+static bool covers(const char *list, const char *op)
+{
+    size_t n = strlen(op);
+    for (const char *p = list; (p = strstr(p, op)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+    return false;
+}
+
+VF_TEST(every_op_compared)
+{
+#define VF_CASE_FN(fn, ops) (void)vf_test_##fn;
+    VF_CUDA_OP_CASES(VF_CASE_FN)
+#undef VF_CASE_FN
+#define VF_CASE_OPS(fn, ops) ops,
+    static const char *const lists[] = {VF_CUDA_OP_CASES(VF_CASE_OPS)};
+#undef VF_CASE_OPS
+    const int nl = (int)(sizeof lists / sizeof lists[0]);
+    for (int i = 0; i < vf_nops; i++) {
+        bool found = false;
+        for (int k = 0; k < nl && !found; k++) found = covers(lists[k], vf_ops[i].name);
+        VF_CHECK_MSG(found, "op %s (%s) has no CUDA-vs-CPU comparison: add a case and list it in VF_CUDA_OP_CASES",
+                     vf_ops[i].name, vf_ops[i].family);
+    }
+    /* and every name listed is an op of the table */
+    for (int k = 0; k < nl; k++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", lists[k]);
+        for (char *t = strtok(buf, " "); t; t = strtok(NULL, " "))
+            VF_CHECK_MSG(vf_op_find(t) != NULL, "VF_CUDA_OP_CASES names '%s', which is no op of kernels/ops_list.h", t);
+    }
+}
+
 int main(void)
 {
     /* VFLOW_GPU_TEST_ON_CPU=1 runs the harness with the CPU backend standing in for the

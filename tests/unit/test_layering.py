@@ -7,7 +7,9 @@ and bench/ and fails, naming file and line, when
   - a lower layer includes a higher one (runtime/core including runtime/edge, the runtime
     including formats/ or models/, kernels including models, …);
   - a stage includes runtime internals (runtime/<folder>/), or one stage family
-    (stages/decode/, stages/train/, the single-file stages in stages/) includes another.
+    (stages/decode/, stages/train/, the single-file stages in stages/) includes another;
+  - an op family of kernels/ops_list.h lacks its file on a backend (kernels/cpu/<family>.c,
+    kernels/cuda/<family>.cu or .c: the two backends' file names mirror each other).
 The rules are data (ALLOWED below), so the table in docs/ARCHITECTURE.md and this test say
 the same thing. Run with a source dir argument or VFLOW_SRC; `--self-test` shows that
 each kind of violation is caught.
@@ -109,6 +111,19 @@ def scan(src):
     return errs, nfiles, nincs
 
 
+def op_families(src):
+    """Each op family of kernels/ops_list.h has its file on both backends, same name."""
+    errs = []
+    text = open(os.path.join(src, "kernels", "ops_list.h")).read()
+    fams = sorted(set(re.findall(r"X\(\s*\w+\s*,\s*(\w+)\s*\)", text)))
+    for f in fams:
+        if not os.path.isfile(os.path.join(src, "kernels", "cpu", f + ".c")):
+            errs.append(f"kernels/ops_list.h: op family '{f}' has no kernels/cpu/{f}.c")
+        if not any(os.path.isfile(os.path.join(src, "kernels", "cuda", f + ext)) for ext in (".cu", ".c")):
+            errs.append(f"kernels/ops_list.h: op family '{f}' has no kernels/cuda/{f}.cu (or .c)")
+    return errs, fams
+
+
 def self_test(src):
     """Each kind of violation is reported; a clean file is not."""
     cases = [
@@ -144,9 +159,12 @@ def main():
         or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     bad = self_test(src)
     errs, nfiles, nincs = scan(src)
+    ferrs, fams = op_families(src)
+    errs += ferrs
     for e in errs:
         print(e)
-    print(f"layering: {nfiles} files, {nincs} includes, {len(errs)} violations, self-test {'failed' if bad else 'ok'}")
+    print(f"layering: {nfiles} files, {nincs} includes, {len(fams)} op families on both backends, "
+          f"{len(errs)} violations, self-test {'failed' if bad else 'ok'}")
     return 1 if errs or bad else 0
 
 

@@ -12,18 +12,23 @@ VF_TEST(cpu_table_complete)
     VF_CHECK_STR(be->name, "cpu");
     VF_CHECK(be->device.kind == VF_DEV_CPU);
     VF_CHECK(be->act_dtype == VF_DTYPE_F32 && be->grad_dtype == VF_DTYPE_F32);
-    /* the op table is the tail of the struct, all function pointers: none may be NULL */
-    const char *first = (const char *)&be->alloc, *end = (const char *)(be + 1);
-    int n = 0, missing = 0;
-    for (const char *p = first; p + sizeof(void (*)(void)) <= end; p += sizeof(void (*)(void))) {
-        void (*fn)(void);
-        memcpy(&fn, p, sizeof fn);
-        missing += fn == NULL;
-        n++;
+    /* every op of the list (kernels/ops_list.h), by name: present in the CPU table, and
+     * the list is the struct's op members in order (consecutive function pointers from
+     * `alloc` to the end), so no member can be left out of it */
+    int missing = 0;
+    for (int i = 0; i < vf_nops; i++) {
+        const vf_op_info *op = &vf_ops[i];
+        VF_CHECK_MSG(vf_op_fn(be, op) != NULL, "CPU backend: op %s (%s) is NULL", op->name, op->family);
+        missing += vf_op_fn(be, op) == NULL;
+        VF_CHECK_MSG(op->offset == offsetof(vf_backend, alloc) + (size_t)i * sizeof(void (*)(void)),
+                     "op %s: not the struct's member #%d", op->name, i);
+        VF_CHECK(vf_op_find(op->name) == op);
     }
     VF_CHECK_EQ_INT(missing, 0);
-    fprintf(stderr, "  %d entries\n", n);
-    VF_CHECK(n >= 36); /* the ops of ops.h at the time of writing */
+    VF_CHECK_EQ_INT((int)(offsetof(vf_backend, alloc) + (size_t)vf_nops * sizeof(void (*)(void))),
+                    (int)sizeof(vf_backend));
+    VF_CHECK(vf_op_find("no_such_op") == NULL);
+    fprintf(stderr, "  %d ops\n", vf_nops);
 }
 
 VF_TEST(backend_for_device)

@@ -1,6 +1,6 @@
-/* reduce.cu — the CUDA ops that sum over rows, and their broadcast forward partners:
- * adaLN modulate and the gated residual (forward and backward), the dense layer's bias
- * gradient, the MSE loss and the gradient sum of squares.
+/* reduce.cuh — the deterministic reductions several CUDA op families share (header-only
+ * templates, included by modulate.cu, matmul.cu, norm.cu, embed_loss.cu, adamw.cu):
+ * column sums over rows with their broadcast forward partner, and f64 block sums.
  *
  * Deterministic without atomics: a column sum over the L rows of (B, L, C) runs in two
  * launches. The first cuts the rows into `nch` fixed chunks (a function of the shape
@@ -14,6 +14,8 @@
  * mse / sumsq return f64 like the CPU: 256 fixed blocks (the CPU's split of [0, n)),
  * each reduced by a fixed tree in f64, the 256 partials added on the host in order.
  */
+#ifndef VF_CUDA_REDUCE_CUH
+#define VF_CUDA_REDUCE_CUH
 #include "kernels/cuda/common.cuh"
 
 /* ------------------------------------------------------------------ column sums */
@@ -51,7 +53,9 @@ __global__ void k_colsum_part(Op op, int64_t L, int64_t C, int nch, float *part)
     }
 }
 
-/* out1/out2 (B, C) bf16 (either NULL) += the chunk sums, in chunk order */
+/* out1/out2 (B, C) bf16 (either NULL) += the chunk sums, in chunk order (a template
+ * only so that every file including this header may leave it unused) */
+template <int UNUSED = 0>
 __global__ void k_colsum_fin(const float *part, int64_t B, int64_t C, int nch, bf16 *out1, bf16 *out2)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * C; i += (int64_t)gridDim.x * blockDim.x) {
@@ -69,7 +73,7 @@ __global__ void k_colsum_fin(const float *part, int64_t B, int64_t C, int nch, b
 
 /* Runs both launches (caller holds the op bracket). */
 template <class Op>
-static void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C, bf16 *out1, bf16 *out2)
+static inline void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C, bf16 *out1, bf16 *out2)
 {
     if (B <= 0 || C <= 0) return;
     const int64_t cblk = (C + CS_COLS - 1) / CS_COLS;
@@ -95,7 +99,7 @@ static void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C, bf16 
     k_colsum_part<Op><<<grid, block, 0, c->stream>>>(op, L, C, (int)nch, part);
     VF_CUDA_NOTE_LAUNCH(c);
     if (out1 || out2) {
-        k_colsum_fin<<<grid_for(B * C, 256), 256, 0, c->stream>>>(part, B, C, (int)nch, out1, out2);
+        k_colsum_fin<0><<<grid_for(B * C, 256), 256, 0, c->stream>>>(part, B, C, (int)nch, out1, out2);
         VF_CUDA_NOTE_LAUNCH(c);
     }
 }
@@ -148,9 +152,9 @@ __global__ void k_bcast(bf16 *out, const bf16 *x, const bf16 *shift, const bf16 
     }
 }
 
-static bool al16(const void *p) { return !p || aligned16(p); }
+static inline bool al16(const void *p) { return !p || aligned16(p); }
 
-static void bcast(vf_cuda_ctx *c, int gated, bf16 *out, const bf16 *x, const bf16 *shift, const bf16 *scale,
+static inline void bcast(vf_cuda_ctx *c, int gated, bf16 *out, const bf16 *x, const bf16 *shift, const bf16 *scale,
                   const bf16 *y, int64_t B, int64_t L, int64_t C)
 {
     const int64_t n = B * L * C;
@@ -162,117 +166,7 @@ static void bcast(vf_cuda_ctx *c, int gated, bf16 *out, const bf16 *x, const bf1
     VF_CUDA_NOTE_LAUNCH(c);
 }
 
-extern "C" void vf_cuda_modulate_fwd(vf_backend *be, void *out, const void *x, const void *shift,
-                                     const void *scale, int64_t B, int64_t L, int64_t C)
-{
-    OpScope s(be);
-    bcast(s.c, 0, (bf16 *)out, (const bf16 *)x, (const bf16 *)shift, (const bf16 *)scale, NULL, B, L, C);
-}
-
-extern "C" void vf_cuda_gated_add_fwd(vf_backend *be, void *out, const void *x, const void *gate, const void *y,
-                                      int64_t B, int64_t L, int64_t C)
-{
-    OpScope s(be);
-    bcast(s.c, 1, (bf16 *)out, (const bf16 *)x, NULL, (const bf16 *)gate, (const bf16 *)y, B, L, C);
-}
-
-extern "C" void vf_cuda_add_bias_rows(vf_cuda_ctx *c, void *out, const void *bias, int64_t N, int64_t OC)
-{
-    bcast(c, 0, (bf16 *)out, (const bf16 *)out, (const bf16 *)bias, NULL, NULL, 1, N, OC);
-}
-
-/* ------------------------------------------------------------------ backwards */
-
-struct ModBwdOp { /* dx += dout·(1+scale); s1 = Σ dout (dshift); s2 = Σ dout·x (dscale) */
-    bf16 *dx;
-    const bf16 *dout, *x, *scale;
-    int64_t L, C;
-    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
-    {
-        const int64_t i = (b * L + l) * C + c;
-        const float g = bf(dout[i]);
-        if (dx) dx[i] = tobf(bf(dx[i]) + g * (1.0f + bf(scale[b * C + c])));
-        s1 += g;
-        s2 += g * bf(x[i]);
-    }
-};
-
-extern "C" void vf_cuda_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
-                                     const void *x, const void *scale, int64_t B, int64_t L, int64_t C)
-{
-    OpScope s(be);
-    ModBwdOp op{(bf16 *)dx, (const bf16 *)dout, (const bf16 *)x, (const bf16 *)scale, L, C};
-    colsum(s.c, op, B, L, C, (bf16 *)dshift, (bf16 *)dscale);
-}
-
-struct GatedBwdOp { /* dx += dout; dy += dout·gate; s1 = Σ dout·y (dgate) */
-    bf16 *dx, *dy;
-    const bf16 *dout, *gate, *y;
-    int64_t L, C;
-    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
-    {
-        const int64_t i = (b * L + l) * C + c;
-        const float g = bf(dout[i]);
-        if (dx) dx[i] = tobf(bf(dx[i]) + g);
-        if (dy) dy[i] = tobf(bf(dy[i]) + g * bf(gate[b * C + c]));
-        s1 += g * bf(y[i]);
-    }
-};
-
-extern "C" void vf_cuda_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
-                                      const void *gate, const void *y, int64_t B, int64_t L, int64_t C)
-{
-    OpScope s(be);
-    GatedBwdOp op{(bf16 *)dx, (bf16 *)dy, (const bf16 *)dout, (const bf16 *)gate, (const bf16 *)y, L, C};
-    colsum(s.c, op, B, L, C, (bf16 *)dgate, NULL);
-}
-
-struct BiasOp {
-    const bf16 *dout;
-    int64_t C;
-    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const { s1 += bf(dout[l * C + c]); }
-};
-
-extern "C" void vf_cuda_bias_grad(vf_cuda_ctx *c, void *dbias, const void *dout, int64_t N, int64_t OC)
-{
-    colsum(c, BiasOp{(const bf16 *)dout, OC}, 1, N, OC, (bf16 *)dbias, NULL);
-}
-
-__global__ void k_add_f32(bf16 *d, const float *s, int64_t n)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        d[i] = tobf(bf(d[i]) + s[i]);
-}
-
-extern "C" void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float *src, int64_t n)
-{
-    if (n <= 0) return;
-    k_add_f32<<<grid_for(n, 256), 256, 0, c->stream>>>((bf16 *)dbias, src, n);
-    VF_CUDA_NOTE_LAUNCH(c);
-}
-
-/* the norms' parameter gradients (norm.cu) use the same machinery */
-struct NormWOp { /* s1 = Σ dout·x̂ (dw), s2 = Σ dout (db); x̂ = (x − mean)·rstd, mean NULL for RMSNorm */
-    const bf16 *dout, *x;
-    const float *mean, *rstd;
-    int64_t C;
-    __device__ void at(int64_t b, int64_t l, int64_t c, float &s1, float &s2) const
-    {
-        const int64_t i = l * C + c;
-        const float g = bf(dout[i]);
-        const float xh = (bf(x[i]) - (mean ? mean[l] : 0.0f)) * rstd[l];
-        s1 += g * xh;
-        s2 += g;
-    }
-};
-
-extern "C" void vf_cuda_norm_wgrad(vf_cuda_ctx *c, void *dw, void *db, const void *dout, const void *x,
-                                   const float *mean, const float *rstd, int64_t N, int64_t C)
-{
-    colsum(c, NormWOp{(const bf16 *)dout, (const bf16 *)x, mean, rstd, C}, 1, N, C, (bf16 *)dw, (bf16 *)db);
-}
-
-/* ------------------------------------------------------------------ mse, sumsq */
+/* ------------------------------------------------------------------ f64 block sums (mse, sumsq) */
 
 #define RED_THREADS 256
 
@@ -302,7 +196,7 @@ __global__ void k_red(double *part, bf16 *dpred, const bf16 *pred, const bf16 *t
     if (threadIdx.x == 0) part[k] = sh[0];
 }
 
-static double red_finish(vf_cuda_ctx *c, double *part)
+static inline double red_finish(vf_cuda_ctx *c, double *part)
 {
     double *h = (double *)c->host;
     if (VF_CUDA_NOTE(c, cudaMemcpyAsync(h, part, VF_CUDA_RED_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
@@ -314,25 +208,4 @@ static double red_finish(vf_cuda_ctx *c, double *part)
     return s;
 }
 
-extern "C" double vf_cuda_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target, int64_t n,
-                                      float grad_scale)
-{
-    if (n <= 0) return 0.0;
-    OpScope s(be);
-    double *part = (double *)vf_cuda_partials(s.c);
-    k_red<1><<<VF_CUDA_RED_BLOCKS, RED_THREADS, 0, s.c->stream>>>(part, (bf16 *)dpred, (const bf16 *)pred,
-                                                                    (const bf16 *)target, n,
-                                                                    2.0 * (double)grad_scale / (double)n);
-    VF_CUDA_NOTE_LAUNCH(s.c);
-    return red_finish(s.c, part) / (double)n;
-}
-
-extern "C" double vf_cuda_sumsq(vf_backend *be, const void *grad, int64_t n)
-{
-    if (n <= 0) return 0.0;
-    OpScope s(be);
-    double *part = (double *)vf_cuda_partials(s.c);
-    k_red<0><<<VF_CUDA_RED_BLOCKS, RED_THREADS, 0, s.c->stream>>>(part, NULL, (const bf16 *)grad, NULL, n, 0.0);
-    VF_CUDA_NOTE_LAUNCH(s.c);
-    return red_finish(s.c, part);
-}
+#endif /* VF_CUDA_REDUCE_CUH */

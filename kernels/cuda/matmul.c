@@ -1,8 +1,8 @@
-/* gemm.c — the dense layer on CUDA through cuBLASLt: matmul_fwd with the bias add
+/* matmul.c — the dense layer on CUDA through cuBLASLt: matmul_fwd with the bias add
  * fused as the GEMM's epilogue, matmul_bwd with dinp and dW accumulated in place
  * (beta = 1, as ops.h's += rule wants) and the bias gradient produced by the dW GEMM's
  * BGRADB epilogue where cuBLASLt offers it for the shape (else by our fixed-order
- * column-sum kernel, reduce.cu). bf16 operands, f32 compute and scale.
+ * column-sum kernel, matmul.cu). bf16 operands, f32 compute and scale.
  *
  * Row-major to cuBLAS's column-major: a row-major (R, C) matrix is a column-major
  * (C x R) one with the same leading dimension, so

@@ -1,0 +1,41 @@
+/* ops_list.h — every op of the backend table (struct vf_backend, kernels/ops.h), listed
+ * once: its member name and its family.
+ *
+ * The family is the file an op lives in, the same name on both backends:
+ * kernels/cpu/<family>.c and kernels/cuda/<family>.{cu,c}; its CPU finite-difference
+ * test is tests/unit/test_ops_<family>.c (modulate shares test_ops_elementwise.c). Files
+ * that are backend infrastructure keep names of their own: cpu/gemm.c (the sgemm core
+ * under matmul and conv3d), cpu/simd.c; cuda/backend_cuda.c (the table), pool.c,
+ * xfer_cuda.c (device transports), common.cuh.
+ *
+ * What iterates the list: vf_ops[] (kernels/backend.c) names every member with its
+ * offset, with a static check that the list covers the whole table; test_ops_backend.c
+ * checks each op by name in the CPU table; tests/gpu/test_cuda_ops.c compares each op on
+ * the GPU with the CPU op and fails, naming the op, when one has no comparison (the
+ * check runs on every CI machine through tests/unit/test_gpu_harness.sh).
+ *
+ * Adding an op: the member in struct vf_backend, a line here, the kernels in both
+ * family files, the entries of both backends' tables, a finite-difference test and a
+ * comparison case in tests/gpu/test_cuda_ops.c (VF_CUDA_OP_CASES).
+ */
+#ifndef VF_OPS_LIST_H
+#define VF_OPS_LIST_H
+
+#define VF_OPS(X)                                                                   \
+    X(alloc, memory) X(free, memory) X(memset0, memory) X(upload, memory)          \
+    X(download, memory) X(copy, memory) X(sync, memory)                            \
+    X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
+    X(add, elementwise) X(axpy, elementwise) X(gelu_fwd, elementwise)              \
+    X(gelu_bwd, elementwise) X(silu_fwd, elementwise) X(silu_bwd, elementwise)     \
+    X(layernorm_fwd, norm) X(layernorm_bwd, norm) X(rmsnorm_fwd, norm)             \
+    X(rmsnorm_bwd, norm) X(rmsnorm_ch_fwd, norm)                                   \
+    X(modulate_fwd, modulate) X(modulate_bwd, modulate)                            \
+    X(gated_add_fwd, modulate) X(gated_add_bwd, modulate)                          \
+    X(rope_fwd, rope) X(rope_bwd, rope)                                            \
+    X(attention_fwd, attention) X(attention_bwd, attention)                        \
+    X(permute, layout)                                                             \
+    X(conv3d_fwd, conv3d) X(conv3d_bwd, conv3d)                                    \
+    X(embed_fwd, embed_loss) X(embed_bwd, embed_loss) X(mse_fwd_bwd, embed_loss)   \
+    X(adamw, adamw) X(sumsq, adamw)
+
+#endif /* VF_OPS_LIST_H */

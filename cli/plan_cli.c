@@ -179,7 +179,7 @@ int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_st
      * every process's RSS counts) */
     int64_t shared = 0;
     for (int k = 0; k < p.n; k++)
-        if (p.l[k].worker < 0 && p.l[k].cat == VF_MCAT_RUNTIME && strstr(p.l[k].what, "shared")) shared += p.l[k].bytes;
+        if (p.l[k].worker < 0 && p.l[k].cat == VF_MEM_RUNTIME && strstr(p.l[k].what, "shared")) shared += p.l[k].bytes;
     fprintf(out, "  %-22s %-14s %14s %14s %8s\n", "worker", "", "plan (+code)", "rss peak", "ratio");
     for (int w = 0; w < g->nworkers; w++) {
         int64_t t = shared;

@@ -306,10 +306,38 @@ int64_t vf_port_max_item_bytes(const vf_port_spec *p);
 
 /* ------------------------------------------------------------------ memory plan */
 
+/* What a memory entry is, for the planner's tables and its fixes (docs/PLANNING.md). */
+typedef enum vf_mem_cat {
+    VF_MEM_WEIGHTS = 0,
+    VF_MEM_GRADS,
+    VF_MEM_OPTIM,       /* optimizer state (master weights, moments) */
+    VF_MEM_ACTS,        /* saved activations of micro-batches in flight */
+    VF_MEM_WORKSPACE,   /* compute workspace (partition, attention, backend) */
+    VF_MEM_VAE,         /* VAE weights, causal caches, chunk workspace */
+    VF_MEM_DECODE,      /* decoder frames, index, scaler, manifest */
+    VF_MEM_ITEMS,       /* items a stage holds or builds, item pools */
+    VF_MEM_EDGES,       /* edge buffers (items in flight) and send copies (the planner's) */
+    VF_MEM_CKPT,        /* checkpoint snapshots and staging */
+    VF_MEM_RUNTIME,     /* processes, allocator cache, CUDA contexts (the planner's) */
+    VF_MEM_OTHER,
+    VF_MEM_CAT_COUNT
+} vf_mem_cat;
+
+/* Who allocates an entry's bytes, which decides the account the planner predicts it in. */
+typedef enum vf_mem_holder {
+    VF_MEM_OWN = 0,     /* the stage itself (vf_alloc from its thread) */
+    VF_MEM_INPUT,       /* received items the stage holds: on an in-process edge the
+                           producer allocated them, so they are in the producer's account */
+    VF_MEM_LIBRARY,     /* a library's own allocations (libav, a writer's buffer): in the
+                           totals and the worker's RSS, in no account */
+} vf_mem_holder;
+
 /* What a stage declares it will hold, per device, before anything runs. */
 typedef struct vf_mem_entry {
-    char what[VF_NAME_MAX];   /* "weights", "activations", "chunk workspace", … */
+    char what[VF_NAME_MAX];   /* "weights", "saved activations", "chunk workspace", … */
     vf_device device;
+    vf_mem_cat cat;
+    vf_mem_holder holder;
     int64_t bytes;
 } vf_mem_entry;
 
@@ -319,7 +347,11 @@ typedef struct vf_mem_plan {
     vf_mem_entry e[VF_MAX_MEM_ENTRIES];
 } vf_mem_plan;
 
-void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, const char *what, int64_t bytes);
+/* Declares bytes on dev (the same device, category and `what` twice add up: a hook may
+ * declare in pieces). _input and _lib name another holder (vf_mem_holder). */
+void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
+void vf_mem_plan_add_input(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
+void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 int64_t vf_mem_plan_total(const vf_mem_plan *m, vf_device dev);
 
 /* ------------------------------------------------------------------ stages */
@@ -332,6 +364,34 @@ enum {
     VF_STAGE_OWN_WORKER = 1 << 0, /* place in a worker process of its own (decode, LMDB writer) */
     VF_STAGE_SOURCE = 1 << 1,     /* has no inputs by design */
 };
+
+/* A knob the planner may turn to make an over-budget run fit (`vflow plan`, the fixes
+ * of docs/PLANNING.md). The planner runs the script again with the knob changed and
+ * plans that; a stage only says which of its params may move, which way and how far. */
+typedef enum vf_knob_move {
+    VF_KNOB_SET = 0,  /* set the param to `value` where it is not that already */
+    VF_KNOB_HALVE,    /* halve it, down to `min` */
+    VF_KNOB_DOUBLE,   /* double it, up to `max` and to `max_factor` × its value (0: no factor limit) */
+    VF_KNOB_STEP,     /* add one, up to `max` and `max_factor` × its value */
+} vf_knob_move;
+
+typedef struct vf_knob_spec {
+    const char *name;        /* the knob as the fixes show it: "recompute", "offload" */
+    const char *param;       /* the stage param it moves (NULL: only the script's `arg`) */
+    const char *arg;         /* the vf.args key a script may read for it (the planner checks
+                                that the script does); NULL: overrides of `param` only */
+    bool arg_only;           /* only through the script (sugar derives other params from it) */
+    vf_knob_move move;
+    const char *value;       /* VF_KNOB_SET: the JSON value ("true", "\"cpu\"") */
+    int64_t min, max;        /* limits of the numeric moves */
+    int64_t max_factor;
+    /* The knob's value now, when it is not simply the int param `param` (NULL). */
+    int64_t (*current)(const vf_params *p);
+    int rank;                /* the planner tries knobs by rank (lower first), and a knob of
+                                the same name on several kinds moves all of them together */
+    const char *note;        /* what it trades, shown with the fix ("optimizer shards on the
+                                host"); NULL: nothing to add */
+} vf_knob_spec;
 
 typedef struct vf_stage_ops {
     int api_version;               /* VF_API_VERSION */
@@ -353,6 +413,8 @@ typedef struct vf_stage_ops {
      * its outputs (end of stream); a negative code fails the run with st's message. */
     int (*run)(vf_stage *s, vf_ctx *ctx, vf_status *st);
     void (*fini)(vf_stage *s);     /* free state; runs even after a failed init/run */
+    /* Knobs the planner may turn, {0}-terminated; NULL: none. */
+    const vf_knob_spec *knobs;
 } vf_stage_ops;
 
 /* Registers a stage kind (called from a constructor, see VF_REGISTER_STAGE). */

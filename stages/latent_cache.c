@@ -209,11 +209,11 @@ static int cache_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     /* the arena vf_latent_writer_put presizes once to commit_every x (record + key + 64):
      * a cache's records are alike in size, so it never regrows (the record here is the
      * port's bound; the id and metadata of a real one are shorter) */
-    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "commit batch",
+    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_ITEMS, "commit batch",
                     vf_param_int(p, "commit_every") * (rec > 0 ? rec + VF_CACHE_KEY_LEN + 64 : 0));
     /* the received item being encoded into the arena (a ZeroMQ receive is charged to
      * this stage, an in-process one to its producer) */
-    if (rec > 0) vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input item", rec);
+    if (rec > 0) vf_mem_plan_add_input(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_ITEMS, "input item", rec);
     return 0;
 }
 

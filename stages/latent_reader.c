@@ -445,9 +445,9 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     if (rc) return rc;
     vf_device cpu = {VF_DEV_CPU, 0};
     int64_t B = vf_param_int(p, "batch"), per = s[0] * s[1] * s[2] * s[3] * 4;
-    vf_mem_plan_add(out, cpu, "key list + permutation", n * (32 + 4));
-    vf_mem_plan_add(out, cpu, "batch being filled", B * (per + 4 * vf_param_int(p, "text_len") + 4) + 33 * B);
-    vf_mem_plan_add(out, cpu, "one decoded record", 2 * per + 4096);
+    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
+    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", B * (per + 4 * vf_param_int(p, "text_len") + 4) + 33 * B);
+    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", 2 * per + 4096);
     return 0;
 }
 

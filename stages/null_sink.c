@@ -46,7 +46,7 @@ static int null_sink_memory(const vf_params *p, const vf_port_specs *ports, vf_m
      * producer that allocated it; a ZeroMQ receive to this stage) */
     const vf_port_spec *in = vf_port_find(ports, "in");
     int64_t item = in ? vf_port_max_item_bytes(in) : 0;
-    if (item > 0) vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input item", item);
+    if (item > 0) vf_mem_plan_add_input(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_ITEMS, "input item", item);
     return 0;
 }
 

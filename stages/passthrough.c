@@ -37,7 +37,7 @@ static int passthrough_memory(const vf_params *p, const vf_port_specs *ports, vf
      * edge, to the producer that allocated it) */
     const vf_port_spec *in = vf_port_find(ports, "in");
     int64_t item = in ? vf_port_max_item_bytes(in) : 0;
-    if (item > 0) vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input item", item);
+    if (item > 0) vf_mem_plan_add_input(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_ITEMS, "input item", item);
     return 0;
 }
 

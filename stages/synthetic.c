@@ -193,7 +193,7 @@ static int synthetic_memory(const vf_params *p, const vf_port_specs *ports, vf_m
      * ones has come back, so its buffers never outnumber the items alive at once — the
      * one in hand plus those on the edge and held by the consumer, which the plan counts
      * (edge buffers, the consumer's "input" entries) */
-    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "item being built", item);
+    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_ITEMS, "item being built", item);
     return 0;
 }
 

@@ -188,32 +188,32 @@ static int vae_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pla
     if (!g.H || !g.W) {
         /* Frame size unknown before launch: only the weights can be declared. */
         int64_t max_tensor;
-        vf_mem_plan_add(out, dev, "vae weights",
+        vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae weights",
                         vf_vae_count_params(&c, &max_tensor) * (int64_t)elem);
-        vf_mem_plan_add(out, host, "vae load staging", max_tensor * 4);
+        vf_mem_plan_add(out, host, VF_MEM_VAE, "vae load staging", max_tensor * 4);
         return 0;
     }
     vf_vae_mem_info mi;
     VF_TRY(vf_vae_mem(&c, elem, mb, chunk, (int)g.H, (int)g.W, &mi, st));
-    vf_mem_plan_add(out, dev, "vae weights", mi.weights);
-    vf_mem_plan_add(out, dev, "vae causal caches", mi.caches);
-    vf_mem_plan_add(out, dev, "vae chunk workspace", mi.workspace);
-    vf_mem_plan_add(out, host, "vae host staging", mi.host);
+    vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae weights", mi.weights);
+    vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae causal caches", mi.caches);
+    vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae chunk workspace", mi.workspace);
+    vf_mem_plan_add(out, host, VF_MEM_VAE, "vae host staging", mi.host);
     /* Clips held while a micro-batch fills, and the latents of one micro-batch (the
      * encoder writes them there; each clip's item then gets its own copy). */
     int64_t T = g.T ? g.T : 1, Tl = 1 + (T - 1) / vf_vae_time_factor(&c);
     int64_t lat = (int64_t)c.z_dim * Tl * (g.H / vf_vae_space_factor(&c)) *
                   (g.W / vf_vae_space_factor(&c)) * 4 * (vf_param_bool(p, "logvar") ? 2 : 1);
     int64_t frames = T * g.H * g.W * 3;
-    vf_mem_plan_add(out, host, "vae micro-batch clips", mb * frames);
+    vf_mem_plan_add(out, host, VF_MEM_ITEMS, "vae micro-batch clips", mb * frames);
     /* A clip that came over a ZeroMQ edge (decode workers are processes of their own) is
      * held as its whole record, charged to this stage until its frames are dropped: the
      * id, metadata (path, caption, pass-through columns) and codec headers on top of
      * the frames. The input port's record bound less the frames is exactly that part. */
     const vf_port_spec *inp = vf_port_find(ports, "in");
     int64_t rec = inp ? vf_port_max_item_bytes(inp) : -1;
-    if (rec > frames) vf_mem_plan_add(out, host, "vae micro-batch item metadata", mb * (rec - frames));
-    vf_mem_plan_add(out, host, "vae micro-batch latents", mb * lat + lat);
+    if (rec > frames) vf_mem_plan_add(out, host, VF_MEM_ITEMS, "vae micro-batch item metadata", mb * (rec - frames));
+    vf_mem_plan_add(out, host, VF_MEM_ITEMS, "vae micro-batch latents", mb * lat + lat);
 fail:
     return rc;
 }
@@ -480,6 +480,13 @@ static void vae_fini(vf_stage *s)
     vf_stage_set_state(s, NULL);
 }
 
+/* What the planner may turn: fewer frames per causal chunk, fewer clips per forward. */
+static const vf_knob_spec vae_encode_knobs[] = {
+    {.name = "chunk", .param = "chunk", .arg = "chunk", .move = VF_KNOB_HALVE, .min = 1, .rank = 60},
+    {.name = "micro_batch", .param = "micro_batch", .arg = "micro_batch", .move = VF_KNOB_HALVE, .min = 1, .rank = 70},
+    {0},
+};
+
 static const vf_stage_ops vae_encode_ops = {
     .api_version = VF_API_VERSION,
     .kind = "vae_encode",
@@ -490,5 +497,6 @@ static const vf_stage_ops vae_encode_ops = {
     .init = vae_init,
     .run = vae_run,
     .fini = vae_fini,
+    .knobs = vae_encode_knobs,
 };
 VF_REGISTER_STAGE(vae_encode_ops)

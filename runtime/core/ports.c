@@ -74,12 +74,15 @@ int64_t vf_port_max_item_bytes(const vf_port_spec *p)
     return vf_codec_size_bound(meta, p->ntensors, name_lens, ndims, payload);
 }
 
-void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, const char *what, int64_t bytes)
+static void mem_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, vf_mem_holder holder, const char *what,
+                    int64_t bytes)
 {
-    /* Same (device, what) twice adds up: a hook may declare in pieces. */
+    VF_ASSERT(cat >= 0 && cat < VF_MEM_CAT_COUNT);
+    /* Same (device, category, holder, what) twice adds up: a hook may declare in pieces. */
     for (int i = 0; i < m->n; i++) {
         vf_mem_entry *e = &m->e[i];
-        if (e->device.kind == dev.kind && e->device.index == dev.index && strcmp(e->what, what) == 0) {
+        if (e->device.kind == dev.kind && e->device.index == dev.index && e->cat == cat && e->holder == holder &&
+            strcmp(e->what, what) == 0) {
             e->bytes += bytes;
             return;
         }
@@ -88,7 +91,24 @@ void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, const char *what, int64_t by
     vf_mem_entry *e = &m->e[m->n++];
     snprintf(e->what, sizeof e->what, "%s", what);
     e->device = dev;
+    e->cat = cat;
+    e->holder = holder;
     e->bytes = bytes;
+}
+
+void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes)
+{
+    mem_add(m, dev, cat, VF_MEM_OWN, what, bytes);
+}
+
+void vf_mem_plan_add_input(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes)
+{
+    mem_add(m, dev, cat, VF_MEM_INPUT, what, bytes);
+}
+
+void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes)
+{
+    mem_add(m, dev, cat, VF_MEM_LIBRARY, what, bytes);
 }
 
 int64_t vf_mem_plan_total(const vf_mem_plan *m, vf_device dev)

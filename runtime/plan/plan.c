@@ -13,39 +13,13 @@
 
 /* ------------------------------------------------------------------ categories */
 
-const char *vf_mcat_name(vf_mcat c)
+const char *vf_mem_cat_name(vf_mem_cat c)
 {
-    static const char *const names[VF_MCAT_COUNT] = {
+    static const char *const names[VF_MEM_CAT_COUNT] = {
         "weights", "gradients", "optimizer", "activations", "workspace", "vae",
         "decode",  "items",     "edges",     "checkpoint",  "runtime",   "other",
     };
-    return c >= 0 && c < VF_MCAT_COUNT ? names[c] : "?";
-}
-
-static bool has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
-
-vf_mcat vf_mcat_of(const char *kind, const char *what)
-{
-    char w[VF_NAME_MAX * 4];
-    size_t i = 0;
-    for (; what[i] && i + 1 < sizeof w; i++) w[i] = (char)tolower((unsigned char)what[i]);
-    w[i] = 0;
-    if (kind && strcmp(kind, "checkpoint") == 0) return VF_MCAT_CKPT;
-    if (kind && strcmp(kind, "decode") == 0) return VF_MCAT_DECODE;
-    /* Order matters: "activation item pool" is items, "saved activations" activations. */
-    if (has(w, "pool") || has(w, "item") || !strncmp(w, "input", 5)) return VF_MCAT_ITEMS;
-    if (has(w, "activation") || has(w, "saved")) return VF_MCAT_ACTS;
-    if (has(w, "master") || has(w, "moment") || has(w, "optimizer")) return VF_MCAT_OPTIM;
-    if (has(w, "snapshot") || has(w, "checkpoint")) return VF_MCAT_CKPT;
-    if (has(w, "clips") || has(w, "latents")) return VF_MCAT_ITEMS; /* vae's micro-batch */
-    if (has(w, "vae") || has(w, "causal cache") || has(w, "chunk")) return VF_MCAT_VAE;
-    if (has(w, "gradient")) return has(w, "weights") ? VF_MCAT_WEIGHTS : VF_MCAT_GRADS;
-    if (has(w, "workspace") || has(w, "attention") || has(w, "scratch")) return VF_MCAT_WORKSPACE;
-    if (has(w, "decoder") || has(w, "manifest")) return VF_MCAT_DECODE;
-    if (has(w, "weights")) return VF_MCAT_WEIGHTS;
-    if (has(w, "batch") || has(w, "clip") || has(w, "record") || has(w, "latent") || has(w, "pairs"))
-        return VF_MCAT_ITEMS;
-    return VF_MCAT_OTHER;
+    return c >= 0 && c < VF_MEM_CAT_COUNT ? names[c] : "?";
 }
 
 /* ------------------------------------------------------------------ building */
@@ -55,11 +29,11 @@ static bool same_dev(vf_device a, vf_device b)
     return a.kind == b.kind && (a.kind == VF_DEV_CPU || a.index == b.index);
 }
 
-static int add_line(vf_mplan *p, int stage, int edge, int worker, vf_device dev, vf_mcat cat,
+static int add_line(vf_mplan *p, int stage, int edge, int worker, vf_device dev, vf_mem_cat cat,
                     int64_t bytes, int account, vf_status *st, const char *fmt, ...)
     __attribute__((format(printf, 10, 11)));
 
-static int add_line(vf_mplan *p, int stage, int edge, int worker, vf_device dev, vf_mcat cat,
+static int add_line(vf_mplan *p, int stage, int edge, int worker, vf_device dev, vf_mem_cat cat,
                     int64_t bytes, int account, vf_status *st, const char *fmt, ...)
 {
     if (p->n == p->cap) {
@@ -144,16 +118,16 @@ static int add_edges(vf_mplan *p, vf_status *st)
         const char *tr = vf_transport_name(ge->transport);
         if (ge->transport == VF_TR_INPROC) {
             /* items move by pointer: the producer's allocations sit in the ring */
-            VF_TRY(add_line(p, -1, e, ws, dev, VF_MCAT_EDGES, bytes, origin(g, ge->src, 0), st,
+            VF_TRY(add_line(p, -1, e, ws, dev, VF_MEM_EDGES, bytes, origin(g, ge->src, 0), st,
                             "edge %s (%s, %d x %s)", name, tr, ge->capacity, b));
         } else if (dev.kind == VF_DEV_CUDA) {
             /* CUDA IPC: the producer keeps every buffer it sent until its credit returns */
-            VF_TRY(add_line(p, -1, e, ws, dev, VF_MCAT_EDGES, bytes, ge->src, st,
+            VF_TRY(add_line(p, -1, e, ws, dev, VF_MEM_EDGES, bytes, ge->src, st,
                             "edge %s (%s + CUDA IPC, %d x %s, sender's buffers)", name, tr, ge->capacity, b));
         } else {
             /* host records: the credited items sit in the receiver's ZeroMQ pipe (no
              * account holds them); the sender holds the one being transmitted */
-            VF_TRY(add_line(p, -1, e, wd, dev, VF_MCAT_EDGES, bytes, -1, st,
+            VF_TRY(add_line(p, -1, e, wd, dev, VF_MEM_EDGES, bytes, -1, st,
                             "edge %s (%s, %d x %s, receiver's pipe)", name, tr, ge->capacity, b));
             /* one encoded record per port is shared by all its ZeroMQ edges */
             bool first = true;
@@ -161,7 +135,7 @@ static int add_edges(vf_mplan *p, vf_status *st)
                 first = !(g->edges[k].src == ge->src && strcmp(g->edges[k].src_port, ge->src_port) == 0 &&
                           g->edges[k].transport != VF_TR_INPROC);
             if (first)
-                VF_TRY(add_line(p, -1, e, ws, dev, VF_MCAT_EDGES, item, ge->src, st, "send copy of %s.%s (%s)",
+                VF_TRY(add_line(p, -1, e, ws, dev, VF_MEM_EDGES, item, ge->src, st, "send copy of %s.%s (%s)",
                                 g->stages[ge->src].name, ge->src_port, b));
         }
     }
@@ -183,8 +157,8 @@ static int add_runtime(vf_mplan *p, vf_status *st)
             if (x->worker != w) continue;
             /* big blocks freed while running: items, records, staging (state is
              * allocated once and freed at the end, DESIGN §3: pools, no per-item malloc) */
-            bool transient = x->cat == VF_MCAT_ITEMS || x->cat == VF_MCAT_EDGES || x->cat == VF_MCAT_CKPT ||
-                             x->cat == VF_MCAT_DECODE;
+            bool transient = x->cat == VF_MEM_ITEMS || x->cat == VF_MEM_EDGES || x->cat == VF_MEM_CKPT ||
+                             x->cat == VF_MEM_DECODE;
             if (x->dev.kind == VF_DEV_CPU && transient && x->bytes >= (int64_t)VF_ALLOC_BIG) churn += x->bytes;
             if (x->dev.kind == VF_DEV_CUDA && x->dev.index >= 0 && x->dev.index < VF_PLAN_MAX_DEVS)
                 cuda[x->dev.index] = true;
@@ -193,24 +167,24 @@ static int add_runtime(vf_mplan *p, vf_status *st)
             if (g->stages[i].worker == w && g->stages[i].device.kind == VF_DEV_CUDA &&
                 g->stages[i].device.index < VF_PLAN_MAX_DEVS)
                 cuda[g->stages[i].device.index] = true;
-        VF_TRY(add_line(p, -1, -1, w, cpu, VF_MCAT_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st,
+        VF_TRY(add_line(p, -1, -1, w, cpu, VF_MEM_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st,
                         "process %s (private baseline)", g->workers[w].name));
         /* Freed big blocks parked for reuse (alloc.h): at most the cache limit, and at
          * most what the worker frees while running. */
         int64_t lim = (int64_t)VF_ALLOC_CACHE_DEFAULT;
         int64_t cache = churn < lim ? churn : lim;
         if (cache > 0)
-            VF_TRY(add_line(p, -1, -1, w, cpu, VF_MCAT_RUNTIME, cache, -1, st, "vf_alloc big-block cache"));
+            VF_TRY(add_line(p, -1, -1, w, cpu, VF_MEM_RUNTIME, cache, -1, st, "vf_alloc big-block cache"));
         for (int d = 0; d < VF_PLAN_MAX_DEVS; d++) {
             if (!cuda[d]) continue;
             vf_device dev = {VF_DEV_CUDA, d};
-            VF_TRY(add_line(p, -1, -1, w, dev, VF_MCAT_RUNTIME, VF_PLAN_CUDA_CONTEXT, -1, st, "CUDA context"));
-            VF_TRY(add_line(p, -1, -1, w, dev, VF_MCAT_WORKSPACE, VF_PLAN_CUDA_BACKEND, -1, st,
+            VF_TRY(add_line(p, -1, -1, w, dev, VF_MEM_RUNTIME, VF_PLAN_CUDA_CONTEXT, -1, st, "CUDA context"));
+            VF_TRY(add_line(p, -1, -1, w, dev, VF_MEM_WORKSPACE, VF_PLAN_CUDA_BACKEND, -1, st,
                             "CUDA backend (cuBLASLt workspace, scratch)"));
         }
     }
-    VF_TRY(add_line(p, -1, -1, -1, cpu, VF_MCAT_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st, "driver process (private)"));
-    VF_TRY(add_line(p, -1, -1, -1, cpu, VF_MCAT_RUNTIME, VF_PLAN_SHARED_CODE, -1, st,
+    VF_TRY(add_line(p, -1, -1, -1, cpu, VF_MEM_RUNTIME, VF_PLAN_PROC_PRIVATE, -1, st, "driver process (private)"));
+    VF_TRY(add_line(p, -1, -1, -1, cpu, VF_MEM_RUNTIME, VF_PLAN_SHARED_CODE, -1, st,
                     "code and libraries (shared by all processes)"));
 fail:
     return rc;
@@ -231,7 +205,7 @@ static int64_t acts_flipped(const vf_gstage *s)
         if (s->ops->memory(q, &s->ports, &m, &st) == 0) {
             acts = 0;
             for (int k = 0; k < m.n; k++)
-                if (vf_mcat_of(s->kind, m.e[k].what) == VF_MCAT_ACTS) acts += m.e[k].bytes;
+                if (m.e[k].cat == VF_MEM_ACTS) acts += m.e[k].bytes;
         }
     }
     vf_params_free(q);
@@ -273,12 +247,10 @@ int vf_mplan_build(const vf_graph *g, vf_mplan *p, vf_status *st)
         int in_acct = input_account(g, i);
         for (int m = 0; m < s->mem.n; m++) {
             const vf_mem_entry *e = &s->mem.e[m];
-            bool input = strncmp(e->what, "input", 5) == 0 || strncmp(e->what, "Input", 5) == 0;
-            /* memory a library allocates itself (libav's frame pool): in the totals and the
-             * worker's RSS, in no account */
-            bool lib = strstr(e->what, "(library)") != NULL;
-            VF_TRY(add_line(p, i, -1, s->worker, e->device, vf_mcat_of(s->kind, e->what), e->bytes,
-                            lib ? -1 : input ? in_acct : i, st, "%s", e->what));
+            /* who allocates the bytes decides the account they are predicted in */
+            int acct = e->holder == VF_MEM_LIBRARY ? -1 : e->holder == VF_MEM_INPUT ? in_acct : i;
+            VF_TRY(add_line(p, i, -1, s->worker, e->device, e->cat, e->bytes, acct, st, "%s%s", e->what,
+                            e->holder == VF_MEM_LIBRARY ? " (library)" : ""));
         }
         p->acts_alt[i] = acts_flipped(s);
     }

@@ -14,10 +14,11 @@
  *     CUDA device the context and the backend's workspaces; once per node the shared code.
  * The hook contract (docs/PLANNING.md): a stage declares its own state, the one item it
  * is building, and the received items it holds (a map stage one, vae_encode a
- * micro-batch …) in entries whose `what` starts with "input" — on an in-process edge
+ * micro-batch …) as VF_MEM_INPUT entries (vf_mem_plan_add_input) — on an in-process edge
  * those bytes are charged to the producer's account (it allocated them); never the items
- * on its edges (the plan counts those). An entry whose `what` contains "(library)" is
- * memory a library allocates itself (libav): in the totals, in no account. That is what
+ * on its edges (the plan counts those). A VF_MEM_LIBRARY entry (vf_mem_plan_add_lib) is
+ * memory a library allocates itself (libav): in the totals, in no account. Each entry
+ * carries the category its stage gives it; the planner guesses nothing from its words. That is what
  * the per-stage prediction (vf_mplan.account) models for comparison with metrics.jsonl.
  *
  * Budgets: --budget "cuda=80GiB,cpu=24GiB,cuda:3=40GiB", else what the machine has (cpu:
@@ -81,32 +82,15 @@ void vf_machine_probe(vf_machine *m, bool cuda);
 
 /* ------------------------------------------------------------------ the plan */
 
-typedef enum vf_mcat {
-    VF_MCAT_WEIGHTS = 0,
-    VF_MCAT_GRADS,
-    VF_MCAT_OPTIM,       /* optimizer state (master weights, moments) */
-    VF_MCAT_ACTS,        /* saved activations of micro-batches in flight */
-    VF_MCAT_WORKSPACE,   /* compute workspace (partition, attention, backend) */
-    VF_MCAT_VAE,         /* VAE weights, causal caches, chunk workspace */
-    VF_MCAT_DECODE,      /* decoder frames, index, scaler, manifest */
-    VF_MCAT_ITEMS,       /* items a stage holds or builds, item pools */
-    VF_MCAT_EDGES,       /* edge buffers (items in flight) and send copies */
-    VF_MCAT_CKPT,        /* checkpoint snapshots and staging */
-    VF_MCAT_RUNTIME,     /* processes, allocator cache, CUDA contexts */
-    VF_MCAT_OTHER,
-    VF_MCAT_COUNT
-} vf_mcat;
-const char *vf_mcat_name(vf_mcat c); /* "weights", "gradients", "optimizer", … */
-/* The category of a hook entry: by what it names (kind breaks ties: everything of a
- * checkpoint stage is checkpoint staging, of a decoder decode buffers). */
-vf_mcat vf_mcat_of(const char *kind, const char *what);
+/* "weights", "gradients", "optimizer", … (the categories stages give, vflow.h) */
+const char *vf_mem_cat_name(vf_mem_cat c);
 
 typedef struct vf_pline {
     int stage;           /* stage index, -1 if none */
     int edge;            /* edge index, -1 if none */
     int worker;          /* worker index, -1 = the node (shared code) or the driver */
     vf_device dev;
-    vf_mcat cat;
+    vf_mem_cat cat;
     char what[160];
     int64_t bytes;       /* -1 = unbounded */
     int account;         /* stage whose vf_alloc account holds it (host), -1 none */
@@ -115,7 +99,7 @@ typedef struct vf_pline {
 typedef struct vf_pdev {
     vf_device dev;
     int64_t total;                   /* -1 = unbounded */
-    int64_t cat[VF_MCAT_COUNT];
+    int64_t cat[VF_MEM_CAT_COUNT];
     int64_t budget;                  /* -1 = none known */
     const char *budget_src;          /* "--budget", "MemTotal", "cgroup", "cuMemGetInfo", "" */
     bool present;                    /* this machine has it (cpu: always) */

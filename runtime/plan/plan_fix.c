@@ -3,20 +3,18 @@
  * No formula of its own: every candidate is the script run again with the user's --set
  * pairs plus the knob's (a script knob vf.args.K when the script reads K, otherwise
  * NAME.PARAM overrides of every stage that has the param), validated, placed, planned and
- * held against the same budgets. Knobs, each tried alone from the smallest change up:
- *   recompute      keep only block inputs (stages with a `recompute` param)
- *   micro_batches  more, smaller micro-batches (vf.args.micro_batches: edges follow M)
- *   stages         more pipeline partitions (vf.args.stages)
- *   shards         more optimizer shards (vf.args.shards)
- *   offload        optimizer shards on the host (adamw stages' device = "cpu")
- *   chunk          fewer frames per VAE chunk; micro_batch: fewer clips per VAE forward
- *   capacity       capacity 1 on every edge that is on no cycle (the training loop's
- *                  edges are left alone: 1F1B needs them)
- * then the best change of each knob together ("combined").
+ * held against the same budgets. The knobs are the ones the graph's stage kinds declare
+ * (vf_stage_ops.knobs: which param, which way, how far; e.g. the DiT's recompute,
+ * micro_batches and partitions, the optimizer's shards and offload, the VAE's chunk and
+ * micro-batch), in their rank order, each tried alone from the smallest change up; then
+ * the planner's own graph knob, capacity 1 on every edge that is on no cycle (the
+ * training loop's edges are left alone: 1F1B needs them); then the best change of each
+ * knob together ("combined"). This file names no stage knob itself.
  */
 #include "runtime/plan/plan.h"
 #include "runtime/graph/lua_host.h"
 #include "runtime/core/params.h"
+#include "runtime/json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -209,16 +207,6 @@ static void describe(const cand *c, char *buf, size_t n)
                  "(p:connect(..., {capacity = %d}))", off ? "; " : "", c->o.cap_limit, c->o.cap_limit);
 }
 
-/* Stages having param key (with value check), names into idx. */
-static int stages_with(const vf_graph *g, const char *key, int *idx, int max)
-{
-    int n = 0;
-    for (int i = 0; i < g->nstages && n < max; i++)
-        if (g->stages[i].ops && vf_param_spec_find(g->stages[i].ops->params, key) && vf_param_has(g->stages[i].params, key))
-            idx[n++] = i;
-    return n;
-}
-
 /* Does the script read vf.args.key? Run it once with the value and look. */
 static bool reads_arg(const search *s, const char *key, const char *value)
 {
@@ -286,122 +274,144 @@ static void consider(const search *s, knob_result *r, cand *c, const char *knob,
     snprintf(r->fix.note, sizeof r->fix.note, "%s", note ? note : "");
 }
 
-static int64_t param_int(const vf_graph *g, int i, const char *key) { return vf_param_int(g->stages[i].params, key); }
+
+/* ------------------------------------------------------------------ declared knobs */
+
+#define MAX_KNOBS 32
+
+/* One knob name of the graph: its spec (from the first kind declaring it) and the
+ * stages it moves. */
+typedef struct knob_group {
+    const vf_knob_spec *k;
+    int idx[256], n;
+} knob_group;
+
+static bool param_is(const vf_params *p, const char *key, const char *json)
+{
+    const vf_json *t = vf_params_ctree(p);
+    const vf_json *v = t ? vf_json_get(t, key) : NULL;
+    if (!v) return false;
+    char *have = vf_json_emit(v, true, 0);
+    bool same = have && strcmp(have, json) == 0;
+    free(have);
+    return same;
+}
+
+/* The stages whose kind declares knob k, in graph order (a SET only where the param
+ * is not the value already). */
+static int knob_stages(const vf_graph *g, const vf_knob_spec *k, int *idx, int max)
+{
+    int n = 0;
+    for (int i = 0; i < g->nstages && n < max; i++) {
+        const vf_gstage *gs = &g->stages[i];
+        if (!gs->ops || !gs->ops->knobs) continue;
+        for (const vf_knob_spec *d = gs->ops->knobs; d->name; d++) {
+            if (strcmp(d->name, k->name) != 0) continue;
+            if (d->param && !(vf_param_spec_find(gs->ops->params, d->param) && vf_param_has(gs->params, d->param)))
+                break;
+            if (d->move == VF_KNOB_SET && d->param && param_is(gs->params, d->param, d->value)) break;
+            idx[n++] = i;
+            break;
+        }
+    }
+    return n;
+}
+
+/* The graph's knobs by rank (ties: the order the kinds are met), one per name. */
+static int knob_groups(const vf_graph *g, knob_group *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < g->nstages; i++) {
+        const vf_stage_ops *ops = g->stages[i].ops;
+        if (!ops || !ops->knobs) continue;
+        for (const vf_knob_spec *d = ops->knobs; d->name; d++) {
+            bool seen = false;
+            for (int j = 0; j < n && !seen; j++) seen = strcmp(out[j].k->name, d->name) == 0;
+            if (seen || n == max) continue;
+            out[n].k = d;
+            out[n].n = knob_stages(g, d, out[n].idx, 256);
+            n++;
+        }
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j].k->rank < out[j - 1].k->rank; j--) {
+            knob_group t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+static int64_t knob_now(const vf_graph *g, const knob_group *kg)
+{
+    const vf_params *p = g->stages[kg->idx[0]].params;
+    return kg->k->current ? kg->k->current(p) : vf_param_int(p, kg->k->param);
+}
+
+/* Tries one declared knob: its candidates from the smallest change up, until one fits. */
+static void turn_knob(const search *s, const knob_group *kg, knob_result *r)
+{
+    const vf_knob_spec *k = kg->k;
+    if (kg->n == 0) return;
+    bool set = k->move == VF_KNOB_SET;
+    bool arg = k->arg && reads_arg(s, k->arg, set ? k->value : "1");
+    if (k->arg_only && !arg) return;
+    if (set) {
+        cand c = {0};
+        knob_pairs(s, &c, arg, k->arg, kg->idx, kg->n, k->param, k->value);
+        consider(s, r, &c, k->name, k->note);
+        return;
+    }
+    const int64_t now = knob_now(s->base->g, kg);
+    for (int64_t v = k->move == VF_KNOB_HALVE ? now / 2 : k->move == VF_KNOB_DOUBLE ? 2 * now : now + 1;
+         !(r->found && r->fix.fits); v = k->move == VF_KNOB_HALVE ? v / 2 : k->move == VF_KNOB_DOUBLE ? v * 2 : v + 1) {
+        if (k->move == VF_KNOB_HALVE ? v < k->min : (v > k->max || (k->max_factor > 0 && v > k->max_factor * now)))
+            break;
+        cand c = {0};
+        char val[32];
+        snprintf(val, sizeof val, "%lld", (long long)v);
+        knob_pairs(s, &c, arg, k->arg, kg->idx, kg->n, k->param, val);
+        consider(s, r, &c, k->name, k->note);
+    }
+}
 
 int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget *b, const vf_machine *m,
                   vf_plan_fix *out, int max)
 {
     search s = {req, base, b, m};
     const vf_graph *g = base->g;
-    int idx[256], n, nfix = 0;
-    knob_result res[8];
-    memset(res, 0, sizeof res);
+    int nfix = 0;
+    knob_group *groups = calloc(MAX_KNOBS, sizeof *groups);
+    knob_result *res = calloc(MAX_KNOBS + 1, sizeof *res);
+    if (!groups || !res) {
+        free(groups);
+        free(res);
+        return 0;
+    }
     char note[160];
-
-    /* recompute */
-    n = stages_with(g, "recompute", idx, 256);
-    {
-        int off[256], no = 0;
-        for (int i = 0; i < n; i++)
-            if (!vf_param_bool(g->stages[idx[i]].params, "recompute")) off[no++] = idx[i];
-        if (no > 0) {
-            cand c = {0};
-            knob_pairs(&s, &c, reads_arg(&s, "recompute", "true"), "recompute", off, no, "recompute", "true");
-            consider(&s, &res[0], &c, "recompute", NULL);
-        }
-    }
-    /* micro_batches: the edges of 1F1B follow M, so only the script can change it */
-    n = stages_with(g, "micro_batches", idx, 256);
-    if (n > 0) {
-        int64_t M = param_int(g, idx[0], "micro_batches");
-        if (reads_arg(&s, "micro_batches", "1")) {
-            for (int64_t v = 2 * M; v <= 64 * M && v <= 4096 && !(res[1].found && res[1].fix.fits); v *= 2) {
-                cand c = {0};
-                cand_add(&c, "micro_batches=%lld", (long long)v);
-                consider(&s, &res[1], &c, "micro_batches", NULL);
-            }
-        }
-    }
-    /* stages (partitions) */
-    n = stages_with(g, "splits", idx, 256);
-    if (n > 0 && reads_arg(&s, "stages", "1")) {
-        int P = vf_param_len(g->stages[idx[0]].params, "splits") - 1;
-        if (P < 1) P = 1;
-        for (int v = P + 1; v <= 4 * P && v <= 24 && !(res[2].found && res[2].fix.fits); v++) {
-            cand c = {0};
-            cand_add(&c, "stages=%d", v);
-            consider(&s, &res[2], &c, "stages", NULL);
-        }
-    }
-    /* optimizer shards and their offload */
-    n = stages_with(g, "shards", idx, 256);
-    int nopt = 0, opt[256];
-    for (int i = 0; i < n; i++)
-        if (vf_param_has(g->stages[idx[i]].params, "shard")) opt[nopt++] = idx[i];
-    if (nopt > 0) {
-        int S = (int)param_int(g, opt[0], "shards");
-        if (reads_arg(&s, "shards", "1"))
-            for (int v = 2 * S; v <= 24 && !(res[3].found && res[3].fix.fits); v *= 2) {
-                cand c = {0};
-                cand_add(&c, "shards=%d", v);
-                consider(&s, &res[3], &c, "shards", NULL);
-            }
-        int gpu[256], ng = 0;
-        for (int i = 0; i < nopt; i++)
-            if (g->stages[opt[i]].device.kind == VF_DEV_CUDA) gpu[ng++] = opt[i];
-        if (ng > 0) {
-            cand c = {0};
-            knob_pairs(&s, &c, false, NULL, gpu, ng, "device", "\"cpu\"");
-            consider(&s, &res[4], &c, "offload", "optimizer shards on the host");
-        }
-    }
-    /* VAE chunk and micro-batch */
-    n = stages_with(g, "chunk", idx, 256);
-    if (n > 0) {
-        int64_t ch = param_int(g, idx[0], "chunk");
-        bool arg = reads_arg(&s, "chunk", "1");
-        for (int64_t v = ch / 2; v >= 1 && !(res[5].found && res[5].fix.fits); v /= 2) {
-            cand c = {0};
-            char val[32];
-            snprintf(val, sizeof val, "%lld", (long long)v);
-            knob_pairs(&s, &c, arg, "chunk", idx, n, "chunk", val);
-            consider(&s, &res[5], &c, "chunk", NULL);
-        }
-        int mb[256], nm = 0;
-        for (int i = 0; i < n; i++)
-            if (vf_param_has(g->stages[idx[i]].params, "micro_batch")) mb[nm++] = idx[i];
-        if (nm > 0) {
-            int64_t v0 = param_int(g, mb[0], "micro_batch");
-            bool a2 = reads_arg(&s, "micro_batch", "1");
-            for (int64_t v = v0 / 2; v >= 1 && !(res[6].found && res[6].fix.fits); v /= 2) {
-                cand c = {0};
-                char val[32];
-                snprintf(val, sizeof val, "%lld", (long long)v);
-                knob_pairs(&s, &c, a2, "micro_batch", mb, nm, "micro_batch", val);
-                consider(&s, &res[6], &c, "micro_batch", NULL);
-            }
-        }
-    }
-    /* edge capacity */
+    int nk = knob_groups(g, groups, MAX_KNOBS);
+    for (int k = 0; k < nk; k++) turn_knob(&s, &groups[k], &res[k]);
+    /* the planner's own knob: edge capacity */
     {
         bool any = false;
         for (int e = 0; e < g->nedges; e++) any = any || g->edges[e].capacity > 1;
         if (any) {
             cand c = {0};
             c.o.cap_limit = 1;
-            consider(&s, &res[7], &c, "capacity", NULL);
+            consider(&s, &res[nk], &c, "capacity", NULL);
         }
     }
+    const int NR = nk + 1;
 
     /* keep the knobs that helped, best first */
-    int order[8], no = 0;
+    int order[MAX_KNOBS + 1], no = 0;
     double base_w = 0;
     for (int i = 0; i < base->ndev; i++)
         if (base->dev[i].budget > 0) {
             double r = base->dev[i].total < 0 ? 1e30 : (double)base->dev[i].total / (double)base->dev[i].budget;
             if (r > base_w) base_w = r;
         }
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < NR; k++)
         if (res[k].found && (res[k].fix.fits || res[k].worst < base_w)) order[no++] = k;
     for (int i = 1; i < no; i++)
         for (int j = i; j > 0 && res[order[j]].worst < res[order[j - 1]].worst; j--) {
@@ -417,7 +427,7 @@ int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget 
     /* knobs the pipeline refused outright: say why, so nobody wonders (e.g. a stage that
      * cannot run on the host next to GPU partitions) */
     int nplain = nfix;
-    for (int k = 0; k < 8 && nfix < max; k++) {
+    for (int k = 0; k < NR && nfix < max; k++) {
         knob_result *r = &res[k];
         if (r->found || !r->refused[0]) continue;
         vf_plan_fix *x = &out[nfix++];
@@ -452,6 +462,8 @@ int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget 
         cand_free(&comb.c);
         cand_free(&all);
     }
-    for (int k = 0; k < 8; k++) cand_free(&res[k].c);
+    for (int k = 0; k < NR; k++) cand_free(&res[k].c);
+    free(groups);
+    free(res);
     return nfix;
 }

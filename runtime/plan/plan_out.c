@@ -37,7 +37,7 @@ static void print_line(FILE *f, const vf_pline *x)
     char dev[32], b[32];
     vf_device_str(x->dev, dev, sizeof dev);
     vf_bytes_str(x->bytes, b, sizeof b);
-    fprintf(f, "    %-7s %-11s %-72s %12s\n", dev, vf_mcat_name(x->cat), x->what, b);
+    fprintf(f, "    %-7s %-11s %-72s %12s\n", dev, vf_mem_cat_name(x->cat), x->what, b);
 }
 
 static void print_worker(FILE *f, const vf_mplan *p, int w)
@@ -78,7 +78,7 @@ static void print_worker(FILE *f, const vf_mplan *p, int w)
         if (p->acts_alt[i] >= 0) {
             int64_t now = 0;
             for (int k = 0; k < p->n; k++)
-                if (p->l[k].stage == i && p->l[k].cat == VF_MCAT_ACTS) now += p->l[k].bytes;
+                if (p->l[k].stage == i && p->l[k].cat == VF_MEM_ACTS) now += p->l[k].bytes;
             char a[32];
             bool rc = vf_param_bool(g->stages[i].params, "recompute");
             vf_bytes_str(now, b, sizeof b);
@@ -147,12 +147,12 @@ static void print_text(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE
         fprintf(f, "  %-8s %12s   %-36s %s%s\n", dev, a, bud, ver, d->present ? "" : "  [not on this machine]");
     }
     fprintf(f, "\nby category\n  %-8s", "device");
-    for (int c = 0; c < VF_MCAT_COUNT; c++) fprintf(f, " %10s", vf_mcat_name((vf_mcat)c));
+    for (int c = 0; c < VF_MEM_CAT_COUNT; c++) fprintf(f, " %10s", vf_mem_cat_name((vf_mem_cat)c));
     fputc('\n', f);
     for (int i = 0; i < p->ndev; i++) {
         vf_device_str(p->dev[i].dev, dev, sizeof dev);
         fprintf(f, "  %-8s", dev);
-        for (int c = 0; c < VF_MCAT_COUNT; c++) {
+        for (int c = 0; c < VF_MEM_CAT_COUNT; c++) {
             short_bytes(p->dev[i].cat[c], a, sizeof a);
             fprintf(f, " %10s", a);
         }
@@ -195,7 +195,7 @@ static vf_json *line_json(const vf_mplan *p, const vf_pline *x)
 {
     vf_json *o = vf_json_obj();
     vf_json_set(o, "what", vf_json_str(x->what));
-    vf_json_set(o, "category", vf_json_str(vf_mcat_name(x->cat)));
+    vf_json_set(o, "category", vf_json_str(vf_mem_cat_name(x->cat)));
     vf_json_set(o, "device", devstr(x->dev));
     vf_json_set(o, "bytes", vf_json_int(x->bytes));
     vf_json_set(o, "worker", vf_json_str(x->worker >= 0 ? worker_name(p->g, x->worker) : "driver"));
@@ -220,8 +220,11 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
         vf_json_set(o, "device", devstr(s->device));
         for (int m = 0; m < s->mem.n; m++) {
             vf_json *mo = vf_json_obj();
-            vf_json_set(mo, "what", vf_json_str(s->mem.e[m].what));
-            vf_json_set(mo, "category", vf_json_str(vf_mcat_name(vf_mcat_of(s->kind, s->mem.e[m].what))));
+            char what[VF_NAME_MAX + 16];
+            snprintf(what, sizeof what, "%s%s", s->mem.e[m].what,
+                     s->mem.e[m].holder == VF_MEM_LIBRARY ? " (library)" : "");
+            vf_json_set(mo, "what", vf_json_str(what));
+            vf_json_set(mo, "category", vf_json_str(vf_mem_cat_name(s->mem.e[m].cat)));
             vf_json_set(mo, "device", devstr(s->mem.e[m].device));
             vf_json_set(mo, "bytes", vf_json_int(s->mem.e[m].bytes));
             vf_json_push(mem, mo);
@@ -232,7 +235,7 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
             bool rc = vf_param_bool(s->params, "recompute");
             int64_t now = 0;
             for (int k = 0; k < p->n; k++)
-                if (p->l[k].stage == i && p->l[k].cat == VF_MCAT_ACTS) now += p->l[k].bytes;
+                if (p->l[k].stage == i && p->l[k].cat == VF_MEM_ACTS) now += p->l[k].bytes;
             vf_json *a = vf_json_obj();
             vf_json_set(a, "recompute_on", vf_json_int(rc ? now : p->acts_alt[i]));
             vf_json_set(a, "recompute_off", vf_json_int(rc ? p->acts_alt[i] : now));
@@ -296,7 +299,7 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
         vf_json_set(o, "budget_source", vf_json_str(d->budget_src));
         vf_json_set(o, "present", vf_json_bool(d->present));
         vf_json_set(o, "over", vf_json_bool(d->over));
-        for (int c = 0; c < VF_MCAT_COUNT; c++) vf_json_set(cat, vf_mcat_name((vf_mcat)c), vf_json_int(d->cat[c]));
+        for (int c = 0; c < VF_MEM_CAT_COUNT; c++) vf_json_set(cat, vf_mem_cat_name((vf_mem_cat)c), vf_json_int(d->cat[c]));
         vf_json_set(o, "categories", cat);
         vf_json_push(devs, o);
     }

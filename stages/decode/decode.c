@@ -138,14 +138,14 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_clip_opts clip;
     VF_TRY(read_opts(p, &av, &clip, &W, &H, st));
     vf_device cpu = {VF_DEV_CPU, 0};
-    vf_mem_plan_add(out, cpu, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
     /* the clip being filled before vf_send hands it to the edge */
-    vf_mem_plan_add(out, cpu, "clip being decoded", (int64_t)clip.frames * H * W * 3 + META_BYTES);
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip being decoded", (int64_t)clip.frames * H * W * 3 + META_BYTES);
     /* clip plan of one file: frame indices of every clip (bounded by the frame index) */
-    vf_mem_plan_add(out, cpu, "clip plan", (int64_t)(1 << 21) * 8 * 2);
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip plan", (int64_t)(1 << 21) * 8 * 2);
     const char *m = vf_param_has(p, "manifest") ? vf_param_str(p, "manifest") : NULL;
     const char *s = vf_param_has(p, "source") ? vf_param_str(p, "source") : NULL;
-    vf_mem_plan_add(out, cpu, "manifest", vf_manifest_bytes(m, s, (int)vf_param_int(p, "nshards")));
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "manifest", vf_manifest_bytes(m, s, (int)vf_param_int(p, "nshards")));
     return 0;
 fail:
     return rc;

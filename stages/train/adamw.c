@@ -184,15 +184,15 @@ static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     vf_dtype act, grad;
     dev_dtypes(dev, &act, &grad);
     int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
-    vf_mem_plan_add(out, dev, "master weights + moments (f32)", 12 * g.n);
-    vf_mem_plan_add(out, dev, "gradient slice", gs * g.n);
-    vf_mem_plan_add(out, dev, "new compute weights", as * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_OPTIM, "master weights + moments (f32)", 12 * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient slice", gs * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "new compute weights", as * g.n);
     /* the weight item being built (the pool's buffers are all the size of the largest
      * piece; the sent ones are on the edges and in the partitions' hands, which the plan
      * counts there: the pool allocates only when none has come back) */
-    vf_mem_plan_add(out, dev, "weight item being built", as * weight_piece_most(&g));
-    vf_mem_plan_add(out, cpu, "norm partials", 8 * g.nblk);
-    vf_mem_plan_add(out, cpu, "host staging (init/resume, snapshot)", 12 * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "weight item being built", as * weight_piece_most(&g));
+    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
+    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
     geo_fini(&g);
     return 0;
 }
@@ -695,6 +695,16 @@ fail:
     return rc;
 }
 
+/* What the planner may turn: more shards (the sugar splits the vector by them), and the
+ * shards on the host. */
+static const vf_knob_spec adamw_knobs[] = {
+    {.name = "shards", .param = "shards", .arg = "shards", .arg_only = true, .move = VF_KNOB_DOUBLE, .max = 24,
+     .rank = 40},
+    {.name = "offload", .param = "device", .move = VF_KNOB_SET, .value = "\"cpu\"", .rank = 50,
+     .note = "optimizer shards on the host"},
+    {0},
+};
+
 static const vf_stage_ops adamw_ops = {
     .api_version = VF_API_VERSION,
     .kind = "adamw",
@@ -706,5 +716,6 @@ static const vf_stage_ops adamw_ops = {
     .init = adamw_init,
     .run = adamw_run,
     .fini = adamw_fini,
+    .knobs = adamw_knobs,
 };
 VF_REGISTER_STAGE(adamw_ops)

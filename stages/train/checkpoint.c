@@ -76,10 +76,10 @@ static int ckpt_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pl
     int rc = layout_of(p, &l, st);
     if (rc) return rc;
     /* the S snapshots of the step being written (the next ones wait in the edges) */
-    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "input snapshots being written", 12 * l->total);
+    vf_mem_plan_add_input(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_CKPT, "input snapshots being written", 12 * l->total);
     /* the safetensors writer's bounce buffer for filled tensors (FILL_CHUNK, 1 MiB in
      * formats/safetensors_write.c) is plain malloc: in the totals, in no account */
-    vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, "writer bounce buffer (library)", 1 << 20);
+    vf_mem_plan_add_lib(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_CKPT, "writer bounce buffer", 1 << 20);
     vf_dit_layout_free(l);
     return 0;
 }

@@ -199,12 +199,12 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     vf_dit_dims mx;
     int64_t Bmax;
     upstream_dims(&g, ports, &mx, &Bmax);
-    vf_mem_plan_add(out, dev, "weights + gradients", (int64_t)(as + gs) * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights + gradients", (int64_t)(as + gs) * g.n);
     /* the pools behind sent items allocate only when none has come back, so what they
      * hold beyond the one item being built sits on the edges and in the receivers' hands,
      * which the plan counts there: one gradient slice (the largest), one activation or
      * gradient item */
-    vf_mem_plan_add(out, dev, "gradient slice item being built",
+    vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient slice item being built",
                     (int64_t)gs * vf_train_most_overlap(g.off, g.off + g.n, g.slo, g.shi, g.S));
     if (mx.B > 0) {
         vf_dit_mem m;
@@ -214,14 +214,14 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         vf_1f1b_op *ops = calloc((size_t)(2 * g.M), sizeof *ops);
         int nsv = ops ? vf_train_1f1b(g.P, g.p, g.M, ops) : g.M;
         free(ops);
-        vf_mem_plan_add(out, dev, "saved activations (micro-batches in flight)", nsv * m.saved);
-        vf_mem_plan_add(out, dev, "partition workspace", m.workspace);
+        vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)", nsv * m.saved);
+        vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
         int64_t per = (int64_t)g.cfg.z * mx.T * mx.H * mx.W * mx.B;
-        if (!last) vf_mem_plan_add(out, dev, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
-        if (last && !first) vf_mem_plan_add(out, dev, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
+        if (!last) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
+        if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
         if (first) {
-            vf_mem_plan_add(out, cpu, "micro-batch pairs (host)", 8 * per + 8 * mx.B * (g.cfg.text_len + 2));
-            vf_mem_plan_add(out, dev, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
+            vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch pairs (host)", 8 * per + 8 * mx.B * (g.cfg.text_len + 2));
+            vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
         }
     }
     vf_dit_layout_free(g.l);
@@ -460,6 +460,24 @@ fail:
     return rc;
 }
 
+/* The partitions of the DiT: the sugar's `stages`, one more than the cuts in `splits`. */
+static int64_t partitions(const vf_params *p)
+{
+    int n = vf_param_len(p, "splits") - 1;
+    return n < 1 ? 1 : n;
+}
+
+/* What the planner may turn (vf_knob_spec): keep only block inputs; more, smaller
+ * micro-batches (the 1F1B edges follow M, so only through the script); more partitions. */
+static const vf_knob_spec dit_knobs[] = {
+    {.name = "recompute", .param = "recompute", .arg = "recompute", .move = VF_KNOB_SET, .value = "true", .rank = 10},
+    {.name = "micro_batches", .param = "micro_batches", .arg = "micro_batches", .arg_only = true,
+     .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
+    {.name = "stages", .param = "splits", .arg = "stages", .arg_only = true, .move = VF_KNOB_STEP, .max = 24,
+     .max_factor = 4, .current = partitions, .rank = 30},
+    {0},
+};
+
 static const vf_stage_ops dit_ops = {
     .api_version = VF_API_VERSION,
     .kind = "dit",
@@ -471,5 +489,6 @@ static const vf_stage_ops dit_ops = {
     .init = dit_init,
     .run = dit_run,
     .fini = dit_fini,
+    .knobs = dit_knobs,
 };
 VF_REGISTER_STAGE(dit_ops)

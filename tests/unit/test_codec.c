@@ -531,10 +531,10 @@ VF_TEST(port_bound_covers_largest_item)
 
     vf_mem_plan m = {0};
     vf_device cpu = {VF_DEV_CPU, 0}, g1 = {VF_DEV_CUDA, 1};
-    vf_mem_plan_add(&m, cpu, "weights", 100);
-    vf_mem_plan_add(&m, g1, "weights", 7);
-    vf_mem_plan_add(&m, cpu, "weights", 11);
-    vf_mem_plan_add(&m, cpu, "workspace", 5);
+    vf_mem_plan_add(&m, cpu, VF_MEM_WEIGHTS, "weights", 100);
+    vf_mem_plan_add(&m, g1, VF_MEM_WEIGHTS, "weights", 7);
+    vf_mem_plan_add(&m, cpu, VF_MEM_WEIGHTS, "weights", 11);
+    vf_mem_plan_add(&m, cpu, VF_MEM_WORKSPACE, "workspace", 5);
     VF_CHECK_EQ_INT(m.n, 3);
     VF_CHECK_EQ_INT(vf_mem_plan_total(&m, cpu), 116);
     VF_CHECK_EQ_INT(vf_mem_plan_total(&m, g1), 7);

@@ -87,7 +87,7 @@ static int sink_ports(const vf_params *p, const vf_port_specs *up, vf_port_specs
 }
 static int sink_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out, vf_status *st)
 {
-    if (vf_param_int(p, "mem") > 0) vf_mem_plan_add(out, vf_param_device(p, "device"), "state", vf_param_int(p, "mem"));
+    if (vf_param_int(p, "mem") > 0) vf_mem_plan_add(out, vf_param_device(p, "device"), VF_MEM_OTHER, "state", vf_param_int(p, "mem"));
     return 0;
 }
 static const vf_stage_ops t_sink = {

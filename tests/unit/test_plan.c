@@ -73,33 +73,6 @@ VF_TEST(budget_spec)
     }
 }
 
-VF_TEST(categories)
-{
-    struct {
-        const char *kind, *what;
-        vf_mcat want;
-    } c[] = {
-        {"dit", "weights", VF_MCAT_WEIGHTS},
-        {"dit", "gradients", VF_MCAT_GRADS},
-        {"dit", "saved activations (micro-batches in flight)", VF_MCAT_ACTS},
-        {"dit", "activation item pool", VF_MCAT_ITEMS},
-        {"dit", "partition workspace", VF_MCAT_WORKSPACE},
-        {"adamw", "master weights + moments (f32)", VF_MCAT_OPTIM},
-        {"adamw", "gradient slice", VF_MCAT_GRADS},
-        {"adamw", "host staging (init/resume, snapshot)", VF_MCAT_CKPT},
-        {"vae_encode", "vae chunk workspace", VF_MCAT_VAE},
-        {"vae_encode", "vae micro-batch clips", VF_MCAT_ITEMS},
-        {"vae_encode", "input clips (micro-batch)", VF_MCAT_ITEMS},
-        {"decode", "clip being decoded", VF_MCAT_DECODE},
-        {"checkpoint", "writer buffers", VF_MCAT_CKPT},
-        {"latent_cache", "commit batch", VF_MCAT_ITEMS},
-        {"x", "something else", VF_MCAT_OTHER},
-    };
-    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
-        VF_CHECK_MSG(vf_mcat_of(c[i].kind, c[i].what) == c[i].want, "%s/%s -> %s", c[i].kind, c[i].what,
-                     vf_mcat_name(vf_mcat_of(c[i].kind, c[i].what)));
-}
-
 /* ------------------------------------------------------------------ plans and fixes */
 
 /* A training pipeline that plans without a cache (latent_shape), all on the host. */
@@ -145,6 +118,53 @@ static int64_t cpu_total(const char *const *sets, int n)
     return t;
 }
 
+/* The categories are the ones the stages declare (vf_mem_plan_add), carried into the
+ * plan's lines; who holds the bytes decides the predicted account. */
+static void expect_line(const vf_graph *g, const vf_mplan *p, const char *stage, const char *what, vf_mem_cat want,
+                        int account_of)
+{
+    int si = vf_graph_find(g, stage), found = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (p->l[i].stage != si || strcmp(p->l[i].what, what) != 0) continue;
+        found++;
+        VF_CHECK_MSG(p->l[i].cat == want, "%s/%s -> %s, want %s", stage, what, vf_mem_cat_name(p->l[i].cat),
+                     vf_mem_cat_name(want));
+        if (account_of != -2) VF_CHECK_MSG(p->l[i].account == account_of, "%s/%s: account %d, want %d", stage, what,
+                                           p->l[i].account, account_of);
+    }
+    VF_CHECK_MSG(found == 1, "%s/%s: %d lines", stage, what, found);
+}
+
+VF_TEST(categories)
+{
+    write_script();
+    vf_graph *g = NULL;
+    vf_status st = {0};
+    static const char *const sets[] = {"stages=2"};
+    VF_CHECK(vf_plan_load(script_path, sets, 1, &g, &st) == 0);
+    if (!g) return;
+    vf_mplan p;
+    VF_CHECK(vf_mplan_build(g, &p, &st) == 0);
+    int opt = vf_graph_find(g, "adamw_0"), ck = vf_graph_find(g, "checkpoint");
+    VF_CHECK(opt >= 0 && ck >= 0);
+    expect_line(g, &p, "dit_0", "weights + gradients", VF_MEM_WEIGHTS, vf_graph_find(g, "dit_0"));
+    expect_line(g, &p, "dit_0", "saved activations (micro-batches in flight)", VF_MEM_ACTS, -2);
+    expect_line(g, &p, "dit_0", "activation item being built", VF_MEM_ITEMS, -2);
+    expect_line(g, &p, "dit_0", "partition workspace", VF_MEM_WORKSPACE, -2);
+    expect_line(g, &p, "adamw_0", "master weights + moments (f32)", VF_MEM_OPTIM, opt);
+    expect_line(g, &p, "adamw_0", "gradient slice", VF_MEM_GRADS, opt);
+    expect_line(g, &p, "adamw_0", "host staging (init/resume, snapshot)", VF_MEM_CKPT, opt);
+    /* received snapshots: the producer's allocations (adamw in the same worker) */
+    if (g->stages[opt].worker == g->stages[ck].worker)
+        expect_line(g, &p, "checkpoint", "input snapshots being written", VF_MEM_CKPT, opt);
+    /* a library's buffer: in the totals, in no account */
+    expect_line(g, &p, "checkpoint", "writer bounce buffer (library)", VF_MEM_CKPT, -1);
+    expect_line(g, &p, "latent_reader", "batch being filled", VF_MEM_ITEMS, vf_graph_find(g, "latent_reader"));
+    for (int c = 0; c < VF_MEM_CAT_COUNT; c++) VF_CHECK(strcmp(vf_mem_cat_name((vf_mem_cat)c), "?") != 0);
+    vf_mplan_free(&p);
+    vf_graph_free(g);
+}
+
 VF_TEST(plan_sums)
 {
     write_script();
@@ -160,7 +180,7 @@ VF_TEST(plan_sums)
     for (int i = 0; i < p.n; i++)
         if (p.l[i].dev.kind == VF_DEV_CPU) lines += p.l[i].bytes;
     const vf_pdev *cpu = vf_mplan_dev(&p, (vf_device){VF_DEV_CPU, 0});
-    for (int c = 0; c < VF_MCAT_COUNT; c++) cats += cpu->cat[c];
+    for (int c = 0; c < VF_MEM_CAT_COUNT; c++) cats += cpu->cat[c];
     for (int i = 0; i < g->nstages; i++) decl += vf_mem_plan_total(&g->stages[i].mem, (vf_device){VF_DEV_CPU, 0});
     VF_CHECK_EQ_INT(cpu->total, lines);
     VF_CHECK_EQ_INT(cpu->total, cats);
@@ -168,7 +188,7 @@ VF_TEST(plan_sums)
     VF_CHECK_EQ_INT(cpu->total, vf_plan_device_total(g, (vf_device){VF_DEV_CPU, 0}));
     /* with recompute flipped the hook gives fewer activation bytes */
     int d = vf_graph_find(g, "dit_0");
-    VF_CHECK(d >= 0 && p.acts_alt[d] > 0 && p.acts_alt[d] < cpu->cat[VF_MCAT_ACTS]);
+    VF_CHECK(d >= 0 && p.acts_alt[d] > 0 && p.acts_alt[d] < cpu->cat[VF_MEM_ACTS]);
     /* budgets: over by one byte, and exactly at the total */
     vf_budget b;
     char spec[64];

@@ -45,6 +45,8 @@ static const vf_param_spec decode_params[] = {
      "output {W, H} (or {S} for S x S): resize keeping aspect to cover, then centre crop"},
     {"filter", VF_P_STR, "\"bicubic\"", VF_ANY, "resize filter", "fast_bilinear|bilinear|bicubic|area|lanczos|neighbor"},
     {"deadline_s", VF_P_NUM, "300", VF_RANGE(0.01, 604800), "time budget per file (open + all its clips)"},
+    {"stall_s", VF_P_NUM, "10", VF_RANGE(0, 604800),
+     "quarantine a file when the decoder delivers no frame for this long (0 = only deadline_s)"},
     {"max_bad_fraction", VF_P_NUM, "0.1", VF_RANGE(0, 1),
      "fail when more than this fraction of the instance's files are quarantined"},
     {"threads", VF_P_INT, "2", VF_RANGE(0, 256), "libavcodec/libswscale threads per instance (0 = per core)"},
@@ -52,9 +54,10 @@ static const vf_param_spec decode_params[] = {
     {"nshards", VF_P_INT, "1", VF_RANGE(1, 65536), "number of decode instances sharing the list"},
     {"max_pixels", VF_P_INT, "9437184", VF_RANGE(1, 1 << 30),
      "largest decoded frame (w*h) accepted; also bounds the decoder's frame pool"},
-    {"err_detect", VF_P_STR, "\"careful\"", VF_ANY,
-     "damage detection: careful drops frames libav flags, explode also any frame with an error",
-     "ignore|careful|explode"},
+    {"err_detect", VF_P_STR, "\"conceal\"", VF_ANY,
+     "damaged frames: conceal keeps those the decoder conceals (as ffmpeg does; the file is "
+     "reported damaged), careful drops frames libav flags, explode also any frame with an error",
+     "conceal|careful|explode"},
     {0},
 };
 
@@ -67,6 +70,7 @@ typedef struct dec_state {
     char transform[256];
     char last[LAST_REASONS][512]; /* ring of the last quarantine reasons */
     int nlast;
+    int64_t damaged;              /* files that gave clips despite damage or unreadable frames */
 } dec_state;
 
 /* ------------------------------------------------------------ params */
@@ -85,9 +89,10 @@ static int read_opts(const vf_params *p, vf_decode_opts *av, vf_clip_opts *clip,
     av->out_h = *H;
     av->threads = (int)vf_param_int(p, "threads");
     av->deadline_s = vf_param_num(p, "deadline_s");
+    av->stall_s = vf_param_num(p, "stall_s");
     av->max_pixels = vf_param_int(p, "max_pixels");
     const char *ed = vf_param_str(p, "err_detect");
-    av->err_detect = !strcmp(ed, "ignore") ? VF_DECODE_ERR_IGNORE
+    av->err_detect = !strcmp(ed, "conceal") ? VF_DECODE_ERR_CONCEAL
                    : !strcmp(ed, "explode") ? VF_DECODE_ERR_EXPLODE : VF_DECODE_ERR_CAREFUL;
     if (vf_decode_filter_parse(vf_param_str(p, "filter"), &av->sws_flags) < 0)
         VF_FAIL(st, VF_EUSAGE, "decode: unknown filter '%s'", vf_param_str(p, "filter"));
@@ -259,7 +264,8 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     vf_status fst = {0};
     vf_decode_file *f = NULL;
     vf_clip_plan plan = {0};
-    int64_t sent = 0;
+    int64_t sent = 0, lost_n = 0;
+    char lost_why[320] = "";
     struct stat sb;
     why[0] = 0;
     size_t meta = strlen(r->path) * 2 + strlen(r->caption) + strlen(d->transform) + 512;
@@ -291,12 +297,36 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     rc = vf_clip_plan_make(times, info->nframes, info->duration_s, &co, &plan, &fst);
     if (rc < 0) goto bad;
     const int64_t shape[4] = {d->T, d->H, d->W, 3};
+    const int64_t indexed = info->nframes;
     for (int64_t k = 0; k < plan.nclips; k++) {
         if (vf_stopping(ctx)) { rc = 2; goto done; } /* drain: end the stream here */
         const int64_t *idx = plan.idx + k * d->T;
         vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 4, shape, st); /* (T, H, W, 3) */
         if (!t) { rc = st->code ? st->code : VF_ENOMEM; goto done; }
         rc = vf_decode_read(f, idx, d->T, t->data, &fst);
+        int64_t lo, hi;
+        if (rc == VF_EBADINPUT && vf_decode_lost(f, &lo, &hi)) {
+            /* Frames the decoder cannot deliver are not the file's: drop them and plan
+             * the clips again over the frames that can be read (as ffmpeg counts them).
+             * Clips already sent lie before them and stay as they are. */
+            vf_tensor_unref(t);
+            snprintf(lost_why, sizeof lost_why, "%.300s", fst.msg);
+            lost_n += hi - lo;
+            int64_t g = plan.grid[k];
+            vf_decode_drop(f, lo, hi);
+            vf_clip_plan_fini(&plan);
+            vf_status_clear(&fst);
+            rc = vf_clip_plan_make(vf_decode_frame_times(f), info->nframes, info->duration_s, &co, &plan, &fst);
+            if (rc < 0) {
+                if (sent) { rc = 0; break; } /* the readable frames make no more clips */
+                goto bad;
+            }
+            times = vf_decode_frame_times(f);
+            k = 0;
+            while (k < plan.nclips && plan.grid[k] < g) k++;
+            k--;
+            continue;
+        }
         if (rc < 0) {
             vf_tensor_unref(t);
             vf_status_prefix(&fst, "clip %lld (frames %lld..%lld)", (long long)plan.grid[k],
@@ -316,10 +346,20 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         (*nclips)++;
     }
     rc = 0;
+    if (info->damaged || lost_n) {
+        /* the clips the readable frames make were sent; say what was lost, never silently */
+        d->damaged++;
+        vf_log(ctx, VF_LOG_WARN, "damaged: %s: %s%s%lld of %lld indexed frames unreadable%s%s%s; %lld clip%s made",
+               r->path, info->damaged ? info->damage : "", info->damaged ? "; " : "", (long long)lost_n,
+               (long long)indexed, lost_n ? " (" : "", lost_n ? lost_why : "", lost_n ? ")" : "",
+               (long long)sent, sent == 1 ? "" : "s");
+    }
     goto done;
 bad:
     if (rc == VF_EBADINPUT || rc == VF_ETIMEOUT) {
-        if (sent)
+        if (lost_n && !sent)
+            snprintf(why, whyn, "%.700s (%lld indexed frames unreadable: %.500s)", fst.msg, (long long)lost_n, lost_why);
+        else if (sent)
             snprintf(why, whyn, "%.1200s (%lld earlier clip%s of this file were sent)", fst.msg,
                      (long long)sent, sent > 1 ? "s" : "");
         else
@@ -381,9 +421,10 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         vf_metric(ctx, "files", (double)done);
         vf_metric(ctx, "clips", (double)nclips);
         vf_metric(ctx, "bad", (double)bad);
+        vf_metric(ctx, "damaged", (double)d->damaged);
     }
-    vf_log(ctx, VF_LOG_INFO, "done: %lld files, %lld clips, %lld quarantined", (long long)done,
-           (long long)nclips, (long long)bad);
+    vf_log(ctx, VF_LOG_INFO, "done: %lld files, %lld clips, %lld quarantined, %lld damaged (clips kept)",
+           (long long)done, (long long)nclips, (long long)bad, (long long)d->damaged);
     vf_decode_guard_stop();
     return 0;
 fail:

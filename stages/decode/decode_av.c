@@ -50,9 +50,14 @@ struct vf_decode_file {
     bool need_reopen;        /* count mode: restart from the file's first byte */
     bool demux_eof;
     double deadline;         /* CLOCK_MONOTONIC seconds; 0 none */
+    double progress;         /* when the decoder last delivered a frame (stall watchdog) */
     bool timed_out;
+    bool stalled;            /* the interrupt callback ended I/O for lack of progress */
+    int64_t lost_from, lost_to; /* frames the last read proved unreadable; from < 0: none */
     int64_t errors;          /* decoder errors during the current read */
     char last_err[256];
+    bool pending;            /* f->pkt holds a packet the decoder has not taken yet */
+    int eof_errors;          /* decode errors while draining after the end of the file */
     char damaged[240];       /* first truncation/damage report of the demuxer during the scan */
     vf_decode_stats stats;
 };
@@ -60,7 +65,6 @@ struct vf_decode_file {
 static void note_damage(vf_decode_file *f, bool corrupt, const char *msg)
 {
     if (f->damaged[0]) return;
-    if (corrupt && f->o.err_detect < VF_DECODE_ERR_CAREFUL) return;
     snprintf(f->damaged, sizeof f->damaged, "%s: %.200s", corrupt ? "damaged container" : "truncated", msg);
     size_t k = strlen(f->damaged);
     while (k && (f->damaged[k - 1] == '\n' || f->damaged[k - 1] == ' ')) f->damaged[--k] = 0;
@@ -130,11 +134,23 @@ static double now_s(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+static bool stalled(const vf_decode_file *f, double now)
+{
+    return f->o.stall_s > 0 && f->progress > 0 && now - f->progress > f->o.stall_s;
+}
+
+/* Blocking I/O inside libav (open, probe, read) looks here: past the file's deadline,
+ * or with no frame for stall_s, it gives up and the call returns an error. */
 static int interrupt_cb(void *opaque)
 {
     vf_decode_file *f = opaque;
-    if (f->deadline > 0 && now_s() > f->deadline) {
+    double now = now_s();
+    if (f->deadline > 0 && now > f->deadline) {
         f->timed_out = true;
+        return 1;
+    }
+    if (stalled(f, now)) {
+        f->timed_out = f->stalled = true;
         return 1;
     }
     return 0;
@@ -148,6 +164,9 @@ static const char *averr(int e, char *buf, size_t n)
 
 static int timeout_fail(vf_decode_file *f, const char *when, vf_status *st)
 {
+    if (f->stalled || stalled(f, now_s()))
+        return vf_status_set(st, VF_ETIMEOUT, __FILE__, __LINE__,
+                             "stalled: no frame for %.3g s (stall_s) while %s", f->o.stall_s, when);
     return vf_status_set(st, VF_ETIMEOUT, __FILE__, __LINE__,
                          "deadline of %.3g s passed while %s", f->o.deadline_s, when);
 }
@@ -159,8 +178,9 @@ void vf_decode_opts_default(vf_decode_opts *o)
     o->threads = 2;
     o->deadline_s = 300;
     o->max_pixels = 4096 * 2304;
-    o->err_detect = VF_DECODE_ERR_CAREFUL;
+    o->err_detect = VF_DECODE_ERR_CONCEAL;
     o->sws_flags = SWS_BICUBIC;
+    o->stall_s = 10;
 }
 
 int vf_decode_filter_parse(const char *name, int *flags)
@@ -199,6 +219,9 @@ int64_t vf_decode_budget_bytes(const vf_decode_opts *o)
 
 static void close_input(vf_decode_file *f)
 {
+    if (f->pending) av_packet_unref(f->pkt);
+    f->pending = false;
+    f->demux_eof = false;
     avcodec_free_context(&f->dec);
     avformat_close_input(&f->fmt);
 }
@@ -308,7 +331,7 @@ static int scan(vf_decode_file *f, vf_status *st)
     int64_t cap = 1024, n = 0, nk = 0, capk = 64, seen = 0;
     int64_t maxf = f->o.max_frames > 0 ? f->o.max_frames : DEF_MAX_FRAMES;
     int64_t *ts = malloc(cap * sizeof *ts), *kts = malloc(capk * sizeof *kts);
-    bool missing = false, corrupt = false;
+    bool missing = false, corrupt = false, read_err = false;
     double corrupt_at = 0;
     if (!ts || !kts) VF_FAIL(st, VF_ENOMEM, "frame index allocation failed");
     for (;;) {
@@ -318,8 +341,12 @@ static int scan(vf_decode_file *f, vf_status *st)
             if (f->timed_out) { rc = timeout_fail(f, "indexing frames", st); goto fail; }
             if (n == 0)
                 VF_FAIL(st, VF_EBADINPUT, "cannot read any video packet (%s)", averr(e, eb, sizeof eb));
-            VF_FAIL(st, VF_EBADINPUT, "read error after %lld video packets: %s (truncated or corrupt)",
-                    (long long)n, averr(e, eb, sizeof eb));
+            /* the frames before the damage are still the file's: index them */
+            if (!f->info.damaged)
+                snprintf(f->info.damage, sizeof f->info.damage, "read error after %lld video packets: %s",
+                         (long long)n, averr(e, eb, sizeof eb));
+            f->info.damaged = read_err = true;
+            break;
         }
         if (f->pkt->stream_index != f->vs) {
             av_packet_unref(f->pkt);
@@ -330,8 +357,11 @@ static int scan(vf_decode_file *f, vf_status *st)
             av_packet_unref(f->pkt);
             continue;
         }
+        /* A packet without a presentation timestamp (only a decode one, as in AVIs of
+         * packed B-frames or MPEG program streams) makes the index's times unreliable:
+         * such files are read in output order, counting frames as ffmpeg does. */
         int64_t t = f->pkt->pts != AV_NOPTS_VALUE ? f->pkt->pts : f->pkt->dts;
-        if (t == AV_NOPTS_VALUE) missing = true;
+        if (f->pkt->pts == AV_NOPTS_VALUE) missing = true;
         if ((f->pkt->flags & AV_PKT_FLAG_CORRUPT) && !corrupt) {
             corrupt = true;
             corrupt_at = t != AV_NOPTS_VALUE ? t * av_q2d(f->tb) : -1;
@@ -361,16 +391,18 @@ static int scan(vf_decode_file *f, vf_status *st)
         av_packet_unref(f->pkt);
     }
     if (n == 0) VF_FAIL(st, VF_EBADINPUT, "the video stream has no packets");
-    if (f->damaged[0]) VF_FAIL(st, VF_EBADINPUT, "%s", f->damaged);
-    if (corrupt) {
-        if (corrupt_at >= 0)
-            VF_FAIL(st, VF_EBADINPUT, "video packet at %.3f s is damaged (partial or corrupt file)", corrupt_at);
-        VF_FAIL(st, VF_EBADINPUT, "a video packet is damaged (partial or corrupt file)");
-    }
+    /* Damage costs the frames it destroyed, not the file: the frames that can be read are
+     * offered (the reader proves which) and the damage is reported with the clips. */
     AVStream *vst = f->fmt->streams[f->vs];
-    if (vst->nb_frames > 0 && seen < vst->nb_frames && n < maxf)
-        VF_FAIL(st, VF_EBADINPUT, "truncated: the container declares %lld frames, %lld readable",
-                (long long)vst->nb_frames, (long long)seen);
+    if (!f->info.damaged && f->damaged[0]) snprintf(f->info.damage, sizeof f->info.damage, "%s", f->damaged);
+    else if (!f->info.damaged && corrupt && corrupt_at >= 0)
+        snprintf(f->info.damage, sizeof f->info.damage, "video packet at %.3f s is damaged", corrupt_at);
+    else if (!f->info.damaged && corrupt)
+        snprintf(f->info.damage, sizeof f->info.damage, "a video packet is damaged");
+    else if (!read_err && vst->nb_frames > 0 && seen < vst->nb_frames && n < maxf)
+        snprintf(f->info.damage, sizeof f->info.damage, "truncated: the container declares %lld frames, %lld read",
+                 (long long)vst->nb_frames, (long long)seen);
+    f->info.damaged = f->info.damage[0] != 0;
     f->n = n;
     f->ts = ts;
     ts = NULL;
@@ -442,6 +474,8 @@ int vf_decode_open(const char *path, const vf_decode_opts *o, vf_decode_file **o
     f->frm = av_frame_alloc();
     if (!f->path || !f->pkt || !f->frm) VF_FAIL(st, VF_ENOMEM, "decode: out of memory");
     if (o->deadline_s > 0) f->deadline = now_s() + o->deadline_s;
+    f->progress = now_s();
+    f->lost_from = -1;
     if (stat(path, &sb) != 0)
         VF_FAIL(st, VF_EBADINPUT, "cannot stat (%s)", strerror(errno));
     if (!S_ISREG(sb.st_mode)) VF_FAIL(st, VF_EBADINPUT, "not a regular file");
@@ -454,11 +488,14 @@ int vf_decode_open(const char *path, const vf_decode_opts *o, vf_decode_file **o
     VF_TRY(build_times(f, st));
     /* A video-only file whose header promises a longer duration than its frames cover
      * lost its tail (with other streams the header's duration may be theirs). */
-    if (f->fmt->nb_streams == 1 && f->fmt->duration > 0 && f->info.has_pts && f->n < (o->max_frames > 0 ? o->max_frames : DEF_MAX_FRAMES)) {
+    if (f->fmt->nb_streams == 1 && f->fmt->duration > 0 && f->info.has_pts && !f->info.damaged &&
+        f->n < (o->max_frames > 0 ? o->max_frames : DEF_MAX_FRAMES)) {
         double declared = f->fmt->duration / (double)AV_TIME_BASE;
-        if (f->info.duration_s < declared * 0.98 - 2 / f->info.fps)
-            VF_FAIL(st, VF_EBADINPUT, "truncated: the header declares %.3f s, frames cover %.3f s",
-                    declared, f->info.duration_s);
+        if (f->info.duration_s < declared * 0.98 - 2 / f->info.fps) {
+            f->info.damaged = true;
+            snprintf(f->info.damage, sizeof f->info.damage,
+                     "truncated: the header declares %.3f s, frames cover %.3f s", declared, f->info.duration_s);
+        }
     }
     AVStream *vst = f->fmt->streams[f->vs];
     const int32_t *dm = (const int32_t *)av_stream_get_side_data(vst, AV_PKT_DATA_DISPLAYMATRIX, NULL);
@@ -502,6 +539,37 @@ void vf_decode_get_stats(const vf_decode_file *f, vf_decode_stats *out) { *out =
 void vf_decode_deadline_extend(vf_decode_file *f, double seconds)
 {
     if (f->deadline > 0) f->deadline += seconds;
+    f->progress += seconds;
+}
+
+bool vf_decode_lost(const vf_decode_file *f, int64_t *from, int64_t *to)
+{
+    if (f->lost_from < 0) return false;
+    *from = f->lost_from;
+    *to = f->lost_to;
+    return true;
+}
+
+void vf_decode_drop(vf_decode_file *f, int64_t from, int64_t to)
+{
+    if (from < 0) from = 0;
+    if (to > f->n) to = f->n;
+    if (from >= to) return;
+    const int64_t k = to - from;
+    memmove(f->ts + from, f->ts + to, (size_t)(f->n - to) * sizeof *f->ts);
+    memmove(f->times + from, f->times + to, (size_t)(f->n - to) * sizeof *f->times);
+    f->n -= k;
+    f->info.nframes = f->n;
+    if (f->n > 0) f->info.duration_s = f->times[f->n - 1] + 1 / f->info.fps;
+    int64_t j = 0;
+    for (int64_t i = 0; i < f->nkeys; i++) {
+        if (f->keys[i] >= from && f->keys[i] < to) continue;
+        f->keys[j++] = f->keys[i] >= to ? f->keys[i] - k : f->keys[i];
+    }
+    f->nkeys = j;
+    f->next = -1; /* reposition on the next read */
+    f->need_reopen = !f->info.has_pts;
+    f->lost_from = -1;
 }
 
 /* ------------------------------------------------------------ read */
@@ -540,21 +608,42 @@ static int seek_to(vf_decode_file *f, int64_t idx, int back, vf_status *st)
         return reopen(f, st); /* an unseekable container still plays from the start */
     }
     avcodec_flush_buffers(f->dec);
+    if (f->pending) av_packet_unref(f->pkt);
+    f->pending = false;
     f->stats.seeks++;
     f->demux_eof = false;
     f->next = -1;
     return 0;
 }
 
-/* Index of a decoded frame: by timestamp (exact match in the index) or by count. */
+/* Index of a decoded frame: by count in output order, or by timestamp — the indexed
+ * frame nearest to it within half a frame interval (a decoder's timestamps may sit a
+ * fraction of a tick off the packets', in any time base). -1: none that near. */
 static int64_t frame_index(vf_decode_file *f, const AVFrame *fr, int64_t *counted)
 {
     if (!f->info.has_pts) return (*counted)++;
     int64_t t = fr->best_effort_timestamp;
     if (t == AV_NOPTS_VALUE) t = fr->pts;
-    if (t == AV_NOPTS_VALUE) return -1;
-    int64_t *hit = bsearch(&t, f->ts, f->n, sizeof *f->ts, cmp_i64);
-    return hit ? hit - f->ts : -1;
+    if (t == AV_NOPTS_VALUE || f->n == 0) return -1;
+    int64_t lo = 0, hi = f->n; /* first index with ts >= t */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (f->ts[mid] < t) lo = mid + 1;
+        else hi = mid;
+    }
+    int64_t best = -1;
+    double bd = 0;
+    for (int64_t c = lo - 1; c <= lo; c++) {
+        if (c < 0 || c >= f->n) continue;
+        double d = (double)(t > f->ts[c] ? t - f->ts[c] : f->ts[c] - t);
+        if (best < 0 || d < bd) best = c, bd = d; /* ties: the earlier one */
+    }
+    /* half the interval to the neighbour on that side (the frame's own duration) */
+    int64_t nb = (double)t >= (double)f->ts[best] ? best + 1 : best - 1;
+    double half;
+    if (nb >= 0 && nb < f->n) half = 0.5 * (double)(f->ts[nb] > f->ts[best] ? f->ts[nb] - f->ts[best] : f->ts[best] - f->ts[nb]);
+    else half = 0.5 / (f->info.fps * av_q2d(f->tb));
+    return bd <= half ? best : -1;
 }
 
 static void note_err(vf_decode_file *f, const char *what, int e)
@@ -568,40 +657,86 @@ static void note_err(vf_decode_file *f, const char *what, int e)
 }
 
 /* Pulls the next decoded frame into f->frm: 0 ok, VF_EOS decoder drained, negative on
- * timeout. Demux and decode errors are noted and decoding goes on: whether they cost a
- * wanted frame is decided by the caller. */
+ * timeout or stall. The send/receive state machine of libavcodec: receive until it says
+ * EAGAIN (it wants input), then feed the next video packet; a packet the decoder will
+ * not take yet (EAGAIN: frames are waiting) is kept and offered again after the next
+ * receive, never dropped or re-sent in a loop; at the end of the file the decoder is
+ * flushed (a NULL packet) and drained to EOF. Demux and decode errors are noted and
+ * decoding goes on: whether they cost a wanted frame is decided by the caller. */
 static int pull_frame(vf_decode_file *f, vf_status *st)
 {
     for (;;) {
-        if (f->deadline > 0 && now_s() > f->deadline) return timeout_fail(f, "decoding", st);
+        double now = now_s();
+        if (f->deadline > 0 && now > f->deadline) return timeout_fail(f, "decoding", st);
+        if (stalled(f, now)) return timeout_fail(f, "decoding", st);
         int e = avcodec_receive_frame(f->dec, f->frm);
-        if (e == 0) return 0;
+        if (e == 0) {
+            f->progress = now_s();
+            return 0;
+        }
         if (e == AVERROR_EOF) return VF_EOS;
         if (e != AVERROR(EAGAIN)) {
             note_err(f, "decode error", e);
+            if (f->demux_eof && ++f->eof_errors > 64) return VF_EOS; /* a decoder that will not drain */
             continue;
         }
         if (f->demux_eof) return VF_EOS; /* cannot happen after a flush packet; be safe */
-        e = av_read_frame(f->fmt, f->pkt);
-        if (e < 0) {
-            if (f->timed_out) return timeout_fail(f, "reading", st);
-            if (e != AVERROR_EOF) note_err(f, "read error", e);
-            f->demux_eof = true;
-            avcodec_send_packet(f->dec, NULL);
-            continue;
+        if (!f->pending) {
+            e = av_read_frame(f->fmt, f->pkt);
+            if (e < 0) {
+                if (f->timed_out) return timeout_fail(f, "reading", st);
+                if (e != AVERROR_EOF) note_err(f, "read error", e);
+                f->demux_eof = true;
+                f->eof_errors = 0;
+                avcodec_send_packet(f->dec, NULL);
+                continue;
+            }
+            if (f->pkt->stream_index != f->vs) {
+                av_packet_unref(f->pkt);
+                continue;
+            }
+            f->pending = true;
         }
-        if (f->pkt->stream_index == f->vs) {
-            e = avcodec_send_packet(f->dec, f->pkt);
-            if (e < 0 && e != AVERROR(EAGAIN)) note_err(f, "decode error", e);
-        }
+        e = avcodec_send_packet(f->dec, f->pkt);
+        if (e == AVERROR(EAGAIN)) continue; /* keep the packet: receive first, then offer it again */
+        if (e < 0) note_err(f, "decode error", e);
         av_packet_unref(f->pkt);
+        f->pending = false;
     }
 }
 
-static bool frame_damaged(const vf_decode_file *f, const AVFrame *fr)
+/* True when the frame is to be dropped. A flagged frame kept (err_detect conceal, as
+ * ffmpeg keeps it) marks the file damaged instead. */
+static bool frame_damaged(vf_decode_file *f, const AVFrame *fr)
 {
-    if (f->o.err_detect < VF_DECODE_ERR_CAREFUL) return false;
-    return (fr->flags & AV_FRAME_FLAG_CORRUPT) || fr->decode_error_flags != 0;
+    bool flagged = (fr->flags & AV_FRAME_FLAG_CORRUPT) || fr->decode_error_flags != 0;
+    if (!flagged) return false;
+    if (f->o.err_detect >= VF_DECODE_ERR_CAREFUL) return true;
+    if (!f->info.damaged) {
+        int64_t ts = fr->best_effort_timestamp;
+        if (ts != AV_NOPTS_VALUE)
+            snprintf(f->info.damage, sizeof f->info.damage,
+                     "frame at %.3f s decoded with errors (concealed)", ts * av_q2d(f->tb));
+        else
+            snprintf(f->info.damage, sizeof f->info.damage, "a frame decoded with errors (concealed)");
+        f->info.damaged = true;
+    }
+    return false;
+}
+
+/* Fails the read: frames [from, to) are proven unreadable. */
+static int lost(vf_decode_file *f, int64_t from, int64_t to, vf_status *st)
+{
+    f->lost_from = from;
+    f->lost_to = to;
+    f->next = -1;
+    f->need_reopen = !f->info.has_pts;
+    const char *why = f->last_err[0] ? f->last_err : "the decoder did not deliver them";
+    if (to - from == 1)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "frame %lld (%.3f s) unreadable: %s",
+                             (long long)from, f->times[from], why);
+    return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "frames %lld..%lld (%.3f..%.3f s) unreadable: %s",
+                         (long long)from, (long long)(to - 1), f->times[from], f->times[to - 1], why);
 }
 
 int vf_decode_read(vf_decode_file *f, const int64_t *idx, int n, uint8_t *out, vf_status *st)
@@ -614,40 +749,62 @@ int vf_decode_read(vf_decode_file *f, const int64_t *idx, int n, uint8_t *out, v
             VF_FAIL(st, VF_EINVAL, "decode: frame list not increasing within [0, %lld)", (long long)f->n);
     f->errors = 0;
     f->last_err[0] = 0;
+    f->lost_from = -1;
     memset(&f->stats, 0, sizeof f->stats);
     log_take(NULL, 0);
+    f->progress = now_s();
     int64_t counted = f->next > 0 ? f->next : 0;
+    /* prev: the index last delivered, when the decoder is known to deliver prev + 1
+     * next (continuing, or from the file's start); gaps after it are unreadable frames */
+    bool known = f->next >= 0;
+    int64_t prev = f->next - 1;
     if (!f->info.has_pts) {
         if (f->need_reopen || f->next < 0 || idx[0] < f->next) {
             VF_TRY(reopen(f, st));
             counted = 0;
+            known = true, prev = -1;
         }
     } else {
         int64_t kp = key_pos(f, idx[0]);
         bool key_between = kp >= 0 && f->keys[kp] > f->next;
-        if (f->next < 0 || idx[0] < f->next || key_between) VF_TRY(seek_to(f, idx[0], 0, st));
+        if (f->next < 0 || idx[0] < f->next || key_between) {
+            VF_TRY(seek_to(f, idx[0], 0, st));
+            known = f->next == 0; /* a reopen starts at frame 0; a seek lands near a keyframe */
+            prev = -1;
+        }
     }
     int w = 0, back = 0;
-    bool fresh = f->next < 0; /* just sought: first frame tells where we landed */
+    bool fresh = !known; /* just sought: the first frame tells where we landed */
     while (w < n) {
         rc = pull_frame(f, st);
-        if (rc == VF_EOS) { rc = 0; break; }
+        if (rc == VF_EOS) {
+            rc = 0;
+            break;
+        }
         if (rc < 0) goto fail;
         f->stats.frames_decoded++;
         if (frame_damaged(f, f->frm)) {
+            /* dropped at err_detect careful: in count mode it takes no number (the next
+             * frame is the next readable one); by timestamp its slot is unreadable */
             note_err(f, "frame flagged corrupt by the decoder", 0);
-            if (!f->info.has_pts) counted++;
+            int64_t p = f->info.has_pts ? frame_index(f, f->frm, &counted) : -1;
             av_frame_unref(f->frm);
+            if (p >= 0 && known && p > prev) return lost(f, prev + 1, p + 1, st);
             continue;
         }
         if ((int64_t)f->frm->width * f->frm->height > f->o.max_pixels) {
             av_frame_unref(f->frm);
-            VF_FAIL(st, VF_EBADINPUT, "a frame of %dx%d exceeds max_pixels=%lld", f->frm->width,
+            VF_FAIL(st, VF_EBADINPUT, "frame size %dx%d exceeds max_pixels=%lld", f->frm->width,
                     f->frm->height, (long long)f->o.max_pixels);
         }
         int64_t p = frame_index(f, f->frm, &counted);
-        if (p < 0) {
+        if (p < 0 || p >= f->n) {
             note_err(f, "decoded frame with a timestamp not in the index", 0);
+            av_frame_unref(f->frm);
+            if (p >= f->n) break; /* more frames than packets (count mode): not indexed */
+            continue;
+        }
+        if (known && p <= prev) { /* a repeat of a frame already passed (timestamp jitter) */
             av_frame_unref(f->frm);
             continue;
         }
@@ -656,40 +813,41 @@ int vf_decode_read(vf_decode_file *f, const int64_t *idx, int n, uint8_t *out, v
             if (p > idx[w]) { /* landed after the wanted frame: start from an earlier keyframe */
                 av_frame_unref(f->frm);
                 if (++back > SEEK_RETRIES) {
+                    /* from the first byte: what still comes after idx[w] is all there is */
                     VF_TRY(reopen(f, st));
-                    back = SEEK_RETRIES + 1;
                     counted = 0;
-                } else {
-                    VF_TRY(seek_to(f, idx[w], back, st));
+                    known = true, prev = -1;
+                    continue;
                 }
-                fresh = true;
+                VF_TRY(seek_to(f, idx[w], back, st));
+                if (f->next == 0) { /* it went back to the first byte */
+                    counted = 0;
+                    known = true, prev = -1;
+                } else {
+                    fresh = true;
+                }
                 continue;
             }
+            known = true;
+            prev = p - 1;
         }
+        if (known && p > prev + 1) {
+            av_frame_unref(f->frm);
+            return lost(f, prev + 1, p, st);
+        }
+        prev = p;
         f->next = p + 1;
         if (p < idx[w]) {
             av_frame_unref(f->frm);
             continue;
-        }
-        if (p > idx[w]) {
-            av_frame_unref(f->frm);
-            break; /* idx[w] was never delivered */
         }
         rc = vf_decode_scaler_run(f->scaler, f->frm, out + (size_t)w * fb, st);
         av_frame_unref(f->frm);
         if (rc < 0) goto fail;
         w++;
     }
-    if (w < n) {
-        f->next = -1;
-        f->need_reopen = !f->info.has_pts;
-        VF_FAIL(st, VF_EBADINPUT, "frame %lld (%.3f s) missing: %s", (long long)idx[w],
-                f->times[idx[w]], f->last_err[0] ? f->last_err : "the stream ended before it");
-    }
-    if (!f->info.has_pts && f->errors)
-        VF_FAIL(st, VF_EBADINPUT,
-                "decode error in a file without timestamps, frame numbering unreliable: %s",
-                f->last_err);
+    if (w < n) /* the stream ended before idx[w]: nothing after the last frame is readable */
+        return lost(f, known ? prev + 1 : idx[w], f->n, st);
     return 0;
 fail:
     f->next = -1;

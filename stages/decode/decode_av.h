@@ -27,7 +27,8 @@
 
 /* err_detect levels: how hard libavcodec looks for damage. */
 enum {
-    VF_DECODE_ERR_IGNORE = 0,  /* libav defaults: concealed frames pass */
+    VF_DECODE_ERR_CONCEAL = 0, /* libav defaults: frames the decoder conceals pass, as ffmpeg
+                                  outputs them; they are reported as damage */
     VF_DECODE_ERR_CAREFUL = 1, /* crc/bitstream/careful; frames flagged corrupt are dropped */
     VF_DECODE_ERR_EXPLODE = 2, /* as careful, and any damage aborts the frame */
 };
@@ -46,6 +47,8 @@ typedef struct vf_decode_opts {
     int err_detect;            /* VF_DECODE_ERR_* */
     int sws_flags;             /* SWS_BICUBIC, ... (vf_decode_filter_parse) */
     double fps_hint;           /* frame rate for files without timestamps; 0 = from stream */
+    double stall_s;            /* no frame out of the decoder for this long: the file is
+                                  stalled (VF_ETIMEOUT); <= 0: none */
 } vf_decode_opts;
 
 /* Defaults: 256x256, 2 threads, 300 s, 4096x2304 pixels, careful, bicubic. */
@@ -60,7 +63,11 @@ typedef struct vf_decode_info {
     double fps;                /* source frame rate (average) */
     int64_t nframes;           /* frames indexed */
     double duration_s;         /* first frame start to last frame end */
-    bool has_pts;              /* false: frames numbered in output order */
+    bool has_pts;              /* false: frames numbered in output order (a stream whose
+                                  packets lack presentation timestamps) */
+    bool damaged;              /* the container is truncated or damaged (damage says how):
+                                  the frames it has are indexed and offered */
+    char damage[240];
     int audio_streams;         /* other streams are ignored; counted for reports */
     char codec[32];
     char pix_fmt[32];
@@ -86,9 +93,20 @@ const double *vf_decode_frame_times(const vf_decode_file *f);
 /* Decodes frames idx[0..n) (presentation indices, strictly increasing, < nframes) into
  * out: n frames of (out_h, out_w, 3) u8 RGB, contiguous, caller-owned. Reads in
  * increasing order continue decoding where the last one stopped; others seek. On
- * failure the contents of out are unspecified. */
+ * failure the contents of out are unspecified.
+ *
+ * Indexed frames the decoder proves unreadable — it went from one frame to a later one
+ * without delivering those between, ended before them, or flagged them corrupt (at
+ * err_detect careful) — fail the read with VF_EBADINPUT and are reported by
+ * vf_decode_lost: the caller drops them (vf_decode_drop) and plans its clips again over
+ * the frames that can be read, as ffmpeg would count them. */
 int vf_decode_read(vf_decode_file *f, const int64_t *idx, int n, uint8_t *out,
                    vf_status *st);
+/* After a failed read: true when it proved frames [*from, *to) unreadable. */
+bool vf_decode_lost(const vf_decode_file *f, int64_t *from, int64_t *to);
+/* Removes frames [from, to) from the index (times and numbering of later frames
+ * follow); the next read repositions the decoder. */
+void vf_decode_drop(vf_decode_file *f, int64_t from, int64_t to);
 
 /* Moves the file's deadline later by `seconds`: time spent outside the decoder (a
  * blocked send downstream) does not count against the file. */

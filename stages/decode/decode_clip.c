@@ -64,9 +64,9 @@ int vf_clip_plan_make(const double *times, int64_t n, double duration_s,
     if (o->fps <= 0) {
         int64_t span = vf_clip_span(o), step = (int64_t)T * o->stride, avail = b - a;
         if (avail < span)
-            VF_FAIL(st, VF_EBADINPUT, "too short: %lld frames%s, a clip of %d frames at stride %d needs %lld",
+            VF_FAIL(st, VF_EBADINPUT, "too short: %lld frames readable%s, %lld needed (a clip of %d frames at stride %d)",
                     (long long)avail, (o->start_s > 0 || o->end_s > 0) ? " in the window" : "",
-                    T, o->stride, (long long)span);
+                    (long long)span, T, o->stride);
         ngrid = (avail - span) / step + 1;
         grid = malloc(ngrid * sizeof *grid);
         if (!grid) VF_FAIL(st, VF_ENOMEM, "decode: clip plan of %lld clips", (long long)ngrid);

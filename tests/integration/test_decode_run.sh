@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_decode_run.sh — `vflow run` of decode -> null_sink over a directory mixing good
 # videos with bad ones (corrupt, truncated, zero bytes, text renamed .mp4, audio only,
-# too short): every bad file lands in quarantine.jsonl with a reason, every good one
-# gives its clips (null_sink checks the exact count), exit 0; workers = 2 splits the
+# too short): every file gives exactly the clips that ffprobe's readable frames make
+# (null_sink checks the total), damaged ones are logged as such, the files with no clip
+# land in quarantine.jsonl with a reason, exit 0; workers = 2 splits the
 # files between two decode processes; max_bad_fraction aborts with exit 1 and a message
 # naming the fraction; a missing manifest or contradictory params exit 2; a decoder that
 # hangs inside libav or crashes (simulated with VFLOW_FAULT_DECODE) fails the run naming
@@ -61,16 +62,31 @@ end
 return p
 EOF
 
-# 1. mixed directory: exit 0, exact clip count, every bad file quarantined with a reason
+# the reference: clips of 8 frames that ffprobe's readable frames make, per file
+readable() { ffprobe -v error -select_streams v:0 -count_frames -show_entries stream=nb_read_frames \
+  -of csv=p=0 "$1" 2>/dev/null | head -1 | tr -dc 0-9; }
+total=0; damaged_clips=0
+for f in "$v"/*; do
+  n=$(readable "$f" || true); n=${n:-0}
+  total=$(( total + n / 8 ))
+  case "$(basename "$f")" in truncated.mp4|corrupt.mkv) damaged_clips=$(( damaged_clips + n / 8 ));; esac
+done
+[ "$damaged_clips" -gt 0 ] || fail "the damaged files should keep readable frames (ffprobe reads none)"
+echo "ffprobe's frames make $total clips ($damaged_clips from the damaged files)"
+
+# 1. mixed directory: exit 0, exact clip count, the files without a clip quarantined
 rc=0
-"$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set expect=7 --run-dir "$tmp/r1" >"$tmp/out1" 2>&1 || rc=$?
+"$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set expect=$total --run-dir "$tmp/r1" >"$tmp/out1" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/out1"; fail "mixed directory: exit $rc, want 0"; }
+grep -q "damaged: .*truncated.mp4" "$tmp/r1/run.log" || { cat "$tmp/r1/run.log"; fail "truncated.mp4: damage not logged"; }
+grep -q "damaged: .*corrupt.mkv" "$tmp/r1/run.log" || fail "corrupt.mkv: damage not logged"
+grep -q '"damaged"' "$tmp/r1/metrics.jsonl" || fail "metrics lack damaged"
 "$PY" - "$tmp/r1/quarantine.jsonl" "$v" <<'EOF' || fail "quarantine.jsonl content"
 import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 got = {os.path.basename(r["path"]): r["reason"] for r in rows}
-want = {"truncated.mp4": "truncated", "corrupt.mkv": "", "zero.mp4": "empty",
-        "notes.mp4": "not a media file", "audio_only.mp4": "audio only", "too_short.mp4": "too short"}
+want = {"zero.mp4": "empty", "notes.mp4": "not a media file", "audio_only.mp4": "no video stream",
+        "too_short.mp4": "5 frames readable, 8 needed"}
 ok = True
 for name, word in want.items():
     if name not in got:
@@ -92,13 +108,13 @@ rc=0
 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set workers=2 --run-dir "$tmp/r2" >"$tmp/out2" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/out2"; fail "workers=2: exit $rc"; }
 n=$(wc -l < "$tmp/r2/quarantine.jsonl")
-[ "$n" -eq 6 ] || fail "workers=2: $n quarantined, want 6"
+[ "$n" -eq 4 ] || fail "workers=2: $n quarantined, want 4"
 grep -q '"stage":"decode_0"' "$tmp/r2/quarantine.jsonl" && grep -q '"stage":"decode_1"' "$tmp/r2/quarantine.jsonl" \
   || fail "workers=2: both instances should have quarantined files"
 clips=$(grep -E '^ +decode_[01] ' "$tmp/out2" | awk '{ s += $4 } END { print s }')
-[ "$clips" = 7 ] || { cat "$tmp/out2"; fail "workers=2: $clips clips, want 7"; }
+[ "$clips" = $total ] || { cat "$tmp/out2"; fail "workers=2: $clips clips, want $total"; }
 
-# 3. max_bad_fraction: 6 of 9 bad > 0.3 -> exit 1 with the fraction in the message
+# 3. max_bad_fraction: 4 of 9 bad > 0.3 -> exit 1 with the fraction in the message
 rc=0
 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set max_bad=0.3 --run-dir "$tmp/r3" >"$tmp/out3" 2>&1 || rc=$?
 [ $rc -eq 1 ] || { cat "$tmp/out3"; fail "max_bad_fraction: exit $rc, want 1"; }
@@ -124,7 +140,7 @@ grep -q "good_mpeg4.avi: decoder hung" "$tmp/out6" || { cat "$tmp/out6"; fail "h
 grep -q "good_mpeg4.avi" "$tmp/r6/decode_fatal.jsonl" || fail "hang: not recorded"
 rc=0
 VFLOW_FAULT_DECODE=hang:good_mpeg4.avi "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set deadline=1 \
-  --set expect=5 --run-dir "$tmp/r6" >"$tmp/out7" 2>&1 || rc=$?
+  --set expect=$(( total - 2 )) --run-dir "$tmp/r6" >"$tmp/out7" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/out7"; fail "rerun after hang: exit $rc, want 0"; }
 grep -q 'good_mpeg4.avi","reason":"skipped' "$tmp/r6/quarantine.jsonl" || fail "rerun after hang: not skipped"
 
@@ -136,7 +152,7 @@ VFLOW_FAULT_DECODE=crash:good_h264.mp4 "$VFLOW_BIN" run "$tmp/p.lua" --set sourc
 grep -q "SIGSEGV" "$tmp/out8" || { cat "$tmp/out8"; fail "crash: signal not reported"; }
 grep -q 'good_h264.mp4.*decoder crashed (SIGSEGV)' "$tmp/r8/decode_fatal.jsonl" || fail "crash: not recorded"
 rc=0
-VFLOW_FAULT_DECODE=crash:good_h264.mp4 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set expect=4 \
+VFLOW_FAULT_DECODE=crash:good_h264.mp4 "$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set expect=$(( total - 3 )) \
   --run-dir "$tmp/r8" >"$tmp/out9" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/out9"; fail "rerun after crash: exit $rc, want 0"; }
 echo "ok"

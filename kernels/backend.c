@@ -22,11 +22,23 @@ const vf_op_info vf_ops[] = {
 const int vf_nops = (int)(sizeof vf_ops / sizeof vf_ops[0]);
 
 /* The op table is the tail of struct vf_backend, all function pointers: the list must
- * name as many ops as the struct has (test_ops_backend.c checks they are its members in
- * order). */
+ * name as many ops as the struct has, and entry i must be the struct's op member i, so
+ * a member missing from the list, an extra or misspelt entry, or a different order
+ * stops the build here (test_ops_backend.c checks the same at run time). */
 _Static_assert(sizeof vf_ops / sizeof vf_ops[0] ==
                    (sizeof(vf_backend) - offsetof(vf_backend, alloc)) / sizeof(void (*)(void)),
                "kernels/ops_list.h must list every op of struct vf_backend");
+enum {
+#define VF_OP_INDEX(name, family) VF_OP_INDEX_##name,
+    VF_OPS(VF_OP_INDEX)
+#undef VF_OP_INDEX
+};
+#define VF_OP_AT_INDEX(name, family)                                                      \
+    _Static_assert(offsetof(vf_backend, name) ==                                          \
+                       offsetof(vf_backend, alloc) + VF_OP_INDEX_##name * sizeof(void (*)(void)), \
+                   "kernels/ops_list.h: op " #name " is not listed in struct vf_backend's order");
+VF_OPS(VF_OP_AT_INDEX)
+#undef VF_OP_AT_INDEX
 
 void (*vf_op_fn(const vf_backend *be, const vf_op_info *op))(void)
 {

@@ -9,10 +9,11 @@
  * xfer_cuda.c (device transports), common.cuh.
  *
  * What iterates the list: vf_ops[] (kernels/backend.c) names every member with its
- * offset, with a static check that the list covers the whole table; test_ops_backend.c
- * checks each op by name in the CPU table; tests/gpu/test_cuda_ops.c compares each op on
- * the GPU with the CPU op and fails, naming the op, when one has no comparison (the
- * check runs on every CI machine through tests/unit/test_gpu_harness.sh).
+ * offset, with static checks that the list is the table's members, all of them and in
+ * order (a drift stops the build); test_ops_backend.c checks each op by name in the CPU
+ * table; tests/gpu/test_cuda_ops.c compares each op on the GPU with the CPU op and
+ * fails, naming the op, when one has no comparison (the check runs on every CI machine
+ * through tests/unit/test_gpu_harness.sh).
  *
  * Adding an op: the member in struct vf_backend, a line here, the kernels in both
  * family files, the entries of both backends' tables, a finite-difference test and a

@@ -650,7 +650,7 @@ int main(void)
     const char *on_cpu = getenv("VFLOW_GPU_TEST_ON_CPU");
     if (on_cpu && atoi(on_cpu)) {
         G = vf_backend_cpu();
-    C = vf_backend_cpu();
+        C = vf_backend_cpu();
         return vf_test_main();
     }
 #ifndef VFLOW_HAVE_CUDA

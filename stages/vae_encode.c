@@ -166,8 +166,17 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
     const char *ls[4] = {"", tsym, hsym, wsym};
     vf_port_tensor(o, "latent", VF_DTYPE_F32, 4, ld, ls);
     if (vf_param_bool(p, "logvar")) vf_port_tensor(o, "logvar", VF_DTYPE_F32, 4, ld, ls);
-    /* Metadata passes through, plus the hash and the affine. */
+    /* Metadata passes through, plus the hash and the affine; so does a caption's text
+     * embedding (formats/cache_format.h), untouched. */
     const vf_port_spec *up = upstream ? vf_port_find(upstream, "in") : NULL;
+    for (int i = 0; up && i < up->ntensors; i++)
+        if (!strcmp(up->t[i].name, VF_CACHE_TEXT_TENSOR)) {
+            const vf_tensor_spec *t = &up->t[i];
+            const char *sym[VF_MAX_DIMS];
+            for (int d = 0; d < t->ndim; d++) sym[d] = t->sym[d];
+            vf_port_tensor(in, t->name, t->dtype, t->ndim, t->dims, sym);
+            vf_port_tensor(o, t->name, t->dtype, t->ndim, t->dims, sym);
+        }
     in->meta_bytes = up ? up->meta_bytes : 0;
     o->meta_bytes = up && up->meta_bytes ? up->meta_bytes + 256 : 0;
 fail:
@@ -299,11 +308,13 @@ static int is_cached(vae_state *v, const vf_item *it, bool *hit, vf_status *st)
     *hit = false;
     if (!v->cache) return 0;
     if (v->keying == VF_CACHE_KEY_ID) {
-        vf_cache_key_of_id(vf_item_id(it), key);
+        if (vf_cache_key_of_item(it, VF_CACHE_KEY_ID, key, st) < 0) return st->code;
     } else {
         const char *src = vf_item_str(it, "source"), *tf = vf_item_str(it, "transform");
         if (!src || !tf || vf_item_num(it, "clip", &clip) != 0) return 0;
-        vf_cache_key(src, (int64_t)clip, tf, vf_vae_hash(v->m), key);
+        char th[VF_CACHE_KEY_LEN + 1];
+        vf_cache_item_text_hash(it, th);
+        vf_cache_key_text(src, (int64_t)clip, tf, vf_vae_hash(v->m), th, key);
     }
     int rc = vf_lmdb_exists(v->cache, key, VF_CACHE_KEY_LEN, hit, st);
     if (rc < 0) vf_status_prefix(st, "vae_encode: skip_cached: item '%s'", vf_item_id(it));

@@ -65,6 +65,11 @@ static void key_of_id_text(const char *id, const char *text_hash, char out[VF_CA
 
 void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]) { key_of_id_text(id, NULL, out); }
 
+void vf_cache_vae_id(const char *vae_hash, const char *norm, char out[VF_CACHE_KEY_LEN + 1])
+{
+    to_hex(fnv_field(fnv_field(fnv_field(fnv_basis(), "vflow-vae-norm/1"), vae_hash), norm), out);
+}
+
 void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1])
 {
     char shape[64];
@@ -287,6 +292,23 @@ int vf_cache_meta_count_text(vf_json *meta, int64_t L, int64_t D, int64_t bytes,
                              (long long)D, (long long)have);
     if (bump(meta, "texts", 1) || bump(meta, "text_bytes", bytes) || vf_json_set(meta, "text_dim", vf_json_int(D)) ||
         (L > vf_json_get_int(meta, "text_max_len", 0) && vf_json_set(meta, "text_max_len", vf_json_int(L))))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    return 0;
+}
+
+int vf_cache_meta_note_norm(vf_json *meta, const char *vae, const char *norm, vf_status *st)
+{
+    vf_json *all = vf_json_get(meta, "latent_norm");
+    if (all && vf_json_get(all, vae)) return 0;
+    vf_json *n = vf_json_parse(norm, st);
+    if (!n) return st ? st->code : VF_EINVAL;
+    if (!all) {
+        if (vf_json_set(meta, "latent_norm", vf_json_obj()) || !(all = vf_json_get(meta, "latent_norm"))) {
+            vf_json_free(n);
+            return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+        }
+    }
+    if (vf_json_set(all, vae, n))
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
     return 0;
 }

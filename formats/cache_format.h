@@ -60,6 +60,15 @@ int vf_cache_keying_parse(const char *s, vf_cache_keying *out); /* 0 or VF_EINVA
 void vf_cache_key(const char *source, int64_t clip, const char *transform, const char *vae,
                   char out[VF_CACHE_KEY_LEN + 1]);
 void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]);
+/* The "vae" provenance of latents normalised per channel: the 32 hex chars of the hash
+ * of "vflow-vae-norm/1\0" vae_hash "\0" norm "\0" (norm: the stage's
+ * {"mean":[…],"std":[…]} text), so the same weights under another normalisation never
+ * share a key. */
+void vf_cache_vae_id(const char *vae_hash, const char *norm, char out[VF_CACHE_KEY_LEN + 1]);
+/* Records in the summary the normalisation (JSON text) the latents of VAE `vae` got:
+ * "latent_norm":{"<vae>":{"mean":[…],"std":[…]}}. 0, VF_ENOMEM, or VF_EINVAL when
+ * the text is not JSON. */
+int vf_cache_meta_note_norm(vf_json *meta, const char *vae, const char *norm, vf_status *st);
 /* The 32 hex chars of a text embedding's content hash (t: bf16 (L, D) host tensor). */
 void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1]);
 /* Entry key with an optional text hash (NULL = none, then equal to vf_cache_key). */

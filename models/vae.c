@@ -402,20 +402,27 @@ int vf_vae_load(vf_vae *m, const char *path, vf_status *st)
 {
     int rc = 0;
     vf_st_file *f = NULL;
+    char file[4300];
     float *host = vf_alloc(sizeof(float) * (size_t)m->max_numel, st);
     if (!host) VF_FAIL(st, VF_ENOMEM, "vae: out of memory for load staging");
-    VF_TRY(vf_st_open(path, &f, st));
+    VF_TRY(vf_vae_weights_file(path, &m->cfg, file, sizeof file, st));
+    VF_TRY(vf_st_open(file, &f, st));
+    /* diffusers names: the file says so by its first convolution */
+    bool diffusers = vf_st_find(f, "encoder.conv_in.weight") != NULL;
     hash128 h;
     hash_begin(m, &h);
     for (int i = 0; i < m->np; i++) {
         const vf_vae_param *p = &m->tab[i];
         const vf_st_tensor *t;
-        VF_TRY(vf_st_expect(f, p->name, p->ndim, p->shape, &t, st));
-        VF_TRY(vf_st_read_f32(f, p->name, host, p->numel, st));
+        char name[2 * VF_VAE_NAME_MAX];
+        if (diffusers) vf_vae_diffusers_name(p->name, name, sizeof name);
+        else snprintf(name, sizeof name, "%s", p->name);
+        VF_TRY(vf_st_expect(f, name, p->ndim, p->shape, &t, st));
+        VF_TRY(vf_st_read_f32(f, name, host, p->numel, st));
         for (int64_t e = 0; e < p->numel; e++)
             if (!isfinite(host[e]))
                 VF_FAIL(st, VF_EBADINPUT, "%s: tensor %s: element %" PRId64 " is not finite",
-                        path, p->name, e);
+                        file, name, e);
         hash_param(&h, p, host);
         m->be->upload(m->be, param_ptr(m, i), host, p->numel, m->be->act_dtype);
     }

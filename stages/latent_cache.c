@@ -7,7 +7,8 @@
  * its CRC32C). A key that already exists is skipped and counted: a rerun of a killed
  * precompute redoes only what was never committed. Records are committed `commit_every`
  * at a time in one durable write txn, together with the updated "__meta__" summary
- * (entries, bytes, latent shapes, VAE hashes), so the summary stays exact whatever
+ * (entries, bytes, latent shapes, VAE hashes, the per-channel normalisation of each
+ * VAE's latents), so the summary stays exact whatever
  * moment the writer is killed at. The map grows by doubling when full (lmdb_store.c).
  *
  * An item that carries "text_emb" bf16 (L, D) (its caption's text embedding) has it
@@ -59,6 +60,8 @@ struct vf_latent_writer {
     pending *pend; /* 2 × commit_every: what the summary needs of each queued record */
     int npend_entries;                 /* entries (not text records) queued */
     int64_t text_dim;                  /* width of the cache's text embeddings; 0 = none yet */
+    int nnorms;                        /* per-channel normalisations seen ("latent_norm") */
+    char **norm_vae, **norm_text;      /* nnorms each: recorded in the summary per VAE */
     int64_t written, skipped, commits, texts;
     int64_t last_entries, last_texts;  /* stored by the last commit (set in update_meta) */
 };
@@ -70,6 +73,12 @@ void vf_latent_writer_close(vf_latent_writer *w)
     if (!w) return;
     vf_lmdb_batch_free(w->batch);
     vf_lmdb_close(w->db);
+    for (int i = 0; i < w->nnorms; i++) {
+        free(w->norm_vae[i]);
+        free(w->norm_text[i]);
+    }
+    free(w->norm_vae);
+    free(w->norm_text);
     free(w->pend);
     free(w);
 }
@@ -133,6 +142,7 @@ static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batc
         if (rc == 0 && pd->has_text) rc = vf_cache_meta_count_text_entry(meta, st);
         w->last_entries++;
     }
+    for (int i = 0; i < w->nnorms && rc == 0; i++) rc = vf_cache_meta_note_norm(meta, w->norm_vae[i], w->norm_text[i], st);
     if (rc == 0) rc = vf_cache_meta_write(db, txn, meta, st);
     vf_json_free(meta);
     return rc;
@@ -148,6 +158,27 @@ int vf_latent_writer_flush(vf_latent_writer *w, vf_status *st)
     w->texts += w->last_texts;
     w->npend_entries = 0;
     w->commits++;
+    return 0;
+}
+
+/* Remembers the per-channel normalisation the item's VAE applied, for the summary. */
+static int note_norm(vf_latent_writer *w, const vf_item *it, vf_status *st)
+{
+    const char *vae = vf_item_str(it, "vae"), *norm = vf_item_str(it, "latent_norm");
+    if (!vae || !norm) return 0;
+    for (int i = 0; i < w->nnorms; i++)
+        if (!strcmp(w->norm_vae[i], vae)) return 0;
+    char **a = realloc(w->norm_vae, sizeof *a * (size_t)(w->nnorms + 1));
+    if (a) w->norm_vae = a;
+    char **b = a ? realloc(w->norm_text, sizeof *b * (size_t)(w->nnorms + 1)) : NULL;
+    if (b) w->norm_text = b;
+    char *x = b ? strdup(vae) : NULL, *y = x ? strdup(norm) : NULL;
+    if (!y) {
+        free(x);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", vf_lmdb_path(w->db));
+    }
+    w->norm_vae[w->nnorms] = x;
+    w->norm_text[w->nnorms++] = y;
     return 0;
 }
 
@@ -211,6 +242,7 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
         w->skipped++;
         goto fail; /* rc == 0: done with the item */
     }
+    VF_TRY(note_norm(w, it, st));
     bool has_text = vf_item_get(it, VF_CACHE_TEXT_TENSOR) != NULL;
     if (has_text) VF_TRY(put_text(w, it, st));
     size_t need = vf_item_encoded_size(it), len = 0;

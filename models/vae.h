@@ -148,6 +148,9 @@ int vf_vae_weights_file(const char *path, const vf_vae_config *c, char *file, si
  * is not a directory or records none. VF_EBADINPUT naming the file and key when a list
  * is not z numbers. */
 int vf_vae_config_norm(const char *path, int z, float *mean, float *std, bool *found, vf_status *st);
+/* Wan's per-channel latent normalisation, in place on one clip's latent (z, plane):
+ * lat[c][i] = (lat[c][i] - mean[c]) / std[c]. */
+void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, const float *std);
 /* Writes the weights as an F32 safetensors file (metadata "vflow.vae" = config text). */
 int vf_vae_save(vf_vae *m, const char *path, vf_status *st);
 /* 32 hex chars: hash of the config text (latent scale/shift included: they change the

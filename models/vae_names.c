@@ -1,7 +1,7 @@
 /* vae_names.c — where the VAE's weights come from: the original Wan names (the table of
  * vae.h; ComfyUI's wan_2.1_vae.safetensors), diffusers' AutoencoderKLWan names, or a
  * diffusers model directory (config.json + diffusion_pytorch_model.safetensors), and
- * the latent normalisation a diffusers config records (see vae.h). */
+ * the latent normalisation a diffusers config records and its application (see vae.h). */
 #include "models/vae.h"
 #include "runtime/json.h"
 
@@ -168,4 +168,10 @@ int vf_vae_config_norm(const char *path, int z, float *mean, float *std, bool *f
 fail:
     vf_json_free(j);
     return rc;
+}
+
+void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, const float *std)
+{
+    for (int64_t c = 0; c < z; c++)
+        for (int64_t i = c * plane; i < (c + 1) * plane; i++) lat[i] = (lat[i] - mean[c]) / std[c];
 }

@@ -458,8 +458,8 @@ static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
         const float *src = v->mean + b * per;
         int64_t plane = per / z; /* T'·h·w values per channel */
         if (v->nmean) {
-            for (int64_t c = 0; c < z; c++)
-                for (int64_t i = c * plane; i < (c + 1) * plane; i++) d[i] = (src[i] - v->nmean[c]) / v->nstd[c];
+            memcpy(d, src, sizeof(float) * (size_t)per);
+            vf_vae_normalise(d, z, plane, v->nmean, v->nstd);
         } else {
             for (int64_t i = 0; i < per; i++) d[i] = (src[i] - sh) * sc;
         }

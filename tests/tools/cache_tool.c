@@ -14,12 +14,16 @@
  *   cache_tool idkeys FROM TO                keys of item ids "FROM" … "TO-1" (key = "id")
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
  *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
- *       one line per batch: "<cursor>\t<keys>"
+ *                     [--text-len L] [--text-dim D] [--dump DIR]
+ *       one line per batch: "<cursor>\t<keys>"; --dump writes each batch's tensors
+ *       (latent, text, text_len, and text_emb when the cache has embeddings) to
+ *       DIR/batch_<n>.safetensors, metadata "keys"
  *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
  */
 #include "stages/latent_cache.h"
 #include "stages/latent_reader.h"
 #include "cli/cli.h"
+#include "formats/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,7 +157,8 @@ int main(int argc, char **argv)
             .shard = k,
             .nshards = K,
             .drop_last = !flag(argc, argv, "--keep-last"),
-            .text_len = 16,
+            .text_len = atoi(opt(argc, argv, "--text-len", "16")),
+            .text_dim = atoll(opt(argc, argv, "--text-dim", "0")),
             .cursor = opt(argc, argv, "--cursor", NULL),
             .skip_bad = flag(argc, argv, "--skip-bad"),
         };
@@ -166,6 +171,20 @@ int main(int argc, char **argv)
             if (rc == VF_EOS) break;
             if (rc) return die(&st);
             printf("%s\t%s\n", vf_item_str(it, "cursor"), vf_item_str(it, "keys"));
+            const char *dump = opt(argc, argv, "--dump", NULL);
+            if (dump) {
+                char f[4200];
+                snprintf(f, sizeof f, "%s/batch_%ld.safetensors", dump, b);
+                vf_st_writer *w = vf_st_writer_new(&st);
+                static const char *const names[] = {"latent", "text", "text_len", "text_emb"};
+                for (int i = 0; w && i < 4; i++)
+                    if (vf_item_get(it, names[i]) && vf_st_writer_add_tensor(w, names[i], vf_item_get(it, names[i]), &st))
+                        return die(&st);
+                if (!w || vf_st_writer_meta(w, "keys", vf_item_str(it, "keys"), &st) ||
+                    vf_st_writer_save(w, f, 0, NULL, &st))
+                    return die(&st);
+                vf_st_writer_free(w);
+            }
             vf_item_free(it);
         }
         vf_latent_reader_close(r);

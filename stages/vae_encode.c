@@ -68,7 +68,8 @@ static const vf_param_spec vae_params[] = {
      "\"temporal_downsample\":[0,1,1],\"z_dim\":4,\"eps\":1e-12,\"scale\":1.0,\"shift\":0.0}",
      VF_ANY, "VAE preset (vf.models.vae \"tiny\" | \"wan\")", NULL, model_fields},
     {"weights", VF_P_STR, "null", VF_ANY,
-     "safetensors file of the encoder (names in models/vae.h); absent = seeded init"},
+     "the VAE: safetensors file (Wan's original or diffusers' names) or a diffusers AutoencoderKLWan "
+     "directory (models/vae.h); absent = seeded init"},
     {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "seed of the init without weights"},
     {"micro_batch", VF_P_INT, "1", VF_RANGE(1, 256), "clips per forward"},
     {"chunk", VF_P_INT, "4", VF_RANGE(1, 4096),

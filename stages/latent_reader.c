@@ -6,12 +6,14 @@
  * stay in memory; records are read one at a time inside a short read txn per batch and
  * copied into the batch tensors, so memory is the key list plus one batch.
  *
- * Text embeddings: when the cache holds them ("text_dim" in its summary), every entry
- * must reference one, and each batch also carries "text_emb" f32 (B, text_len, D): the
- * entry's bf16 record widened to f32 (exact), rows at and past its L zero, as Wan's
- * pipeline pads the umT5 output; "text_len" then holds each L. A width other than the
- * `text_dim` asked for, an embedding longer than text_len, or entries without one are
- * refused at open (exit 2), before any batch.
+ * Text embeddings: with text_dim = D > 0 (a model conditioned on embeddings) the cache
+ * must hold them ("text_dim" D in its summary, every entry referencing one), and each
+ * batch also carries "text_emb" f32 (B, text_len, D): the entry's bf16 record widened to
+ * f32 (exact), rows at and past its L zero, as Wan's pipeline pads the umT5 output;
+ * "text_len" then holds each L. A cache without embeddings or of another width, an
+ * embedding longer than text_len, or entries without one are refused by `ports` (so at
+ * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
+ * serves caption bytes only, whatever the cache holds.
  */
 #include "stages/latent_reader.h"
 #include "runtime/philox.h"
@@ -185,21 +187,48 @@ static int cache_text(vf_lmdb *db, MDB_txn *txn, int64_t *dim, int64_t *max_len,
     return 0;
 }
 
-int vf_latent_cache_text_info(const char *path, int64_t *dim, int64_t *max_len, vf_status *st)
+/* The reader's refusals of a cache's text embeddings (want_dim: the param; 0 = any). */
+static int check_text(const char *path, int64_t dim, int64_t max_len, int64_t missing, int64_t want_dim,
+                      int64_t text_len, vf_status *st)
+{
+    int rc = 0;
+    if (want_dim > 0 && dim == 0)
+        VF_FAIL(st, VF_EBADINPUT, "%s: the cache holds no text embeddings (tensor \"text_emb\"); text_dim = %lld asks for "
+                "them: precompute with a manifest column text_emb (docs/PRECOMPUTE.md)", path, (long long)want_dim);
+    if (!dim) return 0;
+    if (want_dim > 0 && want_dim != dim)
+        VF_FAIL(st, VF_EBADINPUT, "%s: tensor \"text_emb\" has width %lld in the cache; the model takes text_dim %lld",
+                path, (long long)dim, (long long)want_dim);
+    if (max_len > text_len)
+        VF_FAIL(st, VF_EBADINPUT, "%s: tensor \"text_emb\": the cache holds embeddings of %lld rows, longer than "
+                "text_len %lld", path, (long long)max_len, (long long)text_len);
+    if (missing)
+        VF_FAIL(st, VF_EBADINPUT, "%s: %lld entries have no text embedding (tensor \"text_emb\") in a cache of "
+                "embeddings: write such clips to a cache of their own", path, (long long)missing);
+fail:
+    return rc;
+}
+
+static int text_info(const char *path, int64_t *dim, int64_t *max_len, int64_t *missing, vf_status *st)
 {
     int rc = 0;
     vf_lmdb *db = NULL;
     MDB_txn *txn = NULL;
-    int64_t missing;
     vf_lmdb_opts ro = {.readonly = true};
-    *dim = *max_len = 0;
+    *dim = *max_len = *missing = 0;
     VF_TRY(vf_lmdb_open(path, &ro, &db, st));
     VF_TRY(vf_lmdb_read_begin(db, &txn, st));
-    VF_TRY(cache_text(db, txn, dim, max_len, &missing, st));
+    VF_TRY(cache_text(db, txn, dim, max_len, missing, st));
 fail:
     if (txn) mdb_txn_abort(txn);
     vf_lmdb_close(db);
     return rc;
+}
+
+int vf_latent_cache_text_info(const char *path, int64_t *dim, int64_t *max_len, vf_status *st)
+{
+    int64_t missing;
+    return text_info(path, dim, max_len, &missing, st);
 }
 
 int vf_latent_cache_probe(const char *path, int64_t shape[4], int64_t *entries, vf_status *st)
@@ -275,20 +304,9 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
     r->per = r->shape[0] * r->shape[1] * r->shape[2] * r->shape[3];
     int64_t tmax, tmissing;
-    VF_TRY(cache_text(r->db, r->txn, &r->text_dim, &tmax, &tmissing, st));
-    if (o->text_dim > 0 && r->text_dim == 0)
-        VF_FAIL(st, VF_EBADINPUT, "%s: the cache holds no text embeddings (tensor \"text_emb\"); text_dim = %lld asks for "
-                "them: precompute with a manifest column text_emb (docs/PRECOMPUTE.md)", r->path, (long long)o->text_dim);
-    if (r->text_dim) {
-        if (o->text_dim > 0 && o->text_dim != r->text_dim)
-            VF_FAIL(st, VF_EBADINPUT, "%s: tensor \"text_emb\" has width %lld in the cache; the model takes text_dim %lld",
-                    r->path, (long long)r->text_dim, (long long)o->text_dim);
-        if (tmax > o->text_len)
-            VF_FAIL(st, VF_EBADINPUT, "%s: tensor \"text_emb\": the cache holds embeddings of %lld rows, longer than "
-                    "text_len %d", r->path, (long long)tmax, o->text_len);
-        if (tmissing)
-            VF_FAIL(st, VF_EBADINPUT, "%s: %lld entries have no text embedding (tensor \"text_emb\") in a cache of "
-                    "embeddings: write such clips to a cache of their own", r->path, (long long)tmissing);
+    if (o->text_dim > 0) { /* the model takes embeddings: the cache's must fit it */
+        VF_TRY(cache_text(r->db, r->txn, &r->text_dim, &tmax, &tmissing, st));
+        VF_TRY(check_text(r->path, r->text_dim, tmax, tmissing, o->text_dim, o->text_len, st));
     }
     VF_TRY(list_keys(r, st));
     mdb_txn_reset(r->txn);
@@ -501,7 +519,7 @@ static const vf_param_spec reader_params[] = {
     {"text_len", VF_P_INT, "64", VF_RANGE(1, 65536),
      "caption bytes kept as i32 tokens; rows of \"text_emb\" (embeddings zero-padded to it)", NULL, NULL},
     {"text_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
-     "width of the text embeddings the model takes: the cache must hold them; 0 = emit them if it does", NULL, NULL},
+     "width of the text embeddings the model takes: emit \"text_emb\" (the cache must hold them); 0 = caption bytes only", NULL, NULL},
     {"cursor", VF_P_STR, "\"\"", VF_ANY, "resume position (a batch's \"cursor\" metadata); empty = start", NULL, NULL},
     {"on_bad", VF_P_STR, "\"fail\"", VF_ANY, "damaged record: fail the run, or skip and count it", "fail|skip", NULL},
     {"latent_shape", VF_P_LIST_INT, "[]", VF_RANGE(1, 1 << 20),
@@ -514,10 +532,13 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
 {
     vf_status probe;
     vf_status_clear(&probe);
-    int64_t tmax;
-    *text_dim = vf_param_int(p, "text_dim");
-    int rc = vf_latent_cache_probe(vf_param_str(p, "path"), shape, entries, &probe);
-    if (rc == 0 && *text_dim == 0) rc = vf_latent_cache_text_info(vf_param_str(p, "path"), text_dim, &tmax, &probe);
+    int64_t dim, tmax, missing, want = vf_param_int(p, "text_dim");
+    const char *path = vf_param_str(p, "path");
+    *text_dim = want;
+    int rc = vf_latent_cache_probe(path, shape, entries, &probe);
+    /* a cache that exists: its embeddings must fit the model now, at check/plan time */
+    if (rc == 0 && want > 0) rc = text_info(path, &dim, &tmax, &missing, &probe);
+    if (rc == 0 && want > 0) rc = check_text(path, dim, tmax, missing, want, vf_param_int(p, "text_len"), &probe);
     if (rc == 0) return 0;
     *entries = 0;
     if (rc == VF_ENOTFOUND && vf_param_len(p, "latent_shape") == 4) {

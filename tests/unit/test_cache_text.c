@@ -258,11 +258,19 @@ VF_TEST(writer_dedups_reader_emits)
     vf_status_clear(&st);
     VF_CHECK_EQ_INT(vf_latent_reader_open(&o, &r, &st), VF_EBADINPUT);
     VF_CHECK_MSG(strstr(st.msg, path) && strstr(st.msg, "text_emb") && strstr(st.msg, "width 5"), "%s", st.msg);
-    o.text_dim = 0;
+    o.text_dim = D;
     o.text_len = 3;
     vf_status_clear(&st);
     VF_CHECK_EQ_INT(vf_latent_reader_open(&o, &r, &st), VF_EBADINPUT);
     VF_CHECK_MSG(strstr(st.msg, "text_emb") && strstr(st.msg, "text_len 3"), "%s", st.msg);
+    /* a model on caption bytes reads the same cache: no "text_emb", no refusal */
+    o.text_dim = 0;
+    vf_status_clear(&st);
+    VF_CHECK_MSG(vf_latent_reader_open(&o, &r, &st) == 0, "%s", st.msg);
+    vf_item *b = NULL;
+    VF_CHECK(r && vf_latent_reader_next(r, &b, &st) == 0 && b && !vf_item_get(b, "text_emb") && vf_item_get(b, "text"));
+    vf_item_free(b);
+    vf_latent_reader_close(r);
     int64_t dim = 0, maxl = 0;
     VF_CHECK_EQ_INT(vf_latent_cache_text_info(path, &dim, &maxl, &st), 0);
     VF_CHECK_EQ_INT(dim, D);

@@ -392,6 +392,15 @@ static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     vf_status ign;
     vf_status_clear(&ign);
     vf_lmdb_count(w->db, &entries, &ign);
+    /* the count holds "__meta__" (subtracted below) and the text records */
+    MDB_txn *rt = NULL;
+    vf_json *meta = NULL;
+    if (vf_lmdb_read_begin(w->db, &rt, &ign) == 0 && vf_cache_meta_read(w->db, rt, &meta, &ign) == 0 && meta) {
+        int64_t texts = vf_json_get_int(meta, "texts", 0);
+        entries = entries > (size_t)texts ? entries - (size_t)texts : 0;
+    }
+    if (rt) mdb_txn_abort(rt);
+    vf_json_free(meta);
     char row[320];
     snprintf(row, sizeof row,
              "{\"event\":\"latent_cache_done\",\"written\":%lld,\"skipped\":%lld,\"texts\":%lld,\"commits\":%lld,"

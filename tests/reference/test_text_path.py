@@ -138,6 +138,10 @@ def main():
     r = sh(args, timeout=300)
     if not check(r.returncode == 0, "precompute: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr)):
         return 1
+    with open(os.path.join(tmp, "run", "metrics.jsonl")) as f:
+        done = [json.loads(ln) for ln in f if '"latent_cache_done"' in ln]
+    check(len(done) == 1 and done[0]["written"] == 8 and done[0]["texts"] == 3 and done[0]["entries"] == 8,
+          "latent_cache_done counts entries and text records apart: %r" % done)
     try:
         import lmdb
         env = lmdb.open(cache, readonly=True, lock=False, subdir=True)

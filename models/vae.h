@@ -132,12 +132,19 @@ void *vf_vae_weights(vf_vae *m);         /* flat buffer in be->act_dtype (borrow
 int vf_vae_init_seeded(vf_vae *m, uint64_t seed, vf_status *st);
 /* Loads every tensor of the table from `path`: a safetensors file in the original names
  * above (Wan's, ComfyUI's wan_2.1_vae.safetensors) or in diffusers' AutoencoderKLWan
- * names (recognised by "encoder.conv_in.weight"; vf_vae_diffusers_name), or a diffusers
+ * names (recognised by "encoder.conv_in.weight"; vf_vae_diffusers_name), either under a
+ * common prefix (vf_vae_file_naming), or a diffusers
  * model directory (config.json, checked against the model's config, and
  * diffusion_pytorch_model.safetensors). Names and shapes checked (errors name the file
  * and tensor as the file spells it); tensors the encoder does not use (the decoder) are
  * ignored. */
 int vf_vae_load(vf_vae *m, const char *path, vf_status *st);
+/* How a weights file names the encoder, from where its first convolution is: diffusers'
+ * names (encoder.conv_in.weight) or the original ones (encoder.conv1.weight), under a
+ * common prefix ("" or ending in '.', e.g. "first_stage_model." of a combined
+ * checkpoint) copied into prefix (n bytes). */
+struct vf_st_file;
+void vf_vae_file_naming(const struct vf_st_file *f, char *prefix, size_t n, bool *diffusers);
 /* diffusers' name (AutoencoderKLWan state dict) of the original name `name`. */
 void vf_vae_diffusers_name(const char *name, char *out, size_t n);
 /* The safetensors file behind `path` (itself, or a diffusers directory's weights after

@@ -3,6 +3,7 @@
  * diffusers model directory (config.json + diffusion_pytorch_model.safetensors), and
  * the latent normalisation a diffusers config records and its application (see vae.h). */
 #include "models/vae.h"
+#include "formats/safetensors.h"
 #include "runtime/json.h"
 
 #include <errno.h>
@@ -174,4 +175,31 @@ void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, c
 {
     for (int64_t c = 0; c < z; c++)
         for (int64_t i = c * plane; i < (c + 1) * plane; i++) lat[i] = (lat[i] - mean[c]) / std[c];
+}
+
+/* Whether `name` is prefix + suffix with prefix "" or ending in '.'; the prefix into out. */
+static bool split_suffix(const char *name, const char *suffix, char *out, size_t n)
+{
+    size_t ln = strlen(name), ls = strlen(suffix);
+    if (ln < ls || strcmp(name + ln - ls, suffix) != 0) return false;
+    if (ln > ls && name[ln - ls - 1] != '.') return false;
+    if (ln - ls + 1 > n) return false;
+    memcpy(out, name, ln - ls);
+    out[ln - ls] = 0;
+    return true;
+}
+
+void vf_vae_file_naming(const vf_st_file *f, char *prefix, size_t n, bool *diffusers)
+{
+    prefix[0] = 0;
+    *diffusers = false;
+    for (int i = 0; i < vf_st_count(f); i++) {
+        const char *name = vf_st_at(f, i)->name;
+        if (split_suffix(name, "encoder.conv_in.weight", prefix, n)) {
+            *diffusers = true;
+            return;
+        }
+        if (split_suffix(name, "encoder.conv1.weight", prefix, n)) return;
+    }
+    prefix[0] = 0; /* neither: the original names, which then name what is missing */
 }

@@ -4,7 +4,7 @@
 #  - the same state dict as one safetensors file (diffusers names),
 #  - the original Wan names (ComfyUI's wan_2.1_vae.safetensors form), made here from
 #    the diffusers names and checked to map back exactly through diffusers' own
-#    convert_wan_vae_to_diffusers.
+#    convert_wan_vae_to_diffusers; also under a prefix ("first_stage_model.").
 # The model is WAN.md's tiny config with every parameter perturbed after init (norm
 # gains and biases too). vflow encodes whole and in chunks of 1, 4 and 5 frames through
 # build/tools/vae_tool; each latent mean must match AutoencoderKLWan.encode(x)'s
@@ -106,7 +106,10 @@ def main():
         save_file(dict(orig, **{"decoder.conv1.weight": sd["decoder.conv_in.weight"]}), ofile)
         xpath = os.path.join(tmp, "x.safetensors")
         save_file({"x": x.numpy()}, xpath)
-        for label, w in [("diffusers dir", ddir), ("diffusers file", dfile), ("original names", ofile)]:
+        pfile = os.path.join(tmp, "combined.safetensors")  # a checkpoint holding the VAE under a prefix
+        save_file({"first_stage_model." + k: v for k, v in orig.items()}, pfile)
+        for label, w in [("diffusers dir", ddir), ("diffusers file", dfile), ("original names", ofile),
+                         ("prefixed original names", pfile)]:
             for chunk in [0, 1, 4, 5]:
                 out = os.path.join(tmp, "out.safetensors")
                 r = run_tool(["encode"] + TOOL_CFG + ["--weights", w, "--input", xpath, "--chunk", str(chunk),

@@ -189,6 +189,10 @@ def main():
         seen, len(caption_of)))
 
     # bad input
+    r = sh([sys.executable, TOOL, "--model", os.path.join(tmp, "nothing"), "--manifest", man, "--out-dir",
+            os.path.join(tmp, "e2"), "--out-manifest", os.path.join(tmp, "m2.csv")])
+    check(r.returncode == 2 and "nothing" in r.stderr and len(r.stderr.strip().split("\n")) == 1,
+          "encode_captions without a model: exit %d %r" % (r.returncode, r.stderr))
     r = sh([VFLOW, "run", PIPELINE, "--run-dir", os.path.join(tmp, "run_bad0"), "--set", "manifest=" + out_man,
             "--set", "cache=" + os.path.join(tmp, "c0"), "--set", "frames=5", "--set", "size=32", "--set", "workers=1"],
            timeout=120)

@@ -12,8 +12,11 @@
 #    f32 equal bit for bit to the bf16 rounding (round to nearest even, torch's
 #    .to(bfloat16)) of the encoder output, rows past each caption's length zero, and
 #    text_len = that length;
+#  - a rerun skips every clip before the VAE; a changed caption (a new embedding) gives
+#    its clips new entries and one new text record;
 #  - bad input: a manifest with the column but text_dim = 0 is exit 2 before any
-#    decoding; an embedding of another width is quarantined naming file and tensor.
+#    decoding; an embedding of another width is quarantined naming file and tensor;
+#    encode_captions.py without a model directory is one line, exit 2.
 # vflow-test: labels=reference timeout=600
 import csv
 import json
@@ -187,6 +190,33 @@ def main():
             seen += 1
     check(seen == len(caption_of) == 8, "read %d samples of %d entries, want 8 (4 videos x 2 clips)" % (
         seen, len(caption_of)))
+
+    # a rerun skips every clip before encoding; a changed caption makes new entries
+    def rerun(manifest, tag):
+        run_dir = os.path.join(tmp, "run_" + tag)
+        a2 = [VFLOW, "run", PIPELINE, "--run-dir", run_dir]
+        for s2 in ["manifest=" + manifest] + sets[1:]:
+            a2 += ["--set", s2]
+        r2 = sh(a2, timeout=300)
+        check(r2.returncode == 0, "%s: exit %d %s" % (tag, r2.returncode, r2.stderr[-400:]))
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            d = [json.loads(ln) for ln in f if '"latent_cache_done"' in ln]
+        with open(os.path.join(run_dir, "run.log")) as f:
+            log = f.read()
+        return (d[0] if d else {}), log
+    d, log = rerun(out_man, "again")
+    check(d.get("written") == 0 and "skipped 8 cached clips" in log, "rerun: %r" % d)
+    with open(man, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["path", "text"])
+        w.writeheader()
+        w.writerows([dict(r, text="a blue dog") if i == 3 else r for i, r in enumerate(rows)])
+    man2 = os.path.join(tmp, "out", "manifest_emb2.csv")
+    r = sh([sys.executable, TOOL, "--model", enc, "--manifest", man, "--out-dir", os.path.join(tmp, "emb"),
+            "--out-manifest", man2, "--text-len", str(TL)])
+    check(r.returncode == 0 and "1 encoded now" in r.stdout, "encode_captions after a caption change: " + r.stdout)
+    d, log = rerun(man2, "changed")
+    check(d.get("written") == 2 and d.get("texts") == 1 and d.get("entries") == 10 and "skipped 6 cached clips" in log,
+          "a changed caption: new entries for its 2 clips, one new text record: %r" % d)
 
     # bad input
     r = sh([sys.executable, TOOL, "--model", os.path.join(tmp, "nothing"), "--manifest", man, "--out-dir",

@@ -5,7 +5,11 @@ Reads a CSV or JSONL manifest (docs/PRECOMPUTE.md: columns `path`, `text` or `ca
 others passed through), encodes every distinct caption with transformers'
 UMT5EncoderModel and its tokenizer from a local model directory the user has (Wan 2.1's
 umT5-xxl: google/umt5-xxl or the text_encoder/ + tokenizer/ folders of
-Wan-AI/Wan2.1-T2V-1.3B-Diffusers; nothing is downloaded), and writes
+Wan-AI/Wan2.1-T2V-1.3B-Diffusers; nothing is downloaded) as diffusers' WanPipeline does
+(the caption cleaned by its prompt_clean: ftfy.fix_text when ftfy is installed, HTML
+entities unescaped twice, whitespace collapsed; --no-clean keeps it as is; then
+tokenised to --text-len with truncation and the attention mask passed to the encoder),
+and writes
 
   OUT_DIR/<sha256 of the caption, 32 hex>.safetensors   one tensor "text_emb" (L, D):
       the encoder's last hidden state for the L real tokens of the caption (the
@@ -21,15 +25,17 @@ Then: vflow run pipelines/precompute_latents.lua --set manifest=OUT_MANIFEST
 
 usage: encode_captions.py --model DIR [--tokenizer DIR] --manifest IN --out-dir DIR
                           --out-manifest OUT [--text-len 512] [--batch 8]
-                          [--device cpu|cuda] [--dtype f32|bf16] [--force]
+                          [--device cpu|cuda] [--dtype f32|bf16] [--force] [--no-clean]
 Exit 0 done, 2 bad usage or input (one line naming the file / row).
 """
 import argparse
 import csv
 import hashlib
+import html
 import io
 import json
 import os
+import re
 import sys
 
 
@@ -65,6 +71,17 @@ def read_manifest(path):
     return "csv", list(rd.fieldnames or []), rows
 
 
+def prompt_clean(text):
+    """diffusers' WanPipeline prompt_clean: ftfy (when installed), HTML unescape, whitespace."""
+    try:
+        import ftfy
+        text = ftfy.fix_text(text)
+    except ImportError:
+        pass
+    text = html.unescape(html.unescape(text)).strip()
+    return re.sub(r"\s+", " ", text).strip()
+
+
 def caption_of(row):
     for k in ("text", "caption"):
         if k in row and row[k] is not None:
@@ -84,6 +101,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32", help="dtype of the files written")
     ap.add_argument("--force", action="store_true", help="re-encode captions whose file exists")
+    ap.add_argument("--no-clean", action="store_true", help="tokenise captions as they are (no prompt_clean)")
     a = ap.parse_args()
     if a.text_len < 1 or a.batch < 1:
         fail("--text-len and --batch must be >= 1")
@@ -116,7 +134,8 @@ def main():
                 todo.append(c)
     for i in range(0, len(todo), a.batch):
         caps = todo[i:i + a.batch]
-        t = tok(caps, padding="max_length", max_length=a.text_len, truncation=True, add_special_tokens=True,
+        text = caps if a.no_clean else [prompt_clean(c) for c in caps]
+        t = tok(text, padding="max_length", max_length=a.text_len, truncation=True, add_special_tokens=True,
                 return_attention_mask=True, return_tensors="pt")
         ids, mask = t.input_ids.to(a.device), t.attention_mask.to(a.device)
         with torch.no_grad():

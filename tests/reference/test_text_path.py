@@ -46,7 +46,9 @@ TOOL = os.path.join(SRC, "tools", "encode_captions.py")
 PIPELINE = os.path.join(SRC, "pipelines", "precompute_latents.lua")
 D, TL = 32, 12
 WORDS = "a the cat dog runs jumps over under red blue small big river forest at night".split()
-CAPTIONS = ["a red cat runs", "the big dog jumps over the small river at night", "a red cat runs", "blue forest"]
+# the last is "blue forest" after diffusers' prompt_clean (HTML entity, whitespace)
+CAPTIONS = ["a red cat runs", "the big dog jumps over the small river at night", "a red cat runs",
+            "  blue&#32;&amp;#32;forest "]
 fails = []
 
 
@@ -83,8 +85,32 @@ def make_encoder(d):
     return tok, m
 
 
+def wan_prompt_clean():
+    """diffusers' own prompt_clean, taken from the installed pipeline_wan.py (whose module
+    does not import on torch 1.13); ftfy.fix_text is the identity when ftfy is absent, as
+    in tools/encode_captions.py."""
+    import ast
+    import html
+    import re
+    import types
+
+    import diffusers
+    path = os.path.join(os.path.dirname(diffusers.__file__), "pipelines", "wan", "pipeline_wan.py")
+    tree = ast.parse(open(path).read())
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and
+           n.name in ("basic_clean", "whitespace_clean", "prompt_clean")]
+    try:
+        import ftfy
+    except ImportError:
+        ftfy = types.SimpleNamespace(fix_text=lambda t: t)
+    ns = {"html": html, "re": re, "ftfy": ftfy}
+    exec(compile(ast.Module(body=fns, type_ignores=[]), path, "exec"), ns)
+    return ns["prompt_clean"]
+
+
 def reference(tok, m, caption):
     """The encoder output for the caption's real tokens (Wan's pipeline, before padding)."""
+    caption = wan_prompt_clean()(caption)
     t = tok([caption], padding="max_length", max_length=TL, truncation=True, return_tensors="pt")
     with torch.no_grad():
         h = m(input_ids=t.input_ids, attention_mask=t.attention_mask).last_hidden_state[0]
@@ -206,6 +232,7 @@ def main():
         return (d[0] if d else {}), log
     d, log = rerun(out_man, "again")
     check(d.get("written") == 0 and "skipped 8 cached clips" in log, "rerun: %r" % d)
+    check(refs[CAPTIONS[3]].shape[0] == 3, "the cleaned caption is 2 words + </s>: %r" % (refs[CAPTIONS[3]].shape,))
     with open(man, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["path", "text"])
         w.writeheader()

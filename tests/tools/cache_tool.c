@@ -3,12 +3,12 @@
  * (tests/reference/test_latent_cache_py.py) and the kill tests use it.
  *
  *   cache_tool write PATH FROM TO [--commit K] [--map BYTES] [--shape z,T,h,w]
- *                     [--vae NAME] [--sleep-ms MS] [--text D]
+ *                     [--vae NAME] [--sleep-ms MS] [--text D] [--text-rows R]
  *       writes items FROM..TO-1 (item i: id "vid<i/3>.mp4#<i%3>", source "src<i/3>",
  *       clip i%3, transform "frames=5;size=32x24", caption "clip <i>", latent element j
  *       = i*1000 + j; with --text D also "text_emb" bf16 (2 + c, D), c = i % 3, element
- *       (r, k) = c + 1 + r/8 - k/64, exact in bf16); prints "written W skipped S texts X
- *       growths G map M"
+ *       (r, k) = c + 1 + r/8 - k/64, exact in bf16; --text-rows R: R rows each);
+ *       prints "written W skipped S texts X growths G map M"
  *   cache_tool keys FROM TO [--vae NAME] [--text D]  the keys those items get, one per line
  *   cache_tool key SOURCE CLIP TRANSFORM VAE one key
  *   cache_tool idkeys FROM TO                keys of item ids "FROM" … "TO-1" (key = "id")
@@ -43,14 +43,16 @@ static bool flag(int argc, char **argv, const char *name)
     return false;
 }
 
+static int text_rows; /* --text-rows R: every embedding R rows (else 2 + c) */
+
 static vf_tensor *make_text(int i, int D, vf_status *st)
 {
-    int c = i % 3;
-    int64_t shape[2] = {2 + c, D};
+    int c = i % 3, rows = text_rows > 0 ? text_rows : 2 + c;
+    int64_t shape[2] = {rows, D};
     vf_tensor *t = vf_tensor_new(VF_DTYPE_BF16, 2, shape, st);
     if (!t) return NULL;
     uint16_t *d = t->data;
-    for (int r = 0; r < 2 + c; r++)
+    for (int r = 0; r < rows; r++)
         for (int k = 0; k < D; k++) d[r * D + k] = vf_f32_to_bf16((float)(c + 1) + r / 8.0f - k / 64.0f);
     return t;
 }
@@ -88,6 +90,7 @@ int main(int argc, char **argv)
     vf_status_clear(&st);
     if (argc < 2) return 2;
     const char *cmd = argv[1];
+    text_rows = atoi(opt(argc, argv, "--text-rows", "0"));
     if (!strcmp(cmd, "cli")) return vf_cache_cli(argc - 1, argv + 1);
     if (!strcmp(cmd, "key") && argc == 6) {
         char k[33];

@@ -114,9 +114,15 @@ int vf_cache_keying_parse(const char *s, vf_cache_keying *out)
 int vf_cache_key_of_item(const vf_item *it, vf_cache_keying k, char out[VF_CACHE_KEY_LEN + 1],
                          vf_status *st)
 {
-    int rc = 0;
     char th[VF_CACHE_KEY_LEN + 1];
     vf_cache_item_text_hash(it, th);
+    return vf_cache_key_of_item_text(it, k, th, out, st);
+}
+
+int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *th,
+                              char out[VF_CACHE_KEY_LEN + 1], vf_status *st)
+{
+    int rc = 0;
     if (k == VF_CACHE_KEY_ID) {
         key_of_id_text(vf_item_id(it), th, out);
         return 0;

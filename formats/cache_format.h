@@ -90,6 +90,10 @@ int vf_cache_text_decode(const char *path, const void *key, size_t klen, const v
  * metadata field (provenance needs str source, num clip, str transform, str vae). */
 int vf_cache_key_of_item(const vf_item *it, vf_cache_keying k, char out[VF_CACHE_KEY_LEN + 1],
                          vf_status *st);
+/* Same with the item's text hash already computed (vf_cache_item_text_hash; "" = none):
+ * hashing a large embedding once per item. */
+int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *text_hash,
+                              char out[VF_CACHE_KEY_LEN + 1], vf_status *st);
 /* Whether an LMDB key is an entry key (32 lowercase hex chars), not "__meta__". */
 bool vf_cache_is_entry_key(const void *key, size_t klen);
 

@@ -182,15 +182,14 @@ static int note_norm(vf_latent_writer *w, const vf_item *it, vf_status *st)
     return 0;
 }
 
-/* Moves the item's "text_emb" into a text record (queued unless the cache or the batch
- * has it) and leaves the reference in the item's metadata. */
-static int put_text(vf_latent_writer *w, vf_item *it, vf_status *st)
+/* Moves the item's "text_emb" (content hash h) into a text record (queued unless the
+ * cache or the batch has it) and leaves the reference in the item's metadata. */
+static int put_text(vf_latent_writer *w, vf_item *it, const char *h, vf_status *st)
 {
     int rc = 0;
     vf_item *rec = NULL;
     vf_tensor *t = vf_item_take(it, VF_CACHE_TEXT_TENSOR);
-    char h[VF_CACHE_KEY_LEN + 1], tkey[VF_CACHE_TEXT_KEY_LEN + 1];
-    vf_cache_text_hash(t, h);
+    char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
     snprintf(tkey, sizeof tkey, VF_CACHE_TEXT_PREFIX "%s", h);
     int64_t L = t->shape[0], D = t->shape[1];
     if (w->text_dim && D != w->text_dim)
@@ -233,8 +232,10 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     int rc = 0;
     char key[VF_CACHE_KEY_LEN + 1];
     *skipped = false;
+    char th[VF_CACHE_KEY_LEN + 1];
     VF_TRY(vf_cache_check_item(it, st));
-    VF_TRY(vf_cache_key_of_item(it, w->keying, key, st));
+    vf_cache_item_text_hash(it, th); /* once: it reads the whole embedding */
+    VF_TRY(vf_cache_key_of_item_text(it, w->keying, th, key, st));
     bool exists = false;
     VF_TRY(vf_lmdb_exists(w->db, key, VF_CACHE_KEY_LEN, &exists, st));
     if (exists) {
@@ -244,7 +245,7 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     }
     VF_TRY(note_norm(w, it, st));
     bool has_text = vf_item_get(it, VF_CACHE_TEXT_TENSOR) != NULL;
-    if (has_text) VF_TRY(put_text(w, it, st));
+    if (has_text) VF_TRY(put_text(w, it, th, st));
     size_t need = vf_item_encoded_size(it), len = 0;
     void *dst;
     int i = vf_lmdb_batch_count(w->batch);

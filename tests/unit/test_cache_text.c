@@ -277,6 +277,57 @@ VF_TEST(writer_dedups_reader_emits)
     VF_CHECK_EQ_INT(maxl, 4);
 }
 
+static int nbad;
+static void count_bad(void *user, const char *msg)
+{
+    (void)user;
+    nbad += strstr(msg, "text:") && strstr(msg, "missing") ? 1 : 0;
+}
+
+/* A text record that vanished (damage): the entries referencing it fail the read
+ * naming both keys, or are skipped and counted with on_bad = skip. */
+VF_TEST(reader_missing_text_record)
+{
+    vf_status st;
+    vf_status_clear(&st);
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("damaged"));
+    VF_CHECK_MSG(write_items(path, 0, 9, D, NULL, &st) == 0, "%s", st.msg);
+    vf_item *x = make_item(1, D);
+    char h[33], tkey[64];
+    vf_cache_item_text_hash(x, h);
+    vf_item_free(x);
+    snprintf(tkey, sizeof tkey, "text:%s", h);
+    vf_lmdb *db = NULL;
+    VF_CHECK_EQ_INT(vf_lmdb_open(path, NULL, &db, &st), 0);
+    MDB_txn *txn = NULL;
+    MDB_val k = {strlen(tkey), tkey};
+    VF_CHECK_EQ_INT(mdb_txn_begin(vf_lmdb_env(db), NULL, 0, &txn), 0);
+    VF_CHECK_EQ_INT(mdb_del(txn, vf_lmdb_dbi(db), &k, NULL), 0);
+    VF_CHECK_EQ_INT(mdb_txn_commit(txn), 0);
+    vf_lmdb_close(db);
+
+    vf_latent_reader_opts o = {.path = path, .batch = 9, .seed = 1, .epochs = 1, .nshards = 1, .drop_last = false,
+                               .text_len = 8, .text_dim = D};
+    vf_latent_reader *r = NULL;
+    vf_item *it = NULL;
+    VF_CHECK_MSG(vf_latent_reader_open(&o, &r, &st) == 0, "%s", st.msg);
+    VF_CHECK_EQ_INT(r ? vf_latent_reader_next(r, &it, &st) : -1, VF_ECORRUPT);
+    VF_CHECK_MSG(strstr(st.msg, tkey) && strstr(st.msg, "missing"), "%s", st.msg);
+    vf_item_free(it);
+    it = NULL;
+    vf_latent_reader_close(r);
+    o.skip_bad = true;
+    o.on_bad = count_bad;
+    vf_status_clear(&st);
+    VF_CHECK_MSG(vf_latent_reader_open(&o, &r, &st) == 0, "%s", st.msg);
+    VF_CHECK_EQ_INT(r ? vf_latent_reader_next(r, &it, &st) : -1, 0);
+    VF_CHECK_EQ_INT(nbad, 3); /* clips 1, 4, 7 share the caption */
+    VF_CHECK(it && vf_item_get(it, "text_emb") && vf_item_get(it, "text_emb")->shape[0] == 6);
+    vf_item_free(it);
+    vf_latent_reader_close(r);
+}
+
 VF_TEST(reader_refuses_embeddings_a_cache_lacks)
 {
     vf_status st;

@@ -2,12 +2,16 @@
  * (format in cache_format.h) without running a graph.
  *
  *   stat PATH            entries, record bytes, map size and file size, latent shapes
- *                        and VAE hashes (from the "__meta__" summary), reader slots
- *   ls PATH [--limit N]  one line per entry: key, item id, latent shape, caption
+ *                        and VAE hashes (from the "__meta__" summary), text embedding
+ *                        records (count, width, longest), reader slots
+ *   ls PATH [--limit N]  one line per entry: key, item id, latent shape, caption (and,
+ *                        in a cache with text embeddings, a fifth column "L tokens text:<hash>")
  *   verify PATH          decodes every record (codec magic, version, lengths, CRC32C,
- *                        a 4-D f32 "latent"), re-derives each key from the record's
- *                        provenance (or id) and checks the summary counts; lists every
- *                        damaged key with its reason; exit 1 if any, 0 when clean.
+ *                        a 4-D f32 "latent"; text records: bf16 (L, D) whose content
+ *                        hashes to their key), re-derives each key from the record's
+ *                        provenance (or id) and text hash, checks that every referenced
+ *                        text record exists and the summary counts; lists every damaged
+ *                        key with its reason; exit 1 if any, 0 when clean.
  * Exit codes: 0 ok, 1 verify found damage, 2 usage or a cache that cannot be opened.
  */
 #include "cli/cli.h"
@@ -54,7 +58,7 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
     VF_MDB(st, db, mdb_env_info(vf_lmdb_env(db), &info));
     VF_TRY(vf_cache_meta_read(db, txn, &meta, st));
     /* entry count and record bytes by a key/size scan: exact even without a summary */
-    int64_t entries = 0, bytes = 0, other = 0;
+    int64_t entries = 0, bytes = 0, other = 0, texts = 0, tbytes = 0;
     MDB_val k, v;
     VF_MDB(st, db, mdb_cursor_open(txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -62,6 +66,9 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
         if (vf_cache_is_entry_key(k.mv_data, k.mv_size)) {
             entries++;
             bytes += (int64_t)v.mv_size;
+        } else if (vf_cache_is_text_key(k.mv_data, k.mv_size)) {
+            texts++;
+            tbytes += (int64_t)v.mv_size;
         } else {
             other++;
         }
@@ -84,6 +91,10 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
     if (meta) {
         print_hist("shapes", vf_json_get(meta, "shapes"));
         print_hist("vae", vf_json_get(meta, "vae"));
+        if (vf_json_get_int(meta, "text_dim", 0) || texts)
+            printf("%-10s %lld records, %.2f MiB, width %lld, longest %lld, referenced by %lld entries\n", "text", (long long)texts,
+                   (double)tbytes / 1048576.0, (long long)vf_json_get_int(meta, "text_dim", 0),
+                   (long long)vf_json_get_int(meta, "text_max_len", 0), (long long)vf_json_get_int(meta, "text_entries", 0));
         if (vf_json_get_int(meta, "entries", -1) != entries)
             printf("%-10s summary counts %lld entries, the cache holds %lld (run `vflow cache verify`)\n", "warning",
                    (long long)vf_json_get_int(meta, "entries", -1), (long long)entries);
@@ -129,6 +140,9 @@ static int cmd_ls(vf_lmdb *db, MDB_txn *txn, int64_t limit, vf_status *st)
         print_clean(vf_item_id(it), 400);
         printf("\t%s\t", shape);
         print_clean(vf_item_str(it, "caption"), 200);
+        double tl;
+        if (vf_item_str(it, "text_key") && vf_item_num(it, "text_tokens", &tl) == 0)
+            printf("\t%lld tokens text:%s", (long long)tl, vf_item_str(it, "text_key"));
         putchar('\n');
         vf_item_free(it);
     }
@@ -159,6 +173,24 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
         VF_MDB(st, db, m);
         if (k.mv_size == strlen(VF_CACHE_META_KEY) && !memcmp(k.mv_data, VF_CACHE_META_KEY, k.mv_size)) continue;
         n++;
+        if (vf_cache_is_text_key(k.mv_data, k.mv_size)) {
+            vf_item *t = NULL;
+            vf_status e;
+            vf_status_clear(&e);
+            if (vf_cache_text_decode(vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &t, &e) != 0) {
+                printf("%.*s\t%s\n", VF_CACHE_TEXT_KEY_LEN, (const char *)k.mv_data, e.msg);
+                bad++;
+                continue;
+            }
+            const vf_tensor *te = vf_item_get(t, VF_CACHE_TEXT_TENSOR);
+            vf_status_clear(&e);
+            if (vf_cache_meta_count_text(count, te->shape[0], te->shape[1], (int64_t)v.mv_size, &e) != 0) {
+                printf("%.*s\t%s\n", VF_CACHE_TEXT_KEY_LEN, (const char *)k.mv_data, e.msg);
+                bad++;
+            }
+            vf_item_free(t);
+            continue;
+        }
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) {
             printf("%.*s\tnot an entry key (32 lowercase hex chars)\n", (int)(k.mv_size > 64 ? 64 : k.mv_size),
                    (const char *)k.mv_data);
@@ -184,15 +216,27 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
             bad++;
         } else {
             vf_cache_shape_key(it, shape, sizeof shape);
-            const char *vae = vf_item_str(it, "vae");
+            const char *vae = vf_item_str(it, "vae"), *th = vf_item_str(it, "text_key");
             VF_TRY(vf_cache_meta_count(count, shape, vae, (int64_t)v.mv_size, st));
+            if (th) {
+                char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
+                MDB_val tv;
+                snprintf(tkey, sizeof tkey, VF_CACHE_TEXT_PREFIX "%s", th);
+                vf_status_clear(&e);
+                if (vf_lmdb_get(db, txn, tkey, strlen(tkey), &tv, &e) != 0) {
+                    printf("%.32s\treferences text record \"%s\", which is missing\n", (const char *)k.mv_data, tkey);
+                    bad++;
+                }
+                VF_TRY(vf_cache_meta_count_text_entry(count, st));
+            }
         }
         vf_item_free(it);
     }
     /* the summary must count exactly the good records */
     if (meta) {
-        static const char *const fields[] = {"entries", "bytes", "shapes", "vae"};
-        for (int i = 0; i < 4; i++)
+        static const char *const fields[] = {"entries", "bytes", "shapes", "vae", "texts", "text_bytes",
+                                             "text_dim", "text_max_len", "text_entries"};
+        for (int i = 0; i < 9; i++)
             if (!vf_json_equal(vf_json_get(meta, fields[i]), vf_json_get(count, fields[i]))) {
                 char *a = vf_json_emit(vf_json_get(meta, fields[i]), true, 0);
                 char *b = vf_json_emit(vf_json_get(count, fields[i]), true, 0);

@@ -36,8 +36,8 @@ static void to_hex(u128 h, char out[VF_CACHE_KEY_LEN + 1])
              (unsigned long long)h);
 }
 
-void vf_cache_key(const char *source, int64_t clip, const char *transform, const char *vae,
-                  char out[VF_CACHE_KEY_LEN + 1])
+void vf_cache_key_text(const char *source, int64_t clip, const char *transform, const char *vae,
+                       const char *text_hash, char out[VF_CACHE_KEY_LEN + 1])
 {
     char c[24];
     snprintf(c, sizeof c, "%lld", (long long)clip);
@@ -46,12 +46,59 @@ void vf_cache_key(const char *source, int64_t clip, const char *transform, const
     h = fnv_field(h, c);
     h = fnv_field(h, transform);
     h = fnv_field(h, vae);
+    if (text_hash && text_hash[0]) h = fnv_field(h, text_hash);
     to_hex(h, out);
 }
 
-void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1])
+void vf_cache_key(const char *source, int64_t clip, const char *transform, const char *vae,
+                  char out[VF_CACHE_KEY_LEN + 1])
 {
-    to_hex(fnv_field(fnv_field(fnv_basis(), "vflow-latent-key/id/1"), id), out);
+    vf_cache_key_text(source, clip, transform, vae, NULL, out);
+}
+
+static void key_of_id_text(const char *id, const char *text_hash, char out[VF_CACHE_KEY_LEN + 1])
+{
+    u128 h = fnv_field(fnv_field(fnv_basis(), "vflow-latent-key/id/1"), id);
+    if (text_hash && text_hash[0]) h = fnv_field(h, text_hash);
+    to_hex(h, out);
+}
+
+void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]) { key_of_id_text(id, NULL, out); }
+
+void vf_cache_vae_id(const char *vae_hash, const char *norm, char out[VF_CACHE_KEY_LEN + 1])
+{
+    to_hex(fnv_field(fnv_field(fnv_field(fnv_basis(), "vflow-vae-norm/1"), vae_hash), norm), out);
+}
+
+void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1])
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "(%lld,%lld)", (long long)t->shape[0], (long long)t->shape[1]);
+    u128 h = fnv_field(fnv_basis(), "vflow-text-key/1");
+    h = fnv_field(h, shape);
+    h = fnv_add(h, t->data, (size_t)(t->shape[0] * t->shape[1]) * 2);
+    to_hex(h, out);
+}
+
+void vf_cache_item_text_hash(const vf_item *it, char out[VF_CACHE_KEY_LEN + 1])
+{
+    const vf_tensor *t = vf_item_get(it, VF_CACHE_TEXT_TENSOR);
+    const char *k = vf_item_str(it, "text_key");
+    out[0] = 0;
+    if (t && t->dtype == VF_DTYPE_BF16 && t->ndim == 2) vf_cache_text_hash(t, out);
+    else if (k) snprintf(out, VF_CACHE_KEY_LEN + 1, "%s", k);
+}
+
+static bool is_hex32(const char *k)
+{
+    for (size_t i = 0; i < VF_CACHE_KEY_LEN; i++)
+        if (!((k[i] >= '0' && k[i] <= '9') || (k[i] >= 'a' && k[i] <= 'f'))) return false;
+    return true;
+}
+
+bool vf_cache_is_text_key(const void *key, size_t klen)
+{
+    return klen == VF_CACHE_TEXT_KEY_LEN && !memcmp(key, VF_CACHE_TEXT_PREFIX, 5) && is_hex32((const char *)key + 5);
 }
 
 const char *vf_cache_keying_name(vf_cache_keying k) { return k == VF_CACHE_KEY_ID ? "id" : "provenance"; }
@@ -67,9 +114,17 @@ int vf_cache_keying_parse(const char *s, vf_cache_keying *out)
 int vf_cache_key_of_item(const vf_item *it, vf_cache_keying k, char out[VF_CACHE_KEY_LEN + 1],
                          vf_status *st)
 {
+    char th[VF_CACHE_KEY_LEN + 1];
+    vf_cache_item_text_hash(it, th);
+    return vf_cache_key_of_item_text(it, k, th, out, st);
+}
+
+int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *th,
+                              char out[VF_CACHE_KEY_LEN + 1], vf_status *st)
+{
     int rc = 0;
     if (k == VF_CACHE_KEY_ID) {
-        vf_cache_key_of_id(vf_item_id(it), out);
+        key_of_id_text(vf_item_id(it), th, out);
         return 0;
     }
     static const char *const need[] = {"source", "transform", "vae"};
@@ -83,18 +138,14 @@ int vf_cache_key_of_item(const vf_item *it, vf_cache_keying k, char out[VF_CACHE
     if (vf_item_num(it, "clip", &clip) != 0)
         VF_FAIL(st, VF_EINVAL, "item \"%s\" has no number metadata \"clip\" for its cache key",
                 vf_item_id(it));
-    vf_cache_key(v[0], (int64_t)clip, v[1], v[2], out);
+    vf_cache_key_text(v[0], (int64_t)clip, v[1], v[2], th, out);
 fail:
     return rc;
 }
 
 bool vf_cache_is_entry_key(const void *key, size_t klen)
 {
-    if (klen != VF_CACHE_KEY_LEN) return false;
-    const char *k = key;
-    for (size_t i = 0; i < klen; i++)
-        if (!((k[i] >= '0' && k[i] <= '9') || (k[i] >= 'a' && k[i] <= 'f'))) return false;
-    return true;
+    return klen == VF_CACHE_KEY_LEN && is_hex32(key);
 }
 
 /* ------------------------------------------------------------------ records */
@@ -112,6 +163,27 @@ int vf_cache_check_item(const vf_item *it, vf_status *st)
     }
     if (t->device.kind != VF_DEV_CPU)
         VF_FAIL(st, VF_EINVAL, "item \"%s\": tensor \"" VF_CACHE_TENSOR "\" is not in host memory", vf_item_id(it));
+    const vf_tensor *te = vf_item_get(it, VF_CACHE_TEXT_TENSOR);
+    if (te) {
+        char what[300];
+        snprintf(what, sizeof what, "item \"%.200s\"", vf_item_id(it));
+        VF_TRY(vf_cache_check_text(te, what, st));
+    }
+fail:
+    return rc;
+}
+
+int vf_cache_check_text(const vf_tensor *t, const char *what, vf_status *st)
+{
+    int rc = 0;
+    if (t->dtype != VF_DTYPE_BF16 || t->ndim != 2 || t->shape[0] < 1 || t->shape[1] < 1) {
+        char sh[96];
+        vf_shape_str(t->ndim, t->shape, sh, sizeof sh);
+        VF_FAIL(st, VF_EINVAL, "%s: tensor \"" VF_CACHE_TEXT_TENSOR "\" is %s %s; expected bf16 (L, D)", what,
+                vf_dtype_name(t->dtype), sh);
+    }
+    if (t->device.kind != VF_DEV_CPU)
+        VF_FAIL(st, VF_EINVAL, "%s: tensor \"" VF_CACHE_TEXT_TENSOR "\" is not in host memory", what);
 fail:
     return rc;
 }
@@ -146,6 +218,34 @@ int vf_cache_record_decode(const char *path, const void *key, size_t klen, const
         vf_item_free(*out);
         *out = NULL;
         return st ? st->code : rc;
+    }
+    return 0;
+}
+
+int vf_cache_text_decode(const char *path, const void *key, size_t klen, const void *val,
+                         size_t vlen, vf_item **out, vf_status *st)
+{
+    char k[80];
+    key_text(key, klen, k, sizeof k);
+    *out = NULL;
+    int rc = vf_item_decode(val, vlen, out, st);
+    if (rc == 0) {
+        const vf_tensor *t = vf_item_get(*out, VF_CACHE_TEXT_TENSOR);
+        if (!t) rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "no tensor \"" VF_CACHE_TEXT_TENSOR "\"");
+        else rc = vf_cache_check_text(t, "text record", st);
+        if (rc == 0 && (strlen(vf_item_id(*out)) != klen || memcmp(vf_item_id(*out), key, klen) != 0))
+            rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "record id \"%.80s\" is not its key", vf_item_id(*out));
+        char h[VF_CACHE_KEY_LEN + 1];
+        if (rc == 0 && (vf_cache_text_hash(t, h), klen != VF_CACHE_TEXT_KEY_LEN ||
+                        memcmp(h, (const char *)key + 5, VF_CACHE_KEY_LEN) != 0))
+            rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "its content hashes to text:%s", h);
+    }
+    if (rc != 0) {
+        vf_status_prefix(st, "%s: text record \"%s\" (%zu bytes)", path, k, vlen);
+        if (st) st->code = VF_ECORRUPT;
+        vf_item_free(*out);
+        *out = NULL;
+        return VF_ECORRUPT;
     }
     return 0;
 }
@@ -185,6 +285,43 @@ int vf_cache_meta_count(vf_json *meta, const char *shape, const char *vae, int64
     vf_json *shapes = vf_json_get(meta, "shapes"), *vaes = vf_json_get(meta, "vae");
     if (!shapes || !vaes || bump(meta, "entries", 1) || bump(meta, "bytes", bytes) ||
         bump(shapes, shape, 1) || bump(vaes, vae && *vae ? vae : "none", 1))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    return 0;
+}
+
+int vf_cache_meta_count_text(vf_json *meta, int64_t L, int64_t D, int64_t bytes, vf_status *st)
+{
+    int64_t have = vf_json_get_int(meta, "text_dim", 0);
+    if (have && have != D)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "text embedding of width %lld; the cache holds embeddings of width %lld",
+                             (long long)D, (long long)have);
+    if (bump(meta, "texts", 1) || bump(meta, "text_bytes", bytes) || vf_json_set(meta, "text_dim", vf_json_int(D)) ||
+        (L > vf_json_get_int(meta, "text_max_len", 0) && vf_json_set(meta, "text_max_len", vf_json_int(L))))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    return 0;
+}
+
+int vf_cache_meta_note_norm(vf_json *meta, const char *vae, const char *norm, vf_status *st)
+{
+    vf_json *all = vf_json_get(meta, "latent_norm");
+    if (all && vf_json_get(all, vae)) return 0;
+    vf_json *n = vf_json_parse(norm, st);
+    if (!n) return st ? st->code : VF_EINVAL;
+    if (!all) {
+        if (vf_json_set(meta, "latent_norm", vf_json_obj()) || !(all = vf_json_get(meta, "latent_norm"))) {
+            vf_json_free(n);
+            return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+        }
+    }
+    if (vf_json_set(all, vae, n))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    return 0;
+}
+
+int vf_cache_meta_count_text_entry(vf_json *meta, vf_status *st)
+{
+    if (bump(meta, "text_entries", 1))
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
     return 0;
 }

@@ -11,12 +11,28 @@
  *      "tensor":"latent","dtype":"f32","entries":N,"bytes":B,
  *      "shapes":{"(16,5,32,32)":N,…},"vae":{"<vae hash>":N,…}}
  *
+ *   "text:<32 hex chars>"     a caption's text embedding (see below), shared by every
+ *                             entry whose caption has it
+ *
  * Keys: the 128-bit FNV-1a hash, as 32 hex chars (high half first), of
  *   "vflow-latent-key/1\0" source "\0" clip "\0" transform "\0" vae "\0"
  * (clip as a decimal integer; source/transform/vae the item's metadata strings of those
  * names) — so another file, clip, transform or VAE never collides with an entry, and a
  * rerun derives the same key for the same work. Items without provenance (tests, the
  * synthetic source) use key scheme "id": the hash of "vflow-latent-key/id/1\0" id "\0".
+ * An item that carries a text embedding appends its text key's 32 hex chars and "\0" to
+ * either hash input, so a changed caption or text encoder makes a new entry key.
+ *
+ * Text embeddings. An item may carry tensor "text_emb" bf16 (L, D): the text encoder's
+ * output for the real tokens of its caption (umT5: L <= text_len rows of width D). The
+ * writer stores it once per distinct content under "text:" + the FNV-1a-128 hex of
+ *   "vflow-text-key/1\0" "(L,D)\0" and the L·D bf16 values (little-endian bytes)
+ * as a codec record (id = that key, tensor "text_emb" bf16 (L, D)); the entry keeps
+ * metadata "text_key" (the 32 hex chars) and "text_tokens" (L) instead of the tensor.
+ * Many clips share a caption, so one record serves them all; a changed encoder or
+ * caption changes the values and so the key. The summary then also counts
+ *   "texts":N, "text_bytes":B, "text_dim":D, "text_max_len":Lmax, "text_entries":E
+ * (E = entries that reference an embedding; a reader needs E = entries).
  */
 #ifndef VF_CACHE_FORMAT_H
 #define VF_CACHE_FORMAT_H
@@ -28,6 +44,9 @@
 #define VF_CACHE_META_KEY "__meta__"
 #define VF_CACHE_KEY_LEN 32
 #define VF_CACHE_TENSOR "latent"
+#define VF_CACHE_TEXT_TENSOR "text_emb"
+#define VF_CACHE_TEXT_PREFIX "text:"
+#define VF_CACHE_TEXT_KEY_LEN (5 + VF_CACHE_KEY_LEN) /* "text:" + 32 hex */
 
 typedef enum vf_cache_keying {
     VF_CACHE_KEY_PROVENANCE = 0, /* (source, clip, transform, vae) */
@@ -41,15 +60,46 @@ int vf_cache_keying_parse(const char *s, vf_cache_keying *out); /* 0 or VF_EINVA
 void vf_cache_key(const char *source, int64_t clip, const char *transform, const char *vae,
                   char out[VF_CACHE_KEY_LEN + 1]);
 void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]);
+/* The "vae" provenance of latents normalised per channel: the 32 hex chars of the hash
+ * of "vflow-vae-norm/1\0" vae_hash "\0" norm "\0" (norm: the stage's
+ * {"mean":[…],"std":[…]} text), so the same weights under another normalisation never
+ * share a key. */
+void vf_cache_vae_id(const char *vae_hash, const char *norm, char out[VF_CACHE_KEY_LEN + 1]);
+/* Records in the summary the normalisation (JSON text) the latents of VAE `vae` got:
+ * "latent_norm":{"<vae>":{"mean":[…],"std":[…]}}. 0, VF_ENOMEM, or VF_EINVAL when
+ * the text is not JSON. */
+int vf_cache_meta_note_norm(vf_json *meta, const char *vae, const char *norm, vf_status *st);
+/* The 32 hex chars of a text embedding's content hash (t: bf16 (L, D) host tensor). */
+void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1]);
+/* Entry key with an optional text hash (NULL = none, then equal to vf_cache_key). */
+void vf_cache_key_text(const char *source, int64_t clip, const char *transform, const char *vae,
+                       const char *text_hash, char out[VF_CACHE_KEY_LEN + 1]);
+/* The text hash an item's key includes: of its "text_emb" tensor when it carries one,
+ * else its "text_key" metadata (a stored entry), else "" (none). */
+void vf_cache_item_text_hash(const vf_item *it, char out[VF_CACHE_KEY_LEN + 1]);
+/* Whether an LMDB key is a text record key ("text:" + 32 lowercase hex chars). */
+bool vf_cache_is_text_key(const void *key, size_t klen);
+/* Checks a text embedding tensor: bf16, 2 dims (L >= 1, D >= 1), host. VF_EINVAL naming
+ * `what` otherwise. */
+int vf_cache_check_text(const vf_tensor *t, const char *what, vf_status *st);
+/* Strict decode of a stored text record (codec checks, tensor "text_emb" bf16 (L, D),
+ * id equal to its key). VF_ECORRUPT naming the cache path and key. Caller owns *out. */
+int vf_cache_text_decode(const char *path, const void *key, size_t klen, const void *val,
+                         size_t vlen, vf_item **out, vf_status *st);
 /* Key of an item under a scheme; VF_EINVAL naming the item id and the missing
  * metadata field (provenance needs str source, num clip, str transform, str vae). */
 int vf_cache_key_of_item(const vf_item *it, vf_cache_keying k, char out[VF_CACHE_KEY_LEN + 1],
                          vf_status *st);
+/* Same with the item's text hash already computed (vf_cache_item_text_hash; "" = none):
+ * hashing a large embedding once per item. */
+int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *text_hash,
+                              char out[VF_CACHE_KEY_LEN + 1], vf_status *st);
 /* Whether an LMDB key is an entry key (32 lowercase hex chars), not "__meta__". */
 bool vf_cache_is_entry_key(const void *key, size_t klen);
 
-/* Checks an item is a cache entry: tensor "latent", f32, 4 dims (z, T', h, w).
- * VF_EINVAL naming the item otherwise. */
+/* Checks an item is a cache entry: tensor "latent", f32, 4 dims (z, T', h, w), and a
+ * "text_emb" (when present) as vf_cache_check_text wants it. VF_EINVAL naming the item
+ * otherwise. */
 int vf_cache_check_item(const vf_item *it, vf_status *st);
 /* "(z,T',h,w)" of the latent, for the summary's shape histogram. */
 void vf_cache_shape_key(const vf_item *it, char *buf, size_t n);
@@ -69,6 +119,11 @@ vf_json *vf_cache_meta_new(vf_cache_keying k);
  * (NULL or "" = "none"). 0 or VF_ENOMEM. */
 int vf_cache_meta_count(vf_json *meta, const char *shape, const char *vae, int64_t bytes,
                         vf_status *st);
+/* Counts one more text record of `bytes` record bytes and shape (L, D). 0, VF_ENOMEM,
+ * or VF_EINVAL when D differs from the width the cache already holds. */
+int vf_cache_meta_count_text(vf_json *meta, int64_t L, int64_t D, int64_t bytes, vf_status *st);
+/* Counts one more entry that references a text record. 0 or VF_ENOMEM. */
+int vf_cache_meta_count_text_entry(vf_json *meta, vf_status *st);
 /* Stores it (canonical JSON) in txn: 0, VF_LMDB_RETRY (map full) or an error. */
 int vf_cache_meta_write(vf_lmdb *db, MDB_txn *txn, const vf_json *meta, vf_status *st);
 /* The key scheme a summary records. */

@@ -217,6 +217,13 @@ return function(vf)
     if type(t_mean) ~= "number" or type(t_std) ~= "number" then fail("p:train: t_mean and t_std are numbers") end
     m.trained = true
 
+    -- a model conditioned on text embeddings: the reader emits "text_emb" (B, text_len,
+    -- text_dim) and refuses a cache whose embeddings do not fit, before training starts
+    if m.model.text == "embeddings" then
+      if data.params.text_dim == nil then data.params.text_dim = m.model.text_dim end
+      if data.params.text_len == nil then data.params.text_len = m.model.text_len end
+    end
+
     -- data-parallel replicas read disjoint shards of the cache
     local readers = { data }
     if m.D > 1 then

@@ -402,20 +402,30 @@ int vf_vae_load(vf_vae *m, const char *path, vf_status *st)
 {
     int rc = 0;
     vf_st_file *f = NULL;
+    char file[4300];
     float *host = vf_alloc(sizeof(float) * (size_t)m->max_numel, st);
     if (!host) VF_FAIL(st, VF_ENOMEM, "vae: out of memory for load staging");
-    VF_TRY(vf_st_open(path, &f, st));
+    VF_TRY(vf_vae_weights_file(path, &m->cfg, file, sizeof file, st));
+    VF_TRY(vf_st_open(file, &f, st));
+    /* diffusers or original names, maybe under a prefix: the first convolution says */
+    bool diffusers;
+    char prefix[128];
+    vf_vae_file_naming(f, prefix, sizeof prefix, &diffusers);
     hash128 h;
     hash_begin(m, &h);
     for (int i = 0; i < m->np; i++) {
         const vf_vae_param *p = &m->tab[i];
         const vf_st_tensor *t;
-        VF_TRY(vf_st_expect(f, p->name, p->ndim, p->shape, &t, st));
-        VF_TRY(vf_st_read_f32(f, p->name, host, p->numel, st));
+        char base[2 * VF_VAE_NAME_MAX], name[2 * VF_VAE_NAME_MAX + 128];
+        if (diffusers) vf_vae_diffusers_name(p->name, base, sizeof base);
+        else snprintf(base, sizeof base, "%s", p->name);
+        snprintf(name, sizeof name, "%s%s", prefix, base);
+        VF_TRY(vf_st_expect(f, name, p->ndim, p->shape, &t, st));
+        VF_TRY(vf_st_read_f32(f, name, host, p->numel, st));
         for (int64_t e = 0; e < p->numel; e++)
             if (!isfinite(host[e]))
                 VF_FAIL(st, VF_EBADINPUT, "%s: tensor %s: element %" PRId64 " is not finite",
-                        path, p->name, e);
+                        file, name, e);
         hash_param(&h, p, host);
         m->be->upload(m->be, param_ptr(m, i), host, p->numel, m->be->act_dtype);
     }

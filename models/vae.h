@@ -130,10 +130,34 @@ void *vf_vae_weights(vf_vae *m);         /* flat buffer in be->act_dtype (borrow
  * how the work is split. Conv/linear weights and biases ~ U(-1/sqrt(fan_in), +), norm
  * gains 1. */
 int vf_vae_init_seeded(vf_vae *m, uint64_t seed, vf_status *st);
-/* Loads every tensor of the table from a safetensors file: names and shapes checked
- * (errors name the file and tensor); tensors in the file the model does not use (e.g. a
- * Wan decoder) are ignored. */
+/* Loads every tensor of the table from `path`: a safetensors file in the original names
+ * above (Wan's, ComfyUI's wan_2.1_vae.safetensors) or in diffusers' AutoencoderKLWan
+ * names (recognised by "encoder.conv_in.weight"; vf_vae_diffusers_name), either under a
+ * common prefix (vf_vae_file_naming), or a diffusers
+ * model directory (config.json, checked against the model's config, and
+ * diffusion_pytorch_model.safetensors). Names and shapes checked (errors name the file
+ * and tensor as the file spells it); tensors the encoder does not use (the decoder) are
+ * ignored. */
 int vf_vae_load(vf_vae *m, const char *path, vf_status *st);
+/* How a weights file names the encoder, from where its first convolution is: diffusers'
+ * names (encoder.conv_in.weight) or the original ones (encoder.conv1.weight), under a
+ * common prefix ("" or ending in '.', e.g. "first_stage_model." of a combined
+ * checkpoint) copied into prefix (n bytes). */
+struct vf_st_file;
+void vf_vae_file_naming(const struct vf_st_file *f, char *prefix, size_t n, bool *diffusers);
+/* diffusers' name (AutoencoderKLWan state dict) of the original name `name`. */
+void vf_vae_diffusers_name(const char *name, char *out, size_t n);
+/* The safetensors file behind `path` (itself, or a diffusers directory's weights after
+ * its config.json matched c: VF_EBADINPUT naming the field otherwise). */
+int vf_vae_weights_file(const char *path, const vf_vae_config *c, char *file, size_t n, vf_status *st);
+/* Per-channel latent normalisation recorded in a diffusers directory's config.json
+ * (latents_mean, latents_std: z values each) into mean/std; *found = false when path
+ * is not a directory or records none. VF_EBADINPUT naming the file and key when a list
+ * is not z numbers. */
+int vf_vae_config_norm(const char *path, int z, float *mean, float *std, bool *found, vf_status *st);
+/* Wan's per-channel latent normalisation, in place on one clip's latent (z, plane):
+ * lat[c][i] = (lat[c][i] - mean[c]) / std[c]. */
+void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, const float *std);
 /* Writes the weights as an F32 safetensors file (metadata "vflow.vae" = config text). */
 int vf_vae_save(vf_vae *m, const char *path, vf_status *st);
 /* 32 hex chars: hash of the config text (latent scale/shift included: they change the

@@ -3,7 +3,8 @@
 --        --set cache=cache/latents.lmdb --set frames=17 --set size=64
 -- Knobs (vf.args): manifest | source (glob), cache, frames, stride | fps, size, workers,
 -- clips_per_video, max_bad_fraction, micro_batch, chunk, vae (preset name), weights (VAE
--- safetensors), device. Other params: --set decode.PARAM=v (every decode instance),
+-- safetensors file or diffusers directory), device, text_dim (width of the text embeddings
+-- named by the manifest column text_emb; docs/PRECOMPUTE.md), text_len. Other params: --set decode.PARAM=v (every decode instance),
 -- --set vae_encode.PARAM=v, --set latent_cache.PARAM=v.
 local vf = require "vflow"
 local a = vf.args
@@ -20,6 +21,8 @@ local clips = p:stage("decode", {
   clips_per_video = a.clips_per_video or 0,
   max_bad_fraction = a.max_bad_fraction, -- per decode instance (default 0.1)
   workers = a.workers or 2,
+  text_dim = a.text_dim, -- > 0: every row names its caption's embedding (column text_emb)
+  text_len = a.text_len,
 })
 local cache_path = a.cache or "cache/latents.lmdb"
 local vae = p:stage("vae_encode", {

@@ -7,8 +7,15 @@
  * its CRC32C). A key that already exists is skipped and counted: a rerun of a killed
  * precompute redoes only what was never committed. Records are committed `commit_every`
  * at a time in one durable write txn, together with the updated "__meta__" summary
- * (entries, bytes, latent shapes, VAE hashes), so the summary stays exact whatever
+ * (entries, bytes, latent shapes, VAE hashes, the per-channel normalisation of each
+ * VAE's latents), so the summary stays exact whatever
  * moment the writer is killed at. The map grows by doubling when full (lmdb_store.c).
+ *
+ * An item that carries "text_emb" bf16 (L, D) (its caption's text embedding) has it
+ * stored once per distinct content under "text:<hash>" (formats/cache_format.h) and
+ * keeps only the reference ("text_key", "text_tokens"): the many clips of one caption
+ * share one record. A text record already in the cache or queued in the same batch is
+ * not written again; all embeddings of a cache must have one width.
  *
  * Runs in a worker of its own (VF_STAGE_OWN_WORKER): the LMDB writer, and map growth
  * needs no other txn open in the process. Declared memory: the commit buffer, sized at
@@ -36,8 +43,12 @@ static const vf_param_spec cache_params[] = {
 #define VAE_MAX 160
 
 typedef struct pending {
+    bool text;         /* a text record (else an entry) */
+    bool has_text;     /* an entry that references a text record */
     char shape[SHAPE_MAX];
     char vae[VAE_MAX];
+    char tkey[VF_CACHE_TEXT_KEY_LEN + 1]; /* text records: their key */
+    int64_t L, D;      /* text records: their shape */
     int64_t bytes;
 } pending;
 
@@ -46,8 +57,13 @@ struct vf_latent_writer {
     vf_lmdb_batch *batch;
     vf_cache_keying keying;
     int commit_every;
-    pending *pend; /* commit_every entries: what the summary needs of each queued record */
-    int64_t written, skipped, commits;
+    pending *pend; /* 2 × commit_every: what the summary needs of each queued record */
+    int npend_entries;                 /* entries (not text records) queued */
+    int64_t text_dim;                  /* width of the cache's text embeddings; 0 = none yet */
+    int nnorms;                        /* per-channel normalisations seen ("latent_norm") */
+    char **norm_vae, **norm_text;      /* nnorms each: recorded in the summary per VAE */
+    int64_t written, skipped, commits, texts;
+    int64_t last_entries, last_texts;  /* stored by the last commit (set in update_meta) */
 };
 
 /* ------------------------------------------------------------------ writer */
@@ -57,6 +73,12 @@ void vf_latent_writer_close(vf_latent_writer *w)
     if (!w) return;
     vf_lmdb_batch_free(w->batch);
     vf_lmdb_close(w->db);
+    for (int i = 0; i < w->nnorms; i++) {
+        free(w->norm_vae[i]);
+        free(w->norm_text[i]);
+    }
+    free(w->norm_vae);
+    free(w->norm_text);
     free(w->pend);
     free(w);
 }
@@ -72,7 +94,7 @@ int vf_latent_writer_open(const vf_latent_writer_opts *o, vf_latent_writer **out
     if (!w) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", o->path);
     w->keying = o->keying;
     w->commit_every = o->commit_every > 0 ? o->commit_every : 1;
-    w->pend = calloc((size_t)w->commit_every, sizeof *w->pend);
+    w->pend = calloc(2 * (size_t)w->commit_every, sizeof *w->pend);
     if (!w->pend) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", o->path);
     if (!(w->batch = vf_lmdb_batch_new(st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", o->path);
     vf_lmdb_opts lo = {.map_size = o->map_size};
@@ -81,6 +103,7 @@ int vf_latent_writer_open(const vf_latent_writer_opts *o, vf_latent_writer **out
     VF_TRY(vf_cache_meta_read(w->db, txn, &meta, st));
     mdb_txn_abort(txn);
     txn = NULL;
+    w->text_dim = meta ? vf_json_get_int(meta, "text_dim", 0) : 0;
     if (meta && vf_cache_meta_keying(meta) != w->keying)
         VF_FAIL(st, VF_EINVAL, "%s: cache entries are keyed by %s; this stage keys by %s (param key)",
                 o->path, vf_cache_keying_name(vf_cache_meta_keying(meta)), vf_cache_keying_name(w->keying));
@@ -105,8 +128,21 @@ static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batc
     if (rc) return rc;
     if (!meta && !(meta = vf_cache_meta_new(w->keying)))
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
-    for (int i = 0; i < vf_lmdb_batch_count(b) && rc == 0; i++)
-        if (written[i]) rc = vf_cache_meta_count(meta, w->pend[i].shape, w->pend[i].vae, w->pend[i].bytes, st);
+    w->last_entries = w->last_texts = 0;
+    for (int i = 0; i < vf_lmdb_batch_count(b) && rc == 0; i++) {
+        const pending *pd = &w->pend[i];
+        if (!written[i]) continue;
+        if (pd->text) {
+            rc = vf_cache_meta_count_text(meta, pd->L, pd->D, pd->bytes, st);
+            if (rc) vf_status_prefix(st, "%s: %s", vf_lmdb_path(db), pd->tkey);
+            w->last_texts++;
+            continue;
+        }
+        rc = vf_cache_meta_count(meta, pd->shape, pd->vae, pd->bytes, st);
+        if (rc == 0 && pd->has_text) rc = vf_cache_meta_count_text_entry(meta, st);
+        w->last_entries++;
+    }
+    for (int i = 0; i < w->nnorms && rc == 0; i++) rc = vf_cache_meta_note_norm(meta, w->norm_vae[i], w->norm_text[i], st);
     if (rc == 0) rc = vf_cache_meta_write(db, txn, meta, st);
     vf_json_free(meta);
     return rc;
@@ -115,13 +151,80 @@ static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batc
 int vf_latent_writer_flush(vf_latent_writer *w, vf_status *st)
 {
     if (vf_lmdb_batch_count(w->batch) == 0) return 0;
-    int nw = 0, ne = 0;
-    int rc = vf_lmdb_batch_commit(w->db, w->batch, update_meta, w, &nw, &ne, st);
+    int rc = vf_lmdb_batch_commit(w->db, w->batch, update_meta, w, NULL, NULL, st);
     if (rc) return rc;
-    w->written += nw;
-    w->skipped += ne; /* duplicates within the batch */
+    w->written += w->last_entries;
+    w->skipped += w->npend_entries - w->last_entries; /* duplicates within the batch */
+    w->texts += w->last_texts;
+    w->npend_entries = 0;
     w->commits++;
     return 0;
+}
+
+/* Remembers the per-channel normalisation the item's VAE applied, for the summary. */
+static int note_norm(vf_latent_writer *w, const vf_item *it, vf_status *st)
+{
+    const char *vae = vf_item_str(it, "vae"), *norm = vf_item_str(it, "latent_norm");
+    if (!vae || !norm) return 0;
+    for (int i = 0; i < w->nnorms; i++)
+        if (!strcmp(w->norm_vae[i], vae)) return 0;
+    char **a = realloc(w->norm_vae, sizeof *a * (size_t)(w->nnorms + 1));
+    if (a) w->norm_vae = a;
+    char **b = a ? realloc(w->norm_text, sizeof *b * (size_t)(w->nnorms + 1)) : NULL;
+    if (b) w->norm_text = b;
+    char *x = b ? strdup(vae) : NULL, *y = x ? strdup(norm) : NULL;
+    if (!y) {
+        free(x);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", vf_lmdb_path(w->db));
+    }
+    w->norm_vae[w->nnorms] = x;
+    w->norm_text[w->nnorms++] = y;
+    return 0;
+}
+
+/* Moves the item's "text_emb" (content hash h) into a text record (queued unless the
+ * cache or the batch has it) and leaves the reference in the item's metadata. */
+static int put_text(vf_latent_writer *w, vf_item *it, const char *h, vf_status *st)
+{
+    int rc = 0;
+    vf_item *rec = NULL;
+    vf_tensor *t = vf_item_take(it, VF_CACHE_TEXT_TENSOR);
+    char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
+    snprintf(tkey, sizeof tkey, VF_CACHE_TEXT_PREFIX "%s", h);
+    int64_t L = t->shape[0], D = t->shape[1];
+    if (w->text_dim && D != w->text_dim)
+        VF_FAIL(st, VF_EBADINPUT, "tensor \"" VF_CACHE_TEXT_TENSOR "\" has width %lld; the cache holds width %lld",
+                (long long)D, (long long)w->text_dim);
+    w->text_dim = D;
+    VF_TRY(vf_item_set_str(it, "text_key", h, st));
+    VF_TRY(vf_item_set_num(it, "text_tokens", (double)L, st));
+    bool exists = false;
+    int n = vf_lmdb_batch_count(w->batch);
+    for (int k = 0; k < n && !exists; k++) exists = w->pend[k].text && !strcmp(w->pend[k].tkey, tkey);
+    if (!exists) VF_TRY(vf_lmdb_exists(w->db, tkey, VF_CACHE_TEXT_KEY_LEN, &exists, st));
+    if (exists) goto fail; /* rc == 0: one record serves every caption of this content */
+    if (!(rec = vf_item_new(tkey, st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", vf_lmdb_path(w->db));
+    VF_TRY(vf_item_put(rec, VF_CACHE_TEXT_TENSOR, vf_tensor_ref(t), st));
+    size_t need = vf_item_encoded_size(rec), len = 0;
+    void *dst;
+    VF_TRY(vf_lmdb_batch_reserve(w->batch, tkey, VF_CACHE_TEXT_KEY_LEN, need, &dst, st));
+    rc = vf_item_encode(rec, dst, need, &len, st);
+    if (rc == 0 && len != need)
+        rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "encoded %zu bytes, expected %zu", len, need);
+    if (rc) {
+        vf_lmdb_batch_truncate(w->batch, n);
+        goto fail;
+    }
+    pending *pd = &w->pend[n];
+    memset(pd, 0, sizeof *pd);
+    pd->text = true;
+    snprintf(pd->tkey, sizeof pd->tkey, "%s", tkey);
+    pd->L = L, pd->D = D, pd->bytes = (int64_t)len;
+fail:
+    if (rc) vf_status_prefix(st, "%s: item \"%s\": text embedding", vf_lmdb_path(w->db), vf_item_id(it));
+    vf_item_free(rec);
+    vf_tensor_unref(t);
+    return rc;
 }
 
 int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_status *st)
@@ -129,8 +232,10 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     int rc = 0;
     char key[VF_CACHE_KEY_LEN + 1];
     *skipped = false;
+    char th[VF_CACHE_KEY_LEN + 1];
     VF_TRY(vf_cache_check_item(it, st));
-    VF_TRY(vf_cache_key_of_item(it, w->keying, key, st));
+    vf_cache_item_text_hash(it, th); /* once: it reads the whole embedding */
+    VF_TRY(vf_cache_key_of_item_text(it, w->keying, th, key, st));
     bool exists = false;
     VF_TRY(vf_lmdb_exists(w->db, key, VF_CACHE_KEY_LEN, &exists, st));
     if (exists) {
@@ -138,6 +243,9 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
         w->skipped++;
         goto fail; /* rc == 0: done with the item */
     }
+    VF_TRY(note_norm(w, it, st));
+    bool has_text = vf_item_get(it, VF_CACHE_TEXT_TENSOR) != NULL;
+    if (has_text) VF_TRY(put_text(w, it, th, st));
     size_t need = vf_item_encoded_size(it), len = 0;
     void *dst;
     int i = vf_lmdb_batch_count(w->batch);
@@ -154,11 +262,14 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
         vf_lmdb_batch_truncate(w->batch, i);
         goto fail;
     }
+    memset(&w->pend[i], 0, sizeof w->pend[i]);
     vf_cache_shape_key(it, w->pend[i].shape, SHAPE_MAX);
     const char *vae = vf_item_str(it, "vae");
     snprintf(w->pend[i].vae, VAE_MAX, "%s", vae ? vae : "none");
     w->pend[i].bytes = (int64_t)len;
-    if (vf_lmdb_batch_count(w->batch) >= w->commit_every) VF_TRY(vf_latent_writer_flush(w, st));
+    w->pend[i].has_text = has_text;
+    w->npend_entries++;
+    if (w->npend_entries >= w->commit_every) VF_TRY(vf_latent_writer_flush(w, st));
 fail:
     vf_item_free(it);
     return rc;
@@ -170,6 +281,7 @@ void vf_latent_writer_get_stats(const vf_latent_writer *w, vf_latent_writer_stat
     out->skipped = w->skipped;
     out->queued = vf_lmdb_batch_count(w->batch);
     out->commits = w->commits;
+    out->texts = w->texts;
     out->map_size = vf_lmdb_map_size(w->db);
     out->growths = vf_lmdb_growths(w->db);
     out->batch_capacity = vf_lmdb_batch_capacity(w->batch);
@@ -281,11 +393,20 @@ static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     vf_status ign;
     vf_status_clear(&ign);
     vf_lmdb_count(w->db, &entries, &ign);
+    /* the count holds "__meta__" (subtracted below) and the text records */
+    MDB_txn *rt = NULL;
+    vf_json *meta = NULL;
+    if (vf_lmdb_read_begin(w->db, &rt, &ign) == 0 && vf_cache_meta_read(w->db, rt, &meta, &ign) == 0 && meta) {
+        int64_t texts = vf_json_get_int(meta, "texts", 0);
+        entries = entries > (size_t)texts ? entries - (size_t)texts : 0;
+    }
+    if (rt) mdb_txn_abort(rt);
+    vf_json_free(meta);
     char row[320];
     snprintf(row, sizeof row,
-             "{\"event\":\"latent_cache_done\",\"written\":%lld,\"skipped\":%lld,\"commits\":%lld,"
+             "{\"event\":\"latent_cache_done\",\"written\":%lld,\"skipped\":%lld,\"texts\":%lld,\"commits\":%lld,"
              "\"entries\":%zu,\"map_size\":%zu,\"growths\":%d}",
-             (long long)x.written, (long long)x.skipped, (long long)x.commits,
+             (long long)x.written, (long long)x.skipped, (long long)x.texts, (long long)x.commits,
              entries ? entries - 1 : 0, x.map_size, x.growths);
     vf_metric_row(ctx, row);
     vf_log(ctx, VF_LOG_INFO, "%s: wrote %lld records, skipped %lld existing, %zu in cache, map %zu bytes (%d growths)",

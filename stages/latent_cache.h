@@ -33,6 +33,7 @@ typedef struct vf_latent_writer_stats {
     int64_t skipped;   /* items whose key already existed (earlier run or duplicate) */
     int64_t queued;    /* waiting for the next commit */
     int64_t commits;
+    int64_t texts;     /* text embedding records stored by this writer */
     size_t map_size;
     int growths;
     size_t batch_capacity; /* bytes of the commit buffer */

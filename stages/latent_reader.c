@@ -5,6 +5,15 @@
  * The key list (32 bytes per entry) and one epoch's permutation (4 bytes per entry)
  * stay in memory; records are read one at a time inside a short read txn per batch and
  * copied into the batch tensors, so memory is the key list plus one batch.
+ *
+ * Text embeddings: with text_dim = D > 0 (a model conditioned on embeddings) the cache
+ * must hold them ("text_dim" D in its summary, every entry referencing one), and each
+ * batch also carries "text_emb" f32 (B, text_len, D): the entry's bf16 record widened to
+ * f32 (exact), rows at and past its L zero, as Wan's pipeline pads the umT5 output;
+ * "text_len" then holds each L. A cache without embeddings or of another width, an
+ * embedding longer than text_len, or entries without one are refused by `ports` (so at
+ * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
+ * serves caption bytes only, whatever the cache holds.
  */
 #include "stages/latent_reader.h"
 #include "runtime/philox.h"
@@ -22,6 +31,7 @@ struct vf_latent_reader {
     int64_t n, L;
     int64_t shape[4];
     int64_t per;    /* floats per latent */
+    int64_t text_dim; /* D of the cache's text embeddings; 0 = the cache has none */
     uint32_t *perm; /* permutation of the cached epoch */
     uint64_t perm_epoch;
     bool perm_valid;
@@ -161,6 +171,66 @@ fail:
     return rc;
 }
 
+/* Text embedding width and longest length the summary records (0, 0 = none), and
+ * whether every entry references one. */
+static int cache_text(vf_lmdb *db, MDB_txn *txn, int64_t *dim, int64_t *max_len, int64_t *missing,
+                      vf_status *st)
+{
+    vf_json *meta = NULL;
+    *dim = *max_len = *missing = 0;
+    int rc = vf_cache_meta_read(db, txn, &meta, st);
+    if (rc || !meta) return rc;
+    *dim = vf_json_get_int(meta, "text_dim", 0);
+    *max_len = vf_json_get_int(meta, "text_max_len", 0);
+    if (*dim) *missing = vf_json_get_int(meta, "entries", 0) - vf_json_get_int(meta, "text_entries", 0);
+    vf_json_free(meta);
+    return 0;
+}
+
+/* The reader's refusals of a cache's text embeddings (want_dim: the param; 0 = any). */
+static int check_text(const char *path, int64_t dim, int64_t max_len, int64_t missing, int64_t want_dim,
+                      int64_t text_len, vf_status *st)
+{
+    int rc = 0;
+    if (want_dim > 0 && dim == 0)
+        VF_FAIL(st, VF_EBADINPUT, "%s: the cache holds no text embeddings (tensor \"text_emb\"); text_dim = %lld asks for "
+                "them: precompute with a manifest column text_emb (docs/PRECOMPUTE.md)", path, (long long)want_dim);
+    if (!dim) return 0;
+    if (want_dim > 0 && want_dim != dim)
+        VF_FAIL(st, VF_EBADINPUT, "%s: tensor \"text_emb\" has width %lld in the cache; the model takes text_dim %lld",
+                path, (long long)dim, (long long)want_dim);
+    if (max_len > text_len)
+        VF_FAIL(st, VF_EBADINPUT, "%s: tensor \"text_emb\": the cache holds embeddings of %lld rows, longer than "
+                "text_len %lld", path, (long long)max_len, (long long)text_len);
+    if (missing)
+        VF_FAIL(st, VF_EBADINPUT, "%s: %lld entries have no text embedding (tensor \"text_emb\") in a cache of "
+                "embeddings: write such clips to a cache of their own", path, (long long)missing);
+fail:
+    return rc;
+}
+
+static int text_info(const char *path, int64_t *dim, int64_t *max_len, int64_t *missing, vf_status *st)
+{
+    int rc = 0;
+    vf_lmdb *db = NULL;
+    MDB_txn *txn = NULL;
+    vf_lmdb_opts ro = {.readonly = true};
+    *dim = *max_len = *missing = 0;
+    VF_TRY(vf_lmdb_open(path, &ro, &db, st));
+    VF_TRY(vf_lmdb_read_begin(db, &txn, st));
+    VF_TRY(cache_text(db, txn, dim, max_len, missing, st));
+fail:
+    if (txn) mdb_txn_abort(txn);
+    vf_lmdb_close(db);
+    return rc;
+}
+
+int vf_latent_cache_text_info(const char *path, int64_t *dim, int64_t *max_len, vf_status *st)
+{
+    int64_t missing;
+    return text_info(path, dim, max_len, &missing, st);
+}
+
 int vf_latent_cache_probe(const char *path, int64_t shape[4], int64_t *entries, vf_status *st)
 {
     int rc = 0;
@@ -233,6 +303,11 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     VF_TRY(vf_lmdb_read_begin(r->db, &r->txn, st));
     VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
     r->per = r->shape[0] * r->shape[1] * r->shape[2] * r->shape[3];
+    int64_t tmax, tmissing;
+    if (o->text_dim > 0) { /* the model takes embeddings: the cache's must fit it */
+        VF_TRY(cache_text(r->db, r->txn, &r->text_dim, &tmax, &tmissing, st));
+        VF_TRY(check_text(r->path, r->text_dim, tmax, tmissing, o->text_dim, o->text_len, st));
+    }
     VF_TRY(list_keys(r, st));
     mdb_txn_reset(r->txn);
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
@@ -257,8 +332,42 @@ fail:
 /* ------------------------------------------------------------------ batches */
 
 /* Reads entry idx into slot b of the batch; 1 = damaged and skipped, 0 = ok, < 0 = fail */
+/* The text embedding entry `it` references, widened into emb (text_len × D, zero rows
+ * past its length); *L gets its length. VF_ECORRUPT naming the entry and record. */
+static int read_text(vf_latent_reader *r, const char *key, const vf_item *it, float *emb, int32_t *L,
+                     vf_status *st)
+{
+    int rc = 0;
+    vf_item *rec = NULL;
+    const char *h = vf_item_str(it, "text_key");
+    char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
+    MDB_val v;
+    if (!h || strlen(h) != VF_CACHE_KEY_LEN)
+        VF_FAIL(st, VF_ECORRUPT, "%s: record \"%.32s\" references no text embedding (metadata \"text_key\")", r->path,
+                key);
+    snprintf(tkey, sizeof tkey, VF_CACHE_TEXT_PREFIX "%s", h);
+    rc = vf_lmdb_get(r->db, r->txn, tkey, VF_CACHE_TEXT_KEY_LEN, &v, st);
+    if (rc == VF_ENOTFOUND)
+        VF_FAIL(st, VF_ECORRUPT, "%s: record \"%.32s\" references text record \"%s\", which is missing", r->path, key,
+                tkey);
+    if (rc) goto fail;
+    VF_TRY(vf_cache_text_decode(r->path, tkey, VF_CACHE_TEXT_KEY_LEN, v.mv_data, v.mv_size, &rec, st));
+    const vf_tensor *t = vf_item_get(rec, VF_CACHE_TEXT_TENSOR);
+    int64_t n = t->shape[0], D = r->text_dim, TL = r->o.text_len;
+    if (t->shape[1] != D || n > TL)
+        VF_FAIL(st, VF_ECORRUPT, "%s: text record \"%s\" is (%lld, %lld); the cache's embeddings are (<= %lld, %lld)",
+                r->path, tkey, (long long)n, (long long)t->shape[1], (long long)TL, (long long)D);
+    const uint16_t *src = t->data;
+    for (int64_t i = 0; i < n * D; i++) emb[i] = vf_bf16_to_f32(src[i]);
+    memset(emb + n * D, 0, sizeof(float) * (size_t)((TL - n) * D));
+    *L = (int32_t)n;
+fail:
+    vf_item_free(rec);
+    return rc;
+}
+
 static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
-                    vf_status *st)
+                    float *emb, vf_status *st)
 {
     const char *key = r->keys + 32 * idx;
     MDB_val v;
@@ -278,6 +387,8 @@ static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text,
         rc = vf_status_set(&bad, VF_ECORRUPT, __FILE__, __LINE__, "%s: record \"%.32s\" has latent shape %s; the cache's is %s",
                            r->path, key, a, b);
     }
+    int32_t emb_len = 0;
+    if (rc == 0 && emb) rc = read_text(r, key, it, emb, &emb_len, &bad);
     if (rc) {
         vf_item_free(it);
         if (!r->o.skip_bad) {
@@ -292,7 +403,7 @@ static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text,
     const char *cap = vf_item_str(it, "caption");
     int n = 0;
     for (; cap && cap[n] && n < r->o.text_len; n++) text[n] = (unsigned char)cap[n];
-    *tlen = n;
+    *tlen = emb ? emb_len : n;
     vf_item_free(it);
     return 0;
 }
@@ -301,7 +412,8 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
     int rc = 0;
     const int B = r->o.batch, TL = r->o.text_len;
-    vf_tensor *lat = NULL, *text = NULL, *tlen = NULL;
+    vf_tensor *lat = NULL, *text = NULL, *tlen = NULL, *emb = NULL;
+    const int64_t D = r->text_dim;
     vf_item *it = NULL;
     char *keys = NULL;
     bool txn_live = false;
@@ -321,7 +433,8 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         int64_t lshape[5] = {B, r->shape[0], r->shape[1], r->shape[2], r->shape[3]}, tshape[2] = {B, TL};
         if (!lat && (!(lat = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st)) ||
                      !(text = vf_tensor_zeros(VF_DTYPE_I32, 2, tshape, st)) ||
-                     !(tlen = vf_tensor_zeros(VF_DTYPE_I32, 1, tshape, st)) || !(keys = malloc(33 * (size_t)B + 1))))
+                     !(tlen = vf_tensor_zeros(VF_DTYPE_I32, 1, tshape, st)) || !(keys = malloc(33 * (size_t)B + 1)) ||
+                     (D && !(emb = vf_tensor_zeros(VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, st)))))
             VF_FAIL(st, VF_ENOMEM, "%s: out of memory for a batch of %d", r->path, B);
         VF_TRY(vf_lmdb_read_renew(r->db, r->txn, st));
         txn_live = true;
@@ -331,7 +444,8 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         while (got < B && r->pos < r->L) {
             int64_t idx = vf_latent_reader_index_at(r, r->epoch, r->pos);
             rc = read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
-                          (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got, st);
+                          (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got,
+                          emb ? (float *)emb->data + (size_t)got * (size_t)(TL * D) : NULL, st);
             if (rc < 0) goto fail;
             r->pos++;
             if (rc == 1) continue;
@@ -352,6 +466,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
             lat->shape[0] = got;
             text->shape[0] = got;
             tlen->shape[0] = got;
+            if (emb) emb->shape[0] = got;
         }
         char id[64], cur[160];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
@@ -365,6 +480,12 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         else vf_tensor_unref(t1);
         if (rc == 0) rc = vf_item_put(it, "text_len", t2, st);
         else vf_tensor_unref(t2);
+        if (emb) {
+            vf_tensor *t3 = emb;
+            emb = NULL;
+            if (rc == 0) rc = vf_item_put(it, VF_CACHE_TEXT_TENSOR, t3, st);
+            else vf_tensor_unref(t3);
+        }
         if (rc) goto fail;
         VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
         VF_TRY(vf_item_set_num(it, "index", (double)(first / B), st));
@@ -379,6 +500,7 @@ fail:
     vf_tensor_unref(lat);
     vf_tensor_unref(text);
     vf_tensor_unref(tlen);
+    vf_tensor_unref(emb);
     vf_item_free(it);
     free(keys);
     return rc;
@@ -394,7 +516,10 @@ static const vf_param_spec reader_params[] = {
     {"shard", VF_P_INT, "0", VF_RANGE(0, 65535), "data-parallel rank of this reader", NULL, NULL},
     {"nshards", VF_P_INT, "1", VF_RANGE(1, 65536), "data-parallel ranks", NULL, NULL},
     {"drop_last", VF_P_BOOL, "true", VF_ANY, "drop each epoch's last partial batch", NULL, NULL},
-    {"text_len", VF_P_INT, "64", VF_RANGE(1, 65536), "caption bytes kept as i32 tokens", NULL, NULL},
+    {"text_len", VF_P_INT, "64", VF_RANGE(1, 65536),
+     "caption bytes kept as i32 tokens; rows of \"text_emb\" (embeddings zero-padded to it)", NULL, NULL},
+    {"text_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
+     "width of the text embeddings the model takes: emit \"text_emb\" (the cache must hold them); 0 = caption bytes only", NULL, NULL},
     {"cursor", VF_P_STR, "\"\"", VF_ANY, "resume position (a batch's \"cursor\" metadata); empty = start", NULL, NULL},
     {"on_bad", VF_P_STR, "\"fail\"", VF_ANY, "damaged record: fail the run, or skip and count it", "fail|skip", NULL},
     {"latent_shape", VF_P_LIST_INT, "[]", VF_RANGE(1, 1 << 20),
@@ -403,11 +528,17 @@ static const vf_param_spec reader_params[] = {
 };
 
 /* Latent shape and entry count for ports/memory: the cache's, else the latent_shape param. */
-static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, vf_status *st)
+static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, int64_t *text_dim, vf_status *st)
 {
     vf_status probe;
     vf_status_clear(&probe);
-    int rc = vf_latent_cache_probe(vf_param_str(p, "path"), shape, entries, &probe);
+    int64_t dim, tmax, missing, want = vf_param_int(p, "text_dim");
+    const char *path = vf_param_str(p, "path");
+    *text_dim = want;
+    int rc = vf_latent_cache_probe(path, shape, entries, &probe);
+    /* a cache that exists: its embeddings must fit the model now, at check/plan time */
+    if (rc == 0 && want > 0) rc = text_info(path, &dim, &tmax, &missing, &probe);
+    if (rc == 0 && want > 0) rc = check_text(path, dim, tmax, missing, want, vf_param_int(p, "text_len"), &probe);
     if (rc == 0) return 0;
     *entries = 0;
     if (rc == VF_ENOTFOUND && vf_param_len(p, "latent_shape") == 4) {
@@ -423,8 +554,8 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, vf
 static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
                         vf_status *st)
 {
-    int64_t s[4], n;
-    int rc = plan_shape(p, s, &n, st);
+    int64_t s[4], n, D;
+    int rc = plan_shape(p, s, &n, &D, st);
     if (rc) return rc;
     int64_t B = vf_param_int(p, "batch"), TL = vf_param_int(p, "text_len");
     static const char *const lsym[5] = {"B", "", "", "", ""}, *const tsym[2] = {"B", ""};
@@ -433,6 +564,10 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     vf_port_tensor(o, "latent", VF_DTYPE_F32, 5, ld, lsym);
     vf_port_tensor(o, "text", VF_DTYPE_I32, 2, td, tsym);
     vf_port_tensor(o, "text_len", VF_DTYPE_I32, 1, td, tsym);
+    if (D) {
+        static const char *const esym[3] = {"B", "", ""};
+        vf_port_tensor(o, VF_CACHE_TEXT_TENSOR, VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, esym);
+    }
     o->meta_bytes = 33 * B + 256; /* "keys", "cursor", epoch, index */
     return 0;
 }
@@ -440,14 +575,19 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
 static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
                          vf_status *st)
 {
-    int64_t s[4], n;
-    int rc = plan_shape(p, s, &n, st);
+    int64_t s[4], n, D;
+    int rc = plan_shape(p, s, &n, &D, st);
     if (rc) return rc;
     vf_device cpu = {VF_DEV_CPU, 0};
     int64_t B = vf_param_int(p, "batch"), per = s[0] * s[1] * s[2] * s[3] * 4;
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", B * (per + 4 * vf_param_int(p, "text_len") + 4) + 33 * B);
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", 2 * per + 4096);
+    if (D) { /* the batch's f32 embeddings, and one decoded bf16 record */
+        int64_t TL = vf_param_int(p, "text_len");
+        vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch text embeddings", B * TL * D * 4);
+        vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded text record", TL * D * 2 + 4096);
+    }
     return 0;
 }
 
@@ -462,6 +602,7 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
         .nshards = (int)vf_param_int(p, "nshards"),
         .drop_last = vf_param_bool(p, "drop_last"),
         .text_len = (int)vf_param_int(p, "text_len"),
+        .text_dim = vf_param_int(p, "text_dim"),
         .cursor = vf_param_str(p, "cursor"),
         .skip_bad = !strcmp(vf_param_str(p, "on_bad"), "skip"),
     };

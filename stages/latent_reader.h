@@ -34,7 +34,8 @@ typedef struct vf_latent_reader_opts {
     int64_t epochs;      /* 0 = forever */
     int shard, nshards;  /* rank k of K */
     bool drop_last;
-    int text_len;        /* caption bytes kept as i32 tokens */
+    int text_len;        /* caption bytes kept as i32 tokens; rows of "text_emb" */
+    int64_t text_dim;    /* > 0: emit "text_emb"; the cache must hold embeddings of this width */
     const char *cursor;  /* NULL / "" = start of epoch 0 */
     bool skip_bad;       /* on_bad = skip (else fail) */
     /* called for every skipped damaged record with a message naming it (may be NULL) */
@@ -55,8 +56,13 @@ void vf_latent_reader_set_on_bad(vf_latent_reader *r, void (*fn)(void *, const c
  * shapes or none. */
 int vf_latent_cache_probe(const char *path, int64_t shape[4], int64_t *entries, vf_status *st);
 
+/* Text embedding width and longest length a cache's summary records (0, 0 when it
+ * holds none). VF_ENOTFOUND when there is no cache. */
+int vf_latent_cache_text_info(const char *path, int64_t *dim, int64_t *max_len, vf_status *st);
+
 /* Next batch item (docs/ITEMS.md: "latent" f32 (B, z, T', h, w), "text" i32 (B, text_len),
- * "text_len" i32 (B); meta "epoch", "index" (floor(first position / B)), "cursor"
+ * "text_len" i32 (B) (caption bytes, or embedding rows with text_dim > 0),
+ * "text_emb" f32 (B, text_len, D) with text_dim > 0 (rows at and past each length zero); meta "epoch", "index" (floor(first position / B)), "cursor"
  * (after this batch), "keys" (comma-separated entry keys)). Caller owns *out.
  * VF_EOS after the last epoch. */
 int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st);

@@ -1,11 +1,18 @@
 /* vae_encode.c — the `vae_encode` stage: decoded clips in, VAE latents out.
  *
  * Input "in": one item per clip with tensor "frames" u8 (T, H, W, 3) (docs/ITEMS.md).
- * Output "out": the same item, frames dropped, with "latent" f32 (z, T', H/s, W/s)
- * = (mean - shift)·scale, optionally "logvar" (of that normalised latent: the encoder's
- * logvar + 2·ln|scale|, so a sample is latent + exp(logvar/2)·ε), and metadata "vae"
- * (vf_vae_hash: weights, config and the affine, so a cache keyed by it never mixes
- * latents of another scale/shift), "vae_scale", "vae_shift".
+ * Output "out": the same item, frames dropped, with "latent" f32 (z, T', H/s, W/s), the
+ * encoder's mean normalised per channel as Wan's pipelines do,
+ *   latent[c] = (mean[c] - latents_mean[c]) / latents_std[c],
+ * with latents_mean/latents_std (z values each) from the stage params, else the
+ * config.json of a diffusers VAE directory given as weights, else the model preset
+ * (vf.models.vae "wan" carries AutoencoderKLWan's 16 defaults). Without per-channel
+ * values the scalar affine (mean - shift)·scale applies (the tiny preset). Optionally
+ * "logvar" (of that normalised latent: the encoder's logvar - 2·ln std[c], so a sample
+ * is latent + exp(logvar/2)·ε). Metadata "vae": vf_vae_hash (weights, config, the scalar
+ * affine), combined with the per-channel values when they apply
+ * (vf_cache_vae_id), so a cache keyed by it never mixes latents normalised otherwise;
+ * "latent_norm" = {"mean":[…],"std":[…]} (per channel) or "vae_scale", "vae_shift".
  *
  * Clips are gathered into micro-batches of `micro_batch` clips of the same shape (a
  * clip of another shape, or the end of the stream, flushes a partial batch) and encoded
@@ -49,6 +56,9 @@ static const vf_param_spec model_fields[] = {
     {"eps", VF_P_NUM, "1e-12", VF_RANGE(0, 1), "RMSNorm eps"},
     {"scale", VF_P_NUM, "1.0", VF_ANY, "latent scale: latent = (mean - shift) * scale"},
     {"shift", VF_P_NUM, "0.0", VF_ANY, "latent shift"},
+    {"latents_mean", VF_P_LIST_NUM, "[]", VF_ANY,
+     "per-channel normalisation (z values): latent = (mean - latents_mean) / latents_std"},
+    {"latents_std", VF_P_LIST_NUM, "[]", VF_ANY, "per-channel std (z values), see latents_mean"},
     {0},
 };
 
@@ -58,7 +68,8 @@ static const vf_param_spec vae_params[] = {
      "\"temporal_downsample\":[0,1,1],\"z_dim\":4,\"eps\":1e-12,\"scale\":1.0,\"shift\":0.0}",
      VF_ANY, "VAE preset (vf.models.vae \"tiny\" | \"wan\")", NULL, model_fields},
     {"weights", VF_P_STR, "null", VF_ANY,
-     "safetensors file of the encoder (names in models/vae.h); absent = seeded init"},
+     "the VAE: safetensors file (Wan's original or diffusers' names) or a diffusers AutoencoderKLWan "
+     "directory (models/vae.h); absent = seeded init"},
     {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "seed of the init without weights"},
     {"micro_batch", VF_P_INT, "1", VF_RANGE(1, 256), "clips per forward"},
     {"chunk", VF_P_INT, "4", VF_RANGE(1, 4096),
@@ -67,6 +78,10 @@ static const vf_param_spec vae_params[] = {
     {"logvar", VF_P_BOOL, "false", VF_ANY, "also emit \"logvar\""},
     {"scale", VF_P_NUM, "null", VF_ANY, "latent scale (default: the model's)"},
     {"shift", VF_P_NUM, "null", VF_ANY, "latent shift (default: the model's)"},
+    {"latents_mean", VF_P_LIST_NUM, "null", VF_ANY,
+     "per-channel latent mean (z values; default: a diffusers VAE's config.json, else the model's)"},
+    {"latents_std", VF_P_LIST_NUM, "null", VF_ANY,
+     "per-channel latent std (z values; default: a diffusers VAE's config.json, else the model's)"},
     {"skip_cached", VF_P_STR, "null", VF_ANY,
      "LMDB latent cache: drop clips whose key (source, clip, transform, this VAE) it holds, "
      "before encoding (a rerun redoes only what is missing)"},
@@ -166,10 +181,19 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
     const char *ls[4] = {"", tsym, hsym, wsym};
     vf_port_tensor(o, "latent", VF_DTYPE_F32, 4, ld, ls);
     if (vf_param_bool(p, "logvar")) vf_port_tensor(o, "logvar", VF_DTYPE_F32, 4, ld, ls);
-    /* Metadata passes through, plus the hash and the affine. */
+    /* Metadata passes through, plus the hash and the affine; so does a caption's text
+     * embedding (formats/cache_format.h), untouched. */
     const vf_port_spec *up = upstream ? vf_port_find(upstream, "in") : NULL;
+    for (int i = 0; up && i < up->ntensors; i++)
+        if (!strcmp(up->t[i].name, VF_CACHE_TEXT_TENSOR)) {
+            const vf_tensor_spec *t = &up->t[i];
+            const char *sym[VF_MAX_DIMS];
+            for (int d = 0; d < t->ndim; d++) sym[d] = t->sym[d];
+            vf_port_tensor(in, t->name, t->dtype, t->ndim, t->dims, sym);
+            vf_port_tensor(o, t->name, t->dtype, t->ndim, t->dims, sym);
+        }
     in->meta_bytes = up ? up->meta_bytes : 0;
-    o->meta_bytes = up && up->meta_bytes ? up->meta_bytes + 256 : 0;
+    o->meta_bytes = up && up->meta_bytes ? up->meta_bytes + 256 + 64 + 40 * (int64_t)c.z_dim : 0;
 fail:
     return rc;
 }
@@ -233,6 +257,9 @@ typedef struct vae_state {
     vf_lmdb *cache;              /* skip_cached, read-only; NULL = skip nothing */
     bool no_cache_yet;           /* skip_cached named a path without an environment */
     vf_cache_keying keying;      /* the cache's key scheme (its "__meta__") */
+    float *nmean, *nstd;         /* per-channel normalisation (z each); NULL = scalar affine */
+    char *norm_json;             /* {"mean":[…],"std":[…]} of nmean/nstd */
+    char vae_id[VF_CACHE_KEY_LEN + 1]; /* metadata "vae" of the latents */
     int64_t skipped;             /* clips dropped because the cache has them */
 } vae_state;
 
@@ -262,6 +289,65 @@ fail:
     return rc;
 }
 
+/* Copies list param `key` of q (z numbers) into out. */
+static int norm_list(const vf_params *q, const char *key, const char *where, int z, float *out, vf_status *st)
+{
+    if (vf_param_len(q, key) != z)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "vae_encode: %s%s has %d values; z_dim is %d", where, key,
+                             vf_param_len(q, key), z);
+    for (int i = 0; i < z; i++) out[i] = (float)vf_param_num_at(q, key, i);
+    return 0;
+}
+
+/* The per-channel normalisation (params, else the weights directory's config.json,
+ * else the preset) and the "vae" metadata of the latents. */
+static int resolve_norm(vae_state *v, const vf_params *p, vf_status *st)
+{
+    int rc = 0;
+    const vf_params *m = vf_param_table(p, "model");
+    int z = v->cfg.z_dim;
+    bool found = false;
+    snprintf(v->vae_id, sizeof v->vae_id, "%s", vf_vae_hash(v->m));
+    if (!(v->nmean = vf_alloc(sizeof(float) * (size_t)z, st)) || !(v->nstd = vf_alloc(sizeof(float) * (size_t)z, st)))
+        VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
+    if (vf_param_has(p, "latents_mean") || vf_param_has(p, "latents_std")) {
+        VF_TRY(norm_list(p, "latents_mean", "", z, v->nmean, st));
+        VF_TRY(norm_list(p, "latents_std", "", z, v->nstd, st));
+        found = true;
+    }
+    if (!found && vf_param_has(p, "weights") && vf_param_str(p, "weights")[0])
+        VF_TRY(vf_vae_config_norm(vf_param_str(p, "weights"), z, v->nmean, v->nstd, &found, st));
+    if (!found && (vf_param_len(m, "latents_mean") || vf_param_len(m, "latents_std"))) {
+        VF_TRY(norm_list(m, "latents_mean", "model.", z, v->nmean, st));
+        VF_TRY(norm_list(m, "latents_std", "model.", z, v->nstd, st));
+        found = true;
+    }
+    if (!found) { /* the scalar affine */
+        vf_free(v->nmean);
+        vf_free(v->nstd);
+        v->nmean = v->nstd = NULL;
+        return 0;
+    }
+    if (v->cfg.scale != 1.0f || v->cfg.shift != 0.0f)
+        VF_FAIL(st, VF_EUSAGE, "vae_encode: give either the per-channel latents_mean/latents_std or the scalar "
+                "scale/shift (%g/%g), not both", (double)v->cfg.scale, (double)v->cfg.shift);
+    size_t cap = 64 + (size_t)z * 40, o = 0;
+    if (!(v->norm_json = vf_alloc(cap, st))) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
+    o += (size_t)snprintf(v->norm_json + o, cap - o, "{\"mean\":[");
+    for (int i = 0; i < z; i++) o += (size_t)snprintf(v->norm_json + o, cap - o, "%s%.9g", i ? "," : "", (double)v->nmean[i]);
+    o += (size_t)snprintf(v->norm_json + o, cap - o, "],\"std\":[");
+    for (int i = 0; i < z; i++) {
+        if (!isfinite(v->nstd[i]) || v->nstd[i] == 0 || !isfinite(v->nmean[i]))
+            VF_FAIL(st, VF_EUSAGE, "vae_encode: latents_std[%d] = %g / latents_mean[%d] = %g: finite, std != 0", i,
+                    (double)v->nstd[i], i, (double)v->nmean[i]);
+        o += (size_t)snprintf(v->norm_json + o, cap - o, "%s%.9g", i ? "," : "", (double)v->nstd[i]);
+    }
+    snprintf(v->norm_json + o, cap - o, "]}");
+    vf_cache_vae_id(vf_vae_hash(v->m), v->norm_json, v->vae_id);
+fail:
+    return rc;
+}
+
 static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
 {
     int rc = 0;
@@ -285,6 +371,7 @@ static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
         VF_TRY(vf_vae_load(v->m, vf_param_str(p, "weights"), st));
     else
         VF_TRY(vf_vae_init_seeded(v->m, (uint64_t)vf_param_int(p, "seed"), st));
+    VF_TRY(resolve_norm(v, p, st));
     if (vf_param_has(p, "skip_cached")) VF_TRY(open_cache(v, vf_param_str(p, "skip_cached"), st));
 fail:
     return rc;
@@ -299,11 +386,13 @@ static int is_cached(vae_state *v, const vf_item *it, bool *hit, vf_status *st)
     *hit = false;
     if (!v->cache) return 0;
     if (v->keying == VF_CACHE_KEY_ID) {
-        vf_cache_key_of_id(vf_item_id(it), key);
+        if (vf_cache_key_of_item(it, VF_CACHE_KEY_ID, key, st) < 0) return st->code;
     } else {
         const char *src = vf_item_str(it, "source"), *tf = vf_item_str(it, "transform");
         if (!src || !tf || vf_item_num(it, "clip", &clip) != 0) return 0;
-        vf_cache_key(src, (int64_t)clip, tf, vf_vae_hash(v->m), key);
+        char th[VF_CACHE_KEY_LEN + 1];
+        vf_cache_item_text_hash(it, th);
+        vf_cache_key_text(src, (int64_t)clip, tf, v->vae_id, th, key);
     }
     int rc = vf_lmdb_exists(v->cache, key, VF_CACHE_KEY_LEN, hit, st);
     if (rc < 0) vf_status_prefix(st, "vae_encode: skip_cached: item '%s'", vf_item_id(it));
@@ -368,19 +457,30 @@ static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
         if (!lat) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a latent");
         float *d = lat->data;
         const float *src = v->mean + b * per;
-        for (int64_t i = 0; i < per; i++) d[i] = (src[i] - sh) * sc;
+        int64_t plane = per / z; /* T'·h·w values per channel */
+        if (v->nmean) {
+            memcpy(d, src, sizeof(float) * (size_t)per);
+            vf_vae_normalise(d, z, plane, v->nmean, v->nstd);
+        } else {
+            for (int64_t i = 0; i < per; i++) d[i] = (src[i] - sh) * sc;
+        }
         VF_TRY(vf_item_put(it, "latent", lat, st));
         if (v->logvar) {
             vf_tensor *lv = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
             if (!lv) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a logvar");
             float *dl = lv->data;
             const float *sl = v->lv + b * per;
-            for (int64_t i = 0; i < per; i++) dl[i] = sl[i] + dlv;
+            for (int64_t i = 0; i < per; i++)
+                dl[i] = sl[i] + (v->nstd ? -2.0f * logf(fabsf(v->nstd[i / (per / z)])) : dlv);
             VF_TRY(vf_item_put(it, "logvar", lv, st));
         }
-        VF_TRY(vf_item_set_str(it, "vae", vf_vae_hash(v->m), st));
-        VF_TRY(vf_item_set_num(it, "vae_scale", sc, st));
-        VF_TRY(vf_item_set_num(it, "vae_shift", sh, st));
+        VF_TRY(vf_item_set_str(it, "vae", v->vae_id, st));
+        if (v->norm_json) {
+            VF_TRY(vf_item_set_str(it, "latent_norm", v->norm_json, st));
+        } else {
+            VF_TRY(vf_item_set_num(it, "vae_scale", sc, st));
+            VF_TRY(vf_item_set_num(it, "vae_shift", sh, st));
+        }
         v->batch[b] = NULL;
         rc = vf_send(out, it, st); /* takes the item, also on failure */
         if (rc < 0) {
@@ -476,6 +576,9 @@ static void vae_fini(vf_stage *s)
     vf_free(v->lv);
     vf_free(v->batch);
     vf_lmdb_close(v->cache);
+    vf_free(v->nmean);
+    vf_free(v->nstd);
+    vf_free(v->norm_json);
     vf_free(v);
     vf_stage_set_state(s, NULL);
 }

@@ -14,11 +14,19 @@
  * those clips stand (their frames were decoded correctly) and the reason says so. When
  * more than max_bad_fraction of this instance's files are bad, the stage fails, naming
  * the fraction and the last reasons.
+ *
+ * Text embeddings: with text_dim > 0 every manifest row names a safetensors file in
+ * column `text_emb` (decode_text.h); it is loaded before the video is opened and every
+ * clip of the row carries it as "text_emb" bf16 (L, D). A missing, unreadable or
+ * misshapen file (another width, more than text_len rows, NaN) quarantines the row like
+ * a bad video. A manifest with the column and text_dim = 0, or text_dim > 0 and a row
+ * without the column, is refused at init (exit 2): a cache must not mix the two.
  */
 #include "stages/decode/decode_av.h"
 #include "stages/decode/decode_clip.h"
 #include "stages/decode/decode_guard.h"
 #include "stages/decode/decode_manifest.h"
+#include "stages/decode/decode_text.h"
 
 #include <libavutil/log.h>
 #include <math.h>
@@ -58,6 +66,9 @@ static const vf_param_spec decode_params[] = {
      "damaged frames: conceal keeps those the decoder conceals (as ffmpeg does; the file is "
      "reported damaged), careful drops frames libav flags, explode also any frame with an error",
      "conceal|careful|explode"},
+    {"text_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
+     "width of the text embeddings named by the manifest column text_emb (umT5-xxl: 4096); 0 = none"},
+    {"text_len", VF_P_INT, "512", VF_RANGE(1, 65536), "most rows a text embedding may have"},
     {0},
 };
 
@@ -67,6 +78,7 @@ typedef struct dec_state {
     vf_manifest man;
     double max_bad;
     int T, W, H;
+    int64_t text_dim, text_len;
     char transform[256];
     char last[LAST_REASONS][512]; /* ring of the last quarantine reasons */
     int nlast;
@@ -129,6 +141,11 @@ static int decode_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
     const int64_t dims[4] = {clip.frames, H, W, 3};
     vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, NULL); /* (T, H, W, 3) RGB */
+    if (vf_param_int(p, "text_dim") > 0) {
+        static const char *const tsym[2] = {"L", ""};
+        const int64_t td[2] = {vf_param_int(p, "text_len"), vf_param_int(p, "text_dim")};
+        vf_port_tensor(o, "text_emb", VF_DTYPE_BF16, 2, td, tsym); /* (L <= text_len, D) */
+    }
     o->meta_bytes = META_BYTES;
     return 0;
 fail:
@@ -146,6 +163,8 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
     /* the clip being filled before vf_send hands it to the edge */
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip being decoded", (int64_t)clip.frames * H * W * 3 + META_BYTES);
+    if (vf_param_int(p, "text_dim") > 0) /* the row's bf16 embedding and its f32 staging */
+        vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "text embedding", vf_param_int(p, "text_len") * vf_param_int(p, "text_dim") * 6);
     /* clip plan of one file: frame indices of every clip (bounded by the frame index) */
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip plan", (int64_t)(1 << 21) * 8 * 2);
     const char *m = vf_param_has(p, "manifest") ? vf_param_str(p, "manifest") : NULL;
@@ -173,6 +192,17 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (rc < 0) {
         vf_status_prefix(st, "stage '%s'", vf_stage_name(s));
         goto fail;
+    }
+    d->text_dim = vf_param_int(p, "text_dim");
+    d->text_len = vf_param_int(p, "text_len");
+    for (int64_t i = 0; i < d->man.n; i++) {
+        const vf_manifest_row *r = &d->man.rows[i];
+        if (r->text_emb && !d->text_dim)
+            VF_FAIL(st, VF_EUSAGE, "stage '%s': %s:%d names a text embedding (column text_emb) but text_dim is 0: "
+                    "set the decode stage's text_dim to the embeddings' width", vf_stage_name(s), d->man.origin, r->line);
+        if (!r->text_emb && d->text_dim)
+            VF_FAIL(st, VF_EBADINPUT, "stage '%s': %s:%d has no text embedding (column text_emb); text_dim = %lld "
+                    "needs one on every row", vf_stage_name(s), d->man.origin, r->line, (long long)d->text_dim);
     }
     snprintf(d->transform, sizeof d->transform, "frames=%d;stride=%d;fps=%g;size=%dx%d;crop=center;filter=%s",
              d->T, d->clip.fps > 0 ? 1 : d->clip.stride, d->clip.fps, d->W, d->H, vf_param_str(p, "filter"));
@@ -217,7 +247,8 @@ static void source_id(const char *path, int64_t size, int64_t mtime_ns, char out
 
 static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_info *info,
                       const double *times, int64_t grid, const int64_t *idx, vf_tensor *frames,
-                      const char *src, int64_t size, int64_t mtime_ns, vf_item **out, vf_status *st)
+                      const char *src, int64_t size, int64_t mtime_ns, vf_tensor *temb, vf_item **out,
+                      vf_status *st)
 {
     int rc = 0;
     char id[4200], tf[400];
@@ -225,6 +256,7 @@ static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_in
     vf_item *it = vf_item_new(id, st);
     if (!it) { vf_tensor_unref(frames); return st ? st->code : VF_ENOMEM; }
     VF_TRY(vf_item_put(it, "frames", frames, st));
+    if (temb) VF_TRY(vf_item_put(it, "text_emb", vf_tensor_ref(temb), st));
     if (r->start_s > 0 || r->end_s > 0)
         snprintf(tf, sizeof tf, "%s;start=%g;end=%g", d->transform, r->start_s, r->end_s);
     else
@@ -264,6 +296,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     vf_status fst = {0};
     vf_decode_file *f = NULL;
     vf_clip_plan plan = {0};
+    vf_tensor *temb = NULL;
     int64_t sent = 0, lost_n = 0;
     char lost_why[320] = "";
     struct stat sb;
@@ -283,6 +316,10 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     if (vf_decode_guard_known(r->path, src, prior, sizeof prior)) {
         snprintf(why, whyn, "skipped: an earlier run in this run dir recorded: %s", prior);
         return 1;
+    }
+    if (d->text_dim) {
+        rc = vf_decode_text_load(r->text_emb, d->text_dim, d->text_len, &temb, why, whyn, st);
+        if (rc) return rc; /* 1: the row is bad (why says so); < 0: out of memory */
     }
     vf_decode_opts o = d->av;
     o.fps_hint = r->fps;
@@ -334,7 +371,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
             goto bad;
         }
         vf_item *it = NULL;
-        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, &it, st);
+        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, temb, &it, st);
         if (rc < 0) goto done;
         double t0 = mono_s();
         rc = vf_send(out, it, st);
@@ -369,6 +406,7 @@ bad:
         vf_status_set(st, rc, fst.file ? fst.file : __FILE__, fst.line, "%s: %s", r->path, fst.msg);
     }
 done:
+    vf_tensor_unref(temb);
     vf_clip_plan_fini(&plan);
     vf_decode_close(f);
     vf_decode_guard_leave();

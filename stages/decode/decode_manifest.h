@@ -3,7 +3,9 @@
  * Three sources:
  *  - CSV with a header row (RFC 4180 quoting: "a, ""b""" and newlines inside quotes).
  *    Columns: `path` (or `file_name`), optional `text` (or `caption`), `start`, `end`
- *    (seconds) and `fps` (frame rate to assume for files without timestamps); every
+ *    (seconds), `fps` (frame rate to assume for files without timestamps) and
+ *    `text_emb` (a safetensors file holding the caption's text embedding, one tensor
+ *    (L, D); relative to the manifest like `path`; see stages/decode/decode.c); every
  *    other column (Open-Sora's num_frames, height, aspect_ratio, ...) passes through to
  *    the items' metadata as text.
  *  - JSONL (`.jsonl`, or a first character `{`): one flat object per line with the same
@@ -27,6 +29,7 @@ typedef struct vf_manifest_extra {
 typedef struct vf_manifest_row {
     char *path;               /* absolute, normalised */
     char *caption;            /* "" when none */
+    char *text_emb;           /* absolute path of the text embedding file; NULL when none */
     double start_s, end_s;    /* <= 0: not given */
     double fps;               /* <= 0: not given */
     int line;                 /* line of the manifest (1-based; 0 for a glob) */

@@ -8,7 +8,12 @@
 #    caption; "__meta__" counts what is there;
 #  - `vflow cache verify` is clean, then reports exactly the keys damaged here by
 #    python-lmdb (flipped byte, truncated record, record under a wrong key) with exit 1;
-#    `vflow cache stat` / `ls` agree with the data.
+#    `vflow cache stat` / `ls` agree with the data;
+#  - a cache with text embeddings: one "text:<hash>" record per distinct embedding,
+#    its key the Python FNV-1a-128 of the shape and the bf16 bytes, its values the bf16
+#    of the expected embedding; entry keys extended by that hash, entries referencing
+#    it; the summary's text counts; verify clean, then naming the entries of a text
+#    record deleted here.
 # Drives tests/tools/cache_tool.c (the writer) and `vflow cache` (or cache_tool cli).
 # vflow-test: timeout=300
 import json
@@ -59,9 +64,29 @@ def fnv128(data):
     return "%032x" % h
 
 
-def key_of(source, clip, transform, vae):
+def key_of(source, clip, transform, vae, text_hash=None):
     parts = [b"vflow-latent-key/1", source.encode(), str(clip).encode(), transform.encode(), vae.encode()]
+    if text_hash:
+        parts.append(text_hash.encode())
     return fnv128(b"".join(p + b"\0" for p in parts))
+
+
+def bf16_bits(a):
+    """float32 array -> uint16 bf16 bits, round to nearest even (finite values)."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def text_hash_of(emb_bits):
+    L, D = emb_bits.shape
+    return fnv128(b"vflow-text-key/1\0" + ("(%d,%d)" % (L, D)).encode() + b"\0" + emb_bits.astype("<u2").tobytes())
+
+
+def expected_text(i, D):
+    c = i % 3
+    r = np.arange(2 + c, dtype=np.float32)[:, None]
+    k = np.arange(D, dtype=np.float32)[None, :]
+    return bf16_bits(np.float32(c + 1) + r / np.float32(8) - k / np.float32(64))
 
 
 CRC_TABLE = []
@@ -218,12 +243,64 @@ def main():
     rc, out, err = cache_cli("frobnicate", path)
     check(rc == 2, "usage error exit code")
 
+    text_cache(tmp)
+
     if fails:
         print("%d failures (kept %s)" % (len(fails), tmp))
         return 1
     shutil.rmtree(tmp)
     print("ok")
     return 0
+
+
+def text_cache(tmp):
+    path = os.path.join(tmp, "text.lmdb")
+    N, D = 12, 6
+    rc, out, err = run([TOOL, "write", path, "0", str(N), "--text", str(D), "--commit", "5"])
+    check(rc == 0 and "texts 3 " in out, "write with text: " + out + err)
+    hashes = [text_hash_of(expected_text(i, D)) for i in range(N)]
+    expect = [key_of("src%d" % (i // 3), i % 3, "frames=5;size=32x24", "vaeA", hashes[i]) for i in range(N)]
+    rc, out, _ = run([TOOL, "keys", "0", str(N), "--text", str(D)])
+    check(out.split() == expect, "entry keys with text differ from the Python derivation")
+    env = lmdb.open(path, readonly=True, lock=False, subdir=True)
+    with env.begin() as txn:
+        items = {bytes(k).decode(): bytes(v) for k, v in txn.cursor()}
+    env.close()
+    tkeys = {"text:" + h for h in set(hashes)}
+    check(set(items) == set(expect) | tkeys | {"__meta__"}, "python-lmdb keys of the text cache: %r" % sorted(items))
+    meta = json.loads(items.pop("__meta__"))
+    check(meta.get("texts") == 3 and meta.get("text_dim") == D and meta.get("text_max_len") == 4 and
+          meta.get("text_entries") == N, "text summary: %r" % meta)
+    check(meta.get("text_bytes") == sum(len(items[k]) for k in tkeys), "text_bytes")
+    for i in range(N):
+        try:
+            iid, m, t = decode(items[expect[i]])
+            tid, _, tt = decode(items["text:" + hashes[i]])
+        except Exception as e:  # noqa: BLE001
+            check(False, "records of item %d: %s" % (i, e))
+            continue
+        check("text_emb" not in t and m.get("text_key") == hashes[i] and m.get("text_tokens") == 2 + i % 3,
+              "entry %d references its text: %r" % (i, m))
+        dt, shape, raw = tt["text_emb"]
+        check(tid == "text:" + hashes[i] and dt == "bf16" and shape == (2 + i % 3, D), "text record spec of %d" % i)
+        check(np.array_equal(np.frombuffer(raw, dtype="<u2").reshape(shape), expected_text(i, D)),
+              "text values of item %d" % i)
+    rc, out, err = cache_cli("verify", path)
+    check(rc == 0 and "0 problems" in out, "verify of a clean text cache: rc %d %s %s" % (rc, out, err))
+    rc, out, err = cache_cli("stat", path)
+    check(rc == 0 and "text       3 records" in out and "width %d" % D in out, "stat with text: " + out + err)
+    rc, out, err = cache_cli("ls", path)
+    check(rc == 0 and ("2 tokens text:" + hashes[0]) in out, "ls with text: " + out)
+    # a deleted text record: verify names every entry that referenced it
+    gone = "text:" + hashes[1]
+    env = lmdb.open(path, subdir=True, map_size=1 << 30)
+    with env.begin(write=True) as txn:
+        txn.delete(gone.encode())
+    env.close()
+    rc, out, err = cache_cli("verify", path)
+    listed = {ln.split("\t")[0] for ln in out.strip().split("\n")[:-1]}
+    orphans = {expect[i] for i in range(N) if hashes[i] == hashes[1]}
+    check(rc == 1 and orphans <= listed and gone in out, "verify after deleting %s: %s" % (gone, out))
 
 
 if __name__ == "__main__":

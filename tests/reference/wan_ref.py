@@ -51,7 +51,9 @@ def reexec_in_ref_venv():
     except ImportError:
         pass
     py = os.environ.get("VFLOW_REF_PY", "/opt/vflow-ref/bin/python")
-    if os.path.exists(py) and os.path.realpath(sys.executable) != os.path.realpath(py) \
+    # A venv's python is a symlink to the system one: compare prefixes, not real paths.
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(py)))
+    if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(venv) \
             and not os.environ.get("VFLOW_REF_REEXEC"):
         os.environ["VFLOW_REF_REEXEC"] = "1"
         os.execv(py, [py] + sys.argv)

@@ -3,21 +3,27 @@
  * (tests/reference/test_latent_cache_py.py) and the kill tests use it.
  *
  *   cache_tool write PATH FROM TO [--commit K] [--map BYTES] [--shape z,T,h,w]
- *                     [--vae NAME] [--sleep-ms MS]
+ *                     [--vae NAME] [--sleep-ms MS] [--text D] [--text-rows R]
  *       writes items FROM..TO-1 (item i: id "vid<i/3>.mp4#<i%3>", source "src<i/3>",
  *       clip i%3, transform "frames=5;size=32x24", caption "clip <i>", latent element j
- *       = i*1000 + j); prints "written W skipped S growths G map M"
- *   cache_tool keys FROM TO [--vae NAME]     the keys those items get, one per line
+ *       = i*1000 + j; with --text D also "text_emb" bf16 (2 + c, D), c = i % 3, element
+ *       (r, k) = c + 1 + r/8 - k/64, exact in bf16; --text-rows R: R rows each);
+ *       prints "written W skipped S texts X growths G map M"
+ *   cache_tool keys FROM TO [--vae NAME] [--text D]  the keys those items get, one per line
  *   cache_tool key SOURCE CLIP TRANSFORM VAE one key
  *   cache_tool idkeys FROM TO                keys of item ids "FROM" … "TO-1" (key = "id")
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
  *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
- *       one line per batch: "<cursor>\t<keys>"
+ *                     [--text-len L] [--text-dim D] [--dump DIR]
+ *       one line per batch: "<cursor>\t<keys>"; --dump writes each batch's tensors
+ *       (latent, text, text_len, and text_emb when the cache has embeddings) to
+ *       DIR/batch_<n>.safetensors, metadata "keys"
  *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
  */
 #include "stages/latent_cache.h"
 #include "stages/latent_reader.h"
 #include "cli/cli.h"
+#include "formats/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +43,21 @@ static bool flag(int argc, char **argv, const char *name)
     return false;
 }
 
-static vf_item *make_item(int i, const int64_t shape[4], const char *vae, vf_status *st)
+static int text_rows; /* --text-rows R: every embedding R rows (else 2 + c) */
+
+static vf_tensor *make_text(int i, int D, vf_status *st)
+{
+    int c = i % 3, rows = text_rows > 0 ? text_rows : 2 + c;
+    int64_t shape[2] = {rows, D};
+    vf_tensor *t = vf_tensor_new(VF_DTYPE_BF16, 2, shape, st);
+    if (!t) return NULL;
+    uint16_t *d = t->data;
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < D; k++) d[r * D + k] = vf_f32_to_bf16((float)(c + 1) + r / 8.0f - k / 64.0f);
+    return t;
+}
+
+static vf_item *make_item(int i, const int64_t shape[4], const char *vae, int text_dim, vf_status *st)
 {
     char id[64], src[64], cap[64];
     snprintf(id, sizeof id, "vid%d.mp4#%d", i / 3, i % 3);
@@ -54,6 +74,7 @@ static vf_item *make_item(int i, const int64_t shape[4], const char *vae, vf_sta
     vf_item_set_str(it, "transform", "frames=5;size=32x24", st);
     vf_item_set_str(it, "vae", vae, st);
     vf_item_set_str(it, "caption", cap, st);
+    if (text_dim > 0) vf_item_put(it, "text_emb", make_text(i, text_dim, st), st);
     return it;
 }
 
@@ -69,6 +90,7 @@ int main(int argc, char **argv)
     vf_status_clear(&st);
     if (argc < 2) return 2;
     const char *cmd = argv[1];
+    text_rows = atoi(opt(argc, argv, "--text-rows", "0"));
     if (!strcmp(cmd, "cli")) return vf_cache_cli(argc - 1, argv + 1);
     if (!strcmp(cmd, "key") && argc == 6) {
         char k[33];
@@ -89,7 +111,7 @@ int main(int argc, char **argv)
         const char *vae = opt(argc, argv, "--vae", "vaeA");
         int64_t shape[4] = {1, 1, 1, 1};
         for (int i = atoi(argv[2]); i < atoi(argv[3]); i++) {
-            vf_item *it = make_item(i, shape, vae, &st);
+            vf_item *it = make_item(i, shape, vae, atoi(opt(argc, argv, "--text", "0")), &st);
             char k[33];
             if (!it || vf_cache_key_of_item(it, VF_CACHE_KEY_PROVENANCE, k, &st)) return die(&st);
             printf("%s\n", k);
@@ -112,7 +134,7 @@ int main(int argc, char **argv)
         if (vf_latent_writer_open(&o, &w, &st)) return die(&st);
         for (int i = atoi(argv[3]); i < atoi(argv[4]); i++) {
             bool skipped;
-            vf_item *it = make_item(i, shape, vae, &st);
+            vf_item *it = make_item(i, shape, vae, atoi(opt(argc, argv, "--text", "0")), &st);
             if (!it || vf_latent_writer_add(w, it, &skipped, &st)) return die(&st);
             if (sleep_ms) {
                 struct timespec d = {sleep_ms / 1000, (sleep_ms % 1000) * 1000000};
@@ -122,8 +144,8 @@ int main(int argc, char **argv)
         if (vf_latent_writer_flush(w, &st)) return die(&st);
         vf_latent_writer_stats s;
         vf_latent_writer_get_stats(w, &s);
-        printf("written %lld skipped %lld growths %d map %zu\n", (long long)s.written, (long long)s.skipped,
-               s.growths, s.map_size);
+        printf("written %lld skipped %lld texts %lld growths %d map %zu\n", (long long)s.written,
+               (long long)s.skipped, (long long)s.texts, s.growths, s.map_size);
         vf_latent_writer_close(w);
         return 0;
     }
@@ -138,7 +160,8 @@ int main(int argc, char **argv)
             .shard = k,
             .nshards = K,
             .drop_last = !flag(argc, argv, "--keep-last"),
-            .text_len = 16,
+            .text_len = atoi(opt(argc, argv, "--text-len", "16")),
+            .text_dim = atoll(opt(argc, argv, "--text-dim", "0")),
             .cursor = opt(argc, argv, "--cursor", NULL),
             .skip_bad = flag(argc, argv, "--skip-bad"),
         };
@@ -151,6 +174,20 @@ int main(int argc, char **argv)
             if (rc == VF_EOS) break;
             if (rc) return die(&st);
             printf("%s\t%s\n", vf_item_str(it, "cursor"), vf_item_str(it, "keys"));
+            const char *dump = opt(argc, argv, "--dump", NULL);
+            if (dump) {
+                char f[4200];
+                snprintf(f, sizeof f, "%s/batch_%ld.safetensors", dump, b);
+                vf_st_writer *w = vf_st_writer_new(&st);
+                static const char *const names[] = {"latent", "text", "text_len", "text_emb"};
+                for (int i = 0; w && i < 4; i++)
+                    if (vf_item_get(it, names[i]) && vf_st_writer_add_tensor(w, names[i], vf_item_get(it, names[i]), &st))
+                        return die(&st);
+                if (!w || vf_st_writer_meta(w, "keys", vf_item_str(it, "keys"), &st) ||
+                    vf_st_writer_save(w, f, 0, NULL, &st))
+                    return die(&st);
+                vf_st_writer_free(w);
+            }
             vf_item_free(it);
         }
         vf_latent_reader_close(r);

@@ -4,7 +4,10 @@
  *   vae_tool encode [CONFIG] (--weights W.safetensors | --seed N) --input IN.safetensors
  *                   [--chunk C] [--device cpu|cuda:N] [--repeat N] --out OUT.safetensors
  *       IN holds "x" f32 (B, 3, T, H, W) in [-1, 1]; OUT gets "mean" and "logvar" f32
- *       (B, z, T', H/s, W/s), raw (no scale/shift), metadata "vae" = the weights hash.
+ *       (B, z, T', H/s, W/s), raw (no scale/shift), metadata "vae" = the weights hash;
+ *       with W a diffusers directory whose config.json records latents_mean/latents_std,
+ *       also "latent": mean normalised per channel (vf_vae_normalise).
+ *       W may be a safetensors file (original or diffusers names) or a diffusers directory.
  *       The clip is encoded in chunks of C frames (default: T, i.e. whole). Prints the
  *       hash, then "encode_s S" (best of N repeats of the encode alone, for benchmarks).
  *   vae_tool save [CONFIG] --seed N --out W.safetensors     seeded weights to a file
@@ -167,6 +170,16 @@ int main(int argc, char **argv)
     VF_TRY(vf_st_writer_add(w, "mean", VF_ST_F32, 5, oshape, mean, &st));
     VF_TRY(vf_st_writer_add(w, "logvar", VF_ST_F32, 5, oshape, logvar, &st));
     VF_TRY(vf_st_writer_meta(w, "vae", vf_vae_hash(m), &st));
+    float nm[1024], ns[1024];
+    bool norm = false;
+    if (weights) VF_TRY(vf_vae_config_norm(weights, cfg.z_dim, nm, ns, &norm, &st));
+    if (norm) {
+        if (!(x = realloc(x, sizeof(float) * ((size_t)on + 1)))) VF_FAIL(&st, VF_ENOMEM, "out of memory");
+        memcpy(x, mean, sizeof(float) * (size_t)on);
+        int64_t per = on / B;
+        for (int b = 0; b < B; b++) vf_vae_normalise(x + b * per, cfg.z_dim, per / cfg.z_dim, nm, ns);
+        VF_TRY(vf_st_writer_add(w, "latent", VF_ST_F32, 5, oshape, x, &st));
+    }
     VF_TRY(vf_st_writer_save(w, outp, 0, NULL, &st));
     printf("%s\nencode_s %.6f\n", vf_vae_hash(m), best);
 done:

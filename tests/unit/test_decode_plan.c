@@ -191,6 +191,37 @@ VF_TEST(manifest_csv_jsonl_glob)
     vf_manifest_fini(&m);
 }
 
+/* Column text_emb: a path relative to the manifest like `path`, absolute in the row, not
+ * an extra column; empty = none; JSONL takes a string only. */
+VF_TEST(manifest_text_emb_column)
+{
+    setup();
+    char p[1024], q[1024];
+    path_in_dir(p, sizeof p, "t.csv");
+    write_file(p, "path,text,text_emb,score\na.mp4,x,emb/a.safetensors,1\nb.mp4,y,,2\n");
+    vf_manifest m;
+    vf_status st = {0};
+    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), 0);
+    VF_CHECK_EQ_INT(m.n, 2);
+    if (m.n == 2) {
+        snprintf(q, sizeof q, "%s/emb/a.safetensors", g_dir);
+        VF_CHECK_STR(m.rows[0].text_emb, q);
+        VF_CHECK_EQ_INT(m.rows[0].nextra, 1); /* score only */
+        VF_CHECK(m.rows[1].text_emb == NULL);
+    }
+    vf_manifest_fini(&m);
+    path_in_dir(p, sizeof p, "t.jsonl");
+    write_file(p, "{\"path\": \"a.mp4\", \"text_emb\": \"/e/a.safetensors\"}\n{\"path\": \"b.mp4\", \"text_emb\": 3}\n");
+    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), VF_EBADINPUT);
+    VF_CHECK_MSG(strstr(st.msg, "t.jsonl:2") && strstr(st.msg, "text_emb"), "%s", st.msg);
+    vf_manifest_fini(&m);
+    write_file(p, "{\"path\": \"a.mp4\", \"text_emb\": \"/e/a.safetensors\"}\n");
+    vf_status_clear(&st);
+    VF_CHECK_EQ_INT(vf_manifest_load(p, 0, 1, &m, &st), 0);
+    if (m.n == 1) VF_CHECK_STR(m.rows[0].text_emb, "/e/a.safetensors");
+    vf_manifest_fini(&m);
+}
+
 /* Paths are normalised: the same file reached by two spellings (or a symlink) gets one
  * path, hence one source identity and one cache key; a missing file is cleaned lexically. */
 VF_TEST(manifest_paths_normalised)

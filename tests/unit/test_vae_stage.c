@@ -300,6 +300,11 @@ static int64_t run_stage(const char *name, const char *json, const int64_t *Ts, 
 
     double scale = vf_param_has(h.p, "scale") ? vf_param_num(h.p, "scale") : 1.0;
     double shift = vf_param_has(h.p, "shift") ? vf_param_num(h.p, "shift") : 0.0;
+    /* per-channel normalisation (z = 4 values each) instead of the scalar affine */
+    bool perch = vf_param_has(h.p, "latents_mean");
+    double nm[4] = {0}, ns[4] = {1, 1, 1, 1};
+    for (int c = 0; perch && c < 4; c++)
+        nm[c] = vf_param_num_at(h.p, "latents_mean", c), ns[c] = vf_param_num_at(h.p, "latents_std", c);
     int sent = 0, got = 0;
     while (got < n) {
         /* keep a few clips in flight, read outputs as they come (as a consumer would) */
@@ -321,8 +326,12 @@ static int64_t run_stage(const char *name, const char *json, const int64_t *Ts, 
         VF_CHECK_STR(vf_item_str(it, "caption"), "a moving square");
         double v = -1;
         VF_CHECK(vf_item_num(it, "clip", &v) == 0 && v == got);
-        VF_CHECK(vf_item_num(it, "vae_scale", &v) == 0 && fabs(v - scale) < 1e-7);
-        VF_CHECK(vf_item_num(it, "vae_shift", &v) == 0 && fabs(v - shift) < 1e-7);
+        if (perch) {
+            VF_CHECK(vf_item_num(it, "vae_scale", &v) != 0 && vf_item_str(it, "latent_norm"));
+        } else {
+            VF_CHECK(vf_item_num(it, "vae_scale", &v) == 0 && fabs(v - scale) < 1e-7);
+            VF_CHECK(vf_item_num(it, "vae_shift", &v) == 0 && fabs(v - shift) < 1e-7);
+        }
         const vf_tensor *lat = vf_item_get(it, "latent"), *lv = vf_item_get(it, "logvar");
         VF_CHECK(lat && lv && lat->ndim == 4 && lat->shape[0] == 4 &&
                  lat->shape[1] == 1 + (Ts[got] - 1) / 4 && lat->shape[2] == HH / 8);
@@ -334,12 +343,24 @@ static int64_t run_stage(const char *name, const char *json, const int64_t *Ts, 
         float *em, *el;
         char hash[33];
         expect_latent(h.p, got, Ts[got], &em, &el, hash);
-        VF_CHECK_STR(vf_item_str(it, "vae"), hash);
+        if (perch) { /* the hash of the weights and the normalisation text */
+            const char *norm = vf_item_str(it, "latent_norm");
+            char want[33];
+            vf_cache_vae_id(hash, norm ? norm : "", want);
+            VF_CHECK_STR(vf_item_str(it, "vae"), want);
+            VF_CHECK_MSG(norm && strstr(norm, "\"mean\":[") && strstr(norm, "\"std\":["), "%s", norm);
+        } else {
+            VF_CHECK_STR(vf_item_str(it, "vae"), hash);
+        }
         if (lat && lv) {
             double d = 0;
+            int64_t plane = vf_tensor_numel(lat) / 4;
             for (int64_t k = 0; k < vf_tensor_numel(lat); k++) {
-                d = fmax(d, fabs(((float *)lat->data)[k] - (em[k] - shift) * scale));
-                d = fmax(d, fabs(((float *)lv->data)[k] - (el[k] + 2 * log(fabs(scale)))));
+                int c = (int)(k / plane);
+                double want = perch ? (em[k] - nm[c]) / ns[c] : (em[k] - shift) * scale;
+                double wlv = perch ? el[k] - 2 * log(ns[c]) : el[k] + 2 * log(fabs(scale));
+                d = fmax(d, fabs(((float *)lat->data)[k] - want));
+                d = fmax(d, fabs(((float *)lv->data)[k] - wlv));
             }
             VF_CHECK_MSG(d <= 1e-5, "%s: stage output differs from the model by %g", id, d);
         }
@@ -366,6 +387,38 @@ VF_TEST(stage_runs_micro_batches)
     const int64_t Ts[] = {17, 17, 9, 17, 17, 5};
     run_stage("vae_mb", "{\"micro_batch\": 2, \"chunk\": 4, \"seed\": 3, \"logvar\": true, "
               "\"scale\": 0.5, \"shift\": 0.25}", Ts, 6, 1);
+}
+
+VF_TEST(stage_normalises_per_channel)
+{
+    const int64_t Ts[] = {9, 9, 5};
+    run_stage("vae_pc", "{\"micro_batch\": 2, \"chunk\": 4, \"seed\": 3, \"logvar\": true, "
+              "\"latents_mean\": [0.5, -0.25, 1.5, 0.0], \"latents_std\": [2.0, 0.5, 1.25, 3.0]}", Ts, 3, 1);
+}
+
+VF_TEST(stage_refuses_bad_normalisation)
+{
+    static const char *const bad[][2] = {
+        {"{\"latents_mean\": [0, 0, 0], \"latents_std\": [1, 1, 1, 1]}", "latents_mean has 3 values; z_dim is 4"},
+        {"{\"latents_mean\": [0, 0, 0, 0], \"latents_std\": [1, 0, 1, 1]}", "latents_std[1] = 0"},
+        {"{\"latents_mean\": [0, 0, 0, 0], \"latents_std\": [1, 1, 1, 1], \"scale\": 0.5}", "not both"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vf_status st = {0};
+        vf_params *p = params(bad[i][0], &st);
+        VF_CHECK_MSG(p != NULL, "%s", st.msg);
+        if (!p) continue;
+        vf_stage *s = vf_stage_new(ops(), "vae_bad", 0, p, &st);
+        VF_CHECK_MSG(s != NULL, "%s", st.msg);
+        if (!s) continue;
+        vf_account_set_current(s->account);
+        int rc = s->ops->init(s, p, &st);
+        s->ops->fini(s);
+        vf_account_set_current(NULL);
+        VF_CHECK_MSG(rc == VF_EUSAGE && strstr(st.msg, bad[i][1]), "%s -> %d %s", bad[i][0], rc, st.msg);
+        vf_stage_free(s);
+        vf_params_free(p);
+    }
 }
 
 VF_TEST(stage_peak_independent_of_clip_length)

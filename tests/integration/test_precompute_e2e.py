@@ -4,7 +4,8 @@
 # track, rotation metadata) mixed with bad files (corrupt, truncated, zero bytes, a text
 # file named .mp4, audio only, too short), with workers = 2. Every claim is checked
 # against tools that share no code with vflow:
-#  - exit 0; every bad file is in <run dir>/quarantine.jsonl with a reason, no good one is;
+#  - exit 0; a damaged file whose readable frames (ffprobe) make a clip gives those clips;
+#    every file that makes none is in <run dir>/quarantine.jsonl with a reason, no other is;
 #  - the cache holds exactly the clips the clip planner promises for the frame counts
 #    ffprobe counts (floor(n / T) clips of T frames at stride 1); each record's id, clip
 #    index, first frame, pts range and fps agree with ffprobe's frame timestamps; each
@@ -263,8 +264,9 @@ def make_inputs(tmp):
     sh(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "sine=frequency=440:duration=1", "-c:a", "aac", "-y",
         os.path.join(bad, "audio_only.mp4")], check=True)
     sh([MKVIDEO, "-o", os.path.join(bad, "too_short.mp4"), "-n", "10", "-s", "64x64"], check=True)
-    want_reason = {"truncated.mp4": "truncated", "corrupt.mkv": "damaged", "zero.mp4": "empty",
-                   "notes.mp4": "not a media file", "audio_only.mp4": "audio only", "too_short.mp4": "too short"}
+    want_reason = {"truncated.mp4": "", "corrupt.mkv": "", "zero.mp4": "empty",
+                   "notes.mp4": "not a media file", "audio_only.mp4": "no video stream",
+                   "too_short.mp4": "10 frames readable, 17 needed"}
     # manifest: the samples' own rows (relative paths) with the bad files dealt in
     # between them, absolute paths, one caption with a comma and quotes
     rows = open(os.path.join(samples, "manifest.csv")).read().splitlines()
@@ -279,14 +281,31 @@ def make_inputs(tmp):
     with open(manifest, "w") as f:
         f.write("\n".join(mixed) + "\n")
     good = [os.path.join(samples, r.split(",", 1)[0]) for r in good_rows]
-    return manifest, os.path.join(samples, "manifest.csv"), good, {os.path.join(bad, n): w for n, w in want_reason.items()}
+    # the rule is ffmpeg's: a damaged file whose readable frames make a clip gives those
+    # clips; only files that make none are quarantined
+    quarantined, extra_rows = {}, {}
+    for n, w in want_reason.items():
+        path = os.path.join(bad, n)
+        try:
+            readable = ffprobe(path)[0]
+        except (KeyError, IndexError, ValueError):
+            readable = 0  # no video stream ffprobe can read
+        if readable >= T:
+            good.append(path)
+            extra_rows[path] = {"text": 'bad, "%s"' % n, "num_frames": "", "height": "", "width": ""}
+        else:
+            quarantined[path] = w
+    check(len(extra_rows) >= 1, "the damaged files should keep readable clips: %r" % sorted(quarantined))
+    return manifest, os.path.join(samples, "manifest.csv"), good, quarantined, extra_rows
 
 
-def expected_clips(good, size):
+def expected_clips(good, size, extra_rows):
     """{id: (path, clip, ffprobe times, fps, manifest row)} and the transform string, from
     ffprobe and Python's csv module alone."""
-    rows = {}
+    rows = dict(extra_rows)
     for path in good:
+        if path in extra_rows:
+            continue
         with open(os.path.join(os.path.dirname(path), "manifest.csv"), newline="") as f:
             rows.update({os.path.join(os.path.dirname(path), r["path"]): r for r in csv.DictReader(f)})
     want = {}
@@ -307,7 +326,7 @@ def check_quarantine(run_dir, bad):
     for f, word in bad.items():
         r = got.get(f)
         if check(r is not None, "%s not quarantined" % f):
-            check(word in r.get("reason", ""), "reason for %s lacks '%s': %r" % (f, word, r.get("reason")))
+            check(r.get("reason") and word in r.get("reason", ""), "reason for %s lacks '%s': %r" % (f, word, r.get("reason")))
             check(r.get("stage") in ("decode_0", "decode_1"), "quarantine row of %s: stage %r" % (f, r.get("stage")))
     for f in got:
         check(f in bad, "wrongly quarantined: %s (%s)" % (f, got[f].get("reason")))
@@ -457,8 +476,8 @@ def main():
             print("not built: " + exe)
             return 1
     tmp = tempfile.mkdtemp(prefix="vf_precompute_e2e.")
-    mixed, clean_manifest, good, bad = make_inputs(tmp)
-    want, transform = expected_clips(good, SIZE)
+    mixed, clean_manifest, good, bad, extra_rows = make_inputs(tmp)
+    want, transform = expected_clips(good, SIZE, extra_rows)
     n = len(want)
     print("%d good videos -> %d clips of %d frames expected (ffprobe); %d bad files" % (len(good), n, T, len(bad)))
     cache = os.path.join(tmp, "cache.lmdb")
@@ -497,32 +516,34 @@ def main():
     again.pop("__meta__", None)
     check(again == items, "rerun changed the cache")
 
-    # 4. another size and another VAE seed: new keys beside the old ones
+    # 4. another size and another VAE seed over the clean manifest: new keys beside the old ones
+    want48, tf48 = expected_clips([g for g in good if g not in extra_rows], 48, {})
+    nc = len(want48)  # the clips of the good files alone
     run_dir, done = precompute(tmp, "size48", clean_manifest, cache, size=48)
     if done is not None:
-        check(done["written"] == n and done["skipped"] == 0, "size=48: %r, want %d new" % (done, n))
+        check(done["written"] == nc and done["skipped"] == 0, "size=48: %r, want %d new" % (done, nc))
         check(vae_final(run_dir)[0] == 0, "size=48: vae_encode skipped %r cached clips" % (vae_final(run_dir),))
     run_dir, done = precompute(tmp, "seed7", clean_manifest, cache, extra=["vae_encode.seed=7"])
     if done is not None:
-        check(done["written"] == n and done["skipped"] == 0, "VAE seed 7: %r, want %d new" % (done, n))
+        check(done["written"] == nc and done["skipped"] == 0, "VAE seed 7: %r, want %d new" % (done, nc))
         check(vae_final(run_dir)[0] == 0, "VAE seed 7: vae_encode skipped %r cached clips" % (vae_final(run_dir),))
     allk = read_cache(cache)
     meta = json.loads(allk.pop("__meta__"))
-    check(len(allk) == 3 * n, "after size/seed runs: %d entries, want %d" % (len(allk), 3 * n))
+    check(len(allk) == n + 2 * nc, "after size/seed runs: %d entries, want %d" % (len(allk), n + 2 * nc))
     check(all(allk.get(k) == v for k, v in items.items()), "the first run's records changed")
-    check(len(meta.get("vae", {})) == 2 and len(meta.get("shapes", {})) == 2 and meta.get("entries") == 3 * n,
+    check(len(meta.get("vae", {})) == 2 and len(meta.get("shapes", {})) == 2 and meta.get("entries") == n + 2 * nc,
           "summary after size/seed runs: %r" % meta)
-    want48, tf48 = expected_clips(good, 48)
     seen = {}
     for k, rec in allk.items():
         iid, m, t = decode_record(rec)
         seen.setdefault((m["transform"], m["vae"]), set()).add(iid)
-    check(sorted(len(s) for s in seen.values()) == [n, n, n] and all(s == set(want) for s in seen.values()),
+    check(sorted(len(s) for s in seen.values()) == [nc, nc, n] and
+          all(s == set(want) or s == set(want48) for s in seen.values()),
           "each (transform, vae) should hold every clip once: %r" % {k: len(s) for k, s in seen.items()})
     check(any(tf == tf48 for tf, _ in seen), "no records of size 48")
-    verify(cache, 3 * n)
+    verify(cache, n + 2 * nc)
     st3 = mdb_stat(cache)
-    check(st3.get("Entries") == str(3 * n + 1), "mdb_stat entries %r, want %d" % (st3.get("Entries"), 3 * n + 1))
+    check(st3.get("Entries") == str(n + 2 * nc + 1), "mdb_stat entries %r, want %d" % (st3.get("Entries"), n + 2 * nc + 1))
 
     if FAILS:
         print("%d check(s) failed; kept %s" % (len(FAILS), tmp))

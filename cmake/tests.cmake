@@ -1,5 +1,5 @@
 # Tests are files: tests/<dir>/test_*.{c,sh,py}. The directory gives the ctest label
-# (unit, integration, reference, gpu); a line "vflow-test: labels=slow timeout=900" in the
+# (unit, integration, reference, corpus, gpu); a line "vflow-test: labels=slow timeout=900" in the
 # first lines of a test adds labels / sets the timeout. C tests link everything
 # (stages register from constructors); scripts get VFLOW_BIN, VFLOW_BUILD, VFLOW_SRC.
 # Helper programs the script tests drive live in tests/tools/*.c.
@@ -32,7 +32,7 @@ foreach(src ${VF_TOOL_SRC})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tools)
 endforeach()
 
-foreach(dir unit integration reference gpu)
+foreach(dir unit integration reference corpus gpu)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${dir}/test_*.c
        ${CMAKE_SOURCE_DIR}/tests/${dir}/test_*.sh ${CMAKE_SOURCE_DIR}/tests/${dir}/test_*.py)
   if(VFLOW_HAVE_CUDA AND dir STREQUAL "gpu")

@@ -1,0 +1,158 @@
+"""Real videos no one here made: the media files shipped inside a set of Debian packages
+(phone and screen recordings, game cut-scenes, physics-lab clips, test media of other
+projects; h264, mpeg4, msmpeg4v3, theora, vp8, vp9, cinepak, msvideo1, gif, ...), each run
+through `decode` alone, with two clip settings at once (17 frames at stride 1; 8 frames at
+stride 2). The reference is ffprobe: the frames it can read (-count_frames) make exactly
+floor((n - span) / (T * stride)) + 1 clips (span = (T - 1) * stride + 1), and the run must
+emit exactly those (null_sink's expect_count); a file that makes none is quarantined with
+a reason (audio-only files: "no video stream"; files libavformat cannot open, such as the
+scripts and translation files that share a media extension: "not a media file"); no file takes more than a few seconds
+beyond ffprobe's own decode of all its frames.
+
+The packages are fetched with `apt-get download` into $VFLOW_CORPUS_DIR (default
+~/.cache/vflow/corpus) and only their media files extracted; exit 77 when they cannot be
+fetched.
+vflow-test: labels=corpus,decode timeout=400
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+PKGS = ["libevas-loaders", "python3-mecavideo", "gnome-user-docs", "linphone-common",
+        "mkvtoolnix-gui", "planetblupi-common", "python3-sage", "lebiniou-data"]
+MEDIA = ("avi", "flv", "gif", "mkv", "mov", "mp4", "m4v", "mpg", "mpeg", "ogv", "webm", "wmv", "3gp", "ts")
+VFLOW = os.environ.get("VFLOW_BIN", "build/vflow")
+SLACK_S = 5.0  # beyond ffprobe's own decode time and vflow's process start
+
+PIPE = """
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline "corpus"
+local d1 = p:stage("decode", { name = "d17", manifest = a.manifest, frames = 17, size = { 64, 64 },
+                               max_bad_fraction = 1.0, threads = 1 })
+local d2 = p:stage("decode", { name = "d8s2", manifest = a.manifest, frames = 8, stride = 2,
+                               size = { 48, 32 }, max_bad_fraction = 1.0, threads = 1 })
+p:connect(d1, p:stage("null_sink", { name = "s17", expect_count = a.n17 }), { capacity = 2 })
+p:connect(d2, p:stage("null_sink", { name = "s8", expect_count = a.n8 }), { capacity = 2 })
+return p
+"""
+
+
+def fetch(cache):
+    """Media files of the packages, extracted once under cache/x; None when unavailable."""
+    debs, root = os.path.join(cache, "debs"), os.path.join(cache, "x")
+    os.makedirs(debs, exist_ok=True)
+    for pkg in PKGS:
+        if glob.glob(os.path.join(debs, pkg + "_*.deb")):
+            continue
+        r = subprocess.run(["apt-get", "download", pkg], cwd=debs, capture_output=True, text=True)
+        if r.returncode != 0 or not glob.glob(os.path.join(debs, pkg + "_*.deb")):
+            print("skip: apt-get download %s failed: %s" % (pkg, r.stderr.strip()[-300:]))
+            return None
+    done = os.path.join(root, ".extracted")
+    if not os.path.exists(done):
+        os.makedirs(root, exist_ok=True)
+        pats = ["*." + e for e in MEDIA]
+        for deb in sorted(glob.glob(os.path.join(debs, "*.deb"))):
+            ds = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", deb], stdout=subprocess.PIPE)
+            subprocess.run(["tar", "-x", "-C", root, "--wildcards"] + pats, stdin=ds.stdout,
+                           stderr=subprocess.DEVNULL)
+            ds.wait()
+        open(done, "w").close()
+    files = []
+    for d, _, names in os.walk(root):
+        files += [os.path.join(d, n) for n in names if n.rsplit(".", 1)[-1].lower() in MEDIA]
+    return sorted(files)
+
+
+def ffprobe(path):
+    """(video streams, frames ffprobe's decoder reads from the first, seconds it took,
+    whether libavformat could open the file at all)."""
+    t = time.monotonic()
+    r = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-show_entries",
+                        "stream=codec_type,nb_read_frames", "-of", "json", path],
+                       capture_output=True, text=True, timeout=120)
+    dt = time.monotonic() - t
+    try:
+        streams = json.loads(r.stdout).get("streams", [])
+    except ValueError:
+        streams = []
+    video = [s for s in streams if s.get("codec_type") == "video"]
+    n = int(video[0].get("nb_read_frames", 0) or 0) if video else 0
+    return len(video), n, dt, r.returncode == 0
+
+
+def clips(n, T, stride):
+    span = (T - 1) * stride + 1
+    return 0 if n < span else (n - span) // (T * stride) + 1
+
+
+def main():
+    for tool in ("ffprobe", "apt-get", "dpkg-deb"):
+        if not shutil.which(tool):
+            print("skip: %s missing" % tool)
+            return 77
+    cache = os.environ.get("VFLOW_CORPUS_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vflow", "corpus")
+    files = fetch(cache)
+    if files is None:
+        return 77
+    if len(files) < 40:
+        print("FAIL: only %d media files found under %s" % (len(files), cache))
+        return 1
+    tmp = tempfile.mkdtemp(prefix="vf_corpus.")
+    script = os.path.join(tmp, "p.lua")
+    open(script, "w").write(PIPE)
+    fails, total, made, t0 = [], 0, 0, time.monotonic()
+    for i, f in enumerate(files):
+        nv, n, t_ref, opens = ffprobe(f)
+        n17, n8 = clips(n, 17, 1), clips(n, 8, 2)
+        total += n17 + n8
+        man = os.path.join(tmp, "m%d.csv" % i)
+        with open(man, "w") as m:
+            m.write('path\n"%s"\n' % f.replace('"', '""'))
+        rd = os.path.join(tmp, "r%d" % i)
+        t = time.monotonic()
+        r = subprocess.run([VFLOW, "run", script, "--run-dir", rd, "--set", "manifest=" + man,
+                            "--set", "n17=%d" % n17, "--set", "n8=%d" % n8],
+                           capture_output=True, text=True, timeout=300)
+        dt = time.monotonic() - t
+        name = os.path.relpath(f, cache)
+        q = os.path.join(rd, "quarantine.jsonl")
+        reasons = [json.loads(l)["reason"] for l in open(q) if l.strip()] if os.path.exists(q) else []
+        line = "%-70s ffprobe %4d frames %5.2fs -> %3d + %3d clips, vflow %5.2fs%s" % (
+            name[-70:], n, t_ref, n17, n8, dt, (" quarantined: " + reasons[0][:90]) if reasons else "")
+        print(line)
+        bad = []
+        if r.returncode != 0:
+            bad.append("exit %d: %s" % (r.returncode, (r.stderr or r.stdout).strip()[-400:]))
+        if dt > t_ref + SLACK_S:
+            bad.append("took %.2f s, ffprobe decodes it in %.2f s" % (dt, t_ref))
+        if len(reasons) != (n17 == 0) + (n8 == 0):
+            bad.append("quarantine %r does not fit %d + %d clips" % (reasons, n17, n8))
+        # The reason says what ffprobe found: a file it cannot open is "not a media file",
+        # one it opens without a video stream (audio only) is "no video stream".
+        want = "no video stream" if opens else "not a media file"
+        if nv == 0 and not all(want in x for x in reasons):
+            bad.append("expected reasons with %r, got %r" % (want, reasons))
+        if bad:
+            fails.append("%s: %s" % (name, "; ".join(bad)))
+        else:
+            made += n17 + n8
+            shutil.rmtree(rd, ignore_errors=True)
+    print("%d files, %d clips expected by ffprobe's frame counts, %d made as expected; %.1f s" %
+          (len(files), total, made, time.monotonic() - t0))
+    for x in fails:
+        print("FAIL: " + x)
+    if not fails:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,6 +11,7 @@
  */
 #include "stages/decode/decode_av.h"
 #include "stages/decode/decode_clip.h"
+#include "stages/decode/decode_replan.h"
 
 #include <libavutil/log.h>
 #include <stdio.h>
@@ -38,8 +39,14 @@ static int one_pass(const char *path, const vf_decode_opts *o, int T, uint8_t *b
     rc = vf_clip_plan_make(vf_decode_frame_times(f), info->nframes, info->duration_s, &co, &plan, st);
     *src_frames = info->nframes;
     *out_frames = 0;
+    int64_t lost = 0;
     for (int64_t k = 0; rc == 0 && k < plan.nclips; k++) {
         rc = vf_decode_read(f, plan.idx + k * T, T, buf, st);
+        if (rc == VF_EBADINPUT) { /* unreadable frames: the stage drops them and goes on */
+            int pr = vf_decode_replan(f, &co, &plan, &k, &lost, st);
+            if (pr == 0) { rc = 0; continue; }
+            if (pr < 0) { rc = *out_frames ? 0 : pr; break; }
+        }
         if (rc == 0) *out_frames += T;
     }
     vf_clip_plan_fini(&plan);

@@ -26,6 +26,7 @@
 #include "stages/decode/decode_clip.h"
 #include "stages/decode/decode_guard.h"
 #include "stages/decode/decode_manifest.h"
+#include "stages/decode/decode_replan.h"
 #include "stages/decode/decode_text.h"
 
 #include <libavutil/log.h>
@@ -341,28 +342,26 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 4, shape, st); /* (T, H, W, 3) */
         if (!t) { rc = st->code ? st->code : VF_ENOMEM; goto done; }
         rc = vf_decode_read(f, idx, d->T, t->data, &fst);
-        int64_t lo, hi;
-        if (rc == VF_EBADINPUT && vf_decode_lost(f, &lo, &hi)) {
+        if (rc == VF_EBADINPUT) {
             /* Frames the decoder cannot deliver are not the file's: drop them and plan
              * the clips again over the frames that can be read (as ffmpeg counts them).
              * Clips already sent lie before them and stay as they are. */
-            vf_tensor_unref(t);
-            snprintf(lost_why, sizeof lost_why, "%.300s", fst.msg);
-            lost_n += hi - lo;
-            int64_t g = plan.grid[k];
-            vf_decode_drop(f, lo, hi);
-            vf_clip_plan_fini(&plan);
-            vf_status_clear(&fst);
-            rc = vf_clip_plan_make(vf_decode_frame_times(f), info->nframes, info->duration_s, &co, &plan, &fst);
-            if (rc < 0) {
+            char lw[sizeof lost_why];
+            snprintf(lw, sizeof lw, "%.300s", fst.msg);
+            int pr = vf_decode_replan(f, &co, &plan, &k, &lost_n, &fst);
+            if (pr == 0) {
+                vf_tensor_unref(t);
+                memcpy(lost_why, lw, sizeof lw);
+                times = vf_decode_frame_times(f);
+                continue;
+            }
+            if (pr < 0) {
+                vf_tensor_unref(t);
+                memcpy(lost_why, lw, sizeof lw);
+                rc = pr;
                 if (sent) { rc = 0; break; } /* the readable frames make no more clips */
                 goto bad;
             }
-            times = vf_decode_frame_times(f);
-            k = 0;
-            while (k < plan.nclips && plan.grid[k] < g) k++;
-            k--;
-            continue;
         }
         if (rc < 0) {
             vf_tensor_unref(t);

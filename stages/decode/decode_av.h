@@ -51,7 +51,7 @@ typedef struct vf_decode_opts {
                                   stalled (VF_ETIMEOUT); <= 0: none */
 } vf_decode_opts;
 
-/* Defaults: 256x256, 2 threads, 300 s, 4096x2304 pixels, careful, bicubic. */
+/* Defaults: 256x256, 2 threads, 300 s, 4096x2304 pixels, conceal, bicubic, stall 10 s. */
 void vf_decode_opts_default(vf_decode_opts *o);
 
 typedef struct vf_decode_info {

@@ -11,7 +11,7 @@ beyond ffprobe's own decode of all its frames.
 
 The packages are fetched with `apt-get download` into $VFLOW_CORPUS_DIR (default
 ~/.cache/vflow/corpus) and only their media files extracted; exit 77 when they cannot be
-fetched.
+fetched. `test_corpus.py --list` fetches and prints the files (the decode bench uses it).
 vflow-test: labels=corpus,decode timeout=400
 """
 import glob
@@ -102,6 +102,9 @@ def main():
     files = fetch(cache)
     if files is None:
         return 77
+    if sys.argv[1:] == ["--list"]:  # for bench/bench_decode.sh --corpus
+        print("\n".join(files))
+        return 0
     if len(files) < 40:
         print("FAIL: only %d media files found under %s" % (len(files), cache))
         return 1

@@ -14,6 +14,7 @@
 #include "stages/decode/decode_av.h"
 #include "stages/decode/decode_clip.h"
 #include "stages/decode/decode_manifest.h"
+#include "stages/decode/decode_replan.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavutil/log.h>
@@ -550,18 +551,11 @@ static int decode_all(const char *path, int frames, int64_t *nclips, char *why, 
         uint8_t *buf = malloc((size_t)frames * 32 * 32 * 3);
         for (int64_t k = 0; rc == 0 && k < plan.nclips; k++) {
             rc = vf_decode_read(f, plan.idx + k * frames, frames, buf, &st);
-            int64_t lo, hi;
-            if (rc == VF_EBADINPUT && vf_decode_lost(f, &lo, &hi)) {
-                int64_t g = plan.grid[k];
-                vf_decode_drop(f, lo, hi);
-                vf_clip_plan_fini(&plan);
-                vf_status_clear(&st);
-                rc = vf_clip_plan_make(vf_decode_frame_times(f), info->nframes, info->duration_s, &co, &plan, &st);
-                if (rc < 0 && *nclips) { rc = 0; break; }
-                k = 0;
-                while (rc == 0 && k < plan.nclips && plan.grid[k] < g) k++;
-                k--;
-                continue;
+            int64_t lost = 0;
+            if (rc == VF_EBADINPUT) {
+                int pr = vf_decode_replan(f, &co, &plan, &k, &lost, &st);
+                if (pr == 0) { rc = 0; continue; }
+                if (pr < 0) { rc = *nclips ? 0 : pr; break; }
             }
             /* frame numbers are checked only on undamaged files: after dropped
              * frames the index no longer equals the number drawn into the picture */

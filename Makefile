@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build run test bench asan clean
+.PHONY: all setup build run test bench asan fuzz clean
 
 all: build
 
@@ -30,8 +30,17 @@ asan: setup
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|fuzz'
 
+# libFuzzer targets (clang, ASan+UBSan) in their own build dir, each run FUZZ_SECONDS
+# (default 600) from its committed corpus; findings land in build-fuzz/findings/.
+FUZZ_TARGETS = $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
+fuzz: setup
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DVFLOW_SANITIZE=address,undefined \
+	  -DVFLOW_LIBFUZZER=ON -DVFLOW_CUDA=OFF -DVFLOW_BUILD_BENCH=OFF
+	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	bash scripts/fuzz.sh build-fuzz
+
 bench: build
 	bash scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -2,8 +2,10 @@
  * corpus directory given as argv[1] and over deterministic mutations of each (every
  * truncation up to 4 KiB, a bit flip at every byte offset, boundary bytes written at
  * every offset, and seeded random multi-byte mutations), so the replay test exercises
- * the error paths even with a corpus of valid records. Exit 0 when every input ran
- * (a crash or a failed property aborts); 1 when the corpus is missing or empty. */
+ * the error paths even with a corpus of valid records. A target whose inputs are slow
+ * (a whole video decode) defines vf_fuzz_replay_offsets: truncations, offsets and random
+ * mutations are then spread over at most that many points per file. Exit 0 when every
+ * input ran (a crash or a failed property aborts); 1 when the corpus is missing or empty. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+extern const size_t vf_fuzz_replay_offsets __attribute__((weak));
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 static uint64_t rnd(void)
@@ -33,10 +36,12 @@ static void mutate_all(const unsigned char *d, size_t n)
     unsigned char *m = malloc(n + 16);
     if (!m) abort();
     run(d, n);
-    size_t tmax = n < 4096 ? n : 4096;
-    for (size_t k = 0; k < tmax; k++) run(d, k);
+    const size_t lim = &vf_fuzz_replay_offsets ? vf_fuzz_replay_offsets : 0;
+    size_t tmax = n < 4096 ? n : 4096, tstep = lim && tmax > lim ? tmax / lim : 1;
+    for (size_t k = 0; k < tmax; k += tstep) run(d, k);
     static const unsigned char marks[] = {0x00, 0xff, 0x7f, 0x80, 0x06, 0x07, 0x40};
     size_t step = n > 16384 ? n / 4096 : 1;
+    if (lim && n / step > lim) step = n / lim;
     for (size_t off = 0; off < n; off += step) {
         memcpy(m, d, n);
         m[off] ^= (unsigned char)(1u << (off % 8));
@@ -47,7 +52,8 @@ static void mutate_all(const unsigned char *d, size_t n)
             run(m, n);
         }
     }
-    for (int r = 0; r < 500; r++) {
+    const int nrand = lim && lim < 500 ? (int)lim : 500;
+    for (int r = 0; r < nrand; r++) {
         size_t len = n + (rnd() % 3 == 0 ? rnd() % 16 : 0);
         memcpy(m, d, n);
         memset(m + n, 0, len - n);

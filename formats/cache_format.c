@@ -326,30 +326,36 @@ int vf_cache_meta_count_text_entry(vf_json *meta, vf_status *st)
     return 0;
 }
 
-int vf_cache_meta_read(vf_lmdb *db, MDB_txn *txn, vf_json **out, vf_status *st)
+int vf_cache_meta_parse(const char *path, const void *val, size_t vlen, vf_json **out, vf_status *st)
 {
     int rc = 0;
-    MDB_val v;
     *out = NULL;
-    rc = vf_lmdb_get(db, txn, VF_CACHE_META_KEY, strlen(VF_CACHE_META_KEY), &v, st);
-    if (rc == VF_ENOTFOUND) return 0;
-    if (rc) return rc;
     vf_status js;
     vf_status_clear(&js);
-    vf_json *m = vf_json_parse_n(v.mv_data, v.mv_size, &js);
+    vf_json *m = vf_json_parse_n(val, vlen, &js);
     if (!m || m->type != VF_JSON_OBJ || !vf_json_get(m, "shapes") || !vf_json_get(m, "vae"))
         VF_FAIL(st, VF_ECORRUPT, "%s: record \"" VF_CACHE_META_KEY "\" is not a cache summary%s%s",
-                vf_lmdb_path(db), js.code ? ": " : "", js.code ? js.msg : "");
+                path, js.code ? ": " : "", js.code ? js.msg : "");
     const char *fmt = vf_json_get_str(m, "format", "");
     int64_t ver = vf_json_get_int(m, "version", -1);
     if (strcmp(fmt, VF_CACHE_FORMAT) != 0 || ver != VF_CACHE_VERSION)
-        VF_FAIL(st, VF_EVERSION, "%s: cache format \"%s\" version %lld; this vflow reads \"" VF_CACHE_FORMAT "\" version %d",
-                vf_lmdb_path(db), fmt, (long long)ver, VF_CACHE_VERSION);
+        VF_FAIL(st, VF_EVERSION, "%s: cache format \"%.64s\" version %lld; this vflow reads \"" VF_CACHE_FORMAT "\" version %d",
+                path, fmt, (long long)ver, VF_CACHE_VERSION);
     *out = m;
     return 0;
 fail:
     vf_json_free(m);
     return rc;
+}
+
+int vf_cache_meta_read(vf_lmdb *db, MDB_txn *txn, vf_json **out, vf_status *st)
+{
+    MDB_val v;
+    *out = NULL;
+    int rc = vf_lmdb_get(db, txn, VF_CACHE_META_KEY, strlen(VF_CACHE_META_KEY), &v, st);
+    if (rc == VF_ENOTFOUND) return 0;
+    if (rc) return rc;
+    return vf_cache_meta_parse(vf_lmdb_path(db), v.mv_data, v.mv_size, out, st);
 }
 
 int vf_cache_meta_write(vf_lmdb *db, MDB_txn *txn, const vf_json *meta, vf_status *st)

@@ -113,6 +113,8 @@ int vf_cache_record_decode(const char *path, const void *key, size_t klen, const
 /* The summary record. read: *out = NULL when absent; VF_EVERSION / VF_ECORRUPT when it
  * is of another format or version or not JSON. Caller owns *out (vf_json_free). */
 int vf_cache_meta_read(vf_lmdb *db, MDB_txn *txn, vf_json **out, vf_status *st);
+/* The same check of a summary record's bytes (path names the cache in messages). */
+int vf_cache_meta_parse(const char *path, const void *val, size_t vlen, vf_json **out, vf_status *st);
 /* New summary with zero counts for key scheme k. NULL when out of memory. */
 vf_json *vf_cache_meta_new(vf_cache_keying k);
 /* Counts one more entry of `bytes` record bytes, latent shape `shape`, VAE `vae`

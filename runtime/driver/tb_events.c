@@ -87,7 +87,7 @@ void vf_tb_encode_start(vf_obuf *b, double wall, int64_t step)
 {
     static const char start[] = {0x08, 0x01}; /* SessionLog {status = START} */
     put_head(b, wall, step);
-    put_bytes(b, 6, start, sizeof start);
+    put_bytes(b, 7, start, sizeof start);
 }
 
 void vf_tb_frame(vf_obuf *b, const void *data, size_t n)

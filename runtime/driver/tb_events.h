@@ -5,7 +5,7 @@
  * CRC32C of the data; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. The data is an Event:
  * wall_time (1, double), step (2, int64), then one of file_version (3, string),
  * summary (5: Summary{value (1): {tag (1), simple_value (2, float)}}) or
- * session_log (6: SessionLog{status (1): START = 1}).
+ * session_log (7: SessionLog{status (1): START = 1}).
  *
  * The writer buffers records and writes them out at most every VF_TB_FLUSH_S seconds
  * (checked on each call) and at close, so a killed run keeps all but its last seconds.

@@ -152,7 +152,7 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     if (rd.sock_tmp)
         vf_super_log(&sv, VF_LOG_INFO, "driver", "run dir path too long for ipc sockets; using %s",
                      rd.sock_dir);
-    if (!(opts && opts->no_tensorboard)) {
+    if (!(opts && opts->no_tensorboard) && !g->no_tensorboard) {
         /* the event file is a view of metrics.jsonl: a run goes on without it */
         vf_status tst = {0};
         if (vf_tb_log_open(&sv.mon.tb, g, rd.path, opts && opts->resume, &tst) < 0)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -191,4 +192,78 @@ void vf_tb_close(vf_tb_writer *w)
     w->fd = -1;
     vf_obuf_fini(&w->buf);
     vf_obuf_fini(&w->ev);
+}
+
+/* ------------------------------------------------------------------ cutting */
+
+static bool get_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+    *v = 0;
+    for (int sh = 0; sh < 64 && *p < end; sh += 7) {
+        unsigned char c = *(*p)++;
+        *v |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80)) return true;
+    }
+    return false;
+}
+
+int64_t vf_tb_event_step(const void *data, size_t n)
+{
+    const unsigned char *p = data, *end = p + n;
+    while (p < end) {
+        uint64_t key, v;
+        if (!get_varint(&p, end, &key)) return -1;
+        switch (key & 7) {
+        case 0:
+            if (!get_varint(&p, end, &v)) return -1;
+            if (key >> 3 == 2) return (int64_t)v;
+            break;
+        case 1: if (end - p < 8) return -1; p += 8; break;
+        case 2:
+            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+            p += v;
+            break;
+        case 5: if (end - p < 4) return -1; p += 4; break;
+        default: return -1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t get_le(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+int vf_tb_truncate_from(const char *path, int64_t step, vf_status *st)
+{
+    int rc = 0;
+    unsigned char *data = NULL;
+    size_t cap = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) VF_FAIL(st, VF_EIO, "%s: %s", path, strerror(errno));
+    off_t off = 0;
+    for (;;) {
+        unsigned char head[12];
+        if (pread(fd, head, sizeof head, off) != (ssize_t)sizeof head) break;
+        uint64_t len = get_le(head, 8);
+        if ((uint32_t)get_le(head + 8, 4) != vf_tb_masked_crc(head, 8) || len > (1u << 30)) break;
+        if (len + 4 > cap) {
+            unsigned char *d = realloc(data, len + 4);
+            if (!d) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", path);
+            data = d, cap = len + 4;
+        }
+        if (pread(fd, data, len + 4, off + 12) != (ssize_t)(len + 4)) break;
+        if ((uint32_t)get_le(data + len, 4) != vf_tb_masked_crc(data, len)) break;
+        int64_t s = vf_tb_event_step(data, len);
+        if (s < 0 || s >= step) break;
+        off += (off_t)(12 + len + 4);
+    }
+    if (ftruncate(fd, off) < 0) VF_FAIL(st, VF_EIO, "%s: truncate: %s", path, strerror(errno));
+fail:
+    if (fd >= 0) close(fd);
+    free(data);
+    return rc;
 }

@@ -4,9 +4,11 @@
 #include "runtime/driver/tb_events.h"
 #include "runtime/plan/plan.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct vf_tb_log {
     vf_tb_writer w;
@@ -22,6 +24,30 @@ struct vf_tb_log {
     int64_t prev_clips_ns;
     bool have_clips;
 };
+
+/* The other event files in the writer's dir: a fresh run removes them (its
+ * metrics.jsonl starts over too); a resumed run cuts them at its first step. */
+static void predecessors(vf_tb_log *t, bool remove, int64_t step)
+{
+    char dir[sizeof t->w.path];
+    snprintf(dir, sizeof dir, "%s", t->w.path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;
+    *slash = 0;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[sizeof t->w.path + 300];
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (strcmp(path, t->w.path) == 0) continue;
+        vf_status st = {0};
+        if (remove) unlink(path);
+        else vf_tb_truncate_from(path, step, &st); /* the START still tells TensorBoard */
+    }
+    closedir(d);
+}
 
 int vf_tb_log_open(vf_tb_log **out, const vf_graph *g, const char *run_dir, bool resumed, vf_status *st)
 {
@@ -49,6 +75,7 @@ int vf_tb_log_open(vf_tb_log **out, const vf_graph *g, const char *run_dir, bool
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/tb", run_dir);
     VF_TRY(vf_tb_open(&t->w, dir, st));
+    if (!resumed) predecessors(t, true, 0);
     *out = t;
     t = NULL;
 fail:
@@ -72,7 +99,10 @@ void vf_tb_log_event(vf_tb_log *t, const vf_monitor *m, int stage, const vf_json
     if (!t || strcmp(vf_json_get_str(row, "event", ""), "train_step") != 0) return;
     int64_t step = vf_json_get_int(row, "step", -1);
     if (step < 0) return;
-    if (t->resumed && !t->started) vf_tb_start(&t->w, step);
+    if (t->resumed && !t->started) {
+        predecessors(t, false, step);
+        vf_tb_start(&t->w, step);
+    }
     t->started = true;
     t->step = step;
     static const char *const keys[][2] = {

@@ -12,8 +12,10 @@
  * Steps: a training run (a graph with a loop edge) logs everything at the optimizer
  * step; its per-stage and per-edge points start with the first step. Other runs use
  * whole seconds since the run started. A resumed run writes a SessionLog START at its
- * first step: TensorBoard drops the killed run's points from that step on, so the curves
- * continue with one point per step.
+ * first step and cuts the earlier files of <run dir>/tb/ before that step: TensorBoard
+ * (which honours the START) and per-file readers such as tbparse both see the curves
+ * continue with one point per step. A fresh run removes earlier files, as it starts
+ * metrics.jsonl over.
  */
 #ifndef VF_TB_LOG_H
 #define VF_TB_LOG_H

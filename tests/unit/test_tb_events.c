@@ -116,4 +116,57 @@ VF_TEST(file_records_check)
     rmdir(dir);
 }
 
+/* records in the file at path, and the largest step among them */
+static int count_records(const char *path, int64_t *max_step)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[8192];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    int records = 0;
+    *max_step = -1;
+    for (size_t off = 0; off + 16 <= n;) {
+        uint64_t len = le(buf + off, 8);
+        if (off + 16 + len > n) return -1;
+        int64_t s = vf_tb_event_step(buf + off + 12, len);
+        if (s > *max_step) *max_step = s;
+        off += 16 + len;
+        records++;
+    }
+    return records;
+}
+
+VF_TEST(truncate_keeps_earlier_steps)
+{
+    char dir[] = "/tmp/vf_tb_cut.XXXXXX";
+    VF_CHECK(mkdtemp(dir) != NULL);
+    vf_tb_writer w;
+    vf_status st = {0};
+    VF_CHECK(vf_tb_open(&w, dir, &st) == 0);
+    for (int i = 1; i <= 6; i++) {
+        vf_tb_scalar(&w, i, "train/loss", 1.0 / i);
+        vf_tb_scalar(&w, i, "train/lr", 1e-3);
+    }
+    char path[sizeof w.path];
+    snprintf(path, sizeof path, "%s", w.path);
+    vf_tb_close(&w);
+    /* a torn last record, as a killed writer can leave */
+    FILE *f = fopen(path, "ab");
+    VF_CHECK(f != NULL);
+    if (f) fwrite("\x20\0\0\0\0\0\0\0\1\2", 1, 10, f), fclose(f);
+    int64_t max = 0;
+    VF_CHECK(vf_tb_truncate_from(path, 100, &st) == 0);
+    VF_CHECK_EQ_INT(count_records(path, &max), 1 + 12); /* only the torn tail went */
+    VF_CHECK_EQ_INT(max, 6);
+    VF_CHECK(vf_tb_truncate_from(path, 4, &st) == 0);
+    VF_CHECK_EQ_INT(count_records(path, &max), 1 + 6);
+    VF_CHECK_EQ_INT(max, 3);
+    VF_CHECK(vf_tb_truncate_from(path, 1, &st) == 0);
+    VF_CHECK_EQ_INT(count_records(path, &max), 1); /* the file_version record stays */
+    VF_CHECK_EQ_INT(max, 0);
+    VF_CHECK(vf_tb_truncate_from("/nonexistent/events", 1, &st) < 0);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) { return vf_test_main(); }

@@ -15,6 +15,9 @@
 #  - a training whose partition is SIGKILLed after a checkpoint, then --resume: the killed
 #    run's file holds steps past the checkpoint; afterwards both readers see exactly one
 #    train/loss point per step, bitwise (f32) the uninterrupted run's loss;
+#  - with a device peak (VFLOW_PEAK_TFLOPS standing in for a GPU's) the rows' mfu is the
+#    step's model FLOPs, counted here from graph.json's model and latent shape, over
+#    step_s · peak, and perf/mfu equals it; without one (the CPU) there is no perf/mfu;
 #  - tensorboard=false and --no-tensorboard write no event file.
 # The readers live in the reference venv (scripts/setup.sh): the test re-runs itself with
 # $VFLOW_REF_PY when /usr/bin/python3 lacks them, and skips (77) when neither has them.
@@ -320,6 +323,46 @@ def precompute(tmp):
           % (len(ea), quarantined), flush=True)
 
 
+def model_flops(run_dir, recompute):
+    """The step's model FLOPs from graph.json's model and latent shape, counted here."""
+    with open(os.path.join(run_dir, "graph.json")) as f:
+        g = json.load(f)
+    st = [x for x in g["stages"] if x["kind"] == "dit" and x["params"]["stage"] == 0][0]
+    m = st["params"]["model"]
+    B, _, T, H, W = [t for p in st["ports"] if p["name"] == "batch" for t in p["tensors"]
+                     if t["name"] == "latent"][0]["shape"]
+    L = (T // m["patch"][0]) * (H // m["patch"][1]) * (W // m["patch"][2])
+    d, f, Lt = m["dim"], m["ffn"], m["text_len"]
+    attn = 4 * 2 * L * d * d + 2 * 2 * L * L * d
+    cross = 2 * 2 * L * d * d + 2 * 2 * Lt * d * d + 2 * 2 * L * Lt * d
+    mlp = 2 * 2 * L * d * f
+    return B * (attn + cross + mlp) * m["depth"] * (4 if recompute else 3)
+
+
+def mfu_run(tmp, cache):
+    """perf/mfu where the device's peak is known: VFLOW_PEAK_TFLOPS stands in for a GPU's."""
+    d, peak = os.path.join(tmp, "mfu"), 1e-3
+    env = dict(ENV, VFLOW_PEAK_TFLOPS=str(peak))
+    args = [VFLOW, "run", TRAIN, "--run-dir", d, "--set", "cache=" + cache, "--set", "steps=6",
+            "--set", "recompute=true"]
+    if not check(run(args, d + ".out", env) == 0, "mfu: %s" % tail(d + ".out")):
+        return
+    want = {r["step"]: r for r in rows(d) if r.get("event") == "train_step"}
+    flops = model_flops(d, True)
+    for s, r in sorted(want.items()):
+        exp = flops / r["step_s"] / (peak * 1e12)
+        check("mfu" in r and abs(r["mfu"] - exp) <= 1e-3 * exp, "mfu: step %d row mfu %s, the formula gives %.6g"
+              % (s, r.get("mfu"), exp))
+    ea, tp = readers(tb_dir(d), "mfu")
+    for sc, reader in ((ea, "EventAccumulator"), (tp, "tbparse")):
+        pts = sc.get("perf/mfu", [])
+        check(sorted(x for x, _, _ in pts) == sorted(want), "mfu (%s): perf/mfu steps %s" % (reader, pts))
+        bad = [(x, v) for x, v, _ in pts if x in want and v != f32(want[x].get("mfu", -1))]
+        check(not bad, "mfu (%s): perf/mfu differs from metrics.jsonl: %s" % (reader, bad[:3]))
+    print("mfu: %d perf/mfu points equal the rows, which equal %.4g FLOP a step / step_s / peak"
+          % (len(ea.get("perf/mfu", [])), flops), flush=True)
+
+
 def switched_off(tmp, cache):
     for name, extra in (("off_param", ["--set", "tensorboard=false"]), ("off_flag", ["--no-tensorboard"])):
         d = os.path.join(tmp, name)
@@ -341,6 +384,7 @@ def main():
         ref_loss = training(tmp, cache)
         if ref_loss:
             kill_resume(tmp, cache, ref_loss)
+        mfu_run(tmp, cache)
         precompute(tmp)
         switched_off(tmp, cache)
     finally:

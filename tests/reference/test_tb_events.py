@@ -303,7 +303,7 @@ def precompute(tmp):
         check(q and q[-1][1] == quarantined and all(0 <= v <= quarantined for _, v, _ in q),
               "%s: data/quarantined %s, quarantine.jsonl has %d" % (what, [v for _, v, _ in q], quarantined))
         rate = sorted(sc.get("data/clips_s", []))
-        if not check(len(rate) >= 2, "%s: data/clips_s has %d points (the run took >= 3 s)" % (what, len(rate))):
+        if not check(len(rate) >= 1, "%s: no data/clips_s point (the run took < 2 s?)" % what):
             continue
         wall = {s: w for s, _, w in q}
         steps = sorted(wall)

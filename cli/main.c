@@ -48,6 +48,7 @@ static const char *const OPTIONS =
     "  --run-dir DIR        run: where the run dir goes (default runs/<pipeline name>)\n"
     "  --resume             run: continue from the newest complete checkpoint\n"
     "  --force              run: start even if the plan exceeds a budget\n"
+    "  --no-tensorboard     run: write no TensorBoard event file (<run dir>/tb/)\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad usage, bad topology or bad input\n";
 

@@ -24,7 +24,7 @@ typedef struct cli {
     const char **sets;
     int nsets;
     const char *run_dir, *budget;
-    bool resume, force, json;
+    bool resume, force, json, no_tb;
 } cli;
 
 static int die(int code, const char *msg)
@@ -44,7 +44,8 @@ static int usage_error(const char *fmt, const char *arg)
 /* Parses the options of run/check/graph/plan. Returns 0 or an exit code. */
 static int parse_args(int argc, char **argv, cli *c)
 {
-    static const char *const opts[] = {"--set", "--json", "--budget", "--run-dir", "--resume", "--force"};
+    static const char *const opts[] = {"--set", "--json", "--budget", "--run-dir", "--resume", "--force",
+                                       "--no-tensorboard"};
     c->sets = calloc((size_t)argc, sizeof *c->sets);
     if (!c->sets) return die(VF_ENOMEM, "out of memory");
     for (int i = 2; i < argc; i++) {
@@ -81,6 +82,8 @@ static int parse_args(int argc, char **argv, cli *c)
             c->resume = true;
         } else if (strcmp(name, "--force") == 0 && !val) {
             c->force = true;
+        } else if (strcmp(name, "--no-tensorboard") == 0 && !val) {
+            c->no_tb = true;
         } else {
             const char *near = vf_did_you_mean(name, opts, (int)(sizeof opts / sizeof opts[0]));
             fprintf(stderr, "vflow: unknown option '%s'", a);
@@ -187,6 +190,7 @@ int vf_cli_pipeline(int argc, char **argv)
             .force = c.force,
             .progress_tty = isatty(STDOUT_FILENO) == 1,
             .budget = c.budget,
+            .no_tensorboard = c.no_tb,
         };
         rc = vf_driver_run(g, &opts, &st);
         /* the plan's per-stage prediction next to the measured account peaks */

@@ -298,3 +298,21 @@ vf_backend *vf_backend_for(vf_device dev, vf_status *st)
     vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "unknown device kind %d", (int)dev.kind);
     return NULL;
 }
+
+/* ------------------------------------------------------------------ device peaks */
+
+double vf_device_bf16_peak(const char *model)
+{
+    /* most specific first: "H100 NVL" before "H100" */
+    static const struct {
+        const char *part;
+        double peak;
+    } table[] = {
+        {"H100 NVL", 835e12}, {"H100 PCIe", 756e12}, {"H100", 989e12},
+        {"H200 NVL", 835e12}, {"H200", 989e12},      {"A100", 312e12},
+    };
+    if (!model) return 0;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strstr(model, table[i].part)) return table[i].peak;
+    return 0;
+}

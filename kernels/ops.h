@@ -37,6 +37,8 @@ struct vf_backend {
     vf_dtype act_dtype;        /* activations and weights: F32 (cpu) / BF16 (cuda) */
     vf_dtype grad_dtype;       /* parameter gradients */
     void *ctx;                 /* backend private: stream, cuBLASLt handle, workspace */
+    const char *model;         /* the device's product name ("NVIDIA H100 80GB HBM3"); NULL on
+                                  the CPU. Borrowed, lives as long as the backend. */
 
     /* ---- memory (device memory is accounted to the calling stage) */
     void *(*alloc)(vf_backend *be, size_t bytes, vf_status *st);
@@ -177,6 +179,12 @@ vf_backend *vf_backend_cpu(void);
 vf_backend *vf_backend_cuda(int index, vf_status *st);
 /* Backend for a device. */
 vf_backend *vf_backend_for(vf_device dev, vf_status *st);
+
+/* Dense bf16 tensor-core peak of a device by its product name (FLOP/s, no sparsity),
+ * from a small table of NVIDIA's data-sheet numbers: H100 SXM and H200 989 T, H100 /
+ * H200 NVL 835 T, H100 PCIe 756 T, A100 312 T. 0 for NULL (the CPU) or a name not
+ * in the table: no MFU is reported then. */
+double vf_device_bf16_peak(const char *model);
 
 #ifdef __cplusplus
 }

@@ -77,14 +77,23 @@ end
 
 -- ---------------------------------------------------------------- pipeline
 
---- vf.pipeline(name) -> a new, empty pipeline. The name names the run dir (runs/<name>).
-function vf.pipeline(name)
+--- vf.pipeline(name, opts) -> a new, empty pipeline. The name names the run dir
+-- (runs/<name>). opts.tensorboard = false: the run writes no TensorBoard event file
+-- (like `vflow run --no-tensorboard`); nil or true: it does.
+function vf.pipeline(name, opts)
   name = name == nil and "pipeline" or name
   if type(name) ~= "string" or not name:match("^[%w_%-]+$") or #name > 47 then
     fail("vf.pipeline: bad pipeline name %s (use letters, digits, _ and -)",
          type(name) == "string" and string.format("%q", name) or tostring(name))
   end
-  return setmetatable({ _name = name, _stages = {}, _by_name = {}, _edges = {} }, Pipeline)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail("vf.pipeline: options must be a table") end
+  for k, v in pairs(opts) do
+    if k ~= "tensorboard" then fail("vf.pipeline: unknown option '%s' (options: tensorboard)", tostring(k)) end
+    if type(v) ~= "boolean" then fail("vf.pipeline: tensorboard must be true or false, got %s", tostring(v)) end
+  end
+  return setmetatable({ _name = name, _stages = {}, _by_name = {}, _edges = {},
+                        _tensorboard = opts.tensorboard ~= false }, Pipeline)
 end
 
 local function check_self(p, method)

@@ -150,6 +150,20 @@ typedef struct vf_dit_dims {
 
 int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
 
+/* Model FLOPs (a multiply-add counts 2) by the standard per-layer count, for MFU. One
+ * block's forward for one sample of L video tokens and Ltxt text tokens, d = dim:
+ *   self-attention projections q, k, v, o   4 · 2·L·d²
+ *   self-attention scores QKᵀ and AV        2 · 2·L²·d
+ *   cross-attention q, o projections        2 · 2·L·d²
+ *   cross-attention k, v projections        2 · 2·Ltxt·d²
+ *   cross-attention scores                  2 · 2·L·Ltxt·d
+ *   MLP (two matmuls)                       2 · 2·L·d·ffn
+ * Norms, modulation, RoPE, the embeddings and the head are left out. */
+double vf_dit_block_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt);
+/* One training step's FLOPs per sample: depth blocks × 3 (forward + backward, which
+ * costs twice the forward), × 4 with full recompute (the forward runs twice). */
+double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, bool recompute);
+
 /* Bytes a partition holds, computed by the same code that carves its buffers. */
 typedef struct vf_dit_mem {
     int64_t params;      /* its range of weights (act dtype) */

@@ -4,11 +4,12 @@
 -- Knobs (vf.args): manifest | source (glob), cache, frames, stride | fps, size, workers,
 -- clips_per_video, max_bad_fraction, micro_batch, chunk, vae (preset name), weights (VAE
 -- safetensors file or diffusers directory), device, text_dim (width of the text embeddings
--- named by the manifest column text_emb; docs/PRECOMPUTE.md), text_len. Other params: --set decode.PARAM=v (every decode instance),
+-- named by the manifest column text_emb; docs/PRECOMPUTE.md), text_len, tensorboard (false: no
+-- event files in <run dir>/tb/). Other params: --set decode.PARAM=v (every decode instance),
 -- --set vae_encode.PARAM=v, --set latent_cache.PARAM=v.
 local vf = require "vflow"
 local a = vf.args
-local p = vf.pipeline(a.name or "precompute")
+local p = vf.pipeline(a.name or "precompute", { tensorboard = a.tensorboard })
 
 local size = a.size or 64
 local clips = p:stage("decode", {

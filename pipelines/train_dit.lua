@@ -23,9 +23,10 @@
 --   seed           data order, init, noise and timesteps                   (0)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
+--   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
 local vf = require "vflow"
 local a = vf.args
-local p = vf.pipeline(a.run or "train")
+local p = vf.pipeline(a.run or "train", { tensorboard = a.tensorboard })
 
 local overrides = {}
 for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len" } do

@@ -6,7 +6,8 @@
 #   3. vflow run pipelines/train_dit.lua      the tiny DiT, 2 pipeline partitions x 2 micro-
 #                                             batches, 2 optimizer shards, async checkpoints
 #                                             every 100 steps, for QUICKSTART_STEPS (300) steps
-#   4. the loss curve (from runs/quickstart/metrics.jsonl) and the final checkpoint path.
+#   4. the loss curve (from runs/quickstart/metrics.jsonl), the final checkpoint path and
+#      where the TensorBoard event files are, with the `tensorboard --logdir` line.
 #
 # Under 3 minutes on 2 cores. Training runs one OpenMP thread per process: the partitions
 # and shards are processes of their own and share the cores. Rerunning skips what exists
@@ -77,4 +78,6 @@ else
   echo "no checkpoint written (see runs/quickstart/run.log)" >&2
   exit 1
 fi
+echo "TensorBoard event files: $ROOT/runs/quickstart/tb/ (precompute: $ROOT/runs/precompute/tb/)"
+echo "  tensorboard --logdir runs/quickstart/tb"
 echo "make run: done in $(( $(date +%s) - t0 )) s"

@@ -44,3 +44,13 @@ if ! "$REF/bin/python" -c 'import diffusers, transformers, safetensors' 2>/dev/n
   $SUDO /usr/bin/python3 -m venv --system-site-packages "$REF"
   $SUDO "$REF/bin/pip" install -q --no-deps "${ref_pins[@]}"
 fi
+
+# TensorBoard's own event reader and tbparse for tests/reference/test_tb_events.py, in the
+# same venv the same way (pinned, without dependencies: the pins are the whole closure
+# beside Debian's numpy).
+tb_pins=(tensorboard==2.20.0 tbparse==0.0.9 protobuf==5.29.5 absl-py==2.1.0 pandas==2.2.3
+         python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.16.0)
+if ! "$REF/bin/python" -c 'import tensorboard.backend.event_processing.event_accumulator, tbparse' 2>/dev/null; then
+  echo "setup: installing tensorboard and tbparse (PyPI, pinned) into $REF"
+  $SUDO "$REF/bin/pip" install -q --no-deps "${tb_pins[@]}"
+fi

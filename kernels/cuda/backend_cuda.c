@@ -98,6 +98,7 @@ static int cu_sync(vf_backend *be, vf_status *st)
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static vf_backend *g_be[VF_CUDA_MAX_DEVICES];
+static char g_model[VF_CUDA_MAX_DEVICES][256]; /* cudaDeviceProp.name: vf_backend.model */
 
 static size_t scratch_bytes_from_env(void)
 {
@@ -145,6 +146,7 @@ static vf_backend *backend_new(int index, vf_status *st)
                 "newer (this build targets sm_90)",
                 index, prop.name, prop.major, prop.minor);
     c->sm_count = prop.multiProcessorCount;
+    snprintf(g_model[index], sizeof g_model[index], "%s", prop.name);
     c->smem_optin = prop.sharedMemPerBlockOptin;
     VF_CUDA_TRY(st, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     VF_TRY(vf_cuda_lt_load(st));
@@ -172,6 +174,7 @@ static vf_backend *backend_new(int index, vf_status *st)
         .act_dtype = VF_DTYPE_BF16,
         .grad_dtype = VF_DTYPE_BF16,
         .ctx = c,
+        .model = g_model[index],
         .alloc = cu_alloc,
         .free = cu_free,
         .memset0 = vf_cuda_memset0,

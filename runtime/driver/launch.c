@@ -15,6 +15,7 @@
  * worker: tests use it to prove that a bad topology launched nothing.
  */
 #include "runtime/driver/launch.h"
+#include "runtime/driver/tb_log.h"
 #include "runtime/driver/ctl.h"
 #include "runtime/driver/supervise.h"
 #include "runtime/edge/curve.h"
@@ -151,6 +152,12 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     if (rd.sock_tmp)
         vf_super_log(&sv, VF_LOG_INFO, "driver", "run dir path too long for ipc sockets; using %s",
                      rd.sock_dir);
+    if (!(opts && opts->no_tensorboard) && !g->no_tensorboard) {
+        /* the event file is a view of metrics.jsonl: a run goes on without it */
+        vf_status tst = {0};
+        if (vf_tb_log_open(&sv.mon.tb, g, rd.path, opts && opts->resume, &tst) < 0)
+            vf_super_log(&sv, VF_LOG_WARN, "driver", "no TensorBoard event file: %s", tst.msg);
+    }
     VF_TRY(vf_super_signals_install(st));
     signals = true;
     for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, opts && opts->resume, st));

@@ -10,6 +10,7 @@ typedef struct vf_run_opts {
     bool force;              /* --force: run even if the plan exceeds a budget */
     bool progress_tty;       /* live progress display (stdout is a TTY) */
     const char *budget;      /* --budget "cuda=80GiB,cpu=24GiB" or NULL */
+    bool no_tensorboard;     /* --no-tensorboard: no <run dir>/tb/ event file */
 } vf_run_opts;
 
 /* Validated graph -> run dir, placement, workers spawned and supervised until the end

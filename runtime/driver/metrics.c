@@ -1,6 +1,7 @@
 /* metrics.c — the driver's per-stage counters, rates and metrics.jsonl rows; the end of
  * run summary. Formats: metrics.h. */
 #include "runtime/driver/metrics.h"
+#include "runtime/driver/tb_log.h"
 #include "runtime/json.h"
 #include "runtime/core/obuf.h"
 
@@ -69,6 +70,7 @@ void vf_monitor_fini(vf_monitor *m)
     free(m->rss);
     free(m->rss_peak);
     free(m->edges);
+    vf_tb_log_close(m->tb);
     memset(m, 0, sizeof *m);
 }
 
@@ -291,6 +293,7 @@ void vf_monitor_sample(vf_monitor *m, int worker, const char *payload)
         emit(m, &b);
     }
     vf_obuf_fini(&b);
+    vf_tb_log_sample(m->tb, m, touched);
 }
 
 void vf_monitor_event(vf_monitor *m, int stage, const char *json_object)
@@ -308,6 +311,7 @@ void vf_monitor_event(vf_monitor *m, int stage, const char *json_object)
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
         if (*p != '}') vf_obuf_puts(&b, ",");
         vf_obuf_puts(&b, p);
+        vf_tb_log_event(m->tb, m, stage, j);
     } else {
         vf_obuf_puts(&b, ",\"bad_row\":");
         vf_obuf_json_str(&b, json_object);
@@ -349,6 +353,10 @@ void vf_monitor_final(vf_monitor *m, const char *status, const char *message)
     vf_obuf_puts(&b, "}");
     emit(m, &b);
     vf_obuf_fini(&b);
+    /* the final peaks, and the event file complete once the run is over */
+    vf_tb_log_sample(m->tb, m, NULL);
+    vf_tb_log_close(m->tb);
+    m->tb = NULL;
 }
 
 void vf_monitor_summary(const vf_monitor *m, FILE *out, const char *title)

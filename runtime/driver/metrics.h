@@ -58,6 +58,8 @@ typedef struct vf_mon_stage {
     double items_s, bytes_s, busy;
 } vf_mon_stage;
 
+typedef struct vf_tb_log vf_tb_log; /* tb_log.h */
+
 typedef struct vf_monitor {
     int nstages;
     vf_mon_stage *stages;        /* indexed like the graph's stages */
@@ -70,6 +72,7 @@ typedef struct vf_monitor {
     vf_mon_edge *edges;          /* to find the producer of an input */
     int metrics_fd;              /* borrowed */
     int64_t t0_ns;               /* monotonic start of the run */
+    vf_tb_log *tb;               /* owned: TensorBoard event file, NULL when off */
 } vf_monitor;
 
 /* Sets up the picture of placed graph g; rows go to metrics_fd. */

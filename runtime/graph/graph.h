@@ -61,6 +61,7 @@ typedef struct vf_graph {
     int nworkers;
     vf_gworker *workers;         /* set by vf_graph_place */
     char script[1024];           /* the Lua file it came from */
+    bool no_tensorboard;         /* vf.pipeline(name, {tensorboard = false}) */
 } vf_graph;
 
 vf_graph *vf_graph_new(const char *name);

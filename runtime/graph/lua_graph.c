@@ -232,6 +232,10 @@ int vf_lua_convert(lua_State *L)
         return 0;
     }
     snprintf(c->g->script, sizeof c->g->script, "%s", c->script);
+    lua_pushliteral(L, "_tensorboard");
+    lua_rawget(L, 2);
+    c->g->no_tensorboard = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+    lua_pop(L, 1);
     static const char *const lists[2] = {"_stages", "_edges"};
     for (int l = 0; l < 2; l++) {
         lua_pushstring(L, lists[l]);

@@ -399,6 +399,7 @@ static int send_weights(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, vf_sta
 /* What shard 0 learns from the partitions' items of one step. */
 typedef struct step_info {
     double loss, samples, tokens, bubble;
+    double flops, peak; /* model FLOPs of the step; Σ bf16 peak of the distinct devices, 0 unknown */
     int64_t t_first, t_last;
     vf_json *cursors;
 } step_info;
@@ -466,8 +467,9 @@ static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_inf
                              "adamw %s: partitions cover %lld of the %lld elements of this shard",
                              vf_stage_name(s), (long long)covered, (long long)h->g.n);
     /* what shard 0 reports */
-    si->loss = 0, si->samples = 0, si->tokens = 0;
+    si->loss = 0, si->samples = 0, si->tokens = 0, si->flops = 0, si->peak = 0;
     double busy = 0;
+    bool unknown_peak = false;
     si->t_first = INT64_MAX, si->t_last = 0;
     for (int q = 0; q < h->g.P; q++)
         for (int r = 0; r < h->g.D; r++) {
@@ -477,13 +479,27 @@ static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_inf
             if (t1 > si->t_last) si->t_last = t1;
             busy += num_or(it, "busy_ns", 0);
             if (q == h->g.P - 1) si->loss += num_or(it, "loss", 0) / h->g.D;
+            /* each device's peak once: partitions may share a device */
+            const char *dev = vf_item_str(it, "peak_dev");
+            double pk = num_or(it, "peak_flops", 0);
+            if (!(pk > 0) || !dev) unknown_peak = true;
+            bool again = false;
+            for (int q2 = 0; q2 <= q && !again && dev; q2++)
+                for (int r2 = 0; r2 < h->g.D && !again; r2++) {
+                    if (q2 == q && r2 == r) break;
+                    const char *o = vf_item_str(h->got[q2 * h->g.D + r2], "peak_dev");
+                    again = o && strcmp(o, dev) == 0;
+                }
+            if (!again && pk > 0) si->peak += pk;
             if (q == 0) {
+                si->flops += num_or(it, "flops", 0);
                 si->samples += num_or(it, "samples", 0);
                 si->tokens += num_or(it, "tokens", 0);
                 const char *c = vf_item_str(it, "cursor");
                 if (si->cursors) vf_json_push(si->cursors, vf_json_str(c ? c : ""));
             }
         }
+    if (unknown_peak) si->peak = 0; /* a partition on the CPU or an unknown GPU: no MFU */
     double window = (double)(si->t_last - si->t_first) * (double)(h->g.P * h->g.D);
     si->bubble = window > 0 ? 1.0 - busy / window : 0;
 fail:
@@ -675,7 +691,12 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
                      "\"ckpt_s\":%.6f}",
                      (long long)step, si.loss, norm, coef, lr, dt, dt > 0 ? si.samples / dt : 0,
                      dt > 0 ? si.tokens / dt : 0, si.bubble, ckpt_s);
+            /* model FLOPs over the devices' bf16 peak: GPUs of the peak table only */
+            double mfu = si.peak > 0 && dt > 0 ? si.flops / dt / si.peak : -1;
+            size_t len = strlen(row);
+            if (mfu >= 0 && len > 0) snprintf(row + len - 1, sizeof row - len + 1, ",\"mfu\":%.6g}", mfu);
             vf_metric_row(ctx, row);
+            if (mfu >= 0) vf_metric(ctx, "mfu", mfu);
             vf_metric(ctx, "step", (double)step);
             vf_metric(ctx, "loss", si.loss);
             vf_metric(ctx, "grad_norm", norm);

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const vf_param_spec dit_params[] = {
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (vf.models.dit \"tiny\")", NULL,
@@ -255,6 +256,17 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->be = vf_backend_for(vf_param_device(prm, "device"), st);
     if (!h->be) VF_FAIL(st, st && st->code ? st->code : VF_EINVAL, "%s: no backend", vf_stage_name(s));
     h->act = h->be->act_dtype, h->grad = h->be->grad_dtype;
+    /* VFLOW_PEAK_TFLOPS: the peak of a device outside the table (any device, the CPU
+     * included, which is how the tests see an MFU without a GPU) */
+    const char *pk = getenv("VFLOW_PEAK_TFLOPS");
+    h->peak = pk && atof(pk) > 0 ? atof(pk) * 1e12 : vf_device_bf16_peak(h->be->model);
+    {
+        char host[256] = "localhost", dev[32];
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = 0;
+        vf_device_str(h->be->device, dev, sizeof dev);
+        snprintf(h->peak_dev, sizeof h->peak_dev, "%s/%s", host, dev);
+    }
     h->as = vf_dtype_size(h->act), h->gs = vf_dtype_size(h->grad);
     h->params = h->be->alloc(h->be, h->as * (size_t)h->n, st);
     h->grads = h->params ? h->be->alloc(h->be, h->gs * (size_t)h->n, st) : NULL;
@@ -344,10 +356,12 @@ static int send_slices(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step
             }
             h->be->copy(h->be, t->data, (char *)h->grads + (size_t)(off - h->off) * h->gs, (size_t)n * h->gs);
         }
-        const char *keys[] = {"step", "part", "replica", "off", "n", "t0_ns", "t1_ns", "busy_ns", "samples", "tokens", "loss"};
+        const char *keys[] = {"step",    "part",    "replica", "off",  "n",     "t0_ns",     "t1_ns",
+                              "busy_ns", "samples", "tokens",  "loss", "flops", "peak_flops"};
         double vals[] = {(double)step, h->p, h->r, (double)off, (double)n, (double)t0, (double)t1,
-                         (double)o->busy_ns, o->samples, (double)o->tokens, o->loss};
-        for (int i = 0; i < 11 && !rc; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
+                         (double)o->busy_ns, o->samples, (double)o->tokens, o->loss, o->flops, h->peak};
+        for (int i = 0; i < 13 && !rc; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
+        if (!rc && h->peak > 0) rc = vf_item_set_str(it, "peak_dev", h->peak_dev, st);
         if (!rc && h->first) rc = vf_item_set_str(it, "cursor", o->cursor, st);
         if (rc) {
             vf_item_free(it);

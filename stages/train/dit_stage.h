@@ -25,6 +25,8 @@ typedef struct dit_part_state {
     int64_t off, n;                          /* this partition's flat range */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     int64_t steps;
+    double peak;                             /* the device's bf16 peak FLOP/s, 0 unknown (CPU) */
+    char peak_dev[320];                      /* host/device: shards add each device's peak once */
     vf_dit_rf rf;
     char ckpt_dir[4096];
 
@@ -54,6 +56,8 @@ typedef struct dit_step_out {
     double loss;                             /* last partition: mean over the replica's batch */
     int samples;                             /* first partition: the global batch of this replica */
     int64_t tokens;                          /* samples × tokens per sample */
+    double flops;                            /* first partition: the whole model's FLOPs of the
+                                                replica's batch (vf_dit_train_flops) */
     int64_t busy_ns;
     char cursor[512];                        /* first partition: reader cursor after the batch */
 } dit_step_out;

@@ -307,6 +307,8 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                     "batch's (one latent shape per run)", name, bd.B, bd.T, bd.H, bd.W);
         o->samples = bd.B;
         o->tokens = (int64_t)bd.B * vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W});
+        o->flops = bd.B * vf_dit_train_flops(&h->cfg, vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W}),
+                                             h->cfg.text_len, h->recompute);
     }
     mi = calloc((size_t)h->M, sizeof *mi);
     if (!mi) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", name);

@@ -1,0 +1,64 @@
+/* tb_events.h — TensorBoard event files written by hand: TFRecord framing and the few
+ * protobuf fields of an Event (tensorboard event.proto / summary.proto).
+ *
+ * A record is u64 length (LE), u32 masked CRC32C of those 8 bytes, the data, u32 masked
+ * CRC32C of the data; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. The data is an Event:
+ * wall_time (1, double), step (2, int64), then one of file_version (3, string),
+ * summary (5: Summary{value (1): {tag (1), simple_value (2, float)}}) or
+ * session_log (7: SessionLog{status (1): START = 1}).
+ *
+ * The writer buffers records and writes them out at most every VF_TB_FLUSH_S seconds
+ * (checked on each call) and at close, so a killed run keeps all but its last seconds.
+ */
+#ifndef VF_TB_EVENTS_H
+#define VF_TB_EVENTS_H
+#include "runtime/vflow.h"
+#include "runtime/core/obuf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define VF_TB_FLUSH_S 2.0
+
+/* The masked CRC32C TFRecord stores. */
+uint32_t vf_tb_masked_crc(const void *data, size_t n);
+
+/* Event encoders: append one Event's protobuf bytes to b (no framing). */
+void vf_tb_encode_version(vf_obuf *b, double wall, int64_t step);
+void vf_tb_encode_scalar(vf_obuf *b, double wall, int64_t step, const char *tag, float value);
+void vf_tb_encode_start(vf_obuf *b, double wall, int64_t step);
+/* Appends the TFRecord framing of data[0..n) to b. */
+void vf_tb_frame(vf_obuf *b, const void *data, size_t n);
+
+typedef struct vf_tb_writer {
+    int fd;                  /* -1: closed (every call is then a no-op) */
+    char path[4200];
+    vf_obuf buf;             /* framed records not written yet */
+    vf_obuf ev;              /* scratch: one event */
+    int64_t last_flush_ns;
+    bool failed;             /* a write failed: logged once by the caller, then dropped */
+} vf_tb_writer;
+
+/* Creates dir (one level) and events.out.tfevents.<unix time>.<host>[.<pid>] in it (a
+ * new file every time: a resumed run adds one), and writes the file_version event.
+ * On failure st names the path and w stays closed. */
+int vf_tb_open(vf_tb_writer *w, const char *dir, vf_status *st);
+void vf_tb_scalar(vf_tb_writer *w, int64_t step, const char *tag, double value);
+/* SessionLog START at step: TensorBoard's readers drop the points at step and after from
+ * the files before this one (a resumed run restarting after its checkpoint). */
+void vf_tb_start(vf_tb_writer *w, int64_t step);
+/* Writes what is buffered when VF_TB_FLUSH_S passed since the last flush, or `now`. */
+int vf_tb_flush(vf_tb_writer *w, bool now);
+/* Flushes and closes. Safe on a zeroed or closed writer (fd must be -1 or open). */
+void vf_tb_close(vf_tb_writer *w);
+
+/* Cuts the event file at path before its first record of step >= step, or before the
+ * first torn or corrupt record (a killed writer's last write). The records of a file
+ * come in step order, so what stays is exactly the records of earlier steps. A resumed
+ * run cuts its predecessors' files at its first step: readers that take each file on its
+ * own (tbparse) then see one point per step too, not only those that honour the START. */
+int vf_tb_truncate_from(const char *path, int64_t step, vf_status *st);
+/* The step of an Event's protobuf bytes (0 when it has none); -1 when they do not parse. */
+int64_t vf_tb_event_step(const void *data, size_t n);
+
+#endif /* VF_TB_EVENTS_H */

@@ -46,7 +46,9 @@ static const char *const OPTIONS =
     "  --budget SPEC        plan/run: device budgets, e.g. cuda=80GiB,cpu=24GiB (default: what\n"
     "                       the machine has); a plan over a budget fails with exit 2\n"
     "  --run-dir DIR        run: where the run dir goes (default runs/<pipeline name>)\n"
-    "  --resume             run: continue from the newest complete checkpoint\n"
+    "  --resume             run: continue from the newest complete checkpoint; none where\n"
+    "                       the run looks is an error (exit 2)\n"
+    "  --resume=auto        run: the same, but start from step 0 when there is none\n"
     "  --force              run: start even if the plan exceeds a budget\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad usage, bad topology or bad input\n";

@@ -24,7 +24,7 @@ typedef struct cli {
     const char **sets;
     int nsets;
     const char *run_dir, *budget;
-    bool resume, force, json;
+    bool resume, resume_auto, force, json;
 } cli;
 
 static int die(int code, const char *msg)
@@ -77,8 +77,9 @@ static int parse_args(int argc, char **argv, cli *c)
             c->run_dir = val;
         } else if (strcmp(name, "--json") == 0 && !val) {
             c->json = true;
-        } else if (strcmp(name, "--resume") == 0 && !val) {
+        } else if (strcmp(name, "--resume") == 0 && (!val || strcmp(val, "auto") == 0)) {
             c->resume = true;
+            c->resume_auto = val != NULL;
         } else if (strcmp(name, "--force") == 0 && !val) {
             c->force = true;
         } else {
@@ -184,6 +185,7 @@ int vf_cli_pipeline(int argc, char **argv)
         vf_run_opts opts = {
             .run_dir = c.run_dir,
             .resume = c.resume,
+            .resume_auto = c.resume_auto,
             .force = c.force,
             .progress_tty = isatty(STDOUT_FILENO) == 1,
             .budget = c.budget,

@@ -466,6 +466,10 @@ const char *vf_run_dir(const vf_ctx *ctx); /* the run dir (absolute) */
  * state (optimizer shards, the first DiT partition, the checkpoint writer) then continue
  * from the newest complete checkpoint. */
 bool vf_resuming(const vf_ctx *ctx);
+/* True when it was `--resume=auto`: where no checkpoint was ever written the run starts
+ * from step 0 (a WARN); with plain `--resume` no complete checkpoint is bad input
+ * (VF_EUSAGE naming the directory). */
+bool vf_resume_auto(const vf_ctx *ctx);
 vf_stage *vf_ctx_stage(vf_ctx *ctx);
 
 /* Logging into the run log, prefixed with the stage name. level: 0 error 1 warn 2 info 3 debug */

@@ -8,8 +8,8 @@
  * run in order), PR_SET_PDEATHSIG (a driver killed with -9 takes its workers along),
  * stdout/stderr to <run dir>/workers/<name>.log, every other descriptor close-on-exec.
  *
- * `vflow run … --resume` reaches every worker as "--resume" in its arguments (the stages
- * read it through vf_resuming()).
+ * `vflow run … --resume[=auto]` reaches every worker as the same flag in its arguments
+ * (the stages read it through vf_resuming() and vf_resume_auto()).
  *
  * VFLOW_TRACE_SPAWN=FILE appends "pid=<pid> worker=<name> stages=<a,b>" per spawned
  * worker: tests use it to prove that a bad topology launched nothing.
@@ -74,7 +74,7 @@ static void child_exec(char *const argv[], int logfd, int nullfd, pid_t parent)
 }
 
 static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char *ctl_ep,
-                        bool resume, vf_status *st)
+                        const char *resume, vf_status *st)
 {
     int rc = 0, logfd = -1, nullfd = -1;
     vf_wproc *w = &sv->w[wi];
@@ -82,7 +82,7 @@ static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char
     snprintf(idx, sizeof idx, "%d", wi);
     char *argv[] = {"vflow", "__worker", "--graph", (char *)graph_path, "--worker", idx,
                     "--run-dir", sv->rd->path, "--sock-dir", sv->rd->sock_dir, "--ctl",
-                    (char *)ctl_ep, resume ? "--resume" : NULL, NULL};
+                    (char *)ctl_ep, (char *)resume, NULL};
     logfd = open(w->logfile, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (logfd < 0) VF_FAIL(st, VF_EIO, "driver: cannot open %s: %s", w->logfile, strerror(errno));
     nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -153,7 +153,8 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
                      rd.sock_dir);
     VF_TRY(vf_super_signals_install(st));
     signals = true;
-    for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, opts && opts->resume, st));
+    const char *resume = !opts || !opts->resume ? NULL : opts->resume_auto ? "--resume=auto" : "--resume";
+    for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, resume, st));
 
     rc = vf_super_run(&sv, st);
     const char *status = rc == 0 ? "done" : rc == VF_ESTOPPED ? "interrupted" : "failed";

@@ -164,10 +164,7 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
     vf_status fs;
     vf_status_clear(&fs);
     rc = vf_ckpt_find(c->dir, warn_cb, ctx, &ck, &fs);
-    if (rc == VF_ENOTFOUND) {
-        vf_log(ctx, VF_LOG_WARN, "--resume: %s: the run starts from step 0", fs.msg);
-        return 0;
-    }
+    if (rc == VF_ENOTFOUND) return vf_train_no_ckpt(ctx, &ck, &fs, true, st);
     if (rc) {
         *st = fs;
         return rc;

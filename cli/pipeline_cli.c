@@ -193,7 +193,7 @@ int vf_cli_pipeline(int argc, char **argv)
         rc = vf_driver_run(g, &opts, &st);
         /* the plan's per-stage prediction next to the measured account peaks */
         vf_status pst = {0};
-        if (rc != VF_EUSAGE && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
+        if (vf_exit_code(rc) != 2 && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
     }
 done:
     vf_graph_free(g);

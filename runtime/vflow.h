@@ -415,6 +415,11 @@ typedef struct vf_stage_ops {
     void (*fini)(vf_stage *s);     /* free state; runs even after a failed init/run */
     /* Knobs the planner may turn, {0}-terminated; NULL: none. */
     const vf_knob_spec *knobs;
+    /* A directory the stage writes for the run's life that may lie outside the run dir
+     * (the checkpoint dir), from its params and the run dir (absolute); "" = none. The
+     * driver locks it as it locks the run dir, so that two runs never write it at once.
+     * NULL: none. */
+    void (*lock_dir)(const vf_params *p, const char *run_dir, char *out, size_t n);
 } vf_stage_ops;
 
 /* Registers a stage kind (called from a constructor, see VF_REGISTER_STAGE). */

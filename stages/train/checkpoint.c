@@ -327,6 +327,12 @@ fail:
     return rc;
 }
 
+/* The driver locks the checkpoint dir for the run's life (one run writes it). */
+static void ckpt_lock_dir(const vf_params *p, const char *run_dir, char *out, size_t n)
+{
+    vf_ckpt_dir(vf_param_str(p, "dir"), run_dir, out, n);
+}
+
 static const vf_stage_ops ckpt_ops = {
     .api_version = VF_API_VERSION,
     .kind = "checkpoint",
@@ -338,5 +344,6 @@ static const vf_stage_ops ckpt_ops = {
     .init = ckpt_init,
     .run = ckpt_run,
     .fini = ckpt_fini,
+    .lock_dir = ckpt_lock_dir,
 };
 VF_REGISTER_STAGE(ckpt_ops)

@@ -32,6 +32,8 @@ wait_steps() {
 apid=$!
 "$VFLOW" run "$PIPE" --run-dir a2 --set cache="$CACHE" "${COMMON[@]}" --set ckpt="$TMP/shared" > a2.out 2>&1 &
 a2pid=$!
+# a failed check must not leave the background runs writing into the removed temp dir
+trap 'kill -9 $apid $a2pid 2>/dev/null; wait 2>/dev/null; cleanup' EXIT
 wait_steps a 12 $apid
 wait_steps a2 2 $a2pid
 grep -q "^pid=$apid host=$HOST " a/run.lock || fail "a/run.lock does not name the driver: $(cat a/run.lock)"

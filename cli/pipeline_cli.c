@@ -24,7 +24,7 @@ typedef struct cli {
     const char **sets;
     int nsets;
     const char *run_dir, *budget;
-    bool resume, force, json, no_tb;
+    bool resume, resume_auto, force, json, no_tb;
 } cli;
 
 static int die(int code, const char *msg)
@@ -78,8 +78,9 @@ static int parse_args(int argc, char **argv, cli *c)
             c->run_dir = val;
         } else if (strcmp(name, "--json") == 0 && !val) {
             c->json = true;
-        } else if (strcmp(name, "--resume") == 0 && !val) {
+        } else if (strcmp(name, "--resume") == 0 && (!val || strcmp(val, "auto") == 0)) {
             c->resume = true;
+            c->resume_auto = val != NULL;
         } else if (strcmp(name, "--force") == 0 && !val) {
             c->force = true;
         } else if (strcmp(name, "--no-tensorboard") == 0 && !val) {
@@ -187,6 +188,7 @@ int vf_cli_pipeline(int argc, char **argv)
         vf_run_opts opts = {
             .run_dir = c.run_dir,
             .resume = c.resume,
+            .resume_auto = c.resume_auto,
             .force = c.force,
             .progress_tty = isatty(STDOUT_FILENO) == 1,
             .budget = c.budget,
@@ -195,7 +197,7 @@ int vf_cli_pipeline(int argc, char **argv)
         rc = vf_driver_run(g, &opts, &st);
         /* the plan's per-stage prediction next to the measured account peaks */
         vf_status pst = {0};
-        if (rc != VF_EUSAGE && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
+        if (vf_exit_code(rc) != 2 && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
     }
 done:
     vf_graph_free(g);

@@ -46,6 +46,9 @@ int vf_ckpt_list(const char *dir, bool tmp, int64_t **steps, int *n, vf_status *
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return 0;
+        if (errno == ENOTDIR)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "checkpoint dir %s is not a directory", dir);
         return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "checkpoint dir %s: %s", dir,
                              strerror(errno));
     }
@@ -112,9 +115,10 @@ out:
 static int file_crc(const char *path, int64_t *bytes, uint32_t *crc, vf_status *st)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return vf_status_set(st, errno == ENOENT ? VF_ECORRUPT : VF_EIO, __FILE__, __LINE__,
-                             "%s: %s", path, strerror(errno));
+    if (fd < 0 && errno == ENOENT)
+        return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
+                             "%s: listed in the manifest but not there", path);
+    if (fd < 0) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
     enum { CH = 1 << 20 };
     char *buf = malloc(CH);
     int rc = 0;
@@ -186,13 +190,73 @@ fail:
     return rc;
 }
 
+/* ------------------------------------------------------------------ latest */
+
+int vf_ckpt_latest(const char *dir, int64_t *step, vf_status *st)
+{
+    char lp[PATH_MAX + 16], text[PATH_MAX];
+    *step = -1;
+    snprintf(lp, sizeof lp, "%s/latest", dir);
+    struct stat sb;
+    if (lstat(lp, &sb) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", lp, strerror(errno));
+    }
+    if (S_ISLNK(sb.st_mode)) {
+        /* a link (written by hand or by another tool) must lead to an entry of dir itself */
+        ssize_t n = readlink(lp, text, sizeof text - 1);
+        if (n < 0) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", lp, strerror(errno));
+        text[n] = 0;
+        char full[2 * PATH_MAX + 2], parent[PATH_MAX], rparent[PATH_MAX], rdir[PATH_MAX];
+        if (text[0] == '/') snprintf(full, sizeof full, "%s", text);
+        else snprintf(full, sizeof full, "%s/%s", dir, text);
+        while (strlen(full) > 1 && full[strlen(full) - 1] == '/') full[strlen(full) - 1] = 0;
+        char *slash = strrchr(full, '/');
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - full), full);
+        if (!realpath(dir, rdir) || !realpath(parent[0] ? parent : "/", rparent) || strcmp(rdir, rparent) != 0 ||
+            step_of(slash + 1, false) < 0)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "%s points outside the checkpoint dir (-> %s); remove it or point it "
+                                 "at a step-N dir in %s",
+                                 lp, text, dir);
+        *step = step_of(slash + 1, false);
+        return 0;
+    }
+    if (!S_ISREG(sb.st_mode))
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s is not a file", lp);
+    size_t len = 0;
+    char *t = slurp(lp, 4096, &len, st);
+    if (!t) return st && st->code ? st->code : VF_EIO;
+    while (len && (t[len - 1] == '\n' || t[len - 1] == ' ' || t[len - 1] == '\r')) t[--len] = 0;
+    *step = step_of(t, false);
+    int rc = 0;
+    if (*step < 0)
+        rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                           "%s holds \"%.64s\", not the name of a step dir in %s (step-N)", lp, t, dir);
+    free(t);
+    return rc;
+}
+
 int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out, vf_status *st)
 {
     int rc = 0;
     int64_t *steps = NULL;
     int n = 0;
     memset(out, 0, sizeof *out);
+    out->latest = -1;
     VF_TRY(vf_ckpt_list(dir, false, &steps, &n, st));
+    VF_TRY(vf_ckpt_latest(dir, &out->latest, st));
+    if (out->latest >= 0) {
+        out->latest_missing = true;
+        for (int i = 0; i < n; i++)
+            if (steps[i] == out->latest) out->latest_missing = false;
+        if (out->latest_missing && warn) {
+            char msg[PATH_MAX + 160];
+            snprintf(msg, sizeof msg, "%s/latest names step-%lld, which is not there; looking for the newest "
+                     "complete checkpoint", dir, (long long)out->latest);
+            warn(user, msg);
+        }
+    }
     for (int i = n - 1; i >= 0; i--) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/step-%lld", dir, (long long)steps[i]);
@@ -226,8 +290,14 @@ int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out
         out->state = state;
         goto fail; /* rc == 0 */
     }
-    rc = vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__, "%s: no complete checkpoint%s", dir,
-                       out->skipped ? " (every step dir is damaged)" : "");
+    if (out->skipped)
+        rc = vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__, "every step dir in %s is damaged (%d skipped)",
+                           dir, out->skipped);
+    else if (out->latest_missing)
+        rc = vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__, "%s/latest names step-%lld, which is not there, "
+                           "and there is no other step dir", dir, (long long)out->latest);
+    else
+        rc = vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__, "%s has no step dir", dir);
 fail:
     free(steps);
     return rc;

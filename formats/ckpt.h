@@ -8,7 +8,9 @@
  *                        lists every other file with its byte size and CRC32C
  *   D/step-N.tmp/        one being written (never read; removed at the next start)
  *   D/latest             "step-N\n" of the newest complete one (for people and scripts;
- *                        resume does not trust it: it scans and verifies)
+ *                        resume does not trust it: it scans and verifies; a `latest`
+ *                        that points outside D is refused, one that names a step dir
+ *                        that is not there is reported and the scan goes on)
  * A step-N dir appears only by rename after its files and manifest were fsynced, so a
  * crash leaves either the complete dir or a .tmp. A step-N dir whose files do not match
  * its manifest (damage after the fact, a partial copy) is skipped, loudly, for the
@@ -41,6 +43,8 @@ typedef struct vf_ckpt {
     char path[PATH_MAX];   /* D/step-N */
     vf_json *state;        /* parsed state.json (owned) */
     int skipped;           /* newer step dirs skipped as damaged */
+    int64_t latest;        /* the step D/latest names, -1 when there is no latest */
+    bool latest_missing;   /* ... and that step dir is not there */
 } vf_ckpt;
 
 /* Called once per damaged checkpoint skipped, with a message naming it and why. */
@@ -48,8 +52,10 @@ typedef void (*vf_ckpt_warn_fn)(void *user, const char *msg);
 
 /* Finds the newest complete checkpoint in dir whose files match its manifest and whose
  * state.json parses. 0 with *out filled (vf_ckpt_fini), VF_ENOTFOUND when there is none
- * (no dir, no step dirs, or every one damaged: st says which), VF_EIO on a directory
- * error. warn may be NULL. */
+ * (no dir, no step dirs, or every one damaged: st says which; out->skipped and
+ * out->latest say what was there), VF_EBADINPUT when dir is not a directory or its
+ * `latest` points outside it, VF_EIO on a directory error. warn may be NULL; it also
+ * hears of a `latest` that names a missing step dir. */
 int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out, vf_status *st);
 void vf_ckpt_fini(vf_ckpt *c);
 
@@ -60,8 +66,13 @@ int vf_ckpt_verify(const char *path, vf_status *st);
 
 /* Complete step numbers in dir (names "step-N", no suffix), ascending; with `tmp` the
  * "step-N.tmp" ones instead. *steps is malloc'ed (free()), *n may be 0. A missing dir is
- * not an error. */
+ * not an error; one that is not a directory is VF_EBADINPUT. */
 int vf_ckpt_list(const char *dir, bool tmp, int64_t **steps, int *n, vf_status *st);
+
+/* The step D/latest names: 0 with *step = N (or -1 when there is no latest);
+ * VF_EBADINPUT when it is a symlink that leads outside dir, or holds anything but
+ * "step-N" (a name with a '/' included). Whether step-N exists is not checked. */
+int vf_ckpt_latest(const char *dir, int64_t *step, vf_status *st);
 
 /* ---- writing helpers (stages/train/checkpoint.c) */
 

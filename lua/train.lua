@@ -27,9 +27,12 @@
 --
 -- Groups: the partitions form the group "dit" (the `name` option) and the shards the group
 -- "adamw" (their `name`), so `--set adamw.lr=2e-3` or `--set dit.recompute=true` reaches
--- every member. The checkpoint interval is read by p:train from the checkpoint stage's
--- `every` and given to the shards, which decide when to snapshot: override it after the
--- script with `--set adamw.every=N` (a script knob, like train_dit.lua's `every`, is better).
+-- every member. Values p:train copies into several stages are linked: the checkpoint
+-- dir (checkpoint.dir = the partitions' and shards' ckpt_dir), the interval
+-- (checkpoint.every = the shards' every), steps, seed, t_mean, t_std and micro_batches
+-- are one value each, and `--set` of any copy (stage or group) sets them all; copies
+-- whose value shapes the graph (model, splits, shards, sync, …) refuse an override and
+-- say where to set them. The shards decide when to snapshot from `every`.
 --
 -- Placement: with isolate (default true) every partition, every shard and the checkpoint
 -- writer get a worker process of their own (`worker = <stage name>`), so a crash costs
@@ -238,6 +241,66 @@ return function(vf)
         readers[r + 1] = p:raw_stage("latent_reader", q)
       end
     end
+    -- Every value copied below is linked (the stage record's `links`, read by
+    -- runtime/graph/graph.c for --set): "=TIE" makes an override of any copy reach all
+    -- copies, a sentence refuses the override and says where the value is set.
+    local where = vf.where()
+    local function link(st, param, how)
+      st.links = st.links or {}
+      st.links[param] = how
+    end
+    local pp_where, opt_where = m.parts[1][1].where, opt.members[1].where
+    local fixed_model = "is the DiT preset given to p:pipeline_parallel at " .. pp_where ..
+                        " and copied by p:train; set it there (the script's model knobs)"
+    local fixed_shards = "is the optimizer's `shards`, given at " .. opt_where ..
+                         " and copied by p:train; set it there (the script's shards knob)"
+    local fixed_pp = "is derived by p:pipeline_parallel at " .. pp_where ..
+                     " from the model and its `stages`/`replicas`; set those there"
+    local fixed_sync = "decides the ack edges p:train wires at " .. where ..
+                       "; set the checkpoint stage's `sync` in the script"
+    for r = 1, m.D do
+      for q = 1, m.P do
+        local d = m.parts[r][q]
+        for _, k in ipairs { "steps", "seed", "t_mean", "t_std" } do link(d, k, "=train." .. k) end
+        link(d, "ckpt_dir", "=ckpt.dir")
+        link(d, "micro_batches", "=pp.micro_batches")
+        link(d, "model", fixed_model)
+        link(d, "shards", fixed_shards)
+        for _, k in ipairs { "splits", "stage", "replicas", "replica" } do link(d, k, fixed_pp) end
+      end
+    end
+    for _, a in ipairs(opt.members) do
+      for _, k in ipairs { "steps", "seed", "t_mean", "t_std" } do link(a, k, "=train." .. k) end
+      link(a, "ckpt_dir", "=ckpt.dir")
+      link(a, "every", "=ckpt.every")
+      link(a, "model", fixed_model)
+      link(a, "splits", fixed_pp)
+      link(a, "replicas", fixed_pp)
+      link(a, "shards", fixed_shards)
+      link(a, "shard", fixed_shards)
+      link(a, "sync", fixed_sync)
+      link(a, "data", "is the latent_reader's params, copied by p:train at " .. where ..
+                      " for the resume check; set the reader's params instead")
+    end
+    if ck then
+      link(ck, "dir", "=ckpt.dir")
+      link(ck, "every", "=ckpt.every")
+      link(ck, "model", fixed_model)
+      link(ck, "shards", fixed_shards)
+      link(ck, "sync", fixed_sync)
+    end
+    if m.D > 1 then
+      for _, rd in ipairs(readers) do
+        for k in pairs(rd.params) do
+          if k == "shard" or k == "nshards" then
+            link(rd, k, "is set by p:train at " .. where .. " for replicas = " .. m.D .. " (one shard per replica)")
+          else
+            link(rd, k, "=reader." .. k)
+          end
+        end
+      end
+    end
+
     local dir = ck and ck.params.dir or ""
     local every = ck and (ck.params.every == nil and 50 or ck.params.every) or 0
     local sync = ck ~= nil and ck.params.sync == true

@@ -415,6 +415,11 @@ typedef struct vf_stage_ops {
     void (*fini)(vf_stage *s);     /* free state; runs even after a failed init/run */
     /* Knobs the planner may turn, {0}-terminated; NULL: none. */
     const vf_knob_spec *knobs;
+    /* A directory the stage writes for the run's life that may lie outside the run dir
+     * (the checkpoint dir), from its params and the run dir (absolute); "" = none. The
+     * driver locks it as it locks the run dir, so that two runs never write it at once.
+     * NULL: none. */
+    void (*lock_dir)(const vf_params *p, const char *run_dir, char *out, size_t n);
 } vf_stage_ops;
 
 /* Registers a stage kind (called from a constructor, see VF_REGISTER_STAGE). */
@@ -466,6 +471,10 @@ const char *vf_run_dir(const vf_ctx *ctx); /* the run dir (absolute) */
  * state (optimizer shards, the first DiT partition, the checkpoint writer) then continue
  * from the newest complete checkpoint. */
 bool vf_resuming(const vf_ctx *ctx);
+/* True when it was `--resume=auto`: where no checkpoint was ever written the run starts
+ * from step 0 (a WARN); with plain `--resume` no complete checkpoint is bad input
+ * (VF_EUSAGE naming the directory). */
+bool vf_resume_auto(const vf_ctx *ctx);
 vf_stage *vf_ctx_stage(vf_ctx *ctx);
 
 /* Logging into the run log, prefixed with the stage name. level: 0 error 1 warn 2 info 3 debug */

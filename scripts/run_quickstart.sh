@@ -11,7 +11,8 @@
 #
 # Under 3 minutes on 2 cores. Training runs one OpenMP thread per process: the partitions
 # and shards are processes of their own and share the cores. Rerunning skips what exists
-# (videos, cached latents) and trains again from scratch (QUICKSTART_RESUME=1: --resume).
+# (videos, cached latents) and trains again from scratch (QUICKSTART_RESUME=1:
+# --resume=auto, which continues from the newest checkpoint when there is one).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -33,7 +34,7 @@ echo "== 2/3 precompute latents -> cache/latents.lmdb"
 
 echo "== 3/3 train the tiny DiT for $STEPS steps"
 resume=()
-[ "${QUICKSTART_RESUME:-0}" = 1 ] && resume=(--resume)
+[ "${QUICKSTART_RESUME:-0}" = 1 ] && resume=(--resume=auto)
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} \
   "$VFLOW" run pipelines/train_dit.lua --run-dir runs/quickstart --set run=quickstart \
   --set cache=cache/latents.lmdb --set steps="$STEPS" --set batch=4 --set stages=2 \

@@ -149,6 +149,7 @@ bool vf_aborting(const vf_ctx *ctx) { return vf_runtime_stopping(); }
  * else (environment, the parent's command line) is consulted: a stage outside a run
  * (unit tests) resumes only when its context says so. */
 bool vf_resuming(const vf_ctx *ctx) { return ctx && ctx->resuming; }
+bool vf_resume_auto(const vf_ctx *ctx) { return ctx && ctx->resuming && ctx->resume_auto; }
 
 const char *vf_run_dir(const vf_ctx *ctx) { return ctx->run_dir ? ctx->run_dir : "."; }
 vf_stage *vf_ctx_stage(vf_ctx *ctx) { return ctx->stage; }

@@ -52,6 +52,7 @@ struct vf_ctx {
     const atomic_bool *stopping;    /* drain or abort requested; NULL = never */
     const vf_ctx_hooks *hooks;      /* NULL = stderr */
     bool resuming;                  /* `vflow run … --resume`: vf_resuming() */
+    bool resume_auto;               /* `--resume=auto`: vf_resume_auto() */
 };
 
 typedef enum vf_stage_phase {

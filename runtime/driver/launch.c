@@ -8,8 +8,12 @@
  * run in order), PR_SET_PDEATHSIG (a driver killed with -9 takes its workers along),
  * stdout/stderr to <run dir>/workers/<name>.log, every other descriptor close-on-exec.
  *
- * `vflow run … --resume` reaches every worker as "--resume" in its arguments (the stages
- * read it through vf_resuming()).
+ * One run per directory: the run dir's lock (taken by vf_rundir_open) and, for each
+ * directory a stage writes (vf_stage_ops.lock_dir: the checkpoint dir, inside the run
+ * dir or not), the same lock there, all held until the run ends (runlock.h).
+ *
+ * `vflow run … --resume[=auto]` reaches every worker as the same flag in its arguments
+ * (the stages read it through vf_resuming() and vf_resume_auto()).
  *
  * VFLOW_TRACE_SPAWN=FILE appends "pid=<pid> worker=<name> stages=<a,b>" per spawned
  * worker: tests use it to prove that a bad topology launched nothing.
@@ -74,8 +78,49 @@ static void child_exec(char *const argv[], int logfd, int nullfd, pid_t parent)
     _exit(127);
 }
 
+#define MAX_DIR_LOCKS 16
+
+/* Locks each directory a stage writes (created when missing), once. One inside the run
+ * dir is locked too: another run may name it as its own checkpoint dir. */
+static int lock_stage_dirs(const vf_graph *g, const vf_rundir *rd, vf_runlock *locks, int *nlocks,
+                           vf_status *st)
+{
+    for (int i = 0; i < g->nstages; i++) {
+        const vf_gstage *s = &g->stages[i];
+        if (!s->ops || !s->ops->lock_dir) continue;
+        char dir[PATH_MAX], real[PATH_MAX], what[VF_NAME_MAX + 32];
+        dir[0] = 0;
+        s->ops->lock_dir(s->params, rd->path, dir, sizeof dir);
+        if (!dir[0]) continue;
+        snprintf(what, sizeof what, "the dir of stage %s", s->name);
+        int e = vf_mkdir_p(dir);
+        if (e == -ENOTDIR)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s: %s is not a directory", what, dir);
+        if (e < 0)
+            return vf_status_set(st, e == -EROFS || e == -EACCES || e == -EPERM ? VF_EBADINPUT : VF_EIO, __FILE__,
+                                 __LINE__, "%s: cannot create %s: %s", what, dir, strerror(-e));
+        if (!realpath(dir, real)) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s: %s", what, dir, strerror(errno));
+        bool seen = false;
+        for (int k = 0; k < *nlocks; k++) {
+            char held[PATH_MAX];
+            snprintf(held, sizeof held, "%s", locks[k].path);
+            char *slash = strrchr(held, '/');
+            if (slash) *slash = 0;
+            if (strcmp(held, real) == 0) seen = true;
+        }
+        if (seen) continue;
+        if (*nlocks == MAX_DIR_LOCKS)
+            return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: more than %d directories to lock", what,
+                                 MAX_DIR_LOCKS);
+        int rc = vf_runlock_take(&locks[*nlocks], real, what, st);
+        if (rc) return rc;
+        (*nlocks)++;
+    }
+    return 0;
+}
+
 static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char *ctl_ep,
-                        bool resume, vf_status *st)
+                        const char *resume, vf_status *st)
 {
     int rc = 0, logfd = -1, nullfd = -1;
     vf_wproc *w = &sv->w[wi];
@@ -83,7 +128,7 @@ static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char
     snprintf(idx, sizeof idx, "%d", wi);
     char *argv[] = {"vflow", "__worker", "--graph", (char *)graph_path, "--worker", idx,
                     "--run-dir", sv->rd->path, "--sock-dir", sv->rd->sock_dir, "--ctl",
-                    (char *)ctl_ep, resume ? "--resume" : NULL, NULL};
+                    (char *)ctl_ep, (char *)resume, NULL};
     logfd = open(w->logfile, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (logfd < 0) VF_FAIL(st, VF_EIO, "driver: cannot open %s: %s", w->logfile, strerror(errno));
     nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -113,6 +158,8 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     void *zctx = NULL, *router = NULL;
     char *json = NULL;
     bool super_ok = false, signals = false;
+    vf_runlock locks[MAX_DIR_LOCKS];
+    int nlocks = 0;
     memset(&rd, 0, sizeof rd);
     rd.log_fd = rd.metrics_fd = -1;
     memset(&sv, 0, sizeof sv);
@@ -134,6 +181,7 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
         explicit_bzero(&probe, sizeof probe);
     }
     VF_TRY(vf_rundir_open(&rd, opts ? opts->run_dir : NULL, g->name, opts && opts->resume, st));
+    VF_TRY(lock_stage_dirs(g, &rd, locks, &nlocks, st));
     json = vf_graph_to_json(g);
     if (!json) VF_FAIL(st, VF_ENOMEM, "driver: cannot serialise the graph");
     VF_TRY(vf_rundir_write(&rd, "graph.json", json, st));
@@ -149,6 +197,22 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     super_ok = true;
     vf_super_log(&sv, VF_LOG_INFO, "driver", "run %s (%s): %d stages, %d edges, %d workers; run dir %s",
                  g->name, g->script, g->nstages, g->nedges, g->nworkers, rd.path);
+    if (rd.lock.stale[0])
+        vf_super_log(&sv, VF_LOG_WARN, "driver",
+                     "took over the lock of %s left by a run that ended without releasing it (%s)", rd.path,
+                     rd.lock.stale);
+    for (int i = 0; i < nlocks; i++) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", locks[i].path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        if (locks[i].stale[0])
+            vf_super_log(&sv, VF_LOG_WARN, "driver",
+                         "took over the lock of %s left by a run that ended without releasing it (%s)", dir,
+                         locks[i].stale);
+        else
+            vf_super_log(&sv, VF_LOG_INFO, "driver", "holding the lock of %s for this run", dir);
+    }
     if (rd.sock_tmp)
         vf_super_log(&sv, VF_LOG_INFO, "driver", "run dir path too long for ipc sockets; using %s",
                      rd.sock_dir);
@@ -160,7 +224,8 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     }
     VF_TRY(vf_super_signals_install(st));
     signals = true;
-    for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, opts && opts->resume, st));
+    const char *resume = !opts || !opts->resume ? NULL : opts->resume_auto ? "--resume=auto" : "--resume";
+    for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, resume, st));
 
     rc = vf_super_run(&sv, st);
     const char *status = rc == 0 ? "done" : rc == VF_ESTOPPED ? "interrupted" : "failed";
@@ -186,6 +251,7 @@ out:
     if (signals) vf_super_signals_restore();
     vf_ctl_close(router, 0);
     if (zctx) zmq_ctx_term(zctx);
+    for (int i = 0; i < nlocks; i++) vf_runlock_release(&locks[i]);
     vf_rundir_close(&rd);
     free(json);
     return rc;

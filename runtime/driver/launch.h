@@ -7,6 +7,7 @@
 typedef struct vf_run_opts {
     const char *run_dir;     /* NULL: runs/<graph name> */
     bool resume;             /* --resume: continue from the newest complete checkpoint */
+    bool resume_auto;        /* --resume=auto: ... or start from step 0 when there is none */
     bool force;              /* --force: run even if the plan exceeds a budget */
     bool progress_tty;       /* live progress display (stdout is a TTY) */
     const char *budget;      /* --budget "cuda=80GiB,cpu=24GiB" or NULL */

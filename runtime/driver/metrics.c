@@ -306,6 +306,17 @@ void vf_monitor_event(vf_monitor *m, int stage, const char *json_object)
     vf_obuf_printf(&b, ",\"t\":%.3f", vf_monitor_elapsed(m));
     vf_status st = {0};
     vf_json *j = vf_json_parse(json_object, &st);
+    const char *ev = j && j->type == VF_JSON_OBJ ? vf_json_get_str(j, "event", "") : "";
+    size_t evl = strlen(ev);
+    if (evl > 7 && strcmp(ev + evl - 7, "_failed") == 0) {
+        if (m->nfailures < VF_MON_FAILURES) {
+            char step[32] = "";
+            if (vf_json_get(j, "step")) snprintf(step, sizeof step, " of step %lld", (long long)vf_json_get_int(j, "step", 0));
+            snprintf(m->failures[m->nfailures], sizeof m->failures[0], "%s: %.*s%s: %s", m->stages[stage].name,
+                     (int)(evl - 7), ev, step, vf_json_get_str(j, "error", "(no message)"));
+        }
+        m->nfailures++;
+    }
     if (j && j->type == VF_JSON_OBJ) {
         const char *p = strchr(json_object, '{') + 1;
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
@@ -377,4 +388,8 @@ void vf_monitor_summary(const vf_monitor *m, FILE *out, const char *title)
                 s->worker >= 0 && s->worker < m->nworkers ? m->worker_names[s->worker] : "-",
                 (long long)vf_mon_items(s), t, rate, data, peak, rss);
     }
+    if (!m->nfailures) return;
+    fprintf(out, "  failed (%d):\n", m->nfailures);
+    for (int i = 0; i < m->nfailures && i < VF_MON_FAILURES; i++) fprintf(out, "    %s\n", m->failures[i]);
+    if (m->nfailures > VF_MON_FAILURES) fprintf(out, "    ... and %d more (metrics.jsonl)\n", m->nfailures - VF_MON_FAILURES);
 }

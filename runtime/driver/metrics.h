@@ -59,6 +59,7 @@ typedef struct vf_mon_stage {
 } vf_mon_stage;
 
 typedef struct vf_tb_log vf_tb_log; /* tb_log.h */
+#define VF_MON_FAILURES 12
 
 typedef struct vf_monitor {
     int nstages;
@@ -73,6 +74,10 @@ typedef struct vf_monitor {
     int metrics_fd;              /* borrowed */
     int64_t t0_ns;               /* monotonic start of the run */
     vf_tb_log *tb;               /* owned: TensorBoard event file, NULL when off */
+    /* event rows "event":"<what>_failed" (a failed checkpoint): the first ones, for the
+     * summary, and their count */
+    char failures[VF_MON_FAILURES][320];
+    int nfailures;
 } vf_monitor;
 
 /* Sets up the picture of placed graph g; rows go to metrics_fd. */
@@ -82,11 +87,15 @@ void vf_monitor_fini(vf_monitor *m);
  * hosts. Malformed lines are skipped (the payload comes from our own binary). */
 void vf_monitor_sample(vf_monitor *m, int worker, const char *payload);
 /* Writes an event row of stage `stage`. A text that is not a JSON object is written as
- * {"stage","t","bad_row":"<text>"} so that metrics.jsonl stays parseable. */
+ * {"stage","t","bad_row":"<text>"} so that metrics.jsonl stays parseable. A row whose
+ * "event" ends in "_failed" (with "step" and "error" when it has them) is also kept for
+ * the summary. */
 void vf_monitor_event(vf_monitor *m, int stage, const char *json_object);
 /* Final rows: one per stage and the end-of-run row. */
 void vf_monitor_final(vf_monitor *m, const char *status, const char *message);
-/* The end-of-run table (per stage: items, time, rate, peak memory, worker RSS). */
+/* The end-of-run table (per stage: items, time, rate, peak memory, worker RSS), then
+ * the failures the stages reported as "_failed" events (the first VF_MON_FAILURES and
+ * their count). */
 void vf_monitor_summary(const vf_monitor *m, FILE *out, const char *title);
 double vf_monitor_elapsed(const vf_monitor *m);
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int mkdir_p(const char *path)
+int vf_mkdir_p(const char *path)
 {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -ENAMETOOLONG;
@@ -65,19 +65,23 @@ int vf_rundir_open(vf_rundir *rd, const char *dir, const char *name, bool append
         snprintf(want, sizeof want, "%s", dir);
     else
         snprintf(want, sizeof want, "runs/%s", name && name[0] ? name : "run");
-    int e = mkdir_p(want);
-    if (e < 0) VF_FAIL(st, VF_EIO, "run dir: cannot create %s: %s", want, strerror(-e));
+    int e = vf_mkdir_p(want);
+    if (e < 0)
+        VF_FAIL(st, e == -EROFS || e == -EACCES || e == -EPERM || e == -ENOTDIR ? VF_EBADINPUT : VF_EIO,
+                "run dir: cannot create %s: %s", want, strerror(-e));
     if (!realpath(want, rd->path))
         VF_FAIL(st, VF_EIO, "run dir: %s: %s", want, strerror(errno));
+    /* before anything is truncated or removed: those may be another run's files */
+    VF_TRY(vf_runlock_take(&rd->lock, rd->path, "run dir", st));
 
     char sub[PATH_MAX];
     vf_rundir_file(rd, "workers", sub, sizeof sub);
-    if ((e = mkdir_p(sub)) < 0) VF_FAIL(st, VF_EIO, "run dir: cannot create %s: %s", sub, strerror(-e));
+    if ((e = vf_mkdir_p(sub)) < 0) VF_FAIL(st, VF_EIO, "run dir: cannot create %s: %s", sub, strerror(-e));
 
     /* ipc socket dir: inside the run dir when its longest name fits sun_path. */
     vf_rundir_file(rd, "sock", sub, sizeof sub);
     if (strlen(sub) + VF_SOCK_NAME_MAX <= VF_SUN_PATH_MAX) {
-        if ((e = mkdir_p(sub)) < 0)
+        if ((e = vf_mkdir_p(sub)) < 0)
             VF_FAIL(st, VF_EIO, "run dir: cannot create %s: %s", sub, strerror(-e));
         clear_sockets(sub);
         snprintf(rd->sock_dir, sizeof rd->sock_dir, "%s", sub);
@@ -117,6 +121,7 @@ void vf_rundir_close(vf_rundir *rd)
     if (rd->log_fd >= 0) close(rd->log_fd);
     if (rd->metrics_fd >= 0) close(rd->metrics_fd);
     rd->log_fd = rd->metrics_fd = -1;
+    vf_runlock_release(&rd->lock);
 }
 
 void vf_rundir_file(const vf_rundir *rd, const char *rel, char *buf, size_t n)

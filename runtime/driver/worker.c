@@ -67,6 +67,7 @@ typedef struct worker {
     atomic_bool stopping;              /* drain or abort: vf_stopping() */
     bool aborting;
     bool resume;                       /* --resume among our arguments: vf_resuming() */
+    bool resume_auto;                  /* --resume=auto: vf_resume_auto() */
     bool final_metrics_sent;           /* sent after the last stage thread ended */
     vf_ctx_hooks hooks;
     pthread_mutex_t mu;
@@ -430,6 +431,7 @@ static int make_stages(worker *w, vf_status *st)
         ws->s->ctx.stopping = &w->stopping;
         ws->s->ctx.hooks = &w->hooks;
         ws->s->ctx.resuming = w->resume;
+        ws->s->ctx.resume_auto = w->resume_auto;
         w->nst++;
     }
     return 0;
@@ -574,11 +576,12 @@ int vf_worker_main(int argc, char **argv)
     w->sock_dir = arg_value(argc, argv, "--sock-dir");
     w->ctl_ep = arg_value(argc, argv, "--ctl");
     w->self = idx ? atoi(idx) : -1;
-    w->resume = arg_flag(argc, argv, "--resume"); /* the driver passes `vflow run`'s flag */
+    w->resume_auto = arg_flag(argc, argv, "--resume=auto");
+    w->resume = w->resume_auto || arg_flag(argc, argv, "--resume"); /* the driver passes `vflow run`'s flag */
     if (!graph_path || !idx || !w->run_dir || !w->sock_dir || !w->ctl_ep) {
         fprintf(stderr, "vflow __worker: internal command, started by `vflow run`\n"
                         "usage: vflow __worker --graph FILE --worker N --run-dir DIR "
-                        "--sock-dir DIR --ctl ENDPOINT [--resume]\n");
+                        "--sock-dir DIR --ctl ENDPOINT [--resume[=auto]]\n");
         return 2;
     }
     /* Terminal signals go to the driver only (workers run in their own process group);

@@ -23,7 +23,10 @@ vf_graph *vf_graph_new(const char *name)
 void vf_graph_free(vf_graph *g)
 {
     if (!g) return;
-    for (int i = 0; i < g->nstages; i++) vf_params_free(g->stages[i].params);
+    for (int i = 0; i < g->nstages; i++) {
+        vf_params_free(g->stages[i].params);
+        vf_json_free(g->stages[i].links);
+    }
     free(g->stages);
     free(g->edges);
     free(g->workers);
@@ -149,6 +152,32 @@ fail:
     return rc;
 }
 
+/* Sets every param linked to `tie` (each stage's own name for it, plus `rest`: the
+ * override key past its top level) to the JSON text `value`. */
+static int set_tied(vf_graph *g, const char *tie, const char *rest, const char *stage_param, const char *value,
+                    vf_status *st)
+{
+    int rc = 0;
+    char tie_copy[VF_NAME_MAX * 2];
+    snprintf(tie_copy, sizeof tie_copy, "%s", tie); /* `tie` lives in a links object we do not change */
+    for (int k = 0; k < g->nstages; k++) {
+        vf_gstage *s = &g->stages[k];
+        for (int j = 0; j < vf_json_len(s->links); j++) {
+            const vf_json *v = s->links->items[j];
+            if (v->type != VF_JSON_STR || strcmp(v->s, tie_copy) != 0) continue;
+            char key[VF_NAME_MAX * 4];
+            snprintf(key, sizeof key, "%s%s", vf_json_key_at(s->links, j), rest);
+            rc = vf_params_set_json(s->params, key, value, st);
+            if (rc < 0) {
+                vf_status_prefix(st, "--set %s=%s (its copy %s.%s)", stage_param, value, s->name, key);
+                goto fail;
+            }
+        }
+    }
+fail:
+    return rc;
+}
+
 int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, vf_status *st)
 {
     int rc = 0;
@@ -188,9 +217,30 @@ int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, v
         else snprintf(who, sizeof who, "stage '%s' of group '%s'", s->name, name);
         VF_TRY(override_key_ok(s, who, stage_param, value, key, st));
     }
+    /* A param an expansion copied: refused where the copy has one place to be set,
+     * else the override goes to every stage tied to the same value (below). */
+    char top[VF_NAME_MAX * 2];
+    snprintf(top, sizeof top, "%s", key);
+    char *d2 = strchr(top, '.');
+    if (d2) *d2 = 0;
+    const char *ties[16];
+    int nties = 0;
+    for (int k = 0; k < g->nstages; k++) {
+        const vf_gstage *s = &g->stages[k];
+        if (i >= 0 ? k != i : strcmp(s->group, name) != 0) continue;
+        const char *link = s->links ? vf_json_get_str(s->links, top, NULL) : NULL;
+        if (!link) continue;
+        if (link[0] != '=')
+            VF_FAIL(st, VF_EUSAGE, "--set %s=%s: param '%s' of stage '%s' %s", stage_param, value, top, s->name,
+                    link);
+        bool seen = false;
+        for (int t = 0; t < nties; t++) seen = seen || strcmp(ties[t], link) == 0;
+        if (!seen && nties < 16) ties[nties++] = link;
+    }
     for (int k = 0; k < g->nstages; k++) {
         vf_gstage *s = &g->stages[k];
         if (i >= 0 ? k != i : strcmp(s->group, name) != 0) continue;
+        if (s->links && vf_json_get_str(s->links, top, NULL)) continue; /* a tie: below */
         rc = vf_params_set_json(s->params, key, value, st);
         if (rc < 0) {
             if (i < 0) vf_status_prefix(st, "--set %s=%s (stage '%s' of group '%s')", stage_param, value, s->name, name);
@@ -198,6 +248,7 @@ int vf_graph_override(vf_graph *g, const char *stage_param, const char *value, v
             goto fail;
         }
     }
+    for (int t = 0; t < nties; t++) VF_TRY(set_tied(g, ties[t], key + strlen(top), stage_param, value, st));
 fail:
     return rc;
 }

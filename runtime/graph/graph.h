@@ -34,6 +34,12 @@ typedef struct vf_gstage {
      * decode_0..decode_{N-1} of workers = N); "" for a plain stage. `--set NAME.PARAM`
      * with NAME a group and no stage applies to every member. */
     char group[VF_NAME_MAX];
+    /* Params a Lua expansion copied into this stage from one value of the script (owned,
+     * NULL when none): param -> "=TIE" where every stage's param linked to the same TIE
+     * holds that value (an override of one reaches them all), or a sentence saying
+     * where the value is set (an override here is refused: it would leave the copies
+     * behind). Not part of the graph's JSON: workers never see overrides. */
+    vf_json *links;
 } vf_gstage;
 
 typedef struct vf_gedge {

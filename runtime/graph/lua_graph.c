@@ -145,6 +145,35 @@ static const char *raw_str(lua_State *L, int idx, const char *key)
     return s;
 }
 
+/* The record's `links` (lua/train.lua: params it copied into this stage, param -> tie
+ * or where to set it) into s->links; strings only, anything else is ignored. */
+static int convert_links(lua_State *L, vf_lua_conv *c, int rec, vf_gstage *s)
+{
+    lua_pushliteral(L, "links");
+    lua_rawget(L, rec);
+    if (lua_type(L, -1) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    int t = lua_gettop(L);
+    if (!(s->links = vf_json_obj())) goto oom;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING) {
+            vf_json *v = vf_json_str(lua_tostring(L, -1));
+            if (!v || vf_json_set(s->links, lua_tostring(L, -2), v) < 0) {
+                lua_pop(L, 3);
+                goto oom;
+            }
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return 0;
+oom:
+    return c->rc = vf_status_set(c->st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+}
+
 static int convert_stage(lua_State *L, vf_lua_conv *c, int rec)
 {
     const char *name = raw_str(L, rec, "name"), *kind = raw_str(L, rec, "kind");
@@ -194,7 +223,7 @@ static int convert_stage(lua_State *L, vf_lua_conv *c, int rec)
                                          "%s: stage '%s' (%s): bad group name '%s'", where, name, kind, group);
         snprintf(c->g->stages[idx].group, VF_NAME_MAX, "%s", group);
     }
-    return 0;
+    return convert_links(L, c, rec, &c->g->stages[idx]);
 }
 
 static int convert_edge(lua_State *L, vf_lua_conv *c, int rec)

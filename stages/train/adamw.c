@@ -308,8 +308,8 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         vf_status_clear(&fs);
         rc = vf_ckpt_find(h->ckdir, warn_cb, ctx, &ck, &fs);
         if (rc == VF_ENOTFOUND) {
-            vf_log(ctx, VF_LOG_WARN, "--resume: %s; starting from step 0", fs.msg);
-            rc = 0;
+            rc = vf_train_no_ckpt(ctx, &ck, &fs, false, st);
+            if (rc) goto fail;
         } else if (rc) {
             *st = fs;
             goto fail;

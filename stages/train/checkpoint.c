@@ -8,7 +8,11 @@
  * files fsynced → manifest with CRCs → rename to step-N/ → fsync dir → `latest` → only
  * then the checkpoints beyond the newest `keep` are removed. A failed commit (disk full,
  * I/O error) removes its .tmp, leaves the previous checkpoints intact, is reported (log,
- * metrics row "checkpoint_failed", gauge) and training continues.
+ * metrics row "checkpoint_failed", gauges ckpt_failed and ckpt_failed_in_row) and
+ * training continues, unless it is the `max_ckpt_failures`-th in a row: then this stage
+ * fails the run (exit 1) rather than train on with nothing saved. A run whose final
+ * checkpoint failed fails too. Both messages name the newest complete checkpoint and
+ * the steps that are not saved.
  *
  * At start it removes leftover step-*.tmp dirs; with --resume it says, loudly, which
  * checkpoint the run continues from and which damaged newer ones it skipped (the shards
@@ -33,6 +37,8 @@ static const vf_param_spec ckpt_params[] = {
     {"every", VF_P_INT, "50", VF_RANGE(0, 1e12), "checkpoint every N steps (and at the last); 0 = last only (read by p:train)"},
     {"keep", VF_P_INT, "2", VF_RANGE(2, 1e6), "complete checkpoints kept (the newest may be mid-write, so >= 2)"},
     {"sync", VF_P_BOOL, "false", VF_ANY, "shards wait for each commit (benchmark baseline)"},
+    {"max_ckpt_failures", VF_P_INT, "3", VF_RANGE(0, 1e6),
+     "failed checkpoints in a row that stop the run (exit 1); 0 = never stop (a failed final checkpoint still fails the run)"},
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (names of model.safetensors; set by p:train)",
      NULL, vf_dit_model_fields},
     {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S (set by p:train)"},
@@ -93,6 +99,12 @@ typedef struct ckpt_state {
     vf_item **pend;
     int npend;
     int64_t written, failed;
+    int max_fail, in_row;          /* max_ckpt_failures; failures since the last success */
+    int64_t ok_step;               /* newest complete checkpoint known to this run, -1 none */
+    char ok_path[sizeof ((vf_ckpt_write_stats *)0)->path];
+    int64_t fail_steps[8];         /* the failures in a row (the first 8), for the message */
+    int64_t last_fail_step;        /* -1 none */
+    char last_err[sizeof ((vf_status *)0)->msg];
 } ckpt_state;
 
 static int ckpt_init(vf_stage *s, const vf_params *p, vf_status *st)
@@ -105,6 +117,8 @@ static int ckpt_init(vf_stage *s, const vf_params *p, vf_status *st)
     c->S = (int)vf_param_int(p, "shards");
     c->keep = (int)vf_param_int(p, "keep");
     c->sync = vf_param_bool(p, "sync");
+    c->max_fail = (int)vf_param_int(p, "max_ckpt_failures");
+    c->ok_step = c->last_fail_step = -1;
     c->pend = calloc((size_t)(2 * c->S + 1), sizeof *c->pend);
     if (!c->pend) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
 fail:
@@ -164,18 +178,28 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
     vf_status fs;
     vf_status_clear(&fs);
     rc = vf_ckpt_find(c->dir, warn_cb, ctx, &ck, &fs);
-    if (rc == VF_ENOTFOUND) {
-        vf_log(ctx, VF_LOG_WARN, "--resume: %s: the run starts from step 0", fs.msg);
-        return 0;
-    }
+    if (rc == VF_ENOTFOUND) return vf_train_no_ckpt(ctx, &ck, &fs, true, st);
     if (rc) {
         *st = fs;
         return rc;
     }
     vf_log(ctx, ck.skipped ? VF_LOG_WARN : VF_LOG_INFO, "resuming from %s (step %lld)%s", ck.path,
            (long long)ck.step, ck.skipped ? " after skipping damaged newer checkpoints" : "");
+    c->ok_step = ck.step;
+    snprintf(c->ok_path, sizeof c->ok_path, "%s", ck.path);
     vf_ckpt_fini(&ck);
     return 0;
+}
+
+/* "the newest complete checkpoint is D/step-N (step N): steps N+1-`upto` are not saved" */
+static void lost_text(const ckpt_state *c, int64_t upto, char *out, size_t n)
+{
+    if (c->ok_step >= 0)
+        snprintf(out, n, "the newest complete checkpoint is %s (step %lld): steps %lld-%lld are not saved", c->ok_path,
+                 (long long)c->ok_step, (long long)c->ok_step + 1, (long long)upto);
+    else
+        snprintf(out, n, "no checkpoint of this run is complete in %s: steps 1-%lld are not saved", c->dir,
+                 (long long)upto);
 }
 
 /* Commits step `step` if all S snapshots are pending; removes them from the list. */
@@ -200,6 +224,9 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
     char row[5600];
     if (rc == 0) {
         c->written++;
+        c->in_row = 0;
+        c->ok_step = step;
+        snprintf(c->ok_path, sizeof c->ok_path, "%s", ws.path);
         vf_log(ctx, VF_LOG_INFO, "step %lld -> %s (%.2f MB in %.3f s)", (long long)step, ws.path, ws.bytes / 1e6,
                ws.seconds);
         snprintf(row, sizeof row, "{\"event\":\"checkpoint\",\"step\":%lld,\"path\":\"%s\",\"bytes\":%lld,\"write_s\":%.6f}",
@@ -207,8 +234,12 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
         vf_metric(ctx, "ckpt_step", (double)step);
     } else {
         c->failed++;
-        vf_log(ctx, VF_LOG_ERROR, "checkpoint of step %lld failed, the previous ones are intact, training goes on: %s",
-               (long long)step, wst.msg);
+        if (c->in_row < (int)(sizeof c->fail_steps / sizeof c->fail_steps[0])) c->fail_steps[c->in_row] = step;
+        c->in_row++;
+        c->last_fail_step = step;
+        snprintf(c->last_err, sizeof c->last_err, "%s", wst.msg);
+        vf_log(ctx, VF_LOG_ERROR, "checkpoint of step %lld failed, the previous ones are intact%s: %s",
+               (long long)step, c->max_fail > 0 && c->in_row >= c->max_fail ? "" : ", training goes on", wst.msg);
         char msg[1024];
         size_t j = 0;
         for (const char *q = wst.msg; *q && j + 2 < sizeof msg; q++) { /* JSON-safe */
@@ -217,8 +248,9 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
         }
         msg[j] = 0;
         snprintf(row, sizeof row, "{\"event\":\"checkpoint_failed\",\"step\":%lld,\"error\":\"%s\"}", (long long)step, msg);
-        vf_metric(ctx, "ckpt_failed", (double)c->failed);
     }
+    vf_metric(ctx, "ckpt_failed", (double)c->failed);
+    vf_metric(ctx, "ckpt_failed_in_row", (double)c->in_row);
     vf_metric_row(ctx, row);
     int k = 0;
     for (int i = 0; i < c->npend; i++) {
@@ -226,6 +258,21 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
         else c->pend[k++] = c->pend[i];
     }
     c->npend = k;
+    if (rc && c->max_fail > 0 && c->in_row >= c->max_fail) {
+        char steps[160] = "";
+        int shown = c->in_row < 8 ? c->in_row : 8;
+        for (int i = 0; i < shown; i++) {
+            size_t l = strlen(steps);
+            snprintf(steps + l, sizeof steps - l, "%s%lld", i ? ", " : "", (long long)c->fail_steps[i]);
+        }
+        char lost[sizeof ((ckpt_state *)0)->ok_path + 256];
+        lost_text(c, step, lost, sizeof lost);
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__,
+                             "%s: %d checkpoints in a row failed (steps %s%s; max_ckpt_failures = %d), the last "
+                             "with: %s; the run stops: %s",
+                             vf_stage_name(s), c->in_row, steps, c->in_row > shown ? ", ..." : "", c->max_fail,
+                             c->last_err, lost);
+    }
     vf_port *ack = c->sync ? vf_out(ctx, "ack") : NULL;
     if (ack) {
         vf_item *it = vf_item_new("ack", st);
@@ -248,6 +295,8 @@ static int ckpt_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     ckpt_state *c = vf_stage_state(s);
     vf_ckpt_dir(vf_param_str(vf_stage_params(s), "dir"), vf_run_dir(ctx), c->dir, sizeof c->dir);
     VF_TRY(prepare(s, ctx, c, st));
+    vf_metric(ctx, "ckpt_failed", 0);
+    vf_metric(ctx, "ckpt_failed_in_row", 0);
     vf_port *in = vf_in(ctx, "snap");
     for (;;) {
         vf_item *it = NULL;
@@ -268,8 +317,20 @@ static int ckpt_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         vf_log(ctx, VF_LOG_WARN, "%d snapshot(s) of an incomplete step discarded at the end", c->npend);
     vf_log(ctx, VF_LOG_INFO, "%lld checkpoints written, %lld failed, in %s", (long long)c->written,
            (long long)c->failed, c->dir);
+    if (c->last_fail_step > c->ok_step) {
+        char lost[sizeof ((ckpt_state *)0)->ok_path + 256];
+        lost_text(c, c->last_fail_step, lost, sizeof lost);
+        VF_FAIL(st, VF_EIO, "%s: the final checkpoint (step %lld) failed: %s; %s", vf_stage_name(s),
+                (long long)c->last_fail_step, c->last_err, lost);
+    }
 fail:
     return rc;
+}
+
+/* The driver locks the checkpoint dir for the run's life (one run writes it). */
+static void ckpt_lock_dir(const vf_params *p, const char *run_dir, char *out, size_t n)
+{
+    vf_ckpt_dir(vf_param_str(p, "dir"), run_dir, out, n);
 }
 
 static const vf_stage_ops ckpt_ops = {
@@ -283,5 +344,6 @@ static const vf_stage_ops ckpt_ops = {
     .init = ckpt_init,
     .run = ckpt_run,
     .fini = ckpt_fini,
+    .lock_dir = ckpt_lock_dir,
 };
 VF_REGISTER_STAGE(ckpt_ops)

@@ -387,7 +387,7 @@ static int resume_cursor(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t st
     vf_ckpt_dir(h->ckpt_dir, vf_run_dir(ctx), dir, sizeof dir);
     int rc = vf_ckpt_find(dir, warn_cb, ctx, &ck, &fs);
     if (rc) {
-        if (rc == VF_ENOTFOUND && start == 0) return 0;
+        if (rc == VF_ENOTFOUND && start == 0) return vf_train_no_ckpt(ctx, &ck, &fs, false, st);
         *st = fs;
         return rc;
     }

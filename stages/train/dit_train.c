@@ -304,3 +304,24 @@ int vf_train_finish(vf_ctx *ctx, const char *const *outs, int nout, const char *
     }
     return rc < 0 ? rc : 0;
 }
+
+/* ------------------------------------------------------------------ resume */
+
+int vf_train_no_ckpt(vf_ctx *ctx, const vf_ckpt *seen, const vf_status *why, bool loud, vf_status *st)
+{
+    bool empty = seen->skipped == 0 && !seen->latest_missing;
+    if (vf_resume_auto(ctx) && empty) {
+        if (loud) vf_log(ctx, VF_LOG_WARN, "--resume=auto: %s: the run starts from step 0", why->msg);
+        return 0;
+    }
+    if (vf_resume_auto(ctx))
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "--resume=auto: %s: checkpoints were written there but none is complete now, so "
+                             "the run does not start over them from step 0; move the directory away to start "
+                             "afresh",
+                             why->msg);
+    return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                         "--resume: no complete checkpoint to continue from: %s; run without --resume to start "
+                         "from step 0, or with --resume=auto to do so when there is none",
+                         why->msg);
+}

@@ -28,6 +28,7 @@
 #ifndef VF_DIT_TRAIN_H
 #define VF_DIT_TRAIN_H
 
+#include "formats/ckpt.h"
 #include "kernels/ops.h"
 #include "models/dit.h"
 #include "runtime/vflow.h"
@@ -125,6 +126,14 @@ int vf_train_tensor_in(vf_backend *be, void *dst, vf_dtype dst_dt, const vf_tens
  * end, dropping what is left. Names of unconnected ports are skipped. */
 int vf_train_finish(vf_ctx *ctx, const char *const *outs, int nout, const char *const *stop_ins,
                     int nstop, const char *const *drain_ins, int ndrain, vf_status *st);
+
+/* --resume found no complete checkpoint (`seen`: what vf_ckpt_find saw, `why`: its
+ * message naming the directory). With --resume=auto and a directory that never held a
+ * checkpoint the run starts from step 0 (0 returned; the checkpoint writer logs the
+ * WARN, `loud`); with plain --resume it is bad input (VF_EUSAGE naming the directory), and
+ * so is --resume=auto over checkpoints that are all damaged or gone (VF_EBADINPUT): a
+ * run never starts over its own lost checkpoints silently. */
+int vf_train_no_ckpt(vf_ctx *ctx, const vf_ckpt *seen, const vf_status *why, bool loud, vf_status *st);
 
 /* Wall clock for step timing (monotonic, ns; comparable across the processes of a node). */
 int64_t vf_train_now_ns(void);

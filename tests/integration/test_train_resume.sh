@@ -5,11 +5,11 @@
 # Five seeds, one victim kind each (dit_1, adamw_1, checkpoint, dit_0, adamw_0), killed
 # after a random number of observed steps (a kill can land mid-checkpoint: the writer
 # then leaves a .tmp, which is never read). The killed run must fail and name the
-# signal; the resumed run continues from the newest complete checkpoint (or from step 0
-# when none was written yet), replays the reader to the checkpoint's data cursor across
-# epoch boundaries, and leaves no .tmp behind. Then the same with D = 2 data-parallel
-# replicas (a replica's partition killed), and with SIGINT to the driver (a drain: the
-# shards snapshot the last finished step). A resume of a finished run trains nothing.
+# signal; the resumed run continues from the newest complete checkpoint (or, with
+# --resume=auto, from step 0 when none was written yet), replays the reader to the
+# checkpoint's data cursor across epoch boundaries, and leaves no .tmp behind. Then the
+# same with D = 2 data-parallel replicas (a replica's partition killed), and with SIGINT
+# to the driver (a drain: the shards snapshot the last finished step). A resume of a finished run trains nothing.
 # vflow-test: timeout=300
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -48,7 +48,9 @@ for seed in 1 2 3 4 5; do
   grep -q "SIGKILL" "$run.out" || fail "seed $seed: the killed worker is not reported: $(tail -5 $run.out)"
   from=$("$TOOL" ckpt-find "$run/ckpt" 2>/dev/null | cut -d' ' -f1)
   echo "seed $seed: killed $victim after step $killed_at (exit $rc); newest complete checkpoint: ${from:-none}"
-  train "$run" "${COMMON[@]}" --resume || fail "seed $seed: resume: $(tail -5 $run.out)"
+  mode=--resume
+  [ -n "$from" ] || mode=--resume=auto  # killed before the first checkpoint: start over
+  train "$run" "${COMMON[@]}" $mode || fail "seed $seed: resume: $(tail -5 $run.out)"
   got=$(model_md5 "$run" $STEPS)
   [ "$got" = "$want" ] || fail "seed $seed: resumed weights $got differ from the uninterrupted $want"
   ls -d "$run"/ckpt/*.tmp 2>/dev/null && fail "seed $seed: a .tmp dir is left"

@@ -217,6 +217,20 @@ return function(vf)
     if type(t_mean) ~= "number" or type(t_std) ~= "number" then fail("p:train: t_mean and t_std are numbers") end
     m.trained = true
 
+    -- a reader told to emit text embeddings (text_dim > 0) makes the model take them: its
+    -- text_embedding then reads the batch's "text_emb" instead of the caption bytes
+    local rdim = data.params.text_dim
+    if m.model.text ~= "embeddings" and type(rdim) == "number" and rdim > 0 then
+      if rdim ~= m.model.text_dim then
+        fail("p:train: the reader emits text embeddings of width text_dim = %s, the model's text_dim is %s",
+             tostring(rdim), tostring(m.model.text_dim))
+      end
+      m.model.text = "embeddings"
+      for r = 1, m.D do
+        for q = 1, m.P do m.parts[r][q].params.model.text = "embeddings" end
+      end
+    end
+
     -- a model conditioned on text embeddings: the reader emits "text_emb" (B, text_len,
     -- text_dim) and refuses a cache whose embeddings do not fit, before training starts
     if m.model.text == "embeddings" then

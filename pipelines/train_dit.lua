@@ -9,6 +9,8 @@
 --   cache          LMDB latent cache                                       (cache/latents.lmdb)
 --   model          DiT preset                                              (tiny)
 --   dim depth heads head_dim ffn text_len   overrides of the preset's fields
+--   text_dim       condition on the cache's text embeddings of this width (text = embeddings;
+--                  the Wan presets always do)                             (caption bytes)
 --   steps          optimizer steps                                         (200)
 --   batch          global batch per replica (samples per step)             (4)
 --   stages         pipeline partitions P                                   (2)
@@ -31,6 +33,7 @@ local overrides = {}
 for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len" } do
   if a[k] ~= nil then overrides[k] = a[k] end
 end
+if a.text_dim ~= nil then overrides.text_dim, overrides.text = a.text_dim, "embeddings" end
 local model = vf.models.dit(a.model or "tiny", overrides)
 local seed = a.seed or 0
 local isolate = a.isolate ~= false
@@ -40,6 +43,7 @@ local data = p:stage("latent_reader", {
   batch = a.batch or 4,
   seed = seed,
   text_len = model.text_len,
+  text_dim = model.text == "embeddings" and model.text_dim or nil,
 })
 local dit = p:pipeline_parallel(model, {
   stages = a.stages or 2,

@@ -131,6 +131,7 @@ static int write_model(const char *path, const vf_dit_layout *l, const shard_vie
     fill_ctx *fc = calloc((size_t)l->n, sizeof *fc);
     if (!w || !fc) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
     for (int i = 0; i < l->n; i++) {
+        if (l->t[i].numel == 0) continue; /* a tensor the config does not have */
         fc[i] = (fill_ctx){sh, S, l->t[i].offset};
         VF_TRY(vf_st_writer_add_fill(w, l->t[i].name, VF_ST_F32, l->t[i].ndim, l->t[i].shape, fill_master, &fc[i],
                                      st));

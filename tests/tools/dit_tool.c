@@ -4,16 +4,17 @@
  *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
- *   dit_tool grad CFG dims=B,T,H,W params=P xt=X t=T text=I len=N target=Y
+ *   dit_tool grad CFG dims=B,T,H,W params=P xt=X t=T text=I|emb=E len=N target=Y
  *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
  *   dit_tool bench CFG dims=B,T,H,W [steps=5] [parts=1] [recompute=0]
  *                 forward+loss+backward of random data; prints ms per step
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
- * ffn z patch=pt,ph,pw text_dim text_len freq_dim), starting from preset "tiny".
- * Inputs are raw little-endian arrays: params f32 (layout order), xt/target f32
- * (B,z,T,H,W), t f32 (B), text i32 (B,text_len), len i32 (B).
+ * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1), starting from
+ * preset "tiny". Inputs are raw little-endian arrays: params f32 (layout order), xt/target
+ * f32 (B,z,T,H,W), t f32 (B), text i32 (B,text_len) (text_emb=0) or emb f32
+ * (B,text_len,text_dim) (text_emb=1), len i32 (B).
  */
 #include "models/dit.h"
 #include "runtime/philox.h"
@@ -43,6 +44,8 @@ static int parse_cfg(int argc, char **argv, vf_dit_config *c, vf_status *st)
         const char *v = arg(argc, argv, ints[i].k);
         if (v) *ints[i].v = atoi(v);
     }
+    const char *tm = arg(argc, argv, "text_emb");
+    if (tm) c->text_emb = atoi(tm);
     const char *p = arg(argc, argv, "patch");
     if (p && sscanf(p, "%d,%d,%d", &c->patch[0], &c->patch[1], &c->patch[2]) != 3) {
         fprintf(stderr, "dit_tool: patch=pt,ph,pw\n");
@@ -173,6 +176,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "layout") == 0) {
         for (int i = 0; i < l->n; i++) {
             const vf_dit_tensor *t = &l->t[i];
+            if (t->numel == 0) continue;
             printf("%s %lld %lld ", t->name, (long long)t->offset, (long long)t->numel);
             for (int k = 0; k < t->ndim; k++) printf(k ? ",%lld" : "%lld", (long long)t->shape[k]);
             printf("\n");
@@ -205,19 +209,28 @@ int main(int argc, char **argv)
         size_t nlat = (size_t)b.dims.B * c.z * b.dims.T * b.dims.H * b.dims.W;
         size_t ntxt = (size_t)b.dims.B * c.text_len;
         size_t np = (size_t)l->total;
-        float *params, *xt, *t, *target;
-        int32_t *text, *len;
+        float *params, *xt, *t, *target, *emb = NULL;
+        int32_t *text = NULL, *len;
         if (strcmp(cmd, "grad") == 0) {
             params = slurp(arg(argc, argv, "params"), np * 4);
             xt = slurp(arg(argc, argv, "xt"), nlat * 4);
             t = slurp(arg(argc, argv, "t"), (size_t)b.dims.B * 4);
-            text = slurp(arg(argc, argv, "text"), ntxt * 4);
+            if (c.text_emb)
+                emb = slurp(arg(argc, argv, "emb"), ntxt * (size_t)c.text_dim * 4);
+            else
+                text = slurp(arg(argc, argv, "text"), ntxt * 4);
             len = slurp(arg(argc, argv, "len"), (size_t)b.dims.B * 4);
             target = slurp(arg(argc, argv, "target"), nlat * 4);
         } else { /* bench: init weights, random latents, rectified-flow pairs */
             params = malloc(np * 4), xt = malloc(nlat * 4), target = malloc(nlat * 4);
             t = malloc((size_t)b.dims.B * 4);
             text = malloc(ntxt * 4), len = malloc((size_t)b.dims.B * 4);
+            if (c.text_emb) {
+                emb = malloc(ntxt * (size_t)c.text_dim * 4);
+                vf_rng r;
+                vf_rng_init(&r, 2, 0, 0, VF_RNG_TEST);
+                vf_rng_normal(&r, 0, (int64_t)ntxt * c.text_dim, emb);
+            }
             vf_dit_init(l, 1, 0, l->total, params);
             float *x0 = malloc(nlat * 4);
             vf_rng r;
@@ -233,7 +246,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < ntxt; i++) text[i] = 'a' + (int)(i % 26);
             free(x0);
         }
-        b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target;
+        b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target, b.text_emb = emb;
         float *grads = calloc(np, sizeof(float));
         float *pred = malloc(nlat * 4);
         if (strcmp(cmd, "grad") == 0) {
@@ -261,7 +274,7 @@ int main(int argc, char **argv)
                    flop / 1e9, flop / 1e6 / ms, loss);
         }
         free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
-            free(pred);
+            free(pred), free(emb);
     } else {
         fprintf(stderr, "dit_tool: unknown command %s\n", cmd);
         return 2;

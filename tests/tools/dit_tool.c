@@ -4,7 +4,10 @@
  *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
- *   dit_tool grad CFG dims=B,T,H,W params=P xt=X t=T text=I|emb=E len=N target=Y
+ *   dit_tool weights CFG weights=PATH [out=params.bin]
+ *                 checks a weights file / index / diffusers dir against CFG (models/dit_weights.h)
+ *                 and reads it; prints "naming <name> tensors <n>", writes raw f32 params
+ *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
  *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
  *   dit_tool bench CFG dims=B,T,H,W [steps=5] [parts=1] [recompute=0]
@@ -17,6 +20,7 @@
  * (B,text_len,text_dim) (text_emb=1), len i32 (B).
  */
 #include "models/dit.h"
+#include "models/dit_weights.h"
 #include "runtime/philox.h"
 
 #include <stdio.h>
@@ -83,7 +87,22 @@ static void spit(const char *path, const void *buf, size_t n)
 static void die(const vf_status *st)
 {
     fprintf(stderr, "dit_tool: %s\n", st->msg);
-    exit(1);
+    exit(st->code == VF_EBADINPUT ? 2 : 1);
+}
+
+/* The flat weights from a weights source (checked against the layout first). */
+static float *load_weights(const vf_dit_layout *l, const char *path, vf_dit_naming *naming, int *count)
+{
+    vf_status st = {0};
+    vf_dit_wsrc *w = NULL;
+    float *p = malloc(sizeof(float) * (size_t)l->total);
+    if (!p || vf_dit_wsrc_open(path, &w, &st) || vf_dit_wsrc_check(w, l, &st) ||
+        vf_dit_wsrc_read(w, l, p, 0, l->total, &st))
+        die(&st);
+    if (naming) *naming = vf_dit_wsrc_naming(w);
+    if (count) *count = vf_dit_wsrc_count(w);
+    vf_dit_wsrc_close(w);
+    return p;
 }
 
 /* Runs forward, loss and backward of one batch over `parts` partitions (blocks split as
@@ -197,6 +216,13 @@ int main(int argc, char **argv)
             die(&st);
         vf_st_writer_free(w);
         free(p);
+    } else if (strcmp(cmd, "weights") == 0) {
+        vf_dit_naming nm;
+        int cnt;
+        float *p = load_weights(l, arg(argc, argv, "weights"), &nm, &cnt);
+        printf("naming %s tensors %d\n", vf_dit_naming_name(nm), cnt);
+        if ((s = arg(argc, argv, "out"))) spit(s, p, sizeof(float) * (size_t)l->total);
+        free(p);
     } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
         vf_dit_batch b = {0};
         parse_dims(argc, argv, &b.dims);
@@ -212,7 +238,8 @@ int main(int argc, char **argv)
         float *params, *xt, *t, *target, *emb = NULL;
         int32_t *text = NULL, *len;
         if (strcmp(cmd, "grad") == 0) {
-            params = slurp(arg(argc, argv, "params"), np * 4);
+            params = arg(argc, argv, "weights") ? load_weights(l, arg(argc, argv, "weights"), NULL, NULL)
+                                                : slurp(arg(argc, argv, "params"), np * 4);
             xt = slurp(arg(argc, argv, "xt"), nlat * 4);
             t = slurp(arg(argc, argv, "t"), (size_t)b.dims.B * 4);
             if (c.text_emb)

@@ -7,7 +7,9 @@
 --                  recompute = true, devices = {"cpu", "cpu"}, replicas = D })
 --   local opt  = p:stage("adamw", { lr = 1e-3, shards = S, ... })
 --   local ckpt = p:stage("checkpoint", { dir = "runs/x/ckpt", every = 50, keep = 2 })
---   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200 }
+--   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200,
+--             weights = "Wan2.1-T2V-1.3B/diffusion_pytorch_model.safetensors.index.json" }
+-- (weights: optional; a .safetensors file, a sharded index or a diffusers directory)
 --
 -- The plain graph (D = 1; with D > 1 partitions are dit_<q>_r<r> and readers <name>_r<r>):
 --   stages   dit_0 .. dit_{P-1}          kind dit, stage = q, splits = block boundaries
@@ -186,7 +188,7 @@ return function(vf)
 
   -- ------------------------------------------------------------ train
 
-  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std" }
+  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std", "weights" }
 
   vf.extend("train", function(p, t)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:train{...}, with a colon") end
@@ -265,6 +267,12 @@ return function(vf)
       end
     end
     local data_json = json(data.params)
+    -- weights = PATH: the shards start from a file instead of the seeded init (and the
+    -- partitions from what the shards send); checked against the model at check/plan
+    if t.weights ~= nil and t.weights ~= "" then
+      if type(t.weights) ~= "string" then fail("p:train: weights must be a path (a string)") end
+      for _, a in ipairs(opt.members) do a.params.weights = t.weights end
+    end
     for _, a in ipairs(opt.members) do
       local s = a.params
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed

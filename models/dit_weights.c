@@ -191,7 +191,10 @@ static int open_index(vf_dit_wsrc *w, const char *index, vf_status *st)
         snprintf(p, sizeof p, "%.*s%s", dl, index, v->s);
         if (!is_file(p))
             VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: its file %s is missing", index, name, p);
-        VF_TRY(add_file(w, p, st));
+        if ((rc = add_file(w, p, st))) { /* a truncated or malformed shard: say which tensor it holds */
+            vf_status_prefix(st, "tensor %s", name);
+            goto fail;
+        }
         const vf_st_file *f = NULL;
         for (int k = 0; k < w->nf; k++)
             if (strcmp(w->fname[k], p) == 0) f = w->f[k];
@@ -253,6 +256,12 @@ static bool is_fp8(vf_st_dtype d)
 /* What the keys say the files are, before the naming is looked for. */
 static int recognise(vf_dit_wsrc *w, vf_status *st)
 {
+    for (int i = 0; i < w->nf; i++) /* an FP8 tensor itself, before its scale is met */
+        for (int k = 0; k < vf_st_count(w->f[i]); k++)
+            if (is_fp8(vf_st_at(w->f[i], k)->dtype))
+                return bad(st, "%s: tensor %s is %s: an FP8 checkpoint (per-tensor scales); vflow reads F32, "
+                           "BF16 or F16 weights", w->fname[i], vf_st_at(w->f[i], k)->name,
+                           vf_st_dtype_name(vf_st_at(w->f[i], k)->dtype));
     for (int i = 0; i < w->nf; i++) {
         for (int k = 0; k < vf_st_count(w->f[i]); k++) {
             const vf_st_tensor *t = vf_st_at(w->f[i], k);

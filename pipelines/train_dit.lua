@@ -23,6 +23,8 @@
 --   ckpt           checkpoint dir                                          (<run dir>/ckpt)
 --   sync           synchronous checkpoints (benchmark baseline)            (false)
 --   seed           data order, init, noise and timesteps                   (0)
+--   weights        start from these DiT weights: a .safetensors file, a sharded
+--                  *.safetensors.index.json or a diffusers directory       (seeded init)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 local vf = require "vflow"
@@ -70,5 +72,6 @@ local ckpt = p:stage("checkpoint", {
   keep = a.keep or 2,
   sync = a.sync == true,
 })
-p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed }
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
+          weights = a.weights }
 return p

@@ -246,6 +246,7 @@ typedef struct shard {
     int64_t steps, every, t0;
     bool sync;
     vf_json *config;
+    char preset[64];       /* the model's preset name, for model.safetensors' metadata */
     char ckdir[PATH_MAX];
     /* per step, from the partitions: [part][replica] */
     vf_item **got;
@@ -292,6 +293,7 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     h->every = vf_param_int(p, "every");
     h->sync = vf_param_bool(p, "sync");
     VF_TRY(vf_adamw_config(p, h->steps, &h->config, st));
+    snprintf(h->preset, sizeof h->preset, "%s", vf_param_str(vf_param_table(p, "model"), "name"));
 fail:
     return rc;
 }
@@ -625,6 +627,7 @@ static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr,
         free(cur);
         VF_TRY(rc);
         VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
+        VF_TRY(vf_item_set_str(it, "preset", h->preset, st));
     }
     rc = vf_send(out, it, st);
     it = NULL;

@@ -124,7 +124,7 @@ out:
 }
 
 static int write_model(const char *path, const vf_dit_layout *l, const shard_view *sh, int S, int64_t step,
-                       int64_t *bytes, uint32_t *crc, vf_status *st)
+                       const char *preset, int64_t *bytes, uint32_t *crc, vf_status *st)
 {
     int rc = 0;
     vf_st_writer *w = vf_st_writer_new(st);
@@ -140,6 +140,7 @@ static int write_model(const char *path, const vf_dit_layout *l, const shard_vie
     snprintf(sstep, sizeof sstep, "%lld", (long long)step);
     VF_TRY(vf_st_writer_meta(w, "format", "pt", st));
     VF_TRY(vf_st_writer_meta(w, "step", sstep, st));
+    if (preset && preset[0]) VF_TRY(vf_st_writer_meta(w, "preset", preset, st));
     *bytes = (int64_t)vf_st_writer_size(w);
     VF_TRY(vf_st_writer_save(w, path, VF_ST_FSYNC, crc, st));
 fail:
@@ -237,7 +238,7 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
     int64_t bytes;
     uint32_t crc;
     snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL);
-    VF_TRY(write_model(file, l, sh, S, step, &bytes, &crc, st));
+    VF_TRY(write_model(file, l, sh, S, step, vf_item_str(snaps[0], "preset"), &bytes, &crc, st));
     VF_TRY(add_file(files, VF_CKPT_MODEL, bytes, crc));
     total_bytes += bytes;
     if (fail_inject) VF_FAIL(st, VF_EIO, "checkpoint: %s: injected write failure (VFLOW_CKPT_FAIL)", tmp);

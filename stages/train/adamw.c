@@ -225,7 +225,7 @@ static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     }
     /* loading reads the file tensor by tensor into the staging above: what is resident
      * of the file at a time is about its largest tensor's pages */
-    if (largest) vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "weights file: largest tensor mapped while loading", largest);
+    if (largest) vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "weights file: its largest tensor (loading)", largest);
     geo_fini(&g);
     return 0;
 }

@@ -4,9 +4,11 @@
  *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
- *   dit_tool weights CFG weights=PATH [out=params.bin]
+ *   dit_tool weights CFG weights=PATH [out=params.bin] [part=k/S]
  *                 checks a weights file / index / diffusers dir against CFG (models/dit_weights.h)
- *                 and reads it; prints "naming <name> tensors <n>", writes raw f32 params
+ *                 and reads it (part: only elements [k·N/S, (k+1)·N/S), as an optimizer shard
+ *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
+ *                 maxrss_mib <peak resident MiB>", writes raw f32 params
  *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
  *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static const char *arg(int argc, char **argv, const char *key)
@@ -217,11 +220,24 @@ int main(int argc, char **argv)
         vf_st_writer_free(w);
         free(p);
     } else if (strcmp(cmd, "weights") == 0) {
-        vf_dit_naming nm;
-        int cnt;
-        float *p = load_weights(l, arg(argc, argv, "weights"), &nm, &cnt);
-        printf("naming %s tensors %d\n", vf_dit_naming_name(nm), cnt);
-        if ((s = arg(argc, argv, "out"))) spit(s, p, sizeof(float) * (size_t)l->total);
+        int k = 0, S = 1;
+        if ((s = arg(argc, argv, "part")) && (sscanf(s, "%d/%d", &k, &S) != 2 || S < 1 || k < 0 || k >= S)) {
+            fprintf(stderr, "dit_tool: part=k/S\n");
+            return 2;
+        }
+        int64_t lo = l->total * k / S, hi = l->total * (k + 1) / S;
+        vf_dit_wsrc *w = NULL;
+        float *p = malloc(sizeof(float) * (size_t)(hi - lo + 1));
+        if (!p || vf_dit_wsrc_open(arg(argc, argv, "weights"), &w, &st) || vf_dit_wsrc_check(w, l, &st) ||
+            vf_dit_wsrc_read(w, l, p, lo, hi - lo, &st))
+            die(&st);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("naming %s tensors %d read %lld largest %lld maxrss_mib %.1f\n",
+               vf_dit_naming_name(vf_dit_wsrc_naming(w)), vf_dit_wsrc_count(w), (long long)(hi - lo),
+               (long long)vf_dit_wsrc_largest(w), ru.ru_maxrss / 1024.0);
+        vf_dit_wsrc_close(w);
+        if ((s = arg(argc, argv, "out"))) spit(s, p, sizeof(float) * (size_t)(hi - lo));
         free(p);
     } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
         vf_dit_batch b = {0};

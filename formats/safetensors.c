@@ -682,6 +682,15 @@ void vf_st_close(vf_st_file *f)
     free(f);
 }
 
+void vf_st_drop(const vf_st_file *f, const vf_st_tensor *t)
+{
+    if (!f->mapped || !t || t->nbytes == 0) return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+    uintptr_t b = ((uintptr_t)t->data + (uintptr_t)t->nbytes) & ~(pg - 1);
+    if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+}
+
 int vf_st_count(const vf_st_file *f) { return f->nt; }
 const vf_st_tensor *vf_st_at(const vf_st_file *f, int i) { return i >= 0 && i < f->nt ? &f->t[i] : NULL; }
 int vf_st_meta_count(const vf_st_file *f) { return f->nm; }

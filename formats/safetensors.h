@@ -109,6 +109,11 @@ int vf_st_expect(const vf_st_file *f, const char *name, int ndim, const int64_t 
  * other dtypes and a numel mismatch are VF_EINVAL naming the file and tensor. */
 int vf_st_read_f32(const vf_st_file *f, const char *name, float *dst, int64_t numel,
                    vf_status *st);
+/* Gives back the pages of a mapped file that lie wholly inside tensor t's data (madvise
+ * MADV_DONTNEED; the mapping stays valid and rereads them on access), so reading a large
+ * file tensor by tensor keeps about one tensor resident instead of the whole file. A
+ * no-op for in-memory images. */
+void vf_st_drop(const vf_st_file *f, const vf_st_tensor *t);
 /* New host tensor holding a copy of tensor `name` (dtype must have a runtime
  * counterpart; at most VF_MAX_DIMS dims). Caller owns *out. */
 int vf_st_read_tensor(const vf_st_file *f, const char *name, vf_tensor **out,

@@ -6,8 +6,11 @@
 --   heads      attention heads           head_dim  width per head (heads * head_dim == dim)
 --   ffn        MLP hidden width          z         latent channels (the VAE's z_dim)
 --   patch      {pt, ph, pw} latent patch (Wan: {1, 2, 2})
---   text_dim   width of the built-in byte-token caption embedding
---   text_len   caption tokens per sample (bytes; longer captions are cut, shorter padded)
+--   text       "embeddings": condition on the data's text embeddings (latent_reader's
+--              text_emb, umT5 states zero-padded to text_len rows; Wan) or "bytes" (default):
+--              caption bytes through a learned table
+--   text_dim   width text_embedding takes: the embeddings' (umT5-xxl: 4096) or the table's
+--   text_len   caption tokens per sample (embedding rows or bytes; shorter ones are padded)
 --   freq_dim   sinusoidal timestep features
 --   t_scale    timestep fed to the sinusoid = t * t_scale (t in [0, 1])
 --   eps        LayerNorm / RMSNorm epsilon
@@ -34,7 +37,9 @@ return {
                           ffn = 4608, z = 4, text_dim = 4096, text_len = 120, freq_dim = 256 },
   -- Wan 2.1 T2V 1.3B and 14B (umT5 width 4096, 512 caption tokens)
   ["wan-1.3b"] = preset { name = "wan-1.3b", dim = 1536, depth = 30, heads = 12, head_dim = 128,
-                          ffn = 8960, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256 },
+                          ffn = 8960, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256,
+                          text = "embeddings" },
   ["wan-14b"] = preset { name = "wan-14b", dim = 5120, depth = 40, heads = 40, head_dim = 128,
-                         ffn = 13824, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256 },
+                         ffn = 13824, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256,
+                         text = "embeddings" },
 }

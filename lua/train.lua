@@ -7,7 +7,9 @@
 --                  recompute = true, devices = {"cpu", "cpu"}, replicas = D })
 --   local opt  = p:stage("adamw", { lr = 1e-3, shards = S, ... })
 --   local ckpt = p:stage("checkpoint", { dir = "runs/x/ckpt", every = 50, keep = 2 })
---   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200 }
+--   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200,
+--             weights = "Wan2.1-T2V-1.3B/diffusion_pytorch_model.safetensors.index.json" }
+-- (weights: optional; a .safetensors file, a sharded index or a diffusers directory)
 --
 -- The plain graph (D = 1; with D > 1 partitions are dit_<q>_r<r> and readers <name>_r<r>):
 --   stages   dit_0 .. dit_{P-1}          kind dit, stage = q, splits = block boundaries
@@ -189,7 +191,7 @@ return function(vf)
 
   -- ------------------------------------------------------------ train
 
-  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std" }
+  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std", "weights" }
 
   vf.extend("train", function(p, t)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:train{...}, with a colon") end
@@ -219,6 +221,20 @@ return function(vf)
     local t_mean, t_std = t.t_mean or 0.0, t.t_std or 1.0
     if type(t_mean) ~= "number" or type(t_std) ~= "number" then fail("p:train: t_mean and t_std are numbers") end
     m.trained = true
+
+    -- a reader told to emit text embeddings (text_dim > 0) makes the model take them: its
+    -- text_embedding then reads the batch's "text_emb" instead of the caption bytes
+    local rdim = data.params.text_dim
+    if m.model.text ~= "embeddings" and type(rdim) == "number" and rdim > 0 then
+      if rdim ~= m.model.text_dim then
+        fail("p:train: the reader emits text embeddings of width text_dim = %s, the model's text_dim is %s",
+             tostring(rdim), tostring(m.model.text_dim))
+      end
+      m.model.text = "embeddings"
+      for r = 1, m.D do
+        for q = 1, m.P do m.parts[r][q].params.model.text = "embeddings" end
+      end
+    end
 
     -- a model conditioned on text embeddings: the reader emits "text_emb" (B, text_len,
     -- text_dim) and refuses a cache whose embeddings do not fit, before training starts
@@ -314,6 +330,12 @@ return function(vf)
       end
     end
     local data_json = json(data.params)
+    -- weights = PATH: the shards start from a file instead of the seeded init (and the
+    -- partitions from what the shards send); checked against the model at check/plan
+    if t.weights ~= nil and t.weights ~= "" then
+      if type(t.weights) ~= "string" then fail("p:train: weights must be a path (a string)") end
+      for _, a in ipairs(opt.members) do a.params.weights = t.weights end
+    end
     for _, a in ipairs(opt.members) do
       local s = a.params
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed

@@ -6,8 +6,10 @@
  *     --patch_embedding (linear, = Wan's Conv3d with kernel = stride = patch)--> x (B, L, dim)
  *   t (B) in [0,1] --sinusoid(t·t_scale, freq_dim)--> time_embedding: Linear-SiLU-Linear
  *     --> e (B, dim) ; time_projection: SiLU-Linear --> e0 (B, 6, dim)      [shared by all blocks]
- *   caption bytes (B, Ltxt) --text_tokens (257 × text_dim: 256 bytes + pad)--> text_embedding:
- *     Linear-GELU(tanh)-Linear --> ctx (B, Ltxt, dim)                         [shared by all blocks]
+ *   caption: text embeddings (B, Ltxt, text_dim) (text = embeddings: umT5 states, rows past a
+ *     caption's length zero, as Wan's pipeline pads them), or caption bytes (B, Ltxt)
+ *     --text_tokens (257 × text_dim: 256 bytes + pad)--> (B, Ltxt, text_dim) (text = bytes);
+ *     then text_embedding: Linear-GELU(tanh)-Linear --> ctx (B, Ltxt, dim)   [shared by all blocks]
  *   block i (x, e0, ctx):
  *     m = modulation_i (6, dim) + e0            (Wan: one shared projection + a learned table per block)
  *     x += m[2] · self_attn(LN(x)·(1+m[1]) + m[0])     q,k: RMSNorm over dim (learned gain), 3D RoPE
@@ -17,8 +19,12 @@
  *     --> (B, L, pt·ph·pw·z) --unpatchify--> (B, z, T, H, W)
  *   LN = LayerNorm without affine, eps 1e-6; attention scale 1/sqrt(head_dim).
  *
- * Captions without a text encoder: byte tokens 0..255; positions at or past a sample's
- * length get token 256, the learned pad embedding. The attention op has no mask, so pads
+ * With text embeddings (the Wan presets) the model is Wan 2.1's WanModel tensor for tensor:
+ * the context has text_len rows, the real tokens' embeddings followed by zero rows, and
+ * every row is attended (no mask), exactly as diffusers' WanPipeline feeds it.
+ *
+ * Captions without a text encoder (the tiny presets): byte tokens 0..255; positions at or
+ * past a sample's length get token 256, the learned pad embedding. The attention op has no mask, so pads
  * are attended like any token: the model learns what the pad embedding contributes
  * (a "null text" token, as Wan's zero-padded T5 context is attended too). Every sample
  * has exactly text_len tokens, so a micro-batch is one dense (B, Ltxt) tensor.
@@ -62,11 +68,14 @@ typedef struct vf_dit_config {
     int ffn;          /* MLP hidden width (dim · mlp_ratio) */
     int z;            /* latent channels in and out */
     int patch[3];     /* (pt, ph, pw), Wan: (1, 2, 2) */
-    int text_dim;     /* width of the byte-token embedding fed to text_embedding */
+    int text_dim;     /* width of what text_embedding takes: the text embeddings (umT5-xxl:
+                         4096) or the byte-token table */
     int text_len;     /* caption tokens per sample (Wan: 512) */
     int freq_dim;     /* sinusoidal timestep features (Wan: 256), even */
     float t_scale;    /* the timestep fed to the sinusoid is t · t_scale (Wan: 1000) */
     float eps;        /* LayerNorm / RMSNorm epsilon (Wan: 1e-6) */
+    int text_emb;     /* 1: condition on text embeddings (B, text_len, text_dim), no
+                         text_tokens table (Wan); 0: on caption bytes (the tiny presets) */
 } vf_dit_config;
 
 /* Fills a built-in preset: "tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b" (the same
@@ -84,7 +93,7 @@ extern const vf_param_spec vf_dit_model_fields[];
 #define VF_DIT_MODEL_DEFAULT                                                                  \
     "{\"name\":\"tiny\",\"dim\":64,\"depth\":4,\"heads\":4,\"head_dim\":16,\"ffn\":256,"          \
     "\"z\":4,\"patch\":[1,2,2],\"text_dim\":64,\"text_len\":32,\"freq_dim\":64,"                \
-    "\"t_scale\":1000,\"eps\":1e-6}"
+    "\"t_scale\":1000,\"eps\":1e-6,\"text\":\"bytes\"}"
 int vf_dit_config_from_params(const vf_params *model, vf_dit_config *out, vf_status *st);
 
 /* ------------------------------------------------------------------ parameter layout */
@@ -92,6 +101,8 @@ int vf_dit_config_from_params(const vf_params *model, vf_dit_config *out, vf_sta
 /* Which part of the model a tensor belongs to. */
 enum { VF_DIT_EMBED = -1 /* block index ≥ 0 for blocks; depth for the head */ };
 
+/* A tensor the config does not have (text_tokens.weight with text embeddings) keeps its
+ * index with an empty name and numel 0: code walking the layout skips numel == 0. */
 typedef struct vf_dit_tensor {
     char name[VF_DIT_NAME_MAX]; /* safetensors name, e.g. "blocks.3.self_attn.q.weight" */
     int ndim;
@@ -213,9 +224,11 @@ typedef struct vf_dit_batch {
     vf_dit_dims dims;
     const void *x_t;          /* (B, z, T, H, W) backend memory, act dtype; partition 0 */
     const float *t;           /* (B) host, flow time in [0, 1]; partition 0 */
-    const int32_t *text;      /* (B, text_len) host byte tokens; partition 0 */
+    const int32_t *text;      /* (B, text_len) host byte tokens; partition 0 (text = bytes) */
     const int32_t *text_len;  /* (B) host; NULL = all text_len tokens are real; partition 0 */
     const void *target;       /* (B, z, T, H, W) backend memory, act dtype; last partition */
+    const float *text_emb;    /* (B, text_len, text_dim) host f32; partition 0 (text =
+                                 embeddings): rows at and past text_len[b] are taken as zero */
 } vf_dit_batch;
 
 typedef struct vf_dit_part vf_dit_part;
@@ -249,7 +262,7 @@ size_t vf_dit_part_workspace_bytes(const vf_dit_part *p);
 const void *vf_dit_saved_pred(const vf_dit_saved *sv);
 
 /* Forward of one micro-batch.
- *  - first partition: reads b->x_t, t, text, text_len; `in` is ignored (may be NULL).
+ *  - first partition: reads b->x_t, t, text or text_emb, text_len; `in` is ignored (may be NULL).
  *  - other partitions: reads in->x, in->e, in->e0, in->ctx (copied into sv).
  *  - not last: writes out->x; and e, e0, ctx into out's buffers when they are non-NULL
  *    and differ from in's (partition 0 must be given them; later ones may forward the

@@ -86,6 +86,30 @@ static int upload_tokens(vf_dit_part *p, const vf_dit_batch *b, int32_t *dst, vf
     return 0;
 }
 
+/* Text embeddings onto the device: row j of sample i is b->text_emb's for j < text_len[i]
+ * and zero after it (Wan's pipeline zero-pads the umT5 states to text_len rows). */
+static int upload_text_emb(vf_dit_part *p, const vf_dit_batch *b, void *dst, vf_status *st)
+{
+    const int64_t B = b->dims.B, Lt = p->pl.c.text_len, Dt = p->pl.c.text_dim;
+    if (!b->text_emb)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit: the model takes text embeddings (text = embeddings) and the "
+                             "batch has no text_emb (B, %lld, %lld)", (long long)Lt,
+                             (long long)Dt);
+    for (int64_t i = 0; i < B; i++) {
+        int64_t len = b->text_len ? b->text_len[i] : Lt;
+        if (len < 0 || len > Lt)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "dit: text_len[%lld] = %lld outside [0, %lld]", (long long)i,
+                                 (long long)len, (long long)Lt);
+        float *o = p->host + i * Lt * Dt;
+        memcpy(o, b->text_emb + i * Lt * Dt, sizeof(float) * (size_t)(len * Dt));
+        memset(o + len * Dt, 0, sizeof(float) * (size_t)((Lt - len) * Dt));
+    }
+    p->be->upload(p->be, dst, p->host, B * Lt * Dt, p->be->act_dtype);
+    return 0;
+}
+
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
 {
     int rc = 0;
@@ -95,7 +119,7 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     dit_emb_saved *em = &sv->em;
     const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Nt = B * c->text_len;
     const int64_t D = c->dim, zP = c->z * p->pl.P;
-    if (!b->x_t || !b->t || !b->text)
+    if (!b->x_t || !b->t || (!c->text_emb && !b->text))
         VF_FAIL(st, VF_EINVAL, "dit partition 0: batch needs x_t, t and text");
 
     dit_patchify(p, d, em->patches, b->x_t, false);
@@ -109,8 +133,12 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     be->silu_fwd(be, em->se, sv->e, B * D);
     be->matmul_fwd(be, sv->e0, em->se, WE(ET_PROJ_W), WE(ET_PROJ_B), B, D, 6 * D);
 
-    VF_TRY(upload_tokens(p, b, em->tok, st));
-    be->embed_fwd(be, em->temb, em->tok, WE(ET_TOK), Nt, c->text_dim);
+    if (c->text_emb) {
+        VF_TRY(upload_text_emb(p, b, em->temb, st));
+    } else {
+        VF_TRY(upload_tokens(p, b, em->tok, st));
+        be->embed_fwd(be, em->temb, em->tok, WE(ET_TOK), Nt, c->text_dim);
+    }
     be->matmul_fwd(be, em->t1, em->temb, WE(ET_TXT1_W), WE(ET_TXT1_B), Nt, c->text_dim, D);
     be->gelu_fwd(be, em->t1g, em->t1, Nt * D);
     be->matmul_fwd(be, sv->ctx, em->t1g, WE(ET_TXT2_W), WE(ET_TXT2_B), Nt, D, D);
@@ -147,12 +175,17 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     be->matmul_bwd(be, NULL, GE(ET_TIME1_W), GE(ET_TIME1_B), w->dte1, em->sinus, WE(ET_TIME1_W),
                    B, c->freq_dim, D);
 
-    /* text: ctx = mlp(table[tok]) */
+    /* text: ctx = mlp(table[tok]), or mlp(text_emb) whose input needs no gradient */
     be->memset0(be, w->dt1g, (size_t)(Nt * D) * gs);
     be->matmul_bwd(be, w->dt1g, GE(ET_TXT2_W), GE(ET_TXT2_B), dctx, em->t1g, WE(ET_TXT2_W), Nt,
                    D, D);
     be->memset0(be, w->dt1, (size_t)(Nt * D) * gs);
     be->gelu_bwd(be, w->dt1, w->dt1g, em->t1, Nt * D);
+    if (c->text_emb) {
+        be->matmul_bwd(be, NULL, GE(ET_TXT1_W), GE(ET_TXT1_B), w->dt1, em->temb, WE(ET_TXT1_W),
+                       Nt, c->text_dim, D);
+        return;
+    }
     be->memset0(be, w->dtemb, (size_t)(Nt * c->text_dim) * gs);
     be->matmul_bwd(be, w->dtemb, GE(ET_TXT1_W), GE(ET_TXT1_B), w->dt1, em->temb, WE(ET_TXT1_W),
                    Nt, c->text_dim, D);

@@ -83,11 +83,11 @@ void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s);
 /* Embedding activations (first partition). */
 typedef struct dit_emb_saved {
     void *patches;      /* (N, z·P) patchified x_t, vector order (z, pt, ph, pw) */
-    int32_t *tok;       /* (Nt) token ids with pads, device */
+    int32_t *tok;       /* (Nt) token ids with pads, device; NULL with text embeddings */
     void *sinus;        /* (B, freq_dim) */
     void *te1, *te1s;   /* (B, dim) time MLP pre/post SiLU */
     void *se;           /* (B, dim) SiLU(e) */
-    void *temb;         /* (Nt, text_dim) byte-token embeddings */
+    void *temb;         /* (Nt, text_dim) text embeddings (zero-padded) or byte-token rows */
     void *t1, *t1g;     /* (Nt, dim) text MLP pre/post GELU */
 } dit_emb_saved;
 
@@ -129,7 +129,7 @@ typedef struct dit_work {
     /* first partition */
     void *dse, *dte1s, *dte1;       /* (B, dim) grad */
     void *dt1g, *dt1;               /* (Nt, dim) grad */
-    void *dtemb;                    /* (Nt, text_dim) grad */
+    void *dtemb;                    /* (Nt, text_dim) grad; NULL with text embeddings */
     /* last partition */
     void *dhm, *dhn;                /* (N, dim) grad */
     void *deh;                      /* (2, B, dim) grad */
@@ -150,7 +150,8 @@ struct vf_dit_part {
     void *wmem;
     size_t wbytes;
     dit_work w;
-    float *host;                    /* host staging: sinusoid, tokens, RoPE tables */
+    float *host;                    /* host staging: sinusoid, tokens or text embeddings,
+                                       RoPE tables */
     int64_t host_n;
     int rope_grid[3];               /* grid the RoPE tables hold (-1: none) */
 };

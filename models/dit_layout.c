@@ -27,8 +27,9 @@ static const dit_preset presets[] = {
     {"small", {256, 8, 4, 64, 1024, 16, {1, 2, 2}, 256, 128, 256, 1000.f, 1e-6f}},
     /* DiT-XL/2 widths with PixArt-α's text conditioning (T5 width 4096, 120 tokens) */
     {"dit-xl-2", {1152, 28, 16, 72, 4608, 4, {1, 2, 2}, 4096, 120, 256, 1000.f, 1e-6f}},
-    {"wan-1.3b", {1536, 30, 12, 128, 8960, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f}},
-    {"wan-14b", {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f}},
+    /* Wan 2.1 T2V: conditioned on umT5-xxl embeddings (text_emb = 1) */
+    {"wan-1.3b", {1536, 30, 12, 128, 8960, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
+    {"wan-14b", {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
 };
 
 int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
@@ -71,18 +72,21 @@ int vf_dit_config_check(const vf_dit_config *c, vf_status *st)
           c->freq_dim);
     CHECK(c->t_scale > 0 && isfinite(c->t_scale), "dit config: t_scale must be > 0");
     CHECK(c->eps > 0 && c->eps < 1, "dit config: eps = %g out of (0, 1)", (double)c->eps);
+    CHECK(c->text_emb == 0 || c->text_emb == 1, "dit config: text_emb = %d is not 0 or 1",
+          c->text_emb);
 #undef CHECK
     return 0;
 }
 
 int vf_dit_config_str(const vf_dit_config *c, char *buf, size_t n)
 {
+    /* text=embeddings only when set, so the text of a byte-token model is unchanged */
     return snprintf(buf, n,
                     "dim=%d depth=%d heads=%d head_dim=%d ffn=%d z=%d patch=%d,%d,%d "
-                    "text_dim=%d text_len=%d freq_dim=%d t_scale=%g eps=%g",
+                    "text_dim=%d text_len=%d freq_dim=%d t_scale=%g eps=%g%s",
                     c->dim, c->depth, c->heads, c->head_dim, c->ffn, c->z, c->patch[0],
                     c->patch[1], c->patch[2], c->text_dim, c->text_len, c->freq_dim,
-                    (double)c->t_scale, (double)c->eps);
+                    (double)c->t_scale, (double)c->eps, c->text_emb ? " text=embeddings" : "");
 }
 
 /* ------------------------------------------------------------------ layout */
@@ -101,7 +105,10 @@ static void embed_desc(const vf_dit_config *c, int k, tdesc *d)
     case ET_PATCH_W: *d = (tdesc){"patch_embedding.weight", 5,
                                   {D, c->z, c->patch[0], c->patch[1], c->patch[2]}}; break;
     case ET_PATCH_B: *d = (tdesc){"patch_embedding.bias", 1, {D}}; break;
-    case ET_TOK: *d = (tdesc){"text_tokens.weight", 2, {VF_DIT_VOCAB, c->text_dim}}; break;
+    case ET_TOK: /* text embeddings: no table (an empty entry keeps the indices) */
+        if (c->text_emb) *d = (tdesc){"", 1, {0}};
+        else *d = (tdesc){"text_tokens.weight", 2, {VF_DIT_VOCAB, c->text_dim}};
+        break;
     case ET_TXT1_W: *d = (tdesc){"text_embedding.0.weight", 2, {D, c->text_dim}}; break;
     case ET_TXT1_B: *d = (tdesc){"text_embedding.0.bias", 1, {D}}; break;
     case ET_TXT2_W: *d = (tdesc){"text_embedding.2.weight", 2, {D, D}}; break;
@@ -235,7 +242,7 @@ void vf_dit_layout_free(vf_dit_layout *l)
 int vf_dit_layout_find(const vf_dit_layout *l, const char *name)
 {
     for (int i = 0; i < l->n; i++)
-        if (strcmp(l->t[i].name, name) == 0) return i;
+        if (l->t[i].numel > 0 && strcmp(l->t[i].name, name) == 0) return i;
     return -1;
 }
 

@@ -80,7 +80,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     if (pl->first) {
         dit_emb_saved *e = &s->em;
         e->patches = A(N * zP);
-        e->tok = (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
+        e->tok = pl->c.text_emb ? NULL : (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
         e->sinus = A(B * pl->c.freq_dim);
         e->te1 = A(B * D);
         e->te1s = A(B * D);
@@ -119,7 +119,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
         w->dte1 = G(B * D);
         w->dt1g = G(Nt * D);
         w->dt1 = G(Nt * D);
-        w->dtemb = G(Nt * pl->c.text_dim);
+        w->dtemb = pl->c.text_emb ? NULL : G(Nt * pl->c.text_dim); /* byte-table gradient */
     }
     if (pl->last) {
         w->dhm = G(N * D);

@@ -5,6 +5,8 @@
  */
 #include "models/dit.h"
 
+#include <string.h>
+
 const vf_param_spec vf_dit_model_fields[] = {
     {"name", VF_P_STR, "\"tiny\"", VF_ANY, "preset name (informational)"},
     {"dim", VF_P_INT, "64", VF_RANGE(1, 65536), "model width"},
@@ -14,11 +16,16 @@ const vf_param_spec vf_dit_model_fields[] = {
     {"ffn", VF_P_INT, "256", VF_RANGE(1, 1048576), "MLP hidden width"},
     {"z", VF_P_INT, "4", VF_RANGE(1, 1024), "latent channels (the VAE's z_dim)"},
     {"patch", VF_P_LIST_INT, "[1,2,2]", VF_RANGE(1, 16), "latent patch {pt, ph, pw}"},
-    {"text_dim", VF_P_INT, "64", VF_RANGE(1, 65536), "width of the byte-token caption embedding"},
-    {"text_len", VF_P_INT, "32", VF_RANGE(1, 65536), "caption tokens (bytes) per sample"},
+    {"text_dim", VF_P_INT, "64", VF_RANGE(1, 65536),
+     "width text_embedding takes: the text embeddings' (umT5-xxl 4096) or the byte-token table's"},
+    {"text_len", VF_P_INT, "32", VF_RANGE(1, 65536),
+     "caption tokens per sample (embedding rows zero-padded to it, or bytes)"},
     {"freq_dim", VF_P_INT, "64", VF_RANGE(2, 65536), "sinusoidal timestep features, even"},
     {"t_scale", VF_P_NUM, "1000", VF_RANGE(1e-6, 1e9), "timestep fed to the sinusoid = t * t_scale"},
     {"eps", VF_P_NUM, "1e-6", VF_RANGE(1e-12, 0.5), "LayerNorm / RMSNorm epsilon"},
+    {"text", VF_P_STR, "\"bytes\"", VF_ANY,
+     "caption conditioning: text embeddings (B, text_len, text_dim) from the data (Wan), or "
+     "caption bytes through a learned table", "bytes|embeddings"},
     {0},
 };
 
@@ -40,6 +47,7 @@ int vf_dit_config_from_params(const vf_params *m, vf_dit_config *c, vf_status *s
     c->freq_dim = (int)vf_param_int(m, "freq_dim");
     c->t_scale = (float)vf_param_num(m, "t_scale");
     c->eps = (float)vf_param_num(m, "eps");
+    c->text_emb = strcmp(vf_param_str(m, "text"), "embeddings") == 0;
     int rc = vf_dit_config_check(c, st);
     if (rc) vf_status_prefix(st, "model '%s'", vf_param_str(m, "name"));
     return rc;

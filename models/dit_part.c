@@ -60,6 +60,8 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
     int64_t hn = p->pl.B * c->freq_dim;
     if (p->pl.Nt > hn) hn = p->pl.Nt;
     if (p->pl.L * c->head_dim > hn) hn = p->pl.L * c->head_dim; /* cos and sin tables */
+    if (c->text_emb && p->pl.first && p->pl.Nt * c->text_dim > hn)
+        hn = p->pl.Nt * c->text_dim; /* zero-padded text embeddings */
     p->host_n = hn;
     p->host = vf_alloc(sizeof(float) * (size_t)hn, st);
     if (!p->host) VF_FAIL(st, VF_ENOMEM, "dit partition: out of host memory");

@@ -9,8 +9,10 @@
 -- `vflow plan` works anywhere, `vflow run` needs the GPU and the cache.
 -- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), height
 -- (480), width (832), offload (false: the optimizer shard on the GPU), shards (1),
--- device ("cuda:0"), cache; model (preset, "wan-1.3b") and dim depth heads head_dim ffn
--- text_len to plan another DiT shape on one GPU (docs/PLANNING.md: a CogVideoX-5B shape).
+-- device ("cuda:0"), cache, weights (Wan's checkpoint to start from: the plan checks it
+-- against the model and counts its largest tensor); model (preset, "wan-1.3b") and dim
+-- depth heads head_dim ffn text_len to plan another DiT shape on one GPU
+-- (docs/PLANNING.md: a CogVideoX-5B shape).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan13b_1x80"
@@ -42,5 +44,5 @@ local opt = p:stage("adamw", {
   device = a.offload == true and "cpu" or dev,
 })
 local ckpt = p:stage("checkpoint", { dir = "runs/wan13b_1x80/ckpt", every = 500, keep = 2 })
-p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000 }
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000, weights = a.weights }
 return p

@@ -9,6 +9,8 @@
 --   cache          LMDB latent cache                                       (cache/latents.lmdb)
 --   model          DiT preset                                              (tiny)
 --   dim depth heads head_dim ffn text_len   overrides of the preset's fields
+--   text_dim       condition on the cache's text embeddings of this width (text = embeddings;
+--                  the Wan presets always do)                             (caption bytes)
 --   steps          optimizer steps                                         (200)
 --   batch          global batch per replica (samples per step)             (4)
 --   stages         pipeline partitions P                                   (2)
@@ -21,6 +23,8 @@
 --   ckpt           checkpoint dir                                          (<run dir>/ckpt)
 --   sync           synchronous checkpoints (benchmark baseline)            (false)
 --   seed           data order, init, noise and timesteps                   (0)
+--   weights        start from these DiT weights: a .safetensors file, a sharded
+--                  *.safetensors.index.json or a diffusers directory       (seeded init)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 --   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
@@ -32,6 +36,7 @@ local overrides = {}
 for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len" } do
   if a[k] ~= nil then overrides[k] = a[k] end
 end
+if a.text_dim ~= nil then overrides.text_dim, overrides.text = a.text_dim, "embeddings" end
 local model = vf.models.dit(a.model or "tiny", overrides)
 local seed = a.seed or 0
 local isolate = a.isolate ~= false
@@ -41,6 +46,7 @@ local data = p:stage("latent_reader", {
   batch = a.batch or 4,
   seed = seed,
   text_len = model.text_len,
+  text_dim = model.text == "embeddings" and model.text_dim or nil,
 })
 local dit = p:pipeline_parallel(model, {
   stages = a.stages or 2,
@@ -67,5 +73,6 @@ local ckpt = p:stage("checkpoint", {
   keep = a.keep or 2,
   sync = a.sync == true,
 })
-p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed }
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
+          weights = a.weights }
 return p

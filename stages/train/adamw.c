@@ -25,6 +25,7 @@
  * time, samples/s, tokens/s and the measured pipeline bubble.
  */
 #include "stages/train/adamw_io.h"
+#include "models/dit_weights.h"
 #include "stages/train/dit_train.h"
 #include "formats/ckpt.h"
 
@@ -59,6 +60,9 @@ static const vf_param_spec adamw_params[] = {
     {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir to resume from; \"\" = <run dir>/ckpt"},
     {"sync", VF_P_BOOL, "false", VF_ANY, "wait for each checkpoint to be written (benchmark baseline)"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where master weights and moments live (cpu = offload)"},
+    {"weights", VF_P_STR, "\"\"", VF_ANY,
+     "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json or a diffusers "
+     "directory; original, ComfyUI or diffusers names; F32/BF16/F16); \"\" = init from seed (set by p:train)"},
     {0},
 };
 
@@ -118,12 +122,33 @@ static void dev_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
 
 /* ------------------------------------------------------------------ ports, memory */
 
+/* The weights file of param `weights` against the model, headers only (vflow check /
+ * plan refuse a missing, extra or mis-shaped tensor before any worker starts): 0 and
+ * *largest = 0 without weights. */
+static int check_weights(const vf_params *p, const geo *g, int64_t *largest, vf_status *st)
+{
+    const char *path = vf_param_str(p, "weights");
+    vf_dit_wsrc *w = NULL;
+    *largest = 0;
+    if (!path || !path[0]) return 0;
+    int rc = vf_dit_wsrc_open(path, &w, st);
+    if (rc == 0) rc = vf_dit_wsrc_check(w, g->l, st);
+    if (rc == 0) *largest = vf_dit_wsrc_largest(w);
+    vf_dit_wsrc_close(w);
+    return rc;
+}
+
 static int adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
                        vf_status *st)
 {
     geo g;
+    int64_t largest;
     int rc = geo_init(p, &g, st);
     if (rc) return rc;
+    if ((rc = check_weights(p, &g, &largest, st))) {
+        geo_fini(&g);
+        return rc;
+    }
     vf_device dev = vf_param_device(p, "device");
     vf_dtype act, grad;
     dev_dtypes(dev, &act, &grad);
@@ -193,6 +218,14 @@ static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "weight item being built", as * weight_piece_most(&g));
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
     vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
+    int64_t largest = 0;
+    if (vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
+        geo_fini(&g);
+        return rc;
+    }
+    /* loading reads the file tensor by tensor into the staging above: what is resident
+     * of the file at a time is about its largest tensor's pages */
+    if (largest) vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "weights file: its largest tensor (loading)", largest);
     geo_fini(&g);
     return 0;
 }
@@ -213,6 +246,7 @@ typedef struct shard {
     int64_t steps, every, t0;
     bool sync;
     vf_json *config;
+    char preset[64];       /* the model's preset name, for model.safetensors' metadata */
     char ckdir[PATH_MAX];
     /* per step, from the partitions: [part][replica] */
     vf_item **got;
@@ -259,6 +293,7 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     h->every = vf_param_int(p, "every");
     h->sync = vf_param_bool(p, "sync");
     VF_TRY(vf_adamw_config(p, h->steps, &h->config, st));
+    snprintf(h->preset, sizeof h->preset, "%s", vf_param_str(vf_param_table(p, "model"), "name"));
 fail:
     return rc;
 }
@@ -330,7 +365,20 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         h->t0 = ck.step;
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
     } else {
-        vf_dit_init(h->g.l, (uint64_t)vf_param_int(p, "seed"), h->g.lo, n, host);
+        const char *wpath = vf_param_str(p, "weights");
+        if (wpath[0]) { /* the user's weights (checked at plan time; again here, then streamed) */
+            vf_dit_wsrc *w = NULL;
+            rc = vf_dit_wsrc_open(wpath, &w, st);
+            if (rc == 0) rc = vf_dit_wsrc_check(w, h->g.l, st);
+            if (rc == 0) rc = vf_dit_wsrc_read(w, h->g.l, host, h->g.lo, n, st);
+            if (rc == 0 && h->g.k == 0)
+                vf_log(ctx, VF_LOG_INFO, "starting from %s (%s names)", wpath,
+                       vf_dit_naming_name(vf_dit_wsrc_naming(w)));
+            vf_dit_wsrc_close(w);
+            VF_TRY(rc);
+        } else {
+            vf_dit_init(h->g.l, (uint64_t)vf_param_int(p, "seed"), h->g.lo, n, host);
+        }
         be->upload(be, h->master, host, n, VF_DTYPE_F32);
         be->upload(be, h->wout, host, n, h->act);
         be->memset0(be, h->m, 4 * (size_t)n);
@@ -595,6 +643,7 @@ static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr,
         free(cur);
         VF_TRY(rc);
         VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
+        VF_TRY(vf_item_set_str(it, "preset", h->preset, st));
     }
     rc = vf_send(out, it, st);
     it = NULL;

@@ -28,6 +28,9 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
     for (int i = 0; i < vf_json_len(m); i++) {
         const char *k = vf_json_key_at(m, i);
         if (strcmp(k, "name") == 0) continue; /* a label; the numbers are what must match */
+        /* caption bytes, the default, leave the config as it was before the text field */
+        if (strcmp(k, "text") == 0 && m->items[i]->type == VF_JSON_STR && strcmp(m->items[i]->s, "bytes") == 0)
+            continue;
         char key[96];
         snprintf(key, sizeof key, "model.%s", k);
         VF_TRY(put(o, key, vf_json_clone(m->items[i]), st));

@@ -15,7 +15,8 @@ typedef struct vf_ckpt_write_stats {
 /* Writes checkpoint `step` into dir from the S snapshot items of the optimizer shards
  * (snaps[k] from shard k: "master", "exp_avg", "exp_avg_sq" host f32 of its slice, meta
  * "off", "n", "lr", "shards", "replicas", "stages"; shard 0 also "cursors", "config",
- * "loss"): step-N.tmp/ with model.safetensors (by name, from l), optimizer-kk-of-SS
+ * "loss", "preset"): step-N.tmp/ with model.safetensors (Wan's original names, from l;
+ * __metadata__ format "pt", step, preset), optimizer-kk-of-SS
  * .safetensors, state.json, each fsynced, then manifest.json with their sizes and CRC32C,
  * fsync, rename to step-N/, fsync dir, `latest` updated, and only then the complete
  * checkpoints beyond the newest `keep` removed. On any failure the .tmp is removed, the

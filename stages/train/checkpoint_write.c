@@ -124,13 +124,14 @@ out:
 }
 
 static int write_model(const char *path, const vf_dit_layout *l, const shard_view *sh, int S, int64_t step,
-                       int64_t *bytes, uint32_t *crc, vf_status *st)
+                       const char *preset, int64_t *bytes, uint32_t *crc, vf_status *st)
 {
     int rc = 0;
     vf_st_writer *w = vf_st_writer_new(st);
     fill_ctx *fc = calloc((size_t)l->n, sizeof *fc);
     if (!w || !fc) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
     for (int i = 0; i < l->n; i++) {
+        if (l->t[i].numel == 0) continue; /* a tensor the config does not have */
         fc[i] = (fill_ctx){sh, S, l->t[i].offset};
         VF_TRY(vf_st_writer_add_fill(w, l->t[i].name, VF_ST_F32, l->t[i].ndim, l->t[i].shape, fill_master, &fc[i],
                                      st));
@@ -139,6 +140,7 @@ static int write_model(const char *path, const vf_dit_layout *l, const shard_vie
     snprintf(sstep, sizeof sstep, "%lld", (long long)step);
     VF_TRY(vf_st_writer_meta(w, "format", "pt", st));
     VF_TRY(vf_st_writer_meta(w, "step", sstep, st));
+    if (preset && preset[0]) VF_TRY(vf_st_writer_meta(w, "preset", preset, st));
     *bytes = (int64_t)vf_st_writer_size(w);
     VF_TRY(vf_st_writer_save(w, path, VF_ST_FSYNC, crc, st));
 fail:
@@ -236,7 +238,7 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
     int64_t bytes;
     uint32_t crc;
     snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL);
-    VF_TRY(write_model(file, l, sh, S, step, &bytes, &crc, st));
+    VF_TRY(write_model(file, l, sh, S, step, vf_item_str(snaps[0], "preset"), &bytes, &crc, st));
     VF_TRY(add_file(files, VF_CKPT_MODEL, bytes, crc));
     total_bytes += bytes;
     if (fail_inject) VF_FAIL(st, VF_EIO, "checkpoint: %s: injected write failure (VFLOW_CKPT_FAIL)", tmp);

@@ -222,6 +222,9 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
         if (first) {
             vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch pairs (host)", 8 * per + 8 * mx.B * (g.cfg.text_len + 2));
+            if (g.cfg.text_emb) /* the micro-batch's embeddings, and the partition's zero-padded copy */
+                vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch text embeddings (host)",
+                                8 * (int64_t)mx.B * g.cfg.text_len * g.cfg.text_dim);
             vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
         }
     }

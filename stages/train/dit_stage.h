@@ -43,6 +43,7 @@ typedef struct dit_part_state {
     vf_bufpool *act_pool[XF_N], *gout_pool[XF_CTX + 1], *slice_pool;
     /* first partition: host staging of one micro-batch and its device copy */
     float *h_xt, *h_target, *h_t;
+    float *h_emb;                            /* (B, text_len, text_dim) with text embeddings */
     int32_t *h_text, *h_len;
     void *d_xt, *d_target;
     int64_t per;                             /* latent elements per sample */

@@ -87,6 +87,10 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
         h->h_t = h->h_target ? vf_alloc(sizeof(float) * nb, st) : NULL;
         h->h_text = h->h_t ? vf_alloc(sizeof(int32_t) * nb * (size_t)h->cfg.text_len, st) : NULL;
         h->h_len = h->h_text ? vf_alloc(sizeof(int32_t) * nb, st) : NULL;
+        if (h->h_len && h->cfg.text_emb) {
+            h->h_emb = vf_alloc(sizeof(float) * nb * (size_t)h->cfg.text_len * (size_t)h->cfg.text_dim, st);
+            if (!h->h_emb) VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch's text embeddings");
+        }
         h->d_xt = h->h_len ? be->alloc(be, h->as * nb * (size_t)h->per, st) : NULL;
         if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * nb * (size_t)h->per, st);
         if (!h->d_xt || (h->last && !h->d_target))
@@ -113,7 +117,8 @@ void vf_dit_stage_teardown(dit_part_state *h)
     vf_bufpool_unref(h->slice_pool);
     h->slice_pool = NULL;
     vf_free(h->h_xt), vf_free(h->h_target), vf_free(h->h_t), vf_free(h->h_text), vf_free(h->h_len);
-    h->h_xt = h->h_target = h->h_t = NULL, h->h_text = h->h_len = NULL;
+    vf_free(h->h_emb);
+    h->h_xt = h->h_target = h->h_t = h->h_emb = NULL, h->h_text = h->h_len = NULL;
     if (be && h->d_xt) be->free(be, h->d_xt);
     if (be && h->d_target) be->free(be, h->d_target);
     h->d_xt = h->d_target = NULL;
@@ -248,6 +253,21 @@ static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, v
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "%s: batch \"%s\" needs i32 \"text\" (B, Ltxt) and \"text_len\" (B)",
                              vf_stage_name(s), vf_item_id(it));
+    if (h->cfg.text_emb) {
+        vf_tensor *te = vf_item_get(it, "text_emb");
+        if (!te || te->ndim != 3 || te->dtype != VF_DTYPE_F32 || te->device.kind != VF_DEV_CPU ||
+            te->shape[0] != lat->shape[0])
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "%s: batch \"%s\" has no host f32 \"text_emb\" (B, L, %d): the model "
+                                 "takes text embeddings (text = embeddings); the reader needs text_dim = %d",
+                                 vf_stage_name(s), vf_item_id(it), h->cfg.text_dim, h->cfg.text_dim);
+        if (te->shape[2] != h->cfg.text_dim || te->shape[1] > h->cfg.text_len)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "%s: tensor \"text_emb\" is (%lld, %lld, %lld); the model takes at most "
+                                 "%d rows of width %d", vf_stage_name(s), (long long)te->shape[0],
+                                 (long long)te->shape[1], (long long)te->shape[2], h->cfg.text_len,
+                                 h->cfg.text_dim);
+    }
     *d = (vf_dit_dims){(int)lat->shape[0], (int)lat->shape[2], (int)lat->shape[3], (int)lat->shape[4]};
     if (d->B < h->M)
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
@@ -273,6 +293,17 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
         for (int64_t k = 0; k < TL; k++) h->h_text[i * TL + k] = k < TLr ? text[(int64_t)j * TLr + k] : 0;
         int32_t L = len[j] < 0 ? 0 : len[j];
         h->h_len[i] = L < TL ? L : (int32_t)TL;
+    }
+    vf_tensor *te = h->cfg.text_emb ? vf_item_get(batch, "text_emb") : NULL;
+    if (te) { /* rows past each length are zeroed by the model (vf_dit_batch.text_emb) */
+        int64_t Lr = te->shape[1], Dt = h->cfg.text_dim, rows = Lr < TL ? Lr : TL;
+        const float *src = te->data;
+        for (int i = 0; i < nb; i++) {
+            float *o = h->h_emb + (int64_t)i * TL * Dt;
+            memcpy(o, src + (int64_t)(first + i) * Lr * Dt, sizeof(float) * (size_t)(rows * Dt));
+            memset(o + rows * Dt, 0, sizeof(float) * (size_t)((TL - rows) * Dt));
+            if (h->h_len[i] > rows) h->h_len[i] = (int32_t)rows;
+        }
     }
 }
 
@@ -333,7 +364,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 t0 = vf_train_now_ns();
                 make_pairs(h, batch, step, f0, nb);
                 be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
-                b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL};
+                b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL, h->h_emb};
                 if (h->last) {
                     be->upload(be, h->d_target, h->h_target, (int64_t)nb * h->per, h->act);
                     b.target = h->d_target;

@@ -22,7 +22,7 @@
  *                              shard, blk0, nblk
  *   snap    adamw_k -> checkpoint  "master", "exp_avg", "exp_avg_sq" f32 (n) on the host;
  *                              meta step, shard, shards, off, n, lr; shard 0 adds
- *                              "cursors" (JSON list), "config" (JSON), "loss"
+ *                              "cursors" (JSON list), "config" (JSON), "loss", "preset"
  *   ack     checkpoint -> adamw_k  (sync mode only) meta step, ok
  */
 #ifndef VF_DIT_TRAIN_H

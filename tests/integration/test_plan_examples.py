@@ -36,7 +36,7 @@ def plan(script, *args):
     return json.loads(r.stdout), r.returncode
 
 
-def wan_params(d, f, L, text_dim=4096, freq=256, z=16, patch=4, vocab=257):
+def wan_params(d, f, L, text_dim=4096, freq=256, z=16, patch=4, vocab=0):
     """Wan-2.1 DiT as models/dit.h lays it out, counted by hand."""
     block = (8 * (d * d + d)       # self- and cross-attention q, k, v, o
              + 4 * d               # their q/k RMSNorm gains
@@ -47,7 +47,7 @@ def wan_params(d, f, L, text_dim=4096, freq=256, z=16, patch=4, vocab=257):
              + text_dim * d + d + d * d + d           # text embedding MLP
              + freq * d + d + d * d + d               # time embedding MLP
              + 6 * d * d + 6 * d                      # time projection
-             + vocab * text_dim)                      # byte-token table
+             + vocab * text_dim)                      # byte-token table (none: Wan takes text embeddings)
     head = 2 * d + d * z * patch + z * patch
     return L * block + embed + head, block, embed, head
 

@@ -9,7 +9,9 @@
 # x_t, t, caption tokens (with padding) and target are given explicitly, so no RNG is
 # compared. Checked: loss, prediction and EVERY parameter gradient, each as
 # ||c - ref|| / ||ref|| <= 1e-4, for two configurations (patch 1x2x2 and 2x2x2) and for
-# one partitioned + recompute run.
+# one partitioned + recompute run, with caption bytes; and with text embeddings (Wan's
+# conditioning: no byte table, the (B, text_len, text_dim) states zero-padded past each
+# caption's length, the rows past it given non-zero here so that a model reading them fails).
 # vflow-test: labels=reference timeout=300
 import math
 import os
@@ -136,7 +138,9 @@ class DiT(nn.Module):
         self.c = c
         dim = c["dim"]
         self.patch_embedding = nn.Conv3d(c["z"], dim, kernel_size=c["patch"], stride=c["patch"])
-        self.text_tokens = nn.Embedding(257, c["text_dim"])
+        self.emb = c.get("text") == "embeddings"
+        if not self.emb:
+            self.text_tokens = nn.Embedding(257, c["text_dim"])
         self.text_embedding = nn.Sequential(nn.Linear(c["text_dim"], dim), nn.GELU(approximate="tanh"),
                                             nn.Linear(dim, dim))
         self.time_embedding = nn.Sequential(nn.Linear(c["freq_dim"], dim), nn.SiLU(), nn.Linear(dim, dim))
@@ -155,8 +159,12 @@ class DiT(nn.Module):
         e = self.time_embedding(sinusoidal_embedding_1d(c["freq_dim"], t * 1000.0))
         e0 = self.time_projection(e).unflatten(1, (6, c["dim"]))
         pos = torch.arange(text.shape[1]).unsqueeze(0)
-        tok = torch.where(pos < text_len.unsqueeze(1), text, torch.full_like(text, PAD))
-        ctx = self.text_embedding(self.text_tokens(tok))
+        if self.emb:  # zero rows past each caption's length, as WanPipeline pads them
+            ctx = self.text_embedding(torch.where((pos < text_len.unsqueeze(1)).unsqueeze(2), text,
+                                                  torch.zeros_like(text)))
+        else:
+            tok = torch.where(pos < text_len.unsqueeze(1), text, torch.full_like(text, PAD))
+            ctx = self.text_embedding(self.text_tokens(tok))
         for blk in self.blocks:
             x = blk(x, e0, ctx, grid, self.freqs)
         x = self.head(x, e)                               # (b, L, pt*ph*pw*z)
@@ -218,7 +226,8 @@ def check(c, dims, runs, seed):
     cfg = ["dim=%d" % c["dim"], "depth=%d" % c["depth"], "heads=%d" % c["heads"],
            "head_dim=%d" % c["head_dim"], "ffn=%d" % c["ffn"], "z=%d" % c["z"],
            "patch=%d,%d,%d" % tuple(c["patch"]), "text_dim=%d" % c["text_dim"],
-           "text_len=%d" % c["text_len"], "freq_dim=%d" % c["freq_dim"]]
+           "text_len=%d" % c["text_len"], "freq_dim=%d" % c["freq_dim"],
+           "text_emb=%d" % (c.get("text") == "embeddings")]
     layout = []
     for line in run("layout", *cfg).splitlines():
         name, off, numel, shape = line.split()
@@ -256,10 +265,11 @@ def check(c, dims, runs, seed):
     target = torch.randn(B, c["z"], T, H, W, generator=gen).float().double()
     t = torch.rand(B, generator=gen).float().double()
     text = torch.randint(32, 127, (B, c["text_len"]), generator=gen, dtype=torch.int32)
+    emb = torch.randn(B, c["text_len"], c["text_dim"], generator=gen).float().double()
     text_len = torch.tensor([c["text_len"] // 2 + i for i in range(B)], dtype=torch.int32).clamp(max=c["text_len"])
     text_len[0] = 0 if B > 2 else text_len[0]                 # an empty caption: all pads
 
-    pred = model(x_t, t, text.long(), text_len.long())
+    pred = model(x_t, t, emb if model.emb else text.long(), text_len.long())
     loss = F.mse_loss(pred, target)
     loss.backward()
 
@@ -277,17 +287,19 @@ def check(c, dims, runs, seed):
         target.float().numpy().tofile(f("target.bin"))
         t.float().numpy().tofile(f("t.bin"))
         text.numpy().astype(np.int32).tofile(f("text.bin"))
+        emb.float().numpy().tofile(f("emb.bin"))
         text_len.numpy().astype(np.int32).tofile(f("len.bin"))
         worst = 0.0
         for parts, recompute in runs:
             out = run("grad", *cfg, "dims=%d,%d,%d,%d" % dims, "params=" + f("params.bin"),
-                      "xt=" + f("xt.bin"), "t=" + f("t.bin"), "text=" + f("text.bin"),
+                      "xt=" + f("xt.bin"), "t=" + f("t.bin"), "text=" + f("text.bin"), "emb=" + f("emb.bin"),
                       "len=" + f("len.bin"), "target=" + f("target.bin"), "grads=" + f("g.bin"),
                       "pred=" + f("pred.bin"), "parts=%d" % parts, "recompute=%d" % recompute)
             closs = float(out.split()[1])
             grads = np.fromfile(f("g.bin"), dtype=np.float32).astype(np.float64)
             cpred = np.fromfile(f("pred.bin"), dtype=np.float32).astype(np.float64)
-            tag = "patch=%s parts=%d recompute=%d" % (c["patch"], parts, recompute)
+            tag = "patch=%s text=%s parts=%d recompute=%d" % (c["patch"], c.get("text", "bytes"), parts,
+                                                             recompute)
             errs = [("loss", abs(closs - loss.item()) / abs(loss.item())),
                     ("pred", rel(cpred, pred.detach().numpy().ravel()))]
             for name, off, numel, shape in layout:
@@ -313,6 +325,8 @@ def main():
     ok = check(base, (3, 3, 4, 6), [(1, 0), (2, 1)], seed=1)
     c2 = dict(base, patch=(2, 2, 2), heads=4, head_dim=8, depth=1, z=3)
     ok = check(c2, (2, 4, 4, 4), [(1, 0)], seed=2) and ok
+    c3 = dict(base, text="embeddings", text_dim=24)
+    ok = check(c3, (3, 3, 4, 6), [(1, 0), (2, 1)], seed=3) and ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

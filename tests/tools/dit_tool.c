@@ -4,23 +4,31 @@
  *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
- *   dit_tool grad CFG dims=B,T,H,W params=P xt=X t=T text=I len=N target=Y
+ *   dit_tool weights CFG weights=PATH [out=params.bin] [part=k/S]
+ *                 checks a weights file / index / diffusers dir against CFG (models/dit_weights.h)
+ *                 and reads it (part: only elements [k·N/S, (k+1)·N/S), as an optimizer shard
+ *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
+ *                 maxrss_mib <peak resident MiB>", writes raw f32 params
+ *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
  *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
  *   dit_tool bench CFG dims=B,T,H,W [steps=5] [parts=1] [recompute=0]
  *                 forward+loss+backward of random data; prints ms per step
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
- * ffn z patch=pt,ph,pw text_dim text_len freq_dim), starting from preset "tiny".
- * Inputs are raw little-endian arrays: params f32 (layout order), xt/target f32
- * (B,z,T,H,W), t f32 (B), text i32 (B,text_len), len i32 (B).
+ * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1), starting from
+ * preset "tiny". Inputs are raw little-endian arrays: params f32 (layout order), xt/target
+ * f32 (B,z,T,H,W), t f32 (B), text i32 (B,text_len) (text_emb=0) or emb f32
+ * (B,text_len,text_dim) (text_emb=1), len i32 (B).
  */
 #include "models/dit.h"
+#include "models/dit_weights.h"
 #include "runtime/philox.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static const char *arg(int argc, char **argv, const char *key)
@@ -43,6 +51,8 @@ static int parse_cfg(int argc, char **argv, vf_dit_config *c, vf_status *st)
         const char *v = arg(argc, argv, ints[i].k);
         if (v) *ints[i].v = atoi(v);
     }
+    const char *tm = arg(argc, argv, "text_emb");
+    if (tm) c->text_emb = atoi(tm);
     const char *p = arg(argc, argv, "patch");
     if (p && sscanf(p, "%d,%d,%d", &c->patch[0], &c->patch[1], &c->patch[2]) != 3) {
         fprintf(stderr, "dit_tool: patch=pt,ph,pw\n");
@@ -80,7 +90,22 @@ static void spit(const char *path, const void *buf, size_t n)
 static void die(const vf_status *st)
 {
     fprintf(stderr, "dit_tool: %s\n", st->msg);
-    exit(1);
+    exit(st->code == VF_EBADINPUT ? 2 : 1);
+}
+
+/* The flat weights from a weights source (checked against the layout first). */
+static float *load_weights(const vf_dit_layout *l, const char *path, vf_dit_naming *naming, int *count)
+{
+    vf_status st = {0};
+    vf_dit_wsrc *w = NULL;
+    float *p = malloc(sizeof(float) * (size_t)l->total);
+    if (!p || vf_dit_wsrc_open(path, &w, &st) || vf_dit_wsrc_check(w, l, &st) ||
+        vf_dit_wsrc_read(w, l, p, 0, l->total, &st))
+        die(&st);
+    if (naming) *naming = vf_dit_wsrc_naming(w);
+    if (count) *count = vf_dit_wsrc_count(w);
+    vf_dit_wsrc_close(w);
+    return p;
 }
 
 /* Runs forward, loss and backward of one batch over `parts` partitions (blocks split as
@@ -173,6 +198,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "layout") == 0) {
         for (int i = 0; i < l->n; i++) {
             const vf_dit_tensor *t = &l->t[i];
+            if (t->numel == 0) continue;
             printf("%s %lld %lld ", t->name, (long long)t->offset, (long long)t->numel);
             for (int k = 0; k < t->ndim; k++) printf(k ? ",%lld" : "%lld", (long long)t->shape[k]);
             printf("\n");
@@ -193,6 +219,26 @@ int main(int argc, char **argv)
             die(&st);
         vf_st_writer_free(w);
         free(p);
+    } else if (strcmp(cmd, "weights") == 0) {
+        int k = 0, S = 1;
+        if ((s = arg(argc, argv, "part")) && (sscanf(s, "%d/%d", &k, &S) != 2 || S < 1 || k < 0 || k >= S)) {
+            fprintf(stderr, "dit_tool: part=k/S\n");
+            return 2;
+        }
+        int64_t lo = l->total * k / S, hi = l->total * (k + 1) / S;
+        vf_dit_wsrc *w = NULL;
+        float *p = malloc(sizeof(float) * (size_t)(hi - lo + 1));
+        if (!p || vf_dit_wsrc_open(arg(argc, argv, "weights"), &w, &st) || vf_dit_wsrc_check(w, l, &st) ||
+            vf_dit_wsrc_read(w, l, p, lo, hi - lo, &st))
+            die(&st);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("naming %s tensors %d read %lld largest %lld maxrss_mib %.1f\n",
+               vf_dit_naming_name(vf_dit_wsrc_naming(w)), vf_dit_wsrc_count(w), (long long)(hi - lo),
+               (long long)vf_dit_wsrc_largest(w), ru.ru_maxrss / 1024.0);
+        vf_dit_wsrc_close(w);
+        if ((s = arg(argc, argv, "out"))) spit(s, p, sizeof(float) * (size_t)(hi - lo));
+        free(p);
     } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
         vf_dit_batch b = {0};
         parse_dims(argc, argv, &b.dims);
@@ -205,19 +251,29 @@ int main(int argc, char **argv)
         size_t nlat = (size_t)b.dims.B * c.z * b.dims.T * b.dims.H * b.dims.W;
         size_t ntxt = (size_t)b.dims.B * c.text_len;
         size_t np = (size_t)l->total;
-        float *params, *xt, *t, *target;
-        int32_t *text, *len;
+        float *params, *xt, *t, *target, *emb = NULL;
+        int32_t *text = NULL, *len;
         if (strcmp(cmd, "grad") == 0) {
-            params = slurp(arg(argc, argv, "params"), np * 4);
+            params = arg(argc, argv, "weights") ? load_weights(l, arg(argc, argv, "weights"), NULL, NULL)
+                                                : slurp(arg(argc, argv, "params"), np * 4);
             xt = slurp(arg(argc, argv, "xt"), nlat * 4);
             t = slurp(arg(argc, argv, "t"), (size_t)b.dims.B * 4);
-            text = slurp(arg(argc, argv, "text"), ntxt * 4);
+            if (c.text_emb)
+                emb = slurp(arg(argc, argv, "emb"), ntxt * (size_t)c.text_dim * 4);
+            else
+                text = slurp(arg(argc, argv, "text"), ntxt * 4);
             len = slurp(arg(argc, argv, "len"), (size_t)b.dims.B * 4);
             target = slurp(arg(argc, argv, "target"), nlat * 4);
         } else { /* bench: init weights, random latents, rectified-flow pairs */
             params = malloc(np * 4), xt = malloc(nlat * 4), target = malloc(nlat * 4);
             t = malloc((size_t)b.dims.B * 4);
             text = malloc(ntxt * 4), len = malloc((size_t)b.dims.B * 4);
+            if (c.text_emb) {
+                emb = malloc(ntxt * (size_t)c.text_dim * 4);
+                vf_rng r;
+                vf_rng_init(&r, 2, 0, 0, VF_RNG_TEST);
+                vf_rng_normal(&r, 0, (int64_t)ntxt * c.text_dim, emb);
+            }
             vf_dit_init(l, 1, 0, l->total, params);
             float *x0 = malloc(nlat * 4);
             vf_rng r;
@@ -233,7 +289,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < ntxt; i++) text[i] = 'a' + (int)(i % 26);
             free(x0);
         }
-        b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target;
+        b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target, b.text_emb = emb;
         float *grads = calloc(np, sizeof(float));
         float *pred = malloc(nlat * 4);
         if (strcmp(cmd, "grad") == 0) {
@@ -261,7 +317,7 @@ int main(int argc, char **argv)
                    flop / 1e9, flop / 1e6 / ms, loss);
         }
         free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
-            free(pred);
+            free(pred), free(emb);
     } else {
         fprintf(stderr, "dit_tool: unknown command %s\n", cmd);
         return 2;

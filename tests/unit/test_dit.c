@@ -350,6 +350,11 @@ VF_TEST(lua_presets_match_c_presets)
                              f[i].k, v, f[i].v);
                 lua_pop(L, 1);
             }
+            lua_getfield(L, -1, "text");
+            const char *tm = lua_tostring(L, -1);
+            VF_CHECK_MSG((tm && strcmp(tm, "embeddings") == 0) == (c.text_emb == 1),
+                         "%s.text: lua %s, C text_emb %d", name, tm ? tm : "(bytes)", c.text_emb);
+            lua_pop(L, 1);
             lua_getfield(L, -1, "patch");
             for (int i = 0; i < 3; i++) {
                 lua_geti(L, -1, i + 1);

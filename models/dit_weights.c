@@ -1,0 +1,477 @@
+/* dit_weights.c — reading DiT weights from a safetensors file, a sharded index or a
+ * diffusers directory, in the original, ComfyUI or diffusers naming (dit_weights.h).
+ *
+ * The naming is told by one key each: patch_embedding.weight (original),
+ * model.diffusion_model.patch_embedding.weight (ComfyUI), condition_embedder.time_proj.weight
+ * (diffusers). Before that, the keys are searched for what makes the file another model
+ * (a VAE's encoder/decoder, an I2V DiT's image embedder) and for FP8 tensors, so those
+ * are refused by what they are rather than by a list of missing tensors.
+ */
+#include "models/dit_weights.h"
+
+#include "runtime/json.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define COMFY_PREFIX "model.diffusion_model."
+
+struct vf_dit_wsrc {
+    char *path;             /* what the user gave */
+    int nf;
+    vf_st_file **f;
+    char **fname;           /* each file's path */
+    vf_dit_naming naming;
+    int ntensors;
+    int64_t largest;
+};
+
+const char *vf_dit_naming_name(vf_dit_naming n)
+{
+    static const char *const names[] = {"original", "comfyui", "diffusers"};
+    return (unsigned)n < 3 ? names[n] : "?";
+}
+
+/* ------------------------------------------------------------------ names */
+
+/* Replaces every occurrence of `from` in s (n bytes of room) by `to`, left to right. */
+static void replace_all(char *s, size_t n, const char *from, const char *to)
+{
+    char buf[512];
+    size_t fl = strlen(from), tl = strlen(to), o = 0;
+    const char *p = s;
+    for (;;) {
+        const char *q = strstr(p, from);
+        size_t k = q ? (size_t)(q - p) : strlen(p);
+        if (o + k >= sizeof buf) k = sizeof buf - 1 - o;
+        memcpy(buf + o, p, k);
+        o += k;
+        if (!q) break;
+        if (o + tl < sizeof buf) memcpy(buf + o, to, tl), o += tl;
+        p = q + fl;
+    }
+    buf[o] = 0;
+    snprintf(s, n, "%s", buf);
+}
+
+/* diffusers' TRANSFORMER_KEYS_RENAME_DICT (convert_wan_transformer_to_diffusers), in its
+ * order: every pair is applied to every key, so the order matters (norm2/norm3 swap). */
+static const char *const to_diffusers[][2] = {
+    {"time_embedding.0", "condition_embedder.time_embedder.linear_1"},
+    {"time_embedding.2", "condition_embedder.time_embedder.linear_2"},
+    {"text_embedding.0", "condition_embedder.text_embedder.linear_1"},
+    {"text_embedding.2", "condition_embedder.text_embedder.linear_2"},
+    {"time_projection.1", "condition_embedder.time_proj"},
+    {"cross_attn", "attn2"},
+    {"self_attn", "attn1"},
+    {".o.", ".to_out.0."},
+    {".q.", ".to_q."},
+    {".k.", ".to_k."},
+    {".v.", ".to_v."},
+    {".k_img.", ".add_k_proj."},
+    {".v_img.", ".add_v_proj."},
+    {".norm_k_img.", ".norm_added_k."},
+    {"head.modulation", "scale_shift_table"},
+    {"head.head", "proj_out"},
+    {"modulation", "scale_shift_table"},
+    {"ffn.0", "ffn.net.0.proj"},
+    {"ffn.2", "ffn.net.2"},
+    {"norm2", "norm__placeholder"},
+    {"norm3", "norm2"},
+    {"norm__placeholder", "norm3"},
+};
+
+void vf_dit_name_to(vf_dit_naming nm, const char *orig, char *out, size_t n)
+{
+    if (nm == VF_DIT_NAMES_COMFYUI) {
+        snprintf(out, n, COMFY_PREFIX "%s", orig);
+        return;
+    }
+    snprintf(out, n, "%s", orig);
+    if (nm != VF_DIT_NAMES_DIFFUSERS) return;
+    for (size_t i = 0; i < sizeof to_diffusers / sizeof to_diffusers[0]; i++)
+        replace_all(out, n, to_diffusers[i][0], to_diffusers[i][1]);
+}
+
+/* ------------------------------------------------------------------ files */
+
+static int bad(vf_status *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(vf_status *st, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "weights: %s", msg);
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static bool is_file(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static char *slurp_text(const char *path, size_t max, vf_status *st)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        bad(st, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, fp) : 0;
+    fclose(fp);
+    if (!buf || n > max) {
+        free(buf);
+        bad(st, "%s: over %zu bytes", path, max);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+static int add_file(vf_dit_wsrc *w, const char *path, vf_status *st)
+{
+    for (int i = 0; i < w->nf; i++)
+        if (strcmp(w->fname[i], path) == 0) return 0;
+    vf_st_file **f = realloc(w->f, sizeof *f * (size_t)(w->nf + 1));
+    char **fn = f ? realloc(w->fname, sizeof *fn * (size_t)(w->nf + 1)) : NULL;
+    if (f) w->f = f;
+    if (fn) w->fname = fn;
+    if (!f || !fn) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
+    w->f[w->nf] = NULL;
+    w->fname[w->nf] = strdup(path);
+    if (!w->fname[w->nf]) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
+    w->nf++;
+    vf_status fs;
+    vf_status_clear(&fs);
+    int rc = vf_st_open(path, &w->f[w->nf - 1], &fs);
+    if (rc) /* missing, truncated, malformed, header over the limit: the reader's message */
+        return vf_status_set(st, rc == VF_ENOMEM ? rc : VF_EBADINPUT, __FILE__, __LINE__, "weights: %s", fs.msg);
+    return 0;
+}
+
+/* A sharded checkpoint: every file of the weight map, each tensor where the map says. */
+static int open_index(vf_dit_wsrc *w, const char *index, vf_status *st)
+{
+    int rc = 0;
+    vf_json *j = NULL;
+    char *text = slurp_text(index, 64 << 20, st);
+    if (!text) return VF_EBADINPUT;
+    vf_status js;
+    vf_status_clear(&js);
+    j = vf_json_parse(text, &js);
+    free(text);
+    if (!j) return bad(st, "%s: not JSON: %s", index, js.msg);
+    const vf_json *map = vf_json_get(j, "weight_map");
+    if (!map || map->type != VF_JSON_OBJ || vf_json_len(map) == 0)
+        VF_FAIL(st, VF_EBADINPUT, "weights: %s: no \"weight_map\" object (a *.safetensors.index.json has one)",
+                index);
+    const char *slash = strrchr(index, '/');
+    int dl = slash ? (int)(slash - index) + 1 : 0;
+    for (int i = 0; i < vf_json_len(map); i++) {
+        const char *name = vf_json_key_at(map, i);
+        const vf_json *v = vf_json_at(map, i);
+        if (!v || v->type != VF_JSON_STR || strchr(v->s, '/'))
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: the weight map names no file beside the index",
+                    index, name);
+        char p[4096];
+        snprintf(p, sizeof p, "%.*s%s", dl, index, v->s);
+        if (!is_file(p))
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: its file %s is missing", index, name, p);
+        if ((rc = add_file(w, p, st))) { /* a truncated or malformed shard: say which tensor it holds */
+            vf_status_prefix(st, "tensor %s", name);
+            goto fail;
+        }
+        const vf_st_file *f = NULL;
+        for (int k = 0; k < w->nf; k++)
+            if (strcmp(w->fname[k], p) == 0) f = w->f[k];
+        if (!f || !vf_st_find(f, name))
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: not in %s, where the weight map puts it", index, name,
+                    p);
+    }
+fail:
+    vf_json_free(j);
+    return rc;
+}
+
+/* A diffusers directory: its config must be a WanTransformer3DModel's when it says. */
+static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
+{
+    int rc = 0;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (is_file(p)) {
+        char *text = slurp_text(p, 1 << 20, st);
+        if (!text) return VF_EBADINPUT;
+        vf_json *j = vf_json_parse(text, NULL);
+        free(text);
+        const char *cls = j ? vf_json_get_str(j, "_class_name", "") : "";
+        if (cls[0] && strcmp(cls, "WanTransformer3DModel") != 0) {
+            rc = bad(st, "%s: _class_name %s is not a WanTransformer3DModel (the DiT)%s", p, cls,
+                     strstr(cls, "Autoencoder") ? ": a VAE given as the DiT" : "");
+            vf_json_free(j);
+            return rc;
+        }
+        vf_json_free(j);
+    }
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors.index.json", dir);
+    if (is_file(p)) return open_index(w, p, st);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
+    if (is_file(p)) return add_file(w, p, st);
+    return bad(st, "%s: a directory without diffusion_pytorch_model.safetensors(.index.json): not a diffusers "
+               "model directory", dir);
+}
+
+static const vf_st_tensor *find_any(const vf_dit_wsrc *w, const char *name, int *fi)
+{
+    for (int i = 0; i < w->nf; i++) {
+        const vf_st_tensor *t = vf_st_find(w->f[i], name);
+        if (t) {
+            if (fi) *fi = i;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static bool is_fp8(vf_st_dtype d)
+{
+    return d == VF_ST_F8_E5M2 || d == VF_ST_F8_E4M3 || d == VF_ST_F8_E8M0 || d == VF_ST_F8_E4M3FNUZ ||
+           d == VF_ST_F8_E5M2FNUZ;
+}
+
+/* What the keys say the files are, before the naming is looked for. */
+static int recognise(vf_dit_wsrc *w, vf_status *st)
+{
+    for (int i = 0; i < w->nf; i++) /* an FP8 tensor itself, before its scale is met */
+        for (int k = 0; k < vf_st_count(w->f[i]); k++)
+            if (is_fp8(vf_st_at(w->f[i], k)->dtype))
+                return bad(st, "%s: tensor %s is %s: an FP8 checkpoint (per-tensor scales); vflow reads F32, "
+                           "BF16 or F16 weights", w->fname[i], vf_st_at(w->f[i], k)->name,
+                           vf_st_dtype_name(vf_st_at(w->f[i], k)->dtype));
+    for (int i = 0; i < w->nf; i++) {
+        for (int k = 0; k < vf_st_count(w->f[i]); k++) {
+            const vf_st_tensor *t = vf_st_at(w->f[i], k);
+            const char *n = t->name;
+            if (strncmp(n, COMFY_PREFIX, strlen(COMFY_PREFIX)) == 0) n += strlen(COMFY_PREFIX);
+            if (strncmp(n, "img_emb.", 8) == 0 || strstr(n, "condition_embedder.image_embedder.") ||
+                strstr(n, ".k_img.") || strstr(n, ".add_k_proj."))
+                return bad(st, "%s: tensor %s: an image-to-video (I2V) checkpoint; vflow fine-tunes the "
+                           "text-to-video DiT", w->fname[i], t->name);
+            if (strncmp(n, "encoder.", 8) == 0 || strncmp(n, "decoder.", 8) == 0 || strstr(n, "quant_conv.") ||
+                strstr(n, "first_stage_model."))
+                return bad(st, "%s: tensor %s: a VAE (encoder/decoder), not the DiT", w->fname[i], t->name);
+            if (is_fp8(t->dtype) || ends_with(n, ".scale_weight") || ends_with(n, ".weight_scale"))
+                return bad(st, "%s: tensor %s is %s: an FP8 checkpoint (per-tensor scales); vflow reads F32, "
+                           "BF16 or F16 weights", w->fname[i], t->name, vf_st_dtype_name(t->dtype));
+            w->ntensors++;
+            if ((int64_t)t->nbytes > w->largest) w->largest = (int64_t)t->nbytes;
+        }
+    }
+    if (find_any(w, "patch_embedding.weight", NULL)) {
+        w->naming = VF_DIT_NAMES_ORIGINAL;
+        if (find_any(w, "condition_embedder.time_proj.weight", NULL))
+            w->naming = VF_DIT_NAMES_DIFFUSERS;
+        return 0;
+    }
+    if (find_any(w, COMFY_PREFIX "patch_embedding.weight", NULL)) {
+        w->naming = VF_DIT_NAMES_COMFYUI;
+        return 0;
+    }
+    const vf_st_tensor *t0 = w->nf && vf_st_count(w->f[0]) ? vf_st_at(w->f[0], 0) : NULL;
+    return bad(st, "%s: tensor patch_embedding.weight: not found under the original, ComfyUI "
+               "(" COMFY_PREFIX ") or diffusers names: not a Wan DiT (first tensor: %s)", w->path,
+               t0 ? t0->name : "none");
+}
+
+int vf_dit_wsrc_open(const char *path, vf_dit_wsrc **out, vf_status *st)
+{
+    int rc = 0;
+    *out = NULL;
+    vf_dit_wsrc *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = strdup(path))) {
+        free(w);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        VF_FAIL(st, VF_EBADINPUT, "weights: %s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        VF_TRY(open_dir(w, path, st));
+    else if (ends_with(path, ".json"))
+        VF_TRY(open_index(w, path, st));
+    else
+        VF_TRY(add_file(w, path, st));
+    VF_TRY(recognise(w, st));
+    *out = w;
+    return 0;
+fail:
+    vf_dit_wsrc_close(w);
+    return rc;
+}
+
+void vf_dit_wsrc_close(vf_dit_wsrc *w)
+{
+    if (!w) return;
+    for (int i = 0; i < w->nf; i++) {
+        vf_st_close(w->f[i]);
+        free(w->fname[i]);
+    }
+    free(w->f);
+    free(w->fname);
+    free(w->path);
+    free(w);
+}
+
+vf_dit_naming vf_dit_wsrc_naming(const vf_dit_wsrc *w) { return w->naming; }
+int vf_dit_wsrc_count(const vf_dit_wsrc *w) { return w->ntensors; }
+int64_t vf_dit_wsrc_largest(const vf_dit_wsrc *w) { return w->largest; }
+
+/* ------------------------------------------------------------------ check, read */
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *s)
+{
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, i ? ", %lld" : "%lld", (long long)s[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *st)
+{
+    int rc = 0;
+    char **want = calloc((size_t)l->n, sizeof *want);
+    int nw = 0;
+    if (!want) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
+    for (int i = 0; i < l->n; i++) {
+        const vf_dit_tensor *t = &l->t[i];
+        if (t->numel == 0) continue;
+        char name[256], a[128], b[128];
+        vf_dit_name_to(w->naming, t->name, name, sizeof name);
+        int fi = 0;
+        const vf_st_tensor *ft = find_any(w, name, &fi);
+        shape_str(a, sizeof a, t->ndim, t->shape);
+        if (!ft)
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s missing (the model expects shape %s)", w->path, name,
+                    a);
+        bool same = ft->ndim == t->ndim;
+        for (int k = 0; same && k < t->ndim; k++) same = ft->shape[k] == t->shape[k];
+        shape_str(b, sizeof b, ft->ndim, ft->shape);
+        if (!same)
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s has shape %s, the model expects %s", w->fname[fi], name,
+                    b, a);
+        if (ft->dtype != VF_ST_F32 && ft->dtype != VF_ST_BF16 && ft->dtype != VF_ST_F16 && ft->dtype != VF_ST_F64)
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s is %s; F32, BF16 or F16 expected", w->fname[fi], name,
+                    vf_st_dtype_name(ft->dtype));
+        if (!(want[nw++] = strdup(name))) VF_FAIL(st, VF_ENOMEM, "weights: out of memory");
+    }
+    qsort(want, (size_t)nw, sizeof *want, cmp_str);
+    for (int i = 0; i < w->nf; i++) {
+        for (int k = 0; k < vf_st_count(w->f[i]); k++) {
+            const char *n = vf_st_at(w->f[i], k)->name;
+            if (!bsearch(&n, want, (size_t)nw, sizeof *want, cmp_str))
+                VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s is not part of the model (%s names; another "
+                        "model or config?)", w->fname[i], n, vf_dit_naming_name(w->naming));
+        }
+    }
+fail:
+    for (int i = 0; i < nw; i++) free(want[i]);
+    free(want);
+    return rc;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 0) {
+        if (m == 0) {
+            u = s;
+        } else { /* subnormal: normalise */
+            int sh = 0;
+            while (!(m & 1024)) m <<= 1, sh++;
+            u = s | (uint32_t)(127 - 15 - sh + 1) << 23 | (m & 1023) << 13;
+        }
+    } else if (e == 31) {
+        u = s | 0x7f800000u | m << 13;
+    } else {
+        u = s | (e + 127 - 15) << 23 | m << 13;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Elements [a, b) of file tensor ft into dst; VF_EBADINPUT at the first non-finite. */
+static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, int64_t a, int64_t b, float *dst,
+                   vf_status *st)
+{
+    const unsigned char *src = ft->data;
+    for (int64_t i = a; i < b; i++) {
+        float v;
+        switch (ft->dtype) {
+        case VF_ST_F32: memcpy(&v, src + 4 * i, 4); break;
+        case VF_ST_F64: {
+            double d;
+            memcpy(&d, src + 8 * i, 8);
+            v = (float)d;
+            break;
+        }
+        case VF_ST_BF16: {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            uint32_t u = (uint32_t)h << 16;
+            memcpy(&v, &u, 4);
+            break;
+        }
+        case VF_ST_F16: {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            v = half_to_float(h);
+            break;
+        }
+        default:
+            return bad(st, "%s: tensor %s is %s; F32, BF16 or F16 expected", w->fname[fi], ft->name,
+                       vf_st_dtype_name(ft->dtype));
+        }
+        if (!isfinite(v))
+            return bad(st, "%s: tensor %s: element %lld is %s", w->fname[fi], ft->name, (long long)i,
+                       isnan(v) ? "NaN" : "infinite");
+        dst[i - a] = v;
+    }
+    return 0;
+}
+
+int vf_dit_wsrc_read(const vf_dit_wsrc *w, const vf_dit_layout *l, float *dst, int64_t off, int64_t n,
+                     vf_status *st)
+{
+    for (int i = 0; i < l->n; i++) {
+        const vf_dit_tensor *t = &l->t[i];
+        int64_t a = t->offset > off ? t->offset : off;
+        int64_t b = t->offset + t->numel < off + n ? t->offset + t->numel : off + n;
+        if (t->numel == 0 || b <= a) continue;
+        char name[256];
+        vf_dit_name_to(w->naming, t->name, name, sizeof name);
+        int fi = 0;
+        const vf_st_tensor *ft = find_any(w, name, &fi);
+        if (!ft || ft->numel != t->numel)
+            return bad(st, "%s: tensor %s %s", w->path, name, ft ? "has another size than the model's" : "missing");
+        int rc = convert(w, fi, ft, a - t->offset, b - t->offset, dst + (a - off), st);
+        vf_st_drop(w->f[fi], ft);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,74 @@
+/* dit_weights.h — DiT weights from the files users have (Wan 2.1 T2V checkpoints).
+ *
+ * A source is one of
+ *   - a .safetensors file,
+ *   - a sharded checkpoint's *.safetensors.index.json ({"weight_map": {tensor: file}},
+ *     the files beside it),
+ *   - a diffusers model directory (config.json + diffusion_pytorch_model.safetensors or
+ *     its .index.json, as WanTransformer3DModel.save_pretrained writes it),
+ * under one of three namings, recognised by its keys:
+ *   original   Wan 2.1's WanModel state dict ("blocks.0.self_attn.q.weight"), the names of
+ *              the layout (dit_layout.c) and of vflow's own checkpoints;
+ *   comfyui    the same behind the prefix "model.diffusion_model.";
+ *   diffusers  WanTransformer3DModel's ("blocks.0.attn1.to_q.weight"): the original names
+ *              put through diffusers' convert_wan_transformer_to_diffusers (the same
+ *              ordered substring replaces, vf_dit_name_to).
+ * F32, BF16, F16 (and F64) tensors are widened / rounded to f32. FP8 checkpoints (F8_*
+ * tensors with a per-tensor scale) are refused naming the first FP8 tensor.
+ *
+ * Opening reads the headers only (each file is mapped, nothing of its data is touched);
+ * reading converts tensor by tensor straight into the caller's buffer and gives each
+ * tensor's pages back afterwards (vf_st_drop), so the host holds about the largest tensor
+ * of the file beside the caller's slice, however large the file is.
+ *
+ * Every refusal is VF_EBADINPUT (exit code 2) with one line naming the file and the
+ * tensor: a missing path or shard, a truncated or malformed file, a header over the
+ * size limit, another model (a VAE, an image-to-video DiT with img_emb), a missing,
+ * extra or mis-shaped tensor (expected and found shape), an unreadable dtype, a NaN or
+ * infinity in a tensor.
+ */
+#ifndef VF_DIT_WEIGHTS_H
+#define VF_DIT_WEIGHTS_H
+
+#include "models/dit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vf_dit_naming {
+    VF_DIT_NAMES_ORIGINAL = 0,
+    VF_DIT_NAMES_COMFYUI,
+    VF_DIT_NAMES_DIFFUSERS,
+} vf_dit_naming;
+
+const char *vf_dit_naming_name(vf_dit_naming n); /* "original", "comfyui", "diffusers" */
+
+/* The name the layout tensor `orig` (original naming) has in naming nm, into out (n
+ * bytes, truncated). */
+void vf_dit_name_to(vf_dit_naming nm, const char *orig, char *out, size_t n);
+
+typedef struct vf_dit_wsrc vf_dit_wsrc;
+
+/* Opens the weights at path (headers only) and recognises the naming. Caller owns *out
+ * (vf_dit_wsrc_close). */
+int vf_dit_wsrc_open(const char *path, vf_dit_wsrc **out, vf_status *st);
+void vf_dit_wsrc_close(vf_dit_wsrc *w); /* NULL is fine */
+vf_dit_naming vf_dit_wsrc_naming(const vf_dit_wsrc *w);
+/* Tensors in the source (all files) and the bytes of the largest one. */
+int vf_dit_wsrc_count(const vf_dit_wsrc *w);
+int64_t vf_dit_wsrc_largest(const vf_dit_wsrc *w);
+
+/* The source holds exactly the tensors of l (none missing, none extra) with l's shapes
+ * and readable dtypes. */
+int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *st);
+
+/* Fills dst (host, n floats; element off of the flat vector at dst[0]) from the source,
+ * tensor by tensor; the range may cut tensors. Values must be finite. */
+int vf_dit_wsrc_read(const vf_dit_wsrc *w, const vf_dit_layout *l, float *dst, int64_t off,
+                     int64_t n, vf_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_DIT_WEIGHTS_H */

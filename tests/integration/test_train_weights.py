@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+# test_train_weights.py — training that starts from a weights file (`--set weights=`),
+# through the real binary:
+#  - the tiny model's seeded init saved as a file (dit_tool save) and trained from with
+#    P = 2 partitions and S = 3 optimizer shards (whose slices cut tensors) ends bitwise
+#    where the run initialised from the same seed ends: every shard and partition took
+#    exactly the file's numbers;
+#  - the same weights under the ComfyUI prefix in BF16 (rounded here), and a sharded
+#    index of them, train too; another init gives other losses after step 1 (the
+#    init's zero head makes step 1's the same for any weights);
+#  - bad input, each refused by `vflow check` (before any worker starts) with exit 2 and
+#    one line naming the file and the tensor: a VAE given as the DiT, an I2V checkpoint
+#    (img_emb), a missing, an extra and a mis-shaped tensor (expected and found shape),
+#    an FP8 tensor, a truncated shard, an index naming a missing file, a header over the
+#    size limit; a NaN (found only when the data are read) fails `vflow run` with exit 2
+#    naming the tensor, before any step.
+# vflow-test: timeout=300
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+BUILD = os.environ.get("VFLOW_BUILD", "build")
+VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
+SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
+TRAIN_TOOL = os.path.join(BUILD, "tools", "train_tool")
+DIT_TOOL = os.path.join(BUILD, "tools", "dit_tool")
+PIPE = os.path.join(SRC, "pipelines", "train_dit.lua")
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+failed = []
+
+
+def check(cond, msg):
+    if not cond:
+        failed.append(msg)
+        print("FAIL: " + msg)
+    return cond
+
+
+def write_st(path, tensors, header_len=None):
+    """safetensors by hand: tensors = {name: (dtype, shape, raw bytes)}."""
+    hdr, off, blobs = {}, 0, []
+    for name in sorted(tensors):
+        dt, shape, raw = tensors[name]
+        hdr[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blobs.append(raw)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", header_len if header_len is not None else len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        out[k] = np.frombuffer(data[b:e], dtype="<f4").reshape(v["shape"]).copy()
+    return out
+
+
+def f32(tensors):
+    return {k: ("F32", v.shape, v.astype("<f4").tobytes()) for k, v in tensors.items()}
+
+
+def bf16(v):
+    u = v.astype("<f4").view("<u4").astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")  # round to nearest even
+    return r.tobytes(), (r.astype("<u4") << 16).view("<f4")
+
+
+def vflow(cmd, tmp, name, *sets):
+    run = os.path.join(tmp, name)
+    args = [VFLOW, cmd, PIPE] + (["--run-dir", run] if cmd == "run" else [])
+    for s in ("cache=" + os.path.join(tmp, "cache.lmdb"), "steps=3", "every=0", "batch=4", "stages=2",
+              "micro_batches=2", "shards=3") + sets:
+        args += ["--set", s]
+    r = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=120)
+    losses = []
+    mp = os.path.join(run, "metrics.jsonl")
+    if cmd == "run" and os.path.exists(mp):
+        with open(mp) as f:
+            losses = [json.loads(ln)["loss"] for ln in f if '"event":"train_step"' in ln]
+    return r, run, losses
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        p = lambda n: os.path.join(tmp, n)  # noqa: E731
+        subprocess.run([TRAIN_TOOL, "mkcache", p("cache.lmdb"), "16", "4", "1", "8", "8", "7"], check=True,
+                       capture_output=True)
+        for seed in (0, 7):
+            subprocess.run([DIT_TOOL, "init", "seed=%d" % seed, "out=" + p("init%d.bin" % seed)], check=True)
+            subprocess.run([DIT_TOOL, "save", "params=" + p("init%d.bin" % seed), "out=" + p("w%d.safetensors" % seed)],
+                           check=True)
+        w0 = read_st(p("w0.safetensors"))
+
+        r, run_a, la = vflow("run", tmp, "seeded")
+        check(r.returncode == 0 and len(la) == 3, "seeded run: exit %d %s" % (r.returncode, r.stderr[-500:]))
+        r, run_b, lb = vflow("run", tmp, "from_file", "weights=" + p("w0.safetensors"))
+        check(r.returncode == 0 and lb == la, "run from the init's file: exit %d, losses %r vs %r %s" % (
+            r.returncode, lb, la, r.stderr[-500:]))
+        ma = open(os.path.join(run_a, "ckpt", "step-3", "model.safetensors"), "rb").read()
+        mb = open(os.path.join(run_b, "ckpt", "step-3", "model.safetensors"), "rb").read()
+        check(ma == mb, "the run from the file ends bitwise where the seeded run ends")
+        r, _, l7 = vflow("run", tmp, "other", "weights=" + p("w7.safetensors"))
+        # (the step-1 loss is the init's zero head's: the same for any weights; later ones differ)
+        check(r.returncode == 0 and len(l7) == 3 and l7[1:] != la[1:], "another init, another loss: %r vs %r" % (l7, la))
+
+        # ComfyUI prefix in BF16, and the same as a sharded index
+        comfy = {}
+        for k, v in w0.items():
+            raw, _ = bf16(v)
+            comfy["model.diffusion_model." + k] = ("BF16", v.shape, raw)
+        write_st(p("comfy_bf16.safetensors"), comfy)
+        names = sorted(comfy)
+        os.makedirs(p("sharded"))
+        wmap = {}
+        for i, part in enumerate((names[:40], names[40:])):
+            fn = "model-%05d-of-00002.safetensors" % (i + 1)
+            write_st(os.path.join(p("sharded"), fn), {k: comfy[k] for k in part})
+            wmap.update({k: fn for k in part})
+        index = os.path.join(p("sharded"), "model.safetensors.index.json")
+        with open(index, "w") as f:
+            json.dump({"weight_map": wmap}, f)
+        r, _, lc = vflow("run", tmp, "comfy", "weights=" + p("comfy_bf16.safetensors"))
+        check(r.returncode == 0 and len(lc) == 3 and lc[1:] != la[1:],
+              "BF16 ComfyUI file trains (bf16-rounded weights: another loss): exit %d %r %s" % (
+                  r.returncode, lc, r.stderr[-400:]))
+        r, _, ls = vflow("run", tmp, "sharded_run", "weights=" + index)
+        check(r.returncode == 0 and ls == lc, "sharded index = the single file: %r vs %r %s" % (ls, lc, r.stderr[-400:]))
+
+        # bad input at check time
+        def bad(tag, path, *words):
+            r, _, _ = vflow("check", tmp, tag, "weights=" + path)
+            out = (r.stdout + r.stderr).strip()
+            ok = check(r.returncode == 2 and all(w in out for w in words),
+                       "%s: want exit 2 naming %s, got %d: %s" % (tag, words, r.returncode, out[-400:]))
+            if ok:
+                print("%-14s exit 2: %s" % (tag, out.splitlines()[-1][-160:]))
+
+        vae = {"encoder.conv1.weight": np.ones((8, 3, 3, 3, 3), np.float32), "conv1.weight": np.ones((8, 8, 1, 1, 1), np.float32)}
+        write_st(p("vae.safetensors"), f32(vae))
+        bad("vae", p("vae.safetensors"), "vae.safetensors", "encoder.conv1.weight", "VAE")
+        i2v = dict(w0, **{"img_emb.proj.0.weight": np.ones(4, np.float32)})
+        write_st(p("i2v.safetensors"), f32(i2v))
+        bad("i2v", p("i2v.safetensors"), "i2v.safetensors", "img_emb.proj.0.weight", "I2V")
+        miss = {k: v for k, v in w0.items() if k != "blocks.1.ffn.0.bias"}
+        write_st(p("missing.safetensors"), f32(miss))
+        bad("missing", p("missing.safetensors"), "missing.safetensors", "blocks.1.ffn.0.bias", "missing", "[256]")
+        write_st(p("extra.safetensors"), f32(dict(w0, **{"blocks.9.extra.weight": np.ones(3, np.float32)})))
+        bad("extra", p("extra.safetensors"), "extra.safetensors", "blocks.9.extra.weight")
+        shp = dict(w0, **{"head.head.bias": np.ones(8, np.float32)})
+        write_st(p("shape.safetensors"), f32(shp))
+        bad("shape", p("shape.safetensors"), "shape.safetensors", "head.head.bias", "[8]", "[16]")
+        fp8 = f32(w0)
+        fp8["blocks.0.ffn.0.weight"] = ("F8_E4M3", w0["blocks.0.ffn.0.weight"].shape,
+                                        bytes(w0["blocks.0.ffn.0.weight"].size))
+        fp8["blocks.0.ffn.0.scale_weight"] = ("F32", (1,), np.ones(1, np.float32).tobytes())
+        write_st(p("fp8.safetensors"), fp8)
+        bad("fp8", p("fp8.safetensors"), "fp8.safetensors", "blocks.0.ffn.0.weight", "F8_E4M3", "FP8")
+        trunc = os.path.join(p("sharded"), "model-00002-of-00002.safetensors")
+        data = open(trunc, "rb").read()
+        os.makedirs(p("trunc"))
+        for fn in os.listdir(p("sharded")):
+            blob = open(os.path.join(p("sharded"), fn), "rb").read()
+            open(os.path.join(p("trunc"), fn), "wb").write(blob[:-100] if fn == os.path.basename(trunc) else blob)
+        bad("truncated", os.path.join(p("trunc"), "model.safetensors.index.json"), "model-00002-of-00002.safetensors")
+        os.makedirs(p("gone"))
+        for fn in os.listdir(p("sharded")):
+            if fn != "model-00001-of-00002.safetensors":
+                open(os.path.join(p("gone"), fn), "wb").write(open(os.path.join(p("sharded"), fn), "rb").read())
+        bad("index-missing", os.path.join(p("gone"), "model.safetensors.index.json"), "model-00001-of-00002.safetensors",
+            "missing", "model.diffusion_model.")
+        write_st(p("huge.safetensors"), f32({"patch_embedding.weight": np.ones(4, np.float32)}), header_len=200 << 20)
+        bad("header-limit", p("huge.safetensors"), "huge.safetensors", "header length", "limit")
+        check(len(data) > 100, "shard size")
+
+        # NaN: found when the shard reads its slice; the run stops before any step
+        nan = dict(w0)
+        v = nan["blocks.2.cross_attn.v.weight"].copy()
+        v[3, 5] = np.nan
+        nan["blocks.2.cross_attn.v.weight"] = v
+        write_st(p("nan.safetensors"), f32(nan))
+        r, _, ln = vflow("run", tmp, "nan", "weights=" + p("nan.safetensors"))
+        out = r.stdout + r.stderr
+        check(r.returncode == 2 and "nan.safetensors" in out and "blocks.2.cross_attn.v.weight" in out
+              and "NaN" in out and not ln, "NaN: exit %d, %d steps: %s" % (r.returncode, len(ln), out[-500:]))
+    print("PASS" if not failed else "FAIL (%d)" % len(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

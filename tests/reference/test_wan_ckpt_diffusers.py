@@ -1,0 +1,130 @@
+# test_wan_ckpt_diffusers.py — a vflow checkpoint is a Wan checkpoint: the tiny DiT with
+# text embeddings (text_dim 16) trained 3 steps from a cache with embeddings
+# (pipelines/train_dit.lua, P = 2 partitions, S = 2 shards); its model.safetensors
+#  - carries __metadata__ {format: pt, step: "3", preset: "tiny"} and the original Wan
+#    names only (no byte-token table);
+#  - goes through diffusers' own convert_wan_transformer_to_diffusers (as is, and under
+#    ComfyUI's prefix) into a state dict that loads into WanTransformer3DModel of the
+#    same shape with load_state_dict(strict=True);
+#  - the loaded model's forward on a held sample equals vflow's forward from the same
+#    file (dit_tool weights=) to a relative error <= 1e-5; the weights moved off the
+#    seeded init, so the file holds trained numbers.
+# vflow-test: labels=reference timeout=600
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wan_ref  # noqa: E402  (before diffusers: shims torch 1.13)
+
+wan_ref.reexec_in_ref_venv()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from diffusers import WanTransformer3DModel  # noqa: E402
+from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+BUILD = os.environ.get("VFLOW_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
+SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
+VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
+DIT_TOOL = os.path.join(BUILD, "tools", "dit_tool")
+CACHE_TOOL = os.path.join(BUILD, "tools", "cache_tool")
+# the tiny preset (lua/model_dit.lua) with text = embeddings of width 16
+CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=4,
+              text_dim=16, freq_dim=64, ffn_dim=256, num_layers=4, cross_attn_norm=True, eps=1e-6, rope_max_seq_len=64)
+CFG = ["preset=tiny", "text_dim=16", "text_emb=1"]
+TL = 32
+
+
+def main():
+    failed = 0
+
+    def check(cond, msg):
+        nonlocal failed
+        if not cond:
+            failed += 1
+            print("FAIL: " + msg)
+        return cond
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as d:
+        f = lambda n: os.path.join(d, n)  # noqa: E731
+        r = subprocess.run([CACHE_TOOL, "write", f("cache.lmdb"), "0", "8", "--shape", "4,1,8,8", "--text", "16"],
+                           capture_output=True, text=True)
+        if not check(r.returncode == 0, "cache_tool: " + r.stderr):
+            return 1
+        args = [VFLOW, "run", os.path.join(SRC, "pipelines", "train_dit.lua"), "--run-dir", f("run")]
+        for s in ("cache=" + f("cache.lmdb"), "text_dim=16", "steps=3", "every=0", "batch=4", "stages=2",
+                  "micro_batches=2", "shards=2"):
+            args += ["--set", s]
+        r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+        if not check(r.returncode == 0, "training: exit %d %s" % (r.returncode, r.stderr[-800:])):
+            return 1
+        path = f("run/ckpt/step-3/model.safetensors")
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            meta = json.loads(fh.read(n)).get("__metadata__", {})
+        check(meta == {"format": "pt", "step": "3", "preset": "tiny"}, "metadata %r" % meta)
+        sd = load_file(path)
+        check("text_tokens.weight" not in sd and all(v.dtype == torch.float32 for v in sd.values()),
+              "original names in F32, no byte-token table")
+        for tag, src in (("original", sd), ("comfyui", {"model.diffusion_model." + k: v for k, v in sd.items()})):
+            conv = convert_wan_transformer_to_diffusers(dict(src))
+            model = WanTransformer3DModel.from_config(CONFIG)
+            try:
+                model.load_state_dict(conv, strict=True)
+                ok = True
+            except RuntimeError as e:
+                ok = False
+                print(str(e)[:600])
+            check(ok, "%s: the converted checkpoint does not load with strict=True" % tag)
+        model.eval()
+
+        # trained: the weights moved off the seeded init
+        r = subprocess.run([DIT_TOOL, "init"] + CFG + ["seed=0", "out=" + f("init.bin")], capture_output=True, text=True)
+        lay = subprocess.run([DIT_TOOL, "layout"] + CFG, capture_output=True, text=True).stdout.split("\n")
+        init = np.fromfile(f("init.bin"), dtype=np.float32)
+        moved = 0
+        for line in lay:
+            if line:
+                name, off, numel, _ = line.split()
+                moved += not np.array_equal(init[int(off):int(off) + int(numel)], sd[name].numpy().ravel())
+        check(moved > 0, "no tensor moved off the init")
+
+        # a held sample: vflow's forward from the file = diffusers' from the converted dict
+        g = torch.Generator().manual_seed(5)
+        B, T, H, W = 2, 1, 8, 8
+        x = torch.randn(B, 4, T, H, W, generator=g)
+        sigma = torch.tensor([0.375, 0.6875])
+        lens = torch.tensor([3, 5], dtype=torch.int32)
+        emb = torch.randn(B, TL, 16, generator=g)
+        ctx = emb.clone()
+        for b in range(B):
+            ctx[b, lens[b]:] = 0
+        with torch.no_grad():
+            ref = model(hidden_states=x, timestep=sigma * 1000, encoder_hidden_states=ctx, return_dict=False)[0]
+        x.numpy().tofile(f("x.bin"))
+        x.numpy().tofile(f("target.bin"))
+        sigma.numpy().tofile(f("t.bin"))
+        emb.numpy().tofile(f("emb.bin"))
+        lens.numpy().tofile(f("len.bin"))
+        r = subprocess.run([DIT_TOOL, "grad"] + CFG + ["dims=%d,%d,%d,%d" % (B, T, H, W), "weights=" + path,
+                                                       "xt=" + f("x.bin"), "t=" + f("t.bin"), "emb=" + f("emb.bin"),
+                                                       "len=" + f("len.bin"), "target=" + f("target.bin"),
+                                                       "pred=" + f("pred.bin")], capture_output=True, text=True)
+        if check(r.returncode == 0, "dit_tool grad: " + r.stderr):
+            pred = np.fromfile(f("pred.bin"), dtype=np.float32)
+            refv = ref.numpy().ravel()
+            e = float(np.abs(pred - refv).max() / np.abs(refv).max())
+            print("checkpoint step 3: %d tensors, %d moved; forward vs diffusers rel err %.2e" % (len(sd), moved, e))
+            check(e <= 1e-5, "forward relative error %.3g > 1e-5" % e)
+    print("PASS" if not failed else "FAIL (%d)" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

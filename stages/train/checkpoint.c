@@ -194,7 +194,10 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
 /* "the newest complete checkpoint is D/step-N (step N): steps N+1-`upto` are not saved" */
 static void lost_text(const ckpt_state *c, int64_t upto, char *out, size_t n)
 {
-    if (c->ok_step >= 0)
+    if (c->ok_step >= 0 && c->ok_step + 1 == upto)
+        snprintf(out, n, "the newest complete checkpoint is %s (step %lld): step %lld is not saved", c->ok_path,
+                 (long long)c->ok_step, (long long)upto);
+    else if (c->ok_step >= 0)
         snprintf(out, n, "the newest complete checkpoint is %s (step %lld): steps %lld-%lld are not saved", c->ok_path,
                  (long long)c->ok_step, (long long)c->ok_step + 1, (long long)upto);
     else

@@ -4,8 +4,9 @@
  * The naming is told by one key each: patch_embedding.weight (original),
  * model.diffusion_model.patch_embedding.weight (ComfyUI), condition_embedder.time_proj.weight
  * (diffusers). Before that, the keys are searched for what makes the file another model
- * (a VAE's encoder/decoder, an I2V DiT's image embedder) and for FP8 tensors, so those
- * are refused by what they are rather than by a list of missing tensors.
+ * (a VAE's encoder/decoder, an I2V DiT's image embedder) and for FP8 formats it does not
+ * read, so those are refused by what they are rather than by a list of missing tensors.
+ * FP8 E4M3/E5M2 weights are dequantised with their per-tensor scale while read.
  */
 #include "models/dit_weights.h"
 
@@ -247,21 +248,25 @@ static const vf_st_tensor *find_any(const vf_dit_wsrc *w, const char *name, int 
     return NULL;
 }
 
-static bool is_fp8(vf_st_dtype d)
+/* FP8 formats read: E4M3 (torch's float8_e4m3fn) and E5M2; the others are refused. */
+static bool fp8_read(vf_st_dtype d) { return d == VF_ST_F8_E4M3 || d == VF_ST_F8_E5M2; }
+static bool fp8_other(vf_st_dtype d)
 {
-    return d == VF_ST_F8_E5M2 || d == VF_ST_F8_E4M3 || d == VF_ST_F8_E8M0 || d == VF_ST_F8_E4M3FNUZ ||
-           d == VF_ST_F8_E5M2FNUZ;
+    return d == VF_ST_F8_E8M0 || d == VF_ST_F8_E4M3FNUZ || d == VF_ST_F8_E5M2FNUZ;
+}
+
+/* Tensors of a scaled-FP8 checkpoint that are no weights: the per-tensor scales of the
+ * weights (ComfyUI's <base>.scale_weight, diffusers' <base>.weight_scale), ComfyUI's
+ * input scales (<base>.scale_input, for FP8 matmuls) and its marker "scaled_fp8". */
+static bool fp8_aux(const char *n)
+{
+    return ends_with(n, ".scale_weight") || ends_with(n, ".weight_scale") || ends_with(n, ".scale_input") ||
+           ends_with(n, "scaled_fp8");
 }
 
 /* What the keys say the files are, before the naming is looked for. */
 static int recognise(vf_dit_wsrc *w, vf_status *st)
 {
-    for (int i = 0; i < w->nf; i++) /* an FP8 tensor itself, before its scale is met */
-        for (int k = 0; k < vf_st_count(w->f[i]); k++)
-            if (is_fp8(vf_st_at(w->f[i], k)->dtype))
-                return bad(st, "%s: tensor %s is %s: an FP8 checkpoint (per-tensor scales); vflow reads F32, "
-                           "BF16 or F16 weights", w->fname[i], vf_st_at(w->f[i], k)->name,
-                           vf_st_dtype_name(vf_st_at(w->f[i], k)->dtype));
     for (int i = 0; i < w->nf; i++) {
         for (int k = 0; k < vf_st_count(w->f[i]); k++) {
             const vf_st_tensor *t = vf_st_at(w->f[i], k);
@@ -274,9 +279,9 @@ static int recognise(vf_dit_wsrc *w, vf_status *st)
             if (strncmp(n, "encoder.", 8) == 0 || strncmp(n, "decoder.", 8) == 0 || strstr(n, "quant_conv.") ||
                 strstr(n, "first_stage_model."))
                 return bad(st, "%s: tensor %s: a VAE (encoder/decoder), not the DiT", w->fname[i], t->name);
-            if (is_fp8(t->dtype) || ends_with(n, ".scale_weight") || ends_with(n, ".weight_scale"))
-                return bad(st, "%s: tensor %s is %s: an FP8 checkpoint (per-tensor scales); vflow reads F32, "
-                           "BF16 or F16 weights", w->fname[i], t->name, vf_st_dtype_name(t->dtype));
+            if (fp8_other(t->dtype))
+                return bad(st, "%s: tensor %s is %s; vflow reads F32, BF16, F16 and FP8 E4M3/E5M2 weights",
+                           w->fname[i], t->name, vf_st_dtype_name(t->dtype));
             w->ntensors++;
             if ((int64_t)t->nbytes > w->largest) w->largest = (int64_t)t->nbytes;
         }
@@ -342,11 +347,53 @@ int64_t vf_dit_wsrc_largest(const vf_dit_wsrc *w) { return w->largest; }
 
 /* ------------------------------------------------------------------ check, read */
 
+static float half_to_float(uint16_t h);
+
 static void shape_str(char *buf, size_t n, int ndim, const int64_t *s)
 {
     size_t o = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, i ? ", %lld" : "%lld", (long long)s[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* The per-tensor scale of weight `name` (<base>.scale_weight or <base>.weight_scale, base
+ * = name without ".weight"): one finite number, F32/BF16/F16; 1 when there is none. */
+static int scale_of(const vf_dit_wsrc *w, const char *name, float *out, vf_status *st)
+{
+    char sn[300];
+    size_t bl = strlen(name);
+    if (ends_with(name, ".weight")) bl -= strlen(".weight");
+    static const char *const sfx[2] = {".scale_weight", ".weight_scale"};
+    if (out) *out = 1.0f;
+    for (int k = 0; k < 2; k++) {
+        snprintf(sn, sizeof sn, "%.*s%s", (int)bl, name, sfx[k]);
+        int fi = 0;
+        const vf_st_tensor *t = find_any(w, sn, &fi);
+        if (!t) continue;
+        float v = 0;
+        uint16_t h;
+        if (t->numel != 1)
+            return bad(st, "%s: tensor %s has %lld elements; a per-tensor scale has one", w->fname[fi], sn,
+                       (long long)t->numel);
+        if (t->dtype == VF_ST_F32) {
+            memcpy(&v, t->data, 4);
+        } else if (t->dtype == VF_ST_BF16) {
+            uint32_t u;
+            memcpy(&h, t->data, 2);
+            u = (uint32_t)h << 16;
+            memcpy(&v, &u, 4);
+        } else if (t->dtype == VF_ST_F16) {
+            memcpy(&h, t->data, 2);
+            v = half_to_float(h);
+        } else {
+            return bad(st, "%s: tensor %s is %s; a scale is F32, BF16 or F16", w->fname[fi], sn,
+                       vf_st_dtype_name(t->dtype));
+        }
+        if (!isfinite(v)) return bad(st, "%s: tensor %s: the scale is %s", w->fname[fi], sn, isnan(v) ? "NaN" : "infinite");
+        if (out) *out = v;
+        return 0;
+    }
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -374,15 +421,18 @@ int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *s
         if (!same)
             VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s has shape %s, the model expects %s", w->fname[fi], name,
                     b, a);
-        if (ft->dtype != VF_ST_F32 && ft->dtype != VF_ST_BF16 && ft->dtype != VF_ST_F16 && ft->dtype != VF_ST_F64)
-            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s is %s; F32, BF16 or F16 expected", w->fname[fi], name,
-                    vf_st_dtype_name(ft->dtype));
+        if (ft->dtype != VF_ST_F32 && ft->dtype != VF_ST_BF16 && ft->dtype != VF_ST_F16 && ft->dtype != VF_ST_F64 &&
+            !fp8_read(ft->dtype))
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s is %s; F32, BF16, F16 or FP8 expected", w->fname[fi],
+                    name, vf_st_dtype_name(ft->dtype));
+        VF_TRY(scale_of(w, name, NULL, st)); /* a scale, when there is one, must be one finite number */
         if (!(want[nw++] = strdup(name))) VF_FAIL(st, VF_ENOMEM, "weights: out of memory");
     }
     qsort(want, (size_t)nw, sizeof *want, cmp_str);
     for (int i = 0; i < w->nf; i++) {
         for (int k = 0; k < vf_st_count(w->f[i]); k++) {
             const char *n = vf_st_at(w->f[i], k)->name;
+            if (fp8_aux(n)) continue;
             if (!bsearch(&n, want, (size_t)nw, sizeof *want, cmp_str))
                 VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s is not part of the model (%s names; another "
                         "model or config?)", w->fname[i], n, vf_dit_naming_name(w->naming));
@@ -416,13 +466,24 @@ static float half_to_float(uint16_t h)
 }
 
 /* Elements [a, b) of file tensor ft into dst; VF_EBADINPUT at the first non-finite. */
-static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, int64_t a, int64_t b, float *dst,
-                   vf_status *st)
+/* FP8 E4M3 (e4m3fn: bias 7, no infinities, S.1111.111 is NaN) to float. */
+static float e4m3_to_float(uint8_t x)
+{
+    int s = x >> 7, e = (x >> 3) & 15, m = x & 7;
+    if (e == 15 && m == 7) return NAN;
+    float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6);
+    return s ? -v : v;
+}
+
+static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, float scale, int64_t a, int64_t b,
+                   float *dst, vf_status *st)
 {
     const unsigned char *src = ft->data;
     for (int64_t i = a; i < b; i++) {
         float v;
         switch (ft->dtype) {
+        case VF_ST_F8_E4M3: v = e4m3_to_float(src[i]); break;
+        case VF_ST_F8_E5M2: v = half_to_float((uint16_t)(src[i] << 8)); break;
         case VF_ST_F32: memcpy(&v, src + 4 * i, 4); break;
         case VF_ST_F64: {
             double d;
@@ -444,9 +505,10 @@ static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, int64_t
             break;
         }
         default:
-            return bad(st, "%s: tensor %s is %s; F32, BF16 or F16 expected", w->fname[fi], ft->name,
+            return bad(st, "%s: tensor %s is %s; F32, BF16, F16 or FP8 expected", w->fname[fi], ft->name,
                        vf_st_dtype_name(ft->dtype));
         }
+        if (scale != 1.0f) v *= scale;
         if (!isfinite(v))
             return bad(st, "%s: tensor %s: element %lld is %s", w->fname[fi], ft->name, (long long)i,
                        isnan(v) ? "NaN" : "infinite");
@@ -469,7 +531,10 @@ int vf_dit_wsrc_read(const vf_dit_wsrc *w, const vf_dit_layout *l, float *dst, i
         const vf_st_tensor *ft = find_any(w, name, &fi);
         if (!ft || ft->numel != t->numel)
             return bad(st, "%s: tensor %s %s", w->path, name, ft ? "has another size than the model's" : "missing");
-        int rc = convert(w, fi, ft, a - t->offset, b - t->offset, dst + (a - off), st);
+        float scale;
+        int rc = scale_of(w, name, &scale, st);
+        if (rc) return rc;
+        rc = convert(w, fi, ft, scale, a - t->offset, b - t->offset, dst + (a - off), st);
         vf_st_drop(w->f[fi], ft);
         if (rc) return rc;
     }

@@ -13,8 +13,11 @@
  *   diffusers  WanTransformer3DModel's ("blocks.0.attn1.to_q.weight"): the original names
  *              put through diffusers' convert_wan_transformer_to_diffusers (the same
  *              ordered substring replaces, vf_dit_name_to).
- * F32, BF16, F16 (and F64) tensors are widened / rounded to f32. FP8 checkpoints (F8_*
- * tensors with a per-tensor scale) are refused naming the first FP8 tensor.
+ * F32, BF16, F16 (and F64) tensors are widened / rounded to f32. FP8 checkpoints are
+ * dequantised: an F8_E4M3 (float8_e4m3fn) or F8_E5M2 tensor times its per-tensor scale
+ * (<base>.scale_weight, ComfyUI; <base>.weight_scale, diffusers; 1 without one), in f32;
+ * the scales, ComfyUI's input scales (.scale_input) and its "scaled_fp8" marker are not
+ * weights and are not counted as extra tensors. Other FP8 formats are refused.
  *
  * Opening reads the headers only (each file is mapped, nothing of its data is touched);
  * reading converts tensor by tensor straight into the caller's buffer and gives each

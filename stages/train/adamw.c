@@ -62,7 +62,7 @@ static const vf_param_spec adamw_params[] = {
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where master weights and moments live (cpu = offload)"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
      "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json or a diffusers "
-     "directory; original, ComfyUI or diffusers names; F32/BF16/F16); \"\" = init from seed (set by p:train)"},
+     "directory; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); \"\" = init from seed (set by p:train)"},
     {0},
 };
 

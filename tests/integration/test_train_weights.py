@@ -6,12 +6,13 @@
 #    where the run initialised from the same seed ends: every shard and partition took
 #    exactly the file's numbers;
 #  - the same weights under the ComfyUI prefix in BF16 (rounded here), and a sharded
-#    index of them, train too; another init gives other losses after step 1 (the
+#    index of them, train too; scaled FP8 (E4M3 + per-tensor scale, ComfyUI's and
+#    diffusers' forms, quantised here) reads as code value times scale, bit for bit; another init gives other losses after step 1 (the
 #    init's zero head makes step 1's the same for any weights);
 #  - bad input, each refused by `vflow check` (before any worker starts) with exit 2 and
 #    one line naming the file and the tensor: a VAE given as the DiT, an I2V checkpoint
 #    (img_emb), a missing, an extra and a mis-shaped tensor (expected and found shape),
-#    an FP8 tensor, a truncated shard, an index naming a missing file, a header over the
+#    an FP8 format vflow does not read (E4M3FNUZ), a truncated shard, an index naming a missing file, a header over the
 #    size limit; a NaN (found only when the data are read) fails `vflow run` with exit 2
 #    naming the tensor, before any step.
 # vflow-test: timeout=300
@@ -143,6 +144,55 @@ def main():
         r, _, ls = vflow("run", tmp, "sharded_run", "weights=" + index)
         check(r.returncode == 0 and ls == lc, "sharded index = the single file: %r vs %r %s" % (ls, lc, r.stderr[-400:]))
 
+        # scaled FP8 (ComfyUI's form: F8_E4M3 weights, F32 scalar .scale_weight, .scale_input,
+        # the scaled_fp8 marker; and diffusers' .weight_scale): dequantised exactly as
+        # fp8 value (decoded here from the bits) times the scale, in f32
+        codes = np.arange(256, dtype=np.uint8)
+        e, m = (codes >> 3) & 15, (codes & 7).astype(np.float64)
+        mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e.astype(np.float64) - 7))
+        table = np.where(codes >> 7, -mag, mag).astype(np.float32)
+        valid = np.array([c & 0x7F != 0x7F for c in range(256)])
+        pos = np.flatnonzero(valid & (codes < 128))                 # 0 .. 448, increasing
+        for form, sfx in (("comfyui", "scale_weight"), ("diffusers", "weight_scale")):
+            q8, want = {}, {}
+            for k, v in w0.items():
+                pk = ("model.diffusion_model." + k) if form == "comfyui" else k
+                if v.ndim < 2 or not v.any() or not k.endswith(".weight"):  # linear and conv weights
+                    q8[pk] = ("F32", v.shape, v.astype("<f4").tobytes())
+                    want[k] = v
+                    continue
+                sc = np.float32(np.abs(v).max() / 448.0)
+                x = np.abs(v / sc).ravel()
+                i = np.clip(np.searchsorted(table[pos], x), 1, len(pos) - 1)
+                lo, hi = pos[i - 1], pos[i]
+                c = np.where(x - table[lo] <= table[hi] - x, lo, hi).astype(np.uint8)
+                c = np.where(v.ravel() < 0, c | 0x80, c).astype(np.uint8)
+                q8[pk] = ("F8_E4M3", v.shape, c.tobytes())
+                q8[pk[:-len(".weight")] + "." + sfx] = ("F32", (), sc.tobytes())
+                if form == "comfyui":
+                    q8[pk[:-len(".weight")] + ".scale_input"] = ("F32", (), np.float32(1).tobytes())
+                want[k] = (table[c] * sc).reshape(v.shape)
+            if form == "comfyui":
+                q8["scaled_fp8"] = ("F8_E4M3", (0,), b"")
+            write_st(p("fp8_%s.safetensors" % form), q8)
+            r = subprocess.run([DIT_TOOL, "weights", "weights=" + p("fp8_%s.safetensors" % form),
+                                "out=" + p("fp8.bin")], capture_output=True, text=True)
+            got = np.fromfile(p("fp8.bin"), dtype=np.float32) if r.returncode == 0 else np.zeros(0)
+            lay = [ln.split() for ln in subprocess.run([DIT_TOOL, "layout"], capture_output=True,
+                                                        text=True).stdout.splitlines()]
+            ok = r.returncode == 0 and all(
+                np.array_equal(got[int(o):int(o) + int(n)].view(np.uint32), want[nm].ravel().view(np.uint32))
+                for nm, o, n, _ in lay)
+            if r.returncode == 0 and not ok:
+                for nm, o, n, _ in lay:
+                    g = got[int(o):int(o) + int(n)]
+                    if not np.array_equal(g.view(np.uint32), want[nm].ravel().view(np.uint32)):
+                        print(nm, g[:4], want[nm].ravel()[:4], np.abs(g - want[nm].ravel()).max())
+                        break
+            check(ok, "FP8 (%s) dequantised bit for bit: exit %d %s" % (form, r.returncode, r.stderr[-300:]))
+        r, _, l8 = vflow("run", tmp, "fp8_run", "weights=" + p("fp8_comfyui.safetensors"))
+        check(r.returncode == 0 and len(l8) == 3, "training from the FP8 file: exit %d %s" % (r.returncode, r.stderr[-300:]))
+
         # bad input at check time
         def bad(tag, path, *words):
             r, _, _ = vflow("check", tmp, tag, "weights=" + path)
@@ -166,12 +216,11 @@ def main():
         shp = dict(w0, **{"head.head.bias": np.ones(8, np.float32)})
         write_st(p("shape.safetensors"), f32(shp))
         bad("shape", p("shape.safetensors"), "shape.safetensors", "head.head.bias", "[8]", "[16]")
-        fp8 = f32(w0)
-        fp8["blocks.0.ffn.0.weight"] = ("F8_E4M3", w0["blocks.0.ffn.0.weight"].shape,
-                                        bytes(w0["blocks.0.ffn.0.weight"].size))
-        fp8["blocks.0.ffn.0.scale_weight"] = ("F32", (1,), np.ones(1, np.float32).tobytes())
-        write_st(p("fp8.safetensors"), fp8)
-        bad("fp8", p("fp8.safetensors"), "fp8.safetensors", "blocks.0.ffn.0.weight", "F8_E4M3", "FP8")
+        fnuz = f32(w0)
+        fnuz["blocks.0.ffn.0.weight"] = ("F8_E4M3FNUZ", w0["blocks.0.ffn.0.weight"].shape,
+                                         bytes(w0["blocks.0.ffn.0.weight"].size))
+        write_st(p("fnuz.safetensors"), fnuz)
+        bad("fp8-fnuz", p("fnuz.safetensors"), "fnuz.safetensors", "blocks.0.ffn.0.weight", "F8_E4M3FNUZ")
         trunc = os.path.join(p("sharded"), "model-00002-of-00002.safetensors")
         data = open(trunc, "rb").read()
         os.makedirs(p("trunc"))

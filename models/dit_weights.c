@@ -28,6 +28,8 @@ struct vf_dit_wsrc {
     vf_st_file **f;
     char **fname;           /* each file's path */
     vf_dit_naming naming;
+    vf_json *config;        /* a directory's config.json (diffusers' or the original's), or NULL */
+    char *config_path;
     int ntensors;
     int64_t largest;
 };
@@ -217,16 +219,28 @@ static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
     if (is_file(p)) {
         char *text = slurp_text(p, 1 << 20, st);
         if (!text) return VF_EBADINPUT;
-        vf_json *j = vf_json_parse(text, NULL);
+        vf_status js;
+        vf_status_clear(&js);
+        vf_json *j = vf_json_parse(text, &js);
         free(text);
-        const char *cls = j ? vf_json_get_str(j, "_class_name", "") : "";
-        if (cls[0] && strcmp(cls, "WanTransformer3DModel") != 0) {
-            rc = bad(st, "%s: _class_name %s is not a WanTransformer3DModel (the DiT)%s", p, cls,
+        if (!j || j->type != VF_JSON_OBJ) {
+            vf_json_free(j);
+            return bad(st, "%s: not a JSON object: %s", p, js.msg);
+        }
+        const char *cls = vf_json_get_str(j, "_class_name", "");
+        const char *type = vf_json_get_str(j, "model_type", "t2v");
+        if (cls[0] && strcmp(cls, "WanTransformer3DModel") != 0 && strcmp(cls, "WanModel") != 0)
+            rc = bad(st, "%s: _class_name %s is not Wan's DiT (WanTransformer3DModel or WanModel)%s", p, cls,
                      strstr(cls, "Autoencoder") ? ": a VAE given as the DiT" : "");
+        else if (strcmp(type, "t2v") != 0 || (vf_json_get(j, "image_dim") && vf_json_get(j, "image_dim")->type != VF_JSON_NULL))
+            rc = bad(st, "%s: model_type %s / image_dim: an image-to-video (I2V) model; vflow fine-tunes the "
+                     "text-to-video DiT", p, type);
+        if (rc) {
             vf_json_free(j);
             return rc;
         }
-        vf_json_free(j);
+        w->config = j;
+        w->config_path = strdup(p);
     }
     snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors.index.json", dir);
     if (is_file(p)) return open_index(w, p, st);
@@ -338,6 +352,8 @@ void vf_dit_wsrc_close(vf_dit_wsrc *w)
     free(w->f);
     free(w->fname);
     free(w->path);
+    vf_json_free(w->config);
+    free(w->config_path);
     free(w);
 }
 
@@ -398,9 +414,43 @@ static int scale_of(const vf_dit_wsrc *w, const char *name, float *out, vf_statu
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* A directory's config.json against the model: what the shapes cannot tell apart (the
+ * split of dim into heads), and the rest for a clear message naming the field. Keys of
+ * WanTransformer3DModel's config, or of the original WanModel's config.json. */
+static int check_config(const vf_dit_wsrc *w, const vf_dit_config *c, vf_status *st)
+{
+    if (!w->config) return 0;
+    const bool orig = vf_json_get(w->config, "num_heads") != NULL;
+    struct { const char *key; int64_t want; } f[] = {
+        {orig ? "num_heads" : "num_attention_heads", c->heads},
+        {orig ? "dim" : "attention_head_dim", orig ? c->dim : c->head_dim},
+        {"num_layers", c->depth},
+        {"ffn_dim", c->ffn},
+        {orig ? "in_dim" : "in_channels", c->z},
+        {orig ? "out_dim" : "out_channels", c->z},
+        {"text_dim", c->text_dim},
+        {"freq_dim", c->freq_dim},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const vf_json *v = vf_json_get(w->config, f[i].key);
+        if (v && vf_json_is_number(v) && (int64_t)vf_json_as_num(v) != f[i].want)
+            return bad(st, "%s: %s %lld, the model has %lld (dim %d = heads %d x head_dim %d, depth %d, ffn %d, z %d, "
+                       "text_dim %d, freq_dim %d)", w->config_path, f[i].key, (long long)vf_json_as_num(v),
+                       (long long)f[i].want, c->dim, c->heads, c->head_dim, c->depth, c->ffn, c->z, c->text_dim,
+                       c->freq_dim);
+    }
+    const vf_json *ps = vf_json_get(w->config, "patch_size");
+    for (int i = 0; ps && ps->type == VF_JSON_ARR && i < 3 && i < vf_json_len(ps); i++)
+        if ((int64_t)vf_json_as_num(vf_json_at(ps, i)) != c->patch[i])
+            return bad(st, "%s: patch_size[%d] %lld, the model's patch is (%d, %d, %d)", w->config_path, i,
+                       (long long)vf_json_as_num(vf_json_at(ps, i)), c->patch[0], c->patch[1], c->patch[2]);
+    return 0;
+}
+
 int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *st)
 {
-    int rc = 0;
+    int rc = check_config(w, &l->cfg, st);
+    if (rc) return rc;
     char **want = calloc((size_t)l->n, sizeof *want);
     int nw = 0;
     if (!want) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");

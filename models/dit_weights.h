@@ -4,8 +4,10 @@
  *   - a .safetensors file,
  *   - a sharded checkpoint's *.safetensors.index.json ({"weight_map": {tensor: file}},
  *     the files beside it),
- *   - a diffusers model directory (config.json + diffusion_pytorch_model.safetensors or
- *     its .index.json, as WanTransformer3DModel.save_pretrained writes it),
+ *   - a model directory (config.json + diffusion_pytorch_model.safetensors or its
+ *     .index.json): diffusers' WanTransformer3DModel.save_pretrained, or Wan-AI's own
+ *     (a WanModel config.json, original names); the config must describe the model
+ *     (heads, head_dim, layers, widths, patch) and a text-to-video one,
  * under one of three namings, recognised by its keys:
  *   original   Wan 2.1's WanModel state dict ("blocks.0.self_attn.q.weight"), the names of
  *              the layout (dit_layout.c) and of vflow's own checkpoints;
@@ -63,7 +65,7 @@ int vf_dit_wsrc_count(const vf_dit_wsrc *w);
 int64_t vf_dit_wsrc_largest(const vf_dit_wsrc *w);
 
 /* The source holds exactly the tensors of l (none missing, none extra) with l's shapes
- * and readable dtypes. */
+ * and readable dtypes; a directory's config.json agrees with l's config. */
 int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *st);
 
 /* Fills dst (host, n floats; element off of the flat vector at dst[0]) from the source,

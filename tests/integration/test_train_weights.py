@@ -12,7 +12,8 @@
 #  - bad input, each refused by `vflow check` (before any worker starts) with exit 2 and
 #    one line naming the file and the tensor: a VAE given as the DiT, an I2V checkpoint
 #    (img_emb), a missing, an extra and a mis-shaped tensor (expected and found shape),
-#    an FP8 format vflow does not read (E4M3FNUZ), a truncated shard, an index naming a missing file, a header over the
+#    an FP8 format vflow does not read (E4M3FNUZ), a model directory whose config.json
+#    says other heads (shapes alone cannot tell) or an I2V model, a truncated shard, an index naming a missing file, a header over the
 #    size limit; a NaN (found only when the data are read) fails `vflow run` with exit 2
 #    naming the tensor, before any step.
 # vflow-test: timeout=300
@@ -237,6 +238,23 @@ def main():
         write_st(p("huge.safetensors"), f32({"patch_embedding.weight": np.ones(4, np.float32)}), header_len=200 << 20)
         bad("header-limit", p("huge.safetensors"), "huge.safetensors", "header length", "limit")
         check(len(data) > 100, "shard size")
+
+        # a model directory as Wan-AI publish it (WanModel config.json + original names): its
+        # config must describe the model, heads included (the shapes cannot tell 4x16 from 8x8)
+        cfg = {"_class_name": "WanModel", "dim": 64, "eps": 1e-06, "ffn_dim": 256, "freq_dim": 64, "in_dim": 4,
+               "model_type": "t2v", "num_heads": 4, "num_layers": 4, "out_dim": 4, "text_len": 32}
+        for tag, over, words in (("dir-ok", {}, None), ("dir-heads", {"num_heads": 8}, ("num_heads 8", "heads 4")),
+                                 ("dir-i2v", {"model_type": "i2v"}, ("i2v", "I2V"))):
+            dd = p(tag)
+            os.makedirs(dd)
+            with open(os.path.join(dd, "config.json"), "w") as f:
+                json.dump(dict(cfg, **over), f)
+            os.link(p("w0.safetensors"), os.path.join(dd, "diffusion_pytorch_model.safetensors"))
+            if words is None:
+                r, _, _ = vflow("check", tmp, tag, "weights=" + dd)
+                check(r.returncode == 0, "WanModel directory: exit %d %s" % (r.returncode, r.stderr[-300:]))
+            else:
+                bad(tag, dd, "config.json", *words)
 
         # NaN: found when the shard reads its slice; the run stops before any step
         nan = dict(w0)

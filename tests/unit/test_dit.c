@@ -17,6 +17,7 @@
 #include "tests/vf_test.h"
 
 #include "models/dit.h"
+#include "models/dit_weights.h"
 #include "runtime/core/params.h"
 #include "runtime/philox.h"
 
@@ -287,6 +288,59 @@ VF_TEST(layout_names_offsets_ranges)
     free(all);
     free(again);
     vf_dit_layout_free(l);
+}
+
+/* Text embeddings: no byte table (its index stays, empty), everything else as with bytes. */
+VF_TEST(text_embeddings_layout)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg(), ce = c;
+    ce.text_emb = 1;
+    vf_dit_layout *l = NULL, *le = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0 && vf_dit_layout_new(&ce, &le, &st) == 0);
+    VF_CHECK_EQ_INT(le->n, l->n);
+    VF_CHECK_EQ_INT(l->total - le->total, (int64_t)VF_DIT_VOCAB * c.text_dim);
+    VF_CHECK_EQ_INT(le->total, vf_dit_param_count(&ce));
+    VF_CHECK(vf_dit_layout_find(l, "text_tokens.weight") >= 0 && vf_dit_layout_find(le, "text_tokens.weight") == -1);
+    VF_CHECK(vf_dit_layout_find(le, "") == -1);
+    int k = vf_dit_layout_find(le, "text_embedding.0.weight");
+    VF_CHECK(k > 0 && le->t[k].shape[1] == c.text_dim);
+    char a[256], b[256];
+    vf_dit_config_str(&c, a, sizeof a);
+    vf_dit_config_str(&ce, b, sizeof b);
+    VF_CHECK(!strstr(a, "text=") && strstr(b, " text=embeddings"));
+    vf_dit_layout_free(l);
+    vf_dit_layout_free(le);
+}
+
+/* Original -> diffusers names: WAN.md's table, as convert_wan_transformer_to_diffusers
+ * renames them (the reference test checks every name against diffusers itself). */
+VF_TEST(weight_names)
+{
+    static const char *const pairs[][2] = {
+        {"patch_embedding.weight", "patch_embedding.weight"},
+        {"time_embedding.0.weight", "condition_embedder.time_embedder.linear_1.weight"},
+        {"text_embedding.2.bias", "condition_embedder.text_embedder.linear_2.bias"},
+        {"time_projection.1.weight", "condition_embedder.time_proj.weight"},
+        {"blocks.3.self_attn.o.weight", "blocks.3.attn1.to_out.0.weight"},
+        {"blocks.3.cross_attn.k.bias", "blocks.3.attn2.to_k.bias"},
+        {"blocks.11.self_attn.norm_q.weight", "blocks.11.attn1.norm_q.weight"},
+        {"blocks.0.norm3.weight", "blocks.0.norm2.weight"},
+        {"blocks.0.ffn.0.weight", "blocks.0.ffn.net.0.proj.weight"},
+        {"blocks.0.ffn.2.bias", "blocks.0.ffn.net.2.bias"},
+        {"blocks.7.modulation", "blocks.7.scale_shift_table"},
+        {"head.modulation", "scale_shift_table"},
+        {"head.head.weight", "proj_out.weight"},
+    };
+    char out[256];
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        vf_dit_name_to(VF_DIT_NAMES_DIFFUSERS, pairs[i][0], out, sizeof out);
+        VF_CHECK_STR(out, pairs[i][1]);
+        vf_dit_name_to(VF_DIT_NAMES_ORIGINAL, pairs[i][0], out, sizeof out);
+        VF_CHECK_STR(out, pairs[i][0]);
+    }
+    vf_dit_name_to(VF_DIT_NAMES_COMFYUI, "head.head.bias", out, sizeof out);
+    VF_CHECK_STR(out, "model.diffusion_model.head.head.bias");
 }
 
 VF_TEST(presets_and_sizes)

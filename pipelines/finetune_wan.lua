@@ -1,0 +1,67 @@
+-- Fine-tune Wan 2.1 T2V from its published weights on your own clips: the example to copy.
+--
+--   # 1. latents and umT5 caption embeddings into a cache (docs/PRECOMPUTE.md)
+--   python3 tools/encode_captions.py --model umt5-xxl/ --manifest clips.csv \
+--        --out-dir emb/ --out-manifest clips_emb.csv
+--   vflow run pipelines/precompute_latents.lua --set manifest=clips_emb.csv \
+--        --set cache=cache/wan.lmdb --set vae=wan --set weights=wan_2.1_vae.safetensors \
+--        --set text_dim=4096 --set text_len=512 --set frames=81 --set size=...
+--   # 2. check the weights against the preset, plan the memory, train
+--   vflow plan pipelines/finetune_wan.lua --set weights=Wan2.1-T2V-1.3B/ --budget cuda=80GiB
+--   vflow run  pipelines/finetune_wan.lua --set weights=Wan2.1-T2V-1.3B/ --set cache=cache/wan.lmdb
+--
+-- weights: a .safetensors file, a sharded *.safetensors.index.json or a model directory
+-- (diffusers' WanTransformer3DModel or Wan-AI's own), original / ComfyUI / diffusers
+-- names, F32 / BF16 / F16 / scaled FP8 (docs/TRAINING.md#starting-from-published-weights).
+-- The model conditions on the cache's text embeddings (text = "embeddings": 512 rows of
+-- 4096, zero-padded past each caption). Checkpoints' model.safetensors use Wan's original
+-- names: ComfyUI loads them, diffusers through convert_wan_transformer_to_diffusers.
+--
+-- Knobs (vf.args): weights (required), cache (cache/wan.lmdb), model (wan-1.3b | wan-14b),
+-- steps (2000), batch (1), lr (1e-5), warmup (50), stages (1: pipeline partitions, one per
+-- device in devices), micro_batches (1), recompute (true), shards (1), offload (false:
+-- the optimizer shards on the devices), device ("cuda:0") or devices (comma list, one per
+-- stage), every (250), keep (2), seed (0), frames / height / width (81 / 480 / 832: the
+-- latent shape to plan with before the cache exists).
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline(a.run or "finetune_wan")
+
+if a.weights == nil then vf.fail("finetune_wan.lua: --set weights=PATH (Wan 2.1 T2V's DiT checkpoint) is required") end
+local model = vf.models.dit(a.model or "wan-1.3b")
+local devices = a.devices
+if type(devices) == "string" then
+  local list = {}
+  for d in devices:gmatch("[^,]+") do list[#list + 1] = d end
+  devices = list
+end
+devices = devices or (a.device or "cuda:0")
+local first_dev = type(devices) == "table" and devices[1] or devices
+local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
+local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+
+local data = p:stage("latent_reader", {
+  path = a.cache or "cache/wan.lmdb",
+  batch = a.batch or 1,
+  seed = a.seed or 0,
+  text_len = model.text_len,
+  latent_shape = { model.z, T, h, w },
+})
+local dit = p:pipeline_parallel(model, {
+  stages = a.stages or 1,
+  micro_batches = a.micro_batches or 1,
+  recompute = a.recompute ~= false,
+  devices = devices,
+})
+local opt = p:stage("adamw", {
+  lr = a.lr or 1e-5,
+  warmup = a.warmup or 50,
+  weight_decay = a.weight_decay or 0.0,
+  clip_grad = a.clip or 1.0,
+  shards = a.shards or 1,
+  device = a.offload == true and "cpu" or first_dev,
+})
+local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2 })
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
+          seed = a.seed or 0, weights = a.weights }
+return p

@@ -9,6 +9,7 @@
 #    index of them, train too; scaled FP8 (E4M3 + per-tensor scale, ComfyUI's and
 #    diffusers' forms, quantised here) reads as code value times scale, bit for bit; another init gives other losses after step 1 (the
 #    init's zero head makes step 1's the same for any weights);
+#  - `vflow plan` counts each shard's loading peak: the file's largest tensor, on the host;
 #  - bad input, each refused by `vflow check` (before any worker starts) with exit 2 and
 #    one line naming the file and the tensor: a VAE given as the DiT, an I2V checkpoint
 #    (img_emb), a missing, an extra and a mis-shaped tensor (expected and found shape),
@@ -118,6 +119,14 @@ def main():
         ma = open(os.path.join(run_a, "ckpt", "step-3", "model.safetensors"), "rb").read()
         mb = open(os.path.join(run_b, "ckpt", "step-3", "model.safetensors"), "rb").read()
         check(ma == mb, "the run from the file ends bitwise where the seeded run ends")
+        # the plan counts each shard's loading peak: the file's largest tensor, by its header
+        r = subprocess.run([VFLOW, "plan", PIPE, "--json", "--set", "cache=" + p("cache.lmdb"), "--set", "shards=3",
+                            "--set", "weights=" + p("w0.safetensors")], capture_output=True, text=True, env=ENV)
+        hdr = json.loads(open(p("w0.safetensors"), "rb").read()[8:8 + struct.unpack("<Q", open(p("w0.safetensors"), "rb").read(8))[0]])
+        largest = max(v["data_offsets"][1] - v["data_offsets"][0] for k, v in hdr.items() if k != "__metadata__")
+        lines = [x for x in json.loads(r.stdout)["lines"] if x["what"].startswith("weights file")] if r.returncode == 0 else []
+        check(len(lines) == 3 and all(x["bytes"] == largest and x["device"] == "cpu" for x in lines),
+              "plan: one loading line of %d bytes per shard: %r" % (largest, lines))
         r, _, l7 = vflow("run", tmp, "other", "weights=" + p("w7.safetensors"))
         # (the step-1 loss is the init's zero head's: the same for any weights; later ones differ)
         check(r.returncode == 0 and len(l7) == 3 and l7[1:] != la[1:], "another init, another loss: %r vs %r" % (l7, la))

@@ -246,8 +246,8 @@ static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
     if (is_file(p)) return open_index(w, p, st);
     snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
     if (is_file(p)) return add_file(w, p, st);
-    return bad(st, "%s: a directory without diffusion_pytorch_model.safetensors(.index.json): not a diffusers "
-               "model directory", dir);
+    return bad(st, "%s: a directory without diffusion_pytorch_model.safetensors(.index.json): not a model "
+               "directory (diffusers' or Wan-AI's)", dir);
 }
 
 static const vf_st_tensor *find_any(const vf_dit_wsrc *w, const char *name, int *fi)

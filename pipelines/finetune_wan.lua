@@ -20,7 +20,7 @@
 -- Knobs (vf.args): weights (required), cache (cache/wan.lmdb), model (wan-1.3b | wan-14b),
 -- steps (2000), batch (1), lr (1e-5), warmup (50), stages (1: pipeline partitions, one per
 -- device in devices), micro_batches (1), recompute (true), shards (1), offload (false:
--- the optimizer shards on the devices), device ("cuda:0") or devices (comma list, one per
+-- the optimizer shards on the devices, spread over them), device ("cuda:0") or devices (comma list, one per
 -- stage), every (250), keep (2), seed (0), frames / height / width (81 / 480 / 832: the
 -- latent shape to plan with before the cache exists).
 local vf = require "vflow"
@@ -61,6 +61,11 @@ local opt = p:stage("adamw", {
   shards = a.shards or 1,
   device = a.offload == true and "cpu" or first_dev,
 })
+-- With several devices the shards spread over them (shard k on device ⌊k·G/S⌋), as the
+-- partitions do, so no one device holds every shard's master weights and moments.
+if a.offload ~= true and type(devices) == "table" and #devices > 1 then
+  for k, s in ipairs(opt.members or {}) do s.params.device = devices[(k - 1) * #devices // #opt.members + 1] end
+end
 local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2 })
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
           seed = a.seed or 0, weights = a.weights }

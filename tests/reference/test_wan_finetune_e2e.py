@@ -19,8 +19,9 @@
 #    directory's numbers and saw the cached embeddings;
 #  - the step-20 model.safetensors (original Wan names, metadata step 20) goes through
 #    diffusers' own convert_wan_transformer_to_diffusers and loads into
-#    WanTransformer3DModel with strict=True; every tensor moved off the initial model by
-#    no more than 20 AdamW steps can move it;
+#    WanTransformer3DModel with strict=True; every tensor moved off the initial model, and
+#    by no more than 20 AdamW steps move it (3·lr a step: a run that started elsewhere
+#    is far off);
 #  - on a held sample (a cached clip's latents and embedding, fixed noise and sigmas) the
 #    loaded model's forward equals vflow's forward from the same file (dit_tool
 #    weights=) to a relative error <= 1e-5, and differs from the initial model's.

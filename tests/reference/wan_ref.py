@@ -3,8 +3,9 @@
 The reference venv (scripts/setup.sh, $VFLOW_REF_PY) holds diffusers 0.33.1 and
 transformers 4.46.3 over Debian's torch 1.13.1. Two names diffusers touches are missing
 there: F.scaled_dot_product_attention (defined here as softmax(q·kᵀ·scale + mask)·v, the
-math it stands for) and the float8 dtype names (placeholders: nothing here uses float8).
-Import this module before diffusers.
+math it stands for) and the float8 dtype names (placeholders: nothing here uses float8;
+safetensors.torch is imported first so that its tables never see them). Import this
+module before diffusers.
 """
 import math
 import os
@@ -27,6 +28,13 @@ if not hasattr(F, "scaled_dot_product_attention"):
                 a = a + attn_mask
         return torch.matmul(a.softmax(-1), v)
     F.scaled_dot_product_attention = _sdpa
+
+# safetensors.torch builds its dtype tables when imported: before the placeholders, or its
+# byte-size table says float32 is 1 byte wide and save_file (save_pretrained) refuses.
+try:
+    import safetensors.torch  # noqa: F401
+except ImportError:
+    pass
 
 for _n in ("float8_e4m3fn", "float8_e5m2"):
     if not hasattr(torch, _n):

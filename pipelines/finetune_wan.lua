@@ -17,7 +17,7 @@
 -- 4096, zero-padded past each caption). Checkpoints' model.safetensors use Wan's original
 -- names: ComfyUI loads them, diffusers through convert_wan_transformer_to_diffusers.
 --
--- Knobs (vf.args): weights (required), cache (cache/wan.lmdb), model (wan-1.3b | wan-14b),
+-- Knobs (vf.args): weights (required), cache (cache/wan.lmdb), model or preset (wan-1.3b | wan-14b),
 -- steps (2000), batch (1), lr (1e-5), warmup (50), stages (1: pipeline partitions, one per
 -- device in devices), micro_batches (1), recompute (true), shards (1), offload (false:
 -- the optimizer shards on the devices, spread over them), device ("cuda:0") or devices (comma list, one per
@@ -28,7 +28,7 @@ local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
 
 if a.weights == nil then vf.fail("finetune_wan.lua: --set weights=PATH (Wan 2.1 T2V's DiT checkpoint) is required") end
-local model = vf.models.dit(a.model or "wan-1.3b")
+local model = vf.models.dit(a.preset or a.model or "wan-1.3b")   -- preset= as in train_dit.lua
 local devices = a.devices
 if type(devices) == "string" then
   local list = {}

@@ -229,7 +229,7 @@ static int write_step(const fixture *f, int S, int64_t step, int keep, bool inje
     vf_item *snaps[8];
     make_snaps(f, S, step, snaps);
     vf_ckpt_write_stats ws;
-    int rc = vf_ckpt_write_step(f->dir, step, snaps, S, f->l, keep, inject, &ws, st);
+    int rc = vf_ckpt_write_step(f->dir, step, snaps, S, f->l, keep, 0, inject, &ws, st);
     for (int k = 0; k < S; k++) vf_item_free(snaps[k]);
     return rc;
 }

@@ -21,8 +21,10 @@
 -- steps (2000), batch (1), lr (1e-5), warmup (50), stages (1: pipeline partitions, one per
 -- device in devices), micro_batches (1), recompute (true), shards (1), offload (false:
 -- the optimizer shards on the devices), device ("cuda:0") or devices (comma list, one per
--- stage), every (250), keep (2), seed (0), frames / height / width (81 / 480 / 832: the
--- latent shape to plan with before the cache exists).
+-- stage), every (250), keep (2), model_shard_bytes (5e9: above it the checkpoint's model is
+-- Hugging Face shards + model.safetensors.index.json, as Wan-AI publish Wan 14B; 0 = one
+-- file), seed (0), frames / height / width (81 / 480 / 832: the latent shape to plan with
+-- before the cache exists).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -61,7 +63,8 @@ local opt = p:stage("adamw", {
   shards = a.shards or 1,
   device = a.offload == true and "cpu" or first_dev,
 })
-local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2 })
+local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
+                                    model_shard_bytes = a.model_shard_bytes })
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
           seed = a.seed or 0, weights = a.weights }
 return p

@@ -148,6 +148,13 @@ const vf_st_tensor *vf_st_sharded_find(const vf_st_sharded *s, const char *name,
     return t;
 }
 
+int vf_st_sharded_files(const vf_st_sharded *s, const vf_st_file *const **files, const char *const **paths)
+{
+    if (files) *files = (const vf_st_file *const *)s->f;
+    if (paths) *paths = (const char *const *)s->path;
+    return s->nf;
+}
+
 void vf_st_shard_name(const char *stem, int k, int n, char *out, size_t len)
 {
     snprintf(out, len, "%s-%05d-of-%05d.safetensors", stem, k + 1, n);

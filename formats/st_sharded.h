@@ -33,6 +33,11 @@ void vf_st_sharded_close(vf_st_sharded *s); /* NULL is fine */
 const vf_st_tensor *vf_st_sharded_find(const vf_st_sharded *s, const char *name, const vf_st_file **file,
                                        const char **path);
 
+/* Every file of the set, in the order the weight map first names them (one for a single
+ * file): returns their count; (*files)[i] and (*paths)[i] (either may be NULL) are
+ * borrowed until vf_st_sharded_close. */
+int vf_st_sharded_files(const vf_st_sharded *s, const vf_st_file *const **files, const char *const **paths);
+
 /* The file name of shard k (0-based) of n: "<stem>-%05d-of-%05d.safetensors" with k + 1,
  * as save_pretrained numbers them. */
 void vf_st_shard_name(const char *stem, int k, int n, char *out, size_t len);

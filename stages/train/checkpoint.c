@@ -346,8 +346,8 @@ static void ckpt_lock_dir(const vf_params *p, const char *run_dir, char *out, si
 static const vf_stage_ops ckpt_ops = {
     .api_version = VF_API_VERSION,
     .kind = "checkpoint",
-    .doc = "asynchronous atomic checkpoints of the optimizer shards' snapshots (model.safetensors, "
-           "optimizer shards, state.json, manifest with CRCs), keeps the newest K",
+    .doc = "asynchronous atomic checkpoints of the optimizer shards' snapshots (model.safetensors or its "
+           "Hugging Face shards + index, optimizer shards, state.json, manifest with CRCs), keeps the newest K",
     .params = ckpt_params,
     .ports = ckpt_ports,
     .memory = ckpt_memory,

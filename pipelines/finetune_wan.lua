@@ -14,17 +14,19 @@
 -- (diffusers' WanTransformer3DModel or Wan-AI's own), original / ComfyUI / diffusers
 -- names, F32 / BF16 / F16 / scaled FP8 (docs/TRAINING.md#starting-from-published-weights).
 -- The model conditions on the cache's text embeddings (text = "embeddings": 512 rows of
--- 4096, zero-padded past each caption). Checkpoints' model.safetensors use Wan's original
--- names: ComfyUI loads them, diffusers through convert_wan_transformer_to_diffusers.
+-- 4096, zero-padded past each caption). Checkpoints' model uses Wan's original names:
+-- diffusers loads it through convert_wan_transformer_to_diffusers, ComfyUI as one file. In
+-- f32 both presets exceed model_shard_bytes (5e9; wan-1.3b is 5.7 GB), so it is written as
+-- Hugging Face shards + model.safetensors.index.json; --set model_shard_bytes=0 writes
+-- one model.safetensors.
 --
 -- Knobs (vf.args): weights (required), cache (cache/wan.lmdb), model (wan-1.3b | wan-14b),
 -- steps (2000), batch (1), lr (1e-5), warmup (50), stages (1: pipeline partitions, one per
 -- device in devices), micro_batches (1), recompute (true), shards (1), offload (false:
 -- the optimizer shards on the devices), device ("cuda:0") or devices (comma list, one per
 -- stage), every (250), keep (2), model_shard_bytes (5e9: above it the checkpoint's model is
--- Hugging Face shards + model.safetensors.index.json, as Wan-AI publish Wan 14B; 0 = one
--- file), seed (0), frames / height / width (81 / 480 / 832: the latent shape to plan with
--- before the cache exists).
+-- Hugging Face shards + model.safetensors.index.json; 0 = one file), seed (0), frames /
+-- height / width (81 / 480 / 832: the latent shape to plan with before the cache exists).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")

@@ -146,6 +146,35 @@ static int file_crc(const char *path, int64_t *bytes, uint32_t *crc, vf_status *
     return rc;
 }
 
+/* A sharded model: every file the index's weight_map names is in the manifest (and so
+ * was checked), so a shard that went missing or was never written cannot pass. */
+static int index_listed(const char *path, const vf_json *files, vf_status *st)
+{
+    char ip[PATH_MAX + 64];
+    size_t len = 0;
+    snprintf(ip, sizeof ip, "%s/%s", path, VF_CKPT_MODEL_INDEX);
+    char *text = slurp(ip, 64 << 20, &len, st);
+    if (!text) return st && st->code ? st->code : VF_EIO;
+    vf_status pst;
+    vf_status_clear(&pst);
+    vf_json *j = vf_json_parse_n(text, len, &pst);
+    free(text);
+    const vf_json *map = j ? vf_json_get(j, "weight_map") : NULL;
+    int rc = 0;
+    if (!map || map->type != VF_JSON_OBJ || vf_json_len(map) == 0)
+        rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: no \"weight_map\" object%s%s", ip,
+                           j ? "" : ": ", j ? "" : pst.msg);
+    for (int i = 0; !rc && i < vf_json_len(map); i++) {
+        const vf_json *v = vf_json_at(map, i);
+        if (!v || v->type != VF_JSON_STR || !vf_json_get(files, v->s))
+            rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
+                               "%s: tensor %s: its file %s is not in the manifest", ip, vf_json_key_at(map, i),
+                               v && v->type == VF_JSON_STR ? v->s : "(not a string)");
+    }
+    vf_json_free(j);
+    return rc;
+}
+
 int vf_ckpt_verify(const char *path, vf_status *st)
 {
     int rc = 0;
@@ -163,8 +192,10 @@ int vf_ckpt_verify(const char *path, vf_status *st)
     vf_json *files = vf_json_get(m, "files");
     if (!files || files->type != VF_JSON_OBJ)
         VF_FAIL(st, VF_ECORRUPT, "%s: no \"files\" object", file);
-    if (!vf_json_get(files, VF_CKPT_MODEL) || !vf_json_get(files, VF_CKPT_STATE))
-        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s and %s", file, VF_CKPT_MODEL, VF_CKPT_STATE);
+    if ((!vf_json_get(files, VF_CKPT_MODEL) && !vf_json_get(files, VF_CKPT_MODEL_INDEX)) ||
+        !vf_json_get(files, VF_CKPT_STATE))
+        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s (or %s) and %s", file, VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX,
+                VF_CKPT_STATE);
     for (int i = 0; i < vf_json_len(files); i++) {
         const char *name = vf_json_key_at(files, i);
         const vf_json *f = files->items[i];
@@ -184,6 +215,8 @@ int vf_ckpt_verify(const char *path, vf_status *st)
         if (strcmp(hex, crc_hex) != 0)
             VF_FAIL(st, VF_ECORRUPT, "%s: CRC32C %s, the manifest says %s", fp, hex, crc_hex);
     }
+    /* the sizes and CRCs hold for every listed file: the index's shards must be among them */
+    if (vf_json_get(files, VF_CKPT_MODEL_INDEX)) VF_TRY(index_listed(path, files, st));
 fail:
     vf_json_free(m);
     free(text);

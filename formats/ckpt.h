@@ -3,9 +3,12 @@
  * DiT partition).
  *
  * Layout (DESIGN §7) of a checkpoint dir D:
- *   D/step-N/            one complete checkpoint: model.safetensors, optimizer-kk-of-SS
- *                        .safetensors, state.json, and manifest.json, written last, which
- *                        lists every other file with its byte size and CRC32C
+ *   D/step-N/            one complete checkpoint: model.safetensors (or, above the
+ *                        writer's model_shard_bytes, model-0000k-of-0000N.safetensors and
+ *                        model.safetensors.index.json: Hugging Face's sharded form),
+ *                        optimizer-kk-of-SS.safetensors, state.json, and manifest.json,
+ *                        written last, which lists every other file with its byte size
+ *                        and CRC32C
  *   D/step-N.tmp/        one being written (never read; removed at the next start)
  *   D/latest             "step-N\n" of the newest complete one (for people and scripts;
  *                        resume does not trust it: it scans and verifies; a `latest`
@@ -32,6 +35,8 @@
 #define VF_CKPT_MANIFEST "manifest.json"
 #define VF_CKPT_STATE "state.json"
 #define VF_CKPT_MODEL "model.safetensors"
+#define VF_CKPT_MODEL_STEM "model" /* of the shards: model-00001-of-0000N.safetensors */
+#define VF_CKPT_MODEL_INDEX "model.safetensors.index.json"
 
 /* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
  * it is empty. */
@@ -60,7 +65,8 @@ int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out
 void vf_ckpt_fini(vf_ckpt *c);
 
 /* Checks one step dir against its manifest: every listed file present with its size and
- * CRC32C, model.safetensors and state.json listed. VF_ECORRUPT (or VF_ENOTFOUND for a
+ * CRC32C, state.json listed and the model listed: model.safetensors, or its index and
+ * every shard file the index's weight_map names. VF_ECORRUPT (or VF_ENOTFOUND for a
  * missing manifest) with the file and the mismatch in st. */
 int vf_ckpt_verify(const char *path, vf_status *st);
 

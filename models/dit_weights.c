@@ -10,6 +10,7 @@
  */
 #include "models/dit_weights.h"
 
+#include "formats/st_sharded.h"
 #include "runtime/json.h"
 
 #include <errno.h>
@@ -24,9 +25,10 @@
 
 struct vf_dit_wsrc {
     char *path;             /* what the user gave */
+    vf_st_sharded *set;     /* the file, or the shards behind an index (owned) */
     int nf;
-    vf_st_file **f;
-    char **fname;           /* each file's path */
+    const vf_st_file *const *f; /* the set's files (borrowed from set) */
+    const char *const *fname;   /* each file's path (borrowed from set) */
     vf_dit_naming naming;
     vf_json *config;        /* a directory's config.json (diffusers' or the original's), or NULL */
     char *config_path;
@@ -145,69 +147,16 @@ static char *slurp_text(const char *path, size_t max, vf_status *st)
     return buf;
 }
 
-static int add_file(vf_dit_wsrc *w, const char *path, vf_status *st)
+/* One file or a sharded index (formats/st_sharded.h); every refusal is bad input. */
+static int open_set(vf_dit_wsrc *w, const char *path, vf_status *st)
 {
-    for (int i = 0; i < w->nf; i++)
-        if (strcmp(w->fname[i], path) == 0) return 0;
-    vf_st_file **f = realloc(w->f, sizeof *f * (size_t)(w->nf + 1));
-    char **fn = f ? realloc(w->fname, sizeof *fn * (size_t)(w->nf + 1)) : NULL;
-    if (f) w->f = f;
-    if (fn) w->fname = fn;
-    if (!f || !fn) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
-    w->f[w->nf] = NULL;
-    w->fname[w->nf] = strdup(path);
-    if (!w->fname[w->nf]) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
-    w->nf++;
     vf_status fs;
     vf_status_clear(&fs);
-    int rc = vf_st_open(path, &w->f[w->nf - 1], &fs);
+    int rc = vf_st_sharded_open(path, &w->set, &fs);
     if (rc) /* missing, truncated, malformed, header over the limit: the reader's message */
         return vf_status_set(st, rc == VF_ENOMEM ? rc : VF_EBADINPUT, __FILE__, __LINE__, "weights: %s", fs.msg);
+    w->nf = vf_st_sharded_files(w->set, &w->f, &w->fname);
     return 0;
-}
-
-/* A sharded checkpoint: every file of the weight map, each tensor where the map says. */
-static int open_index(vf_dit_wsrc *w, const char *index, vf_status *st)
-{
-    int rc = 0;
-    vf_json *j = NULL;
-    char *text = slurp_text(index, 64 << 20, st);
-    if (!text) return VF_EBADINPUT;
-    vf_status js;
-    vf_status_clear(&js);
-    j = vf_json_parse(text, &js);
-    free(text);
-    if (!j) return bad(st, "%s: not JSON: %s", index, js.msg);
-    const vf_json *map = vf_json_get(j, "weight_map");
-    if (!map || map->type != VF_JSON_OBJ || vf_json_len(map) == 0)
-        VF_FAIL(st, VF_EBADINPUT, "weights: %s: no \"weight_map\" object (a *.safetensors.index.json has one)",
-                index);
-    const char *slash = strrchr(index, '/');
-    int dl = slash ? (int)(slash - index) + 1 : 0;
-    for (int i = 0; i < vf_json_len(map); i++) {
-        const char *name = vf_json_key_at(map, i);
-        const vf_json *v = vf_json_at(map, i);
-        if (!v || v->type != VF_JSON_STR || strchr(v->s, '/'))
-            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: the weight map names no file beside the index",
-                    index, name);
-        char p[4096];
-        snprintf(p, sizeof p, "%.*s%s", dl, index, v->s);
-        if (!is_file(p))
-            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: its file %s is missing", index, name, p);
-        if ((rc = add_file(w, p, st))) { /* a truncated or malformed shard: say which tensor it holds */
-            vf_status_prefix(st, "tensor %s", name);
-            goto fail;
-        }
-        const vf_st_file *f = NULL;
-        for (int k = 0; k < w->nf; k++)
-            if (strcmp(w->fname[k], p) == 0) f = w->f[k];
-        if (!f || !vf_st_find(f, name))
-            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s: not in %s, where the weight map puts it", index, name,
-                    p);
-    }
-fail:
-    vf_json_free(j);
-    return rc;
 }
 
 /* A diffusers directory: its config must be a WanTransformer3DModel's when it says. */
@@ -242,10 +191,10 @@ static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
         w->config = j;
         w->config_path = strdup(p);
     }
-    snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors.index.json", dir);
-    if (is_file(p)) return open_index(w, p, st);
+    snprintf(p, sizeof p, "%s/diffusion_pytorch_model" VF_ST_INDEX_SUFFIX, dir);
+    if (is_file(p)) return open_set(w, p, st);
     snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
-    if (is_file(p)) return add_file(w, p, st);
+    if (is_file(p)) return open_set(w, p, st);
     return bad(st, "%s: a directory without diffusion_pytorch_model.safetensors(.index.json): not a model "
                "directory (diffusers' or Wan-AI's)", dir);
 }
@@ -330,10 +279,8 @@ int vf_dit_wsrc_open(const char *path, vf_dit_wsrc **out, vf_status *st)
         VF_FAIL(st, VF_EBADINPUT, "weights: %s: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode))
         VF_TRY(open_dir(w, path, st));
-    else if (ends_with(path, ".json"))
-        VF_TRY(open_index(w, path, st));
     else
-        VF_TRY(add_file(w, path, st));
+        VF_TRY(open_set(w, path, st)); /* a *.json is an index */
     VF_TRY(recognise(w, st));
     *out = w;
     return 0;
@@ -345,12 +292,7 @@ fail:
 void vf_dit_wsrc_close(vf_dit_wsrc *w)
 {
     if (!w) return;
-    for (int i = 0; i < w->nf; i++) {
-        vf_st_close(w->f[i]);
-        free(w->fname[i]);
-    }
-    free(w->f);
-    free(w->fname);
+    vf_st_sharded_close(w->set);
     free(w->path);
     vf_json_free(w->config);
     free(w->config_path);

@@ -14,15 +14,20 @@
 -- (diffusers' WanTransformer3DModel or Wan-AI's own), original / ComfyUI / diffusers
 -- names, F32 / BF16 / F16 / scaled FP8 (docs/TRAINING.md#starting-from-published-weights).
 -- The model conditions on the cache's text embeddings (text = "embeddings": 512 rows of
--- 4096, zero-padded past each caption). Checkpoints' model.safetensors use Wan's original
--- names: ComfyUI loads them, diffusers through convert_wan_transformer_to_diffusers.
+-- 4096, zero-padded past each caption). Checkpoints' model uses Wan's original names:
+-- diffusers loads it through convert_wan_transformer_to_diffusers, ComfyUI as one file.
+-- wan-1.3b (5.7 GB in f32) is one model.safetensors; wan-14b (57 GB) is over
+-- model_shard_bytes (1e10, diffusers' save_pretrained "10GB"), so it is written as Hugging
+-- Face shards + model.safetensors.index.json (--set model_shard_bytes=0: one file).
 --
 -- Knobs (vf.args): weights (required), cache (cache/wan.lmdb), model or preset (wan-1.3b | wan-14b),
 -- steps (2000), batch (1), lr (1e-5), warmup (50), stages (1: pipeline partitions, one per
 -- device in devices), micro_batches (1), recompute (true), shards (1), offload (false:
--- the optimizer shards on the devices, spread over them), device ("cuda:0") or devices (comma list, one per
--- stage), every (250), keep (2), seed (0), frames / height / width (81 / 480 / 832: the
--- latent shape to plan with before the cache exists).
+-- the optimizer shards on the devices, spread over them), device ("cuda:0") or devices (comma
+-- list, one per stage), every (250), keep (2), model_shard_bytes (1e10: above it the
+-- checkpoint's model is Hugging Face shards + model.safetensors.index.json; 0 = one file),
+-- seed (0), frames / height / width (81 / 480 / 832: the latent shape to plan with before
+-- the cache exists).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -66,7 +71,8 @@ local opt = p:stage("adamw", {
 if a.offload ~= true and type(devices) == "table" and #devices > 1 then
   for k, s in ipairs(opt.members or {}) do s.params.device = devices[(k - 1) * #devices // #opt.members + 1] end
 end
-local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2 })
+local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
+                                    model_shard_bytes = a.model_shard_bytes })
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
           seed = a.seed or 0, weights = a.weights }
 return p

@@ -21,6 +21,8 @@
 --   lr warmup schedule min_lr weight_decay clip   AdamW                    (1e-3, 0, constant, 0, 0.01, 1.0)
 --   every keep     checkpoint interval (steps; 0 = last only) and count    (50, 2)
 --   ckpt           checkpoint dir                                          (<run dir>/ckpt)
+--   model_shard_bytes  above this many bytes the checkpoint's model is written as
+--                  Hugging Face shards + model.safetensors.index.json; 0 = one file (1e10)
 --   sync           synchronous checkpoints (benchmark baseline)            (false)
 --   seed           data order, init, noise and timesteps                   (0)
 --   weights        start from these DiT weights: a .safetensors file, a sharded
@@ -72,6 +74,7 @@ local ckpt = p:stage("checkpoint", {
   every = a.every or 50,
   keep = a.keep or 2,
   sync = a.sync == true,
+  model_shard_bytes = a.model_shard_bytes,
 })
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
           weights = a.weights }

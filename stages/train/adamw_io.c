@@ -1,11 +1,13 @@
 /* adamw_io.c — run config and checkpoint reading for the adamw shard (adamw_io.h). */
 #include "stages/train/adamw_io.h"
 #include "formats/ckpt.h"
+#include "formats/st_sharded.h"
 
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ config */
 
@@ -84,10 +86,13 @@ int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t 
                          float *dst, vf_status *st)
 {
     int rc = 0;
-    vf_st_file *f = NULL;
+    vf_st_sharded *f = NULL;
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL);
-    VF_TRY(vf_st_open(path, &f, st));
+    struct stat sb;
+    /* one file, or the shards behind the index above the writer's model_shard_bytes */
+    snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL_INDEX);
+    if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL);
+    VF_TRY(vf_st_sharded_open(path, &f, st));
     int64_t covered = 0;
     for (int i = 0; i < l->n; i++) {
         const vf_dit_tensor *t = &l->t[i];
@@ -95,9 +100,13 @@ int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t 
         int64_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (b <= a) continue;
         const vf_st_tensor *ft;
-        VF_TRY(vf_st_expect(f, t->name, t->ndim, t->shape, &ft, st));
+        const vf_st_file *sf = NULL;
+        const char *fp = path;
+        if (!vf_st_sharded_find(f, t->name, &sf, &fp))
+            VF_FAIL(st, VF_ECORRUPT, "%s: tensor %s is missing", path, t->name);
+        VF_TRY(vf_st_expect(sf, t->name, t->ndim, t->shape, &ft, st));
         if (ft->dtype != VF_ST_F32)
-            VF_FAIL(st, VF_ECORRUPT, "%s: tensor %s is %s; checkpoints hold F32 master weights", path,
+            VF_FAIL(st, VF_ECORRUPT, "%s: tensor %s is %s; checkpoints hold F32 master weights", fp,
                     t->name, vf_st_dtype_name(ft->dtype));
         /* the mapping need not be aligned for floats: copy bytes */
         memcpy(dst + (a - lo), (const char *)ft->data + (size_t)(a - t->offset) * 4, (size_t)(b - a) * 4);
@@ -107,7 +116,7 @@ int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t 
         VF_FAIL(st, VF_ECORRUPT, "%s: the model layout covers %lld of the %lld elements [%lld, %lld)",
                 path, (long long)covered, (long long)(hi - lo), (long long)lo, (long long)hi);
 fail:
-    vf_st_close(f);
+    vf_st_sharded_close(f);
     return rc;
 }
 

@@ -3,7 +3,10 @@
  * with any number of shards.
  *
  * File formats (written by stages/train/checkpoint.c):
- *   model.safetensors              every model tensor by name, F32 (the master weights)
+ *   model.safetensors              every model tensor by name, F32 (the master weights);
+ *                                  above the writer's model_shard_bytes instead
+ *                                  model-0000k-of-0000N.safetensors and
+ *                                  model.safetensors.index.json (formats/st_sharded.h)
  *   optimizer-kk-of-SS.safetensors "exp_avg", "exp_avg_sq": F32 (numel), the moments of
  *                                  the flat range [offset, offset + numel); metadata
  *                                  "offset", "numel", "shard", "shards", "step", "total"
@@ -21,7 +24,8 @@
  * defaults filled from the latent_reader schema). Caller owns *out. */
 int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status *st);
 
-/* Host f32 master weights of flat elements [lo, hi) from ckpt_dir/model.safetensors. */
+/* Host f32 master weights of flat elements [lo, hi) from ckpt_dir/model.safetensors or,
+ * when the checkpoint is sharded, the files its model.safetensors.index.json maps. */
 int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t lo, int64_t hi,
                          float *dst, vf_status *st);
 /* Host f32 moments of [lo, hi) from the optimizer-*.safetensors files of ckpt_path. */

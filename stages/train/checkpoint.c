@@ -4,7 +4,8 @@
  * The optimizer shards snapshot their slice (master weights and both moments, copied to
  * the host) at checkpoint steps and send it here over an edge of capacity 1: a shard has
  * at most one snapshot in flight and goes on training while this stage writes. When the
- * S snapshots of one step are in, it commits them (checkpoint_write.c): step-N.tmp/ →
+ * S snapshots of one step are in, it commits them (checkpoint_write.c; the model as one
+ * file, or as Hugging Face shards plus index above model_shard_bytes): step-N.tmp/ →
  * files fsynced → manifest with CRCs → rename to step-N/ → fsync dir → `latest` → only
  * then the checkpoints beyond the newest `keep` are removed. A failed commit (disk full,
  * I/O error) removes its .tmp, leaves the previous checkpoints intact, is reported (log,
@@ -39,6 +40,9 @@ static const vf_param_spec ckpt_params[] = {
     {"sync", VF_P_BOOL, "false", VF_ANY, "shards wait for each commit (benchmark baseline)"},
     {"max_ckpt_failures", VF_P_INT, "3", VF_RANGE(0, 1e6),
      "failed checkpoints in a row that stop the run (exit 1); 0 = never stop (a failed final checkpoint still fails the run)"},
+    {"model_shard_bytes", VF_P_INT, "10000000000", VF_RANGE(0, 9e18),
+     "above this many bytes of tensors the model is written as Hugging Face shards of at most this many "
+     "(model-0000k-of-0000N.safetensors + model.safetensors.index.json); 1e10 = diffusers' save_pretrained \"10GB\"; 0 = one file"},
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (names of model.safetensors; set by p:train)",
      NULL, vf_dit_model_fields},
     {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S (set by p:train)"},
@@ -93,6 +97,7 @@ static int ckpt_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pl
 typedef struct ckpt_state {
     vf_dit_layout *l;
     int S, keep;
+    int64_t shard_bytes;           /* model_shard_bytes; 0 = one model file */
     bool sync;
     char dir[4096];
     /* snapshots received, at most two steps' worth (one shard may run a checkpoint ahead) */
@@ -116,6 +121,7 @@ static int ckpt_init(vf_stage *s, const vf_params *p, vf_status *st)
     VF_TRY(layout_of(p, &c->l, st));
     c->S = (int)vf_param_int(p, "shards");
     c->keep = (int)vf_param_int(p, "keep");
+    c->shard_bytes = vf_param_int(p, "model_shard_bytes");
     c->sync = vf_param_bool(p, "sync");
     c->max_fail = (int)vf_param_int(p, "max_ckpt_failures");
     c->ok_step = c->last_fail_step = -1;
@@ -223,7 +229,8 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
     vf_ckpt_write_stats ws;
     vf_status wst;
     vf_status_clear(&wst);
-    int rc = vf_ckpt_write_step(c->dir, step, snaps, c->S, c->l, c->keep, fail_injected(step), &ws, &wst);
+    int rc = vf_ckpt_write_step(c->dir, step, snaps, c->S, c->l, c->keep, c->shard_bytes, fail_injected(step), &ws,
+                                &wst);
     char row[5600];
     if (rc == 0) {
         c->written++;
@@ -339,8 +346,8 @@ static void ckpt_lock_dir(const vf_params *p, const char *run_dir, char *out, si
 static const vf_stage_ops ckpt_ops = {
     .api_version = VF_API_VERSION,
     .kind = "checkpoint",
-    .doc = "asynchronous atomic checkpoints of the optimizer shards' snapshots (model.safetensors, "
-           "optimizer shards, state.json, manifest with CRCs), keeps the newest K",
+    .doc = "asynchronous atomic checkpoints of the optimizer shards' snapshots (model.safetensors or its "
+           "Hugging Face shards + index, optimizer shards, state.json, manifest with CRCs), keeps the newest K",
     .params = ckpt_params,
     .ports = ckpt_ports,
     .memory = ckpt_memory,

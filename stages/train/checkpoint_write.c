@@ -2,16 +2,18 @@
  *
  * Order, so that a crash or a full disk at any point leaves the previous checkpoints
  * intact and never a step-N dir that is not complete:
- *   step-N.tmp/ created → model.safetensors, optimizer-kk-of-SS.safetensors, state.json,
- *   each written and fsynced (their CRC32C computed on the way out) → manifest.json
- *   (fsynced) → fsync step-N.tmp → rename to step-N → fsync dir → latest (temp file,
+ *   step-N.tmp/ created → model.safetensors (or its shards and index), optimizer-kk-of-SS
+ *   .safetensors, state.json, each written and fsynced (their CRC32C computed on the way
+ *   out) → manifest.json (fsynced) → fsync step-N.tmp → rename to step-N → fsync dir → latest (temp file,
  *   fsync, rename, fsync dir) → remove the oldest complete checkpoints beyond `keep`.
  * model.safetensors streams each tensor from the shards' master slices through a fill
  * callback (a tensor may straddle two shards), so the model is never assembled in one
- * buffer.
+ * buffer. Above shard_bytes the model is Hugging Face's sharded form (formats/st_sharded.h):
+ * the tensors in the single file's order, cut into files of at most shard_bytes of data.
  */
 #include "stages/train/checkpoint.h"
 #include "formats/ckpt.h"
+#include "formats/st_sharded.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -123,29 +125,126 @@ out:
     return text;
 }
 
-static int write_model(const char *path, const vf_dit_layout *l, const shard_view *sh, int S, int64_t step,
-                       const char *preset, int64_t *bytes, uint32_t *crc, vf_status *st)
+/* One model file of the tensors ord[0..n) (layout indices). */
+static int write_model_file(const char *path, const vf_dit_layout *l, const int *ord, int n, const shard_view *sh,
+                            int S, const char *step, const char *preset, int64_t *bytes, uint32_t *crc,
+                            vf_status *st)
 {
     int rc = 0;
     vf_st_writer *w = vf_st_writer_new(st);
-    fill_ctx *fc = calloc((size_t)l->n, sizeof *fc);
+    fill_ctx *fc = calloc((size_t)(n ? n : 1), sizeof *fc);
     if (!w || !fc) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
-    for (int i = 0; i < l->n; i++) {
-        if (l->t[i].numel == 0) continue; /* a tensor the config does not have */
-        fc[i] = (fill_ctx){sh, S, l->t[i].offset};
-        VF_TRY(vf_st_writer_add_fill(w, l->t[i].name, VF_ST_F32, l->t[i].ndim, l->t[i].shape, fill_master, &fc[i],
-                                     st));
+    for (int j = 0; j < n; j++) {
+        const vf_dit_tensor *t = &l->t[ord[j]];
+        fc[j] = (fill_ctx){sh, S, t->offset};
+        VF_TRY(vf_st_writer_add_fill(w, t->name, VF_ST_F32, t->ndim, t->shape, fill_master, &fc[j], st));
     }
-    char sstep[32];
-    snprintf(sstep, sizeof sstep, "%lld", (long long)step);
     VF_TRY(vf_st_writer_meta(w, "format", "pt", st));
-    VF_TRY(vf_st_writer_meta(w, "step", sstep, st));
+    VF_TRY(vf_st_writer_meta(w, "step", step, st));
     if (preset && preset[0]) VF_TRY(vf_st_writer_meta(w, "preset", preset, st));
     *bytes = (int64_t)vf_st_writer_size(w);
     VF_TRY(vf_st_writer_save(w, path, VF_ST_FSYNC, crc, st));
 fail:
     vf_st_writer_free(w);
     free(fc);
+    return rc;
+}
+
+typedef struct named {
+    const char *name;
+    int i;
+} named;
+
+static int cmp_named(const void *a, const void *b)
+{
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* The index of a sharded model (Hugging Face's form): metadata, then every tensor's file. */
+static char *index_text(const vf_dit_layout *l, const int *ord, const int *shard_of, int n, int nshards,
+                        int64_t data_bytes, const char *step, const char *preset)
+{
+    vf_json *o = vf_json_obj(), *meta = vf_json_obj(), *map = vf_json_obj();
+    char *text = NULL;
+    int bad = !o || !meta || !map;
+    bad |= vf_json_set(meta, "total_size", vf_json_int(data_bytes));
+    bad |= vf_json_set(meta, "format", vf_json_str("pt"));
+    bad |= vf_json_set(meta, "step", vf_json_str(step));
+    if (preset && preset[0]) bad |= vf_json_set(meta, "preset", vf_json_str(preset));
+    for (int j = 0; j < n && !bad; j++) {
+        char name[64];
+        vf_st_shard_name(VF_CKPT_MODEL_STEM, shard_of[j], nshards, name, sizeof name);
+        bad |= vf_json_set(map, l->t[ord[j]].name, vf_json_str(name));
+    }
+    bad |= vf_json_set(o, "metadata", meta);
+    meta = NULL;
+    bad |= vf_json_set(o, "weight_map", map);
+    map = NULL;
+    if (!bad) text = vf_json_emit(o, false, 2);
+    vf_json_free(o);
+    vf_json_free(meta);
+    vf_json_free(map);
+    return text;
+}
+
+/* The model: one model.safetensors, or, when its tensors' bytes exceed shard_bytes (> 0),
+ * shards of at most shard_bytes each (a larger tensor alone in its own) in the file's
+ * tensor order, plus model.safetensors.index.json. Every file goes into the manifest. */
+static int write_model(const char *tmp, const vf_dit_layout *l, const shard_view *sh, int S, int64_t step,
+                       const char *preset, int64_t shard_bytes, vf_json *files, int64_t *total_bytes,
+                       vf_status *st)
+{
+    int rc = 0, n = 0, nshards = 1;
+    int *ord = malloc(sizeof *ord * (size_t)(l->n ? l->n : 1));
+    int *shard_of = malloc(sizeof *shard_of * (size_t)(l->n ? l->n : 1));
+    named *by_name = malloc(sizeof *by_name * (size_t)(l->n ? l->n : 1));
+    char *itext = NULL;
+    if (!ord || !shard_of || !by_name) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].numel > 0) by_name[n++] = (named){l->t[i].name, i}; /* numel 0: the config has no such tensor */
+    /* the writer orders one file's tensors by name (all are F32): the shards follow it */
+    qsort(by_name, (size_t)n, sizeof *by_name, cmp_named);
+    for (int j = 0; j < n; j++) ord[j] = by_name[j].i;
+    int64_t data = 0, cur = 0;
+    for (int j = 0; j < n; j++) {
+        int64_t b = l->t[ord[j]].numel * 4;
+        if (shard_bytes > 0 && cur > 0 && cur + b > shard_bytes) nshards++, cur = 0;
+        shard_of[j] = nshards - 1;
+        cur += b;
+        data += b;
+    }
+    char sstep[32], file[4400], name[64];
+    snprintf(sstep, sizeof sstep, "%lld", (long long)step);
+    int64_t bytes;
+    uint32_t crc;
+    if (shard_bytes <= 0 || data <= shard_bytes) {
+        snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL);
+        VF_TRY(write_model_file(file, l, ord, n, sh, S, sstep, preset, &bytes, &crc, st));
+        VF_TRY(add_file(files, VF_CKPT_MODEL, bytes, crc));
+        *total_bytes += bytes;
+        goto fail; /* rc == 0 */
+    }
+    for (int j0 = 0, k = 0; j0 < n; k++) {
+        int j1 = j0;
+        while (j1 < n && shard_of[j1] == k) j1++;
+        vf_st_shard_name(VF_CKPT_MODEL_STEM, k, nshards, name, sizeof name);
+        snprintf(file, sizeof file, "%s/%s", tmp, name);
+        VF_TRY(write_model_file(file, l, ord + j0, j1 - j0, sh, S, sstep, preset, &bytes, &crc, st));
+        VF_TRY(add_file(files, name, bytes, crc));
+        *total_bytes += bytes;
+        j0 = j1;
+    }
+    itext = index_text(l, ord, shard_of, n, nshards, data, sstep, preset);
+    if (!itext) VF_FAIL(st, VF_ENOMEM, "checkpoint: %s: out of memory", VF_CKPT_MODEL_INDEX);
+    snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL_INDEX);
+    VF_TRY(vf_ckpt_write_text(file, itext, &crc, &bytes, st));
+    VF_TRY(add_file(files, VF_CKPT_MODEL_INDEX, bytes, crc));
+    *total_bytes += bytes;
+fail:
+    free(ord);
+    free(shard_of);
+    free(by_name);
+    free(itext);
     return rc;
 }
 
@@ -197,8 +296,8 @@ static int prune(const char *dir, int64_t newest, int keep, vf_status *st)
 }
 
 int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int S,
-                       const vf_dit_layout *l, int keep, bool fail_inject, vf_ckpt_write_stats *out,
-                       vf_status *st)
+                       const vf_dit_layout *l, int keep, int64_t shard_bytes, bool fail_inject,
+                       vf_ckpt_write_stats *out, vf_status *st)
 {
     int rc = 0;
     char tmp[4200], fin[4200], file[4400];
@@ -237,10 +336,7 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
 
     int64_t bytes;
     uint32_t crc;
-    snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL);
-    VF_TRY(write_model(file, l, sh, S, step, vf_item_str(snaps[0], "preset"), &bytes, &crc, st));
-    VF_TRY(add_file(files, VF_CKPT_MODEL, bytes, crc));
-    total_bytes += bytes;
+    VF_TRY(write_model(tmp, l, sh, S, step, vf_item_str(snaps[0], "preset"), shard_bytes, files, &total_bytes, st));
     if (fail_inject) VF_FAIL(st, VF_EIO, "checkpoint: %s: injected write failure (VFLOW_CKPT_FAIL)", tmp);
     for (int k = 0; k < S; k++) {
         char name[64];

@@ -4,11 +4,13 @@
  *
  * A checkpoint dir D/step-7/ is made with a small model.safetensors; the first input
  * byte picks what the rest of the input becomes: manifest.json itself (listing whatever
- * it lists), or state.json with a manifest that matches it (sizes and CRCs computed here,
- * so the state parser is reached). Properties beyond "no crash / no out-of-bounds read"
- * (ASan):
+ * it lists), state.json with a manifest that matches it (sizes and CRCs computed here,
+ * so the state parser is reached), or (first byte 3 mod 4) a sharded model's
+ * model.safetensors.index.json, listed in a matching manifest beside model.safetensors
+ * and state.json. Properties beyond "no crash / no out-of-bounds read" (ASan):
  *   - vf_ckpt_find either fails with a message, or returns step 7 with a parsed state
  *     whose "step" is 7 and a verified dir;
+ *   - a found checkpoint with an index has a weight map whose every file is listed;
  *   - nothing outside D is read as part of the checkpoint (names with '/' are refused).
  * In the normal build it is linked with replay_main.c and runs over corpus/fuzz_ckpt/.
  */
@@ -48,7 +50,19 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     put(step, VF_CKPT_MODEL, model, sizeof model - 1);
     const char *body = (const char *)data + 1;
     const size_t blen = size - 1;
-    if (data[0] % 2 == 0) {
+    const bool index = data[0] % 4 == 3;
+    if (index) {
+        put(step, VF_CKPT_STATE, "{\"step\":7}", 10);
+        put(step, VF_CKPT_MODEL_INDEX, body, blen);
+        char man[768];
+        snprintf(man, sizeof man,
+                 "{\"files\":{\"" VF_CKPT_MODEL "\":{\"bytes\":%zu,\"crc32c\":\"%08x\"},"
+                 "\"" VF_CKPT_MODEL_INDEX "\":{\"bytes\":%zu,\"crc32c\":\"%08x\"},"
+                 "\"" VF_CKPT_STATE "\":{\"bytes\":10,\"crc32c\":\"%08x\"}}}",
+                 sizeof model - 1, vf_crc32c(0, model, sizeof model - 1), blen, vf_crc32c(0, body, blen),
+                 vf_crc32c(0, "{\"step\":7}", 10));
+        put(step, VF_CKPT_MANIFEST, man, strlen(man));
+    } else if (data[0] % 2 == 0) {
         put(step, VF_CKPT_STATE, "{\"step\":7}", 10);
         put(step, VF_CKPT_MANIFEST, body, blen);
     } else {
@@ -68,11 +82,23 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     } else {
         if (c.step != 7 || !c.state) fail("found a checkpoint that is not step 7 with a state", st.msg);
         if (vf_json_get_int(c.state, "step", -1) != 7) fail("state.json's step is not 7", NULL);
+        if (index) {
+            vf_json *j = vf_json_parse_n(body, blen, &st);
+            const vf_json *map = j ? vf_json_get(j, "weight_map") : NULL;
+            if (!map || vf_json_len(map) == 0) fail("accepted an index without a weight map", NULL);
+            for (int i = 0; i < vf_json_len(map); i++) {
+                const vf_json *v = vf_json_at(map, i);
+                if (!v || v->type != VF_JSON_STR || (strcmp(v->s, VF_CKPT_MODEL) && strcmp(v->s, VF_CKPT_STATE) &&
+                                                     strcmp(v->s, VF_CKPT_MODEL_INDEX)))
+                    fail("accepted an index naming a file the manifest does not list", v && v->s ? v->s : "");
+            }
+            vf_json_free(j);
+        }
         vf_ckpt_fini(&c);
     }
     char p[256];
-    const char *names[] = {VF_CKPT_MODEL, VF_CKPT_STATE, VF_CKPT_MANIFEST};
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {VF_CKPT_MODEL, VF_CKPT_STATE, VF_CKPT_MANIFEST, VF_CKPT_MODEL_INDEX};
+    for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/%s", step, names[i]);
         unlink(p);
     }

@@ -11,11 +11,16 @@
  *    `latest`, keep-K pruning, an injected write failure leaving the previous ones intact
  *    and no .tmp, a damaged newest one skipped with a warning, state.json contents,
  *    model.safetensors by name equal to the snapshots, moments and master slices read
- *    back under another shard count, and the config check naming every differing key.
+ *    back under another shard count, and the config check naming every differing key;
+ *  - a sharded model (model_shard_bytes below the model's bytes): shards of at most the
+ *    limit (a larger tensor alone), the index mapping every tensor once with total_size,
+ *    each shard's metadata, master slices read back bit for bit, one file at or above the
+ *    limit and with 0, and a shard the manifest does not list failing the check.
  */
 #include "tests/vf_test.h"
 
 #include "formats/ckpt.h"
+#include "formats/st_sharded.h"
 #include "runtime/philox.h"
 #include "stages/train/adamw_io.h"
 #include "stages/train/checkpoint.h"
@@ -224,14 +229,20 @@ static void make_snaps(const fixture *f, int S, int64_t step, vf_item **snaps)
     }
 }
 
-static int write_step(const fixture *f, int S, int64_t step, int keep, bool inject, vf_status *st)
+static int write_step_sharded(const fixture *f, int S, int64_t step, int keep, int64_t shard_bytes, bool inject,
+                              vf_status *st)
 {
     vf_item *snaps[8];
     make_snaps(f, S, step, snaps);
     vf_ckpt_write_stats ws;
-    int rc = vf_ckpt_write_step(f->dir, step, snaps, S, f->l, keep, inject, &ws, st);
+    int rc = vf_ckpt_write_step(f->dir, step, snaps, S, f->l, keep, shard_bytes, inject, &ws, st);
     for (int k = 0; k < S; k++) vf_item_free(snaps[k]);
     return rc;
+}
+
+static int write_step(const fixture *f, int S, int64_t step, int keep, bool inject, vf_status *st)
+{
+    return write_step_sharded(f, S, step, keep, 0, inject, st);
 }
 
 static bool exists(const char *dir, const char *name)
@@ -347,6 +358,108 @@ VF_TEST(checkpoint_commit_keep_fail_damage_and_read_back)
     VF_CHECK_MSG(write_step(&f, 1, 6, 2, false, &st) == 0, "%s", st.msg);
     VF_CHECK(vf_ckpt_find(f.dir, NULL, NULL, &ck, &st) == 0 && ck.step == 6);
     vf_ckpt_fini(&ck);
+    fixture_fini(&f);
+}
+
+VF_TEST(checkpoint_sharded_model_files_index_verify_and_read_back)
+{
+    fixture f;
+    fixture_init(&f);
+    vf_status st = {0};
+    const vf_dit_layout *l = f.l;
+    int64_t total = l->total, data = 0, largest = 0;
+    for (int i = 0; i < l->n; i++) {
+        data += l->t[i].numel * 4;
+        if (l->t[i].numel * 4 > largest) largest = l->t[i].numel * 4;
+    }
+    /* below the largest tensor, so that one sits alone in a shard */
+    int64_t limit = largest - 4;
+    VF_CHECK_MSG(write_step_sharded(&f, 3, 2, 2, limit, false, &st) == 0, "%s", st.msg);
+    char sd[300], p[600];
+    snprintf(sd, sizeof sd, "%s/step-2", f.dir);
+    VF_CHECK(!exists(sd, "model.safetensors") && exists(sd, "model.safetensors.index.json"));
+    VF_CHECK_MSG(vf_ckpt_verify(sd, &st) == 0, "%s", st.msg);
+
+    /* the index: every layout tensor once, total_size the data bytes, files beside it */
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", sd);
+    FILE *fp = fopen(p, "rb");
+    char *text = calloc(1, 1 << 20);
+    VF_CHECK(fp && fread(text, 1, (1 << 20) - 1, fp) > 0);
+    if (fp) fclose(fp);
+    vf_json *ix = vf_json_parse(text, &st);
+    free(text);
+    VF_ASSERT(ix != NULL);
+    VF_CHECK(vf_json_get_int(vf_json_get(ix, "metadata"), "total_size", -1) == data);
+    const vf_json *map = vf_json_get(ix, "weight_map");
+    VF_CHECK_EQ_INT(vf_json_len(map), l->n);
+    int nshards = 0;
+    VF_CHECK(sscanf(vf_json_get_str(map, l->t[0].name, ""), "model-%*5d-of-%5d.safetensors", &nshards) == 1);
+    VF_CHECK(nshards >= 3);
+    /* each shard: at most `limit` of data unless it holds one tensor; the same metadata */
+    int64_t seen = 0;
+    for (int k = 0; k < nshards; k++) {
+        char name[64];
+        vf_st_shard_name("model", k, nshards, name, sizeof name);
+        snprintf(p, sizeof p, "%s/%s", sd, name);
+        vf_st_file *sf = NULL;
+        VF_CHECK_MSG(vf_st_open(p, &sf, &st) == 0, "%s", st.msg);
+        if (!sf) continue;
+        int64_t b = 0;
+        for (int i = 0; i < vf_st_count(sf); i++) {
+            b += (int64_t)vf_st_at(sf, i)->nbytes;
+            VF_CHECK_STR(vf_json_get_str(map, vf_st_at(sf, i)->name, ""), name);
+        }
+        VF_CHECK_MSG(b <= limit || vf_st_count(sf) == 1, "%s: %lld bytes in %d tensors", name, (long long)b,
+                     vf_st_count(sf));
+        VF_CHECK(vf_st_meta_get(sf, "step") && strcmp(vf_st_meta_get(sf, "step"), "2") == 0);
+        VF_CHECK(vf_st_meta_get(sf, "format") && strcmp(vf_st_meta_get(sf, "format"), "pt") == 0);
+        seen += vf_st_count(sf);
+        vf_st_close(sf);
+    }
+    VF_CHECK_EQ_INT((int)seen, l->n);
+    vf_json_free(ix);
+
+    /* the master weights back under another shard count, bit for bit */
+    float *back = malloc(sizeof(float) * (size_t)total);
+    int64_t block = vf_train_norm_block(total);
+    for (int k = 0; k < 2; k++) {
+        int64_t lo, hi, b0, b1;
+        vf_train_shard_range(total, block, 2, k, &lo, &hi, &b0, &b1);
+        VF_CHECK_MSG(vf_adamw_load_master(sd, l, lo, hi, back + lo, &st) == 0, "%s", st.msg);
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < total; i++) bad += back[i] != f.master[i] + 2.0f;
+    VF_CHECK_EQ_INT(bad, 0);
+    free(back);
+
+    /* at or above the model's bytes, and with 0: one model.safetensors */
+    VF_CHECK_MSG(write_step_sharded(&f, 1, 4, 4, data, false, &st) == 0, "%s", st.msg);
+    VF_CHECK_MSG(write_step_sharded(&f, 1, 6, 4, 0, false, &st) == 0, "%s", st.msg);
+    snprintf(sd, sizeof sd, "%s/step-4", f.dir);
+    VF_CHECK(exists(sd, "model.safetensors") && !exists(sd, "model.safetensors.index.json"));
+    snprintf(sd, sizeof sd, "%s/step-6", f.dir);
+    VF_CHECK(exists(sd, "model.safetensors") && !exists(sd, "model.safetensors.index.json"));
+
+    /* a shard the manifest does not list fails the check: drop it from the manifest */
+    snprintf(sd, sizeof sd, "%s/step-2", f.dir);
+    snprintf(p, sizeof p, "%s/manifest.json", sd);
+    fp = fopen(p, "rb");
+    text = calloc(1, 1 << 16);
+    size_t len = fp ? fread(text, 1, (1 << 16) - 1, fp) : 0;
+    if (fp) fclose(fp);
+    vf_json *man = vf_json_parse_n(text, len, &st);
+    free(text);
+    VF_ASSERT(man != NULL);
+    char last[64];
+    vf_st_shard_name("model", nshards - 1, nshards, last, sizeof last);
+    vf_json_free(vf_json_take(vf_json_get(man, "files"), last));
+    char *mt = vf_json_emit(man, false, 2);
+    VF_CHECK(vf_ckpt_write_text(p, mt, NULL, NULL, &st) == 0);
+    free(mt);
+    vf_json_free(man);
+    vf_status_clear(&st);
+    VF_CHECK(vf_ckpt_verify(sd, &st) == VF_ECORRUPT);
+    VF_CHECK_MSG(strstr(st.msg, last) && strstr(st.msg, "not in the manifest"), "%s", st.msg);
     fixture_fini(&f);
 }
 

@@ -120,7 +120,10 @@ static int step_bench(int argc, char **argv, vf_backend *be)
         tl[i] = c.text_len * 3 / 4;
         for (int j = 0; j < c.text_len; j++) text[i * c.text_len + j] = 'a' + (i + j) % 26;
     }
-    vf_dit_batch b = {.dims = d, .x_t = xt, .t = t, .text = text, .text_len = tl, .target = tg};
+    /* the Wan presets condition on umT5 embeddings (B, text_len, text_dim), as the model
+     * takes them from the cache; the byte presets on caption bytes */
+    float *emb = c.text_emb ? randn((int64_t)d.B * c.text_len * c.text_dim, 5, 1.0f) : NULL;
+    vf_dit_batch b = {.dims = d, .x_t = xt, .t = t, .text = text, .text_emb = emb, .text_len = tl, .target = tg};
     vf_dit_part *p = NULL;
     vf_dit_saved *sv = NULL;
     if (vf_dit_part_new(be, l, 0, c.depth, &d, recompute, w, g, &p, &st) || vf_dit_saved_new(p, &sv, &st))

@@ -25,11 +25,12 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as ckpt
 
 PRESETS = {
-    "tiny": dict(dim=64, depth=4, heads=4, head_dim=16, ffn=256, z=4, text_dim=64, text_len=32, freq_dim=64),
+    "tiny": dict(dim=64, depth=4, heads=4, head_dim=16, ffn=256, z=4, text_dim=64, text_len=32, freq_dim=64,
+                 text_emb=False),
     "wan-1.3b": dict(dim=1536, depth=30, heads=12, head_dim=128, ffn=8960, z=16, text_dim=4096, text_len=512,
-                     freq_dim=256),
+                     freq_dim=256, text_emb=True),
     "wan-14b": dict(dim=5120, depth=40, heads=40, head_dim=128, ffn=13824, z=16, text_dim=4096, text_len=512,
-                    freq_dim=256),
+                    freq_dim=256, text_emb=True),
 }
 EPS = 1e-6
 PEAK = 989e12
@@ -112,7 +113,8 @@ class DiT(nn.Module):
         self.c, self.use_ckpt = c, use_ckpt
         dim = c["dim"]
         self.patch_embedding = nn.Conv3d(c["z"], dim, kernel_size=(1, 2, 2), stride=(1, 2, 2))
-        self.text_tokens = nn.Embedding(257, c["text_dim"])
+        # the Wan presets take umT5 embeddings (B, text_len, text_dim); tiny takes caption bytes
+        self.text_tokens = None if c["text_emb"] else nn.Embedding(257, c["text_dim"])
         self.text_embedding = nn.Sequential(nn.Linear(c["text_dim"], dim), nn.GELU(approximate="tanh"),
                                             nn.Linear(dim, dim))
         self.time_embedding = nn.Sequential(nn.Linear(c["freq_dim"], dim), nn.SiLU(), nn.Linear(dim, dim))
@@ -132,7 +134,7 @@ class DiT(nn.Module):
         a = torch.outer(t * 1000.0, om)
         e = self.time_embedding(torch.cat([torch.cos(a), torch.sin(a)], dim=1))
         e0 = self.time_projection(e).unflatten(1, (6, c["dim"]))
-        ctx = self.text_embedding(self.text_tokens(text))
+        ctx = self.text_embedding(text if self.text_tokens is None else self.text_tokens(text))
         for blk in self.blocks:
             if self.use_ckpt and self.training:
                 x = ckpt.checkpoint(blk, x, e0, ctx, cos, sin, use_reentrant=False)
@@ -171,7 +173,10 @@ def step_bench(a):
     x = torch.randn(B, c["z"], T, H, W, device=dev)
     tgt = torch.randn_like(x)
     t = torch.rand(B, device=dev)
-    text = torch.randint(0, 257, (B, c["text_len"]), device=dev)
+    if c["text_emb"]:
+        text = torch.randn(B, c["text_len"], c["text_dim"], device=dev)
+    else:
+        text = torch.randint(0, 257, (B, c["text_len"]), device=dev)
     times = []
     for s in range(a.warmup + a.steps):
         torch.cuda.synchronize()

@@ -16,9 +16,10 @@
  *                 forward+loss+backward of random data; prints ms per step
  *   dit_tool sample CFG dims=B,T,H,W weights=PATH|params=P pos=E [pos_len=N] [neg=E]
  *                 [neg_len=N] [noise=X] [steps=50] [shift=5] [guidance=5] [seed=0] out=LAT
+ *                 [noise_out=X]
  *                 flow-matching Euler sampling with guidance (models/dit_sample.h): prints
  *                 "sigmas s0 … sN" and "ms <wall time>"; writes the final latent (f32); noise
- *                 from the seed unless noise= gives it
+ *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
  * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1), starting from
@@ -375,6 +376,12 @@ int main(int argc, char **argv)
         if ((s = arg(argc, argv, "pos_len"))) pos_len = slurp(s, (size_t)d.B * 4);
         if ((s = arg(argc, argv, "neg_len"))) neg_len = slurp(s, (size_t)d.B * 4);
         if ((s = arg(argc, argv, "noise"))) noise = slurp(s, nlat * 4);
+        if ((s = arg(argc, argv, "noise_out"))) {
+            float *z = malloc(nlat * 4);
+            vf_dit_sample_noise(&c, &d, sc.seed, z);
+            spit(s, z, nlat * 4);
+            free(z);
+        }
         const char *out = arg(argc, argv, "out");
         if (!out) {
             fprintf(stderr, "dit_tool: sample needs out=LATENT\n");

@@ -6,7 +6,8 @@
 # parameter perturbed, its weights handed to vflow as diffusers' safetensors file; the
 # text embeddings have rows past each caption's length which vflow receives with the
 # lengths (WanPipeline gets them zero-padded). Checked:
-#  - the schedule dit_tool prints equals the scheduler's sigmas bit for bit;
+#  - the schedule dit_tool prints equals the scheduler's sigmas bit for bit, here and for
+#    other step counts (1, 2, 13, 50) and shifts (0.5, 5, 7.3);
 #  - the final latent after N = 6 steps equals the pipeline's to a relative error <= 1e-4
 #    (max abs difference over max abs reference) for shift 3 and shift 1 with guidance
 #    5.0 and a negative text, and for guidance 1.0 without one (WanPipeline then runs the
@@ -99,6 +100,7 @@ def main():
         pos_len.numpy().tofile(f("pos_len.bin"))
         neg_len.numpy().tofile(f("neg_len.bin"))
         pos[:, :, :16].contiguous().numpy().tofile(f("narrow.bin"))
+        pos[:1].contiguous().numpy().tofile(f("pos1.bin"))
         base = ["sample"] + CFG + ["dims=%d,%d,%d,%d" % DIMS, "weights=" + f("w.safetensors"), "pos=" + f("pos.bin"),
                                    "pos_len=" + f("pos_len.bin"), "steps=%d" % STEPS]
         neg_args = ["neg=" + f("neg.bin"), "neg_len=" + f("neg_len.bin")]
@@ -131,6 +133,19 @@ def main():
                 tag, e, moved, " ".join("%.6g" % s for s in ref_sig), lines["ms"]))
             check(e <= TOL, "%s: latent relative error %.3g > %g" % (tag, e, TOL))
             check(moved > 0.1, "%s: the latent barely moved from the noise (%.3g)" % (tag, moved))
+
+        # the schedule alone for other step counts and shifts (one step, a fractional shift)
+        for steps, shift in ((1, 3.0), (2, 5.0), (50, 5.0), (13, 7.3), (4, 0.5)):
+            sched = FlowMatchEulerDiscreteScheduler(shift=shift)
+            sched.set_timesteps(steps)
+            r = run(["sample"] + CFG + ["dims=1,1,2,2", "weights=" + f("w.safetensors"), "pos=" + f("pos1.bin"),
+                                        "steps=%d" % steps, "shift=%r" % shift, "guidance=1", "out=" + f("x.bin")])
+            if check(r.returncode == 0, "schedule N=%d shift %g: %s" % (steps, shift, r.stderr)):
+                sig = np.array([float(x) for x in r.stdout.splitlines()[0].split()[1:]], dtype=np.float32)
+                check(sig.shape == sched.sigmas.shape and np.array_equal(sig, sched.sigmas.numpy()),
+                      "schedule N=%d shift %g: sigmas %s, the scheduler's %s" % (
+                          steps, shift, sig.tolist(), sched.sigmas.tolist()))
+        print("schedules N=1, 2, 50, 13, 4 (shift 3, 5, 5, 7.3, 0.5) checked")
 
         # seeded noise: deterministic, seed-dependent, standard normal, and the noise= path
         seeded = base + neg_args + ["shift=3", "guidance=5"]

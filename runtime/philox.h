@@ -26,6 +26,7 @@ enum vf_rng_purpose {
     VF_RNG_NOISE = 2,     /* rectified-flow noise (id = sample id) */
     VF_RNG_TIMESTEP = 3,  /* rectified-flow timestep (id = sample id) */
     VF_RNG_SHUFFLE = 4,   /* data order (id = epoch) */
+    VF_RNG_SAMPLE = 5,    /* initial noise of sampling (id = sample index) */
     VF_RNG_TEST = 99,     /* tests */
 };
 

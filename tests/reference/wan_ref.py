@@ -3,13 +3,15 @@
 The reference venv (scripts/setup.sh, $VFLOW_REF_PY) holds diffusers 0.33.1 and
 transformers 4.46.3 over Debian's torch 1.13.1. Two names diffusers touches are missing
 there: F.scaled_dot_product_attention (defined here as softmax(q·kᵀ·scale + mask)·v, the
-math it stands for) and the float8 dtype names (placeholders: nothing here uses float8;
-safetensors.torch is imported first so that its tables never see them). Import this
-module before diffusers.
+math it stands for), the float8 dtype names (placeholders: nothing here uses float8;
+safetensors.torch is imported first so that its tables never see them) and
+torch.compiler.disable, a decorator on DiffusionPipeline (the identity: nothing here is
+compiled). Import this module before diffusers.
 """
 import math
 import os
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +41,11 @@ except ImportError:
 for _n in ("float8_e4m3fn", "float8_e5m2"):
     if not hasattr(torch, _n):
         setattr(torch, _n, torch.float32)
+
+if not hasattr(torch, "compiler"):
+    def _disable(fn=None, recursive=True):
+        return fn if fn is not None else (lambda f: f)
+    torch.compiler = types.SimpleNamespace(disable=_disable)
 
 
 def require():

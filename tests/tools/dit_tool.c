@@ -14,6 +14,12 @@
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
  *   dit_tool bench CFG dims=B,T,H,W [steps=5] [parts=1] [recompute=0]
  *                 forward+loss+backward of random data; prints ms per step
+ *   dit_tool sample CFG dims=B,T,H,W weights=PATH|params=P pos=E [pos_len=N] [neg=E]
+ *                 [neg_len=N] [noise=X] [steps=50] [shift=5] [guidance=5] [seed=0] out=LAT
+ *                 [noise_out=X]
+ *                 flow-matching Euler sampling with guidance (models/dit_sample.h): prints
+ *                 "sigmas s0 … sN" and "ms <wall time>"; writes the final latent (f32); noise
+ *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
  * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1), starting from
@@ -22,6 +28,7 @@
  * (B,text_len,text_dim) (text_emb=1), len i32 (B).
  */
 #include "models/dit.h"
+#include "models/dit_sample.h"
 #include "models/dit_weights.h"
 #include "runtime/philox.h"
 
@@ -164,6 +171,28 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
     return loss;
 }
 
+/* Text embeddings (B, text_len, width) f32 from path: the width is what the file size
+ * says, so a file of another model's width is named as such by the sampler's check. */
+static float *slurp_emb(const char *key, const char *path, int B, int text_len, int *width)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        fprintf(stderr, "dit_tool: %s: cannot open %s\n", key, path ? path : "(missing argument)");
+        exit(2);
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    long row = 4L * B * text_len;
+    if (size <= 0 || size % row) {
+        fprintf(stderr, "dit_tool: %s: %s has %ld bytes, not B=%d x text_len=%d rows of f32\n", key,
+                path, size, B, text_len);
+        exit(2);
+    }
+    *width = (int)(size / row);
+    return slurp(path, (size_t)size);
+}
+
 static void parse_dims(int argc, char **argv, vf_dit_dims *d)
 {
     const char *s = arg(argc, argv, "dims");
@@ -187,7 +216,7 @@ int main(int argc, char **argv)
     vf_dit_config c;
     vf_dit_layout *l = NULL;
     if (argc < 2) {
-        fprintf(stderr, "usage: dit_tool layout|init|grad|bench CFG ...\n");
+        fprintf(stderr, "usage: dit_tool layout|init|save|weights|grad|bench|sample CFG ...\n");
         return 2;
     }
     const char *cmd = argv[1];
@@ -318,6 +347,64 @@ int main(int argc, char **argv)
         }
         free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
             free(pred), free(emb);
+    } else if (strcmp(cmd, "sample") == 0) {
+        vf_dit_dims d;
+        parse_dims(argc, argv, &d);
+        vf_dit_sample_cfg sc = {
+            .steps = (s = arg(argc, argv, "steps")) ? atoi(s) : 50,
+            .shift = (s = arg(argc, argv, "shift")) ? strtod(s, NULL) : 5.0,
+            .guidance = (s = arg(argc, argv, "guidance")) ? strtod(s, NULL) : 5.0,
+            .seed = (s = arg(argc, argv, "seed")) ? strtoull(s, NULL, 10) : 0,
+        };
+        size_t nlat = (size_t)d.B * c.z * d.T * d.H * d.W;
+        float *pos = NULL, *neg = NULL, *noise = NULL;
+        int32_t *pos_len = NULL, *neg_len = NULL;
+        sc.text_dim = c.text_dim;
+        if (vf_dit_sample_check(&sc, &c, &st)) die(&st);
+        const char *ek[2] = {"pos", "neg"};
+        float **ev[2] = {&pos, &neg};
+        for (int k = 0; k < 2; k++) {
+            int w = 0;
+            if (k == 1 && !arg(argc, argv, "neg")) break;
+            *ev[k] = slurp_emb(ek[k], arg(argc, argv, ek[k]), d.B, c.text_len, &w);
+            if (w != c.text_dim) {
+                fprintf(stderr, "dit_tool: %s: text embeddings of width %d, the model's text_dim is %d\n",
+                        ek[k], w, c.text_dim);
+                return 2;
+            }
+        }
+        if ((s = arg(argc, argv, "pos_len"))) pos_len = slurp(s, (size_t)d.B * 4);
+        if ((s = arg(argc, argv, "neg_len"))) neg_len = slurp(s, (size_t)d.B * 4);
+        if ((s = arg(argc, argv, "noise"))) noise = slurp(s, nlat * 4);
+        if ((s = arg(argc, argv, "noise_out"))) {
+            float *z = malloc(nlat * 4);
+            vf_dit_sample_noise(&c, &d, sc.seed, z);
+            spit(s, z, nlat * 4);
+            free(z);
+        }
+        const char *out = arg(argc, argv, "out");
+        if (!out) {
+            fprintf(stderr, "dit_tool: sample needs out=LATENT\n");
+            return 2;
+        }
+        float *params = arg(argc, argv, "weights")
+                            ? load_weights(l, arg(argc, argv, "weights"), NULL, NULL)
+                            : slurp(arg(argc, argv, "params"), (size_t)l->total * 4);
+        float *lat = malloc(nlat * 4), *sig = malloc(sizeof(float) * (size_t)(sc.steps + 1));
+        void *w = be->alloc(be, (size_t)l->total * vf_dtype_size(be->act_dtype), &st);
+        if (!w) die(&st);
+        be->upload(be, w, params, l->total, be->act_dtype);
+        double t0 = now_ms();
+        if (vf_dit_sample(be, l, w, &sc, &d, pos, pos_len, neg, neg_len, noise, lat, &st)) die(&st);
+        double ms = now_ms() - t0;
+        vf_dit_sample_sigmas(sc.steps, sc.shift, sig);
+        printf("sigmas");
+        for (int i = 0; i <= sc.steps; i++) printf(" %.9g", sig[i]);
+        printf("\nms %.1f\n", ms);
+        spit(out, lat, nlat * 4);
+        be->free(be, w);
+        free(params), free(lat), free(sig), free(pos), free(neg), free(pos_len), free(neg_len),
+            free(noise);
     } else {
         fprintf(stderr, "dit_tool: unknown command %s\n", cmd);
         return 2;

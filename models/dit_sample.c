@@ -1,0 +1,159 @@
+/* dit_sample.c — the sampling loop of dit_sample.h: the shifted flow-matching schedule,
+ * seeded noise, and Euler steps with classifier-free guidance over one partition that
+ * holds the whole model.
+ *
+ * The latent stays f32 on the host between steps, as WanPipeline keeps `latents` in f32
+ * and casts only the model input to the transformer's dtype; the guidance combination
+ * and the Euler update are the scheduler's f32 element-wise operations in its order, so
+ * on the CPU backend the loop differs from diffusers only by the model's own rounding.
+ */
+#include "models/dit_sample.h"
+
+#include "runtime/philox.h"
+
+#include <math.h>
+#include <string.h>
+
+int vf_dit_sample_check(const vf_dit_sample_cfg *cfg, const vf_dit_config *c, vf_status *st)
+{
+    if (cfg->steps < 1)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: steps = %d, must be at least 1", cfg->steps);
+    if (!isfinite(cfg->shift) || cfg->shift <= 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: shift = %g, must be a finite number > 0", cfg->shift);
+    if (!isfinite(cfg->guidance) || cfg->guidance < 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: guidance = %g, must be a finite number >= 0", cfg->guidance);
+    if (!c->text_emb)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: the model conditions on caption bytes (text_emb = 0); "
+                             "sampling takes text embeddings");
+    if (cfg->text_dim != c->text_dim)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: text embeddings of width %d, the model's text_dim is %d",
+                             cfg->text_dim, c->text_dim);
+    return 0;
+}
+
+/* The scheduler's shift in f32, in its order of operations: s·σ / (1 + (s−1)·σ). */
+static float shifted_f32(float s, float sm1, float sigma)
+{
+    float num = s * sigma;
+    float den = 1.0f + sm1 * sigma;
+    return num / den;
+}
+
+void vf_dit_sample_sigmas(int steps, double shift, float *sigmas)
+{
+    /* the training table the scheduler is constructed with: σ = t/1000 for t = 1000..1, in
+       f32, shifted once; its ends bound the inference schedule */
+    float s = (float)shift, sm1 = (float)(shift - 1.0);
+    double smax = shifted_f32(s, sm1, 1000.0f / 1000.0f);
+    double smin = shifted_f32(s, sm1, 1.0f / 1000.0f);
+    double start = smax * 1000.0, stop = smin * 1000.0;
+    /* numpy.linspace: start + i·((stop − start)/(N − 1)), the last point set to stop */
+    double step = steps > 1 ? (stop - start) / (double)(steps - 1) : 0.0;
+    for (int i = 0; i < steps; i++) {
+        double t = (i == steps - 1 && steps > 1) ? stop : (double)i * step + start;
+        double u = t / 1000.0;
+        sigmas[i] = (float)(shift * u / (1.0 + (shift - 1.0) * u));
+    }
+    sigmas[steps] = 0.0f;
+}
+
+void vf_dit_sample_noise(const vf_dit_config *c, const vf_dit_dims *d, uint64_t seed, float *out)
+{
+    int64_t per = (int64_t)c->z * d->T * d->H * d->W;
+    for (int b = 0; b < d->B; b++) {
+        vf_rng r;
+        vf_rng_init(&r, seed, 0, (uint64_t)b, VF_RNG_SAMPLE);
+        vf_rng_normal(&r, 0, per, out + per * b);
+    }
+}
+
+/* One forward of the whole model at x (host f32) and time sigma; v (host f32) receives
+ * the prediction. */
+static int predict(vf_backend *be, vf_dit_part *p, vf_dit_saved *sv, void *x_dev,
+                   const float *x, float sigma, const vf_dit_dims *d, const float *emb,
+                   const int32_t *len, float *t_host, float *v, int64_t n, vf_status *st)
+{
+    int rc = 0;
+    be->upload(be, x_dev, x, n, be->act_dtype);
+    for (int b = 0; b < d->B; b++) t_host[b] = sigma;
+    vf_dit_batch batch = {.dims = *d, .x_t = x_dev, .t = t_host, .text_len = len,
+                          .text_emb = emb};
+    VF_TRY(vf_dit_part_forward(p, &batch, NULL, NULL, sv, st));
+    be->download(be, v, vf_dit_saved_pred(sv), n, be->act_dtype);
+    VF_TRY(be->sync(be, st));
+fail:
+    return rc;
+}
+
+int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
+                  const vf_dit_sample_cfg *cfg, const vf_dit_dims *dims, const float *pos_emb,
+                  const int32_t *pos_len, const float *neg_emb, const int32_t *neg_len,
+                  const float *noise, float *out, vf_status *st)
+{
+    int rc = 0;
+    const vf_dit_config *c = &l->cfg;
+    vf_dit_part *p = NULL;
+    vf_dit_saved *sv = NULL;
+    void *x_dev = NULL;
+    float *sigmas = NULL, *v = NULL, *vneg = NULL, *t_host = NULL;
+    const int64_t n = (int64_t)dims->B * c->z * dims->T * dims->H * dims->W;
+    const bool cfg_on = cfg->guidance > 1.0; /* WanPipeline.do_classifier_free_guidance */
+    const float g = (float)cfg->guidance;
+
+    VF_TRY(vf_dit_sample_check(cfg, c, st));
+    if (!pos_emb) VF_FAIL(st, VF_EBADINPUT, "sample: no positive text embeddings");
+    if (cfg_on && !neg_emb)
+        VF_FAIL(st, VF_EBADINPUT,
+                "sample: guidance = %g > 1 needs negative text embeddings", cfg->guidance);
+
+    /* recompute: forward keeps only each block's input, the least a forward can keep */
+    VF_TRY(vf_dit_part_new(be, l, 0, c->depth, dims, true, weights, NULL, &p, st));
+    VF_TRY(vf_dit_saved_new(p, &sv, st));
+    x_dev = be->alloc(be, (size_t)n * vf_dtype_size(be->act_dtype), st);
+    sigmas = vf_alloc(sizeof(float) * (size_t)(cfg->steps + 1), st);
+    v = vf_alloc(sizeof(float) * (size_t)n, st);
+    vneg = cfg_on ? vf_alloc(sizeof(float) * (size_t)n, st) : NULL;
+    t_host = vf_alloc(sizeof(float) * (size_t)dims->B, st);
+    if (!x_dev || !sigmas || !v || (cfg_on && !vneg) || !t_host)
+        VF_FAIL(st, VF_ENOMEM, "sample: out of memory for a latent of %lld elements",
+                (long long)n);
+
+    vf_dit_sample_sigmas(cfg->steps, cfg->shift, sigmas);
+    if (noise)
+        memcpy(out, noise, sizeof(float) * (size_t)n);
+    else
+        vf_dit_sample_noise(c, dims, cfg->seed, out);
+
+    for (int i = 0; i < cfg->steps; i++) {
+        VF_TRY(predict(be, p, sv, x_dev, out, sigmas[i], dims, pos_emb, pos_len, t_host, v, n,
+                       st));
+        if (cfg_on) {
+            VF_TRY(predict(be, p, sv, x_dev, out, sigmas[i], dims, neg_emb, neg_len, t_host,
+                           vneg, n, st));
+            for (int64_t k = 0; k < n; k++) {
+                float diff = v[k] - vneg[k];
+                float scaled = g * diff;
+                v[k] = vneg[k] + scaled;
+            }
+        }
+        float dt = sigmas[i + 1] - sigmas[i];
+        for (int64_t k = 0; k < n; k++) {
+            float step = dt * v[k];
+            out[k] = out[k] + step;
+        }
+    }
+fail:
+    vf_free(t_host);
+    vf_free(vneg);
+    vf_free(v);
+    vf_free(sigmas);
+    if (x_dev) be->free(be, x_dev);
+    vf_dit_saved_free(sv);
+    vf_dit_part_free(p);
+    return rc;
+}

@@ -1,0 +1,71 @@
+/* dit_sample.h — text-to-video sampling with the DiT: flow-matching Euler steps with a
+ * shifted schedule and classifier-free guidance, the denoising loop of diffusers'
+ * WanPipeline driven by FlowMatchEulerDiscreteScheduler(shift = s).
+ *
+ * Schedule (the scheduler's set_timesteps with use_dynamic_shifting = False):
+ *   shifted(σ) = s·σ / (1 + (s−1)·σ)
+ *   σ_max = shifted(1), σ_min = shifted(1/1000)           (f32, the scheduler's training table)
+ *   u_i = linspace(1000·σ_max, 1000·σ_min, N)_i / 1000     (f64, numpy's linspace)
+ *   σ_i = f32(shifted(u_i)) for i < N, σ_N = 0
+ * so the shift is applied twice to the end points: σ_{N−1} = shifted(shifted(0.001)).
+ * Step i (x starts as the noise, f32 on the host):
+ *   v = DiT(x, t = σ_i, positive text)      (the model sees the timestep σ_i·1000)
+ *   guidance > 1: v = v_neg + g·(v − v_neg), v_neg = DiT(x, σ_i, negative text)
+ *   x ← x + (σ_{i+1} − σ_i)·v               (σ difference in f32, as the scheduler)
+ * As in WanPipeline, guidance ≤ 1 runs the positive prediction alone (no negative
+ * forward, the negative text is not needed).
+ *
+ * Noise: element i of sample b is element i of the Philox normal stream
+ * (seed, 0, b, VF_RNG_SAMPLE): a pure function of (seed, b, i), the same for any batch
+ * size and on every backend; or the caller's buffer (e.g. another library's noise).
+ */
+#ifndef VF_DIT_SAMPLE_H
+#define VF_DIT_SAMPLE_H
+
+#include "models/dit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vf_dit_sample_cfg {
+    int steps;          /* N ≥ 1 Euler steps (model calls per guidance branch) */
+    double shift;       /* schedule shift s > 0 (Wan 2.1 T2V: 3.0 at 480p, 5.0 at 720p) */
+    double guidance;    /* classifier-free guidance scale g ≥ 0 (WanPipeline default 5.0) */
+    uint64_t seed;      /* initial noise when the caller gives none */
+    int text_dim;       /* width of the rows of pos_emb / neg_emb: must be the model's */
+} vf_dit_sample_cfg;
+
+/* Checks cfg against the model (steps ≥ 1, shift finite and > 0, guidance finite and
+ * ≥ 0, text_dim equal to the model's text embedding width, a model with text = embeddings).
+ * VF_EBADINPUT naming the field. */
+int vf_dit_sample_check(const vf_dit_sample_cfg *cfg, const vf_dit_config *c, vf_status *st);
+
+/* The schedule: sigmas[0..steps] (steps + 1 values, the last 0), bit for bit those of
+ * FlowMatchEulerDiscreteScheduler(shift).set_timesteps(steps). */
+void vf_dit_sample_sigmas(int steps, double shift, float *sigmas);
+
+/* The initial noise of `dims` (B, z, T, H, W) for a seed, host f32 (see above). */
+void vf_dit_sample_noise(const vf_dit_config *c, const vf_dit_dims *dims, uint64_t seed,
+                         float *out);
+
+/* Samples B latents with the whole model on backend be (all blocks in one partition).
+ *   l        the model's layout (text = embeddings)
+ *   weights  the flat weight vector (l->total elements) in backend memory, act dtype
+ *   pos_emb  (B, text_len, text_dim) host f32: positive text embeddings; rows at and past
+ *            pos_len[b] are taken as zero (WanPipeline zero-pads to text_len)
+ *   pos_len  (B) real rows per sample, or NULL (all text_len)
+ *   neg_emb, neg_len  the same for the negative text; needed when guidance > 1
+ *   noise    (B, z, T, H, W) host f32 initial noise, or NULL: drawn from cfg->seed
+ *   out      (B, z, T, H, W) host f32: the final latent x at σ = 0
+ * Host pointers are read during the call only. VF_EBADINPUT for bad cfg or a missing
+ * negative text; allocation and model errors as vf_dit_part_new / forward. */
+int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
+                  const vf_dit_sample_cfg *cfg, const vf_dit_dims *dims, const float *pos_emb,
+                  const int32_t *pos_len, const float *neg_emb, const int32_t *neg_len,
+                  const float *noise, float *out, vf_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VF_DIT_SAMPLE_H */

@@ -58,8 +58,40 @@
  * chunk; both from be->alloc, so a stage's account sees them. vf_vae_mem computes
  * the same numbers without allocating, for a stage's `memory` hook.
  *
- * The decoder is not built yet: the config, parameter table and streaming machinery
- * are shared pieces it will reuse (its tensors go after the encoder's).
+ * The decoder (vf_vae_dec, vae_dec.c) is a model of its own over the same config:
+ * vf_vae_dec_model_new builds the decoder's parameter table (Wan's Decoder3d and conv2,
+ * listed below), which loads, saves, inits and hashes through the same functions.
+ *
+ *   z (B, Z, T', h, w), de-normalised (vf_vae_denormalise)
+ *   conv2                    conv 1x1x1, Z -> Z (diffusers' post_quant_conv)
+ *   decoder.conv1            causal conv 3x3x3, Z -> C (C = dim * dim_mult[L-1])
+ *   decoder.middle.{0,1,2}   ResidualBlock, attention, ResidualBlock (as the encoder's)
+ *   decoder.upsamples.K      per level i = 0..L-1 (out = dim * dim_mult[L-1-i]):
+ *                              num_res_blocks + 1 ResidualBlocks (in -> out, out -> out)
+ *                              then, except after the last level, a Resample:
+ *                              temporal (if temporal_downsample[L-2-i]): causal conv 3x1x1
+ *                              out -> 2·out, the halves interleaved as frames 2t, 2t+1;
+ *                              frame 0 of the stream passes alone (see below)
+ *                              spatial: nearest 2x, conv 3x3 (padding 1), out -> out/2
+ *   decoder.head.{0,2}       RMSNorm, SiLU, causal conv 3x3x3 -> 3; output clamped to [-1, 1]
+ *
+ * Decoder tensors (C the width where they sit):
+ *   conv2.weight                              (Z, Z, 1, 1, 1)       .bias (Z)
+ *   decoder.conv1.weight                      (C, Z, 3, 3, 3)       .bias (C)
+ *   decoder.middle.*                          as encoder.middle.*
+ *   decoder.upsamples.K.residual.*, .shortcut as the encoder's residual blocks
+ *   decoder.upsamples.K.time_conv.weight      (2C, C, 3, 1, 1)      .bias (2C)  [temporal]
+ *   decoder.upsamples.K.resample.1.weight     (C/2, C, 3, 3)        .bias (C/2)
+ *   decoder.head.0.gamma                      (C, 1, 1, 1)
+ *   decoder.head.2.weight                     (3, C, 3, 3, 3)       .bias (3)
+ * diffusers: conv2 -> post_quant_conv, decoder.upsamples.K -> decoder.up_blocks.i.resnets.j
+ * or .upsamplers.0 (K = i·(num_res_blocks + 2) + j), the rest as the encoder's.
+ *
+ * Decoding is causal like encoding: latent frame 0 gives 1 frame, every later one 4 (for
+ * the 4x presets), T' latent frames give 1 + 4(T'-1). Wan decodes one latent frame per
+ * call with per-layer caches; here every causal conv keeps its last two input frames and
+ * every temporal upsample keeps whether frame 0 went through, so any chunking gives the
+ * same frames as decoding whole, with a workspace set by the chunk.
  */
 #ifndef VF_VAE_H
 #define VF_VAE_H
@@ -99,6 +131,11 @@ int64_t vf_vae_latent_frames(const vf_vae_config *c, int64_t T);
 /* Number of encoder parameters (elements of the flat buffer) for cfg; *max_tensor (if
  * not NULL) gets the element count of the largest tensor. */
 int64_t vf_vae_count_params(const vf_vae_config *c, int64_t *max_tensor);
+/* The same for the decoder (decoder.* and conv2). */
+int64_t vf_vae_dec_count_params(const vf_vae_config *c, int64_t *max_tensor);
+/* Whether decoder level i (0 = the deepest) ends with a temporal upsample: the mirror of
+ * the encoder's temporal_downsample[L-2-i]. */
+int vf_vae_dec_temporal(const vf_vae_config *c, int i);
 /* Canonical text of the config (hashed with the weights); writes at most n bytes. */
 void vf_vae_config_str(const vf_vae_config *c, char *buf, size_t n);
 
@@ -117,6 +154,11 @@ typedef struct vf_vae vf_vae;
  * parameter table and allocates the flat weights (uninitialised) through be->alloc.
  * Caller owns *out (vf_vae_free). Initialise with vf_vae_init_seeded or vf_vae_load. */
 int vf_vae_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out, vf_status *st);
+/* The decoder's model: the same, over the decoder's parameter table (decoder.*, conv2);
+ * VF_EINVAL when a level's width is odd (the spatial upsample halves it). */
+int vf_vae_dec_model_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out,
+                         vf_status *st);
+int vf_vae_is_decoder(const vf_vae *m);
 void vf_vae_free(vf_vae *m); /* NULL is fine */
 const vf_vae_config *vf_vae_cfg(const vf_vae *m);
 vf_backend *vf_vae_backend(const vf_vae *m);
@@ -136,17 +178,17 @@ int vf_vae_init_seeded(vf_vae *m, uint64_t seed, vf_status *st);
  * common prefix (vf_vae_file_naming), or a diffusers
  * model directory (config.json, checked against the model's config, and
  * diffusion_pytorch_model.safetensors). Names and shapes checked (errors name the file
- * and tensor as the file spells it); tensors the encoder does not use (the decoder) are
- * ignored. */
+ * and tensor as the file spells it); tensors of the other half are ignored. */
 int vf_vae_load(vf_vae *m, const char *path, vf_status *st);
-/* How a weights file names the encoder, from where its first convolution is: diffusers'
- * names (encoder.conv_in.weight) or the original ones (encoder.conv1.weight), under a
+/* How a weights file names the VAE, from where its first convolution is: diffusers'
+ * names ({en,de}coder.conv_in.weight) or the original ones ({en,de}coder.conv1.weight), under a
  * common prefix ("" or ending in '.', e.g. "first_stage_model." of a combined
  * checkpoint) copied into prefix (n bytes). */
 struct vf_st_file;
 void vf_vae_file_naming(const struct vf_st_file *f, char *prefix, size_t n, bool *diffusers);
-/* diffusers' name (AutoencoderKLWan state dict) of the original name `name`. */
-void vf_vae_diffusers_name(const char *name, char *out, size_t n);
+/* diffusers' name (AutoencoderKLWan state dict) of the original name `name` of the
+ * encoder's or the decoder's table for config c. */
+void vf_vae_diffusers_name(const vf_vae_config *c, const char *name, char *out, size_t n);
 /* The safetensors file behind `path` (itself, or a diffusers directory's weights after
  * its config.json matched c: VF_EBADINPUT naming the field otherwise). */
 int vf_vae_weights_file(const char *path, const vf_vae_config *c, char *file, size_t n, vf_status *st);
@@ -158,6 +200,9 @@ int vf_vae_config_norm(const char *path, int z, float *mean, float *std, bool *f
 /* Wan's per-channel latent normalisation, in place on one clip's latent (z, plane):
  * lat[c][i] = (lat[c][i] - mean[c]) / std[c]. */
 void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, const float *std);
+/* Its inverse, before decoding: lat[c][i] = lat[c][i] * std[c] + mean[c]. */
+void vf_vae_denormalise(float *lat, int64_t z, int64_t plane, const float *mean,
+                        const float *std);
 /* Writes the weights as an F32 safetensors file (metadata "vflow.vae" = config text). */
 int vf_vae_save(vf_vae *m, const char *path, vf_status *st);
 /* 32 hex chars: hash of the config text (latent scale/shift included: they change the

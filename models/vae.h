@@ -266,6 +266,40 @@ int vf_vae_encode_end(vf_vae_enc *e, vf_status *st);
 int vf_vae_encode_f32(vf_vae_enc *e, int batch, int64_t T, const float *x, float *mean,
                       float *logvar, vf_status *st);
 
+/* ------------------------------------------------------------------ streaming decoder */
+
+typedef struct vf_vae_dec vf_vae_dec;
+
+/* Frames decoded from Tlat latent frames: 1 + tf·(Tlat - 1); -1 for Tlat < 1. */
+int64_t vf_vae_decoded_frames(const vf_vae_config *c, int64_t Tlat);
+/* Bytes the decoder needs (as vf_vae_mem) for up to max_batch clips, `chunk` latent
+ * frames per call, latents of h x w: weights, causal caches, workspace (work buffers,
+ * attention statistics, the chunk's latent input), host (load staging, bookkeeping).
+ * None of it depends on the clip length. */
+int vf_vae_dec_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, int h, int w,
+                   vf_vae_mem_info *out, vf_status *st);
+/* New decoder over the decoder model m (vf_vae_dec_model_new; borrowed, must outlive it)
+ * for up to max_batch clips, at most `chunk` latent frames per vf_vae_decode_chunk,
+ * latents of h x w. Caller owns *out (vf_vae_dec_free). */
+int vf_vae_dec_new(vf_vae *m, int max_batch, int chunk, int h, int w, vf_vae_dec **out,
+                   vf_status *st);
+void vf_vae_dec_free(vf_vae_dec *d); /* NULL is fine */
+/* Bytes allocated on the backend (caches + workspace; weights not included). */
+int64_t vf_vae_dec_bytes(const vf_vae_dec *d);
+/* Starts a micro-batch of `batch` clips of Tlat latent frames each; resets every cache. */
+int vf_vae_decode_begin(vf_vae_dec *d, int batch, int64_t Tlat, vf_status *st);
+/* Decodes the next n latent frames (1 <= n <= chunk) of every clip, read from z (host
+ * f32 (batch, z, Tlat, h, w), de-normalised: vf_vae_denormalise). The frames this chunk
+ * completes are written at their place in x (host f32 (batch, 3, T, 8h, 8w) for the
+ * 8x presets, T = vf_vae_decoded_frames), clamped to [-1, 1]. Returns the frames
+ * written so far (>= 0) or a negative code. */
+int vf_vae_decode_chunk(vf_vae_dec *d, int n, const float *z, float *x, vf_status *st);
+/* Checks every latent frame was decoded (VF_EINVAL otherwise) and returns T. */
+int vf_vae_decode_end(vf_vae_dec *d, vf_status *st);
+/* Whole-clip convenience: begin, chunks of the decoder's `chunk`, end. */
+int vf_vae_decode_f32(vf_vae_dec *d, int batch, int64_t Tlat, const float *z, float *x,
+                      vf_status *st);
+
 #ifdef __cplusplus
 }
 #endif

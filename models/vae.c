@@ -1,9 +1,11 @@
 /* vae.c — the causal 3D VAE's config, parameter table and weights: seeded init,
  * safetensors load/save and the weights hash used in cache keys.
  *
- * The forward pass (streaming encoder) is in vae_enc.c; it walks the same structure as
- * build_table below and takes the tensors in table order. Architecture and the tensor
- * names are documented in vae.h.
+ * A model holds one half: the encoder's tensors (vf_vae_new) or the decoder's
+ * (vf_vae_dec_model_new). The forward passes (vae_enc.c, vae_dec.c, over the layers of
+ * vae_walk.c) walk the same structure as build_enc_table / build_dec_table below and
+ * take the tensors in table order. Architecture and the tensor names are documented in
+ * vae.h.
  */
 #include "models/vae.h"
 

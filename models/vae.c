@@ -1,9 +1,11 @@
 /* vae.c — the causal 3D VAE's config, parameter table and weights: seeded init,
  * safetensors load/save and the weights hash used in cache keys.
  *
- * The forward pass (streaming encoder) is in vae_enc.c; it walks the same structure as
- * build_table below and takes the tensors in table order. Architecture and the tensor
- * names are documented in vae.h.
+ * A model holds one half: the encoder's tensors (vf_vae_new) or the decoder's
+ * (vf_vae_dec_model_new). The forward passes (vae_enc.c, vae_dec.c, over the layers of
+ * vae_walk.c) walk the same structure as build_enc_table / build_dec_table below and
+ * take the tensors in table order. Architecture and the tensor names are documented in
+ * vae.h.
  */
 #include "models/vae.h"
 
@@ -16,6 +18,7 @@
 
 struct vf_vae {
     vf_vae_config cfg;
+    int decoder;            /* 0: the encoder's tensors; 1: the decoder's */
     vf_backend *be;
     size_t es;              /* bytes per element of be->act_dtype */
     int np;
@@ -188,7 +191,7 @@ static void add_resblock(table_builder *tb, const char *prefix, int64_t in, int6
 }
 
 /* The encoder's tensors in flat-buffer order. vae_enc.c consumes them in this order. */
-static void build_table(const vf_vae_config *c, table_builder *tb)
+static void build_enc_table(const vf_vae_config *c, table_builder *tb)
 {
     char n[VF_VAE_NAME_MAX];
     int64_t in = c->dim, out = c->dim;
@@ -221,10 +224,66 @@ static void build_table(const vf_vae_config *c, table_builder *tb)
     add_conv(tb, "conv1", 2 * (int64_t)c->z_dim, 2 * (int64_t)c->z_dim, 1, 1, 1, 3);
 }
 
+/* The decoder's tensors in flat-buffer order (Wan's Decoder3d + conv2); vae_dec.c
+ * consumes them in this order. Level i of the decoder mirrors encoder level L-1-i. */
+static void build_dec_table(const vf_vae_config *c, table_builder *tb)
+{
+    char n[VF_VAE_NAME_MAX];
+    int L = c->nlevels;
+    int64_t z = c->z_dim, top = (int64_t)c->dim * c->dim_mult[L - 1], in = top, out = top;
+    add_conv(tb, "conv2", z, z, 1, 1, 1, 3);
+    add_conv(tb, "decoder.conv1", top, z, 3, 3, 3, 3);
+    add_resblock(tb, "decoder.middle.0", top, top);
+    add_gain(tb, "decoder.middle.1.norm.gamma", top, 1);
+    add_conv(tb, "decoder.middle.1.to_qkv", 3 * top, top, 1, 1, 1, 2);
+    add_conv(tb, "decoder.middle.1.proj", top, top, 1, 1, 1, 2);
+    add_resblock(tb, "decoder.middle.2", top, top);
+    int k = 0;
+    for (int i = 0; i < L; i++) {
+        out = (int64_t)c->dim * c->dim_mult[L - 1 - i];
+        for (int r = 0; r < c->num_res_blocks + 1; r++) {
+            snprintf(n, sizeof n, "decoder.upsamples.%d", k++);
+            add_resblock(tb, n, in, out);
+            in = out;
+        }
+        if (i != L - 1) {
+            if (vf_vae_dec_temporal(c, i)) {
+                snprintf(n, sizeof n, "decoder.upsamples.%d.time_conv", k);
+                add_conv(tb, n, 2 * out, out, 3, 1, 1, 3);
+            }
+            snprintf(n, sizeof n, "decoder.upsamples.%d.resample.1", k);
+            add_conv(tb, n, out / 2, out, 1, 3, 3, 2);
+            in = out / 2;
+            k++;
+        }
+    }
+    add_gain(tb, "decoder.head.0.gamma", out, 0);
+    add_conv(tb, "decoder.head.2", 3, out, 3, 3, 3, 3);
+}
+
+static void build_table(const vf_vae_config *c, int decoder, table_builder *tb)
+{
+    if (decoder) build_dec_table(c, tb);
+    else build_enc_table(c, tb);
+}
+
+int vf_vae_dec_temporal(const vf_vae_config *c, int i)
+{
+    return i >= 0 && i + 1 < c->nlevels ? c->temporal_downsample[c->nlevels - 2 - i] : 0;
+}
+
 int64_t vf_vae_count_params(const vf_vae_config *c, int64_t *max_tensor)
 {
     table_builder tb = {0};
-    build_table(c, &tb);
+    build_enc_table(c, &tb);
+    if (max_tensor) *max_tensor = tb.max_numel;
+    return tb.numel;
+}
+
+int64_t vf_vae_dec_count_params(const vf_vae_config *c, int64_t *max_tensor)
+{
+    table_builder tb = {0};
+    build_dec_table(c, &tb);
     if (max_tensor) *max_tensor = tb.max_numel;
     return tb.numel;
 }
@@ -307,23 +366,32 @@ static void hash_begin(const vf_vae *m, hash128 *h)
     char cfg[512];
     vf_vae_config_str(&m->cfg, cfg, sizeof cfg);
     hash_init(h);
+    /* the decoder's weights hash apart from the encoder's of the same config */
+    if (m->decoder) hash_update(h, "decoder", 8);
     hash_update(h, cfg, strlen(cfg) + 1);
 }
 
 /* ------------------------------------------------------------------ model */
 
-int vf_vae_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out, vf_status *st)
+static int model_new(const vf_vae_config *cfg, int decoder, vf_backend *be, vf_vae **out,
+                     vf_status *st)
 {
     int rc = 0;
     vf_vae *m = NULL;
     *out = NULL;
     VF_TRY(vf_vae_config_check(cfg, st));
+    /* the decoder's spatial upsamples halve the channels (Wan's Resample, dim // 2) */
+    for (int i = 1; decoder && i < cfg->nlevels; i++)
+        if (cfg->dim * cfg->dim_mult[i] % 2)
+            VF_FAIL(st, VF_EINVAL, "vae decoder: dim * dim_mult[%d] = %d must be even", i,
+                    cfg->dim * cfg->dim_mult[i]);
     if (!(m = vf_calloc(sizeof *m, st))) VF_FAIL(st, VF_ENOMEM, "vae: out of memory");
     m->cfg = *cfg;
+    m->decoder = decoder;
     m->be = be;
     m->es = vf_dtype_size(be->act_dtype);
     table_builder tb = {0};
-    build_table(cfg, &tb);
+    build_table(cfg, decoder, &tb);
     m->np = tb.n;
     m->numel = tb.numel;
     m->max_numel = tb.max_numel;
@@ -331,7 +399,7 @@ int vf_vae_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out, vf_status
         !(m->bound = vf_calloc(sizeof *m->bound * (size_t)m->np, st)))
         VF_FAIL(st, VF_ENOMEM, "vae: out of memory for the parameter table");
     table_builder fill = {.tab = m->tab, .bound = m->bound};
-    build_table(cfg, &fill);
+    build_table(cfg, decoder, &fill);
     VF_ASSERT(fill.n == m->np && fill.numel == m->numel);
     if (!(m->w = be->alloc(be, (size_t)m->numel * m->es, st))) {
         rc = st && st->code ? st->code : VF_ENOMEM;
@@ -344,6 +412,18 @@ fail:
     vf_vae_free(m);
     return rc;
 }
+
+int vf_vae_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out, vf_status *st)
+{
+    return model_new(cfg, 0, be, out, st);
+}
+
+int vf_vae_dec_model_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out, vf_status *st)
+{
+    return model_new(cfg, 1, be, out, st);
+}
+
+int vf_vae_is_decoder(const vf_vae *m) { return m->decoder; }
 
 void vf_vae_free(vf_vae *m)
 {
@@ -417,7 +497,7 @@ int vf_vae_load(vf_vae *m, const char *path, vf_status *st)
         const vf_vae_param *p = &m->tab[i];
         const vf_st_tensor *t;
         char base[2 * VF_VAE_NAME_MAX], name[2 * VF_VAE_NAME_MAX + 128];
-        if (diffusers) vf_vae_diffusers_name(p->name, base, sizeof base);
+        if (diffusers) vf_vae_diffusers_name(&m->cfg, p->name, base, sizeof base);
         else snprintf(base, sizeof base, "%s", p->name);
         snprintf(name, sizeof name, "%s%s", prefix, base);
         VF_TRY(vf_st_expect(f, name, p->ndim, p->shape, &t, st));

@@ -1,4 +1,4 @@
-/* vae.h — the causal 3D VAE encoder (Wan-2.1 style) and its streaming API.
+/* vae.h — the causal 3D VAE (Wan-2.1 style): encoder and decoder, their streaming APIs.
  *
  * Architecture (DESIGN §6), identical in structure, tensor names and shapes to the
  * encoder half of Wan-2.1's `WanVAE_` (wan/modules/vae.py), so a Wan-2.1 VAE state dict
@@ -58,8 +58,40 @@
  * chunk; both from be->alloc, so a stage's account sees them. vf_vae_mem computes
  * the same numbers without allocating, for a stage's `memory` hook.
  *
- * The decoder is not built yet: the config, parameter table and streaming machinery
- * are shared pieces it will reuse (its tensors go after the encoder's).
+ * The decoder (vf_vae_dec, vae_dec.c) is a model of its own over the same config:
+ * vf_vae_dec_model_new builds the decoder's parameter table (Wan's Decoder3d and conv2,
+ * listed below), which loads, saves, inits and hashes through the same functions.
+ *
+ *   z (B, Z, T', h, w), de-normalised (vf_vae_denormalise)
+ *   conv2                    conv 1x1x1, Z -> Z (diffusers' post_quant_conv)
+ *   decoder.conv1            causal conv 3x3x3, Z -> C (C = dim * dim_mult[L-1])
+ *   decoder.middle.{0,1,2}   ResidualBlock, attention, ResidualBlock (as the encoder's)
+ *   decoder.upsamples.K      per level i = 0..L-1 (out = dim * dim_mult[L-1-i]):
+ *                              num_res_blocks + 1 ResidualBlocks (in -> out, out -> out)
+ *                              then, except after the last level, a Resample:
+ *                              temporal (if temporal_downsample[L-2-i]): causal conv 3x1x1
+ *                              out -> 2·out, the halves interleaved as frames 2t, 2t+1;
+ *                              frame 0 of the stream passes alone (see below)
+ *                              spatial: nearest 2x, conv 3x3 (padding 1), out -> out/2
+ *   decoder.head.{0,2}       RMSNorm, SiLU, causal conv 3x3x3 -> 3; output clamped to [-1, 1]
+ *
+ * Decoder tensors (C the width where they sit):
+ *   conv2.weight                              (Z, Z, 1, 1, 1)       .bias (Z)
+ *   decoder.conv1.weight                      (C, Z, 3, 3, 3)       .bias (C)
+ *   decoder.middle.*                          as encoder.middle.*
+ *   decoder.upsamples.K.residual.*, .shortcut as the encoder's residual blocks
+ *   decoder.upsamples.K.time_conv.weight      (2C, C, 3, 1, 1)      .bias (2C)  [temporal]
+ *   decoder.upsamples.K.resample.1.weight     (C/2, C, 3, 3)        .bias (C/2)
+ *   decoder.head.0.gamma                      (C, 1, 1, 1)
+ *   decoder.head.2.weight                     (3, C, 3, 3, 3)       .bias (3)
+ * diffusers: conv2 -> post_quant_conv, decoder.upsamples.K -> decoder.up_blocks.i.resnets.j
+ * or .upsamplers.0 (K = i·(num_res_blocks + 2) + j), the rest as the encoder's.
+ *
+ * Decoding is causal like encoding: latent frame 0 gives 1 frame, every later one 4 (for
+ * the 4x presets), T' latent frames give 1 + 4(T'-1). Wan decodes one latent frame per
+ * call with per-layer caches; here every causal conv keeps its last two input frames and
+ * every temporal upsample keeps whether frame 0 went through, so any chunking gives the
+ * same frames as decoding whole, with a workspace set by the chunk.
  */
 #ifndef VF_VAE_H
 #define VF_VAE_H
@@ -99,6 +131,11 @@ int64_t vf_vae_latent_frames(const vf_vae_config *c, int64_t T);
 /* Number of encoder parameters (elements of the flat buffer) for cfg; *max_tensor (if
  * not NULL) gets the element count of the largest tensor. */
 int64_t vf_vae_count_params(const vf_vae_config *c, int64_t *max_tensor);
+/* The same for the decoder (decoder.* and conv2). */
+int64_t vf_vae_dec_count_params(const vf_vae_config *c, int64_t *max_tensor);
+/* Whether decoder level i (0 = the deepest) ends with a temporal upsample: the mirror of
+ * the encoder's temporal_downsample[L-2-i]. */
+int vf_vae_dec_temporal(const vf_vae_config *c, int i);
 /* Canonical text of the config (hashed with the weights); writes at most n bytes. */
 void vf_vae_config_str(const vf_vae_config *c, char *buf, size_t n);
 
@@ -117,6 +154,11 @@ typedef struct vf_vae vf_vae;
  * parameter table and allocates the flat weights (uninitialised) through be->alloc.
  * Caller owns *out (vf_vae_free). Initialise with vf_vae_init_seeded or vf_vae_load. */
 int vf_vae_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out, vf_status *st);
+/* The decoder's model: the same, over the decoder's parameter table (decoder.*, conv2);
+ * VF_EINVAL when a level's width is odd (the spatial upsample halves it). */
+int vf_vae_dec_model_new(const vf_vae_config *cfg, vf_backend *be, vf_vae **out,
+                         vf_status *st);
+int vf_vae_is_decoder(const vf_vae *m);
 void vf_vae_free(vf_vae *m); /* NULL is fine */
 const vf_vae_config *vf_vae_cfg(const vf_vae *m);
 vf_backend *vf_vae_backend(const vf_vae *m);
@@ -136,17 +178,17 @@ int vf_vae_init_seeded(vf_vae *m, uint64_t seed, vf_status *st);
  * common prefix (vf_vae_file_naming), or a diffusers
  * model directory (config.json, checked against the model's config, and
  * diffusion_pytorch_model.safetensors). Names and shapes checked (errors name the file
- * and tensor as the file spells it); tensors the encoder does not use (the decoder) are
- * ignored. */
+ * and tensor as the file spells it); tensors of the other half are ignored. */
 int vf_vae_load(vf_vae *m, const char *path, vf_status *st);
-/* How a weights file names the encoder, from where its first convolution is: diffusers'
- * names (encoder.conv_in.weight) or the original ones (encoder.conv1.weight), under a
+/* How a weights file names the VAE, from where its first convolution is: diffusers'
+ * names ({en,de}coder.conv_in.weight) or the original ones ({en,de}coder.conv1.weight), under a
  * common prefix ("" or ending in '.', e.g. "first_stage_model." of a combined
  * checkpoint) copied into prefix (n bytes). */
 struct vf_st_file;
 void vf_vae_file_naming(const struct vf_st_file *f, char *prefix, size_t n, bool *diffusers);
-/* diffusers' name (AutoencoderKLWan state dict) of the original name `name`. */
-void vf_vae_diffusers_name(const char *name, char *out, size_t n);
+/* diffusers' name (AutoencoderKLWan state dict) of the original name `name` of the
+ * encoder's or the decoder's table for config c. */
+void vf_vae_diffusers_name(const vf_vae_config *c, const char *name, char *out, size_t n);
 /* The safetensors file behind `path` (itself, or a diffusers directory's weights after
  * its config.json matched c: VF_EBADINPUT naming the field otherwise). */
 int vf_vae_weights_file(const char *path, const vf_vae_config *c, char *file, size_t n, vf_status *st);
@@ -158,6 +200,9 @@ int vf_vae_config_norm(const char *path, int z, float *mean, float *std, bool *f
 /* Wan's per-channel latent normalisation, in place on one clip's latent (z, plane):
  * lat[c][i] = (lat[c][i] - mean[c]) / std[c]. */
 void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, const float *std);
+/* Its inverse, before decoding: lat[c][i] = lat[c][i] * std[c] + mean[c]. */
+void vf_vae_denormalise(float *lat, int64_t z, int64_t plane, const float *mean,
+                        const float *std);
 /* Writes the weights as an F32 safetensors file (metadata "vflow.vae" = config text). */
 int vf_vae_save(vf_vae *m, const char *path, vf_status *st);
 /* 32 hex chars: hash of the config text (latent scale/shift included: they change the
@@ -220,6 +265,40 @@ int vf_vae_encode_end(vf_vae_enc *e, vf_status *st);
  * fed in chunks of the encoder's `chunk`; mean/logvar as in vf_vae_encode_chunk. */
 int vf_vae_encode_f32(vf_vae_enc *e, int batch, int64_t T, const float *x, float *mean,
                       float *logvar, vf_status *st);
+
+/* ------------------------------------------------------------------ streaming decoder */
+
+typedef struct vf_vae_dec vf_vae_dec;
+
+/* Frames decoded from Tlat latent frames: 1 + tf·(Tlat - 1); -1 for Tlat < 1. */
+int64_t vf_vae_decoded_frames(const vf_vae_config *c, int64_t Tlat);
+/* Bytes the decoder needs (as vf_vae_mem) for up to max_batch clips, `chunk` latent
+ * frames per call, latents of h x w: weights, causal caches, workspace (work buffers,
+ * attention statistics, the chunk's latent input), host (load staging, bookkeeping).
+ * None of it depends on the clip length. */
+int vf_vae_dec_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, int h, int w,
+                   vf_vae_mem_info *out, vf_status *st);
+/* New decoder over the decoder model m (vf_vae_dec_model_new; borrowed, must outlive it)
+ * for up to max_batch clips, at most `chunk` latent frames per vf_vae_decode_chunk,
+ * latents of h x w. Caller owns *out (vf_vae_dec_free). */
+int vf_vae_dec_new(vf_vae *m, int max_batch, int chunk, int h, int w, vf_vae_dec **out,
+                   vf_status *st);
+void vf_vae_dec_free(vf_vae_dec *d); /* NULL is fine */
+/* Bytes allocated on the backend (caches + workspace; weights not included). */
+int64_t vf_vae_dec_bytes(const vf_vae_dec *d);
+/* Starts a micro-batch of `batch` clips of Tlat latent frames each; resets every cache. */
+int vf_vae_decode_begin(vf_vae_dec *d, int batch, int64_t Tlat, vf_status *st);
+/* Decodes the next n latent frames (1 <= n <= chunk) of every clip, read from z (host
+ * f32 (batch, z, Tlat, h, w), de-normalised: vf_vae_denormalise). The frames this chunk
+ * completes are written at their place in x (host f32 (batch, 3, T, 8h, 8w) for the
+ * 8x presets, T = vf_vae_decoded_frames), clamped to [-1, 1]. Returns the frames
+ * written so far (>= 0) or a negative code. */
+int vf_vae_decode_chunk(vf_vae_dec *d, int n, const float *z, float *x, vf_status *st);
+/* Checks every latent frame was decoded (VF_EINVAL otherwise) and returns T. */
+int vf_vae_decode_end(vf_vae_dec *d, vf_status *st);
+/* Whole-clip convenience: begin, chunks of the decoder's `chunk`, end. */
+int vf_vae_decode_f32(vf_vae_dec *d, int batch, int64_t Tlat, const float *z, float *x,
+                      vf_status *st);
 
 #ifdef __cplusplus
 }

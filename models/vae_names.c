@@ -24,26 +24,55 @@ static bool replace(char *s, size_t n, const char *from, const char *to)
     return true;
 }
 
-/* Inverse of diffusers' convert_wan_vae_to_diffusers for the encoder half. */
-void vf_vae_diffusers_name(const char *name, char *out, size_t n)
+/* The names shared by both halves: residual blocks, middle block, head. */
+static void common_names(char *out, size_t n, const char *half)
+{
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%s.conv1.", half), snprintf(b, sizeof b, "%s.conv_in.", half);
+    if (replace(out, n, a, b)) return;
+    snprintf(a, sizeof a, "%s.head.0.", half), snprintf(b, sizeof b, "%s.norm_out.", half);
+    if (replace(out, n, a, b)) return;
+    snprintf(a, sizeof a, "%s.head.2.", half), snprintf(b, sizeof b, "%s.conv_out.", half);
+    if (replace(out, n, a, b)) return;
+    const char *mid[3] = {"mid_block.resnets.0", "mid_block.attentions.0", "mid_block.resnets.1"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s.middle.%d.", half, i);
+        snprintf(b, sizeof b, "%s.%s.", half, mid[i]);
+        replace(out, n, a, b);
+    }
+    replace(out, n, ".residual.0.", ".norm1.");
+    replace(out, n, ".residual.2.", ".conv1.");
+    replace(out, n, ".residual.3.", ".norm2.");
+    replace(out, n, ".residual.6.", ".conv2.");
+    replace(out, n, ".shortcut.", ".conv_shortcut.");
+}
+
+/* Inverse of diffusers' convert_wan_vae_to_diffusers. The decoder's upsamples.K counts
+ * num_res_blocks + 1 residual blocks then one Resample per level: K = level·(R + 2) + j
+ * is up_blocks.level.resnets.j, or up_blocks.level.upsamplers.0 for j = R + 1. */
+void vf_vae_diffusers_name(const vf_vae_config *c, const char *name, char *out, size_t n)
 {
     snprintf(out, n, "%s", name);
     if (!strncmp(name, "conv1.", 6)) {
         snprintf(out, n, "quant_conv.%s", name + 6);
         return;
     }
-    if (replace(out, n, "encoder.conv1.", "encoder.conv_in.")) return;
-    if (replace(out, n, "encoder.head.0.", "encoder.norm_out.")) return;
-    if (replace(out, n, "encoder.head.2.", "encoder.conv_out.")) return;
+    if (!strncmp(name, "conv2.", 6)) {
+        snprintf(out, n, "post_quant_conv.%s", name + 6);
+        return;
+    }
+    if (!strncmp(name, "decoder.upsamples.", 18)) {
+        char *end;
+        long k = strtol(name + 18, &end, 10), per = c->num_res_blocks + 2;
+        if (k % per == per - 1)
+            snprintf(out, n, "decoder.up_blocks.%ld.upsamplers.0%s", k / per, end);
+        else
+            snprintf(out, n, "decoder.up_blocks.%ld.resnets.%ld%s", k / per, k % per, end);
+        common_names(out, n, "decoder");
+        return;
+    }
     replace(out, n, "encoder.downsamples.", "encoder.down_blocks.");
-    replace(out, n, "encoder.middle.0.", "encoder.mid_block.resnets.0.");
-    replace(out, n, "encoder.middle.1.", "encoder.mid_block.attentions.0.");
-    replace(out, n, "encoder.middle.2.", "encoder.mid_block.resnets.1.");
-    replace(out, n, ".residual.0.", ".norm1.");
-    replace(out, n, ".residual.2.", ".conv1.");
-    replace(out, n, ".residual.3.", ".norm2.");
-    replace(out, n, ".residual.6.", ".conv2.");
-    replace(out, n, ".shortcut.", ".conv_shortcut.");
+    common_names(out, n, !strncmp(name, "decoder.", 8) ? "decoder" : "encoder");
 }
 
 static bool is_dir(const char *path)
@@ -177,6 +206,13 @@ void vf_vae_normalise(float *lat, int64_t z, int64_t plane, const float *mean, c
         for (int64_t i = c * plane; i < (c + 1) * plane; i++) lat[i] = (lat[i] - mean[c]) / std[c];
 }
 
+void vf_vae_denormalise(float *lat, int64_t z, int64_t plane, const float *mean,
+                        const float *std)
+{
+    for (int64_t c = 0; c < z; c++)
+        for (int64_t i = c * plane; i < (c + 1) * plane; i++) lat[i] = lat[i] * std[c] + mean[c];
+}
+
 /* Whether `name` is prefix + suffix with prefix "" or ending in '.'; the prefix into out. */
 static bool split_suffix(const char *name, const char *suffix, char *out, size_t n)
 {
@@ -200,6 +236,12 @@ void vf_vae_file_naming(const vf_st_file *f, char *prefix, size_t n, bool *diffu
             return;
         }
         if (split_suffix(name, "encoder.conv1.weight", prefix, n)) return;
+        /* a decoder-only file */
+        if (split_suffix(name, "decoder.conv_in.weight", prefix, n)) {
+            *diffusers = true;
+            return;
+        }
+        if (split_suffix(name, "decoder.conv1.weight", prefix, n)) return;
     }
     prefix[0] = 0; /* neither: the original names, which then name what is missing */
 }

@@ -10,9 +10,19 @@
  *       W may be a safetensors file (original or diffusers names) or a diffusers directory.
  *       The clip is encoded in chunks of C frames (default: T, i.e. whole). Prints the
  *       hash, then "encode_s S" (best of N repeats of the encode alone, for benchmarks).
+ *   vae_tool decode [CONFIG] (--weights W | --seed N) --input IN.safetensors [--chunk C]
+ *                   [--device D] [--repeat N] --out OUT.safetensors
+ *       IN holds "z" f32 (B, z, T', h, w), de-normalised (what the decoder takes), or
+ *       "latent", normalised per channel, which W's config.json (a diffusers directory
+ *       recording latents_mean/latents_std) de-normalises first (vf_vae_denormalise).
+ *       OUT gets "x" f32 (B, 3, 1 + 4(T'-1), 8h, 8w) in [-1, 1], metadata "vae" = the
+ *       decoder's weights hash. Decoded in chunks of C latent frames (default 1, as Wan
+ *       does). Prints the hash, then "decode_s S" (best of N repeats).
  *   vae_tool save [CONFIG] --seed N --out W.safetensors     seeded weights to a file
  *   vae_tool names [CONFIG]                                 tensor names and shapes
+ *   vae_tool dec-names [CONFIG]                             the decoder's
  *   vae_tool mem [CONFIG] --batch B --chunk C --size H W    memory bytes (one line JSON)
+ *   vae_tool dec-mem [CONFIG] --batch B --chunk C --size h w   the decoder's (latent size)
  *
  *   CONFIG: --preset tiny|wan, then overrides --dim D --mult 1,2,4,4 --res R
  *           --tdown 0,1,1 --z Z --eps E
@@ -37,11 +47,69 @@ static double now_s(void)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: vae_tool encode|save|names|mem [--preset tiny|wan] [--dim D] "
+    fprintf(stderr, "usage: vae_tool encode|decode|save|names|dec-names|mem|dec-mem [--preset tiny|wan] [--dim D] "
                     "[--mult a,b,..] [--res R] [--tdown 0,1,..] [--z Z] [--eps E] "
                     "[--weights F | --seed N] [--input F] [--chunk C] [--device D] [--out F] "
                     "[--batch B] [--size H W]\n");
     return 2;
+}
+
+/* The decode command: IN's "z" (or "latent", de-normalised) through the decoder. */
+static int decode(vf_vae *m, const char *weights, const char *input, const char *outp, int chunk,
+                  int repeat, vf_status *st)
+{
+    int rc = 0;
+    const vf_vae_config *cfg = vf_vae_cfg(m);
+    vf_st_file *in = NULL;
+    vf_st_writer *w = NULL;
+    vf_vae_dec *d = NULL;
+    float *z = NULL, *x = NULL;
+    VF_TRY(vf_st_open(input, &in, st));
+    const char *key = vf_st_find(in, "z") ? "z" : "latent";
+    const vf_st_tensor *zt = vf_st_find(in, key);
+    if (!zt || zt->ndim != 5 || zt->shape[1] != cfg->z_dim)
+        VF_FAIL(st, VF_EBADINPUT, "%s: expected tensor \"z\" or \"latent\" (B, %d, T', h, w)",
+                input, cfg->z_dim);
+    int B = (int)zt->shape[0], h = (int)zt->shape[3], wd = (int)zt->shape[4];
+    int64_t Tl = zt->shape[2], T = vf_vae_decoded_frames(cfg, Tl);
+    int sf = vf_vae_space_factor(cfg);
+    if (!(z = malloc(sizeof(float) * (size_t)zt->numel)))
+        VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_st_read_f32(in, key, z, zt->numel, st));
+    if (!strcmp(key, "latent")) {
+        float nm[1024], ns[1024];
+        bool norm = false;
+        if (weights) VF_TRY(vf_vae_config_norm(weights, cfg->z_dim, nm, ns, &norm, st));
+        if (!norm)
+            VF_FAIL(st, VF_EBADINPUT, "%s: \"latent\" is normalised, and --weights records no "
+                                      "latents_mean/latents_std", input);
+        int64_t per = zt->numel / B;
+        for (int b = 0; b < B; b++) vf_vae_denormalise(z + b * per, cfg->z_dim, per / cfg->z_dim, nm, ns);
+    }
+    int64_t oshape[5] = {B, 3, T, (int64_t)h * sf, (int64_t)wd * sf};
+    int64_t on = (int64_t)B * 3 * T * h * sf * wd * sf;
+    if (!(x = calloc((size_t)on, sizeof(float)))) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_vae_dec_new(m, B, chunk, h, wd, &d, st));
+    double best = 1e300;
+    for (int r = 0; r < repeat; r++) {
+        double t0 = now_s();
+        if ((rc = vf_vae_decode_f32(d, B, Tl, z, x, st)) < 0) goto fail;
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    rc = 0;
+    if (!(w = vf_st_writer_new(st))) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_st_writer_add(w, "x", VF_ST_F32, 5, oshape, x, st));
+    VF_TRY(vf_st_writer_meta(w, "vae", vf_vae_hash(m), st));
+    VF_TRY(vf_st_writer_save(w, outp, 0, NULL, st));
+    printf("%s\ndecode_s %.6f\n", vf_vae_hash(m), best);
+fail:
+    vf_st_writer_free(w);
+    vf_vae_dec_free(d);
+    vf_st_close(in);
+    free(z);
+    free(x);
+    return rc;
 }
 
 static int parse_list(const char *s, int *out, int max)
@@ -107,9 +175,11 @@ int main(int argc, char **argv)
     vf_device dev;
     vf_backend *be;
 
-    if (!strcmp(cmd, "mem")) {
+    bool dec = !strcmp(cmd, "decode") || !strcmp(cmd, "dec-names") || !strcmp(cmd, "dec-mem");
+    if (!strcmp(cmd, "mem") || !strcmp(cmd, "dec-mem")) {
         vf_vae_mem_info mi;
-        VF_TRY(vf_vae_mem(&cfg, 4, batch, chunk, H, W, &mi, &st));
+        if (dec) VF_TRY(vf_vae_dec_mem(&cfg, 4, batch, chunk, H, W, &mi, &st));
+        else VF_TRY(vf_vae_mem(&cfg, 4, batch, chunk, H, W, &mi, &st));
         printf("{\"weights\": %" PRId64 ", \"caches\": %" PRId64 ", \"workspace\": %" PRId64
                ", \"host\": %" PRId64 "}\n",
                mi.weights, mi.caches, mi.workspace, mi.host);
@@ -120,8 +190,9 @@ int main(int argc, char **argv)
         rc = st.code ? st.code : VF_EINVAL;
         goto fail;
     }
-    VF_TRY(vf_vae_new(&cfg, be, &m, &st));
-    if (!strcmp(cmd, "names")) {
+    if (dec) VF_TRY(vf_vae_dec_model_new(&cfg, be, &m, &st));
+    else VF_TRY(vf_vae_new(&cfg, be, &m, &st));
+    if (!strcmp(cmd, "names") || !strcmp(cmd, "dec-names")) {
         for (int i = 0; i < vf_vae_nparams(m); i++) {
             const vf_vae_param *p = vf_vae_param_at(m, i);
             char shp[96];
@@ -137,6 +208,11 @@ int main(int argc, char **argv)
         if (!outp) return usage();
         VF_TRY(vf_vae_save(m, outp, &st));
         printf("%s\n", vf_vae_hash(m));
+        goto done;
+    }
+    if (!strcmp(cmd, "decode")) {
+        if (!input || !outp) return usage();
+        rc = decode(m, weights, input, outp, chunk > 0 ? chunk : 1, repeat, &st);
         goto done;
     }
     if (strcmp(cmd, "encode") || !input || !outp) return usage();

@@ -44,8 +44,8 @@ static act down2d(walk *w, act x, unsigned busy)
             for (int64_t r = 0; r < x.H; r++)
                 be->copy(be, P + (i * Hp * Wp + r * Wp) * es, X + (i * x.H * x.W + r * x.W) * es,
                          (size_t)(x.W * es));
-        be->conv3d_fwd(be, vf_vw_bp(w, o), P, wt, bias, w->B, x.C, x.n, Hp, Wp, x.C, 1, 3, 3, 1, 2, 2,
-                       0, 0, 0, 0);
+        be->conv3d_fwd(be, vf_vw_bp(w, o), P, wt, bias, w->B, x.C, x.n, Hp, Wp, x.C, 1, 3, 3, 1, 2,
+                       2, 0, 0, 0, 0);
     }
     return (act){o, x.C, x.n, x.H / 2, x.W / 2};
 }
@@ -81,8 +81,8 @@ static act tdown(walk *w, act x, unsigned busy)
         vf_vw_copy_frames(w, P, L, 0, cache, 2, 0, pend, BC, hw);
         vf_vw_copy_frames(w, P, L, pend, vf_vw_bp(w, x.buf), x.n, 0, x.n, BC, hw);
         if (outs > 0)
-            be->conv3d_fwd(be, vf_vw_bp(w, first ? r : o), P, wt, bias, w->B, x.C, L, x.H, x.W, x.C, 3,
-                           1, 1, 2, 1, 1, 0, 0, 0, 0);
+            be->conv3d_fwd(be, vf_vw_bp(w, first ? r : o), P, wt, bias, w->B, x.C, L, x.H, x.W, x.C,
+                           3, 1, 1, 2, 1, 1, 0, 0, 0, 0);
         if (first) {
             vf_vw_copy_frames(w, vf_vw_bp(w, o), nout, 0, P, L, 0, 1, BC, hw);
             vf_vw_copy_frames(w, vf_vw_bp(w, o), nout, 1, vf_vw_bp(w, r), outs, 0, outs, BC, hw);
@@ -164,9 +164,9 @@ int vf_vae_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, in
     int64_t load = (int64_t)sizeof(float) * max_tensor;
     /* + bookkeeping: parameter table (name, shape, init bound), layer states, per-clip
      * flags and the two structs (bounded by 1 KiB) */
-    out->host = (conv > load ? conv : load) +
-                w.pi * (int64_t)(sizeof(vf_vae_param) + sizeof(double)) +
-                w.si * (int64_t)sizeof(vf_vw_lstate) + max_batch + (int64_t)sizeof(vf_vae_enc) + 1024;
+    out->host =
+        (conv > load ? conv : load) + w.pi * (int64_t)(sizeof(vf_vae_param) + sizeof(double)) +
+        w.si * (int64_t)sizeof(vf_vw_lstate) + max_batch + (int64_t)sizeof(vf_vae_enc) + 1024;
     out->workspace = ws;
 fail:
     return rc;
@@ -254,8 +254,8 @@ static int check_input(vf_vae_enc *e, int b, int64_t t0, int n, vf_status *st)
         VF_FAIL(st, VF_EINVAL, "vae: %d frames per chunk, the encoder takes 1..%d", n, e->chunk);
     if (t0 != e->t_fed || t0 + n > e->T)
         VF_FAIL(st, VF_EINVAL,
-                "vae: frames [%" PRId64 ", %" PRId64 ") given, expected the next frames from %" PRId64
-                " of %" PRId64,
+                "vae: frames [%" PRId64 ", %" PRId64
+                ") given, expected the next frames from %" PRId64 " of %" PRId64,
                 t0, t0 + n, e->t_fed, e->T);
     if (e->in_n && e->in_n != n)
         VF_FAIL(st, VF_EINVAL, "vae: clips of one chunk must give the same frame count (%d vs %d)",
@@ -272,7 +272,8 @@ int vf_vae_input_f32(vf_vae_enc *e, int b, const float *clip, int64_t t0, int n,
     VF_TRY(check_input(e, b, t0, n, st));
     int64_t hw = (int64_t)e->H * e->W;
     for (int c = 0; c < 3; c++)
-        e->ws.be->upload(e->ws.be, (char *)e->ws.in + ((int64_t)(b * 3 + c) * n) * hw * (int64_t)e->ws.es,
+        e->ws.be->upload(e->ws.be,
+                         (char *)e->ws.in + ((int64_t)(b * 3 + c) * n) * hw * (int64_t)e->ws.es,
                          clip + ((int64_t)c * e->T + t0) * hw, n * hw, e->ws.be->act_dtype);
 fail:
     return rc;

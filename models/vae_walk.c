@@ -93,8 +93,8 @@ vf_vw_act vf_vw_conv3(vf_vw_walk *w, vf_vw_act a, int64_t cout, unsigned busy)
         vf_vw_copy_frames(w, vf_vw_bp(w, p), L, 0, cache, 2, 0, 2, BC, hw);
         vf_vw_copy_frames(w, vf_vw_bp(w, p), L, 2, vf_vw_bp(w, a.buf), a.n, 0, a.n, BC, hw);
         vf_vw_copy_frames(w, cache, 2, 0, vf_vw_bp(w, p), L, a.n, 2, BC, hw);
-        be->conv3d_fwd(be, vf_vw_bp(w, o), vf_vw_bp(w, p), wt, bias, w->B, a.C, L, a.H, a.W, cout, 3, 3, 3,
-                       1, 1, 1, 0, 0, 1, 1);
+        be->conv3d_fwd(be, vf_vw_bp(w, o), vf_vw_bp(w, p), wt, bias, w->B, a.C, L, a.H, a.W, cout,
+                       3, 3, 3, 1, 1, 1, 0, 0, 1, 1);
     }
     return (vf_vw_act){o, cout, a.n, a.H, a.W};
 }
@@ -105,8 +105,8 @@ vf_vw_act vf_vw_conv1x1(vf_vw_walk *w, vf_vw_act x, int64_t cout, unsigned busy)
     const void *wt = vf_vw_param(w, "weight"), *bias = vf_vw_param(w, "bias");
     int o = vf_vw_pick(w, busy | vf_vw_bit(x.buf), w->B * cout * x.n * x.H * x.W);
     if (w->e)
-        w->e->be->conv3d_fwd(w->e->be, vf_vw_bp(w, o), vf_vw_bp(w, x.buf), wt, bias, w->B, x.C, x.n, x.H,
-                             x.W, cout, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        w->e->be->conv3d_fwd(w->e->be, vf_vw_bp(w, o), vf_vw_bp(w, x.buf), wt, bias, w->B, x.C, x.n,
+                             x.H, x.W, cout, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
     return (vf_vw_act){o, cout, x.n, x.H, x.W};
 }
 
@@ -119,7 +119,8 @@ vf_vw_act vf_vw_resblock(vf_vw_walk *w, vf_vw_act x, int64_t cout, unsigned busy
     if (x.C != cout) s = vf_vw_conv1x1(w, x, cout, busy | vf_vw_bit(h.buf));
     if (w->e) {
         vf_backend *be = w->e->be;
-        be->add(be, vf_vw_bp(w, h.buf), vf_vw_bp(w, h.buf), vf_vw_bp(w, s.buf), w->B * cout * h.n * h.H * h.W);
+        be->add(be, vf_vw_bp(w, h.buf), vf_vw_bp(w, h.buf), vf_vw_bp(w, s.buf),
+                w->B * cout * h.n * h.H * h.W);
     }
     return h;
 }
@@ -154,8 +155,8 @@ vf_vw_act vf_vw_attn(vf_vw_walk *w, vf_vw_act x, unsigned busy)
                        (const char *)bqkv + C * es, tok, C, C);
         be->matmul_fwd(be, vf_vw_bp(w, v), vf_vw_bp(w, t), (const char *)wqkv + 2 * C * C * es,
                        (const char *)bqkv + 2 * C * es, tok, C, C);
-        be->attention_fwd(be, vf_vw_bp(w, t), w->e->lse, vf_vw_bp(w, q), vf_vw_bp(w, k), vf_vw_bp(w, v), frames, L, L,
-                          1, C, (float)(1.0 / sqrt((double)C)));
+        be->attention_fwd(be, vf_vw_bp(w, t), w->e->lse, vf_vw_bp(w, q), vf_vw_bp(w, k),
+                          vf_vw_bp(w, v), frames, L, L, 1, C, (float)(1.0 / sqrt((double)C)));
         be->matmul_fwd(be, vf_vw_bp(w, pj), vf_vw_bp(w, t), wp, bpj, tok, C, C);
         int64_t shp2[3] = {w->B, x.n * L, C};
         be->permute(be, vf_vw_bp(w, o), vf_vw_bp(w, pj), 3, shp2, perm); /* back to (B, C, n·L) */

@@ -12,7 +12,9 @@
 # (float64) to a relative error <= 1e-5 (max abs difference over max abs reference), and
 # the chunkings must agree bit for bit. A normalised latent with the directory's
 # latents_mean/latents_std is de-normalised (z = latent * std + mean) before decoding.
-# A missing decoder tensor is refused naming it as the file spells it.
+# A missing decoder tensor is refused naming it as the file spells it. Last, Wan's own
+# widths (AutoencoderKLWan's defaults: base_dim 96, z_dim 16, perturbed the same way) on
+# a small latent, loaded from a decoder-only diffusers file, to the same tolerance.
 # vflow-test: labels=reference timeout=600
 import json
 import os
@@ -74,6 +76,37 @@ def rel_err(a, ref):
 
 def run_tool(args):
     return subprocess.run([TOOL] + args, capture_output=True, text=True)
+
+
+def wan_widths(tmp):
+    """AutoencoderKLWan's default config, decoder half only, 3 latent frames of 2x3."""
+    torch.manual_seed(0)
+    model = AutoencoderKLWan()
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.mul_(1 + 0.3 * torch.randn(p.shape, generator=g)).add_(0.05 * torch.randn(p.shape, generator=g))
+    model.eval()
+    wfile = os.path.join(tmp, "wan_decoder.safetensors")
+    save_file({k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()
+               if k.startswith("decoder.") or k.startswith("post_quant_conv.")}, wfile)
+    z = (torch.randn(1, 16, 3, 2, 3, generator=g) * 0.5).float()
+    zpath = os.path.join(tmp, "z_wan.safetensors")
+    save_file({"z": z.numpy()}, zpath)
+    with torch.no_grad():
+        ref = model.double().decode(z.double()).sample.numpy()
+    del model
+    out = os.path.join(tmp, "out_wan.safetensors")
+    r = run_tool(["decode", "--preset", "wan", "--weights", wfile, "--input", zpath, "--out", out])
+    if r.returncode != 0:
+        print("FAIL wan widths: vae_tool exit %d: %s" % (r.returncode, r.stderr))
+        return 1
+    x = load_file(out)["x"]
+    e = rel_err(x.astype(np.float64), ref) if x.shape == ref.shape else float("inf")
+    ok = e <= TOL
+    print("%s wan widths (preset wan, decoder-only diffusers file) chunk 1: frames %s rel err %.3g" % (
+        "ok  " if ok else "FAIL", x.shape, e))
+    return 0 if ok else 1
 
 
 def main():
@@ -166,6 +199,7 @@ def main():
         ok = r.returncode != 0 and "decoder.up_blocks.1.upsamplers.0.time_conv.bias" in r.stderr
         print("%s missing tensor refused: %s" % ("ok  " if ok else "FAIL", r.stderr.strip()))
         failed += not ok
+        failed += wan_widths(tmp)
     print("%d failed" % failed)
     return 1 if failed else 0
 

@@ -47,7 +47,8 @@ static double now_s(void)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: vae_tool encode|decode|save|names|dec-names|mem|dec-mem [--preset tiny|wan] [--dim D] "
+    fprintf(stderr, "usage: vae_tool encode|decode|save|names|dec-names|mem|dec-mem [--preset "
+                    "tiny|wan] [--dim D] "
                     "[--mult a,b,..] [--res R] [--tdown 0,1,..] [--z Z] [--eps E] "
                     "[--weights F | --seed N] [--input F] [--chunk C] [--device D] [--out F] "
                     "[--batch B] [--size H W]\n");
@@ -84,7 +85,8 @@ static int decode(vf_vae *m, const char *weights, const char *input, const char 
             VF_FAIL(st, VF_EBADINPUT, "%s: \"latent\" is normalised, and --weights records no "
                                       "latents_mean/latents_std", input);
         int64_t per = zt->numel / B;
-        for (int b = 0; b < B; b++) vf_vae_denormalise(z + b * per, cfg->z_dim, per / cfg->z_dim, nm, ns);
+        for (int b = 0; b < B; b++)
+            vf_vae_denormalise(z + b * per, cfg->z_dim, per / cfg->z_dim, nm, ns);
     }
     int64_t oshape[5] = {B, 3, T, (int64_t)h * sf, (int64_t)wd * sf};
     int64_t on = (int64_t)B * 3 * T * h * sf * wd * sf;
@@ -250,10 +252,12 @@ int main(int argc, char **argv)
     bool norm = false;
     if (weights) VF_TRY(vf_vae_config_norm(weights, cfg.z_dim, nm, ns, &norm, &st));
     if (norm) {
-        if (!(x = realloc(x, sizeof(float) * ((size_t)on + 1)))) VF_FAIL(&st, VF_ENOMEM, "out of memory");
+        if (!(x = realloc(x, sizeof(float) * ((size_t)on + 1))))
+            VF_FAIL(&st, VF_ENOMEM, "out of memory");
         memcpy(x, mean, sizeof(float) * (size_t)on);
         int64_t per = on / B;
-        for (int b = 0; b < B; b++) vf_vae_normalise(x + b * per, cfg.z_dim, per / cfg.z_dim, nm, ns);
+        for (int b = 0; b < B; b++)
+            vf_vae_normalise(x + b * per, cfg.z_dim, per / cfg.z_dim, nm, ns);
         VF_TRY(vf_st_writer_add(w, "latent", VF_ST_F32, 5, oshape, x, &st));
     }
     VF_TRY(vf_st_writer_save(w, outp, 0, NULL, &st));

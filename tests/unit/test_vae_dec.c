@@ -72,7 +72,8 @@ VF_TEST(chunked_equals_whole_bit_for_bit)
     for (int ti = 0; ti < 3; ti++) {
         int64_t Tl = Tls[ti], n = frames_numel(m, 1, Tl);
         float *z = make_latent(1, vf_vae_cfg(m)->z_dim, Tl, (uint32_t)Tl), *xw;
-        VF_CHECK_EQ_INT(decode(m, 1, Tl, (int)Tl, z, &xw), vf_vae_decoded_frames(vf_vae_cfg(m), Tl));
+        VF_CHECK_EQ_INT(decode(m, 1, Tl, (int)Tl, z, &xw),
+                        vf_vae_decoded_frames(vf_vae_cfg(m), Tl));
         double amax = 0, out = 0;
         for (int64_t i = 0; i < n; i++) {
             amax = fmax(amax, fabs(xw[i]));
@@ -166,8 +167,9 @@ VF_TEST(memory_set_by_the_chunk)
 {
     int64_t d2, d8;
     int64_t p2 = decode_peak(2, &d2), p8 = decode_peak(8, &d8);
-    fprintf(stderr, "   peak account bytes, chunk 1, latent 4x4 (32x32 frames): 2 latent frames %" PRId64
-                    ", 8 latent frames %" PRId64 "; declared %" PRId64 "\n",
+    fprintf(stderr,
+            "   peak account bytes, chunk 1, latent 4x4 (32x32 frames): 2 latent frames %" PRId64
+            ", 8 latent frames %" PRId64 "; declared %" PRId64 "\n",
             p2, p8, d2);
     VF_CHECK(p2 > 0);
     VF_CHECK_MSG(p2 == p8, "peak %" PRId64 " for 2 latent frames, %" PRId64 " for 8", p2, p8);
@@ -185,7 +187,8 @@ VF_TEST(declared_equals_allocated)
             vf_vae_dec *d = NULL;
             vf_status st = {0};
             vf_vae_mem_info mi;
-            VF_CHECK(vf_vae_dec_mem(vf_vae_cfg(m), 4, batches[bi], chunks[ci], 8, 6, &mi, &st) == 0);
+            VF_CHECK(vf_vae_dec_mem(vf_vae_cfg(m), 4, batches[bi], chunks[ci], 8, 6, &mi, &st) ==
+                     0);
             VF_CHECK(vf_vae_dec_new(m, batches[bi], chunks[ci], 8, 6, &d, &st) == 0);
             VF_CHECK_EQ_INT(vf_vae_dec_bytes(d), mi.caches + mi.workspace);
             VF_CHECK_EQ_INT(mi.weights, vf_vae_numel(m) * 4);
@@ -220,7 +223,8 @@ VF_TEST(seeded_init_hash_save_load_and_misuse)
     vf_status_clear(&st);
     VF_CHECK(vf_vae_dec_new(enc, 1, 1, h_, w_, &d, &st) == VF_EINVAL);
     /* decoding past the clip, and ending early, are refused */
-    float *z = make_latent(1, c.z_dim, 2, 1), *x = calloc((size_t)frames_numel(a, 1, 2), sizeof(float));
+    float *z = make_latent(1, c.z_dim, 2, 1),
+          *x = calloc((size_t)frames_numel(a, 1, 2), sizeof(float));
     vf_status_clear(&st);
     VF_CHECK(vf_vae_dec_new(a, 1, 2, h_, w_, &d, &st) == 0);
     VF_CHECK(vf_vae_decode_begin(d, 1, 2, &st) == 0);

@@ -429,6 +429,9 @@ int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size
     int64_t T = vf_vae_decoded_frames(&vc, Tl), plane = (int64_t)o->width * o->height;
     m->weights = l->total * (int64_t)elem;
     m->staging = l->total * (int64_t)sizeof(float);
+    vf_dit_mem dm;
+    vf_dit_part_memory(c, 0, c->depth, &d, true, elem, elem, &dm);
+    m->acts = dm.saved + dm.workspace + (int64_t)c->z * Tl * d.H * d.W * (int64_t)elem;
     m->vae_weights = mi.weights, m->vae_caches = mi.caches, m->vae_workspace = mi.workspace, m->vae_host = mi.host;
     /* decoded f32 clip, RGB24 frames, the latent, the two embeddings, the PNG strip */
     m->frames = 3 * T * plane * 4 + 3 * T * plane + (int64_t)c->z * Tl * d.H * d.W * 4 +

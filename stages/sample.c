@@ -14,9 +14,10 @@
  * A failed job or prompt (a bad embeddings file, out of memory, a full disk) is an ERROR
  * line and a metrics row {"event":"sample_failed",…}; it never stops training nor fails
  * the run. At end of stream the job in flight finishes (unless the run is aborting); the
- * final checkpoint, if it was skipped, is sampled then (training is over: nobody waits),
- * so a run always ends with the videos of its last checkpoint. Results are logged from the stage thread, which polls the worker between
- * receives. The worker runs at a lower scheduling priority than training.
+ * final checkpoint, if it was skipped or is not a k-th one, is sampled then (training is
+ * over: nobody waits), so a run always ends with the videos of its last checkpoint.
+ * Results are logged from the stage thread, which polls the worker between receives.
+ * The worker runs at a lower scheduling priority than training.
  */
 #include "formats/ckpt.h"
 #include "models/dit.h"
@@ -55,7 +56,7 @@ static const vf_param_spec sample_params[] = {
     {"cache", VF_P_STR, "\"\"", VF_ANY,
      "latent cache whose recorded normalisation de-normalises the latents (as vflow sample --cache); \"\" = none"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where sampling and decoding run"},
-    {"every", VF_P_INT, "1", VF_RANGE(1, 1e9), "sample every k-th checkpoint"},
+    {"every", VF_P_INT, "1", VF_RANGE(1, 1e9), "sample the k-th, 2k-th, … checkpoint (and the final one)"},
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset, for the memory plan (set by p:train)", NULL,
      vf_dit_model_fields},
     {0},
@@ -160,8 +161,8 @@ typedef struct sample_state {
     double job_s;
     /* the stage thread's counts */
     int64_t received, sampled, videos, skipped, failed;
-    int64_t last_skipped;              /* step of the newest skipped notification, -1 none */
-    char last_skipped_path[PATH_MAX];
+    int64_t last_seen, last_started;   /* steps of the newest notification and job, -1 none */
+    char last_seen_path[PATH_MAX];
     const vf_params *p;
 } sample_state;
 
@@ -321,25 +322,26 @@ static void notify(vf_ctx *ctx, sample_state *c, vf_item *it)
     double step = -1;
     const char *path = vf_item_str(it, "path");
     vf_item_num(it, "step", &step);
+    report(ctx, c); /* a finished job's results, before a new job reuses them */
     c->received++;
     if (!path) {
         vf_log(ctx, VF_LOG_WARN, "a checkpoint notification without a path, ignored");
         return;
     }
-    if ((c->received - 1) % c->every) return; /* not a k-th checkpoint */
+    c->last_seen = (int64_t)step;
+    snprintf(c->last_seen_path, sizeof c->last_seen_path, "%s", path);
+    if (c->received % c->every) return; /* not a k-th checkpoint */
     pthread_mutex_lock(&c->mu);
     if (c->have_job) {
         int64_t busy = c->job_step;
         pthread_mutex_unlock(&c->mu);
         c->skipped++;
-        c->last_skipped = (int64_t)step;
-        snprintf(c->last_skipped_path, sizeof c->last_skipped_path, "%s", path);
         vf_log(ctx, VF_LOG_INFO, "step %lld skipped, still sampling step %lld", (long long)step, (long long)busy);
         vf_metric(ctx, "sample_skipped", (double)c->skipped);
         return;
     }
     c->have_job = true;
-    c->last_skipped = -1;
+    c->last_started = (int64_t)step;
     c->job_step = (int64_t)step;
     snprintf(c->job_path, sizeof c->job_path, "%s", path);
     pthread_cond_broadcast(&c->cv);
@@ -384,7 +386,7 @@ static int sample_init(vf_stage *s, const vf_params *p, vf_status *st)
     c->nprompts = vf_param_len(p, "prompts");
     c->every = (int)vf_param_int(p, "every");
     c->negative = vf_param_str(p, "negative");
-    c->last_skipped = -1;
+    c->last_seen = c->last_started = -1;
 fail:
     return rc;
 }
@@ -432,16 +434,15 @@ static int sample_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         vf_item_free(it);
     }
     /* end of stream: the job in flight finishes, unless the run is aborting; then the
-     * final checkpoint if it was skipped */
+     * final checkpoint if it was skipped or not a k-th one */
     bool idle = wait_idle(ctx, c);
-    if (idle && rc == 0 && c->last_skipped >= 0) {
+    if (idle && rc == 0 && c->last_seen >= 0 && c->last_seen != c->last_started) {
         report(ctx, c);
-        vf_log(ctx, VF_LOG_INFO, "sampling the final checkpoint, step %lld", (long long)c->last_skipped);
+        vf_log(ctx, VF_LOG_INFO, "sampling the final checkpoint, step %lld", (long long)c->last_seen);
         pthread_mutex_lock(&c->mu);
         c->have_job = true;
-        c->job_step = c->last_skipped;
-        snprintf(c->job_path, sizeof c->job_path, "%s", c->last_skipped_path);
-        c->last_skipped = -1;
+        c->job_step = c->last_started = c->last_seen;
+        snprintf(c->job_path, sizeof c->job_path, "%s", c->last_seen_path);
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
         idle = wait_idle(ctx, c);

@@ -16,7 +16,10 @@ vflow-test: labels=integration timeout=300
   - sampling never changes training: the final model.safetensors is byte for byte that of
     the same run without the sample stage;
   - a bad prompt file (embeddings of another width) is an ERROR line naming it and a
-    metrics row {"event":"sample_failed"} while the run exits 0 with its checkpoints.
+    metrics row {"event":"sample_failed"} while the run exits 0 with its checkpoints;
+  - by hand (p:stage("sample", {every = 2}) + p:connect from checkpoint.done): the 2nd
+    checkpoint (step 4) and the final one (step 6) are sampled, the 1st (step 2) is not;
+  - a frame count the VAE cannot make is refused by vflow check (exit 2, one line).
 """
 import json
 import math
@@ -135,6 +138,7 @@ def main():
     check(not leftovers, "partial files left: %s" % leftovers)
     ev = [x for x in rows(rd) if x.get("event") == "sample"]
     check(any(x.get("step") == 6 for x in ev), "no sample metrics row for step 6: %s" % ev)
+    check(all("/step-%d/" % x.get("step") in x.get("path", "") for x in ev), "rows name another step's video: %s" % ev)
 
     # the stage's video equals vflow sample's on the same checkpoint
     step6 = os.path.join(rd, "ckpt", "step-6")
@@ -173,6 +177,31 @@ def main():
     bad = [x for x in rows(rb) if x.get("event") == "sample_failed"]
     check(bad and "wide.safetensors" in bad[0].get("error", ""), "bad prompt: sample_failed rows %s" % bad)
     print("bad prompt: %s" % (errs[0] if errs else None))
+
+    # by hand: p:stage + p:connect, every = 2
+    text = open(os.path.join(SRC, "pipelines", "train_dit.lua")).read()
+    call = "weights = a.weights, sample = sample }"
+    check(call in text, "train_dit.lua's p:train call changed; update this test")
+    hand = text.replace(call, "weights = a.weights }\n"
+                        "local s = p:stage(\"sample\", { prompts = { %s }, frames = %d, size = { %d, %d }, steps = 3,"
+                        " fps = %d, every = 2, model = model })\n"
+                        "p:connect({ ckpt, \"done\" }, { s, \"ckpt\" })\n" % (json.dumps(j("cat.safetensors")), F, W,
+                                                                               H, FPS))
+    with open(j("hand.lua"), "w") as f:
+        f.write(hand)
+    rh = j("rh")
+    r = run([VFLOW, "run", j("hand.lua"), "--run-dir", rh, "--set", "cache=" + j("c.lmdb"), "--set", "text_dim=16",
+             "--set", "steps=6", "--set", "every=2", "--set", "keep=4", "--set", "tensorboard=false"])
+    check(r.returncode == 0, "by hand: exit %d: %s" % (r.returncode, r.stderr[-500:]))
+    got = [st for st in (2, 4, 6) if os.path.exists(os.path.join(rh, "samples", "step-%d" % st, "cat.mp4"))]
+    check(got == [4, 6], "by hand, every = 2: videos for steps %s, expected [4, 6]" % got)
+
+    # refused before launch
+    r = run([VFLOW, "check", os.path.join(SRC, "pipelines", "train_dit.lua"), "--set", "cache=" + j("c.lmdb"),
+             "--set", "text_dim=16", "--set", "sample_prompts=" + j("cat.safetensors"), "--set", "sample_frames=10"])
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2 and len(lines) == 1 and "frames 10" in lines[0],
+          "sample frames = 10: exit %d, %r" % (r.returncode, r.stderr))
 
     if fails:
         print("%d failures (files in %s)" % (len(fails), tmp))

@@ -10,6 +10,9 @@
 --   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200,
 --             weights = "Wan2.1-T2V-1.3B/diffusion_pytorch_model.safetensors.index.json" }
 -- (weights: optional; a .safetensors file, a sharded index or a diffusers directory)
+--   p:train { ..., sample = { prompts = {"cat.safetensors"}, every = 1, device = "cpu", steps = 20 } }
+-- (sample: optional, needs a checkpoint stage; the params of a `sample` stage, or one made
+-- with p:stage("sample", {...}): videos of the checkpoints in <run dir>/samples/step-N/)
 --
 -- The plain graph (D = 1; with D > 1 partitions are dit_<q>_r<r> and readers <name>_r<r>):
 --   stages   dit_0 .. dit_{P-1}          kind dit, stage = q, splits = block boundaries
@@ -23,6 +26,7 @@
 --            adamw_k.norm_out  -> adamw_j.norm_in       capacity 2   loop: global-norm partials (k ≠ j)
 --            adamw_k.snap      -> checkpoint.snap       capacity 1   snapshots: one in flight per shard
 --            checkpoint.ack    -> adamw_k.ack           capacity 2   loop, only with sync = true
+--            checkpoint.done   -> sample.ckpt           capacity 2   only with sample = {...}
 -- Every partition talks to every shard (an item with no tensor where their ranges do not
 -- overlap): the ranges depend on parameter counts the Lua side does not know, and the
 -- empty items double as the per-step barrier.
@@ -191,7 +195,8 @@ return function(vf)
 
   -- ------------------------------------------------------------ train
 
-  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std", "weights" }
+  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std", "weights",
+                       "sample" }
 
   vf.extend("train", function(p, t)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:train{...}, with a colon") end
@@ -215,6 +220,17 @@ return function(vf)
     end
     if ck ~= nil and (not vf.is_stage(ck) or ck.kind ~= "checkpoint") then
       fail("p:train: checkpoint must be a checkpoint stage (or absent)")
+    end
+    local smp = t.sample
+    if smp ~= nil then
+      if ck == nil then fail("p:train: sample needs a checkpoint stage: it samples the checkpoints") end
+      if vf.is_stage(smp) then
+        if smp.kind ~= "sample" then fail("p:train: sample must be a table of sample params or a sample stage") end
+      elseif type(smp) ~= "table" or getmetatable(smp) ~= nil then
+        fail("p:train: sample must be a table of sample params, e.g. { prompts = {\"cat.safetensors\"} }")
+      elseif type(smp.prompts) ~= "table" or #smp.prompts == 0 then
+        fail("p:train: sample.prompts must list text-embedding files (safetensors, one (L, text_dim) tensor each)")
+      end
     end
     local steps = int_of(t.steps, "p:train: steps", 1, 1 << 40)
     local seed = int_of(t.seed or 0, "p:train: seed", 0, 1 << 53)
@@ -344,6 +360,21 @@ return function(vf)
     if ck then
       ck.params.model, ck.params.shards = model_params, opt.S
       if ck.worker == nil and m.isolate then ck.worker = ck.name end
+    end
+    -- sampling: a stage of its own (its own process with isolate), fed by the writer's
+    -- "done"; it reads the model preset for its memory plan
+    if smp ~= nil then
+      local ss = smp
+      if not vf.is_stage(smp) then
+        local q = {}
+        for k, v in pairs(smp) do q[k] = v end
+        q.name = q.name or "sample"
+        if q.worker == nil and m.isolate then q.worker = q.name end
+        ss = p:stage("sample", q)
+      end
+      ss.params.model = model_params
+      link(ss, "model", fixed_model)
+      p:connect({ ck, "done" }, { ss, "ckpt" }, { capacity = 2 })
     end
 
     for r = 1, m.D do

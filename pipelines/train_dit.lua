@@ -30,6 +30,10 @@
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 --   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
+--   sample_prompts text-embedding files, comma-separated: a video of each per checkpoint
+--                  in <run dir>/samples/step-N/ (a model with text_dim)     (none)
+--   sample_negative sample_frames sample_size (WxH) sample_steps sample_shift sample_guidance
+--   sample_seed sample_fps sample_every sample_device sample_cache   the sample stage's params
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "train", { tensorboard = a.tensorboard })
@@ -76,6 +80,22 @@ local ckpt = p:stage("checkpoint", {
   sync = a.sync == true,
   model_shard_bytes = a.model_shard_bytes,
 })
+local sample
+if a.sample_prompts ~= nil and a.sample_prompts ~= "" then
+  local prompts = {}
+  for f in tostring(a.sample_prompts):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+  local size
+  if a.sample_size ~= nil then
+    local w, h = tostring(a.sample_size):match("^(%d+)x(%d+)$")
+    if not w then vf.fail("sample_size %s: expected WxH, e.g. 256x256", tostring(a.sample_size)) end
+    size = { tonumber(w), tonumber(h) }
+  end
+  sample = {
+    prompts = prompts, negative = a.sample_negative, frames = a.sample_frames, size = size,
+    steps = a.sample_steps, shift = a.sample_shift, guidance = a.sample_guidance, seed = a.sample_seed,
+    fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
+  }
+end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
-          weights = a.weights }
+          weights = a.weights, sample = sample }
 return p

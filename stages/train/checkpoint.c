@@ -19,7 +19,9 @@
  * checkpoint the run continues from and which damaged newer ones it skipped (the shards
  * and the first partition find the same one by the same rule, formats/ckpt.h).
  * With `sync = true` it answers every commit on "ack" and the shards wait for it: the
- * synchronous baseline of bench/bench_checkpoint.sh.
+ * synchronous baseline of bench/bench_checkpoint.sh. The optional output "done" carries
+ * one small item {step, path} per successful commit (a `sample` stage turns them into
+ * videos); unconnected, nothing is sent.
  *
  * VFLOW_CKPT_FAIL=N[,N…] (tests): the commits of those steps fail as a write error would.
  */
@@ -76,6 +78,8 @@ static int ckpt_ports(const vf_params *p, const vf_port_specs *upstream, vf_port
     in->meta_bytes = 16384;
     vf_port_spec *ack = vf_port_add(out, "ack", VF_PORT_OUT, false);
     ack->meta_bytes = 256;
+    vf_port_spec *done = vf_port_add(out, "done", VF_PORT_OUT, false);
+    done->meta_bytes = 256 + (int64_t)sizeof ((vf_ckpt_write_stats *)0)->path;
     vf_dit_layout_free(l);
     return 0;
 }
@@ -282,6 +286,18 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
                              "with: %s; the run stops: %s",
                              vf_stage_name(s), c->in_row, steps, c->in_row > shown ? ", ..." : "", c->max_fail,
                              c->last_err, lost);
+    }
+    vf_port *done = rc == 0 ? vf_out(ctx, "done") : NULL;
+    if (done) {
+        vf_item *it = vf_item_new("ckpt", st);
+        if (!it) return VF_ENOMEM;
+        if ((rc = vf_item_set_num(it, "step", (double)step, st)) || (rc = vf_item_set_str(it, "path", ws.path, st))) {
+            vf_item_free(it);
+            return rc;
+        }
+        rc = vf_send(done, it, st);
+        if (rc == VF_EOS) rc = 0;
+        if (rc) return rc;
     }
     vf_port *ack = c->sync ? vf_out(ctx, "ack") : NULL;
     if (ack) {

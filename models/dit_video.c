@@ -1,0 +1,442 @@
+/* dit_video.c — a video from a DiT checkpoint: config and weights from the checkpoint,
+ * flow-matching sampling, de-normalising, the causal VAE decoder, mp4 + PNG (dit_video.h).
+ *
+ * The latents' normalisation must be the one the model was trained on: the per-channel
+ * mean/std the cache recorded, else a diffusers VAE directory's config.json, else the VAE
+ * config's scalar scale/shift (the tiny preset's 1 and 0). Nothing is left half-written:
+ * the mp4 and PNG appear by rename when complete.
+ */
+#include "models/dit_video.h"
+#include "formats/cache_format.h"
+#include "formats/lmdb_store.h"
+#include "formats/safetensors.h"
+#include "formats/video_write.h"
+#include "kernels/ops.h"
+#include "models/dit_sample.h"
+#include "models/dit_weights.h"
+#include "runtime/json.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+struct vf_dit_video {
+    vf_dit_video_opts o;
+    vf_dit_config c;
+    vf_dit_layout *l;
+    vf_vae_config vc;
+    const char *preset;
+    char ckpt[PATH_MAX];
+    int64_t Tl, T;               /* latent frames, decoded frames */
+    vf_dit_dims d;
+    float mean[64], sd[64];
+    vf_backend *be;
+    void *dev_w;                 /* the weights on the device (l->total, act dtype) */
+    vf_vae *vm;
+    vf_vae_dec *dec;
+    float *pos, *neg, *lat, *frames; /* embeddings (text_len, text_dim); latent; decoded clip */
+    uint8_t *rgb;
+    int32_t pos_len, neg_len;
+    bool have_neg;
+};
+
+void vf_dit_video_opts_default(vf_dit_video_opts *o)
+{
+    *o = (vf_dit_video_opts){.frames = 17, .width = 256, .height = 256, .steps = 30, .chunk = 1, .shift = 3.0,
+                             .guidance = 5.0, .fps = 16.0, .device = "cpu", .flag_prefix = "--"};
+}
+
+static const char *pf(const vf_dit_video *v) { return v->o.flag_prefix ? v->o.flag_prefix : ""; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st)
+{
+    char p[PATH_MAX];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/state.json", path);
+    if (stat(p, &sb) == 0) {
+        int rc = vf_ckpt_verify(path, st);
+        if (rc) return rc;
+        /* the dir and its step: vf_ckpt_find over the parent finds the newest, not this one */
+        memset(ck, 0, sizeof *ck);
+        snprintf(ck->path, sizeof ck->path, "%s", path);
+        FILE *f = fopen(p, "rb");
+        if (!f) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", p, strerror(errno));
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+        fclose(f);
+        if (!text || got != (size_t)n) {
+            free(text);
+            return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: cannot read", p);
+        }
+        text[n] = 0;
+        ck->state = vf_json_parse(text, st);
+        free(text);
+        if (!ck->state) {
+            vf_status_prefix(st, "%s", p);
+            return VF_EBADINPUT;
+        }
+        ck->step = vf_json_get_int(ck->state, "step", -1);
+        return 0;
+    }
+    int rc = vf_ckpt_find(path, NULL, NULL, ck, st);
+    if (rc == VF_ENOTFOUND) st->code = rc = VF_EBADINPUT; /* the user named it */
+    return rc;
+}
+
+int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st)
+{
+    int rc = 0;
+    const vf_json *cfg = vf_json_get(ck->state, "config");
+    if (!cfg || !vf_json_get(cfg, "model.dim"))
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s/state.json: no model config (not a DiT checkpoint)",
+                             ck->path);
+    VF_TRY(vf_dit_preset("tiny", c, st));
+    c->dim = (int)vf_json_get_int(cfg, "model.dim", c->dim);
+    c->depth = (int)vf_json_get_int(cfg, "model.depth", c->depth);
+    c->heads = (int)vf_json_get_int(cfg, "model.heads", c->heads);
+    c->head_dim = (int)vf_json_get_int(cfg, "model.head_dim", c->head_dim);
+    c->ffn = (int)vf_json_get_int(cfg, "model.ffn", c->ffn);
+    c->z = (int)vf_json_get_int(cfg, "model.z", c->z);
+    c->text_dim = (int)vf_json_get_int(cfg, "model.text_dim", c->text_dim);
+    c->text_len = (int)vf_json_get_int(cfg, "model.text_len", c->text_len);
+    c->freq_dim = (int)vf_json_get_int(cfg, "model.freq_dim", c->freq_dim);
+    c->t_scale = (float)vf_json_get_num(cfg, "model.t_scale", c->t_scale);
+    c->eps = (float)vf_json_get_num(cfg, "model.eps", c->eps);
+    const vf_json *patch = vf_json_get(cfg, "model.patch");
+    for (int k = 0; k < 3 && patch; k++)
+        if (vf_json_at(patch, k)) c->patch[k] = (int)vf_json_as_num(vf_json_at(patch, k));
+    c->text_emb = strcmp(vf_json_get_str(cfg, "model.text", "bytes"), "embeddings") == 0;
+    if (vf_dit_config_check(c, st)) {
+        vf_status_prefix(st, "%s/state.json", ck->path);
+        return VF_EBADINPUT;
+    }
+    if (!c->text_emb)
+        VF_FAIL(st, VF_EBADINPUT, "%s: the model conditions on caption bytes; sampling takes text embeddings "
+                "(a model trained with text_dim, e.g. the Wan presets)", ck->path);
+fail:
+    return rc;
+}
+
+/* One (L, D) tensor of any float dtype from a safetensors file, as f32 rows of width
+ * c->text_dim zero-padded to text_len; *len = L. */
+static int read_embeds(const char *path, const char *what, const vf_dit_config *c, float *out, int32_t *len,
+                       vf_status *st)
+{
+    int rc = 0;
+    vf_st_file *f = NULL;
+    float *tmp = NULL;
+    if ((rc = vf_st_open(path, &f, st))) {
+        st->code = VF_EBADINPUT;
+        vf_status_prefix(st, "%s", what);
+        return VF_EBADINPUT;
+    }
+    if (vf_st_count(f) != 1)
+        VF_FAIL(st, VF_EBADINPUT, "%s %s: %d tensors, expected one (L, %d) tensor", what, path, vf_st_count(f), c->text_dim);
+    const vf_st_tensor *t = vf_st_at(f, 0);
+    if (t->ndim != 2 || t->shape[1] != c->text_dim || t->shape[0] < 1)
+        VF_FAIL(st, VF_EBADINPUT, "%s %s: tensor '%s' is not (L, %d): the model's text_dim is %d", what, path, t->name,
+                c->text_dim, c->text_dim);
+    if (t->shape[0] > c->text_len)
+        VF_FAIL(st, VF_EBADINPUT, "%s %s: tensor '%s' has %lld rows, longer than the model's text_len %d", what, path,
+                t->name, (long long)t->shape[0], c->text_len);
+    if (!(tmp = malloc(sizeof(float) * (size_t)t->numel))) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    if (vf_st_read_f32(f, t->name, tmp, t->numel, st)) {
+        vf_status_prefix(st, "%s %s", what, path);
+        st->code = rc = VF_EBADINPUT;
+        goto fail;
+    }
+    for (int64_t i = 0; i < t->numel; i++)
+        if (!isfinite(tmp[i])) VF_FAIL(st, VF_EBADINPUT, "%s %s: tensor '%s' holds NaN or Inf", what, path, t->name);
+    memset(out, 0, sizeof(float) * (size_t)c->text_len * (size_t)c->text_dim);
+    memcpy(out, tmp, sizeof(float) * (size_t)t->numel);
+    *len = (int32_t)t->shape[0];
+fail:
+    free(tmp);
+    vf_st_close(f);
+    return rc;
+}
+
+/* The per-channel normalisation a cache recorded for its latents (one VAE), if any. */
+static int cache_norm(const char *path, int z, float *mean, float *std, bool *found, vf_status *st)
+{
+    int rc = 0;
+    vf_lmdb *db = NULL;
+    MDB_txn *txn = NULL;
+    vf_json *meta = NULL;
+    vf_lmdb_opts ro = {.readonly = true};
+    *found = false;
+    VF_TRY(vf_lmdb_open(path, &ro, &db, st));
+    if (mdb_txn_begin(vf_lmdb_env(db), NULL, MDB_RDONLY, &txn))
+        VF_FAIL(st, VF_EEXTERNAL, "%s: cannot read", path);
+    VF_TRY(vf_cache_meta_read(db, txn, &meta, st));
+    const vf_json *ln = meta ? vf_json_get(meta, "latent_norm") : NULL;
+    if (!ln || vf_json_len(ln) == 0) goto fail; /* none recorded: the scalar affine */
+    if (vf_json_len(ln) > 1)
+        VF_FAIL(st, VF_EBADINPUT, "%s: latents of %d VAEs with different normalisations; sample from a cache of one",
+                path, vf_json_len(ln));
+    const vf_json *one = vf_json_at(ln, 0), *m = vf_json_get(one, "mean"), *s = vf_json_get(one, "std");
+    if (!m || !s || vf_json_len(m) != z || vf_json_len(s) != z)
+        VF_FAIL(st, VF_EBADINPUT, "%s: latent_norm is not %d means and %d stds (the model's latent channels)", path, z, z);
+    for (int i = 0; i < z; i++) {
+        mean[i] = (float)vf_json_as_num(vf_json_at(m, i));
+        std[i] = (float)vf_json_as_num(vf_json_at(s, i));
+    }
+    *found = true;
+fail:
+    vf_json_free(meta);
+    if (txn) mdb_txn_abort(txn);
+    vf_lmdb_close(db);
+    return rc;
+}
+
+static int spit(const char *path, const void *p, size_t n, vf_status *st)
+{
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(p, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok) return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+/* The VAE preset and the clip's latent geometry, checked against the model. */
+static int geometry(const vf_dit_config *c, const vf_dit_video_opts *o, const char *pre, vf_vae_config *vc,
+                    const char **preset, vf_dit_dims *d, int64_t *Tl, vf_status *st)
+{
+    int rc = 0;
+    *preset = o->vae_preset && o->vae_preset[0] ? o->vae_preset : c->z == 16 ? "wan" : "tiny";
+    if (!strcmp(*preset, "wan")) vf_vae_config_wan(vc);
+    else if (!strcmp(*preset, "tiny")) vf_vae_config_tiny(vc);
+    else VF_FAIL(st, VF_EBADINPUT, "%svae-preset %s: expected tiny or wan", pre, *preset);
+    if (vc->z_dim != c->z)
+        VF_FAIL(st, VF_EBADINPUT, "%svae-preset %s: %d latent channels, the model's are %d", pre, *preset, vc->z_dim,
+                c->z);
+    const int sf = vf_vae_space_factor(vc), tf = vf_vae_time_factor(vc);
+    *Tl = vf_vae_latent_frames(vc, o->frames);
+    if (*Tl < 1 || *Tl % c->patch[0])
+        VF_FAIL(st, VF_EBADINPUT, "%sframes %d: the VAE takes 1 + %d·k frames (1, %d, %d, …)%s", pre, o->frames, tf,
+                1 + tf, 1 + 2 * tf, *Tl >= 1 ? " whose latent frames the patch divides" : "");
+    if (o->width % (sf * c->patch[2]) || o->height % (sf * c->patch[1]))
+        VF_FAIL(st, VF_EBADINPUT, "%ssize %dx%d: width and height must be multiples of %d and %d (VAE stride %d x patch)",
+                pre, o->width, o->height, sf * c->patch[2], sf * c->patch[1], sf);
+    *d = (vf_dit_dims){1, (int)*Tl, o->height / sf, o->width / sf};
+fail:
+    return rc;
+}
+
+int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_video **out, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_video *v = calloc(1, sizeof *v);
+    *out = NULL;
+    if (!v) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+    v->o = *o;
+    snprintf(v->ckpt, sizeof v->ckpt, "%s", ck->path);
+    VF_TRY(vf_dit_video_config(ck, &v->c, st));
+    VF_TRY(vf_dit_layout_new(&v->c, &v->l, st));
+    VF_TRY(geometry(&v->c, o, pf(v), &v->vc, &v->preset, &v->d, &v->Tl, st));
+    v->T = vf_vae_decoded_frames(&v->vc, v->Tl);
+
+    size_t nemb = (size_t)v->c.text_len * (size_t)v->c.text_dim;
+    size_t nlat = (size_t)v->c.z * (size_t)v->Tl * v->d.H * v->d.W;
+    if (!(v->pos = malloc(sizeof(float) * nemb)) || !(v->neg = calloc(nemb, sizeof(float))) ||
+        !(v->lat = malloc(sizeof(float) * nlat)))
+        VF_FAIL(st, VF_ENOMEM, "out of memory");
+
+    /* latent normalisation, before anything heavy, so a missing one fails fast */
+    bool have = false;
+    if (v->c.z > 64) VF_FAIL(st, VF_EBADINPUT, "%d latent channels", v->c.z);
+    if (o->cache && o->cache[0]) VF_TRY(cache_norm(o->cache, v->c.z, v->mean, v->sd, &have, st));
+    if (!have && o->vae && o->vae[0]) VF_TRY(vf_vae_config_norm(o->vae, v->c.z, v->mean, v->sd, &have, st));
+    if (!have) {
+        if (!strcmp(v->preset, "wan"))
+            VF_FAIL(st, VF_EBADINPUT, "the latents' per-channel normalisation is unknown: give %scache (the cache the "
+                    "model trained on) or %svae (a diffusers AutoencoderKLWan directory)", pf(v), pf(v));
+        for (int i = 0; i < v->c.z; i++) v->mean[i] = v->vc.shift, v->sd[i] = 1.0f / v->vc.scale; /* latent = (x - shift)·scale */
+    }
+    *out = v;
+    return 0;
+fail:
+    vf_dit_video_free(v);
+    return rc;
+}
+
+int vf_dit_video_load(vf_dit_video *v, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_wsrc *ws = NULL;
+    float *host_w = NULL;
+    char model[PATH_MAX + 64];
+    struct stat sb;
+    const vf_dit_layout *l = v->l;
+    snprintf(model, sizeof model, "%s/model.safetensors", v->ckpt);
+    if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/model.safetensors.index.json", v->ckpt);
+    VF_TRY(vf_dit_wsrc_open(model, &ws, st));
+    VF_TRY(vf_dit_wsrc_check(ws, l, st));
+    if (!(host_w = malloc(sizeof(float) * (size_t)l->total))) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_dit_wsrc_read(ws, l, host_w, 0, l->total, st));
+    vf_device dev;
+    if (vf_device_parse(v->o.device, &dev, st)) {
+        st->code = VF_EBADINPUT;
+        VF_FAIL(st, VF_EBADINPUT, "%sdevice %s: %s", pf(v), v->o.device, st->msg);
+    }
+    if (!(v->be = vf_backend_for(dev, st))) {
+        rc = st->code ? st->code : VF_EEXTERNAL;
+        goto fail;
+    }
+    if (!(v->dev_w = v->be->alloc(v->be, (size_t)l->total * vf_dtype_size(v->be->act_dtype), st))) {
+        rc = st->code ? st->code : VF_ENOMEM;
+        goto fail;
+    }
+    v->be->upload(v->be, v->dev_w, host_w, l->total, v->be->act_dtype);
+    free(host_w);
+    host_w = NULL;
+
+    VF_TRY(vf_vae_dec_model_new(&v->vc, v->be, &v->vm, st));
+    if (v->o.vae && v->o.vae[0]) VF_TRY(vf_vae_load(v->vm, v->o.vae, st));
+    else VF_TRY(vf_vae_init_seeded(v->vm, v->o.vae_seed, st));
+    int chunk = v->o.chunk < v->Tl ? v->o.chunk : (int)v->Tl;
+    VF_TRY(vf_vae_dec_new(v->vm, 1, chunk, v->d.H, v->d.W, &v->dec, st));
+    size_t plane = (size_t)v->o.height * (size_t)v->o.width;
+    if (!(v->frames = malloc(sizeof(float) * 3 * (size_t)v->T * plane)) || !(v->rgb = malloc(3 * plane * (size_t)v->T)))
+        VF_FAIL(st, VF_ENOMEM, "out of memory");
+fail:
+    free(host_w);
+    vf_dit_wsrc_close(ws);
+    return rc;
+}
+
+int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, const char *neg, const char *neg_what,
+                        vf_status *st)
+{
+    int rc = 0;
+    VF_TRY(read_embeds(pos, pos_what, &v->c, v->pos, &v->pos_len, st));
+    v->have_neg = false;
+    if (neg && neg[0]) {
+        VF_TRY(read_embeds(neg, neg_what, &v->c, v->neg, &v->neg_len, st));
+        v->have_neg = true;
+    } else if (v->o.guidance > 1) {
+        /* WanPipeline's default negative prompt is text; without its embeddings the
+         * unconditional branch is the empty caption: zero rows */
+        memset(v->neg, 0, sizeof(float) * (size_t)v->c.text_len * (size_t)v->c.text_dim);
+        v->neg_len = 0;
+        v->have_neg = true;
+    }
+fail:
+    return rc;
+}
+
+int vf_dit_video_render(vf_dit_video *v, const vf_dit_video_out *o, vf_dit_video_stats *s, vf_status *st)
+{
+    int rc = 0;
+    vf_video_writer *vw = NULL;
+    const int W = v->o.width, H = v->o.height;
+    const int64_t T = v->T;
+    size_t nlat = (size_t)v->c.z * (size_t)v->Tl * v->d.H * v->d.W, plane = (size_t)H * (size_t)W;
+    memset(s, 0, sizeof *s);
+    if (!v->dec) VF_FAIL(st, VF_EINVAL, "dit_video: render before load");
+
+    vf_dit_sample_cfg sc = {v->o.steps, v->o.shift, v->o.guidance, v->o.seed, v->c.text_dim};
+    VF_TRY(vf_dit_sample_check(&sc, &v->c, st));
+    double t1 = now_s();
+    VF_TRY(vf_dit_sample(v->be, v->l, v->dev_w, &sc, &v->d, v->pos, &v->pos_len, v->have_neg ? v->neg : NULL,
+                         v->have_neg ? &v->neg_len : NULL, NULL, v->lat, st));
+    s->sample_s = now_s() - t1;
+    if (o->latent) VF_TRY(spit(o->latent, v->lat, sizeof(float) * nlat, st));
+
+    /* decode: de-normalise, then the causal decoder a chunk of latent frames at a time */
+    vf_vae_denormalise(v->lat, v->c.z, v->Tl * v->d.H * v->d.W, v->mean, v->sd);
+    double t2 = now_s();
+    VF_TRY(vf_vae_decode_f32(v->dec, 1, v->Tl, v->lat, v->frames, st));
+    s->decode_s = now_s() - t2;
+
+    vf_video_opts vo = {o->mp4, W, H, v->o.fps, NULL};
+    if ((rc = vf_video_open(&vo, &vw, st))) {
+        if (rc != VF_ENOMEM) st->code = rc = VF_EBADINPUT; /* the output named */
+        goto fail;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        vf_video_rgb_from_float(v->frames, (int)T, H, W, (int)t, v->rgb + (size_t)t * plane * 3);
+        VF_TRY(vf_video_add(vw, v->rgb + (size_t)t * plane * 3, st));
+    }
+    snprintf(s->codec, sizeof s->codec, "%s", vf_video_codec(vw));
+    rc = vf_video_close(vw, st);
+    vw = NULL;
+    if (rc) goto fail;
+    s->frames = T;
+    if (o->frames) VF_TRY(spit(o->frames, v->rgb, 3 * plane * (size_t)T, st));
+    if (o->png) {
+        int k = T < 4 ? (int)T : 4, SW = k * W;
+        uint8_t *strip = malloc((size_t)H * SW * 3);
+        if (!strip) VF_FAIL(st, VF_ENOMEM, "out of memory");
+        for (int j = 0; j < k; j++) {
+            int64_t t = k == 1 ? 0 : (int64_t)j * (T - 1) / (k - 1); /* first to last, evenly */
+            for (int y = 0; y < H; y++)
+                memcpy(strip + ((size_t)y * SW + (size_t)j * W) * 3, v->rgb + ((size_t)t * plane + (size_t)y * W) * 3,
+                       (size_t)W * 3);
+        }
+        rc = vf_png_write(o->png, strip, SW, H, st);
+        free(strip);
+        if (rc) goto fail;
+    }
+fail:
+    vf_video_free(vw);
+    return rc;
+}
+
+const vf_dit_config *vf_dit_video_cfg(const vf_dit_video *v) { return &v->c; }
+
+void vf_dit_video_free(vf_dit_video *v)
+{
+    if (!v) return;
+    vf_vae_dec_free(v->dec);
+    vf_vae_free(v->vm);
+    if (v->dev_w) v->be->free(v->be, v->dev_w);
+    vf_dit_layout_free(v->l);
+    free(v->pos), free(v->neg), free(v->lat), free(v->frames), free(v->rgb);
+    free(v);
+}
+
+int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size_t elem, vf_dit_video_mem *m,
+                        vf_status *st)
+{
+    int rc = 0;
+    vf_dit_layout *l = NULL;
+    vf_vae_config vc;
+    const char *preset;
+    vf_dit_dims d;
+    int64_t Tl;
+    vf_vae_mem_info mi;
+    memset(m, 0, sizeof *m);
+    VF_TRY(vf_dit_layout_new(c, &l, st));
+    VF_TRY(geometry(c, o, o->flag_prefix ? o->flag_prefix : "", &vc, &preset, &d, &Tl, st));
+    int chunk = o->chunk < Tl ? o->chunk : (int)Tl;
+    VF_TRY(vf_vae_dec_mem(&vc, elem, 1, chunk, d.H, d.W, &mi, st));
+    int64_t T = vf_vae_decoded_frames(&vc, Tl), plane = (int64_t)o->width * o->height;
+    m->weights = l->total * (int64_t)elem;
+    m->staging = l->total * (int64_t)sizeof(float);
+    vf_dit_mem dm;
+    vf_dit_part_memory(c, 0, c->depth, &d, true, elem, elem, &dm);
+    m->acts = dm.saved + dm.workspace + (int64_t)c->z * Tl * d.H * d.W * (int64_t)elem;
+    m->vae_weights = mi.weights, m->vae_caches = mi.caches, m->vae_workspace = mi.workspace, m->vae_host = mi.host;
+    /* decoded f32 clip, RGB24 frames, the latent, the two embeddings, the PNG strip */
+    m->frames = 3 * T * plane * 4 + 3 * T * plane + (int64_t)c->z * Tl * d.H * d.W * 4 +
+                2 * (int64_t)c->text_len * c->text_dim * 4 + 4 * plane * 3;
+fail:
+    vf_dit_layout_free(l);
+    return rc;
+}

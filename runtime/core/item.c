@@ -273,8 +273,7 @@ static bool in_frame(const vf_tensor *t, size_t min_frame)
     return min_frame && vf_tensor_nbytes(t) >= min_frame;
 }
 
-/* Bytes before the first payload (unpadded). A frame tensor carries 4 bytes of
- * location data: its payload's CRC32C. */
+/* Bytes before the first payload (unpadded). */
 static size_t header_size(const vf_item *it, size_t min_frame)
 {
     size_t n = HDR_FIXED + 4 + strlen(it->id) + 4;
@@ -282,8 +281,7 @@ static size_t header_size(const vf_item *it, size_t min_frame)
         n += 4 + strlen(it->m[i].key) + 1 + (it->m[i].str ? 4 + strlen(it->m[i].str) : 8);
     n += 4;
     for (int i = 0; i < it->nt; i++)
-        n += 4 + strlen(it->t[i].name) + 4 + 8 * (size_t)it->t[i].t->ndim + 4 +
-             (in_frame(it->t[i].t, min_frame) ? 4 : 0);
+        n += 4 + strlen(it->t[i].name) + 4 + 8 * (size_t)it->t[i].t->ndim + 4;
     return n;
 }
 
@@ -394,10 +392,7 @@ static int encode_impl(const vf_item *it, size_t min_frame, void *buf, size_t ca
         p = put_u8(p, fr ? VF_LOC_FRAME : VF_LOC_INLINE);
         p = put_u8(p, 0);
         for (int d = 0; d < t->ndim; d++) p = put_u64(p, (uint64_t)t->shape[d]);
-        if (fr) /* the frame's checksum: the receiver checks what arrived against it */
-            p = put_u32(put_u32(p, 4), vf_crc32c(0, t->data, vf_tensor_nbytes(t)));
-        else
-            p = put_u32(p, 0); /* no location data */
+        p = put_u32(p, 0); /* no location data */
     }
     size_t off = (size_t)(p - b);
     memset(p, 0, align_up(off) - off);
@@ -548,9 +543,8 @@ typedef struct tdesc {
     int ndim;
     int64_t shape[VF_MAX_DIMS];
     size_t nbytes;
-    size_t at;     /* offset of the descriptor, for messages */
-    bool frame;    /* payload in a frame of its own (split record) */
-    uint32_t crc;  /* that frame's CRC32C */
+    size_t at;  /* offset of the descriptor, for messages */
+    bool frame; /* payload in a frame of its own (split record) */
 } tdesc;
 
 static view_owner *owner_new(vf_release_fn release, const void *buf, void *hint)
@@ -566,8 +560,8 @@ static view_owner *owner_new(vf_release_fn release, const void *buf, void *hint)
 
 /* split: frames[nframes] hold the payloads of the record's frame tensors, in order
  * (NULL for an ordinary decode, which refuses split records). */
-/* The tensor of descriptor d from its frame f (owned by fo): checks the frame's length
- * and checksum, then aliases it, or copies it when it is not aligned for the dtype. */
+/* The tensor of descriptor d from its frame f (owned by fo): checks the frame's length,
+ * then aliases it, or copies it when it is not aligned for the dtype. */
 static int frame_tensor(vf_item *it, const tdesc *d, const vf_frame *f, view_owner *fo, vf_status *st)
 {
     char name[VF_CODEC_MAX_NAME + 1];
@@ -580,12 +574,6 @@ static int frame_tensor(vf_item *it, const tdesc *d, const vf_frame *f, view_own
     if (d->nbytes && !f->data)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "item record: frame of tensor '%s': NULL buffer",
                              name);
-    uint32_t got = vf_crc32c(0, f->data, f->len);
-    if (got != d->crc)
-        return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
-                             "item record: frame of tensor '%s': CRC32C mismatch (record says %08x, computed %08x "
-                             "over %zu bytes)",
-                             name, d->crc, got, f->len);
     vf_tensor *t;
     if (((uintptr_t)f->data % vf_dtype_size(d->dt)) == 0) {
         t = vf_tensor_wrap(d->dt, d->ndim, d->shape, (vf_device){VF_DEV_CPU, 0}, (void *)f->data, view_unref, fo,
@@ -745,13 +733,10 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
                         "item record: tensor '%.*s' has its payload in a frame (location %u at offset %zu), but the "
                         "record is not split",
                         (int)d->name_len, d->name, loc, fat + 2);
-            if (n != 4)
-                VF_FAIL(st, VF_ECORRUPT,
-                        "item record: frame tensor '%.*s' has %zu bytes of location data at offset %zu (its "
-                        "checksum takes 4)",
-                        (int)d->name_len, d->name, n, at);
+            if (n != 0)
+                VF_FAIL(st, VF_ECORRUPT, "item record: frame tensor '%.*s' carries location data at offset %zu",
+                        (int)d->name_len, d->name, at);
             d->frame = true;
-            d->crc = (uint32_t)rd_le((const unsigned char *)s, 4);
             nf++;
             continue;
         }

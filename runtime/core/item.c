@@ -274,20 +274,19 @@ static bool in_frame(const vf_tensor *t, size_t min_frame)
 }
 
 /* Bytes before the first payload (unpadded). */
-static size_t header_size(const vf_item *it, size_t min_frame)
+static size_t header_size(const vf_item *it)
 {
     size_t n = HDR_FIXED + 4 + strlen(it->id) + 4;
     for (int i = 0; i < it->nm; i++)
         n += 4 + strlen(it->m[i].key) + 1 + (it->m[i].str ? 4 + strlen(it->m[i].str) : 8);
     n += 4;
-    for (int i = 0; i < it->nt; i++)
-        n += 4 + strlen(it->t[i].name) + 4 + 8 * (size_t)it->t[i].t->ndim + 4;
+    for (int i = 0; i < it->nt; i++) n += 4 + strlen(it->t[i].name) + 4 + 8 * (size_t)it->t[i].t->ndim + 4;
     return n;
 }
 
 size_t vf_item_split_size(const vf_item *it, size_t min_frame)
 {
-    size_t n = align_up(header_size(it, min_frame));
+    size_t n = align_up(header_size(it));
     for (int i = 0; i < it->nt; i++)
         if (!in_frame(it->t[i].t, min_frame)) n += align_up(vf_tensor_nbytes(it->t[i].t));
     return n + 4;
@@ -558,8 +557,6 @@ static view_owner *owner_new(vf_release_fn release, const void *buf, void *hint)
     return o;
 }
 
-/* split: frames[nframes] hold the payloads of the record's frame tensors, in order
- * (NULL for an ordinary decode, which refuses split records). */
 /* The tensor of descriptor d from its frame f (owned by fo): checks the frame's length,
  * then aliases it, or copies it when it is not aligned for the dtype. */
 static int frame_tensor(vf_item *it, const tdesc *d, const vf_frame *f, view_owner *fo, vf_status *st)
@@ -587,6 +584,8 @@ static int frame_tensor(vf_item *it, const tdesc *d, const vf_frame *f, view_own
     return vf_item_put(it, name, t, st);
 }
 
+/* frames[nframes]: the payloads of a split record's frame tensors, in order (NULL for an
+ * ordinary decode, which refuses split records). */
 static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn release, void *hint,
                        const vf_frame *frames, int nframes, vf_item **out, vf_status *st)
 {

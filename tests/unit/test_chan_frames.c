@@ -9,7 +9,9 @@
  * buffer must be released exactly once, and only after the receiver has all the items.
  * Also: tensor order, dtypes, shapes and metadata survive; the consumer's account holds
  * the frames while it holds the item and nothing after; a fan-out to a ZeroMQ edge and
- * an in-process edge delivers the same bytes to both; ipc and tcp alike.
+ * an in-process edge delivers the same bytes to both; a stage that forwards what it
+ * received sends the frames it holds on (released by the next socket's I/O thread);
+ * ipc and tcp alike.
  */
 #include "runtime/core/alloc.h"
 #include "runtime/edge/chan_internal.h"
@@ -249,6 +251,64 @@ VF_TEST(fan_out_to_zmq_and_inproc)
     vf_port_free(zin);
     vf_port_free(pin);
     vf_chan_hub_free(h);
+    VF_CHECK_EQ_INT(atomic_load(&g_released), 2 * NITEMS);
+}
+
+typedef struct {
+    vf_port *in, *out;
+    vf_account *acct;
+    int n, rc;
+} fwd_arg;
+
+static void *forwarder(void *arg)
+{
+    fwd_arg *f = arg;
+    vf_status st = {0};
+    vf_account_set_current(f->acct); /* what it receives is charged here */
+    vf_item *it = NULL;
+    int rc;
+    while ((rc = vf_recv(f->in, &it, &st)) == 0) {
+        if ((rc = vf_send(f->out, it, &st)) != 0) break; /* the received tensors, as they are */
+        f->n++;
+    }
+    f->rc = rc == VF_EOS ? 0 : rc;
+    if (vf_close(f->out, &st) == 0) vf_port_drain(f->out, 10000, &st);
+    return NULL;
+}
+
+/* producer -> ipc -> forwarder -> tcp -> here: the forwarder's received frames go out
+ * from the memory ZeroMQ received them into, and come back when the next socket is
+ * done with them (its account returns to zero). */
+VF_TEST(forwarded_frames_go_on_without_a_copy)
+{
+    vf_status st = {0};
+    atomic_store(&g_released, 0);
+    char addr[128];
+    snprintf(addr, sizeof addr, "ipc:///tmp/vf-test-frames-fwd-%d.sock", (int)getpid());
+    vf_chan_hub *h = vf_chan_hub_new(&st);
+    vf_port *out = port("src.out", VF_PORT_OUT), *fin = port("fwd.in", VF_PORT_IN);
+    vf_port *fout = port("fwd.out", VF_PORT_OUT), *in = port("dst.in", VF_PORT_IN);
+    connect_edge(h, desc(4, VF_TR_IPC, addr, 2), out, fin);
+    connect_edge(h, desc(5, VF_TR_TCP, "tcp://127.0.0.1:*", 2), fout, in);
+    fwd_arg f = {fin, fout, vf_account_new("test_chan_frames_forwarder"), 0, 0};
+    prod_arg a = {out, 0};
+    pthread_t tf, tp;
+    pthread_create(&tf, NULL, forwarder, &f);
+    pthread_create(&tp, NULL, producer, &a);
+    VF_CHECK_EQ_INT(consume(in, NULL), NITEMS);
+    pthread_join(tp, NULL);
+    pthread_join(tf, NULL);
+    VF_CHECK_EQ_INT(a.rc, 0);
+    VF_CHECK_EQ_INT(f.rc, 0);
+    VF_CHECK_EQ_INT(f.n, NITEMS);
+    VF_CHECK(vf_account_peak(f.acct) >= (int64_t)(BIG_ELEMS * 4 + VF_EDGE_FRAME_MIN));
+    vf_port_free(out);
+    vf_port_free(fin);
+    vf_port_free(fout);
+    vf_port_free(in);
+    vf_chan_hub_free(h);
+    unlink(addr + 6);
+    VF_CHECK_EQ_INT(vf_account_live(f.acct), 0); /* every forwarded frame came back */
     VF_CHECK_EQ_INT(atomic_load(&g_released), 2 * NITEMS);
 }
 

@@ -2,8 +2,12 @@
  *
  *   64 MiB tensors over ipc:// and tcp:// (loopback) between two processes: GB/s and
  *   the ratio to single-threaded memcpy bandwidth of the same buffer size (the edge
- *   copies once to encode and the kernel copies twice, so ~1/3 of memcpy is the ceiling
- *   of a socket transport on one core per side);
+ *   sends a tensor from its own memory and the receiver's tensor is the buffer ZeroMQ
+ *   read it into, so what is left is the kernel's two copies and the page faults of
+ *   ZeroMQ's fresh receive buffer: ~1/2 of memcpy is the ceiling of a socket transport
+ *   with a free core per side);
+ *   the same over a bare ZeroMQ socket pair (zero-copy send, receive and drop, no edge),
+ *   the socket's own ceiling on this machine: the edge's ratio to it is its overhead;
  *   4 KiB items: items/s over inproc (two threads), ipc and tcp.
  * Time runs from the first send to the receiver's acknowledgement of the end of stream
  * (every item consumed). The producer sends one tensor shared by every item, so the
@@ -16,6 +20,7 @@
 #include "runtime/core/item.h"
 
 #include <pthread.h>
+#include <zmq.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +151,54 @@ static double zmq_run(vf_transport tr, const char *addr, int64_t bytes, long n, 
     return dt;
 }
 
+/* Seconds to move n messages of `bytes` over a bare PUSH/PULL pair to a forked reader:
+ * zero-copy sends of one buffer, each message received and dropped. */
+static double raw_run(const char *addr, int64_t bytes, long n)
+{
+    int fd[2];
+    if (pipe(fd)) die("pipe", NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_PULL);
+        char ep[256] = {0};
+        size_t len = sizeof ep;
+        if (zmq_bind(s, addr) != 0 || zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len) != 0) _exit(1);
+        if (write(fd[1], ep, sizeof ep) != (ssize_t)sizeof ep) _exit(1);
+        for (long i = 0; i <= n; i++) { /* the warm-up message, then n */
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, s, 0) < 0) _exit(1);
+            zmq_msg_close(&m);
+        }
+        zmq_close(s);
+        zmq_ctx_term(ctx);
+        _exit(0);
+    }
+    char ep[256];
+    if (read(fd[0], ep, sizeof ep) != (ssize_t)sizeof ep) die("endpoint", NULL);
+    close(fd[0]);
+    close(fd[1]);
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_PUSH);
+    if (zmq_connect(s, ep) != 0) die("raw connect", NULL);
+    unsigned char *b = malloc((size_t)bytes);
+    memset(b, 0x5a, (size_t)bytes);
+    double t0 = 0;
+    for (long i = 0; i <= n; i++) {
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, b, (size_t)bytes, NULL, NULL);
+        if (zmq_msg_send(&m, s, 0) < 0) die("raw send", NULL);
+        if (i == 0) t0 = now_s(); /* queued; connection setup is in the warm-up */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0); /* the reader exits once it has read every message */
+    double dt = now_s() - t0;
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    free(b);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("raw reader", NULL);
+    return dt;
+}
+
 typedef struct {
     vf_port *in;
 } cons_arg;
@@ -227,6 +280,12 @@ int main(int argc, char **argv)
     double t_tcp = BEST(zmq_run(VF_TR_TCP, "tcp://127.0.0.1:*", big, nbig, 2));
     double g_tcp = nbig * (double)big / t_tcp / 1e9;
     printf("tcp 64 MiB tensors: %.2f GB/s (%.2f x memcpy)\n", g_tcp, g_tcp / mc);
+    double r_ipc = nbig * (double)big / BEST(raw_run(ipc, big, nbig)) / 1e9;
+    printf("bare ZeroMQ ipc 64 MiB: %.2f GB/s (%.2f x memcpy; the edge %.2f x of it)\n", r_ipc, r_ipc / mc,
+           g_ipc / r_ipc);
+    double r_tcp = nbig * (double)big / BEST(raw_run("tcp://127.0.0.1:*", big, nbig)) / 1e9;
+    printf("bare ZeroMQ tcp 64 MiB: %.2f GB/s (%.2f x memcpy; the edge %.2f x of it)\n", r_tcp, r_tcp / mc,
+           g_tcp / r_tcp);
     double s_in = BEST(inproc_run(small, nsmall, 64));
     printf("inproc 4 KiB items: %.0f items/s\n", nsmall / s_in);
     double s_ipc = BEST(zmq_run(VF_TR_IPC, ipc, small, nsmall, 64));

@@ -454,7 +454,9 @@ int vf_recv(vf_port *in, vf_item **out, vf_status *st);
 int vf_recv_timeout(vf_port *in, int timeout_ms, vf_item **out, vf_status *st);
 /* Sends an item to every edge of the port (fan-out shares tensors by reference).
  * Always takes ownership of it, also on failure. Blocks while an edge has no credit.
- * VF_ESTOPPED when the run is stopping. */
+ * VF_ESTOPPED when the run is stopping. The item's tensors are read after vf_send
+ * returns (an in-process consumer holds them; a ZeroMQ edge sends large ones from their
+ * own memory once the socket gets to them): keep no reference you write through later. */
 int vf_send(vf_port *out, vf_item *it, vf_status *st);
 /* Ends the stream on an output early (also done for all outputs when run returns). */
 int vf_close(vf_port *out, vf_status *st);

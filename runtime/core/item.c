@@ -267,6 +267,12 @@ size_t vf_item_tensor_bytes(const vf_item *it)
 
 static size_t align_up(size_t n) { return (n + VF_CODEC_ALIGN - 1) & ~(size_t)(VF_CODEC_ALIGN - 1); }
 
+/* A tensor of a split record whose payload travels as a frame of its own. */
+static bool in_frame(const vf_tensor *t, size_t min_frame)
+{
+    return min_frame && vf_tensor_nbytes(t) >= min_frame;
+}
+
 /* Bytes before the first payload (unpadded). */
 static size_t header_size(const vf_item *it)
 {
@@ -278,12 +284,15 @@ static size_t header_size(const vf_item *it)
     return n;
 }
 
-size_t vf_item_encoded_size(const vf_item *it)
+size_t vf_item_split_size(const vf_item *it, size_t min_frame)
 {
     size_t n = align_up(header_size(it));
-    for (int i = 0; i < it->nt; i++) n += align_up(vf_tensor_nbytes(it->t[i].t));
+    for (int i = 0; i < it->nt; i++)
+        if (!in_frame(it->t[i].t, min_frame)) n += align_up(vf_tensor_nbytes(it->t[i].t));
     return n + 4;
 }
+
+size_t vf_item_encoded_size(const vf_item *it) { return vf_item_split_size(it, 0); }
 
 int64_t vf_codec_size_bound(int64_t id_meta_bytes, int ntensors, const size_t *name_lens, const int *ndims,
                             const int64_t *payload_bytes)
@@ -335,7 +344,10 @@ static unsigned char *put_bytes(unsigned char *p, const char *s)
     return p + n;
 }
 
-int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_status *st)
+/* The record of `it` into buf; tensors of at least min_frame bytes (0: none) are left
+ * out as frames (*nframes of them, when nframes is given). */
+static int encode_impl(const vf_item *it, size_t min_frame, void *buf, size_t cap, size_t *len, int *nframes,
+                       vf_status *st)
 {
     for (int i = 0; i < it->nt; i++) {
         if (it->t[i].t->device.kind != VF_DEV_CPU)
@@ -344,14 +356,17 @@ int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_sta
                                  "(device tensors travel by the CUDA transports)",
                                  it->id, it->t[i].name);
     }
-    size_t total = vf_item_encoded_size(it);
+    size_t total = vf_item_split_size(it, min_frame);
     if (cap < total)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "item '%s': encoding needs %zu bytes, buffer has %zu", it->id, total, cap);
+    int nf = 0;
+    for (int i = 0; i < it->nt; i++) nf += in_frame(it->t[i].t, min_frame);
     unsigned char *b = buf, *p = b;
     memcpy(p, VF_CODEC_MAGIC, 4);
     p = put_u16(p + 4, VF_CODEC_VERSION);
-    p = put_u16(p, 0);
+    /* a record without frames is an ordinary one, byte for byte */
+    p = put_u16(p, nf ? VF_CODEC_FLAG_SPLIT : 0);
     p = put_u64(p, total);
     p = put_bytes(p, it->id);
     p = put_u32(p, (uint32_t)it->nm);
@@ -369,10 +384,11 @@ int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_sta
     p = put_u32(p, (uint32_t)it->nt);
     for (int i = 0; i < it->nt; i++) {
         const vf_tensor *t = it->t[i].t;
+        bool fr = in_frame(t, min_frame);
         p = put_bytes(p, it->t[i].name);
         p = put_u8(p, (unsigned)t->dtype);
         p = put_u8(p, (unsigned)t->ndim);
-        p = put_u8(p, VF_LOC_INLINE);
+        p = put_u8(p, fr ? VF_LOC_FRAME : VF_LOC_INLINE);
         p = put_u8(p, 0);
         for (int d = 0; d < t->ndim; d++) p = put_u64(p, (uint64_t)t->shape[d]);
         p = put_u32(p, 0); /* no location data */
@@ -382,6 +398,7 @@ int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_sta
     off = align_up(off);
     uint32_t crc = vf_crc32c(0, b, off);
     for (int i = 0; i < it->nt; i++) {
+        if (in_frame(it->t[i].t, min_frame)) continue;
         size_t nb = vf_tensor_nbytes(it->t[i].t), pad = align_up(nb) - nb;
         const unsigned char *src = it->t[i].t->data;
         /* Copy and checksum in cache-sized chunks: the CRC reads what the copy just
@@ -399,21 +416,37 @@ int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_sta
     put_u32(b + off, crc);
     VF_ASSERT(off + 4 == total);
     *len = total;
+    if (nframes) *nframes = nf;
     return 0;
 }
 
-int vf_item_encode_alloc(const vf_item *it, void **buf, size_t *len, vf_status *st)
+int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_status *st)
 {
-    size_t n = vf_item_encoded_size(it);
+    return encode_impl(it, 0, buf, cap, len, NULL, st);
+}
+
+static int encode_alloc(const vf_item *it, size_t min_frame, void **buf, size_t *len, int *nframes, vf_status *st)
+{
+    size_t n = vf_item_split_size(it, min_frame);
     void *b = vf_alloc(n, st);
     if (!b) return VF_ENOMEM;
-    int rc = vf_item_encode(it, b, n, len, st);
+    int rc = encode_impl(it, min_frame, b, n, len, nframes, st);
     if (rc < 0) {
         vf_free(b);
         return rc;
     }
     *buf = b;
     return 0;
+}
+
+int vf_item_encode_alloc(const vf_item *it, void **buf, size_t *len, vf_status *st)
+{
+    return encode_alloc(it, 0, buf, len, NULL, st);
+}
+
+int vf_item_encode_split(const vf_item *it, size_t min_frame, void **buf, size_t *len, int *nframes, vf_status *st)
+{
+    return encode_alloc(it, min_frame, buf, len, nframes, st);
 }
 
 /* ================================================================== codec: decode */
@@ -509,18 +542,61 @@ typedef struct tdesc {
     int ndim;
     int64_t shape[VF_MAX_DIMS];
     size_t nbytes;
-    size_t at; /* offset of the descriptor, for messages */
+    size_t at;  /* offset of the descriptor, for messages */
+    bool frame; /* payload in a frame of its own (split record) */
 } tdesc;
 
+static view_owner *owner_new(vf_release_fn release, const void *buf, void *hint)
+{
+    view_owner *o = calloc(1, sizeof *o);
+    if (!o) return NULL;
+    atomic_init(&o->refs, 1);
+    o->release = release;
+    o->buf = (void *)buf;
+    o->hint = hint;
+    return o;
+}
+
+/* The tensor of descriptor d from its frame f (owned by fo): checks the frame's length,
+ * then aliases it, or copies it when it is not aligned for the dtype. */
+static int frame_tensor(vf_item *it, const tdesc *d, const vf_frame *f, view_owner *fo, vf_status *st)
+{
+    char name[VF_CODEC_MAX_NAME + 1];
+    memcpy(name, d->name, d->name_len);
+    name[d->name_len] = '\0';
+    if (f->len != d->nbytes)
+        return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
+                             "item record: frame of tensor '%s' has %zu bytes, its dtype and shape take %zu", name,
+                             f->len, d->nbytes);
+    if (d->nbytes && !f->data)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "item record: frame of tensor '%s': NULL buffer",
+                             name);
+    vf_tensor *t;
+    if (((uintptr_t)f->data % vf_dtype_size(d->dt)) == 0) {
+        t = vf_tensor_wrap(d->dt, d->ndim, d->shape, (vf_device){VF_DEV_CPU, 0}, (void *)f->data, view_unref, fo,
+                           st);
+        if (t) atomic_fetch_add_explicit(&fo->refs, 1, memory_order_relaxed);
+    } else {
+        t = vf_tensor_new(d->dt, d->ndim, d->shape, st);
+        if (t && d->nbytes) memcpy(t->data, f->data, d->nbytes);
+    }
+    if (!t) return st && st->code ? st->code : VF_ENOMEM;
+    return vf_item_put(it, name, t, st);
+}
+
+/* frames[nframes]: the payloads of a split record's frame tensors, in order (NULL for an
+ * ordinary decode, which refuses split records). */
 static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn release, void *hint,
-                       vf_item **out, vf_status *st)
+                       const vf_frame *frames, int nframes, vf_item **out, vf_status *st)
 {
     reader r = {buf, len, 0, st};
     vf_item *it = NULL;
     tdesc *td = NULL;
     view_owner *own = NULL;
-    int rc;
+    view_owner **fown = NULL; /* one owner per frame */
+    int rc, nf = 0;
     uint64_t v;
+    bool split = false;
 
     if (!buf && len) return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "item record: NULL buffer");
     if ((rc = need(&r, HDR_FIXED, "the record header")) < 0) return rc;
@@ -532,7 +608,9 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
         return vf_status_set(st, VF_EVERSION, __FILE__, __LINE__,
                              "item record version %u at offset 4 is not supported (this build reads version %d)",
                              version, VF_CODEC_VERSION);
-    if (flags != 0) return CORRUPT(&r, "item record: unknown flags 0x%04x at offset 6", flags);
+    if (flags & ~(unsigned)(frames ? VF_CODEC_FLAG_SPLIT : 0))
+        return CORRUPT(&r, "item record: unknown flags 0x%04x at offset 6", flags);
+    split = flags & VF_CODEC_FLAG_SPLIT;
     uint64_t total = rd_le(r.b + 8, 8);
     if (total != len)
         return CORRUPT(&r, "item record: length field at offset 8 says %llu bytes, buffer has %zu",
@@ -648,6 +726,19 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
         d->nbytes = (size_t)nb;
         at = r.off;
         if ((rc = get_bytes(&r, "tensor location data", 0, VF_CODEC_MAX_LOC, true, &s, &n)) < 0) goto fail;
+        if (loc == VF_LOC_FRAME) {
+            if (!split)
+                VF_FAIL(st, VF_ECORRUPT,
+                        "item record: tensor '%.*s' has its payload in a frame (location %u at offset %zu), but the "
+                        "record is not split",
+                        (int)d->name_len, d->name, loc, fat + 2);
+            if (n != 0)
+                VF_FAIL(st, VF_ECORRUPT, "item record: frame tensor '%.*s' carries location data at offset %zu",
+                        (int)d->name_len, d->name, at);
+            d->frame = true;
+            nf++;
+            continue;
+        }
         if (loc == VF_LOC_INLINE && r.off - at != 4)
             VF_FAIL(st, VF_ECORRUPT, "item record: inline tensor '%.*s' carries location data at offset %zu",
                     (int)d->name_len, d->name, at);
@@ -658,6 +749,14 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
                     (int)d->name_len, d->name, loc, fat + 2);
     }
 
+    /* A split record has frames: one without is written as an ordinary record. */
+    if (split && nf == 0) VF_FAIL(st, VF_ECORRUPT, "item record: split flag at offset 6, but no tensor is a frame");
+    if (frames && nf != nframes)
+        VF_FAIL(st, VF_ECORRUPT, "item record names %d frame tensor(s), %d frame(s) came with it", nf, nframes);
+    if (nf && !(fown = calloc((size_t)nf, sizeof *fown))) VF_FAIL(st, VF_ENOMEM, "out of memory (item decode)");
+    for (int k = 0; k < nf; k++)
+        if (!(fown[k] = owner_new(frames[k].release, frames[k].data, frames[k].hint)))
+            VF_FAIL(st, VF_ENOMEM, "out of memory (item decode)");
     /* Payloads: each at the next 64-byte boundary; the last one must end at the CRC. */
     size_t off = align_up(r.off);
     if (off > r.len)
@@ -667,15 +766,15 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
      * reproduces it byte for byte (what the fuzz target checks). */
     if (!all_zero(r.b + r.off, off - r.off))
         VF_FAIL(st, VF_ECORRUPT, "item record: non-zero header padding at offset %zu", r.off);
-    if (view) {
-        if (!(own = calloc(1, sizeof *own))) VF_FAIL(st, VF_ENOMEM, "out of memory (item decode)");
-        atomic_init(&own->refs, 1);
-        own->release = release;
-        own->buf = (void *)buf;
-        own->hint = hint;
-    }
-    for (uint32_t i = 0; i < nt; i++) {
+    if (view && !(own = owner_new(release, buf, hint))) VF_FAIL(st, VF_ENOMEM, "out of memory (item decode)");
+    for (uint32_t i = 0, k = 0; i < nt; i++) {
         tdesc *d = &td[i];
+        if (d->frame) {
+            const vf_frame *f = &frames[k];
+            view_owner *fo = fown[k++];
+            if ((rc = frame_tensor(it, d, f, fo, st)) < 0) goto fail;
+            continue;
+        }
         if (d->nbytes > r.len - off)
             VF_FAIL(st, VF_ECORRUPT,
                     "item record truncated: payload of tensor '%.*s' (%zu bytes) at offset %zu runs past the end "
@@ -718,22 +817,40 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
         own->armed = true;
         view_unref(NULL, own); /* drops the decoder's reference: releases now if nothing aliases */
     }
+    for (int k = 0; k < nf; k++) {
+        fown[k]->armed = true;
+        view_unref(NULL, fown[k]);
+    }
+    free(fown);
     *out = it;
     return 0;
 fail:
     free(td);
-    vf_item_free(it); /* aliasing tensors drop their references; own is not armed */
+    vf_item_free(it); /* aliasing tensors drop their references; no owner is armed */
     if (own) view_unref(NULL, own);
+    for (int k = 0; fown && k < nf; k++)
+        if (fown[k]) view_unref(NULL, fown[k]);
+    free(fown);
     return rc;
 }
 
 int vf_item_decode(const void *buf, size_t len, vf_item **out, vf_status *st)
 {
-    return decode_impl(buf, len, false, NULL, NULL, out, st);
+    return decode_impl(buf, len, false, NULL, NULL, NULL, 0, out, st);
 }
 
 int vf_item_decode_view(const void *buf, size_t len, vf_release_fn release, void *hint, vf_item **out,
                         vf_status *st)
 {
-    return decode_impl(buf, len, true, release, hint, out, st);
+    return decode_impl(buf, len, true, release, hint, NULL, 0, out, st);
+}
+
+int vf_item_decode_split(const void *buf, size_t len, vf_release_fn release, void *hint, const vf_frame *frames,
+                         int nframes, vf_item **out, vf_status *st)
+{
+    static const vf_frame none;
+    if (nframes < 0 || (nframes && !frames))
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "item record: %d frames at %p", nframes,
+                             (const void *)frames);
+    return decode_impl(buf, len, true, release, hint, frames ? frames : &none, nframes, out, st);
 }

@@ -11,13 +11,15 @@
  * flight on an edge and its memory is C × the largest item its port allows, known
  * before launch. Transports:
  *   VF_TR_INPROC  same process: a ring of C item pointers; the item moves, no copy.
- *   VF_TR_IPC     ZeroMQ ipc:// (same node), VF_TR_TCP ZeroMQ tcp://: the item is encoded
- *                 once with the codec into a vf_alloc'd buffer sent zero-copy; the
- *                 receiver decodes a view over the ZeroMQ message (no second copy).
+ *   VF_TR_IPC     ZeroMQ ipc:// (same node), VF_TR_TCP ZeroMQ tcp://: the item goes as
+ *                 one message, a split codec record (item.h) plus one frame per large
+ *                 tensor sent from the tensor's own memory (referenced until ZeroMQ has
+ *                 written it); the receiver's tensors alias the frames. No copy beyond
+ *                 the kernel's on either side.
  *                 One DEALER socket per end carries data one way and credits/acks back;
  *                 HWMs are set from the capacity, MAXMSGSIZE from max_item_bytes.
- *                 vf_send returns once the record is queued (its credit spent); the
- *                 record is freed when ZeroMQ has written it.
+ *                 vf_send returns once the message is queued (its credit spent); the
+ *                 record and the tensors' references go when ZeroMQ has written them.
  * End of stream travels on every edge (vf_close); a port at its end returns VF_EOS
  * from vf_recv once every one of its edges has ended. vf_close on an INPUT port tells
  * its producers that nobody will read any more: their sends are dropped and vf_send

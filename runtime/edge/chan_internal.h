@@ -25,14 +25,27 @@ struct vf_waiter {
     int efd; /* eventfd, -1 when the port has no socket end */
 };
 
-/* An encoded record shared by the ends of one fan-out that send records (freed by the
- * last reference: the ZeroMQ I/O thread's callback). */
+/* Tensors of at least this many bytes leave the record as frames of their own (a split
+ * record, item.h), sent from the tensor's memory: below it, copying into the record
+ * costs less than a frame. */
+#define VF_EDGE_FRAME_MIN ((size_t)64 * 1024)
+
+/* A record shared by the ends of one fan-out that send records: the split record and
+ * the tensors whose memory its frames are, kept referenced until the socket has written
+ * them. Freed by the last reference (every message part holds one; the ZeroMQ I/O
+ * thread's free callback drops it). */
 struct vf_enc {
     _Atomic int refs;
-    void *data; /* vf_alloc'd */
+    void *data;         /* the record, vf_alloc'd */
     size_t len;
+    int nframes;
+    vf_tensor **frames; /* [nframes] references (NULL: none), in the record's order */
+    size_t bytes;       /* the item's encoded size (vf_item_encoded_size): what it costs on the edge */
 };
 void vf_enc_unref(void *data, void *hint); /* zmq_free_fn signature */
+/* The record of `it` split at VF_EDGE_FRAME_MIN, with its frames referenced; refs = 1.
+ * Caller owns *out (vf_enc_unref). */
+int vf_enc_new(const vf_item *it, vf_enc **out, vf_status *st);
 
 struct vf_edge_end {
     vf_edge_desc d;

@@ -1,5 +1,6 @@
 /* transport.c — the host-transport registry (transport.h): one line per transport. */
 #include "runtime/edge/chan_internal.h"
+#include "runtime/core/alloc.h"
 #include "runtime/core/item.h"
 
 #include <stdlib.h>
@@ -41,18 +42,45 @@ int vf_transport_parse(const char *s, vf_transport *out)
     return VF_EINVAL;
 }
 
+void vf_enc_unref(void *data, void *hint)
+{
+    (void)data;
+    vf_enc *enc = hint;
+    if (atomic_fetch_sub_explicit(&enc->refs, 1, memory_order_acq_rel) != 1) return;
+    /* on the ZeroMQ I/O thread, usually: tensor references and vf_free are thread-safe */
+    for (int k = 0; k < enc->nframes; k++) vf_tensor_unref(enc->frames ? enc->frames[k] : NULL);
+    free(enc->frames);
+    vf_free(enc->data);
+    free(enc);
+}
+
+int vf_enc_new(const vf_item *it, vf_enc **out, vf_status *st)
+{
+    int rc = 0;
+    vf_enc *enc = calloc(1, sizeof *enc);
+    if (!enc) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory (record)");
+    atomic_init(&enc->refs, 1);
+    enc->bytes = vf_item_encoded_size(it);
+    VF_TRY(vf_item_encode_split(it, VF_EDGE_FRAME_MIN, &enc->data, &enc->len, &enc->nframes, st));
+    if (enc->nframes && !(enc->frames = calloc((size_t)enc->nframes, sizeof *enc->frames)))
+        VF_FAIL(st, VF_ENOMEM, "out of memory (record frames)");
+    /* the frames, in the record's order: its tensors of VF_EDGE_FRAME_MIN bytes or more */
+    for (int i = 0, k = 0; i < vf_item_ntensors(it); i++) {
+        vf_tensor *t = vf_item_tensor_at(it, i, NULL);
+        if (vf_tensor_nbytes(t) >= VF_EDGE_FRAME_MIN) enc->frames[k++] = vf_tensor_ref(t);
+    }
+    *out = enc;
+    return 0;
+fail:
+    vf_enc_unref(NULL, enc);
+    return rc;
+}
+
 int vf_send_job_record(vf_send_job *job, vf_enc **out, vf_status *st)
 {
     if (!job->enc) {
-        vf_enc *enc = calloc(1, sizeof *enc);
-        if (!enc) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory (record)");
-        atomic_init(&enc->refs, 1);
-        int rc = vf_item_encode_alloc(job->it, &enc->data, &enc->len, st);
-        if (rc < 0) {
-            free(enc);
-            return rc;
-        }
-        job->enc = enc;
+        int rc = vf_enc_new(job->it, &job->enc, st);
+        if (rc < 0) return rc;
     }
     *out = job->enc;
     return 0;

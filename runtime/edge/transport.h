@@ -13,10 +13,12 @@
  *      only once an edge can take it, so a producer holds at most `capacity` records
  *      per edge);
  *   2. send on the ends that are not in_process: they do not block once they have
- *      credit, and the record (vf_send_job_record: encoded once, shared) is on its way
- *      before an in-process edge can make the producer wait;
+ *      credit, and the record (vf_send_job_record: encoded once, shared; its large
+ *      tensors referenced, not copied) is on its way before an in-process edge can make
+ *      the producer wait;
  *   3. send on the in_process ends: each takes a shallow share of the item, the last
- *      one the item itself (job->take).
+ *      one the item itself (job->take): their consumers hold the very tensors the
+ *      ZeroMQ ends may still be sending (fan-out shares tensors, vflow.h).
  * A receiving port polls its ends round robin with try_recv and sleeps in zmq_poll on
  * the ends' sockets (socket) plus an eventfd the in-process producers ring through the
  * waiter (set_waiter), at most VF_STOP_POLL_MS at a time, to look at the stop flag.
@@ -54,8 +56,9 @@ typedef struct vf_send_job {
     vf_enc *enc;      /* the shared record, NULL until vf_send_job_record */
 } vf_send_job;
 
-/* The job's record (the item encoded with the codec), encoded on the first call.
- * Borrowed: an end that keeps it takes a reference (enc->refs). */
+/* The job's record (the item as a split codec record, its large tensors referenced:
+ * vf_enc_new), made on the first call. Borrowed: an end that keeps it takes a reference
+ * (enc->refs). */
 int vf_send_job_record(vf_send_job *job, vf_enc **out, vf_status *st);
 
 /* Result of a non-blocking receive when nothing is there yet (0 = got, VF_EOS = ended). */

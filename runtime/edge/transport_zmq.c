@@ -2,10 +2,16 @@
  * tcp:// across nodes).
  *
  * One DEALER socket per end: the receiver binds, the sender connects. Data goes one
- * way as single-frame codec records, sent zero-copy (zmq_msg_init_data over the
- * vf_alloc'd record, shared by every ZeroMQ edge of a fan-out); the receiver decodes a
- * view over the ZeroMQ message, so the payload is not copied again, and the message is
- * released when the item's last tensor goes. Control frames go both ways:
+ * way, an item as one message: a split codec record (item.h) — the item with every
+ * tensor of VF_EDGE_FRAME_MIN bytes or more left out — then one frame per such tensor,
+ * all sent without a copy (zmq_msg_init_data over the record, shared by every ZeroMQ
+ * edge of a fan-out, and over the tensors' own memory, which the record keeps
+ * referenced until ZeroMQ's I/O thread has written it and drops the reference). An item
+ * without large tensors is a single ordinary record. The receiver decodes the record
+ * as a view over its message and lets each large tensor alias its frame, so no payload
+ * is copied on either side beyond what the kernel does; each message is released when
+ * the last tensor aliasing it goes. ZeroMQ delivers the parts of a message together or
+ * not at all. MAXMSGSIZE bounds each part. Control frames go both ways:
  *   8 bytes "VFC" + type + u32 n:  'C' n credits back (receiver -> sender),
  *   'E' end of stream (sender -> receiver), 'A' EOS read (receiver -> sender),
  *   'X' the receiver stopped reading (receiver -> sender).
@@ -52,16 +58,6 @@
 
 #define ZFAIL(e, what)                                                                                      \
     VF_FAIL(st, VF_EEXTERNAL, "edge %s: %s(%s): %s", (e)->d.name, what, (e)->d.addr, zmq_strerror(zmq_errno()))
-
-void vf_enc_unref(void *data, void *hint)
-{
-    (void)data;
-    vf_enc *enc = hint;
-    if (atomic_fetch_sub_explicit(&enc->refs, 1, memory_order_acq_rel) == 1) {
-        vf_free(enc->data);
-        free(enc);
-    }
-}
 
 /* The transport's per-process state: the ZeroMQ context (made on the first ZeroMQ end,
  * after fork) and, on a secured hub, the ZAP handler that authenticates the peers of its
@@ -329,21 +325,21 @@ fail:
     return rc;
 }
 
-int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
+/* Queues one part of an item's message over data[len] (memory enc keeps alive), with a
+ * reference of enc that the part's free callback drops. first: the message's first
+ * part, the only one that can find the pipe full (the HWM counts whole messages). */
+static int send_part(vf_edge_end *e, vf_enc *enc, void *data, size_t len, bool first, bool more, int64_t *t0,
+                     vf_status *st)
 {
     int rc = 0;
-    int64_t t0 = 0;
-    bool owned = true; /* our reference of enc not yet handed to a message */
     zmq_msg_t m;
-    VF_TRY(vf_zmq_wait_credit(e, st));
-    if (e->closed) {
-        rc = VF_EOS;
-        goto fail;
+    atomic_fetch_add(&enc->refs, 1);
+    if (zmq_msg_init_data(&m, data, len, vf_enc_unref, enc) != 0) {
+        vf_enc_unref(NULL, enc);
+        ZFAIL(e, "zmq_msg_init_data");
     }
-    if (zmq_msg_init_data(&m, enc->data, enc->len, vf_enc_unref, enc) != 0) ZFAIL(e, "zmq_msg_init_data");
-    owned = false; /* closing or sending m releases it */
-    for (;;) {
-        if (zmq_msg_send(&m, Z(e)->sock, ZMQ_DONTWAIT) >= 0) break;
+    for (;;) { /* sending or closing m drops its reference */
+        if (zmq_msg_send(&m, Z(e)->sock, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)) >= 0) break;
         int err = zmq_errno();
         if (err == EINTR) continue;
         if (err != EAGAIN) {
@@ -351,24 +347,42 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
             VF_FAIL(st, VF_EEXTERNAL, "edge %s: zmq_msg_send(%s): %s", e->d.name, e->d.addr, zmq_strerror(err));
         }
         /* The pipe is full (the HWM leaves room for every credited record, so only a
-         * reconnecting peer gets here): wait for it. */
-        if (vf_runtime_stopping()) {
+         * reconnecting peer gets here): wait for it. A message begun is finished: its
+         * other parts never wait on the HWM. */
+        if (first && vf_runtime_stopping()) {
             zmq_msg_close(&m);
             VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for the receiver", e->d.name);
         }
-        if (!t0) t0 = vf_now_ns();
+        if (!*t0) *t0 = vf_now_ns();
         zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLOUT, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
     }
+fail:
+    return rc;
+}
+
+int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
+{
+    int rc = 0;
+    int64_t t0 = 0;
+    VF_TRY(vf_zmq_wait_credit(e, st));
+    if (e->closed) {
+        rc = VF_EOS;
+        goto fail;
+    }
+    VF_TRY(send_part(e, enc, enc->data, enc->len, true, enc->nframes > 0, &t0, st));
+    for (int k = 0; k < enc->nframes; k++)
+        VF_TRY(send_part(e, enc, enc->frames[k]->data, vf_tensor_nbytes(enc->frames[k]), false,
+                         k + 1 < enc->nframes, &t0, st));
     Z(e)->credits--;
     atomic_store(&e->inflight, e->d.capacity - Z(e)->credits);
 fail:
     if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
-    if (owned) vf_enc_unref(NULL, enc);
+    vf_enc_unref(NULL, enc); /* the caller's reference: each part queued holds its own */
     return rc;
 }
 
-/* A received message kept alive by the item's tensors. */
+/* A received message part kept alive by the item's tensors. */
 typedef struct rmsg {
     zmq_msg_t msg;
     vf_account *acct;
@@ -380,13 +394,13 @@ static void rmsg_release(void *data, void *hint)
     (void)data;
     rmsg *r = hint;
     zmq_msg_close(&r->msg);
-    vf_account_credit(r->acct, (int64_t)r->size);
+    if (r->acct) vf_account_credit(r->acct, (int64_t)r->size);
     free(r);
 }
 
-int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
+/* Receives one part (non-blocking) into a new rmsg; VF_EDGE_EMPTY when none is there. */
+static int recv_part(vf_edge_end *e, rmsg **out, vf_status *st)
 {
-    int rc = 0;
     rmsg *r = malloc(sizeof *r);
     if (!r) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
     zmq_msg_init(&r->msg);
@@ -400,18 +414,76 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
         return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_msg_recv(%s): %s", e->d.name,
                              e->endpoint, zmq_strerror(err));
     }
+    r->acct = NULL;
+    r->size = zmq_msg_size(&r->msg);
+    *out = r;
+    return 0;
+}
+
+/* The frames after a record: every part left of the message, read even past what a
+ * record may name so the next message starts where it should. */
+static int recv_frames(vf_edge_end *e, rmsg ***frames, int *n, vf_status *st)
+{
+    int rc = 0, cap = 0, got = 0, extra = 0;
+    rmsg **f = NULL;
+    bool more = true;
+    while (more) {
+        rmsg *r = NULL;
+        rc = recv_part(e, &r, st);
+        if (rc == VF_EDGE_EMPTY) /* ZeroMQ delivers a message whole: never */
+            VF_FAIL(st, VF_ECORRUPT, "edge %s: message ended after %d frame(s), before its last", e->d.name, got);
+        if (rc < 0) goto fail;
+        more = zmq_msg_more(&r->msg);
+        if (got == VF_CODEC_MAX_COUNT) { /* refused below, once the message is read */
+            rmsg_release(NULL, r);
+            extra++;
+            continue;
+        }
+        if (got == cap) {
+            int nc = cap ? 2 * cap : 4;
+            rmsg **g = realloc(f, (size_t)nc * sizeof *g);
+            if (!g) {
+                rmsg_release(NULL, r);
+                VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
+            }
+            f = g;
+            cap = nc;
+        }
+        f[got++] = r;
+    }
+    if (extra)
+        VF_FAIL(st, VF_ECORRUPT, "edge %s: a message of more than %d frames (an item has at most %d tensors)",
+                e->d.name, VF_CODEC_MAX_COUNT, VF_CODEC_MAX_COUNT);
+    *frames = f;
+    *n = got;
+    return 0;
+fail:
+    while (got > 0) rmsg_release(NULL, f[--got]);
+    free(f);
+    *frames = NULL;
+    *n = 0;
+    return rc;
+}
+
+int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
+{
+    int rc = 0, nf = 0;
+    rmsg *r = NULL, **fr = NULL;
+    vf_frame *frames = NULL;
+    vf_account *acct = vf_account_current();
+    int64_t charged = 0;
+    if ((rc = recv_part(e, &r, st)) != 0) return rc;
     const unsigned char *p = zmq_msg_data(&r->msg);
-    size_t n = zmq_msg_size(&r->msg);
-    if (zmq_msg_more(&r->msg))
-        VF_FAIL(st, VF_ECORRUPT, "edge %s: unexpected multi-part message (%zu bytes)", e->d.name, n);
-    if (n == CTL_SIZE && p[0] == 'V' && p[1] == 'F' && p[2] == 'C') {
+    size_t n = r->size;
+    if (zmq_msg_more(&r->msg)) {
+        VF_TRY(recv_frames(e, &fr, &nf, st));
+    } else if (n == CTL_SIZE && p[0] == 'V' && p[1] == 'F' && p[2] == 'C') {
         char type;
         uint32_t v;
         VF_TRY(parse_ctl(e, p, n, &type, &v, st));
         if (type != CTL_EOS) VF_FAIL(st, VF_ECORRUPT, "edge %s: unexpected control frame '%c' from the sender",
                                      e->d.name, type);
-        zmq_msg_close(&r->msg);
-        free(r);
+        rmsg_release(NULL, r);
         e->ended = true;
         /* Everything before the EOS was read: tell the sender it may close. */
         rc = send_ctl(e, CTL_ACK, 0, true, st);
@@ -419,23 +491,39 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
         return rc < 0 ? rc : VF_EOS;
     }
     /* The message is now memory this stage holds: charge it to the consumer's account. */
-    r->acct = vf_account_current();
-    r->size = n;
-    rc = vf_account_charge(r->acct, (int64_t)n, st);
+    int64_t total = (int64_t)n;
+    for (int k = 0; k < nf; k++) total += (int64_t)fr[k]->size;
+    rc = vf_account_charge(acct, total, st);
     if (rc < 0) {
         vf_status_prefix(st, "edge %s", e->d.name);
         goto fail;
     }
-    rc = vf_item_decode_view(p, n, rmsg_release, r, out, st);
+    charged = total;
+    r->acct = acct;
+    for (int k = 0; k < nf; k++) fr[k]->acct = acct;
+    if (nf && !(frames = calloc((size_t)nf, sizeof *frames)))
+        VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
+    for (int k = 0; k < nf; k++)
+        frames[k] = (vf_frame){zmq_msg_data(&fr[k]->msg), fr[k]->size, rmsg_release, fr[k]};
+    rc = vf_item_decode_split(p, n, rmsg_release, r, frames, nf, out, st);
     if (rc < 0) {
-        vf_account_credit(r->acct, (int64_t)n);
         vf_status_prefix(st, "edge %s", e->d.name);
         goto fail;
     }
+    free(frames);
+    free(fr); /* each part is its tensors' now */
     return 0;
 fail:
-    zmq_msg_close(&r->msg);
-    free(r);
+    /* nothing of the message was handed out: release every part, uncharged */
+    if (charged) vf_account_credit(acct, charged);
+    r->acct = NULL;
+    rmsg_release(NULL, r);
+    for (int k = 0; k < nf; k++) {
+        fr[k]->acct = NULL;
+        rmsg_release(NULL, fr[k]);
+    }
+    free(frames);
+    free(fr);
     return rc;
 }
 
@@ -517,7 +605,7 @@ static int zmq_send_op(vf_edge_end *e, vf_send_job *job, int64_t *bytes, vf_stat
     int rc = vf_send_job_record(job, &enc, st);
     if (rc < 0) return rc;
     atomic_fetch_add(&enc->refs, 1);
-    *bytes = (int64_t)enc->len;
+    *bytes = (int64_t)enc->bytes;
     return vf_zmq_send(e, enc, st);
 }
 

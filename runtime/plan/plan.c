@@ -126,16 +126,18 @@ static int add_edges(vf_mplan *p, vf_status *st)
                             "edge %s (%s + CUDA IPC, %d x %s, sender's buffers)", name, tr, ge->capacity, b));
         } else {
             /* host records: the credited items sit in the receiver's ZeroMQ pipe (no
-             * account holds them); the sender holds the one being transmitted */
+             * account holds them); the sender holds the one being transmitted: its large
+             * tensors until ZeroMQ has written them (they are sent from their own memory)
+             * and its record, and may build the next item meanwhile */
             VF_TRY(add_line(p, -1, e, wd, dev, VF_MEM_EDGES, bytes, -1, st,
                             "edge %s (%s, %d x %s, receiver's pipe)", name, tr, ge->capacity, b));
-            /* one encoded record per port is shared by all its ZeroMQ edges */
+            /* one record per port is shared by all its ZeroMQ edges */
             bool first = true;
             for (int k = 0; k < e && first; k++)
                 first = !(g->edges[k].src == ge->src && strcmp(g->edges[k].src_port, ge->src_port) == 0 &&
                           g->edges[k].transport != VF_TR_INPROC);
             if (first)
-                VF_TRY(add_line(p, -1, e, ws, dev, VF_MEM_EDGES, item, ge->src, st, "send copy of %s.%s (%s)",
+                VF_TRY(add_line(p, -1, e, ws, dev, VF_MEM_EDGES, item, ge->src, st, "held while sent: %s.%s (%s)",
                                 g->stages[ge->src].name, ge->src_port, b));
         }
     }

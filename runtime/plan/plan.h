@@ -7,9 +7,12 @@
  *     activations, workspaces, items it holds or builds, staging …);
  *   - each edge: capacity x the largest item its source port allows (the items in
  *     flight), on the device of that port; for a ZeroMQ edge of host tensors they sit in
- *     the receiving worker (its ZeroMQ pipe) and the sending worker holds one more encoded
- *     copy while it is transmitted ("send copy"); CUDA IPC edges keep their buffers on the
- *     sender's device; in-process edges hold the producer's items by pointer;
+ *     the receiving worker (its ZeroMQ pipe) and the sending worker holds the item being
+ *     transmitted until ZeroMQ has written it ("held while sent": its large tensors go
+ *     from their own memory, and the stage may build its next item meanwhile, so this is
+ *     one item more than the stage's own "item being built"); CUDA IPC edges keep their
+ *     buffers on the sender's device; in-process edges hold the producer's items by
+ *     pointer;
  *   - per worker process: its private baseline, the vf_alloc big-block cache, and on a
  *     CUDA device the context and the backend's workspaces; once per node the shared code.
  * The hook contract (docs/PLANNING.md): a stage declares its own state, the one item it

@@ -257,11 +257,11 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
         vf_json_set(o, "item_bytes", vf_json_int(sp ? vf_port_max_item_bytes(sp) : 0));
         vf_json_set(o, "bytes", vf_json_int(vf_graph_edge_bytes(g, e)));
         vf_json_set(o, "device", devstr(sp ? sp->device : (vf_device){VF_DEV_CPU, 0}));
-        int64_t copy = 0;
+        int64_t held = 0;
         for (int k = 0; k < p->n; k++)
-            if (p->l[k].edge == e && p->l[k].stage < 0 && strncmp(p->l[k].what, "send copy", 9) == 0)
-                copy = p->l[k].bytes;
-        vf_json_set(o, "send_copy_bytes", vf_json_int(copy));
+            if (p->l[k].edge == e && p->l[k].stage < 0 && strncmp(p->l[k].what, "held while sent", 15) == 0)
+                held = p->l[k].bytes;
+        vf_json_set(o, "sending_bytes", vf_json_int(held));
         vf_json_push(edges, o);
     }
     for (int w = 0; w < g->nworkers; w++) {

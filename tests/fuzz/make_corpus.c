@@ -1,9 +1,10 @@
-/* make_corpus.c — writes the seed corpus of fuzz_item_decode (run once; the output is
- * committed under corpus/fuzz_item_decode/). Not built by CMake:
- *   cc -std=c11 -D_GNU_SOURCE -Iruntime tests/fuzz/make_corpus.c build/libvf_runtime.a \
- *      -lzmq -lpthread -lm -o /tmp/make_corpus && /tmp/make_corpus tests/fuzz/corpus/fuzz_item_decode
+/* make_corpus.c — writes the seed corpora of fuzz_item_decode and fuzz_split_record (run
+ * once; the output is committed under corpus/). Not built by CMake:
+ *   cc -std=c11 -D_GNU_SOURCE -I. tests/fuzz/make_corpus.c build/libvf_runtime.a \
+ *      -lzmq -lpthread -lm -o /tmp/make_corpus && /tmp/make_corpus tests/fuzz/corpus/fuzz_item_decode \
+ *      tests/fuzz/corpus/fuzz_split_record
  * Valid records of several shapes, then damaged ones (truncated, bit-flipped, wrong
- * version, wrong CRC). */
+ * version, wrong CRC); split records with their frames (small: split at 16 bytes). */
 #include "runtime/core/item.h"
 
 #include <stdio.h>
@@ -42,6 +43,57 @@ static unsigned char *enc(vf_item *it, size_t *n)
     }
     vf_item_free(it);
     return b;
+}
+
+/* A split record of `it` at 16 bytes, then each frame as u32 length + bytes (the
+ * harness's framing); short_last: the last frame one byte short. */
+static void put_split(const char *name, vf_item *it, bool short_last)
+{
+    vf_status st = {0};
+    void *rec = NULL;
+    size_t len = 0;
+    int nf = 0;
+    if (vf_item_encode_split(it, 16, &rec, &len, &nf, &st) != 0) {
+        fprintf(stderr, "%s\n", st.msg);
+        exit(1);
+    }
+    unsigned char *b = malloc(len + 4 * (size_t)nf + vf_item_tensor_bytes(it));
+    memcpy(b, rec, len);
+    size_t n = len;
+    for (int i = 0, k = 0; i < vf_item_ntensors(it); i++) {
+        vf_tensor *t = vf_item_tensor_at(it, i, NULL);
+        size_t fl = vf_tensor_nbytes(t);
+        if (fl < 16) continue;
+        if (short_last && ++k == nf) fl--;
+        for (int j = 0; j < 4; j++) b[n + j] = (unsigned char)(fl >> (8 * j));
+        memcpy(b + n + 4, t->data, fl);
+        n += 4 + fl;
+    }
+    put(name, b, n);
+    free(b);
+    vf_free(rec);
+    vf_item_free(it);
+}
+
+static void split_corpus(void)
+{
+    vf_status st = {0};
+    vf_item *it = vf_item_new("clip.mp4#3", &st);
+    int64_t s4[4] = {2, 3, 2, 3}, s2[2] = {4, 4}, s1[1] = {2};
+    vf_item_put(it, "frames", tensor(VF_DTYPE_U8, 4, s4), &st); /* 36 bytes: a frame */
+    vf_item_put(it, "ids", tensor(VF_DTYPE_I32, 1, s1), &st);   /* 8 bytes: inline */
+    vf_item_put(it, "latent", tensor(VF_DTYPE_F32, 2, s2), &st); /* 64 bytes: a frame */
+    vf_item_set_str(it, "path", "/data/clip.mp4", &st);
+    vf_item_set_num(it, "fps", 24, &st);
+    put_split("valid_split_clip", it, false);
+    it = vf_item_new("one", &st);
+    int64_t s3[3] = {2, 2, 5};
+    vf_item_put(it, "x", tensor(VF_DTYPE_BF16, 3, s3), &st);
+    put_split("valid_split_one", it, false);
+    it = vf_item_new("short", &st);
+    vf_item_put(it, "a", tensor(VF_DTYPE_F16, 2, s2), &st);
+    vf_item_put(it, "b", tensor(VF_DTYPE_U8, 4, s4), &st);
+    put_split("bad_split_short_frame", it, true);
 }
 
 int main(int argc, char **argv)
@@ -112,5 +164,9 @@ int main(int argc, char **argv)
     put("bad_crc", b, sample_n);
     free(b);
     vf_free(sample);
+    if (argc > 2) {
+        g_dir = argv[2];
+        split_corpus();
+    }
     return 0;
 }

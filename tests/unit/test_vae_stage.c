@@ -438,8 +438,8 @@ VF_TEST(stage_peak_independent_of_clip_length)
  * charged to the stage's account: the memory hook must declare that too. Clips with
  * long metadata (a caption and an extra column, 6 KB of a 8 KiB bound) make the
  * difference visible; the account's peak must stay within what the hook declares.
- * The output is a ZeroMQ edge too, as in a precompute: its send copy is the planner's
- * line, not the hook's, and is freed long before the next micro-batch's peak. */
+ * The output is a ZeroMQ edge too, as in a precompute: the item held while sent is the
+ * planner's line, not the hook's, and is freed long before the next micro-batch's peak. */
 VF_TEST(stage_peak_within_declared_over_zmq)
 {
     enum { N = 4 };

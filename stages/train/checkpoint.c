@@ -24,6 +24,8 @@
  * videos); unconnected, nothing is sent.
  *
  * VFLOW_CKPT_FAIL=N[,N…] (tests): the commits of those steps fail as a write error would.
+ * VFLOW_CKPT_COMMIT_HOLD_MS=M (tests): each commit pauses M ms with its step-N.tmp half
+ * written, so a kill can be timed to land inside a commit.
  */
 #include "stages/train/checkpoint.h"
 #include "stages/train/dit_train.h"

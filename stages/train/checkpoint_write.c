@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct shard_view {
     int64_t off, n;
@@ -338,6 +339,10 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
     uint32_t crc;
     VF_TRY(write_model(tmp, l, sh, S, step, vf_item_str(snaps[0], "preset"), shard_bytes, files, &total_bytes, st));
     if (fail_inject) VF_FAIL(st, VF_EIO, "checkpoint: %s: injected write failure (VFLOW_CKPT_FAIL)", tmp);
+    /* a test's SIGKILL lands mid-commit (model written, optimizer files not yet) when the
+     * commit holds here; a small model's whole commit is otherwise over in a millisecond */
+    const char *hold = getenv("VFLOW_CKPT_COMMIT_HOLD_MS");
+    if (hold && atoi(hold) > 0) usleep((useconds_t)atoi(hold) * 1000u);
     for (int k = 0; k < S; k++) {
         char name[64];
         snprintf(name, sizeof name, "optimizer-%02d-of-%02d.safetensors", k, S);

@@ -34,8 +34,12 @@ for seed in $(seq 1 $cases); do
   at=$((5 + RANDOM % 30))
   run=k$seed
   rm -f "trace$seed"
-  VFLOW_TRACE_SPAWN=$TMP/trace$seed "$VFLOW" run "$PIPE" --run-dir "$run" --set cache="$CACHE" "${COMMON[@]}" \
-    > "$run.out" 2>&1 &
+  # the commit cases hold each commit 300 ms half written (the data are unchanged), so the
+  # kill finds a step-N.tmp however fast the machine commits
+  hold=0
+  [ $commit = 1 ] && hold=300
+  VFLOW_CKPT_COMMIT_HOLD_MS=$hold VFLOW_TRACE_SPAWN=$TMP/trace$seed "$VFLOW" run "$PIPE" --run-dir "$run" \
+    --set cache="$CACHE" "${COMMON[@]}" > "$run.out" 2>&1 &
   vpid=$!
   pid=""
   for i in $(seq 1 6000); do
@@ -43,7 +47,7 @@ for seed in $(seq 1 $cases); do
     if [ "$kind" = driver ]; then pid=$vpid
     elif [ -z "$pid" ]; then pid=$(awk -v v="stages=$kind" '$3 == v {sub("pid=", "", $1); print $1}' "trace$seed" 2>/dev/null)
     fi
-    if [ -n "$pid" ] && [ "$(steps_done $run)" -ge $at ] && ls -d "$run"/ckpt/step-* >/dev/null 2>&1; then
+    if [ -n "$pid" ] && [ "$(steps_done $run)" -ge $at ] && ls -d "$run"/ckpt/step-*[0-9] >/dev/null 2>&1; then  # a complete one: not step-N.tmp
       if [ $commit = 0 ] || ls -d "$run"/ckpt/*.tmp >/dev/null 2>&1; then break; fi
     fi
     sleep 0.005

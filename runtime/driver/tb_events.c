@@ -84,6 +84,37 @@ void vf_tb_encode_scalar(vf_obuf *b, double wall, int64_t step, const char *tag,
     vf_obuf_fini(&sum);
 }
 
+static void put_int(vf_obuf *b, int field, int64_t v)
+{
+    if (!v) return; /* proto3: a zero scalar is not written */
+    put_key(b, field, 0);
+    put_varint(b, (uint64_t)v);
+}
+
+void vf_tb_encode_image(vf_obuf *b, double wall, int64_t step, const char *tag, int width, int height,
+                        int colorspace, const void *png, size_t n)
+{
+    /* Summary.Image {height = 1, width = 2, colorspace = 3, encoded_image_string = 4}
+     * as Summary.Value {tag = 1, image = 4} inside Summary {value = 1} */
+    vf_obuf img, val, sum;
+    vf_obuf_init(&img);
+    vf_obuf_init(&val);
+    vf_obuf_init(&sum);
+    put_int(&img, 1, height);
+    put_int(&img, 2, width);
+    put_int(&img, 3, colorspace);
+    if (n) put_bytes(&img, 4, png, n);
+    put_bytes(&val, 1, tag, strlen(tag));
+    put_bytes(&val, 4, img.s, img.len);
+    put_bytes(&sum, 1, val.s, val.len);
+    put_head(b, wall, step);
+    put_bytes(b, 5, sum.s, sum.len);
+    if (img.oom || val.oom || sum.oom) b->oom = true;
+    vf_obuf_fini(&img);
+    vf_obuf_fini(&val);
+    vf_obuf_fini(&sum);
+}
+
 void vf_tb_encode_start(vf_obuf *b, double wall, int64_t step)
 {
     static const char start[] = {0x08, 0x01}; /* SessionLog {status = START} */
@@ -153,6 +184,14 @@ void vf_tb_scalar(vf_tb_writer *w, int64_t step, const char *tag, double value)
 {
     if (w->fd < 0) return;
     vf_tb_encode_scalar(&w->ev, wall_now(), step, tag, (float)value);
+    add_event(w);
+}
+
+void vf_tb_image(vf_tb_writer *w, int64_t step, const char *tag, int width, int height, int colorspace,
+                 const void *png, size_t n)
+{
+    if (w->fd < 0) return;
+    vf_tb_encode_image(&w->ev, wall_now(), step, tag, width, height, colorspace, png, n);
     add_event(w);
 }
 

@@ -4,7 +4,9 @@
  * A record is u64 length (LE), u32 masked CRC32C of those 8 bytes, the data, u32 masked
  * CRC32C of the data; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. The data is an Event:
  * wall_time (1, double), step (2, int64), then one of file_version (3, string),
- * summary (5: Summary{value (1): {tag (1), simple_value (2, float)}}) or
+ * summary (5: Summary{value (1): {tag (1), simple_value (2, float) or image (4: Image{height
+ * (1, int32), width (2), colorspace (3: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA),
+ * encoded_image_string (4, the PNG file's bytes)})}}) or
  * session_log (7: SessionLog{status (1): START = 1}).
  *
  * The writer buffers records and writes them out at most every VF_TB_FLUSH_S seconds
@@ -26,6 +28,9 @@ uint32_t vf_tb_masked_crc(const void *data, size_t n);
 /* Event encoders: append one Event's protobuf bytes to b (no framing). */
 void vf_tb_encode_version(vf_obuf *b, double wall, int64_t step);
 void vf_tb_encode_scalar(vf_obuf *b, double wall, int64_t step, const char *tag, float value);
+/* An encoded image (PNG bytes png[0..n)) of width x height pixels. */
+void vf_tb_encode_image(vf_obuf *b, double wall, int64_t step, const char *tag, int width, int height,
+                        int colorspace, const void *png, size_t n);
 void vf_tb_encode_start(vf_obuf *b, double wall, int64_t step);
 /* Appends the TFRecord framing of data[0..n) to b. */
 void vf_tb_frame(vf_obuf *b, const void *data, size_t n);
@@ -44,6 +49,8 @@ typedef struct vf_tb_writer {
  * On failure st names the path and w stays closed. */
 int vf_tb_open(vf_tb_writer *w, const char *dir, vf_status *st);
 void vf_tb_scalar(vf_tb_writer *w, int64_t step, const char *tag, double value);
+void vf_tb_image(vf_tb_writer *w, int64_t step, const char *tag, int width, int height, int colorspace,
+                 const void *png, size_t n);
 /* SessionLog START at step: TensorBoard's readers drop the points at step and after from
  * the files before this one (a resumed run restarting after its checkpoint). */
 void vf_tb_start(vf_tb_writer *w, int64_t step);

@@ -1,7 +1,7 @@
 /* test_tb_events.c — the TensorBoard event encoder against known bytes: the CRC32C check
  * value, masked CRCs and Event messages as TensorBoard's own protobuf classes serialise
- * them (tensorboard.compat.proto.event_pb2, 2.20.0), and a written file whose records
- * frame and checksum as TFRecord does. TensorBoard's reader reads whole runs in
+ * them (tensorboard.compat.proto.event_pb2 and summary_pb2, 2.20.0), and a written file
+ * whose records frame and checksum as TFRecord does. TensorBoard's reader reads whole runs in
  * tests/reference/test_tb_events.py. */
 #include "tests/vf_test.h"
 
@@ -38,6 +38,12 @@ static const char k_version[] = "\x09\x00\x00\x50\x13\x8e\xc1\xda\x41\x10\x07\x1
  * simple_value=1.5)])) */
 static const char k_scalar[] = "\x09\x00\x00\x50\x13\x8e\xc1\xda\x41\x10\xac\x02\x2a\x13\x0a\x11\x0a\x0a\x74"
                                "\x72\x61\x69\x6e\x2f\x6c\x6f\x73\x73\x15\x00\x00\xc0\x3f";
+/* Event(wall_time=1795569741.25, step=6, summary=Summary(value=[Value(tag="sample/cat",
+ * image=Summary.Image(height=48, width=300, colorspace=3,
+ * encoded_image_string=b"\x89PNG\r\n\x1a\n\x00IHDR"))])) */
+static const char k_image[] = "\x09\x00\x00\x50\x13\x8e\xc1\xda\x41\x10\x06\x2a\x26\x0a\x24\x0a\x0a\x73"
+                              "\x61\x6d\x70\x6c\x65\x2f\x63\x61\x74\x22\x16\x08\x30\x10\xac\x02\x18\x03"
+                              "\x22\x0d\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x49\x48\x44\x52";
 /* Event(wall_time=0.5, step=12, session_log=SessionLog(status=START)) */
 static const char k_start[] = "\x09\x00\x00\x00\x00\x00\x00\xe0\x3f\x10\x0c\x3a\x02\x08\x01";
 
@@ -53,6 +59,9 @@ VF_TEST(events_match_tensorboard_protobuf)
     vf_obuf_reset(&b);
     vf_tb_encode_start(&b, 0.5, 12);
     VF_CHECK(same(&b, k_start, sizeof k_start - 1));
+    vf_obuf_reset(&b);
+    vf_tb_encode_image(&b, 1795569741.25, 6, "sample/cat", 300, 48, 3, "\x89PNG\r\n\x1a\n\0IHDR", 13);
+    VF_CHECK(same(&b, k_image, sizeof k_image - 1));
     vf_obuf_fini(&b);
 }
 

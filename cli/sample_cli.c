@@ -165,7 +165,7 @@ int vf_cli_sample(int argc, char **argv)
     VF_TRY(vf_dit_video_open(&ck, &o, &v, &st));
     VF_TRY(vf_dit_video_prompt(v, a.pos, "--prompt-embeds", a.neg, "--negative-embeds", &st));
     VF_TRY(vf_dit_video_load(v, &st));
-    vf_dit_video_out out = {a.out, a.png, a.lat_out, a.frames_out};
+    vf_dit_video_out out = {a.out, a.png, NULL, a.lat_out, a.frames_out};
     vf_dit_video_stats s;
     VF_TRY(vf_dit_video_render(v, &out, &s, &st));
     printf("vflow sample: %s: %lld frames %dx%d at %g fps (%s) from %s step %lld; %d steps %.1f s, decode %.1f s, "

@@ -393,6 +393,7 @@ int vf_dit_video_render(vf_dit_video *v, const vf_dit_video_out *o, vf_dit_video
         free(strip);
         if (rc) goto fail;
     }
+    if (o->first) VF_TRY(vf_png_write(o->first, v->rgb, W, H, st));
 fail:
     vf_video_free(vw);
     return rc;

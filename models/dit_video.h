@@ -1,6 +1,6 @@
 /* dit_video.h — a video from a DiT checkpoint: the checkpoint's config and weights, the
  * flow-matching sampler (models/dit_sample.h), the latents de-normalised and decoded by
- * the causal VAE decoder (models/vae.h), written as mp4 (+ PNG strip) by
+ * the causal VAE decoder (models/vae.h), written as mp4 (+ PNG strip, first-frame PNG) by
  * formats/video_write.h. `vflow sample` and the `sample` stage share it.
  *
  * Use: vf_dit_video_open (cheap: config, geometry and normalisation checks, so bad input
@@ -66,6 +66,7 @@ int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, 
 typedef struct vf_dit_video_out {
     const char *mp4;    /* the video (written as .part, renamed when complete) */
     const char *png;    /* PNG strip of 4 frames first to last, or NULL */
+    const char *first;  /* PNG of the first frame alone, or NULL */
     const char *latent; /* raw f32 latent before de-normalising, or NULL */
     const char *frames; /* raw RGB24 frames, or NULL */
 } vf_dit_video_out;

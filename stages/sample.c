@@ -6,9 +6,12 @@
  * training behind it) never waits on sampling: each k-th checkpoint (`every`) becomes a
  * job for a worker pthread this stage owns, which loads the step's DiT weights, samples
  * one clip per prompt (flow-matching Euler with shift and guidance), decodes it with the
- * causal VAE and writes <run dir>/samples/step-N/<prompt file stem>.mp4 and .png
- * (models/dit_video.h, the path `vflow sample` takes; the files appear by rename when
- * complete). A notification that arrives while a job is in flight is skipped, logged
+ * causal VAE and writes <run dir>/samples/step-N/<prompt file stem>.mp4, .png (a strip
+ * of 4 frames) and .frame0.png (the first frame alone) (models/dit_video.h, the path
+ * `vflow sample` takes; the files appear by rename when complete). Each finished video is
+ * a metrics row {"event":"sample","step","path","seconds","image":"samples/step-N/<stem>
+ * .frame0.png","tag":"sample/<stem>"}, which the driver shows as a TensorBoard image.
+ * A notification that arrives while a job is in flight is skipped, logged
  * ("step N skipped, still sampling step M") and counted (gauge sample_skipped).
  *
  * A failed job or prompt (a bad embeddings file, out of memory, a full disk) is an ERROR
@@ -137,6 +140,7 @@ typedef struct prompt_result {
     double seconds;
     char prompt[PATH_MAX];
     char mp4[PATH_MAX + 300];
+    char stem[256];
     char msg[sizeof ((vf_status *)0)->msg];
 } prompt_result;
 
@@ -224,15 +228,17 @@ static void run_job(sample_state *c, int64_t step, const char *path)
         if (quit) break;
         prompt_result *r = &c->res[c->nres++];
         const char *prompt = vf_param_str_at(c->p, "prompts", i);
-        char stem[256], *mp4 = r->mp4, png[PATH_MAX + 300];
+        char stem[sizeof r->stem], *mp4 = r->mp4, png[PATH_MAX + 300], first[PATH_MAX + 300];
         vf_status ps;
         vf_status_clear(&ps);
         double t1 = now_s();
         snprintf(r->prompt, sizeof r->prompt, "%s", prompt);
         stem_of(prompt, stem, sizeof stem);
+        memcpy(r->stem, stem, sizeof stem);
         snprintf(mp4, sizeof r->mp4, "%s/%s.mp4", dir, stem);
         snprintf(png, sizeof png, "%s/%s.png", dir, stem);
-        vf_dit_video_out o = {mp4, png, NULL, NULL};
+        snprintf(first, sizeof first, "%s/%s.frame0.png", dir, stem);
+        vf_dit_video_out o = {mp4, png, first, NULL, NULL};
         vf_dit_video_stats s;
         r->rc = vf_dit_video_prompt(v, prompt, "prompt", c->negative, "negative", &ps);
         if (!r->rc) r->rc = vf_dit_video_render(v, &o, &s, &ps);
@@ -279,7 +285,8 @@ static void report(vf_ctx *ctx, sample_state *c)
     int64_t step = c->job_step;
     pthread_mutex_unlock(&c->mu);
     if (!done) return;
-    char row[4 * PATH_MAX], err[2 * sizeof c->job_msg], what[2 * sizeof c->res[0].mp4];
+    char row[4 * PATH_MAX], err[2 * sizeof c->job_msg], what[2 * sizeof c->res[0].mp4],
+        stem[2 * sizeof c->res[0].stem];
     c->sampled++;
     if (c->job_rc) {
         c->failed++;
@@ -296,8 +303,12 @@ static void report(vf_ctx *ctx, sample_state *c)
             c->videos++;
             vf_log(ctx, VF_LOG_INFO, "step %lld -> %s (%.1f s)", (long long)step, r->mp4, r->seconds);
             json_safe(r->mp4, what, sizeof what);
-            snprintf(row, sizeof row, "{\"event\":\"sample\",\"step\":%lld,\"path\":\"%s\",\"seconds\":%.3f}",
-                     (long long)step, what, r->seconds);
+            json_safe(r->stem, stem, sizeof stem);
+            /* "image": the first frame, relative to the run dir, for TensorBoard (tb_log.h) */
+            snprintf(row, sizeof row,
+                     "{\"event\":\"sample\",\"step\":%lld,\"path\":\"%s\",\"seconds\":%.3f,"
+                     "\"image\":\"samples/step-%lld/%s.frame0.png\",\"tag\":\"sample/%s\"}",
+                     (long long)step, what, r->seconds, (long long)step, stem, stem);
         } else {
             c->failed++;
             vf_log(ctx, VF_LOG_ERROR, "sampling step %lld, prompt %s failed, training goes on: %s", (long long)step,
@@ -465,8 +476,8 @@ static int sample_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
 static const vf_stage_ops sample_ops = {
     .api_version = VF_API_VERSION,
     .kind = "sample",
-    .doc = "videos from a training run's checkpoints (checkpoint.done -> ckpt): one mp4 + PNG strip per prompt "
-           "in <run dir>/samples/step-N/, on a worker thread that training never waits for",
+    .doc = "videos from a training run's checkpoints (checkpoint.done -> ckpt): one mp4 + PNG strip + first-frame "
+           "PNG per prompt in <run dir>/samples/step-N/, on a worker thread that training never waits for",
     .params = sample_params,
     .ports = sample_ports,
     .memory = sample_memory,

@@ -40,6 +40,9 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
+/* The event file's WARN lines (an image it could not log) in run.log, from the driver. */
+static void tb_warn(void *arg, const char *msg) { vf_super_log(arg, VF_LOG_WARN, "driver", "%s", msg); }
+
 static void trace_spawn(const vf_super *sv, int wi)
 {
     const char *path = getenv("VFLOW_TRACE_SPAWN");
@@ -221,6 +224,7 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
         vf_status tst = {0};
         if (vf_tb_log_open(&sv.mon.tb, g, rd.path, opts && opts->resume, &tst) < 0)
             vf_super_log(&sv, VF_LOG_WARN, "driver", "no TensorBoard event file: %s", tst.msg);
+        vf_tb_log_set_warn(sv.mon.tb, tb_warn, &sv);
     }
     VF_TRY(vf_super_signals_install(st));
     signals = true;

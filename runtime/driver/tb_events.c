@@ -283,24 +283,31 @@ int vf_tb_truncate_from(const char *path, int64_t step, vf_status *st)
     size_t cap = 0;
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) VF_FAIL(st, VF_EIO, "%s: %s", path, strerror(errno));
-    off_t off = 0;
+    off_t off = 0, keep = 0; /* next record to read; end of what stays */
     for (;;) {
         unsigned char head[12];
         if (pread(fd, head, sizeof head, off) != (ssize_t)sizeof head) break;
         uint64_t len = get_le(head, 8);
         if ((uint32_t)get_le(head + 8, 4) != vf_tb_masked_crc(head, 8) || len > (1u << 30)) break;
-        if (len + 4 > cap) {
-            unsigned char *d = realloc(data, len + 4);
+        if (12 + len + 4 > cap) {
+            unsigned char *d = realloc(data, 12 + len + 4);
             if (!d) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", path);
-            data = d, cap = len + 4;
+            data = d, cap = 12 + len + 4;
         }
-        if (pread(fd, data, len + 4, off + 12) != (ssize_t)(len + 4)) break;
-        if ((uint32_t)get_le(data + len, 4) != vf_tb_masked_crc(data, len)) break;
-        int64_t s = vf_tb_event_step(data, len);
-        if (s < 0 || s >= step) break;
+        memcpy(data, head, 12);
+        if (pread(fd, data + 12, len + 4, off + 12) != (ssize_t)(len + 4)) break;
+        if ((uint32_t)get_le(data + 12 + len, 4) != vf_tb_masked_crc(data + 12, len)) break;
+        int64_t s = vf_tb_event_step(data + 12, len);
+        if (s < 0) break;
         off += (off_t)(12 + len + 4);
+        if (s >= step) continue;
+        /* an earlier step's record after a dropped one (an image logged late) moves down
+         * over the gap; a crash midway leaves a torn record there, which the next cut ends at */
+        if (keep != off - (off_t)(12 + len + 4) && pwrite(fd, data, 12 + len + 4, keep) != (ssize_t)(12 + len + 4))
+            VF_FAIL(st, VF_EIO, "%s: write: %s", path, strerror(errno));
+        keep += (off_t)(12 + len + 4);
     }
-    if (ftruncate(fd, off) < 0) VF_FAIL(st, VF_EIO, "%s: truncate: %s", path, strerror(errno));
+    if (ftruncate(fd, keep) < 0) VF_FAIL(st, VF_EIO, "%s: truncate: %s", path, strerror(errno));
 fail:
     if (fd >= 0) close(fd);
     free(data);

@@ -59,11 +59,13 @@ int vf_tb_flush(vf_tb_writer *w, bool now);
 /* Flushes and closes. Safe on a zeroed or closed writer (fd must be -1 or open). */
 void vf_tb_close(vf_tb_writer *w);
 
-/* Cuts the event file at path before its first record of step >= step, or before the
- * first torn or corrupt record (a killed writer's last write). The records of a file
- * come in step order, so what stays is exactly the records of earlier steps. A resumed
- * run cuts its predecessors' files at its first step: readers that take each file on its
- * own (tbparse) then see one point per step too, not only those that honour the START. */
+/* Keeps the records of the event file at path whose step is < step, in their order, up to
+ * the first torn or corrupt record (a killed writer's last write); the rest goes. Scalars
+ * come in step order, but a sample's image is logged when it is done, after later steps'
+ * scalars: a kept record after a dropped one moves down, else the file is only cut. A
+ * resumed run cuts its predecessors' files at its first step: readers that take each
+ * file on its own (tbparse) then see one point per step too, not only those that honour
+ * the START. */
 int vf_tb_truncate_from(const char *path, int64_t step, vf_status *st);
 /* The step of an Event's protobuf bytes (0 when it has none); -1 when they do not parse. */
 int64_t vf_tb_event_step(const void *data, size_t n);

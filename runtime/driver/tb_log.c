@@ -1,13 +1,18 @@
-/* tb_log.c — the monitor's rows and samples as TensorBoard scalars. What and at which
- * step: tb_log.h. */
+/* tb_log.c — the monitor's rows and samples as TensorBoard scalars, and the images that
+ * rows name. What and at which step: tb_log.h. */
 #include "runtime/driver/tb_log.h"
 #include "runtime/driver/tb_events.h"
 #include "runtime/plan/plan.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct vf_tb_log {
@@ -20,6 +25,9 @@ struct vf_tb_log {
     int64_t *stage_step;  /* per stage: step of its last mem/ and edge/ points, -1 none */
     int64_t *plan;        /* per stage: the planner's account prediction, -1 unknown */
     char quarantine[4200];
+    char run_dir[4096];
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
     double prev_clips;
     int64_t prev_clips_ns;
     bool have_clips;
@@ -72,6 +80,7 @@ int vf_tb_log_open(vf_tb_log **out, const vf_graph *g, const char *run_dir, bool
         for (int i = 0; i < g->nstages; i++) t->plan[i] = p.account[i];
     }
     snprintf(t->quarantine, sizeof t->quarantine, "%s/quarantine.jsonl", run_dir);
+    snprintf(t->run_dir, sizeof t->run_dir, "%s", run_dir);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/tb", run_dir);
     VF_TRY(vf_tb_open(&t->w, dir, st));
@@ -93,10 +102,108 @@ void vf_tb_log_close(vf_tb_log *t)
     free(t);
 }
 
+void vf_tb_log_set_warn(vf_tb_log *t, void (*warn)(void *arg, const char *msg), void *arg)
+{
+    if (!t) return;
+    t->warn = warn;
+    t->warn_arg = arg;
+}
+
+static void warn(vf_tb_log *t, const char *fmt, ...)
+{
+    char msg[5000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (t->warn) t->warn(t->warn_arg, msg);
+    else fprintf(stderr, "%s\n", msg);
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The PNG file a row names as one image event: its bytes as they are, the size and
+ * colour from its IHDR chunk. A file that is missing, too big or not a PNG is a WARN;
+ * the run goes on. */
+static void log_image(vf_tb_log *t, const vf_json *row, const char *image)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    char path[sizeof t->run_dir + 4200], tag[600];
+    unsigned char *data = NULL;
+    int64_t step = vf_json_get_int(row, "step", -1);
+    if (image[0] == '/') snprintf(path, sizeof path, "%s", image);
+    else snprintf(path, sizeof path, "%s/%s", t->run_dir, image);
+    const char *rtag = vf_json_get_str(row, "tag", NULL);
+    if (rtag && *rtag) {
+        snprintf(tag, sizeof tag, "%s", rtag);
+    } else { /* "samples/step-6/cat.frame0.png" -> "sample/cat" */
+        const char *b = strrchr(image, '/');
+        snprintf(tag, sizeof tag, "sample/%s", b ? b + 1 : image);
+        char *dot = strchr(tag + 7, '.');
+        if (dot && dot != tag + 7) *dot = 0;
+    }
+    if (step < 0) {
+        warn(t, "tensorboard: image %s: the row has no step; not logged", path);
+        return;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        warn(t, "tensorboard: image %s: %s; not logged", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_size > VF_TB_IMAGE_MAX) {
+        warn(t, "tensorboard: image %s: %lld bytes, over the %d MiB an image may have; not logged", path,
+             (long long)sb.st_size, VF_TB_IMAGE_MAX >> 20);
+        goto out;
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    if (!(data = malloc(n ? n : 1))) {
+        warn(t, "tensorboard: image %s: out of memory; not logged", path);
+        goto out;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, data + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    /* signature, then the IHDR chunk: length 13, "IHDR", width, height (big-endian),
+     * bit depth, colour type */
+    if (got != n || n < 33 || memcmp(data, sig, 8) != 0 || be32(data + 8) != 13 || memcmp(data + 12, "IHDR", 4) != 0 ||
+        be32(data + 16) == 0 || be32(data + 16) > INT32_MAX || be32(data + 20) == 0 || be32(data + 20) > INT32_MAX) {
+        warn(t, "tensorboard: image %s: not a PNG file (%zu bytes); not logged", path, got);
+        goto out;
+    }
+    /* PNG colour type -> Summary.Image colorspace (1 grey, 2 grey+alpha, 3 RGB, 4 RGBA);
+     * a palette image decodes to RGB */
+    int colorspace;
+    switch (data[25]) {
+    case 0: colorspace = 1; break;
+    case 4: colorspace = 2; break;
+    case 6: colorspace = 4; break;
+    default: colorspace = 3; break;
+    }
+    vf_tb_image(&t->w, step, tag, (int)be32(data + 16), (int)be32(data + 20), colorspace, data, n);
+out:
+    if (fd >= 0) close(fd);
+    free(data);
+}
+
 void vf_tb_log_event(vf_tb_log *t, const vf_monitor *m, int stage, const vf_json *row)
 {
     (void)m, (void)stage;
-    if (!t || strcmp(vf_json_get_str(row, "event", ""), "train_step") != 0) return;
+    if (!t) return;
+    const vf_json *image = vf_json_get(row, "image");
+    if (image && image->type == VF_JSON_STR) {
+        log_image(t, row, vf_json_get_str(row, "image", ""));
+        vf_tb_flush(&t->w, false);
+        return;
+    }
+    if (strcmp(vf_json_get_str(row, "event", ""), "train_step") != 0) return;
     int64_t step = vf_json_get_int(row, "step", -1);
     if (step < 0) return;
     if (t->resumed && !t->started) {

@@ -178,4 +178,50 @@ VF_TEST(truncate_keeps_earlier_steps)
     rmdir(dir);
 }
 
+/* A sample's image comes after later steps' scalars: a cut keeps it when its step is
+ * earlier, byte for byte, and drops it otherwise. */
+VF_TEST(truncate_keeps_late_images)
+{
+    char dir[] = "/tmp/vf_tb_img.XXXXXX";
+    VF_CHECK(mkdtemp(dir) != NULL);
+    vf_tb_writer w;
+    vf_status st = {0};
+    VF_CHECK(vf_tb_open(&w, dir, &st) == 0);
+    for (int i = 1; i <= 6; i++) {
+        vf_tb_scalar(&w, i, "train/loss", 1.0 / i);
+        if (i == 5) vf_tb_image(&w, 2, "sample/cat", 3, 2, 3, "\x89PNG two", 9);
+    }
+    vf_tb_image(&w, 4, "sample/cat", 3, 2, 3, "\x89PNG four", 10);
+    vf_tb_scalar(&w, 7, "train/loss", 0.1);
+    char path[sizeof w.path];
+    snprintf(path, sizeof path, "%s", w.path);
+    vf_tb_close(&w);
+    int64_t max = 0;
+    VF_CHECK_EQ_INT(count_records(path, &max), 1 + 7 + 2);
+    VF_CHECK(vf_tb_truncate_from(path, 5, &st) == 0);
+    VF_CHECK_EQ_INT(count_records(path, &max), 1 + 4 + 2); /* steps 1-4 and both images */
+    VF_CHECK_EQ_INT(max, 4);
+    VF_CHECK(vf_tb_truncate_from(path, 3, &st) == 0);
+    VF_CHECK_EQ_INT(count_records(path, &max), 1 + 2 + 1); /* steps 1-2, the step-2 image */
+    VF_CHECK_EQ_INT(max, 2);
+    /* the records that stay are whole: the last one is the step-2 image as encoded */
+    vf_obuf want;
+    vf_obuf_init(&want);
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[8192];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    size_t off = 0, last = 0;
+    while (off + 16 <= n) last = off, off += 16 + le(buf + off, 8);
+    VF_CHECK_EQ_INT(off, n);
+    uint64_t len = le(buf + last, 8);
+    double wall;
+    memcpy(&wall, buf + last + 13, 8); /* the Event's wall_time field, after its key byte */
+    vf_tb_encode_image(&want, wall, 2, "sample/cat", 3, 2, 3, "\x89PNG two", 9);
+    VF_CHECK(len == want.len && memcmp(buf + last + 12, want.s, want.len) == 0);
+    vf_obuf_fini(&want);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) { return vf_test_main(); }

@@ -7,7 +7,8 @@ vflow-test: labels=integration timeout=300
     steps with a checkpoint every 2 and the sample stage on (pipelines/train_dit.lua's
     sample_* knobs, p:train{sample = ...}) for two prompts and a negative, each a
     safetensors file of one (L, 16) tensor written here by hand;
-  - every checkpoint step either has <run dir>/samples/step-N/<stem>.mp4 (+ .png) or the
+  - every checkpoint step either has <run dir>/samples/step-N/<stem>.mp4 (+ .png, the
+    strip, and .frame0.png, the first frame; test_tb_images.py checks their pixels) or the
     log line "step N skipped, still sampling step M"; the last step always has them;
   - ffprobe reads each mp4: 9 frames, 64x48, 12 fps;
   - the stage's video of the last step equals `vflow sample` of that checkpoint with the
@@ -120,7 +121,7 @@ def main():
         return 1
     for step in (2, 4, 6):
         have = all(os.path.exists(os.path.join(rd, "samples", "step-%d" % step, s + ext))
-                   for s in ("cat", "dog") for ext in (".mp4", ".png"))
+                   for s in ("cat", "dog") for ext in (".mp4", ".png", ".frame0.png"))
         skipped = re.search(r"step %d skipped, still sampling step \d+" % step, log) is not None
         print("step %d: %s" % (step, "videos" if have else "skipped" if skipped else "neither"))
         check(have or skipped, "step %d has neither its videos nor a 'skipped' log line" % step)

@@ -204,7 +204,8 @@ def main():
         check(not [s for s, _ in after if s >= 3], "resume: the first file keeps steps >= 3: %s" % after[-6:])
         check(sorted(t for s, t in after if t.startswith("sample/")) == ["sample/" + x for x in STEMS],
               "resume: the first file lost its step-2 images: %s" % after)
-        check(len(os.listdir(os.path.join(rd, "tb"))) == 2, "resume: event files %s" % os.listdir(os.path.join(rd, "tb")))
+        ev = os.listdir(os.path.join(rd, "tb"))
+        check(len(ev) == 2, "resume: event files %s" % ev)
         files, sampled = check_files(rd, "resumed")
         check(2 in sampled, "resumed: no step-2 sample rows left: %s" % sampled)
         check_tb(rd, files, sampled, "resumed")

@@ -270,6 +270,31 @@ int vf_ckpt_latest(const char *dir, int64_t *step, vf_status *st)
     return rc;
 }
 
+/* Verifies one step dir and reads its state.json, whose "step" must be `step` (any step
+ * when step < 0). */
+int vf_ckpt_open(const char *path, int64_t step, vf_json **state, vf_status *st)
+{
+    int rc = vf_ckpt_verify(path, st);
+    *state = NULL;
+    if (rc) return rc;
+    char sp[PATH_MAX + 32];
+    size_t len = 0;
+    snprintf(sp, sizeof sp, "%s/%s", path, VF_CKPT_STATE);
+    char *text = slurp(sp, 64 << 20, &len, st);
+    vf_json *j = text ? vf_json_parse_n(text, len, st) : NULL;
+    free(text);
+    if (!j) return st->code ? st->code : VF_ECORRUPT;
+    int64_t got = vf_json_get_int(j, "step", -1);
+    if (j->type != VF_JSON_OBJ || got < 0 || (step >= 0 && got != step)) {
+        vf_json_free(j);
+        if (step >= 0)
+            return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: \"step\" is not %lld", sp, (long long)step);
+        return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: no \"step\"", sp);
+    }
+    *state = j;
+    return 0;
+}
+
 int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out, vf_status *st)
 {
     int rc = 0;
@@ -295,22 +320,8 @@ int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out
         snprintf(path, sizeof path, "%s/step-%lld", dir, (long long)steps[i]);
         vf_status vs;
         vf_status_clear(&vs);
-        int v = vf_ckpt_verify(path, &vs);
         vf_json *state = NULL;
-        if (v == 0) {
-            char sp[PATH_MAX + 32];
-            size_t len = 0;
-            snprintf(sp, sizeof sp, "%s/%s", path, VF_CKPT_STATE);
-            char *text = slurp(sp, 64 << 20, &len, &vs);
-            if (text) state = vf_json_parse_n(text, len, &vs);
-            free(text);
-            if (state && (state->type != VF_JSON_OBJ || vf_json_get_int(state, "step", -1) != steps[i])) {
-                vf_status_set(&vs, VF_ECORRUPT, __FILE__, __LINE__, "%s: \"step\" is not %lld", sp,
-                              (long long)steps[i]);
-                vf_json_free(state);
-                state = NULL;
-            }
-        }
+        if (vf_ckpt_open(path, steps[i], &state, &vs)) state = NULL;
         if (!state) {
             char msg[sizeof vs.msg + PATH_MAX + 128];
             snprintf(msg, sizeof msg, "skipping damaged checkpoint %s: %s", path, vs.msg);

@@ -63,6 +63,10 @@ typedef void (*vf_ckpt_warn_fn)(void *user, const char *msg);
  * hears of a `latest` that names a missing step dir. */
 int vf_ckpt_find(const char *dir, vf_ckpt_warn_fn warn, void *user, vf_ckpt *out, vf_status *st);
 void vf_ckpt_fini(vf_ckpt *c);
+/* One step dir as vf_ckpt_find checks each: its manifest verified, its state.json parsed
+ * (owned by the caller) with "step" equal to `step` (or any, for step < 0). VF_ECORRUPT /
+ * VF_ENOTFOUND naming the file otherwise. */
+int vf_ckpt_open(const char *path, int64_t step, vf_json **state, vf_status *st);
 
 /* Checks one step dir against its manifest: every listed file present with its size and
  * CRC32C, state.json listed and the model listed: model.safetensors, or its index and

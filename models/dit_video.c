@@ -66,30 +66,12 @@ int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st)
     struct stat sb;
     snprintf(p, sizeof p, "%s/state.json", path);
     if (stat(p, &sb) == 0) {
-        int rc = vf_ckpt_verify(path, st);
-        if (rc) return rc;
-        /* the dir and its step: vf_ckpt_find over the parent finds the newest, not this one */
+        /* a step dir itself: vf_ckpt_find over its parent would take the newest instead */
         memset(ck, 0, sizeof *ck);
+        ck->latest = -1;
         snprintf(ck->path, sizeof ck->path, "%s", path);
-        FILE *f = fopen(p, "rb");
-        if (!f) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", p, strerror(errno));
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-        size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-        fclose(f);
-        if (!text || got != (size_t)n) {
-            free(text);
-            return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: cannot read", p);
-        }
-        text[n] = 0;
-        ck->state = vf_json_parse(text, st);
-        free(text);
-        if (!ck->state) {
-            vf_status_prefix(st, "%s", p);
-            return VF_EBADINPUT;
-        }
+        int rc = vf_ckpt_open(path, -1, &ck->state, st);
+        if (rc) return rc;
         ck->step = vf_json_get_int(ck->state, "step", -1);
         return 0;
     }

@@ -10,6 +10,7 @@
 #include "formats/cache_format.h"
 #include "formats/lmdb_store.h"
 #include "formats/safetensors.h"
+#include "formats/text_emb.h"
 #include "formats/video_write.h"
 #include "kernels/ops.h"
 #include "models/dit_sample.h"
@@ -119,38 +120,18 @@ fail:
 static int read_embeds(const char *path, const char *what, const vf_dit_config *c, float *out, int32_t *len,
                        vf_status *st)
 {
-    int rc = 0;
-    vf_st_file *f = NULL;
-    float *tmp = NULL;
-    if ((rc = vf_st_open(path, &f, st))) {
-        st->code = VF_EBADINPUT;
+    float *v = NULL;
+    int64_t rows = 0;
+    int rc = vf_text_emb_read(path, c->text_dim, c->text_len, &v, &rows, st);
+    if (rc) {
         vf_status_prefix(st, "%s", what);
-        return VF_EBADINPUT;
+        return rc;
     }
-    if (vf_st_count(f) != 1)
-        VF_FAIL(st, VF_EBADINPUT, "%s %s: %d tensors, expected one (L, %d) tensor", what, path, vf_st_count(f), c->text_dim);
-    const vf_st_tensor *t = vf_st_at(f, 0);
-    if (t->ndim != 2 || t->shape[1] != c->text_dim || t->shape[0] < 1)
-        VF_FAIL(st, VF_EBADINPUT, "%s %s: tensor '%s' is not (L, %d): the model's text_dim is %d", what, path, t->name,
-                c->text_dim, c->text_dim);
-    if (t->shape[0] > c->text_len)
-        VF_FAIL(st, VF_EBADINPUT, "%s %s: tensor '%s' has %lld rows, longer than the model's text_len %d", what, path,
-                t->name, (long long)t->shape[0], c->text_len);
-    if (!(tmp = malloc(sizeof(float) * (size_t)t->numel))) VF_FAIL(st, VF_ENOMEM, "out of memory");
-    if (vf_st_read_f32(f, t->name, tmp, t->numel, st)) {
-        vf_status_prefix(st, "%s %s", what, path);
-        st->code = rc = VF_EBADINPUT;
-        goto fail;
-    }
-    for (int64_t i = 0; i < t->numel; i++)
-        if (!isfinite(tmp[i])) VF_FAIL(st, VF_EBADINPUT, "%s %s: tensor '%s' holds NaN or Inf", what, path, t->name);
     memset(out, 0, sizeof(float) * (size_t)c->text_len * (size_t)c->text_dim);
-    memcpy(out, tmp, sizeof(float) * (size_t)t->numel);
-    *len = (int32_t)t->shape[0];
-fail:
-    free(tmp);
-    vf_st_close(f);
-    return rc;
+    memcpy(out, v, sizeof(float) * (size_t)(rows * c->text_dim));
+    *len = (int32_t)rows;
+    free(v);
+    return 0;
 }
 
 /* The per-channel normalisation a cache recorded for its latents (one VAE), if any. */

@@ -11,11 +11,13 @@
 #  - bad input: an odd size, an unknown extension, an unknown encoder, a directory that
 #    does not exist and a full disk (a 64 KiB tmpfs in a private mount namespace, root
 #    only) give exit 2 or 1 with one line naming the file, and leave no file or .part.
-import math
 import os
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from media_lib import psnr  # noqa: E402
 
 BUILD = os.environ.get("VFLOW_BUILD", "build")
 TOOL = os.path.join(BUILD, "tools", "vw_tool")
@@ -43,9 +45,6 @@ def decode(path, w, h):
     return [r.stdout[i:i + n] for i in range(0, len(r.stdout), n)]
 
 
-def psnr(a, b):
-    mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
-    return 99.0 if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
 
 
 def main():

@@ -22,14 +22,15 @@
 # vflow-test: timeout=300
 import io
 import json
-import math
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from media_lib import st_write, psnr  # noqa: E402
 
 try:
     from PIL import Image
@@ -62,23 +63,8 @@ def check(cond, what):
     return cond
 
 
-def st_write(path, tensors):
-    """A safetensors file of F32 tensors {name: (shape, list)}."""
-    hdr, blobs, off = {}, [], 0
-    for name, (shape, vals) in tensors.items():
-        b = struct.pack("<%df" % len(vals), *vals)
-        hdr[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def psnr(a, b):
-    mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
-    return 99.0 if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
 
 
 def first_frame(mp4):

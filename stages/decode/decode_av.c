@@ -1,4 +1,5 @@
-/* decode_av.c — open, index, seek and decode one video file (see decode_av.h).
+/* decode_av.c — open and index one video file (see decode_av.h); seeking and decoding
+ * frames are decode_av_read.c.
  *
  * Opening scans every packet of the chosen video stream once (demux only, no decode):
  * that gives the frame count, presentation timestamps in display order, keyframes and
@@ -7,7 +8,7 @@
  * the wrong place is detected (and retried from an earlier keyframe) instead of
  * shifting frames, and a frame the decoder drops is reported instead of replaced.
  */
-#include "stages/decode/decode_av.h"
+#include "stages/decode/decode_av_internal.h"
 #include "stages/decode/decode_scale.h"
 
 #include <errno.h>
@@ -26,41 +27,7 @@
 #include <time.h>
 
 #define DEF_MAX_FRAMES ((int64_t)1 << 21)
-#define SEEK_RETRIES 3
 
-struct vf_decode_file {
-    char *path;
-    vf_decode_opts o;
-    vf_decode_info info;
-    AVFormatContext *fmt;
-    AVCodecContext *dec;
-    int vs;                  /* video stream index */
-    AVRational tb;           /* its time base */
-    int64_t n;               /* indexed frames */
-    int64_t *ts;             /* (n) presentation timestamps, sorted (pts mode) */
-    double *times;           /* (n) seconds from frame 0 */
-    int64_t *keys;           /* presentation indices of keyframes, sorted */
-    int64_t nkeys;
-    vf_decode_orient orient;
-    vf_decode_scaler *scaler;
-    AVPacket *pkt;
-    AVFrame *frm;
-    /* decoder position */
-    int64_t next;            /* index the decoder delivers next; -1 unknown (seek first) */
-    bool need_reopen;        /* count mode: restart from the file's first byte */
-    bool demux_eof;
-    double deadline;         /* CLOCK_MONOTONIC seconds; 0 none */
-    double progress;         /* when the decoder last delivered a frame (stall watchdog) */
-    bool timed_out;
-    bool stalled;            /* the interrupt callback ended I/O for lack of progress */
-    int64_t lost_from, lost_to; /* frames the last read proved unreadable; from < 0: none */
-    int64_t errors;          /* decoder errors during the current read */
-    char last_err[256];
-    bool pending;            /* f->pkt holds a packet the decoder has not taken yet */
-    int eof_errors;          /* decode errors while draining after the end of the file */
-    char damaged[240];       /* first truncation/damage report of the demuxer during the scan */
-    vf_decode_stats stats;
-};
 
 static void note_damage(vf_decode_file *f, bool corrupt, const char *msg)
 {
@@ -117,7 +84,7 @@ static void log_cb(void *avcl, int level, const char *fmt, va_list vl)
     av_log_default_callback(avcl, level, fmt, vl);
 }
 static void log_install(void) { av_log_set_callback(log_cb); }
-static void log_take(char *buf, size_t n)
+void vf_decode_log_take(char *buf, size_t n)
 {
     pthread_mutex_lock(&g_log_mu);
     if (buf) snprintf(buf, n, "%.*s", (int)n - 1, g_log_last);
@@ -127,14 +94,14 @@ static void log_take(char *buf, size_t n)
 
 /* ------------------------------------------------------------ helpers */
 
-static double now_s(void)
+double vf_decode_now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static bool stalled(const vf_decode_file *f, double now)
+bool vf_decode_stalled(const vf_decode_file *f, double now)
 {
     return f->o.stall_s > 0 && f->progress > 0 && now - f->progress > f->o.stall_s;
 }
@@ -144,12 +111,12 @@ static bool stalled(const vf_decode_file *f, double now)
 static int interrupt_cb(void *opaque)
 {
     vf_decode_file *f = opaque;
-    double now = now_s();
+    double now = vf_decode_now_s();
     if (f->deadline > 0 && now > f->deadline) {
         f->timed_out = true;
         return 1;
     }
-    if (stalled(f, now)) {
+    if (vf_decode_stalled(f, now)) {
         f->timed_out = f->stalled = true;
         return 1;
     }
@@ -162,9 +129,9 @@ static const char *averr(int e, char *buf, size_t n)
     return buf;
 }
 
-static int timeout_fail(vf_decode_file *f, const char *when, vf_status *st)
+int vf_decode_timeout_fail(vf_decode_file *f, const char *when, vf_status *st)
 {
-    if (f->stalled || stalled(f, now_s()))
+    if (f->stalled || vf_decode_stalled(f, vf_decode_now_s()))
         return vf_status_set(st, VF_ETIMEOUT, __FILE__, __LINE__,
                              "stalled: no frame for %.3g s (stall_s) while %s", f->o.stall_s, when);
     return vf_status_set(st, VF_ETIMEOUT, __FILE__, __LINE__,
@@ -217,7 +184,7 @@ int64_t vf_decode_budget_bytes(const vf_decode_opts *o)
 
 /* ------------------------------------------------------------ open */
 
-static void close_input(vf_decode_file *f)
+void vf_decode_close_input(vf_decode_file *f)
 {
     if (f->pending) av_packet_unref(f->pkt);
     f->pending = false;
@@ -227,7 +194,7 @@ static void close_input(vf_decode_file *f)
 }
 
 /* Opens the container and the decoder of the chosen video stream. */
-static int open_input(vf_decode_file *f, vf_status *st)
+int vf_decode_open_input(vf_decode_file *f, vf_status *st)
 {
     int rc = 0, e;
     char eb[128];
@@ -242,15 +209,15 @@ static int open_input(vf_decode_file *f, vf_status *st)
     e = avformat_open_input(&f->fmt, f->path, NULL, &opts);
     av_dict_free(&opts);
     if (e < 0) {
-        if (f->timed_out) return timeout_fail(f, "opening", st);
-        log_take(lg, sizeof lg);
+        if (f->timed_out) return vf_decode_timeout_fail(f, "opening", st);
+        vf_decode_log_take(lg, sizeof lg);
         VF_FAIL(st, VF_EBADINPUT, "not a media file libavformat can read (%s%s%s)",
                 averr(e, eb, sizeof eb), lg[0] ? "; libav: " : "", lg);
     }
     e = avformat_find_stream_info(f->fmt, NULL);
     if (e < 0) {
-        if (f->timed_out) return timeout_fail(f, "probing", st);
-        log_take(lg, sizeof lg);
+        if (f->timed_out) return vf_decode_timeout_fail(f, "probing", st);
+        vf_decode_log_take(lg, sizeof lg);
         VF_FAIL(st, VF_EBADINPUT, "cannot read stream info (%s%s%s)", averr(e, eb, sizeof eb),
                 lg[0] ? "; libav: " : "", lg);
     }
@@ -338,7 +305,7 @@ static int scan(vf_decode_file *f, vf_status *st)
         e = av_read_frame(f->fmt, f->pkt);
         if (e == AVERROR_EOF) break;
         if (e < 0) {
-            if (f->timed_out) { rc = timeout_fail(f, "indexing frames", st); goto fail; }
+            if (f->timed_out) { rc = vf_decode_timeout_fail(f, "indexing frames", st); goto fail; }
             if (n == 0)
                 VF_FAIL(st, VF_EBADINPUT, "cannot read any video packet (%s)", averr(e, eb, sizeof eb));
             /* the frames before the damage are still the file's: index them */
@@ -464,7 +431,7 @@ int vf_decode_open(const char *path, const vf_decode_opts *o, vf_decode_file **o
     struct stat sb;
     *out = NULL;
     pthread_once(&g_log_once, log_install);
-    log_take(NULL, 0);
+    vf_decode_log_take(NULL, 0);
     vf_decode_file *f = calloc(1, sizeof *f);
     if (!f) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "decode: out of memory");
     f->o = *o;
@@ -473,15 +440,15 @@ int vf_decode_open(const char *path, const vf_decode_opts *o, vf_decode_file **o
     f->pkt = av_packet_alloc();
     f->frm = av_frame_alloc();
     if (!f->path || !f->pkt || !f->frm) VF_FAIL(st, VF_ENOMEM, "decode: out of memory");
-    if (o->deadline_s > 0) f->deadline = now_s() + o->deadline_s;
-    f->progress = now_s();
+    if (o->deadline_s > 0) f->deadline = vf_decode_now_s() + o->deadline_s;
+    f->progress = vf_decode_now_s();
     f->lost_from = -1;
     if (stat(path, &sb) != 0)
         VF_FAIL(st, VF_EBADINPUT, "cannot stat (%s)", strerror(errno));
     if (!S_ISREG(sb.st_mode)) VF_FAIL(st, VF_EBADINPUT, "not a regular file");
     if (sb.st_size == 0) VF_FAIL(st, VF_EBADINPUT, "empty file (0 bytes)");
     tl_scanning = f;
-    rc = open_input(f, st);
+    rc = vf_decode_open_input(f, st);
     if (rc == 0) rc = scan(f, st);
     tl_scanning = NULL;
     if (rc < 0) goto fail;
@@ -522,7 +489,7 @@ fail:
 void vf_decode_close(vf_decode_file *f)
 {
     if (!f) return;
-    close_input(f);
+    vf_decode_close_input(f);
     vf_decode_scaler_free(f->scaler);
     av_packet_free(&f->pkt);
     av_frame_free(&f->frm);
@@ -570,287 +537,4 @@ void vf_decode_drop(vf_decode_file *f, int64_t from, int64_t to)
     f->next = -1; /* reposition on the next read */
     f->need_reopen = !f->info.has_pts;
     f->lost_from = -1;
-}
-
-/* ------------------------------------------------------------ read */
-
-/* Largest keyframe position (in f->keys) whose frame index is <= idx; -1 if none. */
-static int64_t key_pos(const vf_decode_file *f, int64_t idx)
-{
-    int64_t lo = 0, hi = f->nkeys - 1, ans = -1;
-    while (lo <= hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (f->keys[mid] <= idx) { ans = mid; lo = mid + 1; }
-        else hi = mid - 1;
-    }
-    return ans;
-}
-
-static int reopen(vf_decode_file *f, vf_status *st)
-{
-    close_input(f);
-    f->stats.seeks++;
-    f->need_reopen = false;
-    f->next = 0;
-    return open_input(f, st);
-}
-
-/* Positions the decoder so the next frames it delivers are at or before idx:
- * `back` keyframes earlier than the one at/below idx; past the first keyframe, the
- * file is reopened from the start. */
-static int seek_to(vf_decode_file *f, int64_t idx, int back, vf_status *st)
-{
-    int64_t kp = key_pos(f, idx) - back;
-    if (kp < 0) return reopen(f, st);
-    int e = av_seek_frame(f->fmt, f->vs, f->ts[f->keys[kp]], AVSEEK_FLAG_BACKWARD);
-    if (e < 0) {
-        if (f->timed_out) return timeout_fail(f, "seeking", st);
-        return reopen(f, st); /* an unseekable container still plays from the start */
-    }
-    avcodec_flush_buffers(f->dec);
-    if (f->pending) av_packet_unref(f->pkt);
-    f->pending = false;
-    f->stats.seeks++;
-    f->demux_eof = false;
-    f->next = -1;
-    return 0;
-}
-
-/* Index of a decoded frame: by count in output order, or by timestamp — the indexed
- * frame nearest to it within half a frame interval (a decoder's timestamps may sit a
- * fraction of a tick off the packets', in any time base). -1: none that near. */
-static int64_t frame_index(vf_decode_file *f, const AVFrame *fr, int64_t *counted)
-{
-    if (!f->info.has_pts) return (*counted)++;
-    int64_t t = fr->best_effort_timestamp;
-    if (t == AV_NOPTS_VALUE) t = fr->pts;
-    if (t == AV_NOPTS_VALUE || f->n == 0) return -1;
-    int64_t lo = 0, hi = f->n; /* first index with ts >= t */
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (f->ts[mid] < t) lo = mid + 1;
-        else hi = mid;
-    }
-    int64_t best = -1;
-    double bd = 0;
-    for (int64_t c = lo - 1; c <= lo; c++) {
-        if (c < 0 || c >= f->n) continue;
-        double d = (double)(t > f->ts[c] ? t - f->ts[c] : f->ts[c] - t);
-        if (best < 0 || d < bd) best = c, bd = d; /* ties: the earlier one */
-    }
-    /* half the interval to the neighbour on that side (the frame's own duration) */
-    int64_t nb = (double)t >= (double)f->ts[best] ? best + 1 : best - 1;
-    double half;
-    if (nb >= 0 && nb < f->n) half = 0.5 * (double)(f->ts[nb] > f->ts[best] ? f->ts[nb] - f->ts[best] : f->ts[best] - f->ts[nb]);
-    else half = 0.5 / (f->info.fps * av_q2d(f->tb));
-    return bd <= half ? best : -1;
-}
-
-static void note_err(vf_decode_file *f, const char *what, int e)
-{
-    char eb[64], lg[160];
-    f->errors++;
-    log_take(lg, sizeof lg);
-    if (e) av_strerror(e, eb, sizeof eb);
-    snprintf(f->last_err, sizeof f->last_err, "%s%s%s%s%s", what, e ? ": " : "", e ? eb : "",
-             lg[0] ? "; libav: " : "", lg);
-}
-
-/* Pulls the next decoded frame into f->frm: 0 ok, VF_EOS decoder drained, negative on
- * timeout or stall. The send/receive state machine of libavcodec: receive until it says
- * EAGAIN (it wants input), then feed the next video packet; a packet the decoder will
- * not take yet (EAGAIN: frames are waiting) is kept and offered again after the next
- * receive, never dropped or re-sent in a loop; at the end of the file the decoder is
- * flushed (a NULL packet) and drained to EOF. Demux and decode errors are noted and
- * decoding goes on: whether they cost a wanted frame is decided by the caller. */
-static int pull_frame(vf_decode_file *f, vf_status *st)
-{
-    for (;;) {
-        double now = now_s();
-        if (f->deadline > 0 && now > f->deadline) return timeout_fail(f, "decoding", st);
-        if (stalled(f, now)) return timeout_fail(f, "decoding", st);
-        int e = avcodec_receive_frame(f->dec, f->frm);
-        if (e == 0) {
-            f->progress = now_s();
-            return 0;
-        }
-        if (e == AVERROR_EOF) return VF_EOS;
-        if (e != AVERROR(EAGAIN)) {
-            note_err(f, "decode error", e);
-            if (f->demux_eof && ++f->eof_errors > 64) return VF_EOS; /* a decoder that will not drain */
-            continue;
-        }
-        if (f->demux_eof) return VF_EOS; /* cannot happen after a flush packet; be safe */
-        if (!f->pending) {
-            e = av_read_frame(f->fmt, f->pkt);
-            if (e < 0) {
-                if (f->timed_out) return timeout_fail(f, "reading", st);
-                if (e != AVERROR_EOF) note_err(f, "read error", e);
-                f->demux_eof = true;
-                f->eof_errors = 0;
-                avcodec_send_packet(f->dec, NULL);
-                continue;
-            }
-            if (f->pkt->stream_index != f->vs) {
-                av_packet_unref(f->pkt);
-                continue;
-            }
-            f->pending = true;
-        }
-        e = avcodec_send_packet(f->dec, f->pkt);
-        if (e == AVERROR(EAGAIN)) continue; /* keep the packet: receive first, then offer it again */
-        if (e < 0) note_err(f, "decode error", e);
-        av_packet_unref(f->pkt);
-        f->pending = false;
-    }
-}
-
-/* True when the frame is to be dropped. A flagged frame kept (err_detect conceal, as
- * ffmpeg keeps it) marks the file damaged instead. */
-static bool frame_damaged(vf_decode_file *f, const AVFrame *fr)
-{
-    bool flagged = (fr->flags & AV_FRAME_FLAG_CORRUPT) || fr->decode_error_flags != 0;
-    if (!flagged) return false;
-    if (f->o.err_detect >= VF_DECODE_ERR_CAREFUL) return true;
-    if (!f->info.damaged) {
-        int64_t ts = fr->best_effort_timestamp;
-        if (ts != AV_NOPTS_VALUE)
-            snprintf(f->info.damage, sizeof f->info.damage,
-                     "frame at %.3f s decoded with errors (concealed)", ts * av_q2d(f->tb));
-        else
-            snprintf(f->info.damage, sizeof f->info.damage, "a frame decoded with errors (concealed)");
-        f->info.damaged = true;
-    }
-    return false;
-}
-
-/* Fails the read: frames [from, to) are proven unreadable. */
-static int lost(vf_decode_file *f, int64_t from, int64_t to, vf_status *st)
-{
-    f->lost_from = from;
-    f->lost_to = to;
-    f->next = -1;
-    f->need_reopen = !f->info.has_pts;
-    const char *why = f->last_err[0] ? f->last_err : "the decoder did not deliver them";
-    if (to - from == 1)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "frame %lld (%.3f s) unreadable: %s",
-                             (long long)from, f->times[from], why);
-    return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "frames %lld..%lld (%.3f..%.3f s) unreadable: %s",
-                         (long long)from, (long long)(to - 1), f->times[from], f->times[to - 1], why);
-}
-
-int vf_decode_read(vf_decode_file *f, const int64_t *idx, int n, uint8_t *out, vf_status *st)
-{
-    int rc = 0;
-    const size_t fb = (size_t)f->o.out_w * f->o.out_h * 3;
-    if (n <= 0) return 0;
-    for (int i = 0; i < n; i++)
-        if (idx[i] < 0 || idx[i] >= f->n || (i && idx[i] <= idx[i - 1]))
-            VF_FAIL(st, VF_EINVAL, "decode: frame list not increasing within [0, %lld)", (long long)f->n);
-    f->errors = 0;
-    f->last_err[0] = 0;
-    f->lost_from = -1;
-    memset(&f->stats, 0, sizeof f->stats);
-    log_take(NULL, 0);
-    f->progress = now_s();
-    int64_t counted = f->next > 0 ? f->next : 0;
-    /* prev: the index last delivered, when the decoder is known to deliver prev + 1
-     * next (continuing, or from the file's start); gaps after it are unreadable frames */
-    bool known = f->next >= 0;
-    int64_t prev = f->next - 1;
-    if (!f->info.has_pts) {
-        if (f->need_reopen || f->next < 0 || idx[0] < f->next) {
-            VF_TRY(reopen(f, st));
-            counted = 0;
-            known = true, prev = -1;
-        }
-    } else {
-        int64_t kp = key_pos(f, idx[0]);
-        bool key_between = kp >= 0 && f->keys[kp] > f->next;
-        if (f->next < 0 || idx[0] < f->next || key_between) {
-            VF_TRY(seek_to(f, idx[0], 0, st));
-            known = f->next == 0; /* a reopen starts at frame 0; a seek lands near a keyframe */
-            prev = -1;
-        }
-    }
-    int w = 0, back = 0;
-    bool fresh = !known; /* just sought: the first frame tells where we landed */
-    while (w < n) {
-        rc = pull_frame(f, st);
-        if (rc == VF_EOS) {
-            rc = 0;
-            break;
-        }
-        if (rc < 0) goto fail;
-        f->stats.frames_decoded++;
-        if (frame_damaged(f, f->frm)) {
-            /* dropped at err_detect careful: in count mode it takes no number (the next
-             * frame is the next readable one); by timestamp its slot is unreadable */
-            note_err(f, "frame flagged corrupt by the decoder", 0);
-            int64_t p = f->info.has_pts ? frame_index(f, f->frm, &counted) : -1;
-            av_frame_unref(f->frm);
-            if (p >= 0 && known && p > prev) return lost(f, prev + 1, p + 1, st);
-            continue;
-        }
-        if ((int64_t)f->frm->width * f->frm->height > f->o.max_pixels) {
-            av_frame_unref(f->frm);
-            VF_FAIL(st, VF_EBADINPUT, "frame size %dx%d exceeds max_pixels=%lld", f->frm->width,
-                    f->frm->height, (long long)f->o.max_pixels);
-        }
-        int64_t p = frame_index(f, f->frm, &counted);
-        if (p < 0 || p >= f->n) {
-            note_err(f, "decoded frame with a timestamp not in the index", 0);
-            av_frame_unref(f->frm);
-            if (p >= f->n) break; /* more frames than packets (count mode): not indexed */
-            continue;
-        }
-        if (known && p <= prev) { /* a repeat of a frame already passed (timestamp jitter) */
-            av_frame_unref(f->frm);
-            continue;
-        }
-        if (fresh) {
-            fresh = false;
-            if (p > idx[w]) { /* landed after the wanted frame: start from an earlier keyframe */
-                av_frame_unref(f->frm);
-                if (++back > SEEK_RETRIES) {
-                    /* from the first byte: what still comes after idx[w] is all there is */
-                    VF_TRY(reopen(f, st));
-                    counted = 0;
-                    known = true, prev = -1;
-                    continue;
-                }
-                VF_TRY(seek_to(f, idx[w], back, st));
-                if (f->next == 0) { /* it went back to the first byte */
-                    counted = 0;
-                    known = true, prev = -1;
-                } else {
-                    fresh = true;
-                }
-                continue;
-            }
-            known = true;
-            prev = p - 1;
-        }
-        if (known && p > prev + 1) {
-            av_frame_unref(f->frm);
-            return lost(f, prev + 1, p, st);
-        }
-        prev = p;
-        f->next = p + 1;
-        if (p < idx[w]) {
-            av_frame_unref(f->frm);
-            continue;
-        }
-        rc = vf_decode_scaler_run(f->scaler, f->frm, out + (size_t)w * fb, st);
-        av_frame_unref(f->frm);
-        if (rc < 0) goto fail;
-        w++;
-    }
-    if (w < n) /* the stream ended before idx[w]: nothing after the last frame is readable */
-        return lost(f, known ? prev + 1 : idx[w], f->n, st);
-    return 0;
-fail:
-    f->next = -1;
-    if (!f->info.has_pts) f->need_reopen = true;
-    return rc;
 }

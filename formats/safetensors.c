@@ -9,6 +9,7 @@
  * See safetensors.h for the contract and the one deliberate difference (duplicate names).
  */
 #include "formats/safetensors.h"
+#include "formats/st_json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +25,6 @@
 #endif
 
 #define ST_MAX_HEADER 100000000ull /* the reference's MAX_HEADER_SIZE */
-#define ST_MAX_DEPTH 128           /* serde_json's recursion limit */
 
 static const struct { const char *name; int bits; } dtypes[VF_ST_DTYPE_COUNT] = {
     {"BOOL", 8},  {"F4", 4},        {"F6_E2M3", 6},     {"F6_E3M2", 6},
@@ -89,204 +89,6 @@ static int nbytes_of(vf_st_dtype dt, int ndim, const int64_t *shape, int64_t *nu
     return 0;
 }
 
-/* ================================================================== header parser */
-
-typedef struct jp {
-    const char *p, *end;
-    char err[160];
-} jp;
-
-static int jerr(jp *j, const char *what)
-{
-    if (!j->err[0]) snprintf(j->err, sizeof j->err, "%s", what);
-    return -1;
-}
-
-static void jws(jp *j)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-static int jlit(jp *j, char c)
-{
-    jws(j);
-    if (j->p < j->end && *j->p == c) {
-        j->p++;
-        return 0;
-    }
-    char m[40];
-    snprintf(m, sizeof m, "expected '%c'", c);
-    return jerr(j, m);
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-static int hex4(jp *j, unsigned *out)
-{
-    if (j->end - j->p < 4) return jerr(j, "truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexval(j->p[i]);
-        if (h < 0) return jerr(j, "bad \\u escape");
-        v = v << 4 | (unsigned)h;
-    }
-    j->p += 4;
-    *out = v;
-    return 0;
-}
-
-static size_t put_utf8(char *o, unsigned cp)
-{
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Parses a JSON string; *out is malloc'd (NULL out = skip). The header was checked to
- * be valid UTF-8 as a whole, so raw bytes are copied as they are. */
-static int jstr(jp *j, char **out)
-{
-    if (jlit(j, '"')) return -1;
-    const char *s = j->p;
-    /* unescaped output is never longer than the input */
-    const char *q = s;
-    while (q < j->end && *q != '"') q += (*q == '\\' && q + 1 < j->end) ? 2 : 1;
-    char *o = out ? malloc((size_t)(q - s) + 1) : NULL;
-    if (out && !o) return jerr(j, "out of memory");
-    size_t n = 0;
-    char tmp[4];
-    while (1) {
-        if (j->p >= j->end) { free(o); return jerr(j, "unterminated string"); }
-        unsigned char c = (unsigned char)*j->p++;
-        if (c == '"') break;
-        if (c < 0x20) { free(o); return jerr(j, "control character in string"); }
-        if (c != '\\') {
-            if (o) o[n] = (char)c;
-            n++;
-            continue;
-        }
-        if (j->p >= j->end) { free(o); return jerr(j, "unterminated escape"); }
-        char e = *j->p++, r;
-        switch (e) {
-        case '"': r = '"'; break;
-        case '\\': r = '\\'; break;
-        case '/': r = '/'; break;
-        case 'b': r = '\b'; break;
-        case 'f': r = '\f'; break;
-        case 'n': r = '\n'; break;
-        case 'r': r = '\r'; break;
-        case 't': r = '\t'; break;
-        case 'u': {
-            unsigned cp, lo;
-            if (hex4(j, &cp)) { free(o); return -1; }
-            if (cp >= 0xDC00 && cp <= 0xDFFF) { free(o); return jerr(j, "lone surrogate in string"); }
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') {
-                    free(o);
-                    return jerr(j, "lone surrogate in string");
-                }
-                j->p += 2;
-                if (hex4(j, &lo)) { free(o); return -1; }
-                if (lo < 0xDC00 || lo > 0xDFFF) { free(o); return jerr(j, "lone surrogate in string"); }
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            size_t k = put_utf8(tmp, cp);
-            if (o) memcpy(o + n, tmp, k);
-            n += k;
-            continue;
-        }
-        default: free(o); return jerr(j, "bad escape in string");
-        }
-        if (o) o[n] = r;
-        n++;
-    }
-    if (o) {
-        o[n] = 0;
-        *out = o;
-    }
-    return 0;
-}
-
-/* Unsigned integer as serde_json reads a usize: no sign, fraction, exponent, leading 0. */
-static int juint(jp *j, uint64_t *out)
-{
-    jws(j);
-    const char *s = j->p;
-    if (s < j->end && *s == '-') return jerr(j, "negative number where an unsigned integer is expected");
-    uint64_t v = 0;
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*j->p - '0'), &v))
-            return jerr(j, "integer too large");
-        j->p++;
-    }
-    if (j->p == s) return jerr(j, "expected an unsigned integer");
-    if (j->p - s > 1 && *s == '0') return jerr(j, "invalid number (leading zero)");
-    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
-        return jerr(j, "floating point number where an unsigned integer is expected");
-    *out = v;
-    return 0;
-}
-
-/* Skips any JSON value (unknown fields). */
-static int jskip(jp *j, int depth)
-{
-    if (depth > ST_MAX_DEPTH) return jerr(j, "nesting too deep");
-    jws(j);
-    if (j->p >= j->end) return jerr(j, "unexpected end of header");
-    char c = *j->p;
-    if (c == '"') return jstr(j, NULL);
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        j->p++;
-        jws(j);
-        if (j->p < j->end && *j->p == close) { j->p++; return 0; }
-        while (1) {
-            if (c == '{' && (jstr(j, NULL) || jlit(j, ':'))) return -1;
-            if (jskip(j, depth + 1)) return -1;
-            jws(j);
-            if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-            return jlit(j, close);
-        }
-    }
-    static const char *lits[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(lits[i]);
-        if ((size_t)(j->end - j->p) >= n && memcmp(j->p, lits[i], n) == 0) { j->p += n; return 0; }
-    }
-    /* a number: -?int(.frac)?(e[+-]?digits)? */
-    const char *s = j->p;
-    if (*j->p == '-') j->p++;
-    const char *d = j->p;
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-    if (j->p == d || (j->p - d > 1 && *d == '0')) { j->p = s; return jerr(j, "invalid value"); }
-    if (j->p < j->end && *j->p == '.') {
-        d = ++j->p;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-        if (j->p == d) return jerr(j, "invalid number");
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        d = j->p;
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9') j->p++;
-        if (j->p == d) return jerr(j, "invalid number");
-    }
-    return 0;
-}
-
 /* ================================================================== reader */
 
 struct vf_st_file {
@@ -333,20 +135,20 @@ static int grow(void **p, int *cap, int need, size_t elem)
 
 static int parse_meta(jp *j, vf_st_file *f)
 {
-    jws(j);
+    vf_stj_ws(j);
     if (j->end - j->p >= 4 && memcmp(j->p, "null", 4) == 0) { j->p += 4; return 0; }
-    if (jlit(j, '{')) return -1;
-    jws(j);
+    if (vf_stj_lit(j, '{')) return -1;
+    vf_stj_ws(j);
     if (j->p < j->end && *j->p == '}') { j->p++; return 0; }
     while (1) {
         char *k = NULL, *v = NULL;
-        if (jstr(j, &k) || jlit(j, ':')) { free(k); return -1; }
-        jws(j);
+        if (vf_stj_str(j, &k) || vf_stj_lit(j, ':')) { free(k); return -1; }
+        vf_stj_ws(j);
         if (j->p >= j->end || *j->p != '"') {
             free(k);
-            return jerr(j, "__metadata__ values must be strings");
+            return vf_stj_err(j, "__metadata__ values must be strings");
         }
-        if (jstr(j, &v)) { free(k); return -1; }
+        if (vf_stj_str(j, &v)) { free(k); return -1; }
         int i = 0;
         while (i < f->nm && strcmp(f->mkey[i], k) != 0) i++;
         if (i < f->nm) { /* serde's map keeps the last value */
@@ -358,15 +160,15 @@ static int parse_meta(jp *j, vf_st_file *f)
             if (grow((void **)&f->mkey, &c1, f->nm + 1, sizeof(char *)) ||
                 grow((void **)&f->mval, &c2, f->nm + 1, sizeof(char *))) {
                 free(k); free(v);
-                return jerr(j, "out of memory");
+                return vf_stj_err(j, "out of memory");
             }
             f->capm = c1;
             f->mkey[f->nm] = k;
             f->mval[f->nm++] = v;
         }
-        jws(j);
+        vf_stj_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-        return jlit(j, '}');
+        return vf_stj_lit(j, '}');
     }
 }
 
@@ -375,23 +177,23 @@ static int parse_tensor(jp *j, vf_st_file *f, vf_st_tensor *t, size_t *shape_at)
 {
     bool have_dt = false, have_shape = false, have_off = false;
     uint64_t off[2] = {0, 0};
-    if (jlit(j, '{')) return -1;
-    jws(j);
+    if (vf_stj_lit(j, '{')) return -1;
+    vf_stj_ws(j);
     bool empty = j->p < j->end && *j->p == '}';
     if (empty) j->p++;
     while (!empty) {
         char *k = NULL;
-        if (jstr(j, &k) || jlit(j, ':')) { free(k); return -1; }
+        if (vf_stj_str(j, &k) || vf_stj_lit(j, ':')) { free(k); return -1; }
         int which = !strcmp(k, "dtype") ? 0 : !strcmp(k, "shape") ? 1 : !strcmp(k, "data_offsets") ? 2 : 3;
         free(k);
         if ((which == 0 && have_dt) || (which == 1 && have_shape) || (which == 2 && have_off))
-            return jerr(j, which == 0 ? "duplicate field dtype" : which == 1 ? "duplicate field shape"
+            return vf_stj_err(j, which == 0 ? "duplicate field dtype" : which == 1 ? "duplicate field shape"
                                                                            : "duplicate field data_offsets");
         if (which == 0) {
             char *d = NULL;
-            jws(j);
-            if (j->p >= j->end || *j->p != '"') return jerr(j, "dtype must be a string");
-            if (jstr(j, &d)) return -1;
+            vf_stj_ws(j);
+            if (j->p >= j->end || *j->p != '"') return vf_stj_err(j, "dtype must be a string");
+            if (vf_stj_str(j, &d)) return -1;
             int bad = vf_st_dtype_parse(d, &t->dtype);
             if (bad) {
                 snprintf(j->err, sizeof j->err, "unknown dtype \"%.40s\"", d);
@@ -401,62 +203,62 @@ static int parse_tensor(jp *j, vf_st_file *f, vf_st_tensor *t, size_t *shape_at)
             free(d);
             have_dt = true;
         } else if (which == 1) {
-            jws(j);
-            if (j->p >= j->end || *j->p != '[') return jerr(j, "shape must be an array");
+            vf_stj_ws(j);
+            if (j->p >= j->end || *j->p != '[') return vf_stj_err(j, "shape must be an array");
             j->p++;
             *shape_at = f->nshapes;
             t->ndim = 0;
-            jws(j);
+            vf_stj_ws(j);
             if (j->p < j->end && *j->p == ']') j->p++;
             else
                 while (1) {
                     uint64_t v;
-                    if (juint(j, &v)) return -1;
-                    if (v > INT64_MAX) return jerr(j, "dimension too large");
+                    if (vf_stj_uint(j, &v)) return -1;
+                    if (v > INT64_MAX) return vf_stj_err(j, "dimension too large");
                     if (f->nshapes == f->capshapes) {
                         size_t nc = f->capshapes ? f->capshapes * 2 : 64;
                         int64_t *q = realloc(f->shapes, nc * sizeof *q);
-                        if (!q) return jerr(j, "out of memory");
+                        if (!q) return vf_stj_err(j, "out of memory");
                         f->shapes = q;
                         f->capshapes = nc;
                     }
                     f->shapes[f->nshapes++] = (int64_t)v;
-                    if (t->ndim == INT_MAX) return jerr(j, "too many dimensions");
+                    if (t->ndim == INT_MAX) return vf_stj_err(j, "too many dimensions");
                     t->ndim++;
-                    jws(j);
+                    vf_stj_ws(j);
                     if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-                    if (jlit(j, ']')) return -1;
+                    if (vf_stj_lit(j, ']')) return -1;
                     break;
                 }
             have_shape = true;
         } else if (which == 2) {
-            jws(j);
-            if (j->p >= j->end || *j->p != '[') return jerr(j, "data_offsets must be an array");
+            vf_stj_ws(j);
+            if (j->p >= j->end || *j->p != '[') return vf_stj_err(j, "data_offsets must be an array");
             j->p++;
             for (int k = 0; k < 3; k++) {
-                jws(j);
+                vf_stj_ws(j);
                 if (j->p < j->end && *j->p == ']' && k == 2) { j->p++; break; }
                 if (k == 2 || (j->p < j->end && *j->p == ']'))
-                    return jerr(j, "data_offsets must have exactly 2 elements");
-                if (juint(j, &off[k])) return -1;
-                jws(j);
+                    return vf_stj_err(j, "data_offsets must have exactly 2 elements");
+                if (vf_stj_uint(j, &off[k])) return -1;
+                vf_stj_ws(j);
                 if (k == 0 && j->p < j->end && *j->p == ']')
-                    return jerr(j, "data_offsets must have exactly 2 elements");
-                if (k == 0 && jlit(j, ',')) return -1;
+                    return vf_stj_err(j, "data_offsets must have exactly 2 elements");
+                if (k == 0 && vf_stj_lit(j, ',')) return -1;
             }
             have_off = true;
-        } else if (jskip(j, 2)) {
+        } else if (vf_stj_skip(j, 2)) {
             return -1;
         }
-        jws(j);
+        vf_stj_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
-        if (jlit(j, '}')) return -1;
+        if (vf_stj_lit(j, '}')) return -1;
         break;
     }
-    if (!have_dt) return jerr(j, "missing field dtype");
-    if (!have_shape) return jerr(j, "missing field shape");
-    if (!have_off) return jerr(j, "missing field data_offsets");
-    if (off[1] < off[0]) return jerr(j, "data_offsets end before begin");
+    if (!have_dt) return vf_stj_err(j, "missing field dtype");
+    if (!have_shape) return vf_stj_err(j, "missing field shape");
+    if (!have_off) return vf_stj_err(j, "missing field data_offsets");
+    if (off[1] < off[0]) return vf_stj_err(j, "data_offsets end before begin");
     t->offset = off[0];
     t->nbytes = off[1] - off[0];
     return 0;
@@ -469,18 +271,18 @@ static int parse_header(vf_st_file *f, const char *h, size_t n, vf_status *st)
     size_t *shape_at = NULL;
     int cap_at = 0;
     bool have_meta = false;
-    jws(&j);
-    if (j.p >= j.end || *j.p != '{') { jerr(&j, "header is not a JSON object"); goto bad; }
+    vf_stj_ws(&j);
+    if (j.p >= j.end || *j.p != '{') { vf_stj_err(&j, "header is not a JSON object"); goto bad; }
     j.p++;
-    jws(&j);
+    vf_stj_ws(&j);
     if (j.p < j.end && *j.p == '}') j.p++;
     else
         while (1) {
             char *name = NULL;
-            if (jstr(&j, &name) || jlit(&j, ':')) { free(name); goto bad; }
+            if (vf_stj_str(&j, &name) || vf_stj_lit(&j, ':')) { free(name); goto bad; }
             if (!strcmp(name, "__metadata__")) {
                 free(name);
-                if (have_meta) { jerr(&j, "duplicate field __metadata__"); goto bad; }
+                if (have_meta) { vf_stj_err(&j, "duplicate field __metadata__"); goto bad; }
                 have_meta = true;
                 if (parse_meta(&j, f)) goto bad;
             } else {
@@ -499,13 +301,13 @@ static int parse_header(vf_st_file *f, const char *h, size_t n, vf_status *st)
                             name, m);
                 }
             }
-            jws(&j);
+            vf_stj_ws(&j);
             if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-            if (jlit(&j, '}')) goto bad;
+            if (vf_stj_lit(&j, '}')) goto bad;
             break;
         }
-    jws(&j);
-    if (j.p != j.end) { jerr(&j, "trailing characters after the JSON object"); goto bad; }
+    vf_stj_ws(&j);
+    if (j.p != j.end) { vf_stj_err(&j, "trailing characters after the JSON object"); goto bad; }
     for (int i = 0; i < f->nt; i++) f->t[i].shape = f->t[i].ndim ? f->shapes + shape_at[i] : NULL;
     free(shape_at);
     return 0;

@@ -517,8 +517,10 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
         Z(e)->sent_final = true;
         return rc < 0 ? rc : VF_EOS;
     }
-    /* Shared-memory descriptors: the part stands for the slot's payload from here on. */
-    for (int k = 0; k < nf; k++) {
+    /* Shared-memory descriptors (ipc only: a segment is a thing of this node; over tcp a
+     * descriptor is a frame of the wrong size, which the decoder refuses): the part
+     * stands for the slot's payload from here on. */
+    for (int k = 0; k < nf && e->d.transport == VF_TR_IPC; k++) {
         if (!vf_shm_is_desc(zmq_msg_data(&fr[k]->msg), fr[k]->size)) continue;
         VF_TRY(vf_shm_rx_frame(&Z(e)->shm_rx, e->d.name, zmq_msg_data(&fr[k]->msg), &fr[k]->shm, st));
         fr[k]->size = fr[k]->shm.len;

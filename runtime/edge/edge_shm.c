@@ -12,6 +12,7 @@
 #include "runtime/edge/edge_shm.h"
 #include "runtime/edge/chan_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -191,6 +192,20 @@ void vf_shm_tx_free(vf_shm_tx *tx)
         shm_unlink(tx->name); /* ENOENT once the receiver unlinked it: fine */
     }
     free(tx);
+}
+
+void vf_shm_sweep(long pid)
+{
+    char prefix[64], name[320];
+    snprintf(prefix, sizeof prefix, "vflow-%ld-", pid);
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        shm_unlink(name);
+    }
+    closedir(d);
 }
 
 bool vf_shm_is_desc(const void *data, size_t len)

@@ -54,6 +54,11 @@ int vf_shm_tx_place(vf_shm_tx *tx, vf_tensor *const *frames, int n, unsigned cha
 void vf_shm_tx_counts(const vf_shm_tx *tx, int64_t *placed, int64_t *fallback);
 void vf_shm_tx_free(vf_shm_tx *tx); /* NULL is fine; unlinks the name */
 
+/* Removes the names of the segments process `pid` made (/dev/shm/vflow-<pid>-*): the
+ * driver calls it for each worker that exited, so a sender killed before its receiver
+ * mapped its segment leaves nothing behind. Mappings that exist stay valid. */
+void vf_shm_sweep(long pid);
+
 /* Whether a received frame is a descriptor. */
 bool vf_shm_is_desc(const void *data, size_t len);
 

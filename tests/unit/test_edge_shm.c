@@ -10,6 +10,7 @@
  *   - nothing is left in /dev/shm once the ends are gone, even with tensors outliving
  *     the edge (their mapping goes with the last of them);
  *   - VFLOW_EDGE_SHM=0 sends plain frames (no segment), with the same payloads;
+ *   - vf_shm_sweep removes the names a (dead) sender left;
  *   - a forged descriptor (a segment that does not exist, a slot or range outside a real
  *     one) is refused with VF_ECORRUPT naming the edge, never read.
  * The payload patterns are computed here, not taken from the codec.
@@ -255,6 +256,32 @@ VF_TEST(forged_descriptors_are_refused)
     vf_tensor_unref(t);
     vf_shm_tx_free(tx);
     VF_CHECK_EQ_INT(leftovers(), 0);
+}
+
+VF_TEST(sweep_removes_a_dead_senders_names)
+{
+    unsetenv("VFLOW_EDGE_SHM");
+    vf_status st = {0};
+    vf_edge_desc d = {0};
+    d.id = 11;
+    d.transport = VF_TR_IPC;
+    d.capacity = 1;
+    d.max_item_bytes = 1 << 20;
+    snprintf(d.name, sizeof d.name, "swept");
+    vf_shm_tx *tx = NULL;
+    VF_CHECK_EQ_INT(vf_shm_tx_new(&d, &tx, &st), 0);
+    int64_t shape[1] = {1 << 16};
+    vf_tensor *t = vf_tensor_new(VF_DTYPE_F32, 1, shape, &st);
+    memset(t->data, 1, vf_tensor_nbytes(t));
+    unsigned char desc[1][VF_SHM_DESC_SIZE];
+    bool placed = false;
+    VF_CHECK_EQ_INT(vf_shm_tx_place(tx, &t, 1, desc, &placed, &st), 0);
+    VF_CHECK(placed);
+    VF_CHECK_EQ_INT(leftovers(), 1);
+    vf_shm_sweep((long)getpid()); /* what the driver does when a worker exits */
+    VF_CHECK_EQ_INT(leftovers(), 0);
+    vf_tensor_unref(t);
+    vf_shm_tx_free(tx); /* its mapping stayed valid; the name is already gone */
 }
 
 int main(void) { return vf_test_main(); }

@@ -536,7 +536,7 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
     charged = total;
     r->acct = acct;
     for (int k = 0; k < nf; k++) fr[k]->acct = acct;
-    if (nf && !(frames = calloc((size_t)nf, sizeof *frames)))
+    if (nf > 0 && !(frames = calloc((size_t)nf, sizeof *frames)))
         VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
     for (int k = 0; k < nf; k++)
         frames[k] = (vf_frame){fr[k]->shm.release ? fr[k]->shm.data : zmq_msg_data(&fr[k]->msg), fr[k]->size,

@@ -37,6 +37,9 @@
 #define VF_CKPT_MODEL "model.safetensors"
 #define VF_CKPT_MODEL_STEM "model" /* of the shards: model-00001-of-0000N.safetensors */
 #define VF_CKPT_MODEL_INDEX "model.safetensors.index.json"
+/* A LoRA run's checkpoints hold the adapters instead of the model (the base is not saved
+ * again): diffusion_model.<name>.lora_A.weight / .lora_B.weight / .alpha, F32 */
+#define VF_CKPT_LORA "lora.safetensors"
 
 /* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
  * it is empty. */

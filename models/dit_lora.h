@@ -65,6 +65,19 @@ void vf_dit_lora_module(const vf_dit_lora *lo, int i, char *buf, size_t n);
  * base model. */
 void vf_dit_lora_init(const vf_dit_lora *lo, uint64_t seed, int64_t off, int64_t n, float *dst);
 
+/* Reads an adapter file into elements [off, off+n) of the adapter vector (dst host f32;
+ * dst NULL: checks the whole file only). Accepted namings of module M (e.g.
+ * "blocks.0.self_attn.q"), with or without the "diffusion_model." prefix:
+ *   M.lora_A.weight (rank, in) / M.lora_B.weight (out, rank)    (diffusers, ComfyUI)
+ *   M.lora_down.weight / M.lora_up.weight                       (kohya-style keys)
+ *   lora_unet_<M with '_' for '.'>.lora_down.weight / .lora_up.weight   (kohya / musubi)
+ * and an optional scalar M.alpha (scale alpha/rank; absent: 1). B is rescaled so the file's
+ * delta is kept under this run's alpha/rank. Bad input (VF_EBADINPUT, one line naming
+ * file and key): a key naming no targeted linear, a missing A or B, wrong in/out dims, a
+ * rank mismatch between A and B or against the run's rank. */
+int vf_dit_lora_file_read(const char *path, const vf_dit_lora *lo, float *dst, int64_t off,
+                          int64_t n, vf_status *st);
+
 /* Runs the adapters in partition p: lparams / lgrads are the partition's range of the
  * adapter vector (element vf_dit_layout_range(lo->l, …)'s *off) in backend memory,
  * borrowed. The partition's own gradient buffer must be NULL: base weights then get no

@@ -246,7 +246,8 @@ static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
     vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
     int64_t largest = 0;
-    if (vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
+    /* with LoRA the partitions load the base, the shards never read the file */
+    if (!g.lora && vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
         geo_fini(&g);
         return rc;
     }

@@ -70,6 +70,17 @@ static void pgeo_fini(pgeo *g)
     g->lora = NULL, g->l = NULL;
 }
 
+/* Elements of the largest tensor of the model in [off, off + n): the host staging of
+ * loading the frozen base tensor by tensor. */
+static int64_t largest_in(const vf_dit_layout *l, int64_t off, int64_t n)
+{
+    int64_t most = 1;
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].offset >= off && l->t[i].offset + l->t[i].numel <= off + n && l->t[i].numel > most)
+            most = l->t[i].numel;
+    return most;
+}
+
 static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
 {
     int rc = 0;
@@ -222,6 +233,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     if (g.lora) { /* the frozen base once, in the partition's dtype; gradients for the adapters only */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * g.bn);
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters + gradients", (int64_t)(as + gs) * g.n);
+        vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "base loading: its largest tensor (f32 staging)",
+                        4 * largest_in(g.l, g.boff, g.bn));
     } else {
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights + gradients", (int64_t)(as + gs) * g.n);
     }
@@ -262,26 +275,30 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
 /* ------------------------------------------------------------------ init, fini */
 
 /* With LoRA: the frozen base weights of the partition's range, from the `weights` file or
- * the seeded init (the same numbers the shards would have sent), uploaded once. */
+ * the seeded init (the same numbers the shards would have sent), uploaded once, tensor by
+ * tensor through a host buffer of the largest one (partition ranges never cut a tensor). */
 static int load_base(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st)
 {
     int rc = 0;
     vf_dit_wsrc *w = NULL;
-    float *host = vf_alloc(sizeof(float) * (size_t)(h->bn ? h->bn : 1), st);
-    if (!host) VF_FAIL(st, VF_ENOMEM, "%s: no host staging for %lld base weights", vf_stage_name(s),
-                       (long long)h->bn);
+    float *host = vf_alloc(sizeof(float) * (size_t)largest_in(h->l, h->boff, h->bn), st);
+    if (!host) VF_FAIL(st, VF_ENOMEM, "%s: no host staging for the base weights", vf_stage_name(s));
+    h->base = h->be->alloc(h->be, h->as * (size_t)(h->bn ? h->bn : 1), st);
+    if (!h->base) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld base weights",
+                          vf_stage_name(s), (long long)h->bn);
     const char *path = vf_param_str(prm, "weights");
     if (path[0]) {
         VF_TRY(vf_dit_wsrc_open(path, &w, st));
         VF_TRY(vf_dit_wsrc_check(w, h->l, st));
-        VF_TRY(vf_dit_wsrc_read(w, h->l, host, h->boff, h->bn, st));
-    } else {
-        vf_dit_init(h->l, (uint64_t)vf_param_int(prm, "seed"), h->boff, h->bn, host);
     }
-    h->base = h->be->alloc(h->be, h->as * (size_t)(h->bn ? h->bn : 1), st);
-    if (!h->base) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld base weights",
-                          vf_stage_name(s), (long long)h->bn);
-    h->be->upload(h->be, h->base, host, h->bn, h->act);
+    uint64_t seed = (uint64_t)vf_param_int(prm, "seed");
+    for (int i = 0; i < h->l->n; i++) {
+        const vf_dit_tensor *t = &h->l->t[i];
+        if (t->numel == 0 || t->offset < h->boff || t->offset + t->numel > h->boff + h->bn) continue;
+        if (w) VF_TRY(vf_dit_wsrc_read(w, h->l, host, t->offset, t->numel, st));
+        else vf_dit_init(h->l, seed, t->offset, t->numel, host);
+        h->be->upload(h->be, (char *)h->base + (size_t)(t->offset - h->boff) * h->as, host, t->numel, h->act);
+    }
 fail:
     vf_dit_wsrc_close(w);
     vf_free(host);

@@ -78,6 +78,19 @@ void vf_dit_lora_init(const vf_dit_lora *lo, uint64_t seed, int64_t off, int64_t
 int vf_dit_lora_file_read(const char *path, const vf_dit_lora *lo, float *dst, int64_t off,
                           int64_t n, vf_status *st);
 
+/* The adapters a LoRA file holds (any naming above) on the model laid out by base: rank
+ * from its A tensors, alpha from its .alpha (rank when absent), targets the linears it has
+ * keys for; then *vec (caller-owned, vf_free) the adapter vector read from it. For sampling
+ * with a file whose training config is not at hand. Bad input is VF_EBADINPUT naming file
+ * and key. Caller owns *out. */
+int vf_dit_lora_from_file(const vf_dit_layout *base, const char *path, vf_dit_lora **out, float **vec,
+                          vf_status *st);
+
+/* Merges the adapters into host f32 weights of the whole model (base laid out by
+ * lo's base layout): W += (alpha/rank) · B · A, each element formed in f64 and rounded
+ * once. */
+void vf_dit_lora_merge(const vf_dit_lora *lo, const vf_dit_layout *base, const float *vec, float *weights);
+
 /* Runs the adapters in partition p: lparams / lgrads are the partition's range of the
  * adapter vector (element vf_dit_layout_range(lo->l, …)'s *off) in backend memory,
  * borrowed. The partition's own gradient buffer must be NULL: base weights then get no

@@ -48,6 +48,79 @@ static int key_adapter(const vf_dit_lora *lo, const char *key, int *kind)
     return -1;
 }
 
+int vf_dit_lora_from_file(const vf_dit_layout *base, const char *path, vf_dit_lora **out, float **vec,
+                          vf_status *st)
+{
+    int rc = 0;
+    vf_st_file *f = NULL;
+    vf_dit_lora *all = NULL, *lo = NULL;
+    *out = NULL, *vec = NULL;
+    if (vf_st_open(path, &f, st)) {
+        st->code = VF_EBADINPUT;
+        return VF_EBADINPUT;
+    }
+    /* every linear a candidate, to name the file's keys */
+    vf_dit_lora_cfg c = {.rank = 1, .alpha = 1, .ntargets = 1};
+    snprintf(c.targets[0], sizeof c.targets[0], "*");
+    VF_TRY(vf_dit_lora_new(base, &c, &all, st));
+    int rank = 0;
+    double alpha = 0;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < vf_st_count(f); i++) {
+        const vf_st_tensor *t = vf_st_at(f, i);
+        int kind = 0, a = key_adapter(all, t->name, &kind);
+        if (a < 0)
+            VF_FAIL(st, VF_EBADINPUT, "%s: key %s names no linear of the model (a LoRA for another model)", path, t->name);
+        char mod[VF_DIT_NAME_MAX];
+        vf_dit_lora_module(all, a, mod, sizeof mod);
+        const char *k = strchr(mod + 7, '.') + 1; /* past "blocks.N." */
+        int per = 0;
+        while (per < c.ntargets && strcmp(c.targets[per], k)) per++;
+        if (per == c.ntargets && per < VF_LORA_MAX_TARGETS) snprintf(c.targets[c.ntargets++], VF_DIT_NAME_MAX, "%s", k);
+        if (kind == K_A && t->ndim == 2 && !rank) rank = (int)t->shape[0];
+        if (kind == K_ALPHA && !(alpha > 0)) {
+            float al = 0;
+            VF_TRY(vf_st_read_f32(f, t->name, &al, 1, st));
+            alpha = al;
+        }
+    }
+    if (rank < 1) VF_FAIL(st, VF_EBADINPUT, "%s: no lora_A / lora_down tensor: not a LoRA file", path);
+    c.rank = rank;
+    c.alpha = alpha > 0 ? alpha : rank;
+    VF_TRY(vf_dit_lora_new(base, &c, &lo, st));
+    *vec = vf_alloc(sizeof(float) * (size_t)(lo->l->total ? lo->l->total : 1), st);
+    if (!*vec) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", path);
+    VF_TRY(vf_dit_lora_file_read(path, lo, *vec, 0, lo->l->total, st));
+    *out = lo;
+    lo = NULL;
+fail:
+    if (rc) {
+        vf_free(*vec);
+        *vec = NULL;
+        if (st && st->code != VF_ENOMEM) st->code = rc = VF_EBADINPUT;
+    }
+    vf_dit_lora_free(all);
+    vf_dit_lora_free(lo);
+    vf_st_close(f);
+    return rc;
+}
+
+void vf_dit_lora_merge(const vf_dit_lora *lo, const vf_dit_layout *base, const float *vec, float *weights)
+{
+    for (int j = 0; j + 1 < lo->l->n; j += 2) {
+        const vf_dit_tensor *A = &lo->l->t[j], *B = &lo->l->t[j + 1], *W = &base->t[lo->base_of[j]];
+        const int64_t R = A->shape[0], I = A->shape[1], O = B->shape[0];
+        const float *a = vec + A->offset, *b = vec + B->offset;
+        float *w = weights + W->offset;
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t i = 0; i < I; i++) {
+                double d = 0;
+                for (int64_t k = 0; k < R; k++) d += (double)b[o * R + k] * (double)a[k * I + i];
+                w[o * I + i] = (float)((double)w[o * I + i] + (double)lo->scale * d);
+            }
+    }
+}
+
 int vf_dit_lora_file_read(const char *path, const vf_dit_lora *lo, float *dst, int64_t off,
                           int64_t n, vf_status *st)
 {

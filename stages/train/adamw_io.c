@@ -67,6 +67,9 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
         }
         vf_json_free(lora);
         VF_TRY(rc);
+        /* the frozen base the adapters belong to ("" = the seeded init): sampling a LoRA
+         * checkpoint rebuilds the model from it */
+        VF_TRY(put(o, "lora.base", vf_json_str(vf_param_str(p, "weights")), st));
     }
 
     const char *dj = vf_param_str(p, "data");

@@ -108,5 +108,5 @@ if a.lora_rank ~= nil then
   lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }
 end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
-          weights = a.weights, sample = sample, lora = lora, lora_init = a.lora_init }
+          lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
 return p

@@ -6,7 +6,9 @@
 #    adapted model starts as the base);
 #  - the checkpoint holds lora.safetensors (no model.safetensors): the targeted linears'
 #    lora_A (rank, in), lora_B (out, rank) and alpha, nothing else; B has moved off zero;
-#  - P ∈ {1, 2, 4} partitions × S ∈ {1, 3} shards give the same lora.safetensors bytes;
+#  - P ∈ {1, 2, 4} partitions × S ∈ {1, 3} shards, recompute, all stages in one process,
+#    give the same lora.safetensors bytes; so do D = 2 replicas for P = 1 S = 1 and P = 2
+#    S = 3 (other bytes than D = 1);
 #  - the optimizer files hold the adapters' moments only (numel = the adapters' count);
 #  - SIGKILL of a partition and of a shard mid-run, then --resume: the same bytes as the
 #    uninterrupted run;
@@ -27,19 +29,34 @@ LORA=(--set weights="$BASE" --set lora_rank=4 --set lora_alpha=8 --set lora_targ
       --set batch=4 --set lr=5e-3 --set steps=$STEPS)
 train full --set weights="$BASE" --set steps=1 --set every=0 --set batch=4 --set lr=5e-3 --set stages=2 \
   || fail "full fine-tune: $(tail -5 full.out)"
+# step 1's loss to all 17 digits (state.json of the step-1 checkpoints): the same double
+train lora1 "${LORA[@]}" --set steps=1 --set every=0 --set stages=2 || fail "LoRA step 1: $(tail -5 lora1.out)"
+l_full=$(grep -o '"loss": [^,]*' full/ckpt/step-1/state.json)
+l_lora=$(grep -o '"loss": [^,]*' lora1/ckpt/step-1/state.json)
+echo "step 1: full fine-tune $l_full, LoRA $l_lora"
+[ -n "$l_full" ] && [ "$l_full" = "$l_lora" ] || fail "step 1 loss with LoRA differs: $l_lora vs $l_full"
 
 ref=""
-for c in "1 1" "2 3" "4 1" "2 1"; do
+for c in "1 1" "2 3" "4 1" "2 1 recompute=true" "4 3 isolate=false"; do
   set -- $c
-  d=p$1s$2
-  train $d "${LORA[@]}" --set every=0 --set stages=$1 --set shards=$2 --set micro_batches=2 \
-    || fail "LoRA P=$1 S=$2: $(tail -5 $d.out)"
+  d=p$1s$2${3:+_${3%%=*}}
+  train $d "${LORA[@]}" --set every=0 --set stages=$1 --set shards=$2 --set micro_batches=2 ${3:+--set $3} \
+    || fail "LoRA P=$1 S=$2 ${3:-}: $(tail -5 $d.out)"
   [ ! -e $d/ckpt/step-$STEPS/model.safetensors ] || fail "$d: a LoRA checkpoint re-saved the base model"
   h=$(lora_md5 $d $STEPS)
-  echo "LoRA P=$1 S=$2: lora.safetensors $h"
+  echo "LoRA P=$1 S=$2 ${3:-}: lora.safetensors $h"
   [ -z "$ref" ] && ref=$h
-  [ "$h" = "$ref" ] || fail "LoRA P=$1 S=$2: adapters differ from P=1 S=1 ($h vs $ref)"
+  [ "$h" = "$ref" ] || fail "LoRA P=$1 S=$2 ${3:-}: adapters differ from P=1 S=1 ($h vs $ref)"
 done
+# D = 2 data-parallel replicas: the same bits for any P and S again
+for c in "1 1" "2 3"; do
+  set -- $c
+  train d2p$1s$2 "${LORA[@]}" --set every=0 --set replicas=2 --set stages=$1 --set shards=$2 --set micro_batches=2 \
+    || fail "LoRA D=2 P=$1 S=$2: $(tail -5 d2p$1s$2.out)"
+done
+[ "$(lora_md5 d2p1s1 $STEPS)" = "$(lora_md5 d2p2s3 $STEPS)" ] || fail "LoRA D=2: P=2 S=3 differs from P=1 S=1"
+[ "$(lora_md5 d2p1s1 $STEPS)" != "$ref" ] || fail "LoRA D=2 gave the D=1 adapters (replicas ignored?)"
+echo "LoRA D=2: P=1 S=1 and P=2 S=3 agree"
 
 "$PY" - full p2s3 $STEPS <<'EOF' || fail "LoRA checks"
 import json, struct, sys

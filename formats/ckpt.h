@@ -5,7 +5,8 @@
  * Layout (DESIGN §7) of a checkpoint dir D:
  *   D/step-N/            one complete checkpoint: model.safetensors (or, above the
  *                        writer's model_shard_bytes, model-0000k-of-0000N.safetensors and
- *                        model.safetensors.index.json: Hugging Face's sharded form),
+ *                        model.safetensors.index.json: Hugging Face's sharded form; a
+ *                        LoRA run's: lora.safetensors, the adapters alone),
  *                        optimizer-kk-of-SS.safetensors, state.json, and manifest.json,
  *                        written last, which lists every other file with its byte size
  *                        and CRC32C

@@ -102,7 +102,7 @@ if a.sample_prompts ~= nil and a.sample_prompts ~= "" then
   }
 end
 local lora
-if a.lora_rank ~= nil then
+if a.lora_rank ~= nil and a.lora_rank ~= 0 then
   local targets = {}
   for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
   lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }

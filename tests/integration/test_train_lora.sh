@@ -12,6 +12,7 @@
 #  - the optimizer files hold the adapters' moments only (numel = the adapters' count);
 #  - SIGKILL of a partition and of a shard mid-run, then --resume: the same bytes as the
 #    uninterrupted run;
+#  - a resume with another rank is refused (exit 2, naming lora.rank);
 #  - a target that matches no linear is exit 2 at check time, naming the pattern.
 # vflow-test: timeout=300
 set -u
@@ -132,6 +133,11 @@ for victim in dit_1 adamw_0; do
   echo "killed $victim (newest checkpoint ${from:-none}), resumed: $got"
   [ "$got" = "$want" ] || fail "$victim: resumed adapters $got differ from the uninterrupted $want"
 done
+
+# a resume with other adapters is refused, naming the setting
+train ref "${RES[@]}" --set lora_rank=8 --set steps=$((STEPS + 3)) --resume
+rc=$?
+[ $rc -eq 2 ] && grep -q "lora.rank" ref.out || fail "resume with another rank: exit $rc: $(tail -3 ref.out)"
 
 # a target that matches no linear: exit 2 before any worker starts, naming it
 "$VFLOW" check "$PIPE" --set cache="$CACHE" --set lora_rank=4 --set lora_targets="self_attn.q,nope.*" > bad.out 2>&1

@@ -16,6 +16,7 @@
 -- the shards only the adapters; checkpoints write lora.safetensors. lora_init: start the
 -- adapters from an existing LoRA file)
 --   p:train { ..., sample = { prompts = {"cat.safetensors"}, every = 1, device = "cpu", steps = 20 } }
+-- (a model trained on caption bytes takes sample = { captions = {"a red ball"}, ... } instead)
 -- (sample: optional, needs a checkpoint stage; the params of a `sample` stage, or one made
 -- with p:stage("sample", {...}): videos of the checkpoints in <run dir>/samples/step-N/)
 --
@@ -256,8 +257,10 @@ return function(vf)
         if smp.kind ~= "sample" then fail("p:train: sample must be a table of sample params or a sample stage") end
       elseif type(smp) ~= "table" or getmetatable(smp) ~= nil then
         fail("p:train: sample must be a table of sample params, e.g. { prompts = {\"cat.safetensors\"} }")
-      elseif type(smp.prompts) ~= "table" or #smp.prompts == 0 then
-        fail("p:train: sample.prompts must list text-embedding files (safetensors, one (L, text_dim) tensor each)")
+      elseif (type(smp.prompts) ~= "table" or #smp.prompts == 0) and
+             (type(smp.captions) ~= "table" or #smp.captions == 0) then
+        fail("p:train: sample.prompts must list text-embedding files (safetensors, one (L, text_dim) tensor each), " ..
+             "or sample.captions captions as text for a model trained on caption bytes")
       end
     end
     local steps = int_of(t.steps, "p:train: steps", 1, 1 << 40)

@@ -5,9 +5,10 @@
  *
  * Use: vf_dit_video_open (cheap: config, geometry and normalisation checks, so bad input
  * fails before anything heavy), vf_dit_video_load (the DiT weights on the device, the VAE
- * decoder), then per prompt vf_dit_video_prompt + vf_dit_video_render. Bad input (a size
- * the VAE or the patch does not divide, embeddings of another width, a checkpoint without
- * text embeddings, an unwritable output) is VF_EBADINPUT with a message naming it.
+ * decoder), then per prompt vf_dit_video_prompt (text embeddings) or vf_dit_video_caption
+ * (caption bytes) + vf_dit_video_render. Bad input (a size the VAE or the patch does not
+ * divide, embeddings of another width, a prompt of the kind the model does not take, an
+ * unwritable output) is VF_EBADINPUT with a message naming it.
  *
  * Ownership: a vf_dit_video owns its weights, buffers, backend allocations and decoder;
  * the option strings are borrowed and must outlive it.
@@ -51,7 +52,7 @@ void vf_dit_video_opts_default(vf_dit_video_opts *o);
 int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st);
 
 /* The DiT config a checkpoint was trained with (state.json's model.* over the tiny
- * preset); VF_EBADINPUT for a checkpoint that is not a DiT's or conditions on bytes. */
+ * preset); VF_EBADINPUT for a checkpoint that is not a DiT's. */
 int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st);
 
 typedef struct vf_dit_video vf_dit_video;
@@ -68,6 +69,11 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st);
  * messages ("--prompt-embeds", "prompt"). */
 int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, const char *neg,
                         const char *neg_what, vf_status *st);
+/* For a model that conditions on caption bytes (the tiny presets): the captions as text,
+ * tokenised as the latent reader does (the first text_len bytes, then pads); neg NULL or
+ * "" is the empty caption. VF_EBADINPUT for a model with text embeddings, and
+ * vf_dit_video_prompt's for a byte model. */
+int vf_dit_video_caption(vf_dit_video *v, const char *pos, const char *neg, vf_status *st);
 
 typedef struct vf_dit_video_out {
     const char *mp4;    /* the video (written as .part, renamed when complete) */

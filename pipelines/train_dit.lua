@@ -37,6 +37,8 @@
 --   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
 --   sample_prompts text-embedding files, comma-separated: a video of each per checkpoint
 --                  in <run dir>/samples/step-N/ (a model with text_dim)     (none)
+--   sample_captions captions as text, separated by '|', for a model trained on caption
+--                  bytes (no text_dim): a video of each per checkpoint       (none)
 --   sample_negative sample_frames sample_size (WxH) sample_steps sample_shift sample_guidance
 --   sample_seed sample_fps sample_every sample_device sample_cache   the sample stage's params
 local vf = require "vflow"
@@ -86,9 +88,11 @@ local ckpt = p:stage("checkpoint", {
   model_shard_bytes = a.model_shard_bytes,
 })
 local sample
-if a.sample_prompts ~= nil and a.sample_prompts ~= "" then
-  local prompts = {}
-  for f in tostring(a.sample_prompts):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+local function nonempty(v) return v ~= nil and v ~= "" end
+if nonempty(a.sample_prompts) or nonempty(a.sample_captions) then
+  local prompts, captions = {}, {}
+  for f in tostring(a.sample_prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+  for c in tostring(a.sample_captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
   local size
   if a.sample_size ~= nil then
     local w, h = tostring(a.sample_size):match("^(%d+)x(%d+)$")
@@ -96,7 +100,7 @@ if a.sample_prompts ~= nil and a.sample_prompts ~= "" then
     size = { tonumber(w), tonumber(h) }
   end
   sample = {
-    prompts = prompts, negative = a.sample_negative, frames = a.sample_frames, size = size,
+    prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = a.sample_negative, frames = a.sample_frames, size = size,
     steps = a.sample_steps, shift = a.sample_shift, guidance = a.sample_guidance, seed = a.sample_seed,
     fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
   }

@@ -23,6 +23,8 @@
  *   dit_tool sample CFG dims=B,T,H,W weights=PATH|params=P pos=E [pos_len=N] [neg=E]
  *                 [neg_len=N] [noise=X] [steps=50] [shift=5] [guidance=5] [seed=0] out=LAT
  *                 [noise_out=X]
+ *                 (pos/neg: embeddings f32 (B,text_len,text_dim) with text_emb=1, byte
+ *                 tokens i32 (B,text_len) with text_emb=0)
  *                 flow-matching Euler sampling with guidance (models/dit_sample.h): prints
  *                 "sigmas s0 … sN" and "ms <wall time>"; writes the final latent (f32); noise
  *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
@@ -400,7 +402,12 @@ int main(int argc, char **argv)
         if (vf_dit_sample_check(&sc, &c, &st)) die(&st);
         const char *ek[2] = {"pos", "neg"};
         float **ev[2] = {&pos, &neg};
-        for (int k = 0; k < 2; k++) {
+        int32_t *ptok = NULL, *ntok = NULL; /* byte tokens (B, text_len), text_emb=0 */
+        if (!c.text_emb) {
+            ptok = slurp(arg(argc, argv, "pos"), (size_t)d.B * c.text_len * 4);
+            if ((s = arg(argc, argv, "neg"))) ntok = slurp(s, (size_t)d.B * c.text_len * 4);
+        }
+        for (int k = 0; k < 2 && c.text_emb; k++) {
             int w = 0;
             if (k == 1 && !arg(argc, argv, "neg")) break;
             *ev[k] = slurp_emb(ek[k], arg(argc, argv, ek[k]), d.B, c.text_len, &w);
@@ -432,7 +439,9 @@ int main(int argc, char **argv)
         if (!w) die(&st);
         be->upload(be, w, params, l->total, be->act_dtype);
         double t0 = now_ms();
-        if (vf_dit_sample(be, l, w, &sc, &d, pos, pos_len, neg, neg_len, noise, lat, &st)) die(&st);
+        vf_dit_prompt pp = {.emb = pos, .tokens = ptok, .len = pos_len},
+                      np = {.emb = neg, .tokens = ntok, .len = neg_len};
+        if (vf_dit_sample(be, l, w, &sc, &d, &pp, neg || ntok ? &np : NULL, noise, lat, &st)) die(&st);
         double ms = now_ms() - t0;
         vf_dit_sample_sigmas(sc.steps, sc.shift, sig);
         printf("sigmas");
@@ -440,7 +449,7 @@ int main(int argc, char **argv)
         printf("\nms %.1f\n", ms);
         spit(out, lat, nlat * 4);
         be->free(be, w);
-        free(params), free(lat), free(sig), free(pos), free(neg), free(pos_len), free(neg_len),
+        free(params), free(lat), free(sig), free(pos), free(neg), free(ptok), free(ntok), free(pos_len), free(neg_len),
             free(noise);
     } else {
         fprintf(stderr, "dit_tool: unknown command %s\n", cmd);

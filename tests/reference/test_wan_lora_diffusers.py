@@ -10,10 +10,12 @@
 #    WanLoraLoaderMixin.lora_state_dict calls for diffusion_model.* keys) renames the file
 #    to WanTransformer3DModel's modules; diffusers 0.33.1's converter takes no .alpha keys,
 #    so the test applies the scale the file declares (alpha/rank) to B first, as loaders
-#    that read .alpha do; the adapters are merged into the model's weights (W += B·A, what
-#    load_lora_adapter + fuse_lora compute; peft does not run on this torch);
-#  - on a held sample the merged model's forward equals vflow's forward with the adapters
-#    running on the frozen base (dit_tool grad lora=), relative error <= 1e-5, and differs
+#    that read .alpha do; the adapters are applied to WanTransformer3DModel both merged into
+#    its weights (W += B·A, what load_lora_adapter + fuse_lora compute) and unfused, as
+#    forward hooks adding B·(A·x) to each linear's output (what peft's LoraLayer computes;
+#    peft itself does not run on this torch);
+#  - on a held sample both forwards equal vflow's forward with the adapters running on
+#    the frozen base (dit_tool grad lora=), relative error <= 1e-5, and differ
 #    from the base model's (the adapters are not zero);
 #  - the same adapters as lora_down/lora_up keys and as kohya lora_unet_* keys (another
 #    alpha, B rescaled to the same delta) read into the same adapter vector bit for bit;
@@ -166,6 +168,18 @@ def main():
     ts = np.array([0.375, 0.6875], np.float32)
     ref = fwd(model, xt, ts, emb).ravel()
     ref0 = fwd(base, xt, ts, emb).ravel()
+    # unfused, as peft's LoraLayer runs an adapter: base_layer(x) + lora_B(lora_A(x))
+    hooked = WanTransformer3DModel.from_config(CONFIG)
+    hooked.load_state_dict(base.state_dict(), strict=True)
+    hooked.eval()
+    hooks = []
+    for k in conv:
+        if k.endswith(".lora_A.weight"):
+            A, B = conv[k], conv[k.replace(".lora_A.", ".lora_B.")]
+            mod = hooked.get_submodule(k[len("transformer."):-len(".lora_A.weight")])
+            hooks.append(mod.register_forward_hook(lambda m, i, o, A=A, B=B: o + (i[0] @ A.t()) @ B.t()))
+    ref_unfused = fwd(hooked, xt, ts, emb).ravel()
+    check(len(hooks) == DEPTH * len(MODS), "hooked %d linears" % len(hooks))
     for name, arr in (("xt", xt), ("target", target), ("t", ts), ("emb", emb), ("len", lens)):
         np.ascontiguousarray(arr).tofile(f(name + ".bin"))
     r = sh([DIT_TOOL, "grad"] + CFG + ["dims=2,1,8,8", "weights=" + f("wan_dir"), "xt=" + f("xt.bin"),
@@ -175,11 +189,13 @@ def main():
     if check(r.returncode == 0, "dit_tool grad lora=: " + r.stderr):
         pred = np.fromfile(f("pred.bin"), dtype=np.float32)
         e = float(np.abs(pred - ref).max() / np.abs(ref).max())
+        eu = float(np.abs(pred - ref_unfused).max() / np.abs(ref_unfused).max())
         e0 = float(np.abs(pred - ref0).max() / np.abs(ref0).max())
         check(e <= TOL, "forward with the adapters: relative error %.3g > %g" % (e, TOL))
+        check(eu <= TOL, "forward with the adapters unfused: relative error %.3g > %g" % (eu, TOL))
         check(e0 > 100 * TOL, "the adapted forward is the base model's (rel %.3g)" % e0)
-        print("adapted forward vs diffusers (converted + merged): rel err %.2e; vs the base model %.2e; max |B| %.3g"
-              % (e, e0, bmax))
+        print("adapted forward vs diffusers (converted + merged): rel err %.2e, unfused %.2e; vs the base model "
+              "%.2e; max |B| %.3g" % (e, eu, e0, bmax))
 
     # the other namings load to the same adapter vector
     down = {}

@@ -5,15 +5,19 @@
  *                [--frames 17] [--size 256x256] [--steps 30] [--shift 3] [--guidance 5]
  *                [--seed 0] [--fps 16] [--device cpu|cuda:N] [--chunk 1] [--png F]
  *                [--vae PATH] [--vae-preset tiny|wan] [--vae-seed N] [--cache LMDB]
- *                [--latent-out F] [--frames-out F]
+ *                [--latent-out F] [--frames-out F] [--weights F] [--lora F]
  *
  * CKPT is a checkpoint step dir or a checkpoint dir (its newest complete step). The DiT's
  * config comes from the checkpoint's state.json, its weights from model.safetensors (or
- * the sharded index). The prompt embeddings are what a manifest's text_emb column names:
- * a safetensors file holding one (L, text_dim) tensor (tools/encode_captions.py writes
- * them). A model trained on caption bytes (the tiny presets, no text encoder) takes the
- * caption itself (--prompt), tokenised as the latent reader does. Sampling is flow-matching Euler with shift and classifier-free guidance
- * (models/dit_sample.h); the latent is de-normalised and decoded by the causal VAE
+ * the sharded index), or from --weights. A LoRA run's checkpoint (lora.safetensors) is
+ * sampled as its base (--weights, else the run's base weights or seeded init) with the
+ * adapter merged in, W += alpha/rank · B·A; --lora F merges another adapter file (any
+ * naming models/dit_lora.h reads) into whatever weights are used. The prompt embeddings
+ * are what a manifest's text_emb column names: a safetensors file holding one (L,
+ * text_dim) tensor (tools/encode_captions.py writes them). A model trained on caption
+ * bytes (the tiny presets, no text encoder) takes the caption itself (--prompt),
+ * tokenised as the latent reader does. Sampling is flow-matching Euler with shift and
+ * classifier-free guidance (models/dit_sample.h); the latent is de-normalised and decoded by the causal VAE
  * decoder chunk by chunk (models/vae.h) and written by formats/video_write.h; all of it
  * through models/dit_video.h, which the `sample` stage shares.
  *
@@ -39,6 +43,7 @@
 
 typedef struct sample_args {
     const char *ckpt, *pos, *neg, *caption, *neg_caption, *out, *png, *vae, *vae_preset, *cache, *device, *lat_out, *frames_out;
+    const char *weights, *lora;
     int frames, width, height, steps, chunk;
     double shift, guidance, fps;
     uint64_t seed, vae_seed;
@@ -49,7 +54,8 @@ static const char USAGE[] =
     "         --out x.mp4 [--frames 17]\n"
     "         [--size WxH] [--steps 30] [--shift 3] [--guidance 5] [--seed 0] [--fps 16]\n"
     "         [--device cpu] [--chunk 1] [--png F] [--vae PATH] [--vae-preset tiny|wan]\n"
-    "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n";
+    "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n"
+    "         [--weights F] [--lora F]\n";
 
 static int bad(const char *fmt, const char *a, const char *b)
 {
@@ -100,6 +106,8 @@ static int parse(int argc, char **argv, sample_args *a)
         else if (!strcmp(flag, "--out")) a->out = v;
         else if (!strcmp(flag, "--png")) a->png = v;
         else if (!strcmp(flag, "--vae")) a->vae = v;
+        else if (!strcmp(flag, "--weights")) a->weights = v;
+        else if (!strcmp(flag, "--lora")) a->lora = v;
         else if (!strcmp(flag, "--vae-preset")) a->vae_preset = v;
         else if (!strcmp(flag, "--cache")) a->cache = v;
         else if (!strcmp(flag, "--device")) a->device = v;
@@ -169,6 +177,7 @@ int vf_cli_sample(int argc, char **argv)
     o.frames = a.frames, o.width = a.width, o.height = a.height, o.steps = a.steps, o.chunk = a.chunk;
     o.shift = a.shift, o.guidance = a.guidance, o.fps = a.fps, o.seed = a.seed, o.vae_seed = a.vae_seed;
     o.vae = a.vae, o.vae_preset = a.vae_preset, o.cache = a.cache, o.device = a.device;
+    o.weights = a.weights, o.lora = a.lora;
 
     VF_TRY(vf_dit_video_find_ckpt(a.ckpt, &ck, &st));
     VF_TRY(vf_dit_video_open(&ck, &o, &v, &st));

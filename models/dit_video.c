@@ -13,6 +13,7 @@
 #include "formats/text_emb.h"
 #include "formats/video_write.h"
 #include "kernels/ops.h"
+#include "models/dit_lora.h"
 #include "models/dit_sample.h"
 #include "models/dit_weights.h"
 #include "runtime/json.h"
@@ -242,16 +243,52 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
 {
     int rc = 0;
     vf_dit_wsrc *ws = NULL;
-    float *host_w = NULL;
-    char model[PATH_MAX + 64];
+    vf_dit_lora *lo = NULL;
+    float *host_w = NULL, *lvec = NULL;
+    vf_ckpt ck = {0};
+    char model[PATH_MAX + 64], lora[PATH_MAX + 64];
     struct stat sb;
     const vf_dit_layout *l = v->l;
-    snprintf(model, sizeof model, "%s/model.safetensors", v->ckpt);
-    if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/model.safetensors.index.json", v->ckpt);
-    VF_TRY(vf_dit_wsrc_open(model, &ws, st));
-    VF_TRY(vf_dit_wsrc_check(ws, l, st));
+    /* the model: --weights, the checkpoint's, or a LoRA checkpoint's base */
+    const char *base = v->o.weights && v->o.weights[0] ? v->o.weights : NULL;
+    snprintf(lora, sizeof lora, "%s/%s", v->ckpt, VF_CKPT_LORA);
+    bool lora_ckpt = stat(lora, &sb) == 0;
+    uint64_t seed = 0;
+    if (!base) {
+        snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL);
+        if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL_INDEX);
+        if (stat(model, &sb) == 0) {
+            base = model;
+        } else if (lora_ckpt) {
+            VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
+            const vf_json *cfg = vf_json_get(ck.state, "config");
+            const char *b = vf_json_get_str(cfg, "lora.base", "");
+            snprintf(model, sizeof model, "%s", b);
+            base = b[0] ? model : NULL;
+            seed = (uint64_t)vf_json_get_int(cfg, "train.seed", 0);
+        } else {
+            VF_FAIL(st, VF_EBADINPUT, "%s: neither %s, %s nor %s", v->ckpt, VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX,
+                    VF_CKPT_LORA);
+        }
+    }
     if (!(host_w = malloc(sizeof(float) * (size_t)l->total))) VF_FAIL(st, VF_ENOMEM, "out of memory");
-    VF_TRY(vf_dit_wsrc_read(ws, l, host_w, 0, l->total, st));
+    if (base) {
+        VF_TRY(vf_dit_wsrc_open(base, &ws, st));
+        VF_TRY(vf_dit_wsrc_check(ws, l, st));
+        VF_TRY(vf_dit_wsrc_read(ws, l, host_w, 0, l->total, st));
+    } else {
+        vf_dit_init(l, seed, 0, l->total, host_w); /* a LoRA run on the seeded init */
+    }
+    /* the adapter: --lora, else a LoRA checkpoint's own (on whichever base) */
+    const char *lpath = v->o.lora && v->o.lora[0] ? v->o.lora : lora_ckpt ? lora : NULL;
+    if (lpath) {
+        if (vf_dit_lora_from_file(l, lpath, &lo, &lvec, st)) {
+            vf_status_prefix(st, "%slora", pf(v));
+            rc = VF_EBADINPUT;
+            goto fail;
+        }
+        vf_dit_lora_merge(lo, l, lvec, host_w);
+    }
     vf_device dev;
     if (vf_device_parse(v->o.device, &dev, st)) {
         st->code = VF_EBADINPUT;
@@ -279,6 +316,9 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
         VF_FAIL(st, VF_ENOMEM, "out of memory");
 fail:
     free(host_w);
+    vf_free(lvec);
+    vf_dit_lora_free(lo);
+    vf_ckpt_fini(&ck);
     vf_dit_wsrc_close(ws);
     return rc;
 }

@@ -36,6 +36,11 @@ typedef struct vf_dit_video_opts {
     const char *vae_preset;    /* "tiny" | "wan", NULL = by the model's latent channels (16: wan) */
     const char *cache;         /* LMDB cache whose recorded latent normalisation applies, or NULL */
     const char *device;        /* "cpu" | "cuda:N" */
+    const char *weights;       /* DiT weights instead of the checkpoint's model (a LoRA
+                                  checkpoint's base otherwise: its config's lora.base, or
+                                  the seeded init of train.seed), or NULL */
+    const char *lora;          /* a LoRA file merged into the weights (instead of a LoRA
+                                  checkpoint's own lora.safetensors), or NULL */
     const char *flag_prefix;   /* how messages name the options: "--" (CLI) or "" (stage params) */
 } vf_dit_video_opts;
 
@@ -55,8 +60,9 @@ typedef struct vf_dit_video vf_dit_video;
 /* The config, the clip's latent geometry and the latents' normalisation (cache, else the
  * VAE directory's config, else the preset's scalar affine). Nothing heavy. */
 int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_video **out, vf_status *st);
-/* The DiT weights onto the device (read tensor by tensor through a host f32 copy) and
- * the VAE decoder. */
+/* The DiT weights onto the device (read tensor by tensor through a host f32 copy), with
+ * a LoRA adapter merged in (W += alpha/rank · B·A) when the checkpoint is a LoRA run's or
+ * o.lora names one, and the VAE decoder. */
 int vf_dit_video_load(vf_dit_video *v, vf_status *st);
 /* The prompt's embeddings (a safetensors file of one (L, text_dim) tensor) and the
  * negative one's (NULL: the empty caption when guidance > 1). `what` names the input in

@@ -27,6 +27,11 @@
 --   seed           data order, init, noise and timesteps                   (0)
 --   weights        start from these DiT weights: a .safetensors file, a sharded
 --                  *.safetensors.index.json or a diffusers directory       (seeded init)
+--   lora_rank      train LoRA adapters of this rank on the frozen model (`weights` or
+--                  the seeded init) instead of every weight                (off)
+--   lora_alpha lora_targets   their alpha (rank) and target patterns, comma-separated
+--                  (self_attn.*,cross_attn.*,ffn.*)
+--   lora_init      start the adapters from this LoRA file                  (A random, B zero)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 --   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
@@ -100,6 +105,12 @@ if nonempty(a.sample_prompts) or nonempty(a.sample_captions) then
     fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
   }
 end
+local lora
+if a.lora_rank ~= nil and a.lora_rank ~= 0 then
+  local targets = {}
+  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
+  lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }
+end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
-          weights = a.weights, sample = sample }
+          lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
 return p

@@ -29,10 +29,15 @@ struct vf_video_writer {
     AVFrame *frame;
     AVPacket *pkt;
     struct SwsContext *sws;
+    uint8_t *rgb;  /* the frame being converted, with RGB_PAD zero bytes after it */
     int width, height;
     int64_t next_pts;
     int header_written;
 };
+
+/* swscale's SIMD RGB readers load 16 bytes at a time and run past the end of the last
+ * row; reading the caller's neighbouring memory made the encoded video depend on it. */
+#define RGB_PAD 64
 
 static const char *av_msg(int err, char *buf, size_t n)
 {
@@ -142,6 +147,8 @@ int vf_video_open(const vf_video_opts *o, vf_video_writer **out, vf_status *st)
     w->sws = sws_getContext(o->width, o->height, AV_PIX_FMT_RGB24, o->width, o->height, AV_PIX_FMT_YUV420P,
                             SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
     if (!w->sws) VF_FAIL(st, VF_EEXTERNAL, "%s: cannot set up RGB -> yuv420p conversion", o->path);
+    if (!(w->rgb = calloc((size_t)o->width * (size_t)o->height * 3 + RGB_PAD, 1)))
+        VF_FAIL(st, VF_ENOMEM, "video: out of memory");
     *out = w;
     return 0;
 fail:
@@ -155,7 +162,8 @@ int vf_video_add(vf_video_writer *w, const uint8_t *rgb, vf_status *st)
     char eb[128];
     int r = av_frame_make_writable(w->frame);
     if (r < 0) VF_FAIL(st, VF_ENOMEM, "video: out of memory");
-    const uint8_t *src[1] = {rgb};
+    memcpy(w->rgb, rgb, (size_t)w->width * (size_t)w->height * 3);
+    const uint8_t *src[1] = {w->rgb};
     const int stride[1] = {3 * w->width};
     sws_scale(w->sws, src, stride, 0, w->height, w->frame->data, w->frame->linesize);
     w->frame->pts = w->next_pts++;
@@ -200,6 +208,7 @@ void vf_video_free(vf_video_writer *w)
     av_frame_free(&w->frame);
     av_packet_free(&w->pkt);
     sws_freeContext(w->sws);
+    free(w->rgb);
     free(w->path);
     free(w->part);
     free(w);

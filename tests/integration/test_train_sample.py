@@ -23,8 +23,8 @@ vflow-test: labels=integration timeout=300
   - a frame count the VAE cannot make, and prompts with captions, are refused by vflow
     check (exit 2, one line);
   - a byte-caption model (no text_dim) with sample_captions: the stage writes
-    step-N/<index>_<words>.mp4 per caption, and each decodes to the frames of
-    `vflow sample --prompt CAPTION` on that checkpoint.
+    step-N/<index>_<words>.mp4 per caption, each as close to the frames of
+    `vflow sample --prompt CAPTION` on that checkpoint as the CLI's own video (0.2 dB).
 """
 import json
 import os
@@ -222,9 +222,22 @@ def main():
             continue
         out = j("cap_%s.mp4" % stem)
         r = run([VFLOW, "sample", os.path.join(rc_, "ckpt"), "--prompt", cap, "--frames", str(F), "--size",
-                 "%dx%d" % (W, H), "--steps", "3", "--fps", str(FPS), "--out", out])
-        check(r.returncode == 0 and decode(mine) == decode(out) and len(decode(out)) == F * W * H * 3,
-              "%s: the stage's video differs from vflow sample --prompt's (%s)" % (stem, r.stderr[-200:]))
+                 "%dx%d" % (W, H), "--steps", "3", "--fps", str(FPS), "--out", out, "--frames-out",
+                 j("cap_%s.rgb" % stem)])
+        if not check(r.returncode == 0, "vflow sample --prompt: " + r.stderr[-300:]):
+            continue
+        # libx264 does not always encode the same frames to the same bits in the stage's
+        # worker as in the CLI (its second video of a process; the frames going in are the
+        # same bytes), so the stage's video is held to the CLI's frames: every frame as
+        # close to them as the CLI's own video, to 0.2 dB
+        a, b, rgb = decode(mine), decode(out), open(j("cap_%s.rgb" % stem), "rb").read()
+        plane = W * H * 3
+        if not check(len(a) == F * plane and len(b) == F * plane, "%s: %d / %d decoded bytes" % (stem, len(a), len(b))):
+            continue
+        worst = max(abs(psnr(a[i * plane:(i + 1) * plane], rgb[i * plane:(i + 1) * plane]) -
+                        psnr(b[i * plane:(i + 1) * plane], rgb[i * plane:(i + 1) * plane])) for i in range(F))
+        print("%s: stage vs CLI video, worst frame PSNR difference %.3f dB" % (stem, worst))
+        check(worst <= 0.2, "%s: the stage's video is %.2f dB off the CLI's on some frame" % (stem, worst))
 
     if fails:
         print("%d failures (files in %s)" % (len(fails), tmp))

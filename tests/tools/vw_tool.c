@@ -1,14 +1,15 @@
 /* vw_tool.c — writes a video and a PNG strip through formats/video_write.h, for the
  * tests that check them with ffprobe/ffmpeg.
  *
- *   vw_tool OUT W H T FPS [codec=NAME] [raw=FILE] [png=FILE] [nan=1]
+ *   vw_tool OUT W H T FPS [codec=NAME] [raw=FILE] [png=FILE] [nan=1] [before=FILE]
  *
  * The clip is float samples (3, T, H, W) in [-1, 1] as a VAE decoder gives them: a
  * moving luminance texture under a smooth colour cast, plus one sharp bright square, so
  * a lossy codec has both flat and edged content. raw= receives the RGB24 frames as written (T
  * frames of H·W·3 bytes); png= the strip of up to 4 frames side by side. nan=1 puts NaN
  * and out-of-range samples in frame 0 (they must come out clamped). Exit 0 ok, 2 bad
- * input (one line naming the file), 1 other failures.
+ * input (one line naming the file), 1 other failures. before= first writes another video
+ * (the same frames in reverse order) to FILE in the same process.
  */
 #include "formats/video_write.h"
 
@@ -59,9 +60,23 @@ int main(int argc, char **argv)
         x[0] = NAN, x[plane] = 7.0f, x[2 * plane] = -3.0f;
     }
     vf_status st = {0};
-    vf_video_opts o = {argv[1], W, H, fps, arg(argc, argv, "codec")};
     vf_video_writer *w = NULL;
-    int rc = vf_video_open(&o, &w, &st);
+    int rc = 0;
+    if (arg(argc, argv, "before")) { /* another clip (the frames reversed) first, in this process */
+        vf_video_opts ob = {arg(argc, argv, "before"), W, H, fps, arg(argc, argv, "codec")};
+        rc = vf_video_open(&ob, &w, &st);
+        for (int t = T - 1; !rc && t >= 0; t--) {
+            vf_video_rgb_from_float(x, T, H, W, t, rgb);
+            rc = vf_video_add(w, rgb, &st);
+        }
+        if (!rc) rc = vf_video_close(w, &st);
+        w = NULL;
+        char pb[4096];
+        snprintf(pb, sizeof pb, "%s.png", arg(argc, argv, "before"));
+        if (!rc) rc = vf_png_write(pb, rgb, W, H, &st); /* as the sample stage writes a strip after a video */
+    }
+    vf_video_opts o = {argv[1], W, H, fps, arg(argc, argv, "codec")};
+    if (!rc) rc = vf_video_open(&o, &w, &st);
     for (int t = 0; !rc && t < T; t++) {
         uint8_t *f = rgb + (size_t)t * H * W * 3;
         vf_video_rgb_from_float(x, T, H, W, t, f);

@@ -98,6 +98,32 @@ VF_TEST(chunked_equals_whole_bit_for_bit)
 
 /* Changing the last latent frame must not change the frames before its 4: the decoder
  * is causal. */
+/* A decoder that decoded one clip decodes the next as a fresh one would: nothing of the
+ * first clip (causal caches, temporal-resample state, buffer contents) reaches it. */
+VF_TEST(reused_decoder_equals_fresh)
+{
+    vf_vae *m = tiny_decoder(7);
+    const int64_t Tl = 3;
+    float *za = make_latent(1, vf_vae_cfg(m)->z_dim, Tl, 11), *zb = make_latent(1, vf_vae_cfg(m)->z_dim, Tl, 12);
+    float *fresh = NULL;
+    decode(m, 1, Tl, 1, zb, &fresh);
+    int64_t n = frames_numel(m, 1, Tl);
+    float *xa = calloc((size_t)n, sizeof(float)), *xb = calloc((size_t)n, sizeof(float));
+    vf_status st = {0};
+    vf_vae_dec *d = NULL;
+    VF_CHECK(vf_vae_dec_new(m, 1, 1, h_, w_, &d, &st) == 0);
+    VF_CHECK(vf_vae_decode_f32(d, 1, Tl, za, xa, &st) >= 0);
+    VF_CHECK(vf_vae_decode_f32(d, 1, Tl, zb, xb, &st) >= 0);
+    int64_t first = -1;
+    for (int64_t i = 0; i < n && first < 0; i++)
+        if (memcmp(&xb[i], &fresh[i], sizeof(float)) != 0) first = i;
+    VF_CHECK_MSG(first < 0, "second clip differs from a fresh decoder's at element %" PRId64 " of %" PRId64, first,
+                 n);
+    vf_vae_dec_free(d);
+    free(za), free(zb), free(fresh), free(xa), free(xb);
+    vf_vae_free(m);
+}
+
 VF_TEST(causal)
 {
     vf_vae *m = tiny_decoder(3);

@@ -8,7 +8,7 @@
  * precompute redoes only what was never committed. Records are committed `commit_every`
  * at a time in one durable write txn, together with the updated "__meta__" summary
  * (entries, bytes, latent shapes, VAE hashes, the per-channel normalisation of each
- * VAE's latents), so the summary stays exact whatever
+ * VAE's latents, the entries of each bucket), so the summary stays exact whatever
  * moment the writer is killed at. The map grows by doubling when full (lmdb_store.c).
  *
  * An item that carries "text_emb" bf16 (L, D) (its caption's text embedding) has it
@@ -48,6 +48,8 @@ typedef struct pending {
     char shape[SHAPE_MAX];
     char vae[VAE_MAX];
     char tkey[VF_CACHE_TEXT_KEY_LEN + 1]; /* text records: their key */
+    char bucket[VF_CACHE_BUCKET_MAX];     /* entries of a bucket: its name; "" = none */
+    int64_t bucket_batch;
     int64_t L, D;      /* text records: their shape */
     int64_t bytes;
 } pending;
@@ -140,6 +142,10 @@ static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batc
         }
         rc = vf_cache_meta_count(meta, pd->shape, pd->vae, pd->bytes, st);
         if (rc == 0 && pd->has_text) rc = vf_cache_meta_count_text_entry(meta, st);
+        if (rc == 0 && pd->bucket[0]) {
+            rc = vf_cache_meta_count_bucket(meta, pd->bucket, pd->bucket_batch, pd->shape, st);
+            if (rc) vf_status_prefix(st, "%s", vf_lmdb_path(db));
+        }
         w->last_entries++;
     }
     for (int i = 0; i < w->nnorms && rc == 0; i++) rc = vf_cache_meta_note_norm(meta, w->norm_vae[i], w->norm_text[i], st);
@@ -233,7 +239,10 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     char key[VF_CACHE_KEY_LEN + 1];
     *skipped = false;
     char th[VF_CACHE_KEY_LEN + 1];
+    char bucket[VF_CACHE_BUCKET_MAX];
+    int64_t bucket_batch;
     VF_TRY(vf_cache_check_item(it, st));
+    VF_TRY(vf_cache_item_bucket(it, bucket, &bucket_batch, st));
     vf_cache_item_text_hash(it, th); /* once: it reads the whole embedding */
     VF_TRY(vf_cache_key_of_item_text(it, w->keying, th, key, st));
     bool exists = false;
@@ -249,8 +258,9 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     size_t need = vf_item_encoded_size(it), len = 0;
     void *dst;
     int i = vf_lmdb_batch_count(w->batch);
-    if (vf_lmdb_batch_capacity(w->batch) == 0) /* records of a cache are alike in size */
-        VF_TRY(vf_lmdb_batch_presize(w->batch, (size_t)w->commit_every * (need + VF_CACHE_KEY_LEN + 64), st));
+    /* records of one geometry are alike in size; with buckets the arena grows to
+     * commit_every of the largest record seen, never past the port's bound */
+    VF_TRY(vf_lmdb_batch_presize(w->batch, (size_t)w->commit_every * (need + VF_CACHE_KEY_LEN + 64), st));
     VF_TRY(vf_lmdb_batch_reserve(w->batch, key, VF_CACHE_KEY_LEN, need, &dst, st));
     rc = vf_item_encode(it, dst, need, &len, st);
     if (rc == 0 && len != need)
@@ -268,6 +278,8 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     snprintf(w->pend[i].vae, VAE_MAX, "%s", vae ? vae : "none");
     w->pend[i].bytes = (int64_t)len;
     w->pend[i].has_text = has_text;
+    snprintf(w->pend[i].bucket, sizeof w->pend[i].bucket, "%s", bucket);
+    w->pend[i].bucket_batch = bucket_batch;
     w->npend_entries++;
     if (w->npend_entries >= w->commit_every) VF_TRY(vf_latent_writer_flush(w, st));
 fail:

@@ -56,7 +56,12 @@ local vae = p:stage("vae_encode", {
   device = a.device or "cpu",
   skip_cached = cache_path,
 })
-local cache = p:stage("latent_cache", { path = cache_path })
+-- the cache warns about a bucket no video reached ("<W>x<H>x<F>")
+local names = {}
+for _, b in ipairs(buckets) do
+  for _, f in ipairs(b.frames) do names[#names + 1] = string.format("%dx%dx%d", b.w, b.h, f) end
+end
+local cache = p:stage("latent_cache", { path = cache_path, buckets = names })
 
 p:connect(clips, vae, { capacity = 4 })
 p:connect(vae, cache, { capacity = 8 })

@@ -17,6 +17,9 @@
  * share one record. A text record already in the cache or queued in the same batch is
  * not written again; all embeddings of a cache must have one width.
  *
+ * With `buckets` (the names the decoder declares) a bucket that has no entry in the
+ * cache at the end of the run gets a warning line naming it.
+ *
  * Runs in a worker of its own (VF_STAGE_OWN_WORKER): the LMDB writer, and map growth
  * needs no other txn open in the process. Declared memory: the commit buffer, sized at
  * the first record to commit_every records (a cache's records are alike in size, so it
@@ -36,6 +39,9 @@ static const vf_param_spec cache_params[] = {
     {"key", VF_P_STR, "\"provenance\"", VF_ANY,
      "entry keys: provenance = hash(source, clip, transform, vae); id = hash(item id)",
      "provenance|id", NULL},
+    {"buckets", VF_P_LIST_STR, "null", VF_ANY,
+     "bucket names \"<W>x<H>x<F>\" the decoder declares: one with no entry in the cache at the end gets a warning",
+     NULL, NULL},
     {0},
 };
 
@@ -369,6 +375,20 @@ static void report(vf_ctx *ctx, vf_latent_writer *w)
     vf_metric(ctx, "skipped", (double)x.skipped);
 }
 
+/* A declared bucket that no video reached is known only once every clip is in: one
+ * warning line each, so a training run that declares it can be fixed before launch. */
+static void warn_empty_buckets(vf_stage *s, vf_ctx *ctx, const vf_json *meta)
+{
+    const vf_params *p = vf_stage_params(s);
+    const vf_json *have = meta ? vf_json_get(meta, "buckets") : NULL;
+    for (int i = 0; i < vf_param_len(p, "buckets"); i++) {
+        const char *b = vf_param_str_at(p, "buckets", i);
+        if (vf_json_get_int(vf_json_get(have, b), "entries", 0) > 0) continue;
+        vf_log(ctx, VF_LOG_WARN, "bucket %s: no samples in %s (no video's aspect ratio and length led there); "
+               "leave it out of the training run's buckets", b, vf_param_str(p, "path"));
+    }
+}
+
 static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
 {
     vf_latent_writer *w = vf_stage_state(s);
@@ -413,6 +433,7 @@ static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         entries = entries > (size_t)texts ? entries - (size_t)texts : 0;
     }
     if (rt) mdb_txn_abort(rt);
+    warn_empty_buckets(s, ctx, meta);
     vf_json_free(meta);
     char row[320];
     snprintf(row, sizeof row,

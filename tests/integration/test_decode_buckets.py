@@ -16,6 +16,7 @@
 #  - "__meta__" buckets == the counts computed here == the decode stages' metrics rows;
 #    `vflow cache stat` prints them, `vflow cache verify` is clean;
 #  - a rerun encodes and writes nothing (the skip key includes the bucket);
+#  - each declared bucket that no video reached gets one warning line naming it;
 #  - bad buckets exit 2 at check time naming the bucket (size not a multiple of 16, a
 #    length not 1 + 4k, a batch of 0, lengths and batches of different counts).
 # vflow-test: labels=decode,precompute timeout=600
@@ -215,6 +216,14 @@ def body(tmp):
     check(rc == 0, "precompute_buckets exit %d, want 0:\n%s" % (rc, out[-3000:]))
     if rc != 0:
         return 1
+
+    # ---- a declared bucket no video reached: one warning line each, none for the others
+    import re
+    log = open(os.path.join(rd, "run.log")).read()
+    warned = sorted(re.findall(r"bucket (\d+x\d+x\d+): no samples", log))
+    empty = sorted("%dx%dx%d" % (w, h, f) for w, h in BUCKETS for f in LENGTHS
+                   if "%dx%dx%d" % (w, h, f) not in want_meta)
+    check(empty and warned == empty, "warned about %s, want %s" % (warned, empty))
 
     # ---- quarantine: exactly the dropped file, with its bucket
     q = [json.loads(l) for l in open(os.path.join(rd, "quarantine.jsonl"))]

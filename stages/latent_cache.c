@@ -40,7 +40,7 @@ static const vf_param_spec cache_params[] = {
      "entry keys: provenance = hash(source, clip, transform, vae); id = hash(item id)",
      "provenance|id", NULL},
     {"buckets", VF_P_LIST_STR, "null", VF_ANY,
-     "bucket names \"<W>x<H>x<F>\" the decoder declares: one with no entry in the cache at the end gets a warning",
+     "bucket names WxHxF (256x144x17) the decoder declares: one with no entry in the cache at the end gets a warning",
      NULL, NULL},
     {0},
 };

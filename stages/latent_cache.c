@@ -381,6 +381,7 @@ static void warn_empty_buckets(vf_stage *s, vf_ctx *ctx, const vf_json *meta)
 {
     const vf_params *p = vf_stage_params(s);
     const vf_json *have = meta ? vf_json_get(meta, "buckets") : NULL;
+    if (vf_stopping(ctx) || vf_aborting(ctx)) return; /* a cut run saw only part of the videos */
     for (int i = 0; i < vf_param_len(p, "buckets"); i++) {
         const char *b = vf_param_str_at(p, "buckets", i);
         if (vf_json_get_int(vf_json_get(have, b), "entries", 0) > 0) continue;

@@ -21,7 +21,8 @@
  * "bucket" = "<W>x<H>x<F>" and "bucket_batch", and `frames` and `size` are not used. A
  * file too short for the bucket's shortest length is dropped: the reason goes to
  * quarantine.jsonl, metric dropped_short counts it, and it does not count against
- * max_bad_fraction (a mixed dataset's short videos are expected to fall out). The clips
+ * max_bad_fraction (a mixed dataset's short videos are expected to fall out); a file
+ * that gives no clip for another reason is a bad file as without buckets. The clips
  * of each bucket length are counted (metric row "buckets" and the closing log line).
  *
  * Text embeddings: with text_dim > 0 every manifest row names a safetensors file in
@@ -432,7 +433,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         const vf_bucket *b = &d->bk.b[g.bucket];
         g.W = b->w, g.H = b->h;
         rc = vf_bucket_plan(times, info->nframes, info->duration_s, b, &co, &plan, &g.len, &fst);
-        if (rc == VF_EBADINPUT) {
+        if (rc == VF_EBADINPUT && !strncmp(fst.msg, "too short", 9)) { /* other reasons: a bad file */
             int shortest = b->frames[0];
             for (int i = 1; i < b->nlens; i++) if (b->frames[i] < shortest) shortest = b->frames[i];
             snprintf(why, whyn, "dropped: bucket %dx%d (aspect %.4g for the file's %.4g): %.1200s (shortest length %d)",

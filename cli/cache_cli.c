@@ -3,7 +3,8 @@
  *
  *   stat PATH            entries, record bytes, map size and file size, latent shapes
  *                        and VAE hashes (from the "__meta__" summary), text embedding
- *                        records (count, width, longest), reader slots
+ *                        records (count, width, longest), the entries, batch and
+ *                        latent shape of each bucket, reader slots
  *   ls PATH [--limit N]  one line per entry: key, item id, latent shape, caption (and,
  *                        in a cache with text embeddings, a fifth column "L tokens text:<hash>")
  *   verify PATH          decodes every record (codec magic, version, lengths, CRC32C,
@@ -45,6 +46,18 @@ static void print_hist(const char *title, const vf_json *obj)
     for (int i = 0; i < n; i++)
         printf("%-10s %s  %lld\n", i ? "" : title, vf_json_key_at(obj, i),
                (long long)vf_json_as_num(vf_json_at(obj, i)));
+}
+
+/* One line per bucket of the summary: name, entries, batch, latent shape. */
+static void print_buckets(const vf_json *b)
+{
+    for (int i = 0; i < vf_json_len(b); i++) {
+        const vf_json *e = vf_json_at(b, i);
+        int64_t n = vf_json_get_int(e, "entries", 0);
+        printf("%-10s %-14s %lld entr%s, batch %lld, latent %s\n", i ? "" : "buckets", vf_json_key_at(b, i),
+               (long long)n, n == 1 ? "y" : "ies", (long long)vf_json_get_int(e, "batch", 0),
+               vf_json_get_str(e, "latent", "?"));
+    }
 }
 
 static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
@@ -91,6 +104,7 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
     if (meta) {
         print_hist("shapes", vf_json_get(meta, "shapes"));
         print_hist("vae", vf_json_get(meta, "vae"));
+        print_buckets(vf_json_get(meta, "buckets"));
         if (vf_json_get_int(meta, "text_dim", 0) || texts)
             printf("%-10s %lld records, %.2f MiB, width %lld, longest %lld, referenced by %lld entries\n", "text", (long long)texts,
                    (double)tbytes / 1048576.0, (long long)vf_json_get_int(meta, "text_dim", 0),
@@ -218,6 +232,15 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
             vf_cache_shape_key(it, shape, sizeof shape);
             const char *vae = vf_item_str(it, "vae"), *th = vf_item_str(it, "text_key");
             VF_TRY(vf_cache_meta_count(count, shape, vae, (int64_t)v.mv_size, st));
+            char bucket[VF_CACHE_BUCKET_MAX];
+            int64_t bbatch;
+            vf_status_clear(&e);
+            if (vf_cache_item_bucket(it, bucket, &bbatch, &e) != 0 ||
+                (bucket[0] && vf_cache_meta_count_bucket(count, bucket, bbatch, shape, &e) != 0)) {
+                if (e.code == VF_ENOMEM) { vf_item_free(it); VF_FAIL(st, VF_ENOMEM, "%s", e.msg); }
+                printf("%.32s\t%s\n", (const char *)k.mv_data, e.msg);
+                bad++;
+            }
             if (th) {
                 char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
                 MDB_val tv;
@@ -235,8 +258,8 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
     /* the summary must count exactly the good records */
     if (meta) {
         static const char *const fields[] = {"entries", "bytes", "shapes", "vae", "texts", "text_bytes",
-                                             "text_dim", "text_max_len", "text_entries"};
-        for (int i = 0; i < 9; i++)
+                                             "text_dim", "text_max_len", "text_entries", "buckets"};
+        for (int i = 0; i < 10; i++)
             if (!vf_json_equal(vf_json_get(meta, fields[i]), vf_json_get(count, fields[i]))) {
                 char *a = vf_json_emit(vf_json_get(meta, fields[i]), true, 0);
                 char *b = vf_json_emit(vf_json_get(count, fields[i]), true, 0);

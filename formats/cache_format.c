@@ -36,8 +36,16 @@ static void to_hex(u128 h, char out[VF_CACHE_KEY_LEN + 1])
              (unsigned long long)h);
 }
 
-void vf_cache_key_text(const char *source, int64_t clip, const char *transform, const char *vae,
-                       const char *text_hash, char out[VF_CACHE_KEY_LEN + 1])
+/* "bucket\0" name "\0" after the other fields of an item that has a bucket: keys of
+ * items without one stay as they were */
+static u128 add_bucket(u128 h, const char *bucket)
+{
+    if (bucket && bucket[0]) h = fnv_field(fnv_field(h, "bucket"), bucket);
+    return h;
+}
+
+void vf_cache_key_bucket(const char *source, int64_t clip, const char *transform, const char *vae,
+                         const char *text_hash, const char *bucket, char out[VF_CACHE_KEY_LEN + 1])
 {
     char c[24];
     snprintf(c, sizeof c, "%lld", (long long)clip);
@@ -47,7 +55,13 @@ void vf_cache_key_text(const char *source, int64_t clip, const char *transform, 
     h = fnv_field(h, transform);
     h = fnv_field(h, vae);
     if (text_hash && text_hash[0]) h = fnv_field(h, text_hash);
-    to_hex(h, out);
+    to_hex(add_bucket(h, bucket), out);
+}
+
+void vf_cache_key_text(const char *source, int64_t clip, const char *transform, const char *vae,
+                       const char *text_hash, char out[VF_CACHE_KEY_LEN + 1])
+{
+    vf_cache_key_bucket(source, clip, transform, vae, text_hash, NULL, out);
 }
 
 void vf_cache_key(const char *source, int64_t clip, const char *transform, const char *vae,
@@ -56,14 +70,15 @@ void vf_cache_key(const char *source, int64_t clip, const char *transform, const
     vf_cache_key_text(source, clip, transform, vae, NULL, out);
 }
 
-static void key_of_id_text(const char *id, const char *text_hash, char out[VF_CACHE_KEY_LEN + 1])
+static void key_of_id_text(const char *id, const char *text_hash, const char *bucket,
+                           char out[VF_CACHE_KEY_LEN + 1])
 {
     u128 h = fnv_field(fnv_field(fnv_basis(), "vflow-latent-key/id/1"), id);
     if (text_hash && text_hash[0]) h = fnv_field(h, text_hash);
-    to_hex(h, out);
+    to_hex(add_bucket(h, bucket), out);
 }
 
-void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]) { key_of_id_text(id, NULL, out); }
+void vf_cache_key_of_id(const char *id, char out[VF_CACHE_KEY_LEN + 1]) { key_of_id_text(id, NULL, NULL, out); }
 
 void vf_cache_vae_id(const char *vae_hash, const char *norm, char out[VF_CACHE_KEY_LEN + 1])
 {
@@ -123,8 +138,9 @@ int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *
                               char out[VF_CACHE_KEY_LEN + 1], vf_status *st)
 {
     int rc = 0;
+    const char *bucket = vf_item_str(it, "bucket");
     if (k == VF_CACHE_KEY_ID) {
-        key_of_id_text(vf_item_id(it), th, out);
+        key_of_id_text(vf_item_id(it), th, bucket, out);
         return 0;
     }
     static const char *const need[] = {"source", "transform", "vae"};
@@ -138,7 +154,31 @@ int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *
     if (vf_item_num(it, "clip", &clip) != 0)
         VF_FAIL(st, VF_EINVAL, "item \"%s\" has no number metadata \"clip\" for its cache key",
                 vf_item_id(it));
-    vf_cache_key_text(v[0], (int64_t)clip, v[1], v[2], th, out);
+    vf_cache_key_bucket(v[0], (int64_t)clip, v[1], v[2], th, bucket, out);
+fail:
+    return rc;
+}
+
+int vf_cache_item_bucket(const vf_item *it, char name[VF_CACHE_BUCKET_MAX], int64_t *batch, vf_status *st)
+{
+    int rc = 0;
+    const char *b = vf_item_str(it, "bucket");
+    double bb = 0;
+    int w, h, f, used = 0;
+    name[0] = 0;
+    *batch = 0;
+    if (!b) {
+        if (vf_item_num(it, "bucket_batch", &bb) == 0)
+            VF_FAIL(st, VF_EINVAL, "item \"%s\" has bucket_batch but no string metadata \"bucket\"", vf_item_id(it));
+        return 0;
+    }
+    if (strlen(b) >= VF_CACHE_BUCKET_MAX || sscanf(b, "%dx%dx%d%n", &w, &h, &f, &used) != 3 || b[used] ||
+        w < 1 || h < 1 || f < 1)
+        VF_FAIL(st, VF_EINVAL, "item \"%s\": metadata bucket \"%.64s\" is not \"<W>x<H>x<F>\"", vf_item_id(it), b);
+    if (vf_item_num(it, "bucket_batch", &bb) != 0 || bb < 1 || bb != (double)(int64_t)bb)
+        VF_FAIL(st, VF_EINVAL, "item \"%s\" (bucket %s) has no integer metadata bucket_batch >= 1", vf_item_id(it), b);
+    snprintf(name, VF_CACHE_BUCKET_MAX, "%s", b);
+    *batch = (int64_t)bb;
 fail:
     return rc;
 }
@@ -285,6 +325,30 @@ int vf_cache_meta_count(vf_json *meta, const char *shape, const char *vae, int64
     vf_json *shapes = vf_json_get(meta, "shapes"), *vaes = vf_json_get(meta, "vae");
     if (!shapes || !vaes || bump(meta, "entries", 1) || bump(meta, "bytes", bytes) ||
         bump(shapes, shape, 1) || bump(vaes, vae && *vae ? vae : "none", 1))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    return 0;
+}
+
+int vf_cache_meta_count_bucket(vf_json *meta, const char *bucket, int64_t batch, const char *shape,
+                               vf_status *st)
+{
+    vf_json *all = vf_json_get(meta, "buckets");
+    if (!all) {
+        if (vf_json_set(meta, "buckets", vf_json_obj()) || !(all = vf_json_get(meta, "buckets")))
+            return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    }
+    vf_json *b = vf_json_get(all, bucket);
+    if (b) {
+        int64_t have = vf_json_get_int(b, "batch", 0);
+        if (have != batch)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "bucket %s: batch %lld, but the cache records batch %lld for it (a bucket's "
+                                 "batch is fixed when its first entry is written; use another cache)",
+                                 bucket, (long long)batch, (long long)have);
+        return bump(b, "entries", 1) ? vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory") : 0;
+    }
+    if (!(b = vf_json_obj()) || vf_json_set(b, "entries", vf_json_int(1)) || vf_json_set(b, "batch", vf_json_int(batch)) ||
+        vf_json_set(b, "latent", vf_json_str(shape)) || vf_json_set(all, bucket, b))
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
     return 0;
 }

@@ -10,6 +10,8 @@
  *     {"format":"vflow-latent-cache","version":1,"key":"provenance"|"id",
  *      "tensor":"latent","dtype":"f32","entries":N,"bytes":B,
  *      "shapes":{"(16,5,32,32)":N,…},"vae":{"<vae hash>":N,…}}
+ *     and, when some entry has a bucket (below),
+ *      "buckets":{"<W>x<H>x<F>":{"entries":N,"batch":B,"latent":"(z,T',h',w')"},…}
  *
  *   "text:<32 hex chars>"     a caption's text embedding (see below), shared by every
  *                             entry whose caption has it
@@ -22,6 +24,10 @@
  * synthetic source) use key scheme "id": the hash of "vflow-latent-key/id/1\0" id "\0".
  * An item that carries a text embedding appends its text key's 32 hex chars and "\0" to
  * either hash input, so a changed caption or text encoder makes a new entry key.
+ * An item of a bucket (metadata "bucket" = "<W>x<H>x<F>", the clip's pixel geometry, and
+ * "bucket_batch" = the training batch of that bucket, both stored in the record as they
+ * are) appends "bucket\0" and the bucket's name and "\0" last; keys of items without a
+ * bucket are unchanged. A bucket's batch is fixed by its first entry in a cache.
  *
  * Text embeddings. An item may carry tensor "text_emb" bf16 (L, D): the text encoder's
  * output for the real tokens of its caption (umT5: L <= text_len rows of width D). The
@@ -74,6 +80,14 @@ void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1]);
 /* Entry key with an optional text hash (NULL = none, then equal to vf_cache_key). */
 void vf_cache_key_text(const char *source, int64_t clip, const char *transform, const char *vae,
                        const char *text_hash, char out[VF_CACHE_KEY_LEN + 1]);
+/* Entry key with an optional text hash and an optional bucket (NULL or "" = none). */
+void vf_cache_key_bucket(const char *source, int64_t clip, const char *transform, const char *vae,
+                         const char *text_hash, const char *bucket, char out[VF_CACHE_KEY_LEN + 1]);
+#define VF_CACHE_BUCKET_MAX 48
+/* An item's bucket: name "" and *batch 0 when it has none; its "<W>x<H>x<F>" and
+ * bucket_batch otherwise. VF_EINVAL naming the item when the name is malformed, the
+ * batch missing or < 1, or a batch comes without a bucket. */
+int vf_cache_item_bucket(const vf_item *it, char name[VF_CACHE_BUCKET_MAX], int64_t *batch, vf_status *st);
 /* The text hash an item's key includes: of its "text_emb" tensor when it carries one,
  * else its "text_key" metadata (a stored entry), else "" (none). */
 void vf_cache_item_text_hash(const vf_item *it, char out[VF_CACHE_KEY_LEN + 1]);
@@ -121,6 +135,11 @@ vf_json *vf_cache_meta_new(vf_cache_keying k);
  * (NULL or "" = "none"). 0 or VF_ENOMEM. */
 int vf_cache_meta_count(vf_json *meta, const char *shape, const char *vae, int64_t bytes,
                         vf_status *st);
+/* Counts one more entry of bucket `bucket` with batch `batch` and latent shape `shape`
+ * (recorded with the bucket's first entry). 0, VF_ENOMEM, or VF_EINVAL when the cache
+ * records another batch for the bucket. */
+int vf_cache_meta_count_bucket(vf_json *meta, const char *bucket, int64_t batch, const char *shape,
+                               vf_status *st);
 /* Counts one more text record of `bytes` record bytes and shape (L, D). 0, VF_ENOMEM,
  * or VF_EINVAL when D differs from the width the cache already holds. */
 int vf_cache_meta_count_text(vf_json *meta, int64_t L, int64_t D, int64_t bytes, vf_status *st);

@@ -218,6 +218,8 @@ typedef enum vf_param_type {
     VF_P_LIST_NUM,
     VF_P_LIST_STR,
     VF_P_TABLE,      /* nested table checked against `fields` (e.g. a model preset) */
+    VF_P_LIST_TABLE, /* {{...}, {...}}: a list of tables, each checked against `fields`
+                        when given; read through vf_params_ctree */
 } vf_param_type;
 
 typedef struct vf_param_spec {
@@ -227,7 +229,8 @@ typedef struct vf_param_spec {
     double min, max;       /* range of numbers / list elements; ignored when min > max */
     const char *doc;       /* one line, goes into README's generated table */
     const char *choices;   /* for strings: "a|b|c", or NULL for any */
-    const struct vf_param_spec *fields; /* VF_P_TABLE: schema of its keys, {0}-terminated */
+    const struct vf_param_spec *fields; /* VF_P_TABLE, VF_P_LIST_TABLE: schema of its keys,
+                                           {0}-terminated */
 } vf_param_spec;
 /* Range helper for specs: VF_RANGE(1, 64); VF_ANY = no range. */
 #define VF_RANGE(a, b) (a), (b)

@@ -8,7 +8,7 @@
  * precompute redoes only what was never committed. Records are committed `commit_every`
  * at a time in one durable write txn, together with the updated "__meta__" summary
  * (entries, bytes, latent shapes, VAE hashes, the per-channel normalisation of each
- * VAE's latents), so the summary stays exact whatever
+ * VAE's latents, the entries of each bucket), so the summary stays exact whatever
  * moment the writer is killed at. The map grows by doubling when full (lmdb_store.c).
  *
  * An item that carries "text_emb" bf16 (L, D) (its caption's text embedding) has it
@@ -16,6 +16,9 @@
  * keeps only the reference ("text_key", "text_tokens"): the many clips of one caption
  * share one record. A text record already in the cache or queued in the same batch is
  * not written again; all embeddings of a cache must have one width.
+ *
+ * With `buckets` (the names the decoder declares) a bucket that has no entry in the
+ * cache at the end of the run gets a warning line naming it.
  *
  * Runs in a worker of its own (VF_STAGE_OWN_WORKER): the LMDB writer, and map growth
  * needs no other txn open in the process. Declared memory: the commit buffer, sized at
@@ -36,6 +39,9 @@ static const vf_param_spec cache_params[] = {
     {"key", VF_P_STR, "\"provenance\"", VF_ANY,
      "entry keys: provenance = hash(source, clip, transform, vae); id = hash(item id)",
      "provenance|id", NULL},
+    {"buckets", VF_P_LIST_STR, "null", VF_ANY,
+     "bucket names WxHxF (256x144x17) the decoder declares: one with no entry in the cache at the end gets a warning",
+     NULL, NULL},
     {0},
 };
 
@@ -48,6 +54,8 @@ typedef struct pending {
     char shape[SHAPE_MAX];
     char vae[VAE_MAX];
     char tkey[VF_CACHE_TEXT_KEY_LEN + 1]; /* text records: their key */
+    char bucket[VF_CACHE_BUCKET_MAX];     /* entries of a bucket: its name; "" = none */
+    int64_t bucket_batch;
     int64_t L, D;      /* text records: their shape */
     int64_t bytes;
 } pending;
@@ -140,6 +148,10 @@ static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batc
         }
         rc = vf_cache_meta_count(meta, pd->shape, pd->vae, pd->bytes, st);
         if (rc == 0 && pd->has_text) rc = vf_cache_meta_count_text_entry(meta, st);
+        if (rc == 0 && pd->bucket[0]) {
+            rc = vf_cache_meta_count_bucket(meta, pd->bucket, pd->bucket_batch, pd->shape, st);
+            if (rc) vf_status_prefix(st, "%s", vf_lmdb_path(db));
+        }
         w->last_entries++;
     }
     for (int i = 0; i < w->nnorms && rc == 0; i++) rc = vf_cache_meta_note_norm(meta, w->norm_vae[i], w->norm_text[i], st);
@@ -233,7 +245,10 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     char key[VF_CACHE_KEY_LEN + 1];
     *skipped = false;
     char th[VF_CACHE_KEY_LEN + 1];
+    char bucket[VF_CACHE_BUCKET_MAX];
+    int64_t bucket_batch;
     VF_TRY(vf_cache_check_item(it, st));
+    VF_TRY(vf_cache_item_bucket(it, bucket, &bucket_batch, st));
     vf_cache_item_text_hash(it, th); /* once: it reads the whole embedding */
     VF_TRY(vf_cache_key_of_item_text(it, w->keying, th, key, st));
     bool exists = false;
@@ -249,8 +264,9 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     size_t need = vf_item_encoded_size(it), len = 0;
     void *dst;
     int i = vf_lmdb_batch_count(w->batch);
-    if (vf_lmdb_batch_capacity(w->batch) == 0) /* records of a cache are alike in size */
-        VF_TRY(vf_lmdb_batch_presize(w->batch, (size_t)w->commit_every * (need + VF_CACHE_KEY_LEN + 64), st));
+    /* records of one geometry are alike in size; with buckets the arena grows to
+     * commit_every of the largest record seen, never past the port's bound */
+    VF_TRY(vf_lmdb_batch_presize(w->batch, (size_t)w->commit_every * (need + VF_CACHE_KEY_LEN + 64), st));
     VF_TRY(vf_lmdb_batch_reserve(w->batch, key, VF_CACHE_KEY_LEN, need, &dst, st));
     rc = vf_item_encode(it, dst, need, &len, st);
     if (rc == 0 && len != need)
@@ -268,6 +284,8 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     snprintf(w->pend[i].vae, VAE_MAX, "%s", vae ? vae : "none");
     w->pend[i].bytes = (int64_t)len;
     w->pend[i].has_text = has_text;
+    snprintf(w->pend[i].bucket, sizeof w->pend[i].bucket, "%s", bucket);
+    w->pend[i].bucket_batch = bucket_batch;
     w->npend_entries++;
     if (w->npend_entries >= w->commit_every) VF_TRY(vf_latent_writer_flush(w, st));
 fail:
@@ -357,6 +375,21 @@ static void report(vf_ctx *ctx, vf_latent_writer *w)
     vf_metric(ctx, "skipped", (double)x.skipped);
 }
 
+/* A declared bucket that no video reached is known only once every clip is in: one
+ * warning line each, so a training run that declares it can be fixed before launch. */
+static void warn_empty_buckets(vf_stage *s, vf_ctx *ctx, const vf_json *meta)
+{
+    const vf_params *p = vf_stage_params(s);
+    const vf_json *have = meta ? vf_json_get(meta, "buckets") : NULL;
+    if (vf_stopping(ctx) || vf_aborting(ctx)) return; /* a cut run saw only part of the videos */
+    for (int i = 0; i < vf_param_len(p, "buckets"); i++) {
+        const char *b = vf_param_str_at(p, "buckets", i);
+        if (vf_json_get_int(vf_json_get(have, b), "entries", 0) > 0) continue;
+        vf_log(ctx, VF_LOG_WARN, "bucket %s: no samples in %s (no video's aspect ratio and length led there); "
+               "leave it out of the training run's buckets", b, vf_param_str(p, "path"));
+    }
+}
+
 static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
 {
     vf_latent_writer *w = vf_stage_state(s);
@@ -401,6 +434,7 @@ static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         entries = entries > (size_t)texts ? entries - (size_t)texts : 0;
     }
     if (rt) mdb_txn_abort(rt);
+    warn_empty_buckets(s, ctx, meta);
     vf_json_free(meta);
     char row[320];
     snprintf(row, sizeof row,

@@ -126,7 +126,7 @@ fail:
 /* The clip geometry the upstream declares: (T, H, W) with T's symbol; 0 = unknown. */
 typedef struct geom {
     int64_t T, H, W;
-    char tsym[8];
+    char tsym[8], hsym[8], wsym[8]; /* symbols of varying dims (bucketed clips) */
 } geom;
 
 static void upstream_geom(const vf_port_specs *ports, geom *g)
@@ -139,6 +139,8 @@ static void upstream_geom(const vf_port_specs *ports, geom *g)
         if (strcmp(t->name, "frames") != 0 || t->ndim != 4) continue;
         g->T = t->dims[0], g->H = t->dims[1], g->W = t->dims[2];
         snprintf(g->tsym, sizeof g->tsym, "%s", t->sym[0]);
+        snprintf(g->hsym, sizeof g->hsym, "%s", t->sym[1]);
+        snprintf(g->wsym, sizeof g->wsym, "%s", t->sym[2]);
     }
 }
 
@@ -165,7 +167,7 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
     vf_port_spec *in = vf_port_add(out, "in", VF_PORT_IN, true);
     in->multi = true; /* several decode workers feed one encoder */
     int64_t fd[4] = {g.T, g.H, g.W, 3};
-    const char *fs[4] = {g.T ? g.tsym : "T", g.H ? "" : "H", g.W ? "" : "W", ""};
+    const char *fs[4] = {g.T ? g.tsym : "T", g.H ? g.hsym : "H", g.W ? g.wsym : "W", ""};
     vf_port_tensor(in, "frames", VF_DTYPE_U8, 4, fd, fs);
 
     vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
@@ -173,8 +175,8 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
     char tsym[8] = "T'", hsym[8] = "", wsym[8] = "";
     if (g.T && g.tsym[0]) snprintf(tsym, sizeof tsym, "%.6s'", g.tsym);
     if (g.T && !g.tsym[0]) tsym[0] = 0;
-    if (!g.H) snprintf(hsym, sizeof hsym, "h");
-    if (!g.W) snprintf(wsym, sizeof wsym, "w");
+    if (!g.H || g.hsym[0]) snprintf(hsym, sizeof hsym, "h");
+    if (!g.W || g.wsym[0]) snprintf(wsym, sizeof wsym, "w");
     /* bound of T' for a symbolic T: the most latent frames any T <= bound gives */
     int64_t Tl = g.T ? 1 + (g.T - 1) / tf : 0;
     int64_t ld[4] = {c.z_dim, Tl, g.H / sf, g.W / sf};
@@ -392,7 +394,7 @@ static int is_cached(vae_state *v, const vf_item *it, bool *hit, vf_status *st)
         if (!src || !tf || vf_item_num(it, "clip", &clip) != 0) return 0;
         char th[VF_CACHE_KEY_LEN + 1];
         vf_cache_item_text_hash(it, th);
-        vf_cache_key_text(src, (int64_t)clip, tf, v->vae_id, th, key);
+        vf_cache_key_bucket(src, (int64_t)clip, tf, v->vae_id, th, vf_item_str(it, "bucket"), key);
     }
     int rc = vf_lmdb_exists(v->cache, key, VF_CACHE_KEY_LEN, hit, st);
     if (rc < 0) vf_status_prefix(st, "vae_encode: skip_cached: item '%s'", vf_item_id(it));

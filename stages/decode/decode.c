@@ -15,6 +15,16 @@
  * more than max_bad_fraction of this instance's files are bad, the stage fails, naming
  * the fraction and the last reasons.
  *
+ * Buckets: with `buckets` (decode_bucket.h) each file goes to the bucket nearest its
+ * display aspect ratio and gets the longest of that bucket's lengths its frames allow;
+ * its clips are (F, H, W, 3) of that bucket (cover-resize, centre crop), carry metadata
+ * "bucket" = "<W>x<H>x<F>" and "bucket_batch", and `frames` and `size` are not used. A
+ * file too short for the bucket's shortest length is dropped: the reason goes to
+ * quarantine.jsonl, metric dropped_short counts it, and it does not count against
+ * max_bad_fraction (a mixed dataset's short videos are expected to fall out); a file
+ * that gives no clip for another reason is a bad file as without buckets. The clips
+ * of each bucket length are counted (metric row "buckets" and the closing log line).
+ *
  * Text embeddings: with text_dim > 0 every manifest row names a safetensors file in
  * column `text_emb` (decode_text.h); it is loaded before the video is opened and every
  * clip of the row carries it as "text_emb" bf16 (L, D). A missing, unreadable or
@@ -23,6 +33,7 @@
  * without the column, is refused at init (exit 2): a cache must not mix the two.
  */
 #include "stages/decode/decode_av.h"
+#include "stages/decode/decode_bucket.h"
 #include "stages/decode/decode_clip.h"
 #include "stages/decode/decode_guard.h"
 #include "stages/decode/decode_manifest.h"
@@ -70,6 +81,11 @@ static const vf_param_spec decode_params[] = {
     {"text_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
      "width of the text embeddings named by the manifest column text_emb (umT5-xxl: 4096); 0 = none"},
     {"text_len", VF_P_INT, "512", VF_RANGE(1, 65536), "most rows a text embedding may have"},
+    {"buckets", VF_P_LIST_TABLE, "null", VF_ANY,
+     "{ {w = W, h = H, frames = {17, 33}, batch = {4, 2} (or one integer)}, ... }: each file goes to the "
+     "bucket nearest its aspect ratio, each clip to the longest length its frames allow; replaces size and frames"},
+    {"vae_stride", VF_P_INT, "8", VF_RANGE(1, 64), "spatial stride of the VAE: bucket sizes are multiples of vae_stride * patch"},
+    {"patch", VF_P_INT, "2", VF_RANGE(1, 64), "spatial patch of the DiT: bucket sizes are multiples of vae_stride * patch"},
     {0},
 };
 
@@ -79,14 +95,50 @@ typedef struct dec_state {
     vf_manifest man;
     double max_bad;
     int T, W, H;
+    vf_buckets bk;                /* bk.n == 0: one fixed size and length */
+    int64_t bclips[VF_BUCKET_MAX][VF_BUCKET_MAX_LENS]; /* clips made per bucket length */
+    int64_t dropped_short;        /* files too short for their bucket's shortest length */
     int64_t text_dim, text_len;
-    char transform[256];
+    char transform[256];          /* of the fixed geometry (no buckets) */
+    char filter[32];
     char last[LAST_REASONS][512]; /* ring of the last quarantine reasons */
     int nlast;
     int64_t damaged;              /* files that gave clips despite damage or unreadable frames */
 } dec_state;
 
 /* ------------------------------------------------------------ params */
+
+/* The largest frame size and clip of the buckets: what memory and ports are sized for. */
+static void bucket_bounds(const vf_buckets *bk, int *maxW, int *maxH, int *maxT, int64_t *max_clip)
+{
+    *maxW = *maxH = *maxT = 0;
+    *max_clip = 0;
+    for (int i = 0; i < bk->n; i++) {
+        const vf_bucket *b = &bk->b[i];
+        if (b->w > *maxW) *maxW = b->w;
+        if (b->h > *maxH) *maxH = b->h;
+        for (int k = 0; k < b->nlens; k++) {
+            if (b->frames[k] > *maxT) *maxT = b->frames[k];
+            int64_t c = (int64_t)b->frames[k] * b->h * b->w * 3;
+            if (c > *max_clip) *max_clip = c;
+        }
+    }
+}
+
+static int read_buckets(const vf_params *p, vf_buckets *bk, vf_status *st)
+{
+    int rc = 0;
+    memset(bk, 0, sizeof *bk);
+    if (!vf_param_has(p, "buckets")) return 0;
+    const vf_json *arr = vf_json_get(vf_params_ctree(p), "buckets");
+    VF_TRY(vf_buckets_parse(arr, (int)vf_param_int(p, "vae_stride"), (int)vf_param_int(p, "patch"), bk, st));
+    for (int i = 0; i < bk->n; i++)
+        if ((int64_t)bk->b[i].w * bk->b[i].h > vf_param_int(p, "max_pixels"))
+            VF_FAIL(st, VF_EUSAGE, "decode: bucket %dx%d is larger than max_pixels=%lld", bk->b[i].w, bk->b[i].h,
+                    (long long)vf_param_int(p, "max_pixels"));
+fail:
+    return rc;
+}
 
 static int read_opts(const vf_params *p, vf_decode_opts *av, vf_clip_opts *clip, int *W, int *H,
                      vf_status *st)
@@ -124,6 +176,16 @@ static int read_opts(const vf_params *p, vf_decode_opts *av, vf_clip_opts *clip,
     if (has_m == has_s)
         VF_FAIL(st, VF_EUSAGE, "decode: give exactly one of manifest (a CSV/JSONL file) or "
                                "source (a glob), got %s", has_m ? "both" : "neither");
+    vf_buckets bk;
+    VF_TRY(read_buckets(p, &bk, st));
+    if (bk.n) { /* the decoder's budget covers the largest bucket */
+        int mT;
+        int64_t mc;
+        bucket_bounds(&bk, W, H, &mT, &mc);
+        av->out_w = *W;
+        av->out_h = *H;
+        clip->frames = mT;
+    }
     if (vf_param_int(p, "shard") >= vf_param_int(p, "nshards"))
         VF_FAIL(st, VF_EUSAGE, "decode: shard %lld outside [0, nshards=%lld)",
                 (long long)vf_param_int(p, "shard"), (long long)vf_param_int(p, "nshards"));
@@ -141,7 +203,9 @@ static int decode_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     VF_TRY(read_opts(p, &av, &clip, &W, &H, st));
     vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
     const int64_t dims[4] = {clip.frames, H, W, 3};
-    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, NULL); /* (T, H, W, 3) RGB */
+    static const char *const bsym[4] = {"T", "H", "W", ""};
+    /* (T, H, W, 3) RGB; with buckets each dim varies up to the largest bucket's */
+    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, vf_param_has(p, "buckets") ? bsym : NULL);
     if (vf_param_int(p, "text_dim") > 0) {
         static const char *const tsym[2] = {"L", ""};
         const int64_t td[2] = {vf_param_int(p, "text_len"), vf_param_int(p, "text_dim")};
@@ -163,7 +227,14 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_device cpu = {VF_DEV_CPU, 0};
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
     /* the clip being filled before vf_send hands it to the edge */
-    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip being decoded", (int64_t)clip.frames * H * W * 3 + META_BYTES);
+    int64_t clip_bytes = (int64_t)clip.frames * H * W * 3;
+    vf_buckets bk;
+    VF_TRY(read_buckets(p, &bk, st));
+    if (bk.n) {
+        int mW, mH, mT;
+        bucket_bounds(&bk, &mW, &mH, &mT, &clip_bytes);
+    }
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip being decoded", clip_bytes + META_BYTES);
     if (vf_param_int(p, "text_dim") > 0) /* the row's bf16 embedding and its f32 staging */
         vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "text embedding", vf_param_int(p, "text_len") * vf_param_int(p, "text_dim") * 6);
     /* clip plan of one file: frame indices of every clip (bounded by the frame index) */
@@ -178,6 +249,13 @@ fail:
 
 /* ------------------------------------------------------------ lifecycle */
 
+/* The transform metadata of clips of T frames of W x H (part of the cache key). */
+static void make_transform(const dec_state *d, int T, int W, int H, char *buf, size_t n)
+{
+    snprintf(buf, n, "frames=%d;stride=%d;fps=%g;size=%dx%d;crop=center;filter=%s", T,
+             d->clip.fps > 0 ? 1 : d->clip.stride, d->clip.fps, W, H, d->filter);
+}
+
 static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
 {
     int rc = 0;
@@ -185,6 +263,7 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (!d) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "decode: out of memory");
     vf_stage_set_state(s, d);
     VF_TRY(read_opts(p, &d->av, &d->clip, &d->W, &d->H, st));
+    VF_TRY(read_buckets(p, &d->bk, st));
     d->T = d->clip.frames;
     d->max_bad = vf_param_num(p, "max_bad_fraction");
     int shard = (int)vf_param_int(p, "shard"), nshards = (int)vf_param_int(p, "nshards");
@@ -205,8 +284,8 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
             VF_FAIL(st, VF_EBADINPUT, "stage '%s': %s:%d has no text embedding (column text_emb); text_dim = %lld "
                     "needs one on every row", vf_stage_name(s), d->man.origin, r->line, (long long)d->text_dim);
     }
-    snprintf(d->transform, sizeof d->transform, "frames=%d;stride=%d;fps=%g;size=%dx%d;crop=center;filter=%s",
-             d->T, d->clip.fps > 0 ? 1 : d->clip.stride, d->clip.fps, d->W, d->H, vf_param_str(p, "filter"));
+    snprintf(d->filter, sizeof d->filter, "%s", vf_param_str(p, "filter"));
+    make_transform(d, d->T, d->W, d->H, d->transform, sizeof d->transform);
     /* libav's own error lines go to the log; warnings about damaged files would drown
      * it, and every rejection carries its reason into quarantine.jsonl anyway. */
     if (av_log_get_level() > AV_LOG_ERROR) av_log_set_level(AV_LOG_ERROR);
@@ -246,10 +325,17 @@ static void source_id(const char *path, int64_t size, int64_t mtime_ns, char out
     snprintf(out, 33, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }
 
+/* The geometry of one file's clips: the fixed one, or its bucket's. */
+typedef struct file_geom {
+    int T, W, H;
+    int bucket, len;              /* bucket index and index of its length; -1: no buckets */
+    char transform[256];
+} file_geom;
+
 static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_info *info,
                       const double *times, int64_t grid, const int64_t *idx, vf_tensor *frames,
-                      const char *src, int64_t size, int64_t mtime_ns, vf_tensor *temb, vf_item **out,
-                      vf_status *st)
+                      const char *src, int64_t size, int64_t mtime_ns, vf_tensor *temb,
+                      const file_geom *g, vf_item **out, vf_status *st)
 {
     int rc = 0;
     char id[4200], tf[400];
@@ -259,16 +345,16 @@ static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_in
     VF_TRY(vf_item_put(it, "frames", frames, st));
     if (temb) VF_TRY(vf_item_put(it, "text_emb", vf_tensor_ref(temb), st));
     if (r->start_s > 0 || r->end_s > 0)
-        snprintf(tf, sizeof tf, "%s;start=%g;end=%g", d->transform, r->start_s, r->end_s);
+        snprintf(tf, sizeof tf, "%s;start=%g;end=%g", g->transform, r->start_s, r->end_s);
     else
-        snprintf(tf, sizeof tf, "%s", d->transform);
+        snprintf(tf, sizeof tf, "%s", g->transform);
     VF_TRY(vf_item_set_str(it, "path", r->path, st));
     VF_TRY(vf_item_set_str(it, "caption", r->caption, st));
     VF_TRY(vf_item_set_str(it, "transform", tf, st));
     VF_TRY(vf_item_set_str(it, "source", src, st));
     VF_TRY(vf_item_set_num(it, "clip", (double)grid, st));
     VF_TRY(vf_item_set_num(it, "pts_start", times[idx[0]], st));
-    VF_TRY(vf_item_set_num(it, "pts_end", times[idx[d->T - 1]], st));
+    VF_TRY(vf_item_set_num(it, "pts_end", times[idx[g->T - 1]], st));
     VF_TRY(vf_item_set_num(it, "fps", r->fps > 0 && !info->has_pts ? r->fps : info->fps, st));
     VF_TRY(vf_item_set_num(it, "frame0", (double)idx[0], st));
     VF_TRY(vf_item_set_num(it, "size_bytes", (double)size, st));
@@ -276,6 +362,13 @@ static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_in
     VF_TRY(vf_item_set_num(it, "src_w", info->width, st));
     VF_TRY(vf_item_set_num(it, "src_h", info->height, st));
     VF_TRY(vf_item_set_num(it, "rotation", info->rotation, st));
+    if (g->bucket >= 0) {
+        const vf_bucket *b = &d->bk.b[g->bucket];
+        char name[48];
+        vf_bucket_name(b, b->frames[g->len], name, sizeof name);
+        VF_TRY(vf_item_set_str(it, "bucket", name, st));
+        VF_TRY(vf_item_set_num(it, "bucket_batch", b->batch[g->len], st));
+    }
     for (int i = 0; i < r->nextra; i++) {
         const vf_manifest_extra *x = &r->extra[i];
         if (x->is_num) VF_TRY(vf_item_set_num(it, x->key, strtod(x->val, NULL), st));
@@ -289,7 +382,8 @@ fail:
 }
 
 /* Decodes one file. 0: done (clips sent); 1: bad file, reason in why; 2: the run is
- * draining, stop producing; <0: run failure. */
+ * draining, stop producing; 3: too short for its bucket (dropped, reason in why); <0:
+ * run failure. */
 static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_row *r,
                    int64_t *nclips, char *why, size_t whyn, vf_status *st)
 {
@@ -332,16 +426,38 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     vf_clip_opts co = d->clip;
     co.start_s = r->start_s;
     co.end_s = r->end_s;
-    rc = vf_clip_plan_make(times, info->nframes, info->duration_s, &co, &plan, &fst);
-    if (rc < 0) goto bad;
-    const int64_t shape[4] = {d->T, d->H, d->W, 3};
+    file_geom g = {.T = d->T, .W = d->W, .H = d->H, .bucket = -1, .len = -1};
+    if (d->bk.n) {
+        double dar = vf_bucket_dar(info->coded_w, info->coded_h, info->sar, vf_decode_transposed(f));
+        g.bucket = vf_bucket_pick(&d->bk, dar);
+        const vf_bucket *b = &d->bk.b[g.bucket];
+        g.W = b->w, g.H = b->h;
+        rc = vf_bucket_plan(times, info->nframes, info->duration_s, b, &co, &plan, &g.len, &fst);
+        if (rc == VF_EBADINPUT && !strncmp(fst.msg, "too short", 9)) { /* other reasons: a bad file */
+            int shortest = b->frames[0];
+            for (int i = 1; i < b->nlens; i++) if (b->frames[i] < shortest) shortest = b->frames[i];
+            snprintf(why, whyn, "dropped: bucket %dx%d (aspect %.4g for the file's %.4g): %.1200s (shortest length %d)",
+                     b->w, b->h, (double)b->w / b->h, dar, fst.msg, shortest);
+            rc = 3;
+            goto done;
+        }
+        if (rc < 0) goto bad;
+        g.T = b->frames[g.len];
+        rc = vf_decode_set_size(f, g.W, g.H, &fst);
+        if (rc < 0) goto bad;
+    } else {
+        rc = vf_clip_plan_make(times, info->nframes, info->duration_s, &co, &plan, &fst);
+        if (rc < 0) goto bad;
+    }
+    make_transform(d, g.T, g.W, g.H, g.transform, sizeof g.transform);
+    const int64_t shape[4] = {g.T, g.H, g.W, 3};
     const int64_t indexed = info->nframes;
     for (int64_t k = 0; k < plan.nclips; k++) {
         if (vf_stopping(ctx)) { rc = 2; goto done; } /* drain: end the stream here */
-        const int64_t *idx = plan.idx + k * d->T;
+        const int64_t *idx = plan.idx + k * g.T;
         vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 4, shape, st); /* (T, H, W, 3) */
         if (!t) { rc = st->code ? st->code : VF_ENOMEM; goto done; }
-        rc = vf_decode_read(f, idx, d->T, t->data, &fst);
+        rc = vf_decode_read(f, idx, g.T, t->data, &fst);
         if (rc == VF_EBADINPUT) {
             /* Frames the decoder cannot deliver are not the file's: drop them and plan
              * the clips again over the frames that can be read (as ffmpeg counts them).
@@ -366,11 +482,11 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         if (rc < 0) {
             vf_tensor_unref(t);
             vf_status_prefix(&fst, "clip %lld (frames %lld..%lld)", (long long)plan.grid[k],
-                             (long long)idx[0], (long long)idx[d->T - 1]);
+                             (long long)idx[0], (long long)idx[g.T - 1]);
             goto bad;
         }
         vf_item *it = NULL;
-        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, temb, &it, st);
+        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, temb, &g, &it, st);
         if (rc < 0) goto done;
         double t0 = mono_s();
         rc = vf_send(out, it, st);
@@ -380,6 +496,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         if (rc < 0) goto done;
         sent++;
         (*nclips)++;
+        if (g.bucket >= 0) d->bclips[g.bucket][g.len]++;
     }
     rc = 0;
     if (info->damaged || lost_n) {
@@ -412,6 +529,40 @@ done:
     return rc;
 }
 
+/* Clips per bucket length: one log line and one metrics row
+ * {"event":"buckets","clips":{"<W>x<H>x<F>":N,...},"dropped_short":K}. */
+static int report_buckets(dec_state *d, vf_ctx *ctx, vf_status *st)
+{
+    int rc = 0;
+    size_t cap = 128 + (size_t)d->bk.n * VF_BUCKET_MAX_LENS * 48;
+    char *line = malloc(cap), *row = malloc(cap);
+    if (!line || !row) VF_FAIL(st, VF_ENOMEM, "decode: out of memory");
+    size_t ln = 0, rn = 0;
+    ln += (size_t)snprintf(line + ln, cap - ln, "buckets:");
+    rn += (size_t)snprintf(row + rn, cap - rn, "{\"event\":\"buckets\",\"clips\":{");
+    int first = 1;
+    for (int i = 0; i < d->bk.n; i++) {
+        const vf_bucket *b = &d->bk.b[i];
+        for (int k = 0; k < b->nlens; k++) {
+            char name[48];
+            vf_bucket_name(b, b->frames[k], name, sizeof name);
+            ln += (size_t)snprintf(line + ln, cap - ln, " %s=%lld", name, (long long)d->bclips[i][k]);
+            rn += (size_t)snprintf(row + rn, cap - rn, "%s\"%s\":%lld", first ? "" : ",", name,
+                                   (long long)d->bclips[i][k]);
+            first = 0;
+        }
+    }
+    snprintf(line + ln, cap - ln, "; %lld file%s dropped as too short", (long long)d->dropped_short,
+             d->dropped_short == 1 ? "" : "s");
+    snprintf(row + rn, cap - rn, "},\"dropped_short\":%lld}", (long long)d->dropped_short);
+    vf_log(ctx, VF_LOG_INFO, "%s", line);
+    vf_metric_row(ctx, row);
+fail:
+    free(line);
+    free(row);
+    return rc;
+}
+
 static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
 {
     int rc = 0;
@@ -424,8 +575,12 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     /* libav stuck inside one call for the deadline plus this grace = a hung decoder */
     double grace = d->av.deadline_s * 0.25 > 5 ? d->av.deadline_s * 0.25 : 5;
     VF_TRY(vf_decode_guard_start(vf_run_dir(ctx), vf_stage_name(s), grace, st));
-    vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%dx%d, %d frames)", (long long)nfiles,
-           (long long)d->man.total, d->man.origin, d->W, d->H, d->T);
+    if (d->bk.n)
+        vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%d buckets)", (long long)nfiles,
+               (long long)d->man.total, d->man.origin, d->bk.n);
+    else
+        vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%dx%d, %d frames)", (long long)nfiles,
+               (long long)d->man.total, d->man.origin, d->W, d->H, d->T);
     for (int64_t i = 0; i < nfiles; i++) {
         /* drain (first SIGINT): stop producing; returning 0 ends the stream cleanly */
         if (vf_stopping(ctx)) break;
@@ -434,6 +589,11 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         if (rc < 0) goto fail;
         if (rc == 2) break;
         done++;
+        if (rc == 3) { /* too short for its bucket: recorded and counted, not a bad file */
+            d->dropped_short++;
+            vf_quarantine(ctx, r->path, why);
+            vf_metric(ctx, "dropped_short", (double)d->dropped_short);
+        }
         if (rc == 1) {
             bad++;
             vf_quarantine(ctx, r->path, why); /* also logs it */
@@ -462,6 +622,7 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     }
     vf_log(ctx, VF_LOG_INFO, "done: %lld files, %lld clips, %lld quarantined, %lld damaged (clips kept)",
            (long long)done, (long long)nclips, (long long)bad, (long long)d->damaged);
+    if (d->bk.n) VF_TRY(report_buckets(d, ctx, st));
     vf_decode_guard_stop();
     return 0;
 fail:

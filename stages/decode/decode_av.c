@@ -500,6 +500,24 @@ void vf_decode_close(vf_decode_file *f)
     free(f);
 }
 
+int vf_decode_set_size(vf_decode_file *f, int out_w, int out_h, vf_status *st)
+{
+    if (out_w < 1 || out_h < 1 || (int64_t)out_w * out_h > f->o.max_pixels)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "decode: output size %dx%d outside 1..max_pixels=%lld",
+                             out_w, out_h, (long long)f->o.max_pixels);
+    if (out_w == f->o.out_w && out_h == f->o.out_h) return 0;
+    vf_decode_scaler *s = vf_decode_scaler_new(out_w, out_h, f->orient, f->info.sar, f->o.sws_flags,
+                                               f->o.threads, st);
+    if (!s) return st ? st->code : VF_ENOMEM;
+    vf_decode_scaler_free(f->scaler);
+    f->scaler = s;
+    f->o.out_w = out_w;
+    f->o.out_h = out_h;
+    return 0;
+}
+
+bool vf_decode_transposed(const vf_decode_file *f) { return f->orient.transpose; }
+
 const vf_decode_info *vf_decode_get_info(const vf_decode_file *f) { return &f->info; }
 const double *vf_decode_frame_times(const vf_decode_file *f) { return f->times; }
 void vf_decode_get_stats(const vf_decode_file *f, vf_decode_stats *out) { *out = f->stats; }

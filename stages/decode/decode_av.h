@@ -90,6 +90,13 @@ const vf_decode_info *vf_decode_get_info(const vf_decode_file *f);
  * (nframes entries, increasing). Borrowed, valid while f lives. */
 const double *vf_decode_frame_times(const vf_decode_file *f);
 
+/* Changes the output frame size of later reads to out_w x out_h (cover-resize and
+ * centre crop as at open): a run with buckets knows a file's size only after opening
+ * it. The size is checked against max_pixels. 0, VF_EUSAGE, VF_ENOMEM. */
+int vf_decode_set_size(vf_decode_file *f, int out_w, int out_h, vf_status *st);
+/* Whether the display matrix turns the picture by 90 or 270 degrees. */
+bool vf_decode_transposed(const vf_decode_file *f);
+
 /* Decodes frames idx[0..n) (presentation indices, strictly increasing, < nframes) into
  * out: n frames of (out_h, out_w, 3) u8 RGB, contiguous, caller-owned. Reads in
  * increasing order continue decoding where the last one stopped; others seek. On

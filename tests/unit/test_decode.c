@@ -501,6 +501,51 @@ VF_TEST(rotation_and_geometry_match_ffmpeg)
     }
 }
 
+/* A bucketed run sets the output size after opening (the file's aspect ratio picks it):
+ * the frames equal those of a file opened at that size, bit for bit, and ffmpeg's
+ * cover-scale + crop; a second size change and max_pixels are honoured. */
+VF_TEST(set_size_after_open)
+{
+    setup();
+    struct { const char *name; int rot, ow, oh; } rc[] = {{"sz_rot0", 0, 64, 32}, {"sz_rot90", 90, 32, 64}};
+    for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++) {
+        char path[512], extra[64];
+        snprintf(extra, sizeof extra, "--rotate %d", rc[i].rot);
+        vcase c = {rc[i].name, "libx264", "mp4", "yuv420p", "25", 160, 96, 12, 6, 0, extra, 4, 1, rc[i].ow, rc[i].oh, 25, true};
+        VF_CHECK(make_video(&c, path, sizeof path) != NULL);
+        vf_decode_opts o = opts_for(48, 48), ref_o = opts_for(rc[i].ow, rc[i].oh);
+        vf_decode_file *f = NULL, *g = NULL;
+        vf_status st = {0};
+        VF_CHECK_MSG(vf_decode_open(path, &o, &f, &st) == 0, "%s: %s", rc[i].name, st.msg);
+        VF_CHECK_MSG(vf_decode_open(path, &ref_o, &g, &st) == 0, "%s: %s", rc[i].name, st.msg);
+        if (!f || !g) { vf_decode_close(f); vf_decode_close(g); continue; }
+        VF_CHECK(vf_decode_transposed(f) == (rc[i].rot == 90));
+        VF_CHECK_EQ_INT(vf_decode_set_size(f, 5000, 5000, &st), VF_EUSAGE); /* over max_pixels */
+        vf_status_clear(&st);
+        VF_CHECK_EQ_INT(vf_decode_set_size(f, 16, 16, &st), 0);
+        VF_CHECK_EQ_INT(vf_decode_set_size(f, rc[i].ow, rc[i].oh, &st), 0);
+        size_t fb = (size_t)rc[i].ow * rc[i].oh * 3;
+        uint8_t *a = malloc(fb * 3), *b = malloc(fb * 3);
+        const int64_t idx[3] = {1, 6, 10};
+        VF_CHECK_MSG(vf_decode_read(f, idx, 3, a, &st) == 0, "%s: %s", rc[i].name, st.msg);
+        VF_CHECK_MSG(vf_decode_read(g, idx, 3, b, &st) == 0, "%s: %s", rc[i].name, st.msg);
+        VF_CHECK_MSG(memcmp(a, b, fb * 3) == 0, "%s: frames differ from a file opened at %dx%d", rc[i].name,
+                     rc[i].ow, rc[i].oh);
+        const vf_decode_info *info = vf_decode_get_info(f);
+        for (int j = 0; j < 3; j++) {
+            double d = diff_vs_ffmpeg(path, (int)idx[j], rc[i].ow, rc[i].oh, a + j * fb);
+            VF_CHECK_MSG(d < 6.0, "%s frame %lld: mean |ours - ffmpeg| = %.2f", rc[i].name, (long long)idx[j], d);
+            char why[128] = "";
+            int got = read_index(a + j * fb, rc[i].ow, rc[i].oh, info->width, info->height, true, why, sizeof why);
+            VF_CHECK_MSG(got == idx[j], "%s: want %lld read %d %s", rc[i].name, (long long)idx[j], got, why);
+        }
+        free(a);
+        free(b);
+        vf_decode_close(f);
+        vf_decode_close(g);
+    }
+}
+
 /* ------------------------------------------------------------ bad input */
 
 static void copy_prefix(const char *src, const char *dst, double frac)

@@ -96,6 +96,16 @@ VF_TEST(keys)
     VF_CHECK(strcmp(a, b) != 0);
     vf_cache_key("sr", 0, "ct", "vae", b); /* fields cannot slide into each other */
     VF_CHECK(strcmp(a, b) != 0);
+    /* no bucket: the key is unchanged; a bucket, and another bucket, make new keys */
+    vf_cache_key_bucket("src", 0, "t", "vae", NULL, NULL, b);
+    VF_CHECK_STR(a, b);
+    vf_cache_key_bucket("src", 0, "t", "vae", "", "", b);
+    VF_CHECK_STR(a, b);
+    vf_cache_key_bucket("src", 0, "t", "vae", NULL, "256x144x17", b);
+    VF_CHECK(strcmp(a, b) != 0);
+    char c[33];
+    vf_cache_key_bucket("src", 0, "t", "vae", NULL, "256x144x33", c);
+    VF_CHECK(strcmp(b, c) != 0);
     vf_cache_key_of_id("src", b);
     VF_CHECK(strcmp(a, b) != 0);
     VF_CHECK(!vf_cache_is_entry_key(VF_CACHE_META_KEY, strlen(VF_CACHE_META_KEY)));

@@ -193,6 +193,48 @@ VF_TEST(without_kind_or_where)
     vf_params_free(p);
 }
 
+/* A list of tables: each element a table, checked against `fields` when given; the
+ * stage reads it through the params' JSON tree. */
+VF_TEST(list_of_tables)
+{
+    static const vf_param_spec item[] = {
+        {"w", VF_P_INT, NULL, VF_RANGE(1, 100), "width", NULL, NULL},
+        {"tag", VF_P_STR, "\"x\"", VF_ANY, "label", NULL, NULL},
+        {0},
+    };
+    static const vf_param_spec lt[] = {
+        {"items", VF_P_LIST_TABLE, "null", VF_ANY, "checked", NULL, item},
+        {"free", VF_P_LIST_TABLE, "null", VF_ANY, "free-form", NULL, NULL},
+        {0},
+    };
+    static const struct { const char *json, *err; } cases[] = {
+        {"{\"items\":[{\"w\":3},{\"w\":4,\"tag\":\"y\"}],\"free\":[{\"a\":[1]},{}]}", NULL},
+        {"{\"items\":{\"w\":3}}", "f.lua:1: stage 's': param 'items': expected a list of tables, got table {\"w\":3}"},
+        {"{\"items\":[{\"w\":3},5]}", "f.lua:1: stage 's': param 'items': element 2: expected a table, got number 5"},
+        {"{\"items\":[{\"w\":3},{\"w\":0}]}", "f.lua:1: stage 's': param 'items[2].w': 0 is out of range [1, 100]"},
+        {"{\"items\":[{\"ww\":3}]}", "f.lua:1: stage 's': param 'items[1].ww': unknown param; did you mean 'w'?"},
+        {"{\"free\":[[1,2]]}", "f.lua:1: stage 's': param 'free': element 1: expected a table, got list [1,2]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        vf_status st = {0};
+        vf_params *p = vf_params_from_json(cases[i].json, &st);
+        VF_CHECK(p != NULL);
+        if (!p) continue;
+        int rc = vf_params_validate(p, lt, "s", "f.lua:1", &st);
+        if (!cases[i].err) {
+            VF_CHECK_MSG(rc == 0, "%s", st.msg);
+            VF_CHECK_EQ_INT(vf_param_len(p, "items"), 2);
+            const vf_json *it = vf_json_at(vf_json_get(vf_params_ctree(p), "items"), 0);
+            VF_CHECK_EQ_INT(vf_json_get_int(it, "w", 0), 3);
+            VF_CHECK_STR(vf_json_get_str(it, "tag", "?"), "x"); /* the element's default filled */
+        } else {
+            VF_CHECK_MSG(rc < 0, "accepted %s", cases[i].json);
+            VF_CHECK_STR(st.msg, cases[i].err);
+        }
+        vf_params_free(p);
+    }
+}
+
 VF_TEST(bad_schema_default)
 {
     static const vf_param_spec bad[] = {{"n", VF_P_INT, "four", VF_ANY, "x", NULL, NULL}, {0}};

@@ -56,6 +56,11 @@ static const char *const OPTIONS =
     "  --resume=auto        run: the same, but start from step 0 when there is none\n"
     "  --force              run: start even if the plan exceeds a budget\n"
     "  --no-tensorboard     run: write no TensorBoard event file (<run dir>/tb/)\n"
+    "  --addr IP            run, multi-node: this node's cluster address (default: VFLOW_ADDR,\n"
+    "                       else the meeting address on rank 0, else the address that\n"
+    "                       routes to it); --iface NAME takes an interface's address\n"
+    "  --nodes N            check/plan: the node count to check placements against\n"
+    "                       (default: the launcher's world size, 1 without one)\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad usage, bad topology or bad input\n";
 

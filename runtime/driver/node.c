@@ -103,9 +103,10 @@ static int get_key(node *n, int64_t deadline, vf_status *st)
         }
         if (vf_now_ns() > deadline)
             return vf_status_set(st, VF_ETIMEOUT, __FILE__, __LINE__,
-                                 "node %d: no run key: neither VFLOW_RUN_KEY nor %s/run.key (written by rank 0 "
-                                 "in the run dir every rank must share) within %.0f s",
-                                 n->k, n->run_dir, n->join_timeout_ns * 1e-9);
+                                 "node %d: no coordinator answered at %s: no run key within %.0f s (neither "
+                                 "VFLOW_RUN_KEY nor %s/run.key, which rank 0 writes in the run dir every rank "
+                                 "must share); is rank 0 running, with the same --run-dir?",
+                                 n->k, n->ctl_ep, n->join_timeout_ns * 1e-9, n->run_dir);
         usleep(100 * 1000);
     }
 }

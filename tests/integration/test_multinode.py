@@ -1,0 +1,246 @@
+"""Multi-node runs on real network hosts: network namespaces joined by a bridge
+(netns_lib.py), each node's `vflow run` started inside its namespace with the variables
+a launcher would set for it, one rank per node.
+
+  1. torchrun-style: training with P = 2 partitions on two nodes (`--set nodes=2`: dit_1
+     on node 1, its edges tcp between the hosts) gives bitwise the weights of the same
+     training on one node (model.safetensors of the last checkpoint, compared byte for
+     byte, as test_train_determinism.sh does);
+  2. Slurm-style (SLURM_PROCID, a compact SLURM_JOB_NODELIST whose first name is the
+     meeting host, the port from SLURM_JOB_ID): D = 2 replicas, one per node, bitwise the
+     one-node D = 2 weights;
+  3. Open MPI-style (OMPI_COMM_WORLD_*, the meeting place passed as VFLOW_MASTER_*):
+     precompute with a decoder and a VAE encoder on each node feeding one latent_cache
+     on node 0 gives the same cache as the same pipeline on one node: every key and every
+     value equal (mdb_dump, LMDB's own tool, over both);
+  4. ranks that disagree on --set values: the other rank refuses the graph it is sent
+     (exit 2 on both, the message names the hashes); a rank whose meeting address is
+     wrong fails with a clear message after its bounded wait; a topology naming more
+     nodes than the run has is exit 2 at check time.
+Exits 77 only when network namespaces cannot be made (not root, no iproute2).
+vflow-test: labels=multinode timeout=600
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import shutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netns_lib import Net, Unavailable, clean_env, launcher_env  # noqa: E402
+
+BUILD = os.environ.get("VFLOW_BUILD", "build")
+SRC = os.environ.get("VFLOW_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+VFLOW = os.environ.get("VFLOW_BIN") or os.path.join(BUILD, "vflow")
+TRAIN_TOOL = os.path.join(BUILD, "tools", "train_tool")
+TRAIN = os.path.join(SRC, "pipelines", "train_dit.lua")
+FAILS = []
+
+PRECOMPUTE = """
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline "pre"
+local n = a.nodes or 1
+local cache = p:stage("latent_cache", { path = a.cache })
+for k = 0, 1 do
+  local node = n > 1 and k or 0
+  local d = p:stage("decode", { name = "decode_" .. k, manifest = a.manifest, frames = 9, size = { 32, 32 },
+                                shard = k, nshards = 2, node = node })
+  local v = p:stage("vae_encode", { name = "vae_" .. k, model = vf.models.vae "tiny", micro_batch = 2, chunk = 4,
+                                    node = node })
+  p:connect(d, v, { capacity = 4 })
+  p:connect(v, cache, { capacity = 8 })
+end
+return p
+"""
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def md5(path):
+    import hashlib
+    try:
+        return hashlib.md5(open(path, "rb").read()).hexdigest()
+    except OSError:
+        return None
+
+
+def tail(path, n=12):
+    try:
+        return "".join(open(path, errors="replace").readlines()[-n:])
+    except OSError:
+        return "(no %s)" % path
+
+
+class Nodes:
+    """One `vflow run` per node of net, rank k on host k, with a launcher's variables."""
+
+    def __init__(self, net, tmp, tag, style, script, sets, port, world=2, env=None, ranks=None, extra=None):
+        self.procs, self.outs = {}, {}
+        self.run_dir = os.path.join(tmp, tag)
+        for rank in (ranks if ranks is not None else range(world)):
+            e = clean_env(launcher_env(style, rank, world, net.addr(0), port))
+            e["OMP_NUM_THREADS"] = "1"
+            e.update(env or {})
+            out = os.path.join(tmp, "%s.rank%d.out" % (tag, rank))
+            self.outs[rank] = out
+            args = [VFLOW, "run", script, "--run-dir", self.run_dir] + [x for s in sets for x in ("--set", s)]
+            args += (extra or {}).get(rank, [])
+            self.procs[rank] = net.popen(rank, args, e, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+
+    def wait(self, timeout=180):
+        t_end = time.monotonic() + timeout
+        rcs = {}
+        for rank, p in self.procs.items():
+            try:
+                rcs[rank] = p.wait(timeout=max(1, t_end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rcs[rank] = p.wait()
+                print("rank %d timed out" % rank)
+        return rcs
+
+    def kill(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def describe(self):
+        return "\n".join("rank %d:\n%s" % (r, tail(o)) for r, o in self.outs.items())
+
+
+def one_node(tmp, tag, script, sets):
+    run_dir = os.path.join(tmp, tag)
+    out = os.path.join(tmp, tag + ".out")
+    env = clean_env({"OMP_NUM_THREADS": "1"})
+    args = [VFLOW, "run", script, "--run-dir", run_dir] + [x for s in sets for x in ("--set", s)]
+    rc = subprocess.run(args, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT, timeout=300).returncode
+    check(rc == 0, "%s: one-node run exit %d\n%s" % (tag, rc, tail(out)))
+    return run_dir
+
+
+def training(net, tmp, cache):
+    common = ["cache=" + cache, "steps=8", "every=4", "batch=4", "lr=2e-3", "stages=2", "micro_batches=2"]
+    ref = one_node(tmp, "p2_one", TRAIN, common)
+    n = Nodes(net, tmp, "p2_two", "torchrun", TRAIN, common + ["nodes=2"], port=29631)
+    rcs = n.wait()
+    check(rcs == {0: 0, 1: 0}, "torchrun-style P=2 on two nodes: exits %r\n%s" % (rcs, n.describe()))
+    log = open(os.path.join(n.run_dir, "run.log")).read() if os.path.exists(os.path.join(n.run_dir, "run.log")) else ""
+    check("node 1 joined from 10.77.0.2" in log, "run.log names node 1 and its address")
+    a, b = md5(os.path.join(ref, "ckpt/step-8/model.safetensors")), md5(os.path.join(n.run_dir, "ckpt/step-8/model.safetensors"))
+    print("P=2 one node %s, two nodes %s" % (a, b))
+    check(a is not None and a == b, "P=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
+    graph = open(os.path.join(n.run_dir, "graph.json")).read() if os.path.exists(os.path.join(n.run_dir, "graph.json")) else ""
+    check('"transport": "tcp"' in graph, "the edges between the nodes are tcp")
+
+    # D = 2 replicas, one per node, Slurm-style variables (the port from the job id)
+    common_d = ["cache=" + cache, "steps=8", "every=4", "batch=4", "lr=2e-3", "stages=1", "replicas=2",
+                "micro_batches=2"]
+    ref_d = one_node(tmp, "d2_one", TRAIN, common_d)
+    # the run key from the launcher's environment (an sbatch script exports a fresh one)
+    key = {"VFLOW_RUN_KEY": os.urandom(32).hex()}
+    n = Nodes(net, tmp, "d2_two", "slurm", TRAIN, common_d + ["nodes=2"], port=20000 + 4242, env=key)
+    rcs = n.wait()
+    check(rcs == {0: 0, 1: 0}, "Slurm-style D=2 on two nodes: exits %r\n%s" % (rcs, n.describe()))
+    check("tcp://10.77.0.1:24242" in tail(n.outs[1], 50), "Slurm: the meeting host is the node list's first, "
+          "the port 20000 + job id\n%s" % tail(n.outs[1]))
+    a, b = md5(os.path.join(ref_d, "ckpt/step-8/model.safetensors")), md5(os.path.join(n.run_dir, "ckpt/step-8/model.safetensors"))
+    print("D=2 one node %s, two nodes %s" % (a, b))
+    check(a is not None and a == b, "D=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
+
+
+def precompute(net, tmp):
+    samples = os.path.join(tmp, "samples")
+    r = subprocess.run(["bash", os.path.join(SRC, "scripts", "make_sample_videos.sh"), samples], capture_output=True,
+                       text=True)
+    if not check(r.returncode == 0, "sample videos: %s" % r.stderr[-500:]):
+        return
+    script = os.path.join(tmp, "pre.lua")
+    open(script, "w").write(PRECOMPUTE)
+    manifest = os.path.join(samples, "manifest.csv")
+    one_cache, two_cache = os.path.join(tmp, "one.lmdb"), os.path.join(tmp, "two.lmdb")
+    one_node(tmp, "pre_one", script, ["manifest=" + manifest, "cache=" + one_cache])
+    n = Nodes(net, tmp, "pre_two", "openmpi", script, ["manifest=" + manifest, "cache=" + two_cache, "nodes=2"],
+              port=29633)
+    rcs = n.wait()
+    check(rcs == {0: 0, 1: 0}, "Open MPI-style precompute on two nodes: exits %r\n%s" % (rcs, n.describe()))
+    log = open(os.path.join(n.run_dir, "run.log")).read() if os.path.exists(os.path.join(n.run_dir, "run.log")) else ""
+    check("stages: decode_1, vae_1" in log, "node 1 runs decode_1 and vae_1")
+    dumps = []
+    for c in (one_cache, two_cache):
+        d = subprocess.run(["mdb_dump", "-p", c], capture_output=True, text=True)
+        check(d.returncode == 0, "mdb_dump %s: %s" % (c, d.stderr))
+        body = d.stdout.split("HEADER=END\n", 1)[-1]
+        dumps.append(body.splitlines())
+    n_keys = len(dumps[0]) // 2
+    print("cache: %d records one node, %d two nodes" % (n_keys, len(dumps[1]) // 2))
+    check(n_keys > 20, "the one-node cache has records (%d)" % n_keys)
+    check(dumps[0] == dumps[1], "two nodes give the one-node cache: same keys, same values")
+
+
+def bad_input(net, tmp, cache):
+    common = ["cache=" + cache, "steps=4", "every=0", "stages=2"]
+    # ranks that disagree on a --set value: rank 1 refuses the graph rank 0 sends
+    n = Nodes(net, tmp, "mismatch", "torchrun", TRAIN, common + ["nodes=2"], port=29634,
+              extra={1: ["--set", "lr=5e-3"]})
+    rcs = n.wait(timeout=60)
+    check(rcs == {0: 2, 1: 2}, "a rank resolving another graph: exit 2 on both, got %r\n%s" % (rcs, n.describe()))
+    check("refused the graph" in tail(n.outs[1], 30) and "refused the graph" in tail(n.outs[0], 30),
+          "both say the graph was refused\n%s" % n.describe())
+    # a wrong meeting address: a clear error after the bounded wait, not a hang
+    t0 = time.monotonic()
+    n = Nodes(net, tmp, "wrongaddr", "torchrun", TRAIN, common + ["nodes=2"], port=29635, ranks=[1],
+              env={"MASTER_ADDR": "10.77.0.99", "VFLOW_JOIN_TIMEOUT_MS": "3000",
+                   "VFLOW_RUN_KEY": os.urandom(32).hex()})
+    rcs = n.wait(timeout=30)
+    took = time.monotonic() - t0
+    out = tail(n.outs[1], 10)
+    check(rcs[1] not in (0, None) and "no coordinator answered at tcp://10.77.0.99:29635" in out,
+          "wrong meeting address: rank 1 fails naming it (rc %r)\n%s" % (rcs, out))
+    check(took < 20, "wrong meeting address: bounded wait (%.1f s)" % took)
+    # more nodes in the topology than the run has: exit 2 at check time
+    env = clean_env()
+    r = subprocess.run([VFLOW, "check", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2"], env=env,
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "is placed on node 1, but the run has 1 node" in r.stderr,
+          "check: node 1 on a one-node run is exit 2: %d %s" % (r.returncode, r.stderr))
+    r = subprocess.run([VFLOW, "check", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2", "--nodes", "2"],
+                       env=env, capture_output=True, text=True)
+    check(r.returncode == 0, "check --nodes 2: ok: %d %s" % (r.returncode, r.stderr))
+    r = subprocess.run([VFLOW, "graph", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2"], env=env,
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and 'label="node 1: w2-dit_1"' in r.stdout, "graph shows the nodes:\n%s" % r.stdout)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="vf_multinode_")
+    try:
+        net = Net(2)
+    except Unavailable as e:
+        print("skip: %s" % e)
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.exit(77)
+    try:
+        cache = os.path.join(tmp, "cache.lmdb")
+        subprocess.run([TRAIN_TOOL, "mkcache", cache, "32", "4", "1", "8", "8", "7"], check=True,
+                       stdout=subprocess.DEVNULL)
+        training(net, tmp, cache)
+        precompute(net, tmp)
+        bad_input(net, tmp, cache)
+    finally:
+        net.close()
+    if FAILS:
+        print("%d check(s) failed (kept %s)" % (len(FAILS), tmp))
+        sys.exit(1)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("ok")
+
+
+main()

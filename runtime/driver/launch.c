@@ -297,6 +297,9 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
 
     rc = vf_super_run(&sv, st);
     vf_super_end_nodes(&sv, vf_exit_code(rc), 3000);
+    if (zap && vf_zap_refused(zap) > 0)
+        vf_super_log(&sv, VF_LOG_WARN, "driver", "control plane: refused %lld handshake(s) from outside the run",
+                     (long long)vf_zap_refused(zap));
     const char *status = rc == 0 ? "done" : rc == VF_ESTOPPED ? "interrupted" : "failed";
     vf_monitor_final(&sv.mon, status, rc == 0 ? "" : st->msg);
     vf_super_log(&sv, rc == 0 ? VF_LOG_INFO : VF_LOG_ERROR, "driver", "run %s after %.2f s%s%s", status,

@@ -22,6 +22,7 @@
 #include "runtime/core/obuf.h"
 #include "runtime/core/stage.h"
 #include "runtime/edge/curve.h"
+#include "runtime/edge/transport_zmq.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -693,6 +694,12 @@ out:
         if (w->dropped) {
             char t[96];
             snprintf(t, sizeof t, "%ld log lines or rows dropped (control queue full)", w->dropped);
+            hook_log(w, NULL, VF_LOG_WARN, t);
+        }
+        if (w->hub && vf_zmq_refused(w->hub) > 0) {
+            char t[96];
+            snprintf(t, sizeof t, "data plane: refused %lld handshake(s) from outside the run",
+                     (long long)vf_zmq_refused(w->hub));
             hook_log(w, NULL, VF_LOG_WARN, t);
         }
         if (!w->final_metrics_sent) send_metrics(w);

@@ -9,12 +9,23 @@ two tests never share a namespace. `Net` raises Unavailable when namespaces cann
 (no root, no iproute2): the test exits 77 then.
 
 `launcher_env(style, rank, world, master, port)` is what a launcher would set for one rank:
-torchrun's, Slurm's (srun, with a compact node list) or Open MPI's (mpirun) variables.
+torchrun's, Slurm's (srun, with a compact node list) or Open MPI's (mpirun) variables;
+`Nodes` starts one `vflow run` per rank on its host with them, `one_node` the same run on
+this machine alone (the reference a multi-node run is compared with).
 """
+import hashlib
 import os
 import random
 import shutil
 import subprocess
+import time
+
+BUILD = os.environ.get("VFLOW_BUILD", "build")
+SRC = os.environ.get("VFLOW_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+VFLOW = os.environ.get("VFLOW_BIN") or os.path.join(BUILD, "vflow")
+TRAIN_TOOL = os.path.join(BUILD, "tools", "train_tool")
+TRAIN = os.path.join(SRC, "pipelines", "train_dit.lua")
+FAILS = []
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                  "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -125,3 +136,92 @@ def launcher_env(style, rank, world, master, port, job=None):
                 "OMPI_COMM_WORLD_NODE_RANK": str(rank), "VFLOW_MASTER_ADDR": master,
                 "VFLOW_MASTER_PORT": str(port)}
     raise ValueError(style)
+
+
+def check(cond, what):
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def md5(path):
+    try:
+        return hashlib.md5(open(path, "rb").read()).hexdigest()
+    except OSError:
+        return None
+
+
+def tail(path, n=12):
+    try:
+        return "".join(open(path, errors="replace").readlines()[-n:])
+    except OSError:
+        return "(no %s)" % path
+
+
+class Nodes:
+    """One `vflow run` per node of net, rank k on host k, with a launcher's variables."""
+
+    def __init__(self, net, tmp, tag, style, script, sets, port, world=2, env=None, ranks=None, extra=None):
+        self.procs, self.outs = {}, {}
+        self.run_dir = os.path.join(tmp, tag)
+        for rank in (ranks if ranks is not None else range(world)):
+            e = clean_env(launcher_env(style, rank, world, net.addr(0), port))
+            e["OMP_NUM_THREADS"] = "1"
+            e.update(env or {})
+            out = os.path.join(tmp, "%s.rank%d.out" % (tag, rank))
+            self.outs[rank] = out
+            args = [VFLOW, "run", script, "--run-dir", self.run_dir] + [x for s in sets for x in ("--set", s)]
+            args += (extra or {}).get(rank, [])
+            self.procs[rank] = net.popen(rank, args, e, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+
+    def wait(self, timeout=180):
+        t_end = time.monotonic() + timeout
+        rcs = {}
+        for rank, p in self.procs.items():
+            try:
+                rcs[rank] = p.wait(timeout=max(1, t_end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rcs[rank] = p.wait()
+                print("rank %d timed out" % rank)
+        return rcs
+
+    def kill(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def describe(self):
+        return "\n".join("rank %d:\n%s" % (r, tail(o)) for r, o in self.outs.items())
+
+
+def one_node(tmp, tag, script, sets):
+    run_dir = os.path.join(tmp, tag)
+    out = os.path.join(tmp, tag + ".out")
+    env = clean_env({"OMP_NUM_THREADS": "1"})
+    args = [VFLOW, "run", script, "--run-dir", run_dir] + [x for s in sets for x in ("--set", s)]
+    rc = subprocess.run(args, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT, timeout=300).returncode
+    check(rc == 0, "%s: one-node run exit %d\n%s" % (tag, rc, tail(out)))
+    return run_dir
+
+
+def listening(net, i):
+    """(address, port) of every TCP socket listening on host i."""
+    r = subprocess.run(["ip", "netns", "exec", net.hosts[i], "cat", "/proc/net/tcp"], capture_output=True, text=True)
+    out = []
+    for line in r.stdout.splitlines()[1:]:
+        f = line.split()
+        if len(f) > 3 and f[3] == "0A":  # LISTEN
+            a, p = f[1].split(":")
+            addr = ".".join(str(int(a[k:k + 2], 16)) for k in (6, 4, 2, 0))
+            out.append((addr, int(p, 16)))
+    return out
+
+
+def run_log(run_dir):
+    try:
+        return open(os.path.join(run_dir, "run.log"), errors="replace").read()
+    except OSError:
+        return ""

@@ -28,14 +28,8 @@ import time
 import shutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from netns_lib import Net, Unavailable, clean_env, launcher_env  # noqa: E402
-
-BUILD = os.environ.get("VFLOW_BUILD", "build")
-SRC = os.environ.get("VFLOW_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-VFLOW = os.environ.get("VFLOW_BIN") or os.path.join(BUILD, "vflow")
-TRAIN_TOOL = os.path.join(BUILD, "tools", "train_tool")
-TRAIN = os.path.join(SRC, "pipelines", "train_dit.lua")
-FAILS = []
+from netns_lib import (FAILS, SRC, TRAIN, TRAIN_TOOL, VFLOW, Net, Nodes, Unavailable, check, clean_env, md5,  # noqa: E402
+                       one_node, tail)
 
 PRECOMPUTE = """
 local vf = require "vflow"
@@ -54,76 +48,6 @@ for k = 0, 1 do
 end
 return p
 """
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def md5(path):
-    import hashlib
-    try:
-        return hashlib.md5(open(path, "rb").read()).hexdigest()
-    except OSError:
-        return None
-
-
-def tail(path, n=12):
-    try:
-        return "".join(open(path, errors="replace").readlines()[-n:])
-    except OSError:
-        return "(no %s)" % path
-
-
-class Nodes:
-    """One `vflow run` per node of net, rank k on host k, with a launcher's variables."""
-
-    def __init__(self, net, tmp, tag, style, script, sets, port, world=2, env=None, ranks=None, extra=None):
-        self.procs, self.outs = {}, {}
-        self.run_dir = os.path.join(tmp, tag)
-        for rank in (ranks if ranks is not None else range(world)):
-            e = clean_env(launcher_env(style, rank, world, net.addr(0), port))
-            e["OMP_NUM_THREADS"] = "1"
-            e.update(env or {})
-            out = os.path.join(tmp, "%s.rank%d.out" % (tag, rank))
-            self.outs[rank] = out
-            args = [VFLOW, "run", script, "--run-dir", self.run_dir] + [x for s in sets for x in ("--set", s)]
-            args += (extra or {}).get(rank, [])
-            self.procs[rank] = net.popen(rank, args, e, stdout=open(out, "w"), stderr=subprocess.STDOUT)
-
-    def wait(self, timeout=180):
-        t_end = time.monotonic() + timeout
-        rcs = {}
-        for rank, p in self.procs.items():
-            try:
-                rcs[rank] = p.wait(timeout=max(1, t_end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rcs[rank] = p.wait()
-                print("rank %d timed out" % rank)
-        return rcs
-
-    def kill(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-    def describe(self):
-        return "\n".join("rank %d:\n%s" % (r, tail(o)) for r, o in self.outs.items())
-
-
-def one_node(tmp, tag, script, sets):
-    run_dir = os.path.join(tmp, tag)
-    out = os.path.join(tmp, tag + ".out")
-    env = clean_env({"OMP_NUM_THREADS": "1"})
-    args = [VFLOW, "run", script, "--run-dir", run_dir] + [x for s in sets for x in ("--set", s)]
-    rc = subprocess.run(args, env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT, timeout=300).returncode
-    check(rc == 0, "%s: one-node run exit %d\n%s" % (tag, rc, tail(out)))
-    return run_dir
 
 
 def training(net, tmp, cache):

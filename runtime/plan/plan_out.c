@@ -46,7 +46,10 @@ static void print_worker(FILE *f, const vf_mplan *p, int w)
     char dev[32], b[32];
     if (w >= 0) {
         vf_device_str(g->workers[w].device, dev, sizeof dev);
-        fprintf(f, "worker %s (%s)\n", g->workers[w].name, dev);
+        if (vf_graph_nodes(g) > 1)
+            fprintf(f, "worker %s (%s, node %d)\n", g->workers[w].name, dev, g->workers[w].node);
+        else
+            fprintf(f, "worker %s (%s)\n", g->workers[w].name, dev);
     } else {
         fprintf(f, "driver and node\n");
     }
@@ -145,6 +148,26 @@ static void print_text(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE
             }
         }
         fprintf(f, "  %-8s %12s   %-36s %s%s\n", dev, a, bud, ver, d->present ? "" : "  [not on this machine]");
+    }
+    if (vf_graph_nodes(g) > 1) {
+        /* what each node holds: its workers' lines, and a driver and the shared code each */
+        fprintf(f, "\ntotal per node and device\n");
+        for (int node = 0; node < vf_graph_nodes(g); node++)
+            for (int i = 0; i < p->ndev; i++) {
+                int64_t t = 0;
+                bool any = false;
+                for (int k = 0; k < p->n; k++) {
+                    const vf_pline *x = &p->l[k];
+                    if (x->dev.kind != p->dev[i].dev.kind || x->dev.index != p->dev[i].dev.index) continue;
+                    if (x->worker >= 0 && g->workers[x->worker].node != node) continue;
+                    t = (t < 0 || x->bytes < 0) ? -1 : t + x->bytes;
+                    any = any || x->worker >= 0;
+                }
+                if (!any) continue;
+                vf_device_str(p->dev[i].dev, dev, sizeof dev);
+                vf_bytes_str(t, a, sizeof a);
+                fprintf(f, "  node %-3d %-8s %12s\n", node, dev, a);
+            }
     }
     fprintf(f, "\nby category\n  %-8s", "device");
     for (int c = 0; c < VF_MEM_CAT_COUNT; c++) fprintf(f, " %10s", vf_mem_cat_name((vf_mem_cat)c));

@@ -141,6 +141,10 @@ def bad_input(net, tmp, cache):
     r = subprocess.run([VFLOW, "graph", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2"], env=env,
                        capture_output=True, text=True)
     check(r.returncode == 0 and 'label="node 1: w2-dit_1"' in r.stdout, "graph shows the nodes:\n%s" % r.stdout)
+    r = subprocess.run([VFLOW, "plan", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2", "--nodes", "2"],
+                       env=env, capture_output=True, text=True)
+    check(r.returncode == 0 and "worker w2-dit_1 (cpu, node 1)" in r.stdout and "total per node and device" in r.stdout
+          and "  node 1   cpu" in r.stdout, "plan shows the nodes and a total per node:\n%s" % r.stdout[-1500:])
 
 
 def main():

@@ -238,9 +238,10 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     if (!zctx) VF_FAIL(st, VF_EEXTERNAL, "driver: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
     char ctl_ep[VF_SUN_PATH_MAX + 16];
     if (multi) {
-        /* the meeting place: rank 0's control socket on its cluster address, CURVE with
-         * the run's peers only (the ZAP handler runs before the socket binds) */
-        snprintf(ctl_ep, sizeof ctl_ep, "tcp://%s:%d", opts->addr, opts->master_port);
+        /* the meeting place: rank 0's control socket on the meeting address (what the other
+         * ranks connect to), CURVE with the run's peers only (the ZAP handler runs before
+         * the socket binds); data edges bind on opts->addr */
+        snprintf(ctl_ep, sizeof ctl_ep, "tcp://%s:%d", opts->master_ip, opts->master_port);
         VF_TRY(vf_zap_start(zctx, &ctl_curve, &zap, st));
         VF_TRY(vf_ctl_router_open_curve(zctx, ctl_ep, &ctl_curve, &router, st));
     } else {

@@ -2,8 +2,9 @@
 (netns_lib.py), each node's `vflow run` started inside its namespace with the variables
 a launcher would set for it, one rank per node.
 
-  1. torchrun-style: training with P = 2 partitions on two nodes (`--set nodes=2`: dit_1
-     on node 1, its edges tcp between the hosts) gives bitwise the weights of the same
+  1. torchrun-style (MASTER_PORT held by a stand-in for torchrun's agent, vflow meeting on
+     VFLOW_MASTER_PORT): training with P = 2 partitions on two nodes (`--set nodes=2`:
+     dit_1 on node 1, its edges tcp between the hosts) gives bitwise the weights of the same
      training on one node (model.safetensors of the last checkpoint, compared byte for
      byte, as test_train_determinism.sh does);
   2. Slurm-style (SLURM_PROCID, a compact SLURM_JOB_NODELIST whose first name is the
@@ -53,8 +54,17 @@ return p
 def training(net, tmp, cache):
     common = ["cache=" + cache, "steps=8", "every=4", "batch=4", "lr=2e-3", "stages=2", "micro_batches=2"]
     ref = one_node(tmp, "p2_one", TRAIN, common)
-    n = Nodes(net, tmp, "p2_two", "torchrun", TRAIN, common + ["nodes=2"], port=29631)
-    rcs = n.wait()
+    # torchrun's agent on rank 0's host holds MASTER_PORT (its rendezvous store): a stand-in
+    # listens there, and vflow meets on VFLOW_MASTER_PORT, its own variable, which wins
+    agent = net.popen(0, [sys.executable, "-c", "import socket,time\ns=socket.socket()\n"
+                          "s.bind(('10.77.0.1', 29631))\ns.listen()\ntime.sleep(600)"], clean_env())
+    try:
+        n = Nodes(net, tmp, "p2_two", "torchrun", TRAIN, common + ["nodes=2"], port=29631,
+                  env={"VFLOW_MASTER_PORT": "29632"})
+        rcs = n.wait()
+    finally:
+        agent.kill()
+        agent.wait()
     check(rcs == {0: 0, 1: 0}, "torchrun-style P=2 on two nodes: exits %r\n%s" % (rcs, n.describe()))
     log = open(os.path.join(n.run_dir, "run.log")).read() if os.path.exists(os.path.join(n.run_dir, "run.log")) else ""
     check("node 1 joined from 10.77.0.2" in log, "run.log names node 1 and its address")

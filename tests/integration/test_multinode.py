@@ -16,8 +16,9 @@ a launcher would set for it, one rank per node.
      value equal (mdb_dump, LMDB's own tool, over both);
   4. ranks that disagree on --set values: the other rank refuses the graph it is sent
      (exit 2 on both, the message names the hashes); a rank whose meeting address is
-     wrong fails with a clear message after its bounded wait; a topology naming more
-     nodes than the run has is exit 2 at check time.
+     wrong fails with a clear message after its bounded wait; a meeting port already taken
+     is exit 2 at once; a topology naming more nodes than the run has is exit 2 at check
+     time; `vflow graph` and `vflow plan` show the nodes.
 Exits 77 only when network namespaces cannot be made (not root, no iproute2).
 vflow-test: labels=multinode timeout=600
 """
@@ -139,6 +140,18 @@ def bad_input(net, tmp, cache):
     check(rcs[1] not in (0, None) and "no coordinator answered at tcp://10.77.0.99:29635" in out,
           "wrong meeting address: rank 1 fails naming it (rc %r)\n%s" % (rcs, out))
     check(took < 20, "wrong meeting address: bounded wait (%.1f s)" % took)
+    # a second run on the same meeting port: rank 0 cannot bind it, exit 2 at once
+    other = net.popen(0, [sys.executable, "-c", "import socket,time\ns=socket.socket()\n"
+                          "s.bind(('10.77.0.1', 29636))\ns.listen()\ntime.sleep(600)"], clean_env())
+    try:
+        time.sleep(0.5)
+        n = Nodes(net, tmp, "sameport", "torchrun", TRAIN, common + ["nodes=2"], port=29636, ranks=[0])
+        rcs = n.wait(timeout=30)
+    finally:
+        other.kill()
+        other.wait()
+    out = tail(n.outs[0], 10)
+    check(rcs[0] == 2 and "another run on this port" in out, "a taken meeting port: exit 2 (%r)\n%s" % (rcs, out))
     # more nodes in the topology than the run has: exit 2 at check time
     env = clean_env()
     r = subprocess.run([VFLOW, "check", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2"], env=env,

@@ -240,7 +240,7 @@ int vf_cli_pipeline(int argc, char **argv)
         rc = vf_plan_command(g, &req, stdout, &st);
     } else { /* run */
         /* plan first: refuse (exit 2) a run over a budget or on absent devices */
-        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false};
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false, rank.world > 1 ? rank.rank : 0};
         char addr[VF_ADDR_MAX] = "", master[VF_ADDR_MAX] = "";
         if (rank.world > 1) {
             rc = cluster_addrs(&c, &rank, addr, master, &st);

@@ -68,11 +68,14 @@ int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *re
     /* Devices first: `plan` plans for GPUs this machine lacks, `run` cannot use them. */
     for (int i = 0; i < g->nstages; i++) {
         const vf_gstage *s = &g->stages[i];
+        if (s->node != req->node) continue; /* another node's devices are that node's to check */
         if (s->device.kind == VF_DEV_CUDA && s->device.index >= m.ncuda) {
+            char on[32] = "";
+            if (vf_graph_nodes(g) > 1) snprintf(on, sizeof on, " (node %d)", req->node);
             rc = vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                               "%s: stage '%s' (%s) runs on cuda:%d, but this machine has %d CUDA device%s "
+                               "%s: stage '%s' (%s) runs on cuda:%d, but this machine%s has %d CUDA device%s "
                                "(`vflow plan` plans for absent devices; `vflow run` needs them)",
-                               s->where, s->name, s->kind, s->device.index, m.ncuda, m.ncuda == 1 ? "" : "s");
+                               s->where, s->name, s->kind, s->device.index, on, m.ncuda, m.ncuda == 1 ? "" : "s");
             goto out;
         }
     }

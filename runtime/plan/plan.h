@@ -152,6 +152,7 @@ typedef struct vf_plan_req {
     int nsets;
     const char *budget;              /* --budget spec or NULL */
     bool json;
+    int node;                        /* run: the devices of this node's stages must be here */
 } vf_plan_req;
 
 /* Searches knobs for a plan that fits: each knob changed alone (the smallest change

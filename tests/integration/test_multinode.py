@@ -17,8 +17,10 @@ a launcher would set for it, one rank per node.
   4. ranks that disagree on --set values: the other rank refuses the graph it is sent
      (exit 2 on both, the message names the hashes); a rank whose meeting address is
      wrong fails with a clear message after its bounded wait; a meeting port already taken
-     is exit 2 at once; a topology naming more nodes than the run has is exit 2 at check
-     time; `vflow graph` and `vflow plan` show the nodes.
+     is exit 2 at once; a node without the GPUs placed on it is exit 2 there; bad node
+     values and ipc edges between nodes are exit 2 naming the line; a topology naming more
+     nodes than the run has is exit 2 at check time; `vflow graph` and `vflow plan` show
+     the nodes.
 Exits 77 only when network namespaces cannot be made (not root, no iproute2).
 vflow-test: labels=multinode timeout=600
 """
@@ -152,6 +154,23 @@ def bad_input(net, tmp, cache):
         other.wait()
     out = tail(n.outs[0], 10)
     check(rcs[0] == 2 and "another run on this port" in out, "a taken meeting port: exit 2 (%r)\n%s" % (rcs, out))
+    # a node with fewer GPUs than placed on it: that rank refuses before meeting (exit 2)
+    n = Nodes(net, tmp, "gpus", "torchrun", TRAIN, common + ["nodes=2", "device=cuda:15"], port=29637, ranks=[1])
+    rcs = n.wait(timeout=30)
+    out = tail(n.outs[1], 5)
+    check(rcs[1] == 2 and "stage 'dit_1' (dit) runs on cuda:15, but this machine (node 1) has" in out,
+          "a node without the GPUs placed on it: exit 2 (%r)\n%s" % (rcs, out))
+    # placement errors: a bad node value, an ipc edge between nodes
+    bad = os.path.join(tmp, "bad.lua")
+    for body, msg in (
+            ('p:stage("synthetic", { node = -1 })', "node must be an integer in 0..4095"),
+            ('p:stage("synthetic", { node = 1.5 })', "node must be an integer in 0..4095"),
+            ('p:connect(p:stage("synthetic", {}), p:stage("null_sink", { node = 1 }), { transport = "ipc" })',
+             'transport "ipc" cannot cross nodes (node 0 -> node 1)')):
+        open(bad, "w").write('local vf = require "vflow"\nlocal p = vf.pipeline "bad"\n%s\nreturn p\n' % body)
+        r = subprocess.run([VFLOW, "check", bad, "--nodes", "2"], env=clean_env(), capture_output=True, text=True)
+        check(r.returncode == 2 and msg in r.stderr and "bad.lua:3" in r.stderr,
+              "%s: exit 2 naming the line: %d %s" % (body, r.returncode, r.stderr))
     # more nodes in the topology than the run has: exit 2 at check time
     env = clean_env()
     r = subprocess.run([VFLOW, "check", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2"], env=env,

@@ -20,7 +20,9 @@ a launcher would set for it, one rank per node.
      is exit 2 at once; a node without the GPUs placed on it is exit 2 there; bad node
      values and ipc edges between nodes are exit 2 naming the line; a topology naming more
      nodes than the run has is exit 2 at check time; `vflow graph` and `vflow plan` show
-     the nodes.
+     the nodes;
+  5. `vflow launch --slurm` prints an sbatch script; run with a stand-in `srun` that starts
+     one task per namespace host, it trains to the one-node weights.
 Exits 77 only when network namespaces cannot be made (not root, no iproute2).
 vflow-test: labels=multinode timeout=600
 """
@@ -91,6 +93,51 @@ def training(net, tmp, cache):
     a, b = md5(os.path.join(ref_d, "ckpt/step-8/model.safetensors")), md5(os.path.join(n.run_dir, "ckpt/step-8/model.safetensors"))
     print("D=2 one node %s, two nodes %s" % (a, b))
     check(a is not None and a == b, "D=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
+    return ref
+
+
+FAKE_SRUN = """#!/bin/bash
+# srun as the test's hosts give it: task k of N on namespace host k, Slurm's variables set
+set -u
+while [ $# -gt 0 ] && [ "${1#--}" != "$1" ]; do shift; done   # srun's own options
+read -r -a hosts <<< "$FAKE_SRUN_HOSTS"
+n=${#hosts[@]}
+pids=()
+for k in $(seq 0 $((n - 1))); do
+  ip netns exec "${hosts[$k]}" env SLURM_PROCID=$k SLURM_NTASKS=$n SLURM_LOCALID=0 SLURM_NTASKS_PER_NODE=1 \
+    SLURM_NODEID=$k SLURM_NNODES=$n SLURM_STEP_NODELIST="$SLURM_JOB_NODELIST" "$@" > "srun.task$k.out" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+exit $rc
+"""
+
+
+def launch_slurm(net, tmp, cache, ref):
+    """`vflow launch --slurm` writes an sbatch script; run under a stand-in srun that starts
+    one task per namespace host, it trains as the one-node run does."""
+    sets = ["cache=" + cache, "steps=8", "every=4", "batch=4", "lr=2e-3", "stages=2", "micro_batches=2", "nodes=2"]
+    r = subprocess.run([VFLOW, "launch", "--slurm", TRAIN] + [x for s in sets for x in ("--set", s)],
+                       env=clean_env(), capture_output=True, text=True)
+    check(r.returncode == 0 and "#SBATCH --nodes=2" in r.stdout and "srun" in r.stdout,
+          "launch --slurm prints an sbatch script for 2 nodes: %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    d = os.path.join(tmp, "sbatch")
+    os.makedirs(os.path.join(d, "bin"))
+    open(os.path.join(d, "job.sh"), "w").write(r.stdout)
+    fake = os.path.join(d, "bin", "srun")
+    open(fake, "w").write(FAKE_SRUN)
+    os.chmod(fake, 0o755)
+    env = clean_env({"PATH": os.path.join(d, "bin") + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+                     "SLURM_JOB_ID": "4343", "SLURM_JOB_NODELIST": "10.77.0.[1-2]",
+                     "FAKE_SRUN_HOSTS": " ".join(net.hosts[:2]), "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(["bash", "job.sh"], cwd=d, env=env, capture_output=True, text=True, timeout=240)
+    check(r.returncode == 0, "the sbatch script runs: %d %s\n%s" % (r.returncode, r.stderr[-800:],
+                                                                    tail(os.path.join(d, "srun.task0.out"))))
+    a = md5(os.path.join(ref, "ckpt/step-8/model.safetensors"))
+    b = md5(os.path.join(d, "runs", "train-4343", "ckpt/step-8/model.safetensors"))
+    print("sbatch script on two nodes %s, one node %s" % (b, a))
+    check(a is not None and a == b, "the sbatch script's run gives the one-node weights (%s vs %s)" % (a, b))
 
 
 def precompute(net, tmp):
@@ -201,7 +248,8 @@ def main():
         cache = os.path.join(tmp, "cache.lmdb")
         subprocess.run([TRAIN_TOOL, "mkcache", cache, "32", "4", "1", "8", "8", "7"], check=True,
                        stdout=subprocess.DEVNULL)
-        training(net, tmp, cache)
+        ref = training(net, tmp, cache)
+        launch_slurm(net, tmp, cache, ref)
         precompute(net, tmp)
         bad_input(net, tmp, cache)
     finally:

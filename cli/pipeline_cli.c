@@ -250,7 +250,13 @@ int vf_cli_pipeline(int argc, char **argv)
         FILE *report = rank.rank == 0 ? stdout : fopen("/dev/null", "we");
         rc = vf_plan_gate(g, &req, c.force, report ? report : stdout, &st);
         if (report && report != stdout) fclose(report);
-        if (rc < 0) goto done;
+        vf_status refusal = st;
+        if (rc < 0 && rank.world > 1 && rank.rank > 0) {
+            /* say so to the coordinator too: the run fails at once, naming this node */
+            vf_status_clear(&st);
+        } else if (rc < 0) {
+            goto done;
+        }
         fflush(stdout);
         vf_run_opts opts = {
             .run_dir = c.run_dir,
@@ -265,6 +271,7 @@ int vf_cli_pipeline(int argc, char **argv)
             .addr = addr,
             .master_ip = master,
             .master_port = rank.master_port,
+            .refusal = rc < 0 ? &refusal : NULL,
         };
         rc = vf_driver_run(g, &opts, &st);
         /* the plan's per-stage prediction next to the measured account peaks */

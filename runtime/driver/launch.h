@@ -20,6 +20,9 @@ typedef struct vf_run_opts {
     const char *addr;
     const char *master_ip;
     int master_port;
+    /* rank > 0: this node cannot take part (its checks failed, refusal = that status): it
+     * meets the coordinator only to say so, so that the run fails at once naming it */
+    const vf_status *refusal;
 } vf_run_opts;
 
 /* How the driver starts one worker (launch.c, also a node's driver, node.c). */

@@ -324,6 +324,12 @@ int vf_node_run(vf_graph *g, const vf_run_opts *o, vf_status *st)
     if (!(n->zctx = zmq_ctx_new())) VF_FAIL(st, VF_EEXTERNAL, "node %d: zmq_ctx_new", n->k);
     fprintf(stderr, "vflow: node %d of %d (%s): meeting the coordinator at %s\n", n->k, o->world, o->addr, n->ctl_ep);
     VF_TRY(meet(n, &part, st));
+    if (o->refusal) {
+        send_fail(n, o->refusal->code, o->refusal->msg);
+        *st = *o->refusal;
+        rc = st->code;
+        goto fail;
+    }
 
     char mine[VF_GRAPH_HASH_HEX + 1], theirs[VF_GRAPH_HASH_HEX + 1] = "";
     VF_TRY(vf_graph_hash(g, mine, st));
@@ -334,7 +340,8 @@ int vf_node_run(vf_graph *g, const vf_run_opts *o, vf_status *st)
         char msg[1400];
         snprintf(msg, sizeof msg,
                  "refused the graph: rank 0 resolved graph %.16s, this node resolved %.16s from %s and its --set "
-                 "values; every rank must run the same script with the same --set values",
+                 "values; every rank must run the same script (by the same path) with the same --set values and "
+                 "the same vflow",
                  theirs, mine, g->script);
         send_fail(n, VF_EUSAGE, msg);
         VF_FAIL(st, VF_EUSAGE, "node %d: %s", n->k, msg);

@@ -48,7 +48,7 @@ for k = 0, 1 do
   local d = p:stage("decode", { name = "decode_" .. k, manifest = a.manifest, frames = 9, size = { 32, 32 },
                                 shard = k, nshards = 2, node = node })
   local v = p:stage("vae_encode", { name = "vae_" .. k, model = vf.models.vae "tiny", micro_batch = 2, chunk = 4,
-                                    node = node })
+                                    node = node, device = k == 1 and a.device1 or "cpu" })
   p:connect(d, v, { capacity = 4 })
   p:connect(v, cache, { capacity = 8 })
 end
@@ -170,6 +170,7 @@ def precompute(net, tmp):
 
 
 def bad_input(net, tmp, cache):
+    pre = os.path.join(tmp, "pre.lua")
     common = ["cache=" + cache, "steps=4", "every=0", "stages=2"]
     # ranks that disagree on a --set value: rank 1 refuses the graph rank 0 sends
     n = Nodes(net, tmp, "mismatch", "torchrun", TRAIN, common + ["nodes=2"], port=29634,
@@ -201,12 +202,17 @@ def bad_input(net, tmp, cache):
         other.wait()
     out = tail(n.outs[0], 10)
     check(rcs[0] == 2 and "another run on this port" in out, "a taken meeting port: exit 2 (%r)\n%s" % (rcs, out))
-    # a node with fewer GPUs than placed on it: that rank refuses before meeting (exit 2)
-    n = Nodes(net, tmp, "gpus", "torchrun", TRAIN, common + ["nodes=2", "device=cuda:15"], port=29637, ranks=[1])
-    rcs = n.wait(timeout=30)
-    out = tail(n.outs[1], 5)
-    check(rcs[1] == 2 and "stage 'dit_1' (dit) runs on cuda:15, but this machine (node 1) has" in out,
-          "a node without the GPUs placed on it: exit 2 (%r)\n%s" % (rcs, out))
+    # a node with fewer GPUs than placed on it (vae_1 on cuda:15): that rank refuses, and
+    # tells the coordinator, which fails at once naming it (exit 2 on both)
+    t0 = time.monotonic()
+    n = Nodes(net, tmp, "gpus", "torchrun", pre, ["manifest=" + os.path.join(tmp, "samples", "manifest.csv"), "cache=" + os.path.join(tmp, "g.lmdb"),
+                                                  "nodes=2", "device1=cuda:15"], port=29637)
+    rcs = n.wait(timeout=60)
+    took = time.monotonic() - t0
+    out0, out1 = tail(n.outs[0], 30), tail(n.outs[1], 5)
+    msg = "stage 'vae_1' (vae_encode) runs on cuda:15, but this machine (node 1) has"
+    check(rcs == {0: 2, 1: 2} and msg in out1 and msg in out0 and "node 1" in out0 and took < 20,
+          "a node without the GPUs placed on it: exit 2 on both within %.1f s (%r)\n%s" % (took, rcs, n.describe()))
     # placement errors: a bad node value, an ipc edge between nodes
     bad = os.path.join(tmp, "bad.lua")
     for body, msg in (

@@ -161,6 +161,7 @@ static int cluster_addrs(const cli *c, const vf_rank_info *r, char *addr, char *
                 r->world, r->source);
     VF_TRY(vf_net_resolve(r->master_addr, "the meeting address", master, st));
     const char *env = getenv("VFLOW_ADDR");
+    bool given = c->addr || c->iface || (env && *env);
     if (c->addr)
         VF_TRY(vf_net_resolve(c->addr, "--addr", addr, st));
     else if (c->iface)
@@ -171,6 +172,16 @@ static int cluster_addrs(const cli *c, const vf_rank_info *r, char *addr, char *
         snprintf(addr, VF_ADDR_MAX, "%s", master);
     else
         VF_TRY(vf_net_route_addr(master, addr, st));
+    if (r->rank == 0 && strncmp(master, "127.", 4) == 0) {
+        /* a host name that this host's /etc/hosts maps to loopback (Debian's 127.0.1.1):
+         * the other ranks cannot reach that; the cluster address is where to meet */
+        if (!given)
+            VF_FAIL(st, VF_EUSAGE,
+                    "the meeting address %s is %s, a loopback address, on rank 0: the other ranks cannot reach it; "
+                    "give rank 0's cluster address (--addr, --iface or VFLOW_ADDR) or set MASTER_ADDR to it",
+                    r->master_addr, master);
+        snprintf(master, VF_ADDR_MAX, "%s", addr);
+    }
 fail:
     return rc;
 }

@@ -238,8 +238,10 @@ def bad_input(net, tmp, cache):
     check(r.returncode == 0 and 'label="node 1: w2-dit_1"' in r.stdout, "graph shows the nodes:\n%s" % r.stdout)
     r = subprocess.run([VFLOW, "plan", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2", "--nodes", "2"],
                        env=env, capture_output=True, text=True)
-    check(r.returncode == 0 and "worker w2-dit_1 (cpu, node 1)" in r.stdout and "total per node and device" in r.stdout
-          and "  node 1   cpu" in r.stdout, "plan shows the nodes and a total per node:\n%s" % r.stdout[-1500:])
+    node1 = r.stdout.split("node 1 of 2, what it holds")[-1]
+    check(r.returncode == 0 and "node 0 of 2, what it holds" in r.stdout and "worker w2-dit_1 (cpu, node 1)" in node1
+          and "w1-dit_0" not in node1 and "verdict: fits" in node1,
+          "plan: one plan per node, each with its own workers and verdict:\n%s" % r.stdout[-1500:])
 
 
 def main():

@@ -202,19 +202,6 @@ int vf_cli_pipeline(int argc, char **argv)
     vf_rank_info rank;
     rc = vf_rank_from_env(NULL, &rank, &st);
     if (rc < 0) goto done;
-    /* vflow's own meeting place wins over a launcher's: torchrun's agent holds MASTER_PORT */
-    const char *vaddr = getenv("VFLOW_MASTER_ADDR"), *vport = getenv("VFLOW_MASTER_PORT");
-    if (vaddr && *vaddr) snprintf(rank.master_addr, sizeof rank.master_addr, "%s", vaddr);
-    if (vport && *vport) {
-        char *end;
-        long v = strtol(vport, &end, 10);
-        if (*end || v < 1 || v > 65535) {
-            rc = vf_status_set(&st, VF_EUSAGE, __FILE__, __LINE__, "VFLOW_MASTER_PORT=\"%s\": expected a port in 1..65535",
-                               vport);
-            goto done;
-        }
-        rank.master_port = (int)v;
-    }
     int nnodes = c.nodes ? c.nodes : rank.world;
     rc = load_graph(&c, nnodes, &g, &st);
     if (rc < 0) goto done;

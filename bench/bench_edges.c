@@ -16,12 +16,25 @@
  * numbers are the edge's cost, not the cost of filling buffers.
  * Each figure is the best of `reps` runs (the machine is shared).
  * Usage: bench_edges [big_items=8] [small_items=50000] [reps=3]
+ *
+ * Between two hosts: `bench_edges --netns RECV_NS RECV_ADDR [big_items] [reps]`, run inside
+ * the sending host's network namespace (bench_edges_netns.sh makes two, joined by a veth
+ * pair): every receiver enters RECV_NS and binds RECV_ADDR. It measures a plain TCP
+ * socket stream (write / read of 64 MiB buffers, nothing else), the bare ZeroMQ tcp pair,
+ * the tcp edge, and the tcp edge with CURVE as a multi-node run uses it (every tcp socket
+ * of such a run authenticates and encrypts), and prints each edge's ratio to the stream.
  */
 #include "runtime/core/alloc.h"
 #include "runtime/edge/chan.h"
 #include "runtime/core/item.h"
+#include "runtime/edge/curve.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <zmq.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +72,24 @@ static double memcpy_gbs(size_t n)
     free(a);
     free(b);
     return best / 1e9;
+}
+
+/* --netns: the receivers' network namespace (NULL: this one), and the run key of the
+ * CURVE variant (NULL: plain) */
+static const char *g_recv_ns;
+static const char *g_key;
+
+static void enter_recv_ns(void)
+{
+    if (!g_recv_ns) return;
+    char path[256];
+    snprintf(path, sizeof path, "/var/run/netns/%s", g_recv_ns);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+        fprintf(stderr, "bench_edges: cannot enter network namespace %s\n", g_recv_ns);
+        _exit(1);
+    }
+    close(fd);
 }
 
 static vf_edge_desc desc(vf_transport tr, const char *addr, int cap, int64_t max_bytes)
@@ -110,9 +141,12 @@ static double zmq_run(vf_transport tr, const char *addr, int64_t bytes, long n, 
     if (pipe(fd)) die("pipe", NULL);
     pid_t pid = fork();
     if (pid == 0) {
+        enter_recv_ns();
         vf_status st = {0};
         vf_chan_hub *h = vf_chan_hub_new(&st);
+        if (g_key && vf_chan_hub_secure(h, g_key, 0, 2, &st) != 0) die("secure", &st);
         vf_edge_desc d = desc(tr, addr, cap, bytes + 4096);
+        d.peer = 1;
         vf_edge_end *e;
         vf_port *in;
         if (vf_edge_open(h, &d, VF_PORT_IN, &e, &st) != 0) die("bind", &st);
@@ -132,7 +166,9 @@ static double zmq_run(vf_transport tr, const char *addr, int64_t bytes, long n, 
     close(fd[1]);
     vf_status st = {0};
     vf_chan_hub *h = vf_chan_hub_new(&st);
+    if (g_key && vf_chan_hub_secure(h, g_key, 1, 2, &st) != 0) die("secure", &st);
     vf_edge_desc d = desc(tr, ep, cap, bytes + 4096);
+    d.peer = 0;
     vf_edge_end *e;
     vf_port *out;
     if (vf_edge_open(h, &d, VF_PORT_OUT, &e, &st) != 0) die("connect", &st);
@@ -161,6 +197,7 @@ static double raw_run(const char *addr, int64_t bytes, long n)
     if (pipe(fd)) die("pipe", NULL);
     pid_t pid = fork();
     if (pid == 0) {
+        enter_recv_ns();
         void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_PULL);
         char ep[256] = {0};
         size_t len = sizeof ep;
@@ -198,6 +235,66 @@ static double raw_run(const char *addr, int64_t bytes, long n)
     zmq_ctx_term(ctx);
     free(b);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("raw reader", NULL);
+    return dt;
+}
+
+/* Seconds to stream n buffers of `bytes` over one plain TCP connection to a forked
+ * reader at addr (an IPv4 address): the kernel's socket path and nothing else. */
+static double stream_run(const char *addr, int64_t bytes, long n)
+{
+    int fd[2];
+    if (pipe(fd)) die("pipe", NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        enter_recv_ns();
+        int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        inet_pton(AF_INET, addr, &sa.sin_addr);
+        socklen_t len = sizeof sa;
+        setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1) ||
+            getsockname(ls, (struct sockaddr *)&sa, &len))
+            _exit(1);
+        int port = ntohs(sa.sin_port);
+        if (write(fd[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
+        int c = accept(ls, NULL, NULL);
+        size_t cap = 1 << 20;
+        char *buf = malloc(cap);
+        int64_t want = (n + 1) * bytes, got = 0; /* the warm-up buffer, then n */
+        while (got < want) {
+            ssize_t r = read(c, buf, cap);
+            if (r <= 0) _exit(1);
+            got += r;
+        }
+        if (write(c, "k", 1) != 1) _exit(1);
+        free(buf);
+        _exit(0);
+    }
+    int port = 0;
+    if (read(fd[0], &port, sizeof port) != (ssize_t)sizeof port) die("port", NULL);
+    close(fd[0]);
+    close(fd[1]);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa)) die("stream connect", NULL);
+    unsigned char *b = malloc((size_t)bytes);
+    memset(b, 0x5a, (size_t)bytes);
+    double t0 = 0;
+    for (long i = 0; i <= n; i++) {
+        for (int64_t off = 0; off < bytes;) {
+            ssize_t w = write(s, b + off, (size_t)(bytes - off));
+            if (w <= 0) die("stream write", NULL);
+            off += w;
+        }
+        if (i == 0) t0 = now_s();
+    }
+    char k;
+    if (read(s, &k, 1) != 1) die("stream ack", NULL); /* the reader has every byte */
+    double dt = now_s() - t0;
+    close(s);
+    free(b);
+    waitpid(pid, NULL, 0);
     return dt;
 }
 
@@ -250,8 +347,36 @@ static double inproc_run(int64_t bytes, long n, int cap)
         b_;                                                                                   \
     })
 
+/* Two hosts: the edges against a plain TCP stream between them (see the top). */
+static int netns_main(int argc, char **argv)
+{
+    g_recv_ns = argv[2];
+    const char *addr = argv[3];
+    long n = argc > 4 ? atol(argv[4]) : 8;
+    int reps = argc > 5 ? atoi(argv[5]) : 3;
+    const int64_t big = 64ll << 20;
+    char ep[128];
+    snprintf(ep, sizeof ep, "tcp://%s:*", addr);
+    printf("bench_edges --netns: %ld x 64 MiB to %s in namespace %s, best of %d\n", n, addr, g_recv_ns, reps);
+    double g_str = n * (double)big / BEST(stream_run(addr, big, n)) / 1e9;
+    printf("plain TCP stream 64 MiB: %.2f GB/s\n", g_str);
+    double g_raw = n * (double)big / BEST(raw_run(ep, big, n)) / 1e9;
+    printf("bare ZeroMQ tcp 64 MiB: %.2f GB/s (%.2f x the stream)\n", g_raw, g_raw / g_str);
+    double g_tcp = n * (double)big / BEST(zmq_run(VF_TR_TCP, ep, big, n, 2)) / 1e9;
+    printf("tcp edge 64 MiB tensors: %.2f GB/s (%.2f x the stream)\n", g_tcp, g_tcp / g_str);
+    char key[VF_CURVE_KEY_HEX + 1];
+    vf_status st = {0};
+    if (vf_curve_new_key(key, &st) != 0) die("key", &st);
+    g_key = key;
+    double g_cur = n * (double)big / BEST(zmq_run(VF_TR_TCP, ep, big, n, 2)) / 1e9;
+    printf("tcp edge with CURVE (a multi-node run's) 64 MiB tensors: %.2f GB/s (%.2f x the stream)\n", g_cur,
+           g_cur / g_str);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 3 && strcmp(argv[1], "--netns") == 0) return netns_main(argc, argv);
     long nbig = argc > 1 ? atol(argv[1]) : 8, nsmall = argc > 2 ? atol(argv[2]) : 50000;
     int reps = argc > 3 ? atoi(argv[3]) : 3;
     const int64_t big = 64ll << 20, small = 4096;

@@ -32,6 +32,8 @@ int vf_cli_pipeline(int argc, char **argv);
 int vf_cli_help(int argc, char **argv);
 /* cache stat|ls|verify PATH (cache_cli.c; takes argv from "cache" on) */
 int vf_cache_cli(int argc, char **argv);
+/* launch --slurm PIPELINE.lua … (launch_cli.c): an sbatch script for a multi-node run */
+int vf_cli_launch(int argc, char **argv);
 /* sample CKPT --prompt-embeds F --out x.mp4 … (sample_cli.c) */
 int vf_cli_sample(int argc, char **argv);
 #endif /* VF_CLI_H */

@@ -1,6 +1,7 @@
 /* main.c — the `vflow` command line: the command table and the dispatch (cli.h).
  *
  *   vflow run|check|graph|plan PIPELINE.lua [--set k=v]... [options]   (pipeline_cli.c)
+ *   vflow launch --slurm PIPELINE.lua [--set k=v]...                   (launch_cli.c)
  *   vflow cache stat|ls|verify PATH                                    (cache_cli.c)
  *   vflow sample CKPT --prompt-embeds F --out x.mp4 [options]           (sample_cli.c)
  *   vflow version | help [KIND|stages|--params-md]                     (help_cli.c)
@@ -30,6 +31,8 @@ const vf_cli_cmd vf_cli_commands[] = {
      "every byte the run will hold, per worker and device; verdict\n"
      "against the budgets and, when over, the knobs that make it fit",
      vf_cli_pipeline},
+    {"launch", "--slurm PIPELINE.lua", "print an sbatch script running the pipeline on the nodes it\n"
+     "names (docs/MULTINODE.md)", vf_cli_launch},
     {"cache", "stat|ls|verify PATH", "inspect an LMDB latent cache", cmd_cache},
     {"sample", "CKPT --prompt-embeds F --out x.mp4",
      "a video from a checkpoint: flow-matching sampling with guidance,\n"
@@ -56,6 +59,11 @@ static const char *const OPTIONS =
     "  --resume=auto        run: the same, but start from step 0 when there is none\n"
     "  --force              run: start even if the plan exceeds a budget\n"
     "  --no-tensorboard     run: write no TensorBoard event file (<run dir>/tb/)\n"
+    "  --addr IP            run, multi-node: this node's cluster address (default: VFLOW_ADDR,\n"
+    "                       else the meeting address on rank 0, else the address that\n"
+    "                       routes to it); --iface NAME takes an interface's address\n"
+    "  --nodes N            check/plan: the node count to check placements against\n"
+    "                       (default: the launcher's world size, 1 without one)\n"
     "\n"
     "exit codes: 0 done, 1 the run failed, 2 bad usage, bad topology or bad input\n";
 

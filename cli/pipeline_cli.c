@@ -7,7 +7,9 @@
  */
 #include "cli/cli.h"
 #include "runtime/core/params.h"
+#include "runtime/driver/cluster.h"
 #include "runtime/driver/launch.h"
+#include "runtime/driver/rank.h"
 #include "runtime/graph/graph.h"
 #include "runtime/graph/lua_host.h"
 #include "runtime/plan/plan.h"
@@ -24,6 +26,8 @@ typedef struct cli {
     const char **sets;
     int nsets;
     const char *run_dir, *budget;
+    const char *addr, *iface;  /* run: this node's cluster address (multi-node) */
+    int nodes;                 /* --nodes N: the node count check/plan/graph assume; 0 = the launcher's */
     bool resume, resume_auto, force, json, no_tb;
 } cli;
 
@@ -44,8 +48,8 @@ static int usage_error(const char *fmt, const char *arg)
 /* Parses the options of run/check/graph/plan. Returns 0 or an exit code. */
 static int parse_args(int argc, char **argv, cli *c)
 {
-    static const char *const opts[] = {"--set", "--json", "--budget", "--run-dir", "--resume", "--force",
-                                       "--no-tensorboard"};
+    static const char *const opts[] = {"--set",   "--json",           "--budget", "--run-dir", "--resume",
+                                       "--force", "--no-tensorboard", "--addr",   "--iface",   "--nodes"};
     c->sets = calloc((size_t)argc, sizeof *c->sets);
     if (!c->sets) return die(VF_ENOMEM, "out of memory");
     for (int i = 2; i < argc; i++) {
@@ -63,7 +67,8 @@ static int parse_args(int argc, char **argv, cli *c)
             *eq = 0;
             val = a + (eq - name) + 1;
         }
-        bool takes = strcmp(name, "--set") == 0 || strcmp(name, "--budget") == 0 || strcmp(name, "--run-dir") == 0;
+        bool takes = strcmp(name, "--set") == 0 || strcmp(name, "--budget") == 0 || strcmp(name, "--run-dir") == 0 ||
+                     strcmp(name, "--addr") == 0 || strcmp(name, "--iface") == 0 || strcmp(name, "--nodes") == 0;
         if (takes && !val) {
             if (i + 1 >= argc) return usage_error("%s needs a value", name);
             val = argv[++i];
@@ -76,6 +81,15 @@ static int parse_args(int argc, char **argv, cli *c)
             c->budget = val;
         } else if (strcmp(name, "--run-dir") == 0) {
             c->run_dir = val;
+        } else if (strcmp(name, "--addr") == 0) {
+            c->addr = val;
+        } else if (strcmp(name, "--iface") == 0) {
+            c->iface = val;
+        } else if (strcmp(name, "--nodes") == 0) {
+            char *end;
+            long v = strtol(val, &end, 10);
+            if (*end || v < 1 || v > 4096) return usage_error("--nodes %s: expected a node count in 1..4096", val);
+            c->nodes = (int)v;
         } else if (strcmp(name, "--json") == 0 && !val) {
             c->json = true;
         } else if (strcmp(name, "--resume") == 0 && (!val || strcmp(val, "auto") == 0)) {
@@ -101,7 +115,7 @@ static int parse_args(int argc, char **argv, cli *c)
 }
 
 /* Script -> overrides -> validated, placed graph. */
-static int load_graph(const cli *c, vf_graph **out, vf_status *st)
+static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
 {
     int rc = 0;
     vf_graph *g = NULL;
@@ -126,11 +140,49 @@ static int load_graph(const cli *c, vf_graph **out, vf_status *st)
     }
     VF_TRY(vf_graph_validate(g, st));
     VF_TRY(vf_graph_place(g, st));
+    /* graph shows any topology; the others need the nodes it names */
+    if (strcmp(c->cmd, "graph") != 0) VF_TRY(vf_graph_check_nodes(g, nnodes, st));
     *out = g;
     g = NULL;
 fail:
     vf_graph_free(g);
     free(used);
+    return rc;
+}
+
+/* This node's cluster address and the meeting address's IP (cluster.h). */
+static int cluster_addrs(const cli *c, const vf_rank_info *r, char *addr, char *master, vf_status *st)
+{
+    int rc = 0;
+    if (!r->master_addr[0])
+        VF_FAIL(st, VF_EUSAGE,
+                "a run of %d ranks (%s) needs a meeting address: set MASTER_ADDR (or VFLOW_MASTER_ADDR) to rank 0's "
+                "host",
+                r->world, r->source);
+    VF_TRY(vf_net_resolve(r->master_addr, "the meeting address", master, st));
+    const char *env = getenv("VFLOW_ADDR");
+    bool given = c->addr || c->iface || (env && *env);
+    if (c->addr)
+        VF_TRY(vf_net_resolve(c->addr, "--addr", addr, st));
+    else if (c->iface)
+        VF_TRY(vf_net_iface_addr(c->iface, addr, st));
+    else if (env && *env)
+        VF_TRY(vf_net_resolve(env, "VFLOW_ADDR", addr, st));
+    else if (r->rank == 0)
+        snprintf(addr, VF_ADDR_MAX, "%s", master);
+    else
+        VF_TRY(vf_net_route_addr(master, addr, st));
+    if (r->rank == 0 && strncmp(master, "127.", 4) == 0) {
+        /* a host name that this host's /etc/hosts maps to loopback (Debian's 127.0.1.1):
+         * the other ranks cannot reach that; the cluster address is where to meet */
+        if (!given)
+            VF_FAIL(st, VF_EUSAGE,
+                    "the meeting address %s is %s, a loopback address, on rank 0: the other ranks cannot reach it; "
+                    "give rank 0's cluster address (--addr, --iface or VFLOW_ADDR) or set MASTER_ADDR to it",
+                    r->master_addr, master);
+        snprintf(master, VF_ADDR_MAX, "%s", addr);
+    }
+fail:
     return rc;
 }
 
@@ -146,7 +198,12 @@ int vf_cli_pipeline(int argc, char **argv)
     }
     vf_budget budget;
     if (c.budget && (rc = vf_budget_parse(c.budget, &budget, &st)) < 0) goto done; /* before any work */
-    rc = load_graph(&c, &g, &st);
+    /* who this process is, when a launcher started it once per node (rank.h) */
+    vf_rank_info rank;
+    rc = vf_rank_from_env(NULL, &rank, &st);
+    if (rc < 0) goto done;
+    int nnodes = c.nodes ? c.nodes : rank.world;
+    rc = load_graph(&c, nnodes, &g, &st);
     if (rc < 0) goto done;
     if (strcmp(c.cmd, "check") == 0) {
         if (c.json) {
@@ -181,9 +238,23 @@ int vf_cli_pipeline(int argc, char **argv)
         rc = vf_plan_command(g, &req, stdout, &st);
     } else { /* run */
         /* plan first: refuse (exit 2) a run over a budget or on absent devices */
-        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false};
-        rc = vf_plan_gate(g, &req, c.force, stdout, &st);
-        if (rc < 0) goto done;
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false, rank.world > 1 ? rank.rank : 0};
+        char addr[VF_ADDR_MAX] = "", master[VF_ADDR_MAX] = "";
+        if (rank.world > 1) {
+            rc = cluster_addrs(&c, &rank, addr, master, &st);
+            if (rc < 0) goto done;
+        }
+        /* the plan is rank 0's to show: the others check the same graph quietly */
+        FILE *report = rank.rank == 0 ? stdout : fopen("/dev/null", "we");
+        rc = vf_plan_gate(g, &req, c.force, report ? report : stdout, &st);
+        if (report && report != stdout) fclose(report);
+        vf_status refusal = st;
+        if (rc < 0 && rank.world > 1 && rank.rank > 0) {
+            /* say so to the coordinator too: the run fails at once, naming this node */
+            vf_status_clear(&st);
+        } else if (rc < 0) {
+            goto done;
+        }
         fflush(stdout);
         vf_run_opts opts = {
             .run_dir = c.run_dir,
@@ -193,11 +264,17 @@ int vf_cli_pipeline(int argc, char **argv)
             .progress_tty = isatty(STDOUT_FILENO) == 1,
             .budget = c.budget,
             .no_tensorboard = c.no_tb,
+            .rank = rank.rank,
+            .world = rank.world,
+            .addr = addr,
+            .master_ip = master,
+            .master_port = rank.master_port,
+            .refusal = rc < 0 ? &refusal : NULL,
         };
         rc = vf_driver_run(g, &opts, &st);
         /* the plan's per-stage prediction next to the measured account peaks */
         vf_status pst = {0};
-        if (vf_exit_code(rc) != 2 && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
+        if (rank.rank == 0 && vf_exit_code(rc) != 2 && vf_plan_vs_measured(g, c.run_dir, stdout, &pst) == 0) fflush(stdout);
     }
 done:
     vf_graph_free(g);

@@ -17,8 +17,8 @@ static bool touches_cuda(const vf_mplan *p)
 }
 
 /* Plan + budgets (+ fixes when over). *nfix fixes in fix[]. */
-static int plan_all(const vf_graph *g, const vf_plan_req *req, vf_mplan *p, vf_machine *m, vf_plan_fix *fix,
-                    int *nfix, vf_status *st)
+static int plan_all(const vf_graph *g, int node, const vf_plan_req *req, vf_mplan *p, vf_machine *m,
+                    vf_plan_fix *fix, int *nfix, vf_status *st)
 {
     int rc = 0;
     vf_budget b, *bp = NULL;
@@ -27,7 +27,7 @@ static int plan_all(const vf_graph *g, const vf_plan_req *req, vf_mplan *p, vf_m
         VF_TRY(vf_budget_parse(req->budget, &b, st));
         bp = &b;
     }
-    VF_TRY(vf_mplan_build(g, p, st));
+    VF_TRY(node < 0 ? vf_mplan_build(g, p, st) : vf_mplan_build_node(g, node, p, st));
     vf_machine_probe(m, touches_cuda(p));
     vf_mplan_budget(p, bp, m);
     if (p->nover > 0 && req->script) *nfix = vf_plan_fixes(req, p, bp, m, fix, VF_PLAN_MAX_FIXES);
@@ -40,14 +40,25 @@ int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_sta
     vf_mplan p;
     vf_machine m;
     vf_plan_fix fix[VF_PLAN_MAX_FIXES];
-    int nfix = 0;
-    int rc = plan_all(g, req, &p, &m, fix, &nfix, st);
-    if (rc < 0) return rc;
-    rc = vf_mplan_print(&p, fix, nfix, out, req->json, st);
-    fflush(out);
-    if (rc == 0) rc = vf_mplan_refusal(&p, st);
-    vf_mplan_free(&p);
-    return rc;
+    int nfix = 0, first = 0;
+    /* a run over several nodes: one plan per node, each against its machine's budgets
+     * (the same budgets for every node: this machine's, or --budget); JSON stays one graph */
+    int nodes = req->json ? 1 : vf_graph_nodes(g);
+    for (int k = 0; k < nodes; k++) {
+        int rc = plan_all(g, nodes > 1 ? k : -1, req, &p, &m, fix, &nfix, st);
+        if (rc < 0) return rc;
+        if (k) fprintf(out, "\n");
+        rc = vf_mplan_print(&p, fix, nfix, out, req->json, st);
+        fflush(out);
+        vf_status nst = {0};
+        if (rc == 0 && vf_mplan_refusal(&p, &nst) < 0 && !first) {
+            *st = nst;
+            first = nst.code;
+        }
+        vf_mplan_free(&p);
+        if (rc < 0) return rc;
+    }
+    return first;
 }
 
 int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *report, vf_status *st)
@@ -62,17 +73,21 @@ int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *re
         if (rc < 0) return rc;
         bp = &b;
     }
-    rc = vf_mplan_build(g, &p, st);
+    /* a node checks what it holds itself (vf_plan_req.node): another node's GPUs are not its budget */
+    rc = vf_graph_nodes(g) > 1 ? vf_mplan_build_node(g, req->node, &p, st) : vf_mplan_build(g, &p, st);
     if (rc < 0) return rc;
     vf_machine_probe(&m, touches_cuda(&p));
     /* Devices first: `plan` plans for GPUs this machine lacks, `run` cannot use them. */
     for (int i = 0; i < g->nstages; i++) {
         const vf_gstage *s = &g->stages[i];
+        if (s->node != req->node) continue; /* another node's devices are that node's to check */
         if (s->device.kind == VF_DEV_CUDA && s->device.index >= m.ncuda) {
+            char on[32] = "";
+            if (vf_graph_nodes(g) > 1) snprintf(on, sizeof on, " (node %d)", req->node);
             rc = vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                               "%s: stage '%s' (%s) runs on cuda:%d, but this machine has %d CUDA device%s "
+                               "%s: stage '%s' (%s) runs on cuda:%d, but this machine%s has %d CUDA device%s "
                                "(`vflow plan` plans for absent devices; `vflow run` needs them)",
-                               s->where, s->name, s->kind, s->device.index, m.ncuda, m.ncuda == 1 ? "" : "s");
+                               s->where, s->name, s->kind, s->device.index, on, m.ncuda, m.ncuda == 1 ? "" : "s");
             goto out;
         }
     }

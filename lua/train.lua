@@ -116,7 +116,7 @@ return function(vf)
     return out
   end
 
-  local PP_OPTS = { "stages", "micro_batches", "recompute", "devices", "replicas", "name", "isolate" }
+  local PP_OPTS = { "stages", "micro_batches", "recompute", "devices", "replicas", "name", "isolate", "nodes" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -147,6 +147,9 @@ return function(vf)
            P, P * D)
     end
     local isolate = opts.isolate ~= false
+    -- nodes = N spreads the P x D partitions over nodes 0..N-1 in order (replica-major),
+    -- so neighbouring partitions share a node where they can
+    local N = int_of(opts.nodes or 1, "pipeline_parallel: nodes", 1, P * D)
     local splits = {}
     for i = 0, P do splits[i + 1] = i * depth // P end
     local m = { p = p, P = P, M = M, D = D, model = model, splits = splits, parts = {}, isolate = isolate }
@@ -159,6 +162,7 @@ return function(vf)
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, device = dev, replicas = D, replica = r,
           worker = isolate and name or nil, group = base,
+          node = N > 1 and (r * P + q) * N // (P * D) or nil,
         })
         if q > 0 then
           p:connect({ row[q], "act_out" }, { row[q + 1], "act_in" }, { capacity = M })

@@ -124,13 +124,14 @@ local function copy_value(v, path, seen, ctx)
   return out
 end
 
-local RESERVED = { name = true, worker = true, group = true }
+local RESERVED = { name = true, worker = true, group = true, node = true }
 local expanders = {}
 
 --- p:raw_stage(kind, params) -> stage: adds one stage, bypassing expanders (for sugar).
--- params.name (default: kind) names it, params.worker pins it to a named worker, and
+-- params.name (default: kind) names it, params.worker pins it to a named worker,
+-- params.node to a node of a multi-node run (the launcher rank whose driver starts it), and
 -- params.group (for expanders) names the group of stages one p:stage call became, so
--- that --set GROUP.param=v reaches all of them; all three are taken out of the params
+-- that --set GROUP.param=v reaches all of them; all four are taken out of the params
 -- the stage sees.
 function Pipeline:raw_stage(kind, params)
   check_self(self, "raw_stage")
@@ -144,6 +145,14 @@ function Pipeline:raw_stage(kind, params)
   local worker = params.worker
   if worker ~= nil and (type(worker) ~= "string" or worker == "") then
     fail("stage '%s': worker must be a non-empty string (stages with the same worker share a process)", name)
+  end
+  local node = params.node
+  if node ~= nil then
+    if math.type(node) == "float" and node == math.floor(node) then node = math.tointeger(node) end
+    if math.type(node) ~= "integer" or node < 0 or node > 4095 then
+      fail("stage '%s': node must be an integer in 0..4095 (the launcher rank that runs it), got %s", name,
+           tostring(params.node))
+    end
   end
   local group = params.group
   if group ~= nil and (type(group) ~= "string" or group == "" or group:find("[%.%s\"'\\/]") or #group > 47) then
@@ -162,7 +171,7 @@ function Pipeline:raw_stage(kind, params)
       copied[k] = copy_value(v, k, {}, ctx)
     end
   end
-  local s = setmetatable({ name = name, kind = kind, params = copied, worker = worker, group = group,
+  local s = setmetatable({ name = name, kind = kind, params = copied, worker = worker, group = group, node = node,
                            where = host.where(), pipeline = self }, Stage)
   self._by_name[name] = s
   self._stages[#self._stages + 1] = s

@@ -34,6 +34,8 @@
 --   lora_init      start the adapters from this LoRA file                  (A random, B zero)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
+--   nodes          spread the partitions (and replicas) over this many nodes of a
+--                  multi-node run, in order; docs/MULTINODE.md                  (1)
 --   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
 --   sample_prompts text-embedding files, comma-separated: a video of each per checkpoint
 --                  in <run dir>/samples/step-N/ (a model with text_dim)     (none)
@@ -68,6 +70,7 @@ local dit = p:pipeline_parallel(model, {
   devices = a.device or "cpu",
   replicas = a.replicas or 1,
   isolate = isolate,
+  nodes = a.nodes,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-3,

@@ -312,6 +312,7 @@ static int cache_ports(const vf_params *p, const vf_port_specs *upstream, vf_por
 {
     const vf_port_spec *up = upstream ? vf_port_find(upstream, "in") : NULL;
     vf_port_spec *in = vf_port_add(out, "in", VF_PORT_IN, true);
+    in->multi = true; /* several encoders (on several nodes) feed the one writer */
     if (up) { /* stores what arrives: the upstream's spec bounds the records */
         in->ntensors = up->ntensors;
         memcpy(in->t, up->t, sizeof in->t);

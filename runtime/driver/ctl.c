@@ -1,5 +1,6 @@
 /* ctl.c — control-plane sockets and message framing. Protocol: ctl.h. */
 #include "runtime/driver/ctl.h"
+#include "runtime/edge/curve.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,14 +27,27 @@ fail:
 
 int vf_ctl_router_open(void *zctx, const char *endpoint, void **out, vf_status *st)
 {
+    return vf_ctl_router_open_curve(zctx, endpoint, NULL, out, st);
+}
+
+int vf_ctl_router_open_curve(void *zctx, const char *endpoint, const vf_curve *c, void **out, vf_status *st)
+{
     int rc = 0;
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     if (!s) VF_FAIL(st, VF_EEXTERNAL, "control plane: zmq_socket: %s", zmq_strerror(zmq_errno()));
     VF_TRY(set_common(s, st));
     int one = 1;
     ZCHECK(st, zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one), "ZMQ_ROUTER_MANDATORY");
-    if (zmq_bind(s, endpoint) != 0)
-        VF_FAIL(st, VF_EEXTERNAL, "control plane: bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    if (c) VF_TRY(vf_curve_server(c, s, st));
+    if (zmq_bind(s, endpoint) != 0) {
+        int e = zmq_errno();
+        /* another run (or program) on the meeting port is the user's to resolve */
+        VF_FAIL(st, e == EADDRINUSE || e == EADDRNOTAVAIL ? VF_EUSAGE : VF_EEXTERNAL, "control plane: bind %s: %s%s",
+                endpoint, zmq_strerror(e),
+                e == EADDRINUSE ? " (another run on this port? give each run its own MASTER_PORT)"
+                : e == EADDRNOTAVAIL ? " (not an address of this host: check --addr / MASTER_ADDR)"
+                                     : "");
+    }
     *out = s;
     return 0;
 fail:
@@ -44,11 +58,18 @@ fail:
 int vf_ctl_dealer_open(void *zctx, const char *endpoint, const char *identity, void **out,
                        vf_status *st)
 {
+    return vf_ctl_dealer_open_curve(zctx, endpoint, identity, NULL, out, st);
+}
+
+int vf_ctl_dealer_open_curve(void *zctx, const char *endpoint, const char *identity, const vf_curve *c, void **out,
+                             vf_status *st)
+{
     int rc = 0;
     void *s = zmq_socket(zctx, ZMQ_DEALER);
     if (!s) VF_FAIL(st, VF_EEXTERNAL, "control plane: zmq_socket: %s", zmq_strerror(zmq_errno()));
     VF_TRY(set_common(s, st));
     ZCHECK(st, zmq_setsockopt(s, ZMQ_ROUTING_ID, identity, strlen(identity)), "ZMQ_ROUTING_ID");
+    if (c) VF_TRY(vf_curve_client(c, s, VF_CURVE_DRIVER, st));
     if (zmq_connect(s, endpoint) != 0)
         VF_FAIL(st, VF_EEXTERNAL, "control plane: connect %s: %s", endpoint,
                 zmq_strerror(zmq_errno()));

@@ -24,6 +24,24 @@
  *   S stop       "" drain: sources stop producing, the rest flushes to end of stream
  *   A abort      "" stop now: every blocking send/recv returns VF_ESTOPPED
  *
+ * A multi-node run adds the node agents (every rank but 0; identity "node<k>") on the
+ * same ROUTER, bound on tcp at the meeting address:
+ * node -> coordinator
+ *   J join       "node <k> addr <ip> pid <pid>" (repeated until the part arrives)
+ *   B heartbeat  ""
+ *   X exited     "<worker> <wait status>"        (one of its workers exited)
+ *   F failed     "<code>\t<message>"             (refused the part, or could not start)
+ *   I interrupt  "<signal>"                      (the node got SIGINT/SIGTERM: drain the run)
+ *   Q bye        "<exit code>"
+ * coordinator -> node
+ *   P part       "hash <hex>\n<resolved graph JSON>": start the workers placed on node k
+ *   B heartbeat  ""
+ *   K kill       "<worker>"                      (SIGKILL it)
+ *   E end        "<exit code>"                   (the run is over: reap, say bye, exit)
+ * Every socket of a multi-node run's control plane is CURVE (curve.h): the ROUTER is the
+ * server (identity VF_CURVE_DRIVER), workers are clients with their worker index, node k
+ * with index nworkers + k.
+ *
  * Sockets are not thread-safe: the driver's supervisor thread owns the ROUTER, a
  * worker's control (main) thread owns its DEALER.
  */
@@ -43,7 +61,15 @@ enum {
     VF_CTL_GO = 'G',
     VF_CTL_STOP = 'S',
     VF_CTL_ABORT = 'A',
+    VF_CTL_JOIN = 'J',
+    VF_CTL_EXITED = 'X',
+    VF_CTL_INTR = 'I',
+    VF_CTL_PART = 'P',
+    VF_CTL_KILL = 'K',
+    VF_CTL_END = 'E',
 };
+
+typedef struct vf_curve vf_curve; /* runtime/edge/curve.h */
 
 #define VF_CTL_BEAT_MS 200
 #define VF_CTL_IDENT_MAX 64
@@ -63,6 +89,12 @@ int vf_ctl_router_open(void *zctx, const char *endpoint, void **out, vf_status *
 /* A worker's DEALER named identity, connected to endpoint. */
 int vf_ctl_dealer_open(void *zctx, const char *endpoint, const char *identity, void **out,
                        vf_status *st);
+/* The same with CURVE (c != NULL): the ROUTER a server (its context's ZAP handler must be
+ * running), the DEALER a client of the coordinator's identity. A bind on a port in use is
+ * VF_EUSAGE. */
+int vf_ctl_router_open_curve(void *zctx, const char *endpoint, const vf_curve *c, void **out, vf_status *st);
+int vf_ctl_dealer_open_curve(void *zctx, const char *endpoint, const char *identity, const vf_curve *c, void **out,
+                             vf_status *st);
 /* Closes a socket, giving queued messages up to linger_ms to leave. NULL is fine. */
 void vf_ctl_close(void *sock, int linger_ms);
 

@@ -22,6 +22,7 @@
 #include "runtime/driver/tb_log.h"
 #include "runtime/driver/ctl.h"
 #include "runtime/driver/supervise.h"
+#include "runtime/driver/cluster.h"
 #include "runtime/edge/curve.h"
 
 #include <errno.h>
@@ -122,18 +123,34 @@ static int lock_stage_dirs(const vf_graph *g, const vf_rundir *rd, vf_runlock *l
     return 0;
 }
 
-static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char *ctl_ep,
-                        const char *resume, vf_status *st)
+int vf_spawn_worker(int wi, const vf_spawn_args *a, const char *logfile, pid_t *pid_out, vf_status *st)
 {
     int rc = 0, logfd = -1, nullfd = -1;
-    vf_wproc *w = &sv->w[wi];
     char idx[16];
     snprintf(idx, sizeof idx, "%d", wi);
-    char *argv[] = {"vflow", "__worker", "--graph", (char *)graph_path, "--worker", idx,
-                    "--run-dir", sv->rd->path, "--sock-dir", sv->rd->sock_dir, "--ctl",
-                    (char *)ctl_ep, (char *)resume, NULL};
-    logfd = open(w->logfile, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0) VF_FAIL(st, VF_EIO, "driver: cannot open %s: %s", w->logfile, strerror(errno));
+    char *argv[20];
+    int n = 0;
+    argv[n++] = "vflow";
+    argv[n++] = "__worker";
+    argv[n++] = "--graph";
+    argv[n++] = (char *)a->graph_path;
+    argv[n++] = "--worker";
+    argv[n++] = idx;
+    argv[n++] = "--run-dir";
+    argv[n++] = (char *)a->run_dir;
+    argv[n++] = "--sock-dir";
+    argv[n++] = (char *)a->sock_dir;
+    argv[n++] = "--ctl";
+    argv[n++] = (char *)a->ctl_ep;
+    if (a->bind) {
+        argv[n++] = "--bind";
+        argv[n++] = (char *)a->bind;
+    }
+    if (a->secure) argv[n++] = "--ctl-secure";
+    if (a->resume) argv[n++] = (char *)a->resume;
+    argv[n] = NULL;
+    logfd = open(logfile, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (logfd < 0) VF_FAIL(st, VF_EIO, "driver: cannot open %s: %s", logfile, strerror(errno));
     nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nullfd < 0) VF_FAIL(st, VF_EIO, "driver: /dev/null: %s", strerror(errno));
     fflush(NULL); /* nothing buffered may be written twice */
@@ -141,6 +158,19 @@ static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char
     pid_t pid = fork();
     if (pid < 0) VF_FAIL(st, VF_EIO, "driver: fork: %s", strerror(errno));
     if (pid == 0) child_exec(argv, logfd, nullfd, parent);
+    *pid_out = pid;
+fail:
+    if (logfd >= 0) close(logfd);
+    if (nullfd >= 0) close(nullfd);
+    return rc;
+}
+
+static int spawn_worker(vf_super *sv, int wi, const vf_spawn_args *a, vf_status *st)
+{
+    int rc = 0;
+    vf_wproc *w = &sv->w[wi];
+    pid_t pid = 0;
+    VF_TRY(vf_spawn_worker(wi, a, w->logfile, &pid, st));
     w->pid = pid;
     w->spawn_ns = w->last_msg_ns = vf_now_ns();
     sv->mon.pids[wi] = pid;
@@ -148,8 +178,6 @@ static int spawn_worker(vf_super *sv, int wi, const char *graph_path, const char
     vf_super_log(sv, VF_LOG_INFO, "driver", "started worker %s (pid %d): %s", w->name, (int)pid,
                  w->stages);
 fail:
-    if (logfd >= 0) close(logfd);
-    if (nullfd >= 0) close(nullfd);
     return rc;
 }
 
@@ -159,7 +187,11 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     vf_rundir rd;
     vf_super sv;
     void *zctx = NULL, *router = NULL;
-    char *json = NULL;
+    char *json = NULL, *part = NULL;
+    vf_zap *zap = NULL;
+    vf_curve ctl_curve;
+    bool multi = opts && opts->world > 1, key_file = false;
+    if (multi && opts->rank > 0) return vf_node_run(g, opts, st);
     bool super_ok = false, signals = false;
     vf_runlock locks[MAX_DIR_LOCKS];
     int nlocks = 0;
@@ -173,7 +205,8 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
      * (a multi-node launch hands every node the same one) or made now. It reaches the
      * workers through the environment they inherit, readable by this user only. */
     const char *given = getenv("VFLOW_RUN_KEY");
-    if (!given || !*given) {
+    bool made_key = !given || !*given;
+    if (made_key) {
         char key[VF_CURVE_KEY_HEX + 1];
         VF_TRY(vf_curve_new_key(key, st));
         setenv("VFLOW_RUN_KEY", key, 1);
@@ -184,6 +217,16 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
         explicit_bzero(&probe, sizeof probe);
     }
     VF_TRY(vf_rundir_open(&rd, opts ? opts->run_dir : NULL, g->name, opts && opts->resume, st));
+    if (multi) {
+        /* the other nodes' drivers (identities nworkers + k) and every worker are the
+         * control plane's peers */
+        VF_TRY(vf_curve_init(&ctl_curve, getenv("VFLOW_RUN_KEY"), VF_CURVE_DRIVER, g->nworkers + opts->world,
+                             "VFLOW_RUN_KEY", st));
+        if (made_key) { /* no key from the launcher: the other ranks read it here (cluster.h) */
+            VF_TRY(vf_runkey_write(rd.path, getenv("VFLOW_RUN_KEY"), st));
+            key_file = true;
+        }
+    }
     VF_TRY(lock_stage_dirs(g, &rd, locks, &nlocks, st));
     json = vf_graph_to_json(g);
     if (!json) VF_FAIL(st, VF_ENOMEM, "driver: cannot serialise the graph");
@@ -194,10 +237,29 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     zctx = zmq_ctx_new();
     if (!zctx) VF_FAIL(st, VF_EEXTERNAL, "driver: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
     char ctl_ep[VF_SUN_PATH_MAX + 16];
-    snprintf(ctl_ep, sizeof ctl_ep, "ipc://%s/ctl", rd.sock_dir);
-    VF_TRY(vf_ctl_router_open(zctx, ctl_ep, &router, st));
+    if (multi) {
+        /* the meeting place: rank 0's control socket on the meeting address (what the other
+         * ranks connect to), CURVE with the run's peers only (the ZAP handler runs before
+         * the socket binds); data edges bind on opts->addr */
+        snprintf(ctl_ep, sizeof ctl_ep, "tcp://%s:%d", opts->master_ip, opts->master_port);
+        VF_TRY(vf_zap_start(zctx, &ctl_curve, &zap, st));
+        VF_TRY(vf_ctl_router_open_curve(zctx, ctl_ep, &ctl_curve, &router, st));
+    } else {
+        snprintf(ctl_ep, sizeof ctl_ep, "ipc://%s/ctl", rd.sock_dir);
+        VF_TRY(vf_ctl_router_open(zctx, ctl_ep, &router, st));
+    }
     VF_TRY(vf_super_init(&sv, g, &rd, router, opts && opts->progress_tty, st));
     super_ok = true;
+    if (multi) {
+        char hash[VF_GRAPH_HASH_HEX + 1];
+        VF_TRY(vf_graph_hash(g, hash, st));
+        size_t n = strlen(json) + VF_GRAPH_HASH_HEX + 16;
+        if (!(part = malloc(n))) VF_FAIL(st, VF_ENOMEM, "driver: out of memory");
+        snprintf(part, n, "hash %s\n%s", hash, json);
+        VF_TRY(vf_super_nodes(&sv, opts->world, part, strlen(part), st));
+        vf_super_log(&sv, VF_LOG_INFO, "driver", "coordinating %d nodes at %s (graph %.16s)", opts->world, ctl_ep,
+                     hash);
+    }
     vf_super_log(&sv, VF_LOG_INFO, "driver", "run %s (%s): %d stages, %d edges, %d workers; run dir %s",
                  g->name, g->script, g->nstages, g->nedges, g->nworkers, rd.path);
     if (rd.lock.stale[0])
@@ -229,9 +291,16 @@ int vf_driver_run(vf_graph *g, const vf_run_opts *opts, vf_status *st)
     VF_TRY(vf_super_signals_install(st));
     signals = true;
     const char *resume = !opts || !opts->resume ? NULL : opts->resume_auto ? "--resume=auto" : "--resume";
-    for (int i = 0; i < g->nworkers; i++) VF_TRY(spawn_worker(&sv, i, graph_path, ctl_ep, resume, st));
+    vf_spawn_args sa = {.graph_path = graph_path, .run_dir = rd.path, .sock_dir = rd.sock_dir, .ctl_ep = ctl_ep,
+                        .bind = multi ? opts->addr : NULL, .secure = multi, .resume = resume};
+    for (int i = 0; i < g->nworkers; i++)
+        if (g->workers[i].node == 0) VF_TRY(spawn_worker(&sv, i, &sa, st));
 
     rc = vf_super_run(&sv, st);
+    vf_super_end_nodes(&sv, vf_exit_code(rc), 3000);
+    if (zap && vf_zap_refused(zap) > 0)
+        vf_super_log(&sv, VF_LOG_WARN, "driver", "control plane: refused %lld handshake(s) from outside the run",
+                     (long long)vf_zap_refused(zap));
     const char *status = rc == 0 ? "done" : rc == VF_ESTOPPED ? "interrupted" : "failed";
     vf_monitor_final(&sv.mon, status, rc == 0 ? "" : st->msg);
     vf_super_log(&sv, rc == 0 ? VF_LOG_INFO : VF_LOG_ERROR, "driver", "run %s after %.2f s%s%s", status,
@@ -246,6 +315,7 @@ fail:
     if (super_ok) {
         vf_super_log(&sv, VF_LOG_ERROR, "driver", "%s", st->msg);
         vf_monitor_final(&sv.mon, "failed", st->msg);
+        vf_super_end_nodes(&sv, vf_exit_code(rc), 1000);
     }
 out:
     if (super_ok) {
@@ -254,7 +324,15 @@ out:
     }
     if (signals) vf_super_signals_restore();
     vf_ctl_close(router, 0);
+    if (zap) vf_zap_stop(zap);
     if (zctx) zmq_ctx_term(zctx);
+    if (key_file) {
+        char kp[PATH_MAX + 16];
+        vf_rundir_file(&rd, "run.key", kp, sizeof kp);
+        unlink(kp);
+    }
+    explicit_bzero(&ctl_curve, sizeof ctl_curve);
+    free(part);
     for (int i = 0; i < nlocks; i++) vf_runlock_release(&locks[i]);
     vf_rundir_close(&rd);
     free(json);

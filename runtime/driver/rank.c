@@ -198,7 +198,13 @@ int vf_rank_from_env(vf_getenv_fn get, vf_rank_info *out, vf_status *st)
         if (addr && *addr) snprintf(out->master_addr, sizeof out->master_addr, "%s", addr);
         VF_TRY(env_int(get, s->port, 0, 1, 65535, &port, st));
     }
-    /* the meeting place, when the source itself does not name one */
+    /* vflow's own meeting place wins over the source's (torchrun's agent listens on
+     * MASTER_PORT itself), then the source's, then the others */
+    const char *vaddr = get("VFLOW_MASTER_ADDR");
+    if (vaddr && *vaddr) snprintf(out->master_addr, sizeof out->master_addr, "%s", vaddr);
+    long vport = 0;
+    VF_TRY(env_int(get, "VFLOW_MASTER_PORT", 0, 1, 65535, &vport, st));
+    if (vport) port = vport;
     if (!out->master_addr[0]) {
         const char *names[] = {"VFLOW_MASTER_ADDR", "MASTER_ADDR"};
         for (int i = 0; i < 2 && !out->master_addr[0]; i++) {

@@ -14,11 +14,12 @@
  *   Slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE, SLURM_NODEID,
  *            SLURM_NNODES, SLURM_STEP_NODELIST / SLURM_JOB_NODELIST (compact form expanded;
  *            the meeting host is its first name), SLURM_JOB_ID (the default port)
- * The meeting address (rank 0's host and port) comes from the source's own variables,
- * else from VFLOW_MASTER_ADDR / MASTER_ADDR, else the first Slurm host; the port from
- * VFLOW_MASTER_PORT / MASTER_PORT, else one derived from the Slurm job id (two jobs on a
- * node meet on different ports), else VF_RANK_DEFAULT_PORT. No launcher at all is a
- * single-process run: rank 0 of 1.
+ * The meeting address (rank 0's host and port) comes from VFLOW_MASTER_ADDR /
+ * VFLOW_MASTER_PORT when set (vflow's own variables win: torchrun's agent itself listens on
+ * MASTER_PORT), else from the source's own variables, else MASTER_ADDR, else the first
+ * Slurm host; the port else from MASTER_PORT, else one derived from the Slurm job id (two
+ * jobs on a node meet on different ports), else VF_RANK_DEFAULT_PORT. No launcher at all
+ * is a single-process run: rank 0 of 1.
  */
 #ifndef VF_RANK_H
 #define VF_RANK_H

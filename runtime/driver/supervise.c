@@ -134,6 +134,7 @@ int vf_super_init(vf_super *sv, vf_graph *g, vf_rundir *rd, void *router, bool t
         char rel[VF_NAME_MAX + 16];
         snprintf(rel, sizeof rel, "workers/%s.log", w->name);
         vf_rundir_file(rd, rel, w->logfile, sizeof w->logfile);
+        w->node = g->workers[i].node;
         size_t len = 0;
         for (int s = 0; s < g->nstages; s++) {
             if (g->stages[s].worker != i) continue;
@@ -147,6 +148,7 @@ int vf_super_init(vf_super *sv, vf_graph *g, vf_rundir *rd, void *router, bool t
     sv->start_timeout_ns = (int64_t)env_ms("VFLOW_START_TIMEOUT_MS", 30000) * 1000000;
     sv->grace_ns = (int64_t)env_ms("VFLOW_GRACE_MS", 2000) * 1000000;
     sv->drain_timeout_ns = (int64_t)env_ms("VFLOW_DRAIN_TIMEOUT_MS", 30000) * 1000000;
+    sv->start_ns = vf_now_ns();
     return 0;
 fail:
     vf_super_fini(sv);
@@ -159,6 +161,8 @@ void vf_super_fini(vf_super *sv)
         for (int e = 0; e < sv->g->nedges; e++) free(sv->endpoints[e]);
     free(sv->endpoints);
     free(sv->w);
+    free(sv->nodes);
+    sv->nodes = NULL;
     vf_monitor_fini(&sv->mon);
     sv->endpoints = NULL;
     sv->w = NULL;
@@ -166,10 +170,13 @@ void vf_super_fini(vf_super *sv)
 
 /* ------------------------------------------------------------------ failure */
 
+/* Spawned here (a pid), or placed on another node (its driver starts it). */
+static bool started(const vf_wproc *w) { return w->pid > 0 || w->remote; }
+
 static void send_all(vf_super *sv, int type)
 {
     for (int i = 0; i < sv->nw; i++)
-        if (sv->w[i].pid > 0 && !sv->w[i].exited)
+        if (started(&sv->w[i]) && !sv->w[i].exited)
             vf_ctl_send(sv->router, sv->w[i].name, type, "", 0, 0);
 }
 
@@ -246,10 +253,18 @@ static void fail_run(vf_super *sv, int code, int wi, const char *head)
 static void kill_worker(vf_super *sv, int wi, const char *why)
 {
     vf_wproc *w = &sv->w[wi];
-    if (w->pid <= 0 || w->exited) return;
+    if (!started(w) || w->exited) return;
     if (w->killed) return;
-    vf_super_log(sv, VF_LOG_WARN, "driver", "killing worker %s (pid %d): %s", w->name, (int)w->pid, why);
     w->killed = true;
+    if (w->remote) {
+        vf_nproc *n = &sv->nodes[w->node];
+        vf_super_log(sv, VF_LOG_WARN, "driver", "killing worker %s on node %d: %s", w->name, w->node, why);
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", wi);
+        if (n->joined && !n->lost) vf_ctl_send(sv->router, n->ident, VF_CTL_KILL, idx, strlen(idx), 0);
+        return;
+    }
+    vf_super_log(sv, VF_LOG_WARN, "driver", "killing worker %s (pid %d): %s", w->name, (int)w->pid, why);
     kill(w->pid, SIGKILL);
 }
 
@@ -257,7 +272,16 @@ void vf_super_kill_all(vf_super *sv)
 {
     for (int i = 0; i < sv->nw; i++) {
         vf_wproc *w = &sv->w[i];
-        if (w->pid <= 0 || w->exited) continue;
+        if (!started(w) || w->exited) continue;
+        if (w->remote) { /* its node's driver kills the rest when the run ends */
+            if (sv->nodes && sv->nodes[w->node].joined && !sv->nodes[w->node].lost) {
+                char idx[16];
+                snprintf(idx, sizeof idx, "%d", i);
+                vf_ctl_send(sv->router, sv->nodes[w->node].ident, VF_CTL_KILL, idx, strlen(idx), 0);
+            }
+            w->exited = true;
+            continue;
+        }
         kill(w->pid, SIGKILL);
         waitpid(w->pid, &w->wstatus, 0);
         vf_shm_sweep(w->pid);
@@ -372,10 +396,16 @@ static void on_fail(vf_super *sv, int wi, const char *payload)
     fail_run(sv, code, wi, head);
 }
 
+static void on_node(vf_super *sv, int k, const vf_ctl_msg *m);
+
 static void handle(vf_super *sv, const vf_ctl_msg *m)
 {
     int wi = worker_of(sv, m->ident);
-    if (wi < 0) return; /* not one of ours (a stale worker of an earlier run) */
+    if (wi < 0) {
+        for (int k = 1; k < sv->nnodes; k++)
+            if (strcmp(sv->nodes[k].ident, m->ident) == 0) on_node(sv, k, m);
+        return; /* else not one of ours (a stale worker of an earlier run) */
+    }
     sv->w[wi].last_msg_ns = vf_now_ns();
     switch (m->type) {
     case VF_CTL_HELLO: on_hello(sv, wi, m->payload); break;
@@ -420,7 +450,8 @@ static void reap(vf_super *sv, int64_t now)
 {
     for (int i = 0; i < sv->nw; i++) {
         vf_wproc *w = &sv->w[i];
-        if (w->pid <= 0 || w->judged) continue;
+        if (!started(w) || w->judged) continue;
+        if (!w->exited && w->remote) continue; /* its node's "exited" message sets it */
         if (!w->exited) {
             int status;
             if (waitpid(w->pid, &status, WNOHANG) != w->pid) continue;
@@ -455,17 +486,180 @@ static void reap(vf_super *sv, int64_t now)
     }
 }
 
-static void check_deadlines(vf_super *sv, int64_t now)
+/* ------------------------------------------------------------------ nodes */
+
+int vf_super_nodes(vf_super *sv, int nnodes, const char *part, size_t part_len, vf_status *st)
 {
+    sv->nnodes = nnodes;
+    sv->part = part;
+    sv->part_len = part_len;
+    sv->nodes = calloc((size_t)nnodes, sizeof *sv->nodes);
+    if (!sv->nodes) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "driver: out of memory");
+    for (int k = 0; k < nnodes; k++) {
+        vf_nproc *n = &sv->nodes[k];
+        snprintf(n->ident, sizeof n->ident, "node%d", k);
+        size_t len = 0;
+        for (int s = 0; s < sv->g->nstages; s++) {
+            if (sv->g->stages[s].node != k) continue;
+            int c = snprintf(n->stages + len, sizeof n->stages - len, "%s%s", len ? ", " : "", sv->g->stages[s].name);
+            if (c > 0 && (size_t)c < sizeof n->stages - len) len += (size_t)c;
+        }
+        if (!len) snprintf(n->stages, sizeof n->stages, "none");
+    }
     for (int i = 0; i < sv->nw; i++) {
         vf_wproc *w = &sv->w[i];
-        if (w->pid <= 0 || w->exited) continue;
+        if (w->node == 0) continue;
+        w->remote = true;
+        w->spawn_ns = w->last_msg_ns = sv->start_ns;
+    }
+    return 0;
+}
+
+/* A node gone: its workers are gone with it (their driver kills them when it loses us). */
+static void node_lost(vf_super *sv, int k, int code, const char *head)
+{
+    vf_nproc *n = &sv->nodes[k];
+    n->lost = true;
+    fail_run(sv, code, -1, head);
+    for (int i = 0; i < sv->nw; i++) {
+        vf_wproc *w = &sv->w[i];
+        if (!w->remote || w->node != k || w->exited) continue;
+        w->exited = w->judged = w->killed = true;
+        w->wstatus = SIGKILL; /* as if killed */
+    }
+}
+
+static void on_node(vf_super *sv, int k, const vf_ctl_msg *m)
+{
+    vf_nproc *n = &sv->nodes[k];
+    int64_t now = vf_now_ns();
+    if (n->lost) return;
+    n->last_msg_ns = now;
+    switch (m->type) {
+    case VF_CTL_JOIN: {
+        char addr[64] = "";
+        sscanf(m->payload, "node %*d addr %63s", addr);
+        if (!n->joined) {
+            snprintf(n->addr, sizeof n->addr, "%s", addr);
+            vf_super_log(sv, VF_LOG_INFO, "driver", "node %d joined from %s; sending its part (stages: %s)", k,
+                         n->addr, n->stages);
+        }
+        n->joined = true;
+        /* every join gets the part: a lost reply is answered by the next join */
+        if (vf_ctl_send(sv->router, n->ident, VF_CTL_PART, sv->part, sv->part_len, 1000) < 0)
+            vf_super_log(sv, VF_LOG_WARN, "driver", "node %d: could not send its part", k);
+        break;
+    }
+    case VF_CTL_EXITED: {
+        int wi = -1, status = 0;
+        if (sscanf(m->payload, "%d %d", &wi, &status) != 2 || wi < 0 || wi >= sv->nw) break;
+        vf_wproc *w = &sv->w[wi];
+        if (!w->remote || w->node != k || w->exited) break;
+        w->exited = true;
+        w->wstatus = status;
+        w->exit_ns = now;
+        break;
+    }
+    case VF_CTL_FAIL: {
+        int code = VF_EEXTERNAL;
+        sscanf(m->payload, "%d", &code);
+        const char *tab = strchr(m->payload, '\t');
+        char head[2048];
+        snprintf(head, sizeof head, "node %d (%s; stages: %s): %s", k, n->addr[0] ? n->addr : "?", n->stages,
+                 tab ? tab + 1 : m->payload);
+        node_lost(sv, k, code < 0 ? code : VF_EEXTERNAL, head);
+        break;
+    }
+    case VF_CTL_INTR:
+        if (!sv->interrupted) {
+            vf_super_log(sv, VF_LOG_WARN, "driver", "node %d was interrupted (signal %s)", k, m->payload);
+            g_firstsig = atoi(m->payload) == SIGINT ? SIGINT : SIGTERM;
+            g_sigcount++;
+        }
+        break;
+    case VF_CTL_BYE: n->bye = true; break;
+    default: break;
+    }
+}
+
+static void beat_nodes(vf_super *sv, int64_t now)
+{
+    for (int k = 1; k < sv->nnodes; k++) {
+        vf_nproc *n = &sv->nodes[k];
+        if (!n->joined || n->lost || now - n->last_beat_sent_ns < (int64_t)VF_CTL_BEAT_MS * 1000000) continue;
+        vf_ctl_send(sv->router, n->ident, VF_CTL_BEAT, "", 0, 0);
+        n->last_beat_sent_ns = now;
+    }
+}
+
+static void check_nodes(vf_super *sv, int64_t now)
+{
+    for (int k = 1; k < sv->nnodes; k++) {
+        vf_nproc *n = &sv->nodes[k];
+        if (n->lost || n->bye) continue;
+        char head[1024];
+        if (!n->joined && now - sv->start_ns > sv->start_timeout_ns) {
+            snprintf(head, sizeof head,
+                     "node %d did not join within %.0f s (its stages: %s): was its `vflow run` started with "
+                     "the same meeting address?",
+                     k, sv->start_timeout_ns * 1e-9, n->stages);
+            node_lost(sv, k, VF_ETIMEOUT, head);
+        } else if (n->joined && now - n->last_msg_ns > sv->hb_timeout_ns) {
+            snprintf(head, sizeof head,
+                     "node %d (%s) lost: no heartbeat for %.1f s (its driver died or its link is down); its "
+                     "stages: %s",
+                     k, n->addr, (now - n->last_msg_ns) * 1e-9, n->stages);
+            node_lost(sv, k, VF_ETIMEOUT, head);
+        }
+    }
+}
+
+void vf_super_end_nodes(vf_super *sv, int code, int wait_ms)
+{
+    if (sv->nnodes <= 1) return;
+    char c[16];
+    snprintf(c, sizeof c, "%d", code);
+    for (int k = 1; k < sv->nnodes; k++)
+        if (sv->nodes[k].joined && !sv->nodes[k].lost)
+            vf_ctl_send(sv->router, sv->nodes[k].ident, VF_CTL_END, c, strlen(c), 0);
+    int64_t deadline = vf_now_ns() + (int64_t)wait_ms * 1000000;
+    while (vf_now_ns() < deadline) {
+        int left = 0;
+        for (int k = 1; k < sv->nnodes; k++) left += sv->nodes[k].joined && !sv->nodes[k].lost && !sv->nodes[k].bye;
+        if (!left) break;
+        zmq_pollitem_t it = {sv->router, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, VF_SUPER_POLL_MS);
+        vf_ctl_msg m;
+        while (vf_ctl_recv(sv->router, true, &m) == 1) {
+            int wi = worker_of(sv, m.ident);
+            for (int k = 1; wi < 0 && k < sv->nnodes; k++)
+                if (strcmp(sv->nodes[k].ident, m.ident) == 0 && m.type == VF_CTL_BYE) sv->nodes[k].bye = true;
+            vf_ctl_msg_fini(&m);
+        }
+    }
+}
+
+static void check_deadlines(vf_super *sv, int64_t now)
+{
+    check_nodes(sv, now);
+    for (int i = 0; i < sv->nw; i++) {
+        vf_wproc *w = &sv->w[i];
+        if (!started(w) || w->exited) continue;
         char head[1024];
         if (!w->hello && now - w->spawn_ns > sv->start_timeout_ns) {
             snprintf(head, sizeof head, "worker %s (stages: %s) did not start within %.0f s", w->name,
                      w->stages, sv->start_timeout_ns * 1e-9);
             fail_run(sv, VF_ETIMEOUT, i, head);
             kill_worker(sv, i, "did not start");
+        } else if (w->hello && now - w->last_msg_ns > sv->hb_timeout_ns && w->remote &&
+                   now - sv->nodes[w->node].last_msg_ns > sv->hb_timeout_ns / 2) {
+            /* its node went silent too: the node is what was lost */
+            vf_nproc *n = &sv->nodes[w->node];
+            snprintf(head, sizeof head,
+                     "node %d (%s) lost: no heartbeat for %.1f s (its driver died or its link is down); its "
+                     "stages: %s",
+                     w->node, n->addr, (now - n->last_msg_ns) * 1e-9, n->stages);
+            node_lost(sv, w->node, VF_ETIMEOUT, head);
         } else if (w->hello && now - w->last_msg_ns > sv->hb_timeout_ns) {
             snprintf(head, sizeof head,
                      "worker %s (stages: %s) sent no heartbeat for %.1f s (hung or stopped)", w->name,
@@ -525,10 +719,13 @@ int vf_super_run(vf_super *sv, vf_status *st)
         int64_t now = vf_now_ns();
         /* If the driver itself was not scheduled for a while (suspended, swapped), the
          * workers' silence is ours: restart their heartbeat clocks. */
-        if (now - last_turn > sv->hb_timeout_ns / 2)
+        if (now - last_turn > sv->hb_timeout_ns / 2) {
             for (int i = 0; i < sv->nw; i++) sv->w[i].last_msg_ns = now;
+            for (int k = 1; k < sv->nnodes; k++) sv->nodes[k].last_msg_ns = now;
+        }
         last_turn = now;
         handle_signals(sv);
+        beat_nodes(sv, now);
         vf_ctl_msg m;
         for (int k = 0; k < 10000 && vf_ctl_recv(sv->router, true, &m) == 1; k++) {
             handle(sv, &m);
@@ -538,7 +735,7 @@ int vf_super_run(vf_super *sv, vf_status *st)
         check_deadlines(sv, vf_now_ns());
         vf_progress_tick(&sv->prog, &sv->mon, false);
         int alive = 0;
-        for (int i = 0; i < sv->nw; i++) alive += sv->w[i].pid > 0 && !sv->w[i].judged;
+        for (int i = 0; i < sv->nw; i++) alive += started(&sv->w[i]) && !sv->w[i].judged;
         if (!alive) break;
     }
     /* Messages sent just before the last exit (final metrics, done) */

@@ -17,6 +17,12 @@
  * Timeouts (ms) can be changed through the environment for tests and slow machines:
  * VFLOW_HEARTBEAT_TIMEOUT_MS (2000), VFLOW_START_TIMEOUT_MS (30000),
  * VFLOW_GRACE_MS (2000), VFLOW_DRAIN_TIMEOUT_MS (30000).
+ *
+ * In a multi-node run (vf_super_nodes) the loop is the coordinator's: the other nodes'
+ * drivers join on the same socket and get their part, start their workers, report their
+ * exits and heartbeat both ways; a node silent for longer than the heartbeat timeout (its
+ * driver killed, its link cut) fails the run naming the node and its stages, and a node
+ * that does not join within the start-up timeout as well.
  */
 #ifndef VF_SUPERVISE_H
 #define VF_SUPERVISE_H
@@ -29,6 +35,7 @@
 #define VF_SUPER_POLL_MS 50
 #define VF_WORKER_LOG_RING 8
 #define VF_EXIT_SETTLE_MS 300    /* wait for a dead worker's last messages */
+#define VF_CTL_NODE_IDENT 32
 
 typedef struct vf_wproc {
     char name[VF_NAME_MAX];
@@ -38,6 +45,9 @@ typedef struct vf_wproc {
     int nstages, ndone;
     bool hello, exited;
     bool killed;                 /* we sent SIGKILL (reason already logged) */
+    int node;                    /* the node that started it (0: this one, the coordinator) */
+    bool remote;                 /* started by another node's driver: no pid here, its exit
+                                    arrives as that node's "exited" message */
     bool judged;                 /* its exit has been weighed (see reap) */
     int64_t exit_ns;
     int wstatus;                 /* from waitpid once exited */
@@ -45,6 +55,15 @@ typedef struct vf_wproc {
     int nring;
     char ring[VF_WORKER_LOG_RING][256]; /* last log lines, oldest first after rotation */
 } vf_wproc;
+
+/* Another node of a multi-node run, as the coordinator sees its driver. */
+typedef struct vf_nproc {
+    char ident[VF_CTL_NODE_IDENT];  /* "node<k>" */
+    char addr[64];               /* its cluster address, from its join */
+    char stages[512];            /* its stages, for messages */
+    bool joined, lost, bye;
+    int64_t last_msg_ns, last_beat_sent_ns;
+} vf_nproc;
 
 typedef enum vf_super_state {
     VF_SUPER_STARTING = 0,       /* waiting for every hello */
@@ -69,12 +88,24 @@ typedef struct vf_super {
     int64_t drain_deadline, abort_deadline;
     int64_t all_done_ns;         /* when the last stage reported done */
     int64_t hb_timeout_ns, start_timeout_ns, grace_ns, drain_timeout_ns;
+    int64_t start_ns;
+    /* multi-node: nodes 1..nnodes-1 (index 0 unused: the coordinator itself) */
+    int nnodes;
+    vf_nproc *nodes;             /* owned */
+    const char *part;            /* the message each node gets on joining: borrowed */
+    size_t part_len;
 } vf_super;
 
 /* Sets up the supervisor of placed graph g (workers not spawned yet). */
 int vf_super_init(vf_super *sv, vf_graph *g, vf_rundir *rd, void *router, bool tty,
                   vf_status *st);
 void vf_super_fini(vf_super *sv);
+/* Makes sv the coordinator of a run over nnodes nodes: workers placed on other nodes are
+ * remote, and each node gets `part` (ctl.h's part message, borrowed) when it joins. */
+int vf_super_nodes(vf_super *sv, int nnodes, const char *part, size_t part_len, vf_status *st);
+/* Tells every node still there that the run ended with exit code `code` and waits up to
+ * wait_ms for their byes. */
+void vf_super_end_nodes(vf_super *sv, int code, int wait_ms);
 /* Installs the SIGINT/SIGTERM handlers and ignores SIGPIPE (until
  * vf_super_signals_restore). */
 int vf_super_signals_install(vf_status *st);

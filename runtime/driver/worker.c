@@ -21,6 +21,8 @@
 #include "runtime/driver/ctl.h"
 #include "runtime/core/obuf.h"
 #include "runtime/core/stage.h"
+#include "runtime/edge/curve.h"
+#include "runtime/edge/transport_zmq.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -58,6 +60,7 @@ typedef struct worker {
     vf_graph *g;
     int self;
     const char *run_dir, *sock_dir, *ctl_ep;
+    const char *bind;                  /* tcp receivers bind this address (--bind; loopback) */
     void *zctx, *dealer;
     vf_chan_hub *hub;
     int nst;
@@ -324,7 +327,7 @@ static int open_inputs(worker *w, vf_obuf *hello, vf_status *st)
         if (d.transport == VF_TR_IPC)
             snprintf(d.addr, sizeof d.addr, "ipc://%s/e%d", w->sock_dir, id);
         else if (d.transport == VF_TR_TCP)
-            snprintf(d.addr, sizeof d.addr, "tcp://127.0.0.1:*");
+            snprintf(d.addr, sizeof d.addr, "tcp://%s:*", w->bind ? w->bind : "127.0.0.1");
         VF_TRY(vf_edge_open(w->hub, &d, VF_PORT_IN, &w->ends_in[id], st));
         if (d.transport != VF_TR_INPROC)
             vf_obuf_printf(hello, "edge %d %s\n", id, vf_edge_end_endpoint(w->ends_in[id]));
@@ -575,24 +578,45 @@ int vf_worker_main(int argc, char **argv)
     w->run_dir = arg_value(argc, argv, "--run-dir");
     w->sock_dir = arg_value(argc, argv, "--sock-dir");
     w->ctl_ep = arg_value(argc, argv, "--ctl");
+    w->bind = arg_value(argc, argv, "--bind");
+    bool ctl_secure = arg_flag(argc, argv, "--ctl-secure");
     w->self = idx ? atoi(idx) : -1;
     w->resume_auto = arg_flag(argc, argv, "--resume=auto");
     w->resume = w->resume_auto || arg_flag(argc, argv, "--resume"); /* the driver passes `vflow run`'s flag */
     if (!graph_path || !idx || !w->run_dir || !w->sock_dir || !w->ctl_ep) {
         fprintf(stderr, "vflow __worker: internal command, started by `vflow run`\n"
                         "usage: vflow __worker --graph FILE --worker N --run-dir DIR "
-                        "--sock-dir DIR --ctl ENDPOINT [--resume[=auto]]\n");
+                        "--sock-dir DIR --ctl ENDPOINT [--bind ADDR] [--ctl-secure] [--resume[=auto]]\n");
         return 2;
     }
     /* Terminal signals go to the driver only (workers run in their own process group);
      * a broken socket must be an error code, not a death. */
     signal(SIGPIPE, SIG_IGN);
 
+    /* The run key (the driver's environment, never a file) stays in this process's memory
+     * only: the control socket of a multi-node run and every tcp edge authenticate with it. */
+    char key[VF_CURVE_KEY_HEX + 1] = "";
+    const char *env_key = getenv("VFLOW_RUN_KEY");
+    if (env_key && *env_key) {
+        snprintf(key, sizeof key, "%s", env_key);
+        explicit_bzero((char *)env_key, strlen(env_key));
+        unsetenv("VFLOW_RUN_KEY");
+    }
     VF_TRY(load_graph(w, graph_path, &st));
     const char *wname = w->g->workers[w->self].name;
     w->zctx = zmq_ctx_new();
     if (!w->zctx) VF_FAIL(&st, VF_EEXTERNAL, "worker: zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
-    VF_TRY(vf_ctl_dealer_open(w->zctx, w->ctl_ep, wname, &w->dealer, &st));
+    if (ctl_secure) {
+        if (!key[0]) VF_FAIL(&st, VF_EUSAGE, "worker: --ctl-secure without VFLOW_RUN_KEY");
+        /* identities of the control plane: workers, then the nodes' drivers (ctl.h) */
+        vf_curve cv;
+        VF_TRY(vf_curve_init(&cv, key, w->self, w->g->nworkers, "VFLOW_RUN_KEY", &st));
+        rc = vf_ctl_dealer_open_curve(w->zctx, w->ctl_ep, wname, &cv, &w->dealer, &st);
+        explicit_bzero(&cv, sizeof cv);
+        if (rc < 0) goto fail;
+    } else {
+        VF_TRY(vf_ctl_dealer_open(w->zctx, w->ctl_ep, wname, &w->dealer, &st));
+    }
     VF_TRY(make_stages(w, &st));
     size_t ne = (size_t)(w->g->nedges ? w->g->nedges : 1);
     w->ends_in = calloc(ne, sizeof *w->ends_in);
@@ -601,14 +625,9 @@ int vf_worker_main(int argc, char **argv)
     if (!w->ends_in || !w->ends_out || !w->endpoints) VF_FAIL(&st, VF_ENOMEM, "worker: out of memory");
     w->hub = vf_chan_hub_new(&st);
     if (!w->hub) VF_FAIL(&st, st.code ? st.code : VF_EEXTERNAL, "worker: data plane hub");
-    /* The run key (the driver's environment, never a file): every tcp edge of this worker
-     * authenticates its peers with CURVE; the key stays in memory only. */
-    const char *key = getenv("VFLOW_RUN_KEY");
-    if (key && *key) {
-        VF_TRY(vf_chan_hub_secure(w->hub, key, w->self, w->g->nworkers, &st));
-        explicit_bzero((char *)key, strlen(key));
-        unsetenv("VFLOW_RUN_KEY");
-    }
+    /* every tcp edge of this worker authenticates its peers with CURVE */
+    if (key[0]) VF_TRY(vf_chan_hub_secure(w->hub, key, w->self, w->g->nworkers, &st));
+    explicit_bzero(key, sizeof key);
 
     vf_obuf hello;
     vf_obuf_init(&hello);
@@ -675,6 +694,12 @@ out:
         if (w->dropped) {
             char t[96];
             snprintf(t, sizeof t, "%ld log lines or rows dropped (control queue full)", w->dropped);
+            hook_log(w, NULL, VF_LOG_WARN, t);
+        }
+        if (w->hub && vf_zmq_refused(w->hub) > 0) {
+            char t[96];
+            snprintf(t, sizeof t, "data plane: refused %lld handshake(s) from outside the run",
+                     (long long)vf_zmq_refused(w->hub));
             hook_log(w, NULL, VF_LOG_WARN, t);
         }
         if (!w->final_metrics_sent) send_metrics(w);

@@ -307,6 +307,7 @@ char *vf_graph_to_json(const vf_graph *g)
         vf_json_set(o, "device", device_json(s->device));
         vf_json_set(o, "worker_hint", vf_json_str(s->worker_hint));
         vf_json_set(o, "worker", vf_json_int(s->worker));
+        if (s->node) vf_json_set(o, "node", vf_json_int(s->node));
         if (s->group[0]) vf_json_set(o, "group", vf_json_str(s->group));
         vf_json_set(o, "params", vf_json_clone(vf_params_ctree(s->params)));
         /* Informational (the run dir's reader): workers re-derive both by validating. */
@@ -344,6 +345,7 @@ char *vf_graph_to_json(const vf_graph *g)
         vf_json_set(o, "name", vf_json_str(w->name));
         vf_json_set(o, "device", device_json(w->device));
         vf_json_set(o, "host", vf_json_str(w->host));
+        vf_json_set(o, "node", vf_json_int(w->node));
         vf_json_push(workers, o);
     }
     vf_json_set(root, "stages", stages);
@@ -397,6 +399,8 @@ int vf_graph_from_json(const char *text, vf_graph **out, vf_status *st)
         vf_gstage *s = &g->stages[g->nstages - 1];
         snprintf(s->worker_hint, sizeof s->worker_hint, "%s", vf_json_get_str(o, "worker_hint", ""));
         s->worker = (int)vf_json_get_int(o, "worker", -1);
+        s->node = (int)vf_json_get_int(o, "node", 0);
+        if (s->node < 0) VF_FAIL(st, VF_ECORRUPT, "graph JSON: stage '%s': bad node", sn);
         snprintf(s->group, sizeof s->group, "%s", vf_json_get_str(o, "group", ""));
         if (vf_device_parse(vf_json_get_str(o, "device", "cpu"), &s->device, st) < 0)
             VF_FAIL(st, VF_ECORRUPT, "graph JSON: stage '%s': bad device", sn);
@@ -421,6 +425,7 @@ int vf_graph_from_json(const char *text, vf_graph **out, vf_status *st)
             vf_gworker *w = &g->workers[i];
             snprintf(w->name, sizeof w->name, "%s", vf_json_get_str(o, "name", ""));
             snprintf(w->host, sizeof w->host, "%s", vf_json_get_str(o, "host", ""));
+            w->node = (int)vf_json_get_int(o, "node", 0);
             if (vf_device_parse(vf_json_get_str(o, "device", "cpu"), &w->device, st) < 0)
                 VF_FAIL(st, VF_ECORRUPT, "graph JSON: worker %d: bad device", i);
         }
@@ -470,7 +475,13 @@ int vf_graph_dot(const vf_graph *g, FILE *f)
     if (g->nworkers > 0) {
         for (int w = 0; w < g->nworkers; w++) {
             fprintf(f, "  subgraph \"cluster_%d\" {\n    label=", w);
-            dot_id(f, g->workers[w].name);
+            if (vf_graph_nodes(g) > 1) {
+                char label[VF_NAME_MAX + 32];
+                snprintf(label, sizeof label, "node %d: %s", g->workers[w].node, g->workers[w].name);
+                dot_id(f, label);
+            } else {
+                dot_id(f, g->workers[w].name);
+            }
             fprintf(f, ";\n");
             for (int i = 0; i < g->nstages; i++)
                 if (g->stages[i].worker == w) dot_stage(f, &g->stages[i], "    ");
@@ -495,4 +506,27 @@ int vf_graph_dot(const vf_graph *g, FILE *f)
     }
     fprintf(f, "}\n");
     return ferror(f) ? VF_EIO : 0;
+}
+
+/* ------------------------------------------------------------------ nodes */
+
+int vf_graph_nodes(const vf_graph *g)
+{
+    int n = 1;
+    for (int i = 0; i < g->nstages; i++)
+        if (g->stages[i].node + 1 > n) n = g->stages[i].node + 1;
+    return n;
+}
+
+int vf_graph_check_nodes(const vf_graph *g, int nnodes, vf_status *st)
+{
+    for (int i = 0; i < g->nstages; i++) {
+        const vf_gstage *s = &g->stages[i];
+        if (s->node >= nnodes)
+            return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                                 "%s: stage '%s' (%s) is placed on node %d, but the run has %d node%s "
+                                 "(the launcher's world size, or --nodes)",
+                                 s->where, s->name, s->kind, s->node, nnodes, nnodes == 1 ? "" : "s");
+    }
+    return 0;
 }

@@ -27,6 +27,7 @@ typedef struct vf_gstage {
     char where[256];             /* "pipelines/x.lua:12" of the Lua call */
     vf_device device;            /* from params.device when the kind has one, else cpu */
     char worker_hint[VF_NAME_MAX]; /* p:stage(kind, {..., worker = "w"}) pins stages together */
+    int node;                    /* p:stage(kind, {..., node = k}): the node (launcher rank) it runs on */
     int worker;                  /* placement: worker index, set by vf_graph_place */
     vf_port_specs ports;         /* resolved by validation */
     vf_mem_plan mem;             /* from the memory hook, filled by validation */
@@ -56,6 +57,7 @@ typedef struct vf_gworker {
     char name[VF_NAME_MAX];      /* "w0-cpu", "w1-decode_0", … */
     vf_device device;
     char host[64];               /* "" = this node */
+    int node;                    /* the node that starts it: its stages' node */
 } vf_gworker;
 
 typedef struct vf_graph {
@@ -90,6 +92,12 @@ int vf_graph_validate(vf_graph *g, vf_status *st);
 /* Placement (DESIGN §3): one worker per CUDA device, one per VF_STAGE_OWN_WORKER
  * stage, the rest in one CPU worker; resolves edge transports. */
 int vf_graph_place(vf_graph *g, vf_status *st);
+
+/* Nodes the graph places stages on: 1 + the highest stage node. */
+int vf_graph_nodes(const vf_graph *g);
+/* A topology naming more nodes than the run has (nnodes from the launcher or --nodes)
+ * is VF_EUSAGE naming the first stage placed beyond it, with its file:line. */
+int vf_graph_check_nodes(const vf_graph *g, int nnodes, vf_status *st);
 
 /* Resolved graph as JSON (for the run dir and for workers) and back. */
 char *vf_graph_to_json(const vf_graph *g);                     /* caller frees */

@@ -217,6 +217,18 @@ static int convert_stage(lua_State *L, vf_lua_conv *c, int rec)
                                          "%s: stage '%s' (%s): bad worker name '%s'", where, name, kind, worker);
         snprintf(c->g->stages[idx].worker_hint, VF_NAME_MAX, "%s", worker);
     }
+    lua_pushliteral(L, "node");
+    lua_rawget(L, rec);
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer node = lua_tointegerx(L, -1, &isint);
+        if (!isint || node < 0 || node > 4095)
+            return c->rc = vf_status_set(c->st, VF_EUSAGE, __FILE__, __LINE__,
+                                         "%s: stage '%s' (%s): node must be an integer in 0..4095 (a launcher rank)",
+                                         where, name, kind);
+        c->g->stages[idx].node = (int)node;
+    }
+    lua_pop(L, 1);
     if (group) {
         if (strlen(group) >= VF_NAME_MAX || !*group || strchr(group, '.'))
             return c->rc = vf_status_set(c->st, VF_EUSAGE, __FILE__, __LINE__,

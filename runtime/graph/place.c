@@ -10,7 +10,9 @@
  * Workers are numbered in order of their first stage, so the layout is stable for a
  * given script. Edges: the same worker → inproc; otherwise ipc on this node; an edge
  * that asked for a transport ("tcp", "ipc") keeps it, which is how tests exercise tcp
- * on loopback. Placing again recomputes everything (idempotent).
+ * on loopback. A stage's `node` (the launcher rank whose driver starts it) is part of its
+ * group: a worker never spans nodes, and an edge between nodes is tcp (on the nodes'
+ * cluster addresses, chosen at launch). Placing again recomputes everything (idempotent).
  */
 #include "runtime/graph/graph.h"
 
@@ -22,6 +24,11 @@ static void group_of(const vf_gstage *s, char *key, size_t kn, char *label, size
 {
     char dev[32];
     vf_device_str(s->device, dev, sizeof dev);
+    /* workers never span nodes: every key starts with the node */
+    int np = snprintf(key, kn, "n%d:", s->node);
+    if (np < 0 || (size_t)np >= kn) np = 0;
+    key += np;
+    kn -= (size_t)np;
     if (s->worker_hint[0]) {
         snprintf(key, kn, "hint:%s", s->worker_hint);
         snprintf(label, ln, "%s", s->worker_hint);
@@ -30,17 +37,23 @@ static void group_of(const vf_gstage *s, char *key, size_t kn, char *label, size
         snprintf(label, ln, "%s", s->name);
     } else if (s->device.kind == VF_DEV_CUDA) {
         snprintf(key, kn, "dev:%s", dev);
-        snprintf(label, ln, "cuda%d", s->device.index);
+        if (s->node)
+            snprintf(label, ln, "n%d-cuda%d", s->node, s->device.index);
+        else
+            snprintf(label, ln, "cuda%d", s->device.index);
     } else {
         snprintf(key, kn, "cpu");
-        snprintf(label, ln, "cpu");
+        if (s->node)
+            snprintf(label, ln, "n%d-cpu", s->node);
+        else
+            snprintf(label, ln, "cpu");
     }
 }
 
 int vf_graph_place(vf_graph *g, vf_status *st)
 {
     int rc = 0;
-    char (*keys)[VF_NAME_MAX + 8] = NULL;
+    char (*keys)[VF_NAME_MAX + 24] = NULL;
     free(g->workers);
     g->workers = NULL;
     g->nworkers = 0;
@@ -50,7 +63,7 @@ int vf_graph_place(vf_graph *g, vf_status *st)
     if (!keys || !g->workers) VF_FAIL(st, VF_ENOMEM, "out of memory");
     for (int i = 0; i < g->nstages; i++) {
         vf_gstage *s = &g->stages[i];
-        char key[VF_NAME_MAX + 8], label[VF_NAME_MAX];
+        char key[VF_NAME_MAX + 24], label[VF_NAME_MAX];
         group_of(s, key, sizeof key, label, sizeof label);
         int w = -1;
         for (int k = 0; k < g->nworkers && w < 0; k++)
@@ -65,6 +78,7 @@ int vf_graph_place(vf_graph *g, vf_status *st)
             memcpy(gw->name, name, sizeof gw->name);
             gw->device = s->device;
             gw->host[0] = 0;
+            gw->node = s->node;
         }
         vf_gworker *gw = &g->workers[w];
         /* A worker drives at most one GPU (one CUDA context, one stream set). */
@@ -91,7 +105,14 @@ int vf_graph_place(vf_graph *g, vf_status *st)
                     "they run in '%s' and '%s'",
                     e->where, g->stages[e->src].name, g->stages[e->dst].name,
                     g->workers[g->stages[e->src].worker].name, g->workers[g->stages[e->dst].worker].name);
-        if (e->transport == VF_TR_AUTO) e->transport = same ? VF_TR_INPROC : VF_TR_IPC;
+        bool cross = g->stages[e->src].node != g->stages[e->dst].node;
+        if (cross && (e->transport == VF_TR_IPC || e->transport == VF_TR_INPROC))
+            VF_FAIL(st, VF_EUSAGE,
+                    "%s: connect '%s' -> '%s': transport \"%s\" cannot cross nodes (node %d -> node %d); "
+                    "leave it unset (tcp)",
+                    e->where, g->stages[e->src].name, g->stages[e->dst].name, vf_transport_name(e->transport),
+                    g->stages[e->src].node, g->stages[e->dst].node);
+        if (e->transport == VF_TR_AUTO) e->transport = cross ? VF_TR_TCP : same ? VF_TR_INPROC : VF_TR_IPC;
     }
     free(keys);
     return 0;

@@ -235,11 +235,12 @@ static int cmp_dev(const void *a, const void *b)
     return (x->dev.index > y->dev.index) - (x->dev.index < y->dev.index);
 }
 
-int vf_mplan_build(const vf_graph *g, vf_mplan *p, vf_status *st)
+static int build(const vf_graph *g, int node, vf_mplan *p, vf_status *st)
 {
     int rc = 0;
     memset(p, 0, sizeof *p);
     p->g = g;
+    p->node = node;
     size_t ns = (size_t)(g->nstages ? g->nstages : 1);
     p->account = calloc(ns, sizeof *p->account);
     p->acts_alt = calloc(ns, sizeof *p->acts_alt);
@@ -258,9 +259,16 @@ int vf_mplan_build(const vf_graph *g, vf_mplan *p, vf_status *st)
     }
     VF_TRY(add_edges(p, st));
     VF_TRY(add_runtime(p, st));
+    if (node >= 0) { /* another node's workers are that node's to hold */
+        int k = 0;
+        for (int i = 0; i < p->n; i++)
+            if (p->l[i].worker < 0 || g->workers[p->l[i].worker].node == node) p->l[k++] = p->l[i];
+        p->n = k;
+    }
     /* devices: cpu always, then every device a line or a stage names */
     dev_slot(p, (vf_device){VF_DEV_CPU, 0});
-    for (int i = 0; i < g->nstages; i++) dev_slot(p, g->stages[i].device);
+    for (int i = 0; i < g->nstages; i++)
+        if (node < 0 || g->stages[i].node == node) dev_slot(p, g->stages[i].device);
     for (int i = 0; i < p->n; i++) {
         vf_pdev *d = dev_slot(p, p->l[i].dev);
         if (!d) VF_FAIL(st, VF_EUSAGE, "%s: the plan touches more than %d devices", g->script, VF_PLAN_MAX_DEVS);
@@ -277,6 +285,10 @@ fail:
     vf_mplan_free(p);
     return rc;
 }
+
+int vf_mplan_build(const vf_graph *g, vf_mplan *p, vf_status *st) { return build(g, -1, p, st); }
+
+int vf_mplan_build_node(const vf_graph *g, int node, vf_mplan *p, vf_status *st) { return build(g, node, p, st); }
 
 void vf_mplan_free(vf_mplan *p)
 {

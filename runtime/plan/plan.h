@@ -118,10 +118,14 @@ typedef struct vf_mplan {
     int64_t *account;                /* per stage: predicted peak of its host account */
     int64_t *acts_alt;               /* per stage: activations with `recompute` flipped, -1 n/a */
     int nover;                       /* devices over budget */
+    int node;                        /* -1: the whole graph; k: node k's workers (and a driver) only */
 } vf_mplan;
 
 /* Builds the plan of a validated, placed graph. Caller frees with vf_mplan_free. */
 int vf_mplan_build(const vf_graph *g, vf_mplan *out, vf_status *st);
+/* The plan of what node `node` of a multi-node run holds: its workers' lines and the
+ * driver and shared code every node has; budgets then apply per node. */
+int vf_mplan_build_node(const vf_graph *g, int node, vf_mplan *out, vf_status *st);
 void vf_mplan_free(vf_mplan *p);
 /* Applies budgets: b's entries where it has one, else the machine's (m may be NULL), and
  * marks devices over budget (p->nover). Also sets `present` from m (NULL: all present). */
@@ -152,6 +156,7 @@ typedef struct vf_plan_req {
     int nsets;
     const char *budget;              /* --budget spec or NULL */
     bool json;
+    int node;                        /* run: the devices of this node's stages must be here */
 } vf_plan_req;
 
 /* Searches knobs for a plan that fits: each knob changed alone (the smallest change

@@ -46,7 +46,10 @@ static void print_worker(FILE *f, const vf_mplan *p, int w)
     char dev[32], b[32];
     if (w >= 0) {
         vf_device_str(g->workers[w].device, dev, sizeof dev);
-        fprintf(f, "worker %s (%s)\n", g->workers[w].name, dev);
+        if (vf_graph_nodes(g) > 1)
+            fprintf(f, "worker %s (%s, node %d)\n", g->workers[w].name, dev, g->workers[w].node);
+        else
+            fprintf(f, "worker %s (%s)\n", g->workers[w].name, dev);
     } else {
         fprintf(f, "driver and node\n");
     }
@@ -122,10 +125,13 @@ static void print_text(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE
 {
     const vf_graph *g = p->g;
     char dev[32], a[32], b[32];
-    fprintf(f, "plan for pipeline '%s' (%s): %d stage%s, %d edge%s, %d worker%s\n\n", g->name, g->script,
+    fprintf(f, "plan for pipeline '%s' (%s): %d stage%s, %d edge%s, %d worker%s", g->name, g->script,
             g->nstages, g->nstages == 1 ? "" : "s", g->nedges, g->nedges == 1 ? "" : "s", g->nworkers,
             g->nworkers == 1 ? "" : "s");
-    for (int w = 0; w < g->nworkers; w++) print_worker(f, p, w), fputc('\n', f);
+    if (p->node >= 0) fprintf(f, "; node %d of %d, what it holds", p->node, vf_graph_nodes(g));
+    fprintf(f, "\n\n");
+    for (int w = 0; w < g->nworkers; w++)
+        if (p->node < 0 || g->workers[w].node == p->node) print_worker(f, p, w), fputc('\n', f);
     print_worker(f, p, -1);
 
     fprintf(f, "\ntotal per device\n");
@@ -145,6 +151,26 @@ static void print_text(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE
             }
         }
         fprintf(f, "  %-8s %12s   %-36s %s%s\n", dev, a, bud, ver, d->present ? "" : "  [not on this machine]");
+    }
+    if (vf_graph_nodes(g) > 1 && p->node < 0) {
+        /* what each node holds: its workers' lines, and a driver and the shared code each */
+        fprintf(f, "\ntotal per node and device\n");
+        for (int node = 0; node < vf_graph_nodes(g); node++)
+            for (int i = 0; i < p->ndev; i++) {
+                int64_t t = 0;
+                bool any = false;
+                for (int k = 0; k < p->n; k++) {
+                    const vf_pline *x = &p->l[k];
+                    if (x->dev.kind != p->dev[i].dev.kind || x->dev.index != p->dev[i].dev.index) continue;
+                    if (x->worker >= 0 && g->workers[x->worker].node != node) continue;
+                    t = (t < 0 || x->bytes < 0) ? -1 : t + x->bytes;
+                    any = any || x->worker >= 0;
+                }
+                if (!any) continue;
+                vf_device_str(p->dev[i].dev, dev, sizeof dev);
+                vf_bytes_str(t, a, sizeof a);
+                fprintf(f, "  node %-3d %-8s %12s\n", node, dev, a);
+            }
     }
     fprintf(f, "\nby category\n  %-8s", "device");
     for (int c = 0; c < VF_MEM_CAT_COUNT; c++) fprintf(f, " %10s", vf_mem_cat_name((vf_mem_cat)c));
@@ -361,10 +387,12 @@ int vf_mplan_refusal(const vf_mplan *p, vf_status *st)
         vf_device_str(d->dev, dev, sizeof dev);
         vf_bytes_str(d->total, n1, sizeof n1);
         vf_bytes_str(d->budget, n2, sizeof n2);
+        char on[32] = "";
+        if (p->node >= 0) snprintf(on, sizeof on, " of node %d", p->node);
         return vf_status_set(st, VF_EBUDGET, __FILE__, __LINE__,
-                             "%s: the plan needs %s on %s, over the budget of %s (see `vflow plan`; "
+                             "%s: the plan needs %s on %s%s, over the budget of %s (see `vflow plan`; "
                              "--force runs anyway)",
-                             p->g->script, n1, dev, n2);
+                             p->g->script, n1, dev, on, n2);
     }
     return 0;
 }

@@ -2,14 +2,19 @@
  * sockets (the multi-host and security tests drive it):
  *
  *   zmq_stray ENDPOINT [SERVER_PUBLIC_Z85]
+ *   zmq_stray ENDPOINT --run-key HEX LO:HI
  *
  * Three attempts, each for a fraction of a second: a plain ZeroMQ DEALER (no CURVE) that
  * sends a well-formed item record and an end-of-stream frame; a CURVE client with a
  * fresh keypair (and the server's public key when given, else a random one) sending
- * the same; raw bytes that look like the start of a ZMTP greeting, then noise. Prints
+ * the same; raw bytes that look like the start of a ZMTP greeting, then noise. With
+ * --run-key, the CURVE client is tried against the public key of each identity LO..HI of
+ * that run (runtime/edge/curve.h: a stray that learnt the servers' public keys, so its
+ * handshake reaches the run's ZAP handler, which must refuse its own key). Prints
  * one line per attempt and exits 0: whether the run refused them is for the test to see
  * in the run's outcome. */
 #include "runtime/core/item.h"
+#include "runtime/edge/curve.h"
 #include "runtime/vflow.h"
 
 #include <arpa/inet.h>
@@ -84,7 +89,22 @@ int main(int argc, char **argv)
         return 2;
     }
     dealer(argv[1], NULL, false);
-    dealer(argv[1], argc > 2 ? argv[2] : NULL, true);
+    if (argc > 4 && strcmp(argv[2], "--run-key") == 0) {
+        int lo = 0, hi = -1;
+        vf_curve c;
+        vf_status st = {0};
+        if (sscanf(argv[4], "%d:%d", &lo, &hi) != 2 || vf_curve_init(&c, argv[3], lo, hi + 1, "--run-key", &st) < 0) {
+            fprintf(stderr, "zmq_stray: bad --run-key / ids: %s\n", st.msg);
+            return 2;
+        }
+        for (int id = lo; id <= hi; id++) {
+            char pub[41], sec[41];
+            vf_curve_keypair(&c, id, pub, sec);
+            dealer(argv[1], pub, true);
+        }
+    } else {
+        dealer(argv[1], argc > 2 ? argv[2] : NULL, true);
+    }
     raw(argv[1]);
     return 0;
 }

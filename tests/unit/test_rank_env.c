@@ -52,6 +52,23 @@ VF_TEST(torchrun)
     VF_CHECK_EQ_INT(ri.master_port, 29400);
 }
 
+VF_TEST(vflow_meeting_place_wins_over_torchrun)
+{
+    /* torchrun's agent listens on MASTER_PORT: vflow meets where its own variables say */
+    static const char *const env[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=10.1.0.7", "MASTER_PORT=29400",
+                                      "VFLOW_MASTER_PORT=29401", NULL};
+    vf_rank_info ri;
+    vf_status st = {0};
+    VF_CHECK_EQ_INT(from(env, &ri, &st), 0);
+    VF_CHECK_STR(ri.source, "torchrun");
+    VF_CHECK_STR(ri.master_addr, "10.1.0.7");
+    VF_CHECK_EQ_INT(ri.master_port, 29401);
+    static const char *const env2[] = {"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=10.1.0.7", "MASTER_PORT=29400",
+                                       "VFLOW_MASTER_ADDR=10.9.0.1", "VFLOW_MASTER_PORT=0", NULL};
+    VF_CHECK_EQ_INT(from(env2, &ri, &st), VF_EUSAGE);
+    VF_CHECK(strstr(st.msg, "VFLOW_MASTER_PORT=\"0\"") != NULL);
+}
+
 VF_TEST(openmpi_meets_at_vflow_address)
 {
     static const char *const env[] = {"OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=3",

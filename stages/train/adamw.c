@@ -24,6 +24,7 @@
  * Shard 0 also reports the step: loss (from the last partitions), grad norm, lr, step
  * time, samples/s, tokens/s and the measured pipeline bubble.
  */
+#include "stages/train/adamw_internal.h"
 #include "stages/train/adamw_io.h"
 #include "models/dit_lora.h"
 #include "models/dit_weights.h"
@@ -72,196 +73,10 @@ static const vf_param_spec adamw_params[] = {
     {0},
 };
 
-/* ------------------------------------------------------------------ geometry */
-
-typedef struct geo {
-    vf_dit_config cfg;
-    vf_dit_layout *l;        /* the model */
-    vf_dit_lora *lora;       /* NULL: full fine-tune */
-    const vf_dit_layout *tl; /* the trainable vector: the model's, or the adapters' */
-    int k, S, P, D;
-    int splits[VF_TRAIN_MAX_PARTS + 1];
-    int64_t total, block, nblk, lo, hi, n, b0, b1;
-    int64_t plo[VF_TRAIN_MAX_PARTS], phi[VF_TRAIN_MAX_PARTS];
-} geo;
-
-static void geo_fini(geo *g)
-{
-    vf_dit_lora_free(g->lora);
-    vf_dit_layout_free(g->l);
-    g->lora = NULL, g->l = NULL, g->tl = NULL;
-}
-
-static int geo_init(const vf_params *p, geo *g, vf_status *st)
-{
-    int rc = 0;
-    memset(g, 0, sizeof *g);
-    VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &g->cfg, st));
-    VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
-    vf_dit_lora_cfg lc;
-    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(p, "lora"), &lc, st));
-    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(g->l, &lc, &g->lora, st));
-    g->tl = g->lora ? g->lora->l : g->l;
-    g->k = (int)vf_param_int(p, "shard");
-    g->S = (int)vf_param_int(p, "shards");
-    g->D = (int)vf_param_int(p, "replicas");
-    if (g->k >= g->S) VF_FAIL(st, VF_EUSAGE, "adamw: shard %d is not below shards %d", g->k, g->S);
-    if (vf_param_len(p, "splits") == 0) {
-        g->P = 1, g->splits[0] = 0, g->splits[1] = g->cfg.depth;
-    } else {
-        VF_TRY(vf_train_splits(p, g->cfg.depth, g->splits, &g->P, "adamw", st));
-    }
-    g->total = g->tl->total;
-    g->block = vf_train_norm_block(g->total);
-    g->nblk = (g->total + g->block - 1) / g->block;
-    if (g->S > g->nblk)
-        VF_FAIL(st, VF_EUSAGE, "adamw: %d shards for a model of %lld parameters (%lld norm blocks of "
-                "%lld): at most %lld shards", g->S, (long long)g->total, (long long)g->nblk,
-                (long long)g->block, (long long)g->nblk);
-    vf_train_shard_range(g->total, g->block, g->S, g->k, &g->lo, &g->hi, &g->b0, &g->b1);
-    g->n = g->hi - g->lo;
-    for (int q = 0; q < g->P; q++) {
-        int64_t off, n;
-        vf_dit_layout_range(g->tl, g->splits[q], g->splits[q + 1], &off, &n);
-        g->plo[q] = off, g->phi[q] = off + n;
-    }
-fail:
-    if (rc) geo_fini(g);
-    return rc;
-}
-
-/* Device dtypes the stages exchange (the CPU backend keeps everything in f32). */
-static void dev_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
-{
-    *act = d.kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
-    *grad = *act;
-}
-
-/* ------------------------------------------------------------------ ports, memory */
-
-/* The weights file of param `weights` against the model, headers only (vflow check /
- * plan refuse a missing, extra or mis-shaped tensor before any worker starts): 0 and
- * *largest = 0 without weights. */
-static int check_weights(const vf_params *p, const geo *g, int64_t *largest, vf_status *st)
-{
-    const char *path = vf_param_str(p, "weights");
-    vf_dit_wsrc *w = NULL;
-    *largest = 0;
-    if (!path || !path[0]) return 0;
-    int rc = vf_dit_wsrc_open(path, &w, st);
-    if (rc == 0) rc = vf_dit_wsrc_check(w, g->l, st);
-    if (rc == 0) *largest = vf_dit_wsrc_largest(w);
-    vf_dit_wsrc_close(w);
-    return rc;
-}
-
-/* The adapter file of param `lora_init` against the adapters, before any worker starts. */
-static int check_lora_init(const vf_params *p, const geo *g, vf_status *st)
-{
-    const char *path = vf_param_str(p, "lora_init");
-    if (!path[0]) return 0;
-    if (!g->lora)
-        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "adamw: lora_init = %s needs the lora option", path);
-    return vf_dit_lora_file_read(path, g->lora, NULL, 0, 0, st);
-}
-
-static int adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
-                       vf_status *st)
-{
-    geo g;
-    int64_t largest;
-    int rc = geo_init(p, &g, st);
-    if (rc) return rc;
-    if ((rc = check_weights(p, &g, &largest, st)) || (rc = check_lora_init(p, &g, st))) {
-        geo_fini(&g);
-        return rc;
-    }
-    vf_device dev = vf_param_device(p, "device");
-    vf_dtype act, grad;
-    dev_dtypes(dev, &act, &grad);
-    static const char *const sN[1] = {"N"};
-    int64_t n1 = g.n > 0 ? g.n : 1;
-
-    vf_port_spec *gi = vf_port_add(out, "grads", VF_PORT_IN, true);
-    gi->multi = true;
-    gi->device = dev;
-    vf_port_tensor(gi, "g", grad, 1, &n1, sN)->optional = true;
-    gi->meta_bytes = 1024;
-    for (int q = 0; q < g.P; q++) {
-        char name[VF_NAME_MAX];
-        int64_t off, n;
-        vf_train_overlap(g.lo, g.hi, g.plo[q], g.phi[q], &off, &n);
-        if (n < 1) n = 1;
-        snprintf(name, sizeof name, "weights_p%d", q);
-        vf_port_spec *w = vf_port_add(out, name, VF_PORT_OUT, true);
-        w->device = dev;
-        vf_port_tensor(w, "w", act, 1, &n, sN)->optional = true;
-        w->meta_bytes = 256;
-    }
-    if (g.S > 1) {
-        int64_t mine = 8 * (g.b1 - g.b0), most = 8 * ((g.nblk + g.S - 1) / g.S);
-        static const char *const sK[1] = {"K"};
-        vf_port_spec *no = vf_port_add(out, "norm_out", VF_PORT_OUT, true);
-        vf_port_tensor(no, "partials", VF_DTYPE_U8, 1, &mine, sK);
-        no->meta_bytes = 256;
-        vf_port_spec *ni = vf_port_add(out, "norm_in", VF_PORT_IN, true);
-        ni->multi = true;
-        vf_port_tensor(ni, "partials", VF_DTYPE_U8, 1, &most, sK);
-        ni->meta_bytes = 256;
-    }
-    vf_port_spec *sn = vf_port_add(out, "snap", VF_PORT_OUT, false);
-    static const char *const snames[3] = {"master", "exp_avg", "exp_avg_sq"};
-    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &n1, sN);
-    sn->meta_bytes = 16384; /* cursors, config */
-    vf_port_spec *ack = vf_port_add(out, "ack", VF_PORT_IN, false);
-    ack->meta_bytes = 256;
-    geo_fini(&g);
-    return 0;
-}
-
-/* Elements of the largest piece of this shard one partition receives: the size of every
- * weight item buffer (adamw_init's pool and adamw_memory share it). */
-static int64_t weight_piece_most(const geo *g)
-{
-    return vf_train_most_overlap(g->lo, g->hi, g->plo, g->phi, g->P);
-}
-
-static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
-                        vf_status *st)
-{
-    geo g;
-    int rc = geo_init(p, &g, st);
-    if (rc) return rc;
-    vf_device dev = vf_param_device(p, "device"), cpu = {VF_DEV_CPU, 0};
-    vf_dtype act, grad;
-    dev_dtypes(dev, &act, &grad);
-    int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
-    vf_mem_plan_add(out, dev, VF_MEM_OPTIM, "master weights + moments (f32)", 12 * g.n);
-    vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient slice", gs * g.n);
-    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "new compute weights", as * g.n);
-    /* the weight item being built (the pool's buffers are all the size of the largest
-     * piece; the sent ones are on the edges and in the partitions' hands, which the plan
-     * counts there: the pool allocates only when none has come back) */
-    vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "weight item being built", as * weight_piece_most(&g));
-    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
-    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
-    int64_t largest = 0;
-    /* with LoRA the partitions load the base, the shards never read the file */
-    if (!g.lora && vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
-        geo_fini(&g);
-        return rc;
-    }
-    /* loading reads the file tensor by tensor into the staging above: what is resident
-     * of the file at a time is about its largest tensor's pages */
-    if (largest) vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "weights file: its largest tensor (loading)", largest);
-    geo_fini(&g);
-    return 0;
-}
-
 /* ------------------------------------------------------------------ state */
 
 typedef struct shard {
-    geo g;
+    vf_adamw_geo g;
     vf_backend *be;
     vf_dtype act, grad;
     size_t as, gs;
@@ -286,7 +101,7 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     shard *h = calloc(1, sizeof *h);
     if (!h) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: out of memory");
     vf_stage_set_state(s, h);
-    VF_TRY(geo_init(p, &h->g, st));
+    VF_TRY(vf_adamw_geo_init(p, &h->g, st));
     h->be = vf_backend_for(vf_param_device(p, "device"), st);
     if (!h->be) {
         rc = st && st->code ? st->code : VF_EINVAL;
@@ -306,7 +121,7 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (!h->wout || !h->partials || !h->got)
         VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "adamw %s: cannot allocate the state of %lld "
                 "parameters", vf_stage_name(s), (long long)n);
-    h->wpool = vf_bufpool_new(be, h->as * (size_t)weight_piece_most(&h->g), 2 * h->g.P, st);
+    h->wpool = vf_bufpool_new(be, h->as * (size_t)vf_adamw_weight_piece_most(&h->g), 2 * h->g.P, st);
     if (!h->wpool) {
         rc = VF_ENOMEM;
         goto fail;
@@ -344,7 +159,7 @@ static void adamw_fini(vf_stage *s)
     free(h->partials);
     vf_bufpool_unref(h->wpool);
     vf_json_free(h->config);
-    geo_fini(&h->g);
+    vf_adamw_geo_fini(&h->g);
     free(h);
     vf_stage_set_state(s, NULL);
 }
@@ -815,8 +630,8 @@ static const vf_stage_ops adamw_ops = {
     .doc = "AdamW optimizer shard: f32 master + moments of one slice, global-norm clipping across "
            "shards, warmup + cosine/constant lr, snapshots for async checkpoints",
     .params = adamw_params,
-    .ports = adamw_ports,
-    .memory = adamw_memory,
+    .ports = vf_adamw_ports,
+    .memory = vf_adamw_memory,
     .init = adamw_init,
     .run = adamw_run,
     .fini = adamw_fini,

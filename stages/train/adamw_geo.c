@@ -1,0 +1,180 @@
+/* adamw_geo.c — what an optimizer shard is before it runs: its slice of the trainable
+ * vector (the model's, or with LoRA the adapters'), the partitions' pieces of it, the ports
+ * it declares and the memory it declares for the plan (adamw.c runs it). */
+#include "stages/train/adamw_internal.h"
+#include "models/dit_weights.h"
+#include "stages/train/dit_train.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void vf_adamw_geo_fini(vf_adamw_geo *g)
+{
+    vf_dit_lora_free(g->lora);
+    vf_dit_layout_free(g->l);
+    g->lora = NULL, g->l = NULL, g->tl = NULL;
+}
+
+int vf_adamw_geo_init(const vf_params *p, vf_adamw_geo *g, vf_status *st)
+{
+    int rc = 0;
+    memset(g, 0, sizeof *g);
+    VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &g->cfg, st));
+    VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
+    vf_dit_lora_cfg lc;
+    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(p, "lora"), &lc, st));
+    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(g->l, &lc, &g->lora, st));
+    g->tl = g->lora ? g->lora->l : g->l;
+    g->k = (int)vf_param_int(p, "shard");
+    g->S = (int)vf_param_int(p, "shards");
+    g->D = (int)vf_param_int(p, "replicas");
+    if (g->k >= g->S) VF_FAIL(st, VF_EUSAGE, "adamw: shard %d is not below shards %d", g->k, g->S);
+    if (vf_param_len(p, "splits") == 0) {
+        g->P = 1, g->splits[0] = 0, g->splits[1] = g->cfg.depth;
+    } else {
+        VF_TRY(vf_train_splits(p, g->cfg.depth, g->splits, &g->P, "adamw", st));
+    }
+    g->total = g->tl->total;
+    g->block = vf_train_norm_block(g->total);
+    g->nblk = (g->total + g->block - 1) / g->block;
+    if (g->S > g->nblk)
+        VF_FAIL(st, VF_EUSAGE, "adamw: %d shards for a model of %lld parameters (%lld norm blocks of "
+                "%lld): at most %lld shards", g->S, (long long)g->total, (long long)g->nblk,
+                (long long)g->block, (long long)g->nblk);
+    vf_train_shard_range(g->total, g->block, g->S, g->k, &g->lo, &g->hi, &g->b0, &g->b1);
+    g->n = g->hi - g->lo;
+    for (int q = 0; q < g->P; q++) {
+        int64_t off, n;
+        vf_dit_layout_range(g->tl, g->splits[q], g->splits[q + 1], &off, &n);
+        g->plo[q] = off, g->phi[q] = off + n;
+    }
+fail:
+    if (rc) vf_adamw_geo_fini(g);
+    return rc;
+}
+
+void vf_adamw_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
+{
+    *act = d.kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
+    *grad = *act;
+}
+
+/* ------------------------------------------------------------------ ports, memory */
+
+/* The weights file of param `weights` against the model, headers only (vflow check /
+ * plan refuse a missing, extra or mis-shaped tensor before any worker starts): 0 and
+ * *largest = 0 without weights. */
+static int check_weights(const vf_params *p, const vf_adamw_geo *g, int64_t *largest, vf_status *st)
+{
+    const char *path = vf_param_str(p, "weights");
+    vf_dit_wsrc *w = NULL;
+    *largest = 0;
+    if (!path || !path[0]) return 0;
+    int rc = vf_dit_wsrc_open(path, &w, st);
+    if (rc == 0) rc = vf_dit_wsrc_check(w, g->l, st);
+    if (rc == 0) *largest = vf_dit_wsrc_largest(w);
+    vf_dit_wsrc_close(w);
+    return rc;
+}
+
+/* The adapter file of param `lora_init` against the adapters, before any worker starts. */
+static int check_lora_init(const vf_params *p, const vf_adamw_geo *g, vf_status *st)
+{
+    const char *path = vf_param_str(p, "lora_init");
+    if (!path[0]) return 0;
+    if (!g->lora)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "adamw: lora_init = %s needs the lora option", path);
+    return vf_dit_lora_file_read(path, g->lora, NULL, 0, 0, st);
+}
+
+int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
+                    vf_status *st)
+{
+    vf_adamw_geo g;
+    int64_t largest;
+    int rc = vf_adamw_geo_init(p, &g, st);
+    if (rc) return rc;
+    if ((rc = check_weights(p, &g, &largest, st)) || (rc = check_lora_init(p, &g, st))) {
+        vf_adamw_geo_fini(&g);
+        return rc;
+    }
+    vf_device dev = vf_param_device(p, "device");
+    vf_dtype act, grad;
+    vf_adamw_dtypes(dev, &act, &grad);
+    static const char *const sN[1] = {"N"};
+    int64_t n1 = g.n > 0 ? g.n : 1;
+
+    vf_port_spec *gi = vf_port_add(out, "grads", VF_PORT_IN, true);
+    gi->multi = true;
+    gi->device = dev;
+    vf_port_tensor(gi, "g", grad, 1, &n1, sN)->optional = true;
+    gi->meta_bytes = 1024;
+    for (int q = 0; q < g.P; q++) {
+        char name[VF_NAME_MAX];
+        int64_t off, n;
+        vf_train_overlap(g.lo, g.hi, g.plo[q], g.phi[q], &off, &n);
+        if (n < 1) n = 1;
+        snprintf(name, sizeof name, "weights_p%d", q);
+        vf_port_spec *w = vf_port_add(out, name, VF_PORT_OUT, true);
+        w->device = dev;
+        vf_port_tensor(w, "w", act, 1, &n, sN)->optional = true;
+        w->meta_bytes = 256;
+    }
+    if (g.S > 1) {
+        int64_t mine = 8 * (g.b1 - g.b0), most = 8 * ((g.nblk + g.S - 1) / g.S);
+        static const char *const sK[1] = {"K"};
+        vf_port_spec *no = vf_port_add(out, "norm_out", VF_PORT_OUT, true);
+        vf_port_tensor(no, "partials", VF_DTYPE_U8, 1, &mine, sK);
+        no->meta_bytes = 256;
+        vf_port_spec *ni = vf_port_add(out, "norm_in", VF_PORT_IN, true);
+        ni->multi = true;
+        vf_port_tensor(ni, "partials", VF_DTYPE_U8, 1, &most, sK);
+        ni->meta_bytes = 256;
+    }
+    vf_port_spec *sn = vf_port_add(out, "snap", VF_PORT_OUT, false);
+    static const char *const snames[3] = {"master", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &n1, sN);
+    sn->meta_bytes = 16384; /* cursors, config */
+    vf_port_spec *ack = vf_port_add(out, "ack", VF_PORT_IN, false);
+    ack->meta_bytes = 256;
+    vf_adamw_geo_fini(&g);
+    return 0;
+}
+
+int64_t vf_adamw_weight_piece_most(const vf_adamw_geo *g)
+{
+    return vf_train_most_overlap(g->lo, g->hi, g->plo, g->phi, g->P);
+}
+
+int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
+                     vf_status *st)
+{
+    vf_adamw_geo g;
+    int rc = vf_adamw_geo_init(p, &g, st);
+    if (rc) return rc;
+    vf_device dev = vf_param_device(p, "device"), cpu = {VF_DEV_CPU, 0};
+    vf_dtype act, grad;
+    vf_adamw_dtypes(dev, &act, &grad);
+    int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
+    vf_mem_plan_add(out, dev, VF_MEM_OPTIM, "master weights + moments (f32)", 12 * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient slice", gs * g.n);
+    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "new compute weights", as * g.n);
+    /* the weight item being built (the pool's buffers are all the size of the largest
+     * piece; the sent ones are on the edges and in the partitions' hands, which the plan
+     * counts there: the pool allocates only when none has come back) */
+    vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "weight item being built", as * vf_adamw_weight_piece_most(&g));
+    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
+    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
+    int64_t largest = 0;
+    /* with LoRA the partitions load the base, the shards never read the file */
+    if (!g.lora && vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
+        vf_adamw_geo_fini(&g);
+        return rc;
+    }
+    /* loading reads the file tensor by tensor into the staging above: what is resident
+     * of the file at a time is about its largest tensor's pages */
+    if (largest) vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "weights file: its largest tensor (loading)", largest);
+    vf_adamw_geo_fini(&g);
+    return 0;
+}
+

@@ -15,43 +15,25 @@
  * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
  * serves caption bytes only, whatever the cache holds.
  */
-#include "stages/latent_reader.h"
+#include "stages/latent_reader_internal.h"
 #include "runtime/philox.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct vf_latent_reader {
-    vf_latent_reader_opts o;
-    char *path;
-    vf_lmdb *db;
-    MDB_txn *txn;   /* reset between batches */
-    char *keys;     /* n × 32 bytes, sorted */
-    int64_t n, L;
-    int64_t shape[4];
-    int64_t per;    /* floats per latent */
-    int64_t text_dim; /* D of the cache's text embeddings; 0 = the cache has none */
-    uint32_t *perm; /* permutation of the cached epoch */
-    uint64_t perm_epoch;
-    bool perm_valid;
-    uint64_t epoch;
-    int64_t pos;
-    int64_t bad, good_in_epoch;
-    bool epoch_from_start;
-};
+/* struct vf_latent_reader: stages/latent_reader_internal.h */
 
 /* ------------------------------------------------------------------ order */
 
-static void make_perm(vf_latent_reader *r, uint64_t epoch)
+void vf_lr_shuffle(uint32_t *p, int64_t n, uint64_t seed, uint64_t epoch, uint64_t id)
 {
-    uint32_t *p = r->perm;
-    for (int64_t i = 0; i < r->n; i++) p[i] = (uint32_t)i;
+    for (int64_t i = 0; i < n; i++) p[i] = (uint32_t)i;
     vf_rng rng;
-    vf_rng_init(&rng, r->o.seed, epoch, 0, VF_RNG_SHUFFLE);
+    vf_rng_init(&rng, seed, epoch, id, VF_RNG_SHUFFLE);
     enum { CH = 2048 };
     uint32_t w[2 * CH];
-    for (int64_t hi = r->n - 1; hi >= 1;) {
+    for (int64_t hi = n - 1; hi >= 1;) {
         int64_t lo = hi - CH + 1 < 1 ? 1 : hi - CH + 1;
         vf_rng_u32(&rng, 2 * (uint64_t)lo, 2 * (hi - lo + 1), w);
         for (int64_t i = hi; i >= lo; i--) {
@@ -64,6 +46,11 @@ static void make_perm(vf_latent_reader *r, uint64_t epoch)
         }
         hi = lo - 1;
     }
+}
+
+static void make_perm(vf_latent_reader *r, uint64_t epoch)
+{
+    vf_lr_shuffle(r->perm, r->n, r->o.seed, epoch, 0);
     r->perm_epoch = epoch;
     r->perm_valid = true;
 }
@@ -278,6 +265,7 @@ void vf_latent_reader_close(vf_latent_reader *r)
     vf_lmdb_close(r->db);
     vf_free(r->keys);
     vf_free(r->perm);
+    vf_lr_buckets_free(r);
     free(r->path);
     free(r);
 }
@@ -301,7 +289,9 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     vf_lmdb_opts ro = {.readonly = true};
     VF_TRY(vf_lmdb_open(o->path, &ro, &r->db, st));
     VF_TRY(vf_lmdb_read_begin(r->db, &r->txn, st));
-    VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
+    bool bucketed;
+    VF_TRY(vf_lr_is_bucketed(r, &bucketed, st));
+    if (!bucketed) VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
     r->per = r->shape[0] * r->shape[1] * r->shape[2] * r->shape[3];
     int64_t tmax, tmissing;
     if (o->text_dim > 0) { /* the model takes embeddings: the cache's must fit it */
@@ -309,8 +299,16 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
         VF_TRY(check_text(r->path, r->text_dim, tmax, tmissing, o->text_dim, o->text_len, st));
     }
     VF_TRY(list_keys(r, st));
-    mdb_txn_reset(r->txn);
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
+    if (bucketed) {
+        VF_TRY(vf_lr_buckets_open(r, st));
+        mdb_txn_reset(r->txn);
+        if (o->cursor && o->cursor[0]) VF_TRY(vf_lr_bucket_cursor_parse(r, o->cursor, st));
+        r->epoch_from_start = r->pos == 0;
+        *out = r;
+        return 0;
+    }
+    mdb_txn_reset(r->txn);
     if (r->n > UINT32_MAX) VF_FAIL(st, VF_EBADINPUT, "%s: %lld entries; at most 2^32-1 are supported", r->path, (long long)r->n);
     r->L = r->n / o->nshards;
     if (r->L == 0)
@@ -366,7 +364,7 @@ fail:
     return rc;
 }
 
-static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
+int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
                     float *emb, vf_status *st)
 {
     const char *key = r->keys + 32 * idx;
@@ -408,6 +406,33 @@ static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text,
     return 0;
 }
 
+/* The batch item around its tensors t = {latent, text, text_len, text_emb or NULL}
+ * (taken, also on failure) with metadata epoch, index, cursor, keys. */
+int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
+               const char *keys, vf_item **out, vf_status *st)
+{
+    static const char *const names[4] = {"latent", "text", "text_len", VF_CACHE_TEXT_TENSOR};
+    int rc = 0;
+    vf_item *it = vf_item_new(id, st);
+    *out = NULL;
+    if (!it) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", r->path);
+    for (int i = 0; i < 4; i++) { /* vf_item_put takes the reference also when it fails */
+        if (!t[i]) continue;
+        if (rc == 0) rc = vf_item_put(it, names[i], t[i], st);
+        else vf_tensor_unref(t[i]);
+    }
+    if (rc) goto fail;
+    VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
+    VF_TRY(vf_item_set_num(it, "index", index, st));
+    VF_TRY(vf_item_set_str(it, "cursor", cursor, st));
+    VF_TRY(vf_item_set_str(it, "keys", keys, st));
+    *out = it;
+    return 0;
+fail:
+    vf_item_free(it);
+    return rc;
+}
+
 int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
     int rc = 0;
@@ -418,6 +443,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
     char *keys = NULL;
     bool txn_live = false;
     *out = NULL;
+    if (r->nbk) return vf_lr_next_bucketed(r, out, st);
     for (;;) {
         if (r->o.epochs > 0 && r->epoch >= (uint64_t)r->o.epochs) return VF_EOS;
         if (r->pos >= r->L || (r->o.drop_last && r->L - r->pos < B)) {
@@ -443,7 +469,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         keys[0] = 0;
         while (got < B && r->pos < r->L) {
             int64_t idx = vf_latent_reader_index_at(r, r->epoch, r->pos);
-            rc = read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
+            rc = vf_lr_read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
                           (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got,
                           emb ? (float *)emb->data + (size_t)got * (size_t)(TL * D) : NULL, st);
             if (rc < 0) goto fail;
@@ -471,26 +497,9 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         char id[64], cur[160];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
         cursor_text(r, cur, sizeof cur);
-        if (!(it = vf_item_new(id, st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", r->path);
-        /* vf_item_put takes the reference also when it fails */
-        vf_tensor *t0 = lat, *t1 = text, *t2 = tlen;
-        lat = text = tlen = NULL;
-        rc = vf_item_put(it, "latent", t0, st);
-        if (rc == 0) rc = vf_item_put(it, "text", t1, st);
-        else vf_tensor_unref(t1);
-        if (rc == 0) rc = vf_item_put(it, "text_len", t2, st);
-        else vf_tensor_unref(t2);
-        if (emb) {
-            vf_tensor *t3 = emb;
-            emb = NULL;
-            if (rc == 0) rc = vf_item_put(it, VF_CACHE_TEXT_TENSOR, t3, st);
-            else vf_tensor_unref(t3);
-        }
-        if (rc) goto fail;
-        VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
-        VF_TRY(vf_item_set_num(it, "index", (double)(first / B), st));
-        VF_TRY(vf_item_set_str(it, "cursor", cur, st));
-        VF_TRY(vf_item_set_str(it, "keys", keys, st));
+        vf_tensor *ts[4] = {lat, text, tlen, emb};
+        lat = text = tlen = emb = NULL;
+        VF_TRY(vf_lr_item(r, id, ts, (double)(first / B), cur, keys, &it, st));
         free(keys);
         *out = it;
         return 0;

@@ -218,6 +218,7 @@ typedef enum vf_param_type {
     VF_P_LIST_NUM,
     VF_P_LIST_STR,
     VF_P_TABLE,      /* nested table checked against `fields` (e.g. a model preset) */
+    VF_P_LIST_TABLE, /* {{…}, {…}}: tables, each checked against `fields` when given */
 } vf_param_type;
 
 typedef struct vf_param_spec {
@@ -244,6 +245,8 @@ int64_t vf_param_int_at(const vf_params *p, const char *key, int i);
 double vf_param_num_at(const vf_params *p, const char *key, int i);
 const char *vf_param_str_at(const vf_params *p, const char *key, int i);
 const vf_params *vf_param_table(const vf_params *p, const char *key);
+/* Element i of a list of tables (NULL when it is none). */
+const vf_params *vf_param_table_at(const vf_params *p, const char *key, int i);
 /* Params of stage kind `kind` from a JSON object text, checked against that kind's
  * schema with defaults filled (for a stage that carries another stage's params, e.g.
  * the optimizer vouching for the data reader's settings in its checkpoints). `what`

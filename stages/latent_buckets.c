@@ -240,6 +240,13 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     for (int b = 0; b < r->nbk; b++) remap[(intptr_t)r->bk[b].perm] = b;
     VF_TRY(vf_cache_meta_read(r->db, r->txn, &meta, st));
     VF_TRY(resolve_batches(r, meta, st));
+    if (r->o.only && r->o.only[0]) { /* one bucket only: the others are left out of the schedule */
+        int keep = find_bucket(r, r->o.only);
+        if (keep < 0)
+            VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": the cache has no such bucket", r->path, r->o.only);
+        for (int b = 0; b < r->nbk; b++)
+            if (b != keep) r->bk[b].batch = -r->bk[b].batch; /* marks it left out, below */
+    }
     if (!(r->bidx = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)) ||
         !(r->bperm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
         VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the bucket lists", r->path);
@@ -260,14 +267,26 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     r->NB = 0;
     for (int b = 0; b < r->nbk; b++) {
         vf_lr_bucket *x = &r->bk[b];
+        bool out = x->batch < 0;
+        if (out) x->batch = -x->batch;
         x->L = x->n / r->o.nshards;
-        x->nb = r->o.drop_last ? x->L / x->batch : (x->L + x->batch - 1) / x->batch;
+        x->nb = out ? 0 : r->o.drop_last ? x->L / x->batch : (x->L + x->batch - 1) / x->batch;
         r->NB += x->nb;
         int64_t nums[2] = {x->n, x->batch};
         h = fnv64(h, x->name, strlen(x->name) + 1);
         h = fnv64(h, nums, sizeof nums);
     }
     r->layout = h;
+    size_t gn = (size_t)r->nbk * (VF_LR_BUCKET_NAME + 5 * 24) + 1, go = 0;
+    if (!(r->geo = malloc(gn))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", r->path);
+    r->geo[0] = 0;
+    for (int b = 0; b < r->nbk; b++) {
+        const vf_lr_bucket *x = &r->bk[b];
+        if (x->nb == 0) continue; /* never read: no buffer need be sized for it */
+        go += (size_t)snprintf(r->geo + go, gn - go, "%s%s:%d,%lld,%lld,%lld,%lld", go ? ";" : "", x->name, x->batch,
+                               (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
+                               (long long)x->shape[3]);
+    }
     if (r->NB == 0)
         VF_FAIL(st, VF_EUSAGE, "%s: no bucket has a full batch per rank and epoch (%d ranks%s)", r->path,
                 r->o.nshards, r->o.drop_last ? ", drop_last" : "");
@@ -287,6 +306,8 @@ void vf_lr_buckets_free(vf_latent_reader *r)
     vf_free(r->bidx);
     vf_free(r->bperm);
     vf_free(r->sched);
+    free(r->geo);
+    r->geo = NULL;
     r->bk = NULL, r->bidx = r->bperm = NULL, r->sched = NULL;
 }
 
@@ -439,6 +460,7 @@ int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
         vf_item *it = NULL;
         VF_TRY(vf_lr_item(r, id, ts, (double)index, cur, keys, &it, st));
         rc = vf_item_set_str(it, "bucket", x->name, st);
+        if (rc == 0) rc = vf_item_set_str(it, "geometries", r->geo, st);
         if (rc) {
             vf_item_free(it);
             goto fail;
@@ -454,5 +476,139 @@ fail:
     vf_tensor_unref(tlen);
     vf_tensor_unref(emb);
     free(keys);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the stage's side */
+
+static int one_int(const vf_params *t, const char *key, int k, int64_t *v)
+{
+    if (vf_param_len(t, key) > 0) {
+        if (k >= vf_param_len(t, key)) return -1;
+        *v = vf_param_int_at(t, key, k);
+        return 0;
+    }
+    if (!vf_param_has(t, key)) return 1;
+    *v = vf_param_int(t, key);
+    return 0;
+}
+
+int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int *n, vf_status *st)
+{
+    int rc = 0, nb = vf_param_len(p, "buckets"), k = 0;
+    vf_latent_bucket_decl *d = NULL;
+    *out = NULL;
+    *n = 0;
+    if (nb == 0) return 0;
+    int total = 0;
+    for (int i = 0; i < nb; i++) {
+        const vf_params *t = vf_param_table_at(p, "buckets", i);
+        int nf = t ? vf_param_len(t, "frames") : 0;
+        total += nf ? nf : 1;
+    }
+    if (!(d = calloc((size_t)total, sizeof *d))) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+    for (int i = 0; i < nb; i++) {
+        const vf_params *t = vf_param_table_at(p, "buckets", i);
+        int64_t w = 0, h = 0;
+        if (!t || one_int(t, "w", 0, &w) || one_int(t, "h", 0, &h))
+            VF_FAIL(st, VF_EBADINPUT, "latent_reader: buckets[%d] needs w and h (pixels) and frames", i + 1);
+        int nf = vf_param_len(t, "frames") ? vf_param_len(t, "frames") : 1;
+        int nbatch = vf_param_len(t, "batch");
+        if (nbatch > 0 && nbatch != nf)
+            VF_FAIL(st, VF_EBADINPUT, "latent_reader: bucket %lldx%lld: %d batch sizes for %d lengths (give one per "
+                    "length, or one number)", (long long)w, (long long)h, nbatch, nf);
+        for (int j = 0; j < nf; j++) {
+            int64_t f = 0, b = vf_param_int(p, "batch");
+            if (one_int(t, "frames", j, &f))
+                VF_FAIL(st, VF_EBADINPUT, "latent_reader: bucket %lldx%lld needs frames (a length or a list)",
+                        (long long)w, (long long)h);
+            if (one_int(t, "batch", j, &b) < 0) b = 0;
+            char name[VF_LR_BUCKET_NAME];
+            snprintf(name, sizeof name, "%lldx%lldx%lld", (long long)w, (long long)h, (long long)f);
+            if (w < 1 || h < 1 || f < 1 || w > 1 << 16 || h > 1 << 16 || f > 1 << 16)
+                VF_FAIL(st, VF_EBADINPUT, "latent_reader: bucket %s: sizes and frames must be positive", name);
+            VF_TRY(check_geometry("latent_reader", name, (int)w, (int)h, (int)f, st));
+            if (b < 1 || b > 65536)
+                VF_FAIL(st, VF_EBADINPUT, "latent_reader: bucket %s: batch %lld (must be 1 … 65536)", name, (long long)b);
+            d[k++] = (vf_latent_bucket_decl){(int)w, (int)h, (int)f, (int)b};
+        }
+    }
+    *out = d;
+    *n = k;
+    return 0;
+fail:
+    free(d);
+    return rc;
+}
+
+int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st)
+{
+    int rc = 0, nd = 0;
+    vf_latent_bucket_decl *decl = NULL;
+    vf_latent_reader *r = NULL;
+    *n = 0;
+    VF_TRY(vf_lr_decl_from_params(p, &decl, &nd, st));
+    if (nd == 0) { /* a cache that is not bucketed keeps the single-shape rules */
+        vf_latent_reader tmp = {0};
+        vf_lmdb_opts ro = {.readonly = true};
+        bool yes = false;
+        vf_status probe;
+        vf_status_clear(&probe);
+        tmp.path = (char *)vf_param_str(p, "path");
+        if (vf_lmdb_open(tmp.path, &ro, &tmp.db, &probe) == 0 && vf_lmdb_read_begin(tmp.db, &tmp.txn, &probe) == 0)
+            vf_lr_is_bucketed(&tmp, &yes, &probe);
+        if (tmp.txn) mdb_txn_abort(tmp.txn);
+        vf_lmdb_close(tmp.db);
+        if (!yes) goto fail;
+    }
+    vf_latent_reader_opts o = {
+        .path = vf_param_str(p, "path"),
+        .batch = (int)vf_param_int(p, "batch"),
+        .nshards = (int)vf_param_int(p, "nshards"),
+        .drop_last = vf_param_bool(p, "drop_last"),
+        .text_len = (int)vf_param_int(p, "text_len"),
+        .skip_bad = true,
+        .buckets = decl,
+        .nbuckets = nd,
+        .only = vf_param_str(p, "only"),
+    };
+    vf_status probe;
+    vf_status_clear(&probe);
+    rc = vf_latent_reader_open(&o, &r, &probe);
+    if (rc == 0) {
+        for (int b = 0; b < r->nbk; b++) {
+            const vf_lr_bucket *x = &r->bk[b];
+            if (x->nb == 0 && o.only && o.only[0]) continue;
+            vf_lr_plan_bucket *y = &out[(*n)++];
+            snprintf(y->name, sizeof y->name, "%s", x->name);
+            y->batch = x->batch;
+            memcpy(y->shape, x->shape, sizeof y->shape);
+            y->entries = x->n;
+        }
+        goto fail; /* done */
+    }
+    if (rc != VF_ENOTFOUND) { /* the cache is there and refuses to be read */
+        if (st) *st = probe;
+        goto fail;
+    }
+    rc = 0;
+    if (nd == 0) goto fail; /* no cache, no declared buckets: the single-shape rules decide */
+    int64_t z = vf_param_len(p, "latent_shape") == 4 ? vf_param_int_at(p, "latent_shape", 0) : 16;
+    for (int d = 0; d < nd; d++) {
+        char name[VF_LR_BUCKET_NAME];
+        snprintf(name, sizeof name, "%dx%dx%d", decl[d].w, decl[d].h, decl[d].frames);
+        const char *only = vf_param_str(p, "only");
+        if (only && only[0] && strcmp(only, name)) continue;
+        vf_lr_plan_bucket *y = &out[(*n)++];
+        snprintf(y->name, sizeof y->name, "%s", name);
+        y->batch = decl[d].batch;
+        y->shape[0] = z, y->shape[1] = (decl[d].frames - 1) / 4 + 1, y->shape[2] = decl[d].h / 8;
+        y->shape[3] = decl[d].w / 8;
+        y->entries = 0;
+    }
+    if (*n == 0) VF_FAIL(st, VF_EBADINPUT, "latent_reader: only = \"%s\" names no declared bucket", vf_param_str(p, "only"));
+fail:
+    vf_latent_reader_close(r);
+    free(decl);
     return rc;
 }

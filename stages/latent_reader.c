@@ -302,6 +302,7 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
     if (bucketed) {
         VF_TRY(vf_lr_buckets_open(r, st));
+        r->o.buckets = NULL, r->o.only = NULL; /* borrowed for the open only */
         mdb_txn_reset(r->txn);
         if (o->cursor && o->cursor[0]) VF_TRY(vf_lr_bucket_cursor_parse(r, o->cursor, st));
         r->epoch_from_start = r->pos == 0;
@@ -532,7 +533,12 @@ static const vf_param_spec reader_params[] = {
     {"cursor", VF_P_STR, "\"\"", VF_ANY, "resume position (a batch's \"cursor\" metadata); empty = start", NULL, NULL},
     {"on_bad", VF_P_STR, "\"fail\"", VF_ANY, "damaged record: fail the run, or skip and count it", "fail|skip", NULL},
     {"latent_shape", VF_P_LIST_INT, "[]", VF_RANGE(1, 1 << 20),
-     "(z, T', h, w) for planning before the cache exists; ignored when it exists", NULL, NULL},
+     "(z, T', h, w) for planning before the cache exists; ignored when it exists (with buckets: z)", NULL, NULL},
+    {"buckets", VF_P_LIST_TABLE, "[]", VF_ANY,
+     "{ {w = W, h = H, frames = {17, 33}, batch = {4, 2} (or one number)}, … }: the buckets of a bucketed "
+     "cache (its summary must agree), to plan before the cache exists; [] = as the cache has them", NULL, NULL},
+    {"only", VF_P_STR, "\"\"", VF_ANY, "read only this bucket (\"WxHxF\"), e.g. to measure it alone; \"\" = all",
+     NULL, NULL},
     {0},
 };
 
@@ -560,13 +566,57 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
     return rc;
 }
 
+/* What the plan sizes for: the batch and latent shape bounding every bucket (the
+ * largest batch, each latent dim's largest), the largest batch's latent floats, and the
+ * bytes of its "geometries"; the plain batch and shape without buckets. */
+typedef struct plan_geo {
+    int64_t B, shape[4], entries, text_dim;
+    int64_t most;      /* floats of the largest batch's latents */
+    int64_t per_most;  /* floats of the largest latent */
+    int64_t meta;      /* bucket metadata bytes */
+    int nbk;
+} plan_geo;
+
+static int plan_geometry(const vf_params *p, plan_geo *g, vf_status *st)
+{
+    vf_lr_plan_bucket *bk = calloc(VF_LR_MAX_BUCKETS, sizeof *bk);
+    if (!bk) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "latent_reader: out of memory");
+    memset(g, 0, sizeof *g);
+    int rc = vf_lr_plan_buckets(p, bk, &g->nbk, st);
+    if (rc == 0) rc = plan_shape(p, g->shape, &g->entries, &g->text_dim, g->nbk ? NULL : st);
+    if (g->nbk) { /* plan_shape refuses several shapes; the buckets decide */
+        rc = 0;
+        memset(g->shape, 0, sizeof g->shape);
+        g->entries = 0;
+        g->text_dim = vf_param_int(p, "text_dim");
+        for (int b = 0; b < g->nbk; b++) {
+            int64_t per = bk[b].shape[0] * bk[b].shape[1] * bk[b].shape[2] * bk[b].shape[3];
+            if (bk[b].batch > g->B) g->B = bk[b].batch;
+            for (int i = 0; i < 4; i++)
+                if (bk[b].shape[i] > g->shape[i]) g->shape[i] = bk[b].shape[i];
+            if (bk[b].batch * per > g->most) g->most = bk[b].batch * per;
+            if (per > g->per_most) g->per_most = per;
+            g->entries += bk[b].entries;
+            g->meta += (int64_t)strlen(bk[b].name) + 5 * 24 + 1;
+        }
+        g->meta += VF_LR_BUCKET_NAME + 32;
+    } else if (rc == 0) {
+        g->B = vf_param_int(p, "batch");
+        g->per_most = g->shape[0] * g->shape[1] * g->shape[2] * g->shape[3];
+        g->most = g->B * g->per_most;
+    }
+    free(bk);
+    return rc;
+}
+
 static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
                         vf_status *st)
 {
-    int64_t s[4], n, D;
-    int rc = plan_shape(p, s, &n, &D, st);
+    plan_geo g;
+    int rc = plan_geometry(p, &g, st);
     if (rc) return rc;
-    int64_t B = vf_param_int(p, "batch"), TL = vf_param_int(p, "text_len");
+    int64_t *s = g.shape, D = g.text_dim;
+    int64_t B = g.B, TL = vf_param_int(p, "text_len");
     static const char *const lsym[5] = {"B", "", "", "", ""}, *const tsym[2] = {"B", ""};
     int64_t ld[5] = {B, s[0], s[1], s[2], s[3]}, td[2] = {B, TL};
     vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
@@ -577,20 +627,23 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
         static const char *const esym[3] = {"B", "", ""};
         vf_port_tensor(o, VF_CACHE_TEXT_TENSOR, VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, esym);
     }
-    o->meta_bytes = 33 * B + 256; /* "keys", "cursor", epoch, index */
+    o->meta_bytes = 33 * B + 256 + g.meta; /* "keys", "cursor", epoch, index; "bucket", "geometries" */
     return 0;
 }
 
 static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
                          vf_status *st)
 {
-    int64_t s[4], n, D;
-    int rc = plan_shape(p, s, &n, &D, st);
+    plan_geo g;
+    int rc = plan_geometry(p, &g, st);
     if (rc) return rc;
+    int64_t n = g.entries, D = g.text_dim;
     vf_device cpu = {VF_DEV_CPU, 0};
-    int64_t B = vf_param_int(p, "batch"), per = s[0] * s[1] * s[2] * s[3] * 4;
+    int64_t B = g.B, per = g.per_most * 4;
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
-    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", B * (per + 4 * vf_param_int(p, "text_len") + 4) + 33 * B);
+    if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
+        vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
+    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", 2 * per + 4096);
     if (D) { /* the batch's f32 embeddings, and one decoded bf16 record */
         int64_t TL = vf_param_int(p, "text_len");
@@ -614,12 +667,20 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
         .text_dim = vf_param_int(p, "text_dim"),
         .cursor = vf_param_str(p, "cursor"),
         .skip_bad = !strcmp(vf_param_str(p, "on_bad"), "skip"),
+        .only = vf_param_str(p, "only"),
     };
-    if (o.shard >= o.nshards)
+    vf_latent_bucket_decl *decl = NULL;
+    int rc = vf_lr_decl_from_params(p, &decl, &o.nbuckets, st);
+    if (rc) return rc;
+    o.buckets = decl;
+    if (o.shard >= o.nshards) {
+        free(decl);
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: shard %d is not below nshards %d",
                              vf_stage_name(s), o.shard, o.nshards);
+    }
     vf_latent_reader *r = NULL;
-    int rc = vf_latent_reader_open(&o, &r, st);
+    rc = vf_latent_reader_open(&o, &r, st);
+    free(decl);
     if (rc) {
         vf_status_prefix(st, "%s", vf_stage_name(s));
         return rc;

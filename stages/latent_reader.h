@@ -26,8 +26,9 @@
  * k+K, … (L_b = floor(n_b/K)), cut into batches of B_b (the last partial one dropped
  * with drop_last); the list of all buckets' batches (b ascending, then batch index) is
  * then permuted by the same Fisher–Yates on stream (seed, e, id = 0). Every rank gets
- * the same bucket at the same step. Each batch adds metadata "bucket" (its name);
- * "index" is its place in the epoch's batch list. Damaged records found at open are
+ * the same bucket at the same step. Each batch adds metadata "bucket" (its name) and
+ * "geometries" ("name:B,z,T',h',w';…" over all buckets, so a consumer sizes its buffers
+ * once for the largest); "index" is its place in the epoch's batch list. Damaged records found at open are
  * left out of their bucket (on_bad = skip) or fail the open.
  *
  * Cursor. "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS": where the next batch starts. Each
@@ -67,6 +68,7 @@ typedef struct vf_latent_reader_opts {
     void *user;
     const vf_latent_bucket_decl *buckets; /* declared buckets (borrowed); NULL = as the cache has them */
     int nbuckets;
+    const char *only;    /* bucketed: read only the bucket of this name (NULL / "" = all) */
 } vf_latent_reader_opts;
 
 /* Opens the cache read-only, lists its keys, checks the latent shape. Caller owns *out. */

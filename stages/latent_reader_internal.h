@@ -44,6 +44,7 @@ struct vf_latent_reader {
     uint64_t sched_epoch;
     bool sched_valid;
     uint64_t layout;         /* hash of the buckets' names, entries and batches */
+    char *geo;               /* every batch's "geometries": "name:B,z,T,h,w;…" */
 };
 
 /* Fisher–Yates permutation of 0..n-1 from stream (seed, step = epoch, id, SHUFFLE). */
@@ -65,5 +66,23 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st);
 void vf_lr_buckets_free(vf_latent_reader *r);
 int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st);
 int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st);
+
+/* The stage's side. A bucket as the plan sees it. */
+typedef struct vf_lr_plan_bucket {
+    char name[VF_LR_BUCKET_NAME];
+    int batch;
+    int64_t shape[4];
+    int64_t entries; /* 0 when planned from the declared list before the cache exists */
+} vf_lr_plan_bucket;
+
+/* The param `buckets` ({ {w=, h=, frames={…}, batch={…} or B}, … }) as one declaration
+ * per (w, h, frames); B defaults to `batch`. Checked here (naming the bucket,
+ * VF_EBADINPUT). Caller frees *out (NULL when there are none). */
+int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int *n, vf_status *st);
+/* The buckets a reader with params p reads (after `only`): the cache's when it exists
+ * (opened and checked against the declared list), else the declared list's at
+ * latent (z, (F-1)/4+1, H/8, W/8), z = latent_shape[0] or 16. *n = 0: not bucketed.
+ * out holds VF_LR_MAX_BUCKETS. */
+int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st);
 
 #endif /* VF_LATENT_READER_INTERNAL_H */

@@ -172,6 +172,11 @@ const vf_params *vf_param_table(const vf_params *p, const char *key)
     const vf_json *v = pget(p, key);
     return v && v->type == VF_JSON_OBJ ? (const vf_params *)v : NULL;
 }
+const vf_params *vf_param_table_at(const vf_params *p, const char *key, int i)
+{
+    const vf_json *v = vf_json_at(pget(p, key), i);
+    return v && v->type == VF_JSON_OBJ ? (const vf_params *)v : NULL;
+}
 char *vf_params_json(const vf_params *p) { return vf_json_emit(J(p), true, 0); }
 
 /* ------------------------------------------------------------------ did you mean */
@@ -237,6 +242,7 @@ const char *vf_param_type_name(vf_param_type t)
     case VF_P_LIST_NUM: return "list of number";
     case VF_P_LIST_STR: return "list of string";
     case VF_P_TABLE: return "table";
+    case VF_P_LIST_TABLE: return "list of table";
     }
     return "?";
 }
@@ -253,6 +259,7 @@ static const char *expected(vf_param_type t)
     case VF_P_LIST_NUM: return "a list of numbers";
     case VF_P_LIST_STR: return "a list of strings";
     case VF_P_TABLE: return "a table";
+    case VF_P_LIST_TABLE: return "a list of tables";
     }
     return "?";
 }
@@ -405,6 +412,24 @@ static int check_value(vf_json *v, const vf_param_spec *s, const char *key, cons
             return verr(c, key, "expected a table, got %s", got);
         }
         return s->fields ? validate_obj(v, s->fields, key, c, depth + 1) : 0;
+    case VF_P_LIST_TABLE:
+        if (v->type != VF_JSON_ARR) {
+            char got[96];
+            describe(v, got, sizeof got);
+            return verr(c, key, "expected a list of tables, got %s", got);
+        }
+        for (int i = 0; i < v->len; i++) {
+            vf_json *e = v->items[i];
+            if (e->type == VF_JSON_ARR && e->len == 0) e->type = VF_JSON_OBJ;
+            if (e->type != VF_JSON_OBJ) {
+                char got[96];
+                describe(e, got, sizeof got);
+                return verr(c, key, "element %d: expected a table, got %s", i + 1, got);
+            }
+            int rc = s->fields ? validate_obj(e, s->fields, key, c, depth + 1) : 0;
+            if (rc < 0) return rc;
+        }
+        return 0;
     default: return check_scalar(v, s->type, s, key, "", c);
     }
     if (v->type != VF_JSON_ARR) {

@@ -265,6 +265,7 @@ char *vf_params_json(const vf_params *p);
 #define VF_MAX_PORTS 32
 #define VF_MAX_PORT_TENSORS 8
 #define VF_NAME_MAX 48
+#define VF_PORT_GEO_MAX 1024
 
 typedef enum vf_port_dir { VF_PORT_IN = 0, VF_PORT_OUT = 1 } vf_port_dir;
 
@@ -289,6 +290,9 @@ typedef struct vf_port_spec {
     int ntensors;
     vf_tensor_spec t[VF_MAX_PORT_TENSORS];
     int64_t meta_bytes;      /* bound on id + metadata bytes of one item */
+    /* items in several geometries (a bucketed reader): "name:B,d1,…;…", the first
+     * tensor's dims per geometry, as the items' "geometries" metadata; "" = one */
+    char geometries[VF_PORT_GEO_MAX];
 } vf_port_spec;
 
 typedef struct vf_port_specs {

@@ -277,16 +277,22 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
         h = fnv64(h, nums, sizeof nums);
     }
     r->layout = h;
-    size_t gn = (size_t)r->nbk * (VF_LR_BUCKET_NAME + 5 * 24) + 1, go = 0;
-    if (!(r->geo = malloc(gn))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", r->path);
-    r->geo[0] = 0;
+    size_t gn = (size_t)r->nbk * (VF_LR_BUCKET_NAME + 5 * 24) + 1;
+    vf_lr_plan_bucket *pb = calloc((size_t)r->nbk, sizeof *pb);
+    int np = 0;
+    if (!pb || !(r->geo = malloc(gn))) {
+        free(pb);
+        VF_FAIL(st, VF_ENOMEM, "%s: out of memory", r->path);
+    }
     for (int b = 0; b < r->nbk; b++) {
         const vf_lr_bucket *x = &r->bk[b];
         if (x->nb == 0) continue; /* never read: no buffer need be sized for it */
-        go += (size_t)snprintf(r->geo + go, gn - go, "%s%s:%d,%lld,%lld,%lld,%lld", go ? ";" : "", x->name, x->batch,
-                               (long long)x->shape[0], (long long)x->shape[1], (long long)x->shape[2],
-                               (long long)x->shape[3]);
+        snprintf(pb[np].name, sizeof pb[np].name, "%s", x->name);
+        pb[np].batch = x->batch;
+        memcpy(pb[np++].shape, x->shape, sizeof x->shape);
     }
+    vf_lr_geo_text(pb, np, r->geo, gn);
+    free(pb);
     if (r->NB == 0)
         VF_FAIL(st, VF_EUSAGE, "%s: no bucket has a full batch per rank and epoch (%d ranks%s)", r->path,
                 r->o.nshards, r->o.drop_last ? ", drop_last" : "");
@@ -578,7 +584,7 @@ int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_st
     if (rc == 0) {
         for (int b = 0; b < r->nbk; b++) {
             const vf_lr_bucket *x = &r->bk[b];
-            if (x->nb == 0 && o.only && o.only[0]) continue;
+            if (x->nb == 0) continue; /* never read (left out by only, or no full batch) */
             vf_lr_plan_bucket *y = &out[(*n)++];
             snprintf(y->name, sizeof y->name, "%s", x->name);
             y->batch = x->batch;
@@ -611,4 +617,21 @@ fail:
     vf_latent_reader_close(r);
     free(decl);
     return rc;
+}
+
+int vf_lr_geo_text(const vf_lr_plan_bucket *b, int n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(buf + o, cap - o, "%s%s:%d,%lld,%lld,%lld,%lld", i ? ";" : "", b[i].name, b[i].batch,
+                         (long long)b[i].shape[0], (long long)b[i].shape[1], (long long)b[i].shape[2],
+                         (long long)b[i].shape[3]);
+        if (k < 0 || (size_t)k >= cap - o) {
+            buf[0] = 0;
+            return -1;
+        }
+        o += (size_t)k;
+    }
+    return 0;
 }

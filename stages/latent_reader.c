@@ -575,6 +575,7 @@ typedef struct plan_geo {
     int64_t per_most;  /* floats of the largest latent */
     int64_t meta;      /* bucket metadata bytes */
     int nbk;
+    vf_lr_plan_bucket *bk; /* caller frees */
 } plan_geo;
 
 static int plan_geometry(const vf_params *p, plan_geo *g, vf_status *st)
@@ -605,7 +606,8 @@ static int plan_geometry(const vf_params *p, plan_geo *g, vf_status *st)
         g->per_most = g->shape[0] * g->shape[1] * g->shape[2] * g->shape[3];
         g->most = g->B * g->per_most;
     }
-    free(bk);
+    if (rc == 0 && g->nbk) g->bk = bk;
+    else free(bk);
     return rc;
 }
 
@@ -628,6 +630,13 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
         vf_port_tensor(o, VF_CACHE_TEXT_TENSOR, VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, esym);
     }
     o->meta_bytes = 33 * B + 256 + g.meta; /* "keys", "cursor", epoch, index; "bucket", "geometries" */
+    if (g.nbk && vf_lr_geo_text(g.bk, g.nbk, o->geometries, sizeof o->geometries) != 0) {
+        free(g.bk);
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "latent_reader: %d buckets are too many to plan (at most %d characters of geometry)",
+                             g.nbk, VF_PORT_GEO_MAX - 1);
+    }
+    free(g.bk);
     return 0;
 }
 
@@ -637,6 +646,7 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     plan_geo g;
     int rc = plan_geometry(p, &g, st);
     if (rc) return rc;
+    free(g.bk);
     int64_t n = g.entries, D = g.text_dim;
     vf_device cpu = {VF_DEV_CPU, 0};
     int64_t B = g.B, per = g.per_most * 4;

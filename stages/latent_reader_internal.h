@@ -85,4 +85,8 @@ int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int 
  * out holds VF_LR_MAX_BUCKETS. */
 int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st);
 
+/* "name:B,z,T',h',w';…" of n buckets into buf (the batches' "geometries"); -1 when it
+ * does not fit. */
+int vf_lr_geo_text(const vf_lr_plan_bucket *b, int n, char *buf, size_t cap);
+
 #endif /* VF_LATENT_READER_INTERNAL_H */

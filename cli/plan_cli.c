@@ -52,6 +52,41 @@ static int plan_buckets(const vf_plan_req *req, const vf_mplan *p, const vf_mach
     return 0;
 }
 
+int vf_plan_admit(const vf_graph *g, const vf_plan_req *req, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
+                  vf_status *st)
+{
+    vf_mplan p;
+    vf_machine m;
+    vf_budget b, *bp = NULL;
+    int n = 0, nbk = 0, rc = 0;
+    bool shrinks = false;
+    for (int i = 0; i < g->nstages; i++) {
+        const char *a = vf_param_has(g->stages[i].params, "admission") ? vf_param_str(g->stages[i].params, "admission") : NULL;
+        shrinks |= a && !strcmp(a, "shrink");
+    }
+    if (!shrinks) return 0;
+    if (req->budget) {
+        rc = vf_budget_parse(req->budget, &b, st);
+        if (rc < 0) return rc;
+        bp = &b;
+    }
+    rc = vf_mplan_build(g, &p, st);
+    if (rc < 0) return rc;
+    vf_machine_probe(&m, touches_cuda(&p));
+    vf_mplan_budget(&p, bp, &m);
+    vf_plan_bucket *bk = calloc(VF_PLAN_MAX_BUCKETS, sizeof *bk);
+    if (!bk) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+    if (rc == 0 && p.nover > 0) {
+        nbk = vf_plan_buckets(req, &p, bp, &m, bk, VF_PLAN_MAX_BUCKETS, st);
+        if (nbk < 0) rc = nbk;
+    }
+    if (rc == 0 && nbk > 0) n = vf_plan_admission(req, &p, bp, &m, bk, nbk, sets, max, report, st);
+    if (n < 0) rc = n;
+    free(bk);
+    vf_mplan_free(&p);
+    return rc < 0 ? rc : n;
+}
+
 int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_status *st)
 {
     vf_mplan p;

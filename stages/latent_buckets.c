@@ -240,12 +240,25 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     for (int b = 0; b < r->nbk; b++) remap[(intptr_t)r->bk[b].perm] = b;
     VF_TRY(vf_cache_meta_read(r->db, r->txn, &meta, st));
     VF_TRY(resolve_batches(r, meta, st));
+    for (const char *q = r->o.shrink; q && *q;) { /* the planner's admission: smaller batches, or none */
+        char name[VF_LR_BUCKET_NAME];
+        int nb = -1, used = -1;
+        if (sscanf(q, "%39[^:;]:%d%n", name, &nb, &used) != 2 || used < 0 || nb < 0)
+            VF_FAIL(st, VF_EUSAGE, "%s: shrink \"%s\" is not name:B;…", r->path, r->o.shrink);
+        int b = find_bucket(r, name);
+        if (b < 0) VF_FAIL(st, VF_EBADINPUT, "%s: shrink names bucket %s, which the cache lacks", r->path, name);
+        if (nb > r->bk[b].batch)
+            VF_FAIL(st, VF_EUSAGE, "%s: shrink raises bucket %s's batch %d to %d", r->path, name, r->bk[b].batch, nb);
+        r->bk[b].batch = nb ? nb : -r->bk[b].batch; /* 0: left out, below */
+        q += used;
+        if (*q == ';') q++;
+    }
     if (r->o.only && r->o.only[0]) { /* one bucket only: the others are left out of the schedule */
         int keep = find_bucket(r, r->o.only);
         if (keep < 0)
             VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": the cache has no such bucket", r->path, r->o.only);
         for (int b = 0; b < r->nbk; b++)
-            if (b != keep) r->bk[b].batch = -r->bk[b].batch; /* marks it left out, below */
+            if (b != keep && r->bk[b].batch > 0) r->bk[b].batch = -r->bk[b].batch; /* marks it left out, below */
     }
     if (!(r->bidx = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)) ||
         !(r->bperm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
@@ -272,7 +285,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
         x->L = x->n / r->o.nshards;
         x->nb = out ? 0 : r->o.drop_last ? x->L / x->batch : (x->L + x->batch - 1) / x->batch;
         r->NB += x->nb;
-        int64_t nums[2] = {x->n, x->batch};
+        int64_t nums[3] = {x->n, x->batch, x->nb};
         h = fnv64(h, x->name, strlen(x->name) + 1);
         h = fnv64(h, nums, sizeof nums);
     }
@@ -293,6 +306,9 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     }
     vf_lr_geo_text(pb, np, r->geo, gn);
     free(pb);
+    if (r->NB == 0 && r->o.shrink && r->o.shrink[0])
+        VF_FAIL(st, VF_EBUDGET, "%s: admission = \"shrink\" left every bucket out (%s): none fits the budget",
+                r->path, r->o.shrink);
     if (r->NB == 0)
         VF_FAIL(st, VF_EUSAGE, "%s: no bucket has a full batch per rank and epoch (%d ranks%s)", r->path,
                 r->o.nshards, r->o.drop_last ? ", drop_last" : "");
@@ -552,6 +568,7 @@ int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_st
     int rc = 0, nd = 0;
     vf_latent_bucket_decl *decl = NULL;
     vf_latent_reader *r = NULL;
+    char *shrink = NULL;
     *n = 0;
     VF_TRY(vf_lr_decl_from_params(p, &decl, &nd, st));
     if (nd == 0) { /* a cache that is not bucketed keeps the single-shape rules */
@@ -578,6 +595,8 @@ int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_st
         .nbuckets = nd,
         .only = vf_param_str(p, "only"),
     };
+    shrink = vf_lr_shrink_text(p);
+    o.shrink = shrink;
     vf_status probe;
     vf_status_clear(&probe);
     rc = vf_latent_reader_open(&o, &r, &probe);
@@ -616,7 +635,23 @@ int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_st
 fail:
     vf_latent_reader_close(r);
     free(decl);
+    free(shrink);
     return rc;
+}
+
+char *vf_lr_shrink_text(const vf_params *p)
+{
+    int n = vf_param_len(p, "shrink");
+    size_t cap = 1, o = 0;
+    for (int i = 0; i < n; i++) cap += strlen(vf_param_str_at(p, "shrink", i) ? vf_param_str_at(p, "shrink", i) : "") + 1;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const char *e = vf_param_str_at(p, "shrink", i);
+        o += (size_t)snprintf(s + o, cap - o, "%s%s", i ? ";" : "", e ? e : "");
+    }
+    return s;
 }
 
 int vf_lr_geo_text(const vf_lr_plan_bucket *b, int n, char *buf, size_t cap)

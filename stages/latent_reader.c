@@ -302,7 +302,7 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
     if (bucketed) {
         VF_TRY(vf_lr_buckets_open(r, st));
-        r->o.buckets = NULL, r->o.only = NULL; /* borrowed for the open only */
+        r->o.buckets = NULL, r->o.only = r->o.shrink = NULL; /* borrowed for the open only */
         mdb_txn_reset(r->txn);
         if (o->cursor && o->cursor[0]) VF_TRY(vf_lr_bucket_cursor_parse(r, o->cursor, st));
         r->epoch_from_start = r->pos == 0;
@@ -537,6 +537,12 @@ static const vf_param_spec reader_params[] = {
     {"buckets", VF_P_LIST_TABLE, "[]", VF_ANY,
      "{ {w = W, h = H, frames = {17, 33}, batch = {4, 2} (or one number)}, … }: the buckets of a bucketed "
      "cache (its summary must agree), to plan before the cache exists; [] = as the cache has them", NULL, NULL},
+    {"admission", VF_P_STR, "\"refuse\"", VF_ANY,
+     "a bucket the memory plan says does not fit: refuse the run (exit 2), or shrink its batch to the largest "
+     "that fits (drop it when none does), one line per bucket", "refuse|shrink", NULL},
+    {"shrink", VF_P_LIST_STR, "[]", VF_ANY,
+     "\"WxHxF:B\" admitted batch of a bucket, 0 = leave it out (set by the planner with admission = \"shrink\")",
+     NULL, NULL},
     {"only", VF_P_STR, "\"\"", VF_ANY, "read only this bucket (\"WxHxF\"), e.g. to measure it alone; \"\" = all",
      NULL, NULL},
     {0},
@@ -683,14 +689,18 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
     int rc = vf_lr_decl_from_params(p, &decl, &o.nbuckets, st);
     if (rc) return rc;
     o.buckets = decl;
+    char *shrink = vf_lr_shrink_text(p);
+    o.shrink = shrink;
     if (o.shard >= o.nshards) {
         free(decl);
+        free(shrink);
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: shard %d is not below nshards %d",
                              vf_stage_name(s), o.shard, o.nshards);
     }
     vf_latent_reader *r = NULL;
     rc = vf_latent_reader_open(&o, &r, st);
     free(decl);
+    free(shrink);
     if (rc) {
         vf_status_prefix(st, "%s", vf_stage_name(s));
         return rc;

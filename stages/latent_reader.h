@@ -69,6 +69,7 @@ typedef struct vf_latent_reader_opts {
     const vf_latent_bucket_decl *buckets; /* declared buckets (borrowed); NULL = as the cache has them */
     int nbuckets;
     const char *only;    /* bucketed: read only the bucket of this name (NULL / "" = all) */
+    const char *shrink;  /* bucketed: "name:B;…" admitted batch sizes (B = 0: the bucket is left out) */
 } vf_latent_reader_opts;
 
 /* Opens the cache read-only, lists its keys, checks the latent shape. Caller owns *out. */

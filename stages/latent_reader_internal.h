@@ -43,7 +43,7 @@ struct vf_latent_reader {
     int64_t NB;
     uint64_t sched_epoch;
     bool sched_valid;
-    uint64_t layout;         /* hash of the buckets' names, entries and batches */
+    uint64_t layout;         /* hash of the buckets' names, entries, batch sizes and batches read */
     char *geo;               /* every batch's "geometries": "name:B,z,T,h,w;…" */
 };
 
@@ -85,6 +85,8 @@ int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int 
  * out holds VF_LR_MAX_BUCKETS. */
 int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st);
 
+/* The param `shrink` (list of "name:B") as opts.shrink's "name:B;…" (caller frees). */
+char *vf_lr_shrink_text(const vf_params *p);
 /* "name:B,z,T',h',w';…" of n buckets into buf (the batches' "geometries"); -1 when it
  * does not fit. */
 int vf_lr_geo_text(const vf_lr_plan_bucket *b, int n, char *buf, size_t cap);

@@ -177,3 +177,115 @@ int vf_plan_buckets_refusal(const vf_mplan *p, const vf_plan_bucket *bk, int n, 
     }
     return 0;
 }
+
+/* ------------------------------------------------------------------ admission */
+
+/* Whether bucket `name` of stage `stage` fits at batch B (re-planned alone); *need the
+ * total of its first device over budget (or of cpu). A plan that fails (e.g. fewer
+ * samples than micro-batches) does not fit. */
+static bool fits_at(const vf_plan_req *req, const vf_budget *b, const vf_machine *m, const char *stage,
+                    const char *name, int B, int64_t *need, char *dev, size_t devn)
+{
+    const char *sets[MAX_SETS];
+    char kv1[256], kv2[256];
+    for (int i = 0; i < req->nsets; i++) sets[i] = req->sets[i];
+    snprintf(kv1, sizeof kv1, "%s.only=%s", stage, name);
+    snprintf(kv2, sizeof kv2, "%s.shrink=[\"%s:%d\"]", stage, name, B);
+    sets[req->nsets] = kv1;
+    sets[req->nsets + 1] = kv2;
+    vf_graph *g = NULL;
+    vf_mplan p;
+    vf_status st;
+    vf_status_clear(&st);
+    *need = -1;
+    if (vf_plan_load(req->script, sets, req->nsets + 2, &g, &st) != 0 || vf_mplan_build(g, &p, &st) != 0) {
+        if (g) vf_graph_free(g);
+        return false;
+    }
+    vf_mplan_budget(&p, b, m);
+    bool ok = p.nover == 0;
+    for (int i = 0; i < p.ndev; i++)
+        if (p.dev[i].over || (i == 0 && *need < 0)) {
+            *need = p.dev[i].total;
+            vf_device_str(p.dev[i].dev, dev, devn);
+            if (p.dev[i].over) break;
+        }
+    vf_mplan_free(&p);
+    vf_graph_free(g);
+    return ok;
+}
+
+static bool source_shrinks(const vf_graph *g, const char *stage)
+{
+    int s = vf_graph_find(g, stage);
+    if (s < 0) return false;
+    const char *a = vf_param_str(g->stages[s].params, "admission");
+    return a && !strcmp(a, "shrink") && vf_param_has(g->stages[s].params, "shrink");
+}
+
+int vf_plan_admission(const vf_plan_req *req, const vf_mplan *base, const vf_budget *b, const vf_machine *m,
+                      const vf_plan_bucket *bk, int nbk, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
+                      vf_status *st)
+{
+    int n = 0;
+    (void)st;
+    if (!req->script || req->nsets + 2 > MAX_SETS) return 0;
+    for (int k = 0; k < nbk; k++) {
+        const vf_plan_bucket *x = &bk[k];
+        if (x->fits || !source_shrinks(base->g, x->stage)) continue;
+        int B = atoi(x->dims), lo = 0, hi = B; /* fits at lo (0 = none yet), not at hi */
+        int64_t need = -1, need_lo = -1;
+        char dev[32] = "cpu", dev_lo[32] = "cpu";
+        for (int c = B / 2; c >= 1 && lo == 0; c /= 2) { /* halving to a batch that fits, then bisecting */
+            if (fits_at(req, b, m, x->stage, x->name, c, &need, dev, sizeof dev)) lo = c, need_lo = need;
+            else hi = c;
+        }
+        while (lo > 0 && hi - lo > 1) {
+            int mid = lo + (hi - lo) / 2;
+            if (fits_at(req, b, m, x->stage, x->name, mid, &need, dev, sizeof dev)) lo = mid, need_lo = need;
+            else hi = mid;
+        }
+        int least = 0; /* left out: the smallest batch that plans at all, and its need */
+        if (lo == 0)
+            for (int c = 1; c <= B && least == 0; c++) {
+                fits_at(req, b, m, x->stage, x->name, c, &need, dev_lo, sizeof dev_lo);
+                if (need >= 0) least = c;
+            }
+        else snprintf(dev_lo, sizeof dev_lo, "%s", dev);
+        /* the source's --set pair: one per stage, every shrunk bucket in it */
+        int s = 0;
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "%s.shrink=[", x->stage);
+        while (s < n && strncmp(sets[s], prefix, strlen(prefix)) != 0) s++;
+        if (s == n) {
+            if (n == max) break;
+            snprintf(sets[n++], VF_PLAN_SET_MAX, "%s", prefix);
+        } else {
+            sets[s][strlen(sets[s]) - 1] = ','; /* reopen the list */
+        }
+        size_t o = strlen(sets[s]);
+        snprintf(sets[s] + o, VF_PLAN_SET_MAX - o, "\"%s:%d\"]", x->name, lo);
+        if (report) {
+            char a[32], bud[32] = "?";
+            int di = 0;
+            for (int i = 0; i < base->ndev; i++)
+                if (base->dev[i].budget >= 0 && (x->total[i] < 0 || x->total[i] > base->dev[i].budget)) {
+                    di = i;
+                    break;
+                }
+            vf_bytes_str(base->dev[di].budget, bud, sizeof bud);
+            if (lo > 0) {
+                vf_bytes_str(need_lo, a, sizeof a);
+                fprintf(report, "admission: bucket %s of '%s': batch %d -> %d, the largest that fits (needs %s on %s, "
+                                "budget %s)\n", x->name, x->stage, B, lo, a, dev_lo, bud);
+            } else if (least > 0) {
+                vf_bytes_str(need, a, sizeof a);
+                fprintf(report, "admission: bucket %s of '%s' left out: even a batch of %d needs %s on %s, over the "
+                                "budget of %s\n", x->name, x->stage, least, a, dev_lo, bud);
+            } else {
+                fprintf(report, "admission: bucket %s of '%s' left out: no smaller batch plans\n", x->name, x->stage);
+            }
+        }
+    }
+    return n;
+}

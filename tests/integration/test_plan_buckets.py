@@ -12,6 +12,9 @@ sample at batches 4, 2 and 2; train_tool mkbucket) trained by pipelines/train_di
   - a budget between the smaller buckets' peaks and the largest one's: `vflow plan` and
     `vflow run` exit 2 with one line naming the bucket, its need, the budget and the
     fixes, nothing launched; --force runs;
+  - admission = "shrink": a budget that fits the large bucket at batch 4 of 8 lowers it
+    to 4 (one line, and the run starts and trains those batches); a budget below its
+    smallest batch leaves it out and the run trains the other bucket only;
   - bad buckets (exit 2 naming the bucket): a size the patch does not divide (8·patch),
     frames not 1 + 4k, batch 0, a declared bucket the cache lacks.
 vflow-test: labels=integration timeout=600
@@ -90,6 +93,45 @@ def main():
               "run refuses with the same line, nothing launched: %d %r" % (rr.returncode, rr.stderr))
         rr = tpm.vflow(["run", PIPE, "--run-dir", run_dir, "--budget", budget, "--force"] + base, tmp)
         check(rr.returncode == 0 and "warning (--force)" in rr.stderr, "--force runs: %d %r" % (rr.returncode, rr.stderr[-500:]))
+
+        # admission = "shrink": a cache whose large bucket has batch 8
+        adm = os.path.join(tmp, "adm")
+        for args in (["64", "64", "1", "4", "0"], ["128", "128", "9", "8", "100"]):
+            subprocess.run([tpm.TOOL, "mkbucket", adm, "16", "4"] + args, capture_output=True, check=True)
+        abase = ["--set", "cache=" + adm] + base[2:]
+
+        def peak_at(name, b):
+            r = tpm.vflow(["plan", PIPE, "--json", "--set", "latent_reader.only=" + name,
+                           "--set", 'latent_reader.shrink=["%s:%d"]' % (name, b)] + abase, tmp)
+            return json.loads(r.stdout)["totals"]["cpu"]
+
+        p4, p5, p2 = peak_at("128x128x9", 4), peak_at("128x128x9", 5), peak_at("128x128x9", 2)
+        small = peak_at("64x64x1", 4)
+        check(small < p2 < p4 < p5, "peaks grow with the batch: %d %d %d %d" % (small, p2, p4, p5))
+        budget = "cpu=%dB" % ((p4 + p5) // 2)
+        shrink = ["--set", "latent_reader.admission=shrink"]
+        rp = tpm.vflow(["plan", PIPE, "--budget", budget] + shrink + abase, tmp)
+        lines = [l for l in rp.stdout.splitlines() if l.startswith("admission:")]
+        check(rp.returncode == 0 and len(lines) == 1 and "bucket 128x128x9 of 'latent_reader': batch 8 -> 4, the "
+              "largest that fits" in lines[0], "shrink to 4: %d %r %r" % (rp.returncode, lines, rp.stderr))
+        run_dir = os.path.join(tmp, "run-shrink")
+        rr = tpm.vflow(["run", PIPE, "--run-dir", run_dir, "--budget", budget] + shrink + abase, tmp)
+        if check(rr.returncode == 0 and "batch 8 -> 4" in rr.stdout, "run with shrink starts: %d %r" %
+                 (rr.returncode, rr.stderr[-800:])):
+            rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+            steps = [r for r in rows if r.get("event") == "train_step"]
+            per = {(round(r["samples_s"] * r["step_s"]), round(r["tokens_s"] / r["samples_s"])) for r in steps}
+            check(per <= {(4, 16), (4, 192)} and (4, 192) in per, "the large bucket trains at batch 4: %s" % per)
+        budget = "cpu=%dB" % ((small + p2) // 2)
+        rp = tpm.vflow(["plan", PIPE, "--budget", budget] + shrink + abase, tmp)
+        check(rp.returncode == 0 and re.search(r"^admission: bucket 128x128x9 of 'latent_reader' left out: even a "
+                                               r"batch of 2 needs [0-9.]+ MiB on cpu, over the budget of", rp.stdout,
+                                               re.M) is not None, "left out: %d %r" % (rp.returncode, rp.stdout[-600:]))
+        rr = tpm.vflow(["run", PIPE, "--run-dir", os.path.join(tmp, "run-out"), "--budget", budget] + shrink + abase,
+                       tmp)
+        check(rr.returncode == 0, "run without the large bucket: %d %r" % (rr.returncode, rr.stderr[-800:]))
+        rr = tpm.vflow(["plan", PIPE, "--budget", "cpu=%dB" % (small // 2)] + shrink + abase, tmp)
+        check(rr.returncode == 2 and "left every bucket out" in rr.stderr, "nothing fits: exit 2: %r" % rr.stderr)
 
         # bad buckets, declared on the reader (before the cache exists, and over it)
         all3 = ['{"w":%s,"h":%s,"frames":[%s],"batch":%d}' % (tuple(n.split("x")) + (b,)) for n, b, _ in BUCKETS]

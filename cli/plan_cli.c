@@ -155,7 +155,8 @@ int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *re
         vf_status_clear(&bst);
         if (bk && nbk && vf_plan_buckets_refusal(&p, bk, nbk, &bst)) {
             if (report && !force) {
-                vf_mplan_print(&p, NULL, 0, report, false, st);
+                nfix = vf_plan_fixes(req, &p, bp, &m, fix, VF_PLAN_MAX_FIXES);
+                vf_mplan_print(&p, fix, nfix, report, false, st);
                 vf_plan_buckets_print(&p, bk, nbk, report);
                 fflush(report);
             }

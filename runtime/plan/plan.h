@@ -176,6 +176,8 @@ typedef struct vf_plan_bucket {
     char dims[96];                   /* "B,z,T',h',w'": its batch and latent */
     int64_t total[VF_PLAN_MAX_DEVS]; /* predicted totals, indexed like the plan's devices */
     int64_t cat[VF_PLAN_MAX_DEVS][VF_MEM_CAT_COUNT];
+    int64_t acts_flip[VF_PLAN_MAX_DEVS]; /* activations with the stages' recompute flipped */
+    bool recompute;                  /* the stages that recompute, do */
     bool fits;                       /* every device within its budget */
 } vf_plan_bucket;
 

@@ -74,6 +74,22 @@ int vf_plan_buckets(const vf_plan_req *req, const vf_mplan *base, const vf_budge
                 const vf_pdev *d = vf_mplan_dev(&p2, base->dev[i].dev);
                 x->total[i] = d ? d->total : 0;
                 if (d) memcpy(x->cat[i], d->cat, sizeof x->cat[i]);
+                x->acts_flip[i] = x->cat[i][VF_MEM_ACTS];
+            }
+            /* what recompute flipped would hold: each stage's alternative for its own */
+            for (int t = 0; t < g2->nstages; t++) {
+                if (p2.acts_alt[t] < 0) continue;
+                x->recompute |= vf_param_bool(g2->stages[t].params, "recompute");
+                int64_t now = 0;
+                int di = -1;
+                for (int l = 0; l < p2.n; l++) {
+                    if (p2.l[l].stage != t || p2.l[l].cat != VF_MEM_ACTS) continue;
+                    now += p2.l[l].bytes;
+                    for (int i = 0; i < base->ndev && di < 0; i++)
+                        if (base->dev[i].dev.kind == p2.l[l].dev.kind && base->dev[i].dev.index == p2.l[l].dev.index)
+                            di = i;
+                }
+                if (di >= 0) x->acts_flip[di] += p2.acts_alt[t] - now; /* its alternative replaces its own */
             }
             vf_mplan_free(&p2);
             vf_graph_free(g2);
@@ -93,8 +109,8 @@ void vf_plan_buckets_print(const vf_mplan *p, const vf_plan_bucket *bk, int n, F
     char dev[32], a[32], b[32], c[32], d[32], e[32];
     fprintf(f, "\nbuckets of '%s', each planned alone (--set %s.only=<bucket>); the run sizes its buffers once "
                "for the largest\n", bk[0].stage, bk[0].stage);
-    fprintf(f, "  %-14s %-20s %-8s %12s %12s %12s %12s  %s\n", "bucket", "batch,z,T',h',w'", "device", "peak",
-            "activations", "edges", "items", "verdict");
+    fprintf(f, "  %-14s %-20s %-8s %12s %12s %15s %12s %12s  %s\n", "bucket", "batch,z,T',h',w'", "device", "peak",
+            "activations", bk[0].recompute ? "(recompute off)" : "(recompute on)", "edges", "items", "verdict");
     for (int k = 0; k < n; k++) {
         const vf_plan_bucket *x = &bk[k];
         for (int i = 0; i < p->ndev; i++) {
@@ -109,8 +125,10 @@ void vf_plan_buckets_print(const vf_mplan *p, const vf_plan_bucket *bk, int n, F
                 bool over = x->total[i] < 0 || x->total[i] > p->dev[i].budget;
                 snprintf(ver, sizeof ver, "%s budget %s", over ? "OVER" : "fits", e);
             }
-            fprintf(f, "  %-14s %-20s %-8s %12s %12s %12s %12s  %s\n", i ? "" : x->name, i ? "" : x->dims, dev, a, b,
-                    c, d, ver);
+            char alt[32];
+            vf_bytes_str(x->acts_flip[i], alt, sizeof alt);
+            fprintf(f, "  %-14s %-20s %-8s %12s %12s %15s %12s %12s  %s\n", i ? "" : x->name, i ? "" : x->dims, dev, a,
+                    b, alt, c, d, ver);
         }
     }
     for (int i = 0; i < p->ndev; i++) {
@@ -142,6 +160,8 @@ char *vf_plan_buckets_json(const char *plan_json, const vf_mplan *p, const vf_pl
             vf_json_set(d, "device", vf_json_str(dev));
             vf_json_set(d, "peak", vf_json_int(x->total[i]));
             vf_json_set(d, "activations", vf_json_int(x->cat[i][VF_MEM_ACTS]));
+            vf_json_set(d, x->recompute ? "activations_recompute_off" : "activations_recompute_on",
+                        vf_json_int(x->acts_flip[i]));
             vf_json_set(d, "edges", vf_json_int(edges_of(x->cat[i])));
             vf_json_set(d, "items", vf_json_int(x->cat[i][VF_MEM_ITEMS]));
             vf_json_set(d, "budget", vf_json_int(p->dev[i].budget));

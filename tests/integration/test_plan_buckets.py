@@ -2,8 +2,9 @@
 
 A bucketed cache of three buckets of different token counts (16, 64 and 192 tokens per
 sample at batches 4, 2 and 2; train_tool mkbucket) trained by pipelines/train_dit.lua:
-  - `vflow plan --json` lists each bucket with its peak, activations, edges and items per
-    device; the activations grow with the bucket's B·L; each bucket's figures are the
+  - `vflow plan --json` lists each bucket with its peak, activations (and with recompute
+    flipped: equal to the plan with recompute=true), edges and items per device; the
+    activations grow with the bucket's B·L; each bucket's figures are the
     plan of the script with latent_reader.only=<bucket>; the run's peak (all buckets,
     buffers sized once for the largest) is at least the worst bucket's and within 10 %
     of it; the text output has the table;
@@ -58,6 +59,12 @@ def main():
         for n in cpu:
             print("bucket %-10s peak %10d activations %9d edges %9d items %9d" %
                   (n, cpu[n]["peak"], cpu[n]["activations"], cpu[n]["edges"], cpu[n]["items"]))
+        rc_on = json.loads(tpm.vflow(["plan", PIPE, "--json", "--set", "recompute=true"] + base, tmp).stdout)
+        for b in rc_on["buckets"]:
+            on = next(d for d in b["devices"] if d["device"] == "cpu")
+            check(cpu[b["bucket"]]["activations_recompute_on"] == on["activations"] < cpu[b["bucket"]]["activations"],
+                  "bucket %s: activations with recompute on %d as the plan with recompute=true %d" %
+                  (b["bucket"], cpu[b["bucket"]]["activations_recompute_on"], on["activations"]))
         worst = max(cpu[n]["peak"] for n in cpu)
         total = plan["totals"]["cpu"]
         print("run peak %d, worst bucket %d" % (total, worst))

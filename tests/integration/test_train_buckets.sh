@@ -2,7 +2,8 @@
 # test_train_buckets.sh — training on a bucketed cache (three buckets of 1, 4 and 8
 # tokens per sample with batches of 4, 2 and 2, so the largest micro-batch by B·L is
 # not the one of the largest B): `vflow run pipelines/train_dit.lua` on the CPU backend
-# gives BITWISE the same weights for P=1 S=1, P=2 S=2 and P=2 S=1 (M = 2), the steps
+# gives BITWISE the same weights for P=1 S=1, P=2 S=2 and P=2 S=1 (M = 2), and with D = 2
+# replicas for P=1 S=1 and P=2 S=2, the steps
 # mix the buckets (samples and tokens per step vary as the reader's schedule says), a
 # different seed gives different weights; SIGKILL of a partition mid-run then --resume
 # ends bitwise on the uninterrupted weights (the data cursor covers the bucket schedule).
@@ -33,6 +34,14 @@ for c in "1 1" "2 2" "2 1"; do
   [ -z "$ref" ] && ref=$h
   [ "$h" = "$ref" ] || fail "P=$1 S=$2: weights differ from P=1 S=1 ($h vs $ref)"
 done
+# D = 2 data-parallel replicas: both readers take the same bucket at every step
+for c in "1 1" "2 2"; do
+  set -- $c
+  trainb "d2p$1s$2" "${COMMON[@]}" --set replicas=2 --set stages=$1 --set shards=$2 || fail "D=2 P=$1 S=$2: $(tail -5 d2p$1s$2.out)"
+done
+[ "$(model_md5 d2p1s1 $STEPS)" = "$(model_md5 d2p2s2 $STEPS)" ] || fail "D=2: P=2 S=2 differs from P=1 S=1"
+[ "$(model_md5 d2p1s1 $STEPS)" != "$ref" ] || fail "D=2 gave the D=1 weights (replicas ignored?)"
+echo "D=2: P=1 S=1 and P=2 S=2 agree"
 trainb seed2 "${COMMON[@]}" --set stages=2 --set seed=2 || fail "seed 2: $(tail -5 seed2.out)"
 [ "$(model_md5 seed2 $STEPS)" != "$ref" ] || fail "another seed gave the same weights"
 

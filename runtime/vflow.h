@@ -195,6 +195,9 @@ int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_sta
 /* Strict decode: never reads outside [buf, buf+len), checks version and CRC.
  * Copies payloads; caller owns *out. */
 int vf_item_decode(const void *buf, size_t len, vf_item **out, vf_status *st);
+/* The id and metadata of a record only (no tensors; header checks, no CRC, which spans
+ * the payloads): a cheap look at many records. Caller owns *out. */
+int vf_item_decode_meta(const void *buf, size_t len, vf_item **out, vf_status *st);
 /* As vf_item_decode but tensors alias buf (no copy); `release(buf_owner_hint)` is
  * called once when the last such tensor is dropped. On error release is not called. */
 int vf_item_decode_view(const void *buf, size_t len, vf_release_fn release, void *hint,

@@ -2,8 +2,9 @@
  * entries carry "bucket" metadata is read one bucket per batch, each bucket with its own
  * batch size, in a seeded per-epoch schedule (the rules are in latent_reader.h).
  *
- * At open every entry's record is decoded once (in place, no copy) for its "bucket" and
- * latent shape; the reader then keeps per entry 4 bytes of bucket list and 4 of
+ * At open every entry's record header is read for its "bucket" (the payloads are not
+ * touched; each bucket's first record is decoded whole for its latent shape, the others'
+ * shapes are checked as they are read); the reader then keeps per entry 4 bytes of bucket list and 4 of
  * permutation, and per batch of the epoch 8 bytes of schedule.
  */
 #include "stages/latent_reader_internal.h"
@@ -106,27 +107,36 @@ static int scan_one(vf_latent_reader *r, const MDB_val *k, const MDB_val *v, int
     vf_status bad;
     vf_status_clear(&bad);
     *bi = -1;
-    if (vf_item_decode_view(v->mv_data, v->mv_size, no_release, NULL, &it, &bad) == 0 &&
-        vf_cache_check_item(it, &bad) == 0) {
+    /* the header alone (no payload read); a bucket's first record whole, for its shape */
+    if (vf_item_decode_meta(v->mv_data, v->mv_size, &it, &bad) == 0) {
         const char *name = vf_item_str(it, "bucket");
-        const int64_t *shape = vf_item_get(it, VF_CACHE_TENSOR)->shape;
         if (!name)
             VF_FAIL(st, VF_EBADINPUT, "%s: record \"%.32s\" has no \"bucket\" metadata in a bucketed cache "
                     "(every entry of a bucketed cache needs one)", r->path,
                     (const char *)k->mv_data);
         int i = find_bucket(r, name);
         if (i < 0) {
-            VF_TRY(add_bucket(r, name, k->mv_data, shape, st));
+            vf_item *whole = NULL;
+            if (vf_item_decode_view(v->mv_data, v->mv_size, no_release, NULL, &whole, &bad) != 0 ||
+                vf_cache_check_item(whole, &bad) != 0) {
+                vf_item_free(whole);
+                goto damaged;
+            }
+            rc = add_bucket(r, name, k->mv_data, vf_item_get(whole, VF_CACHE_TENSOR)->shape, st);
+            if (rc == 0 && memcmp(vf_item_get(whole, VF_CACHE_TENSOR)->shape, r->bk[r->nbk - 1].shape,
+                                  sizeof r->bk[0].shape) != 0) {
+                char a[96], e[96];
+                vf_shape_str(4, vf_item_get(whole, VF_CACHE_TENSOR)->shape, a, sizeof a);
+                vf_shape_str(4, r->bk[r->nbk - 1].shape, e, sizeof e);
+                rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
+                                   "%s: record \"%.32s\" of bucket %s has latent shape %s; the bucket's is %s", r->path,
+                                   (const char *)k->mv_data, name, a, e);
+            }
+            vf_item_free(whole);
+            if (rc) goto fail;
             i = r->nbk - 1;
         }
         vf_lr_bucket *b = &r->bk[i];
-        if (memcmp(shape, b->shape, sizeof b->shape) != 0) {
-            char a[96], e[96];
-            vf_shape_str(4, shape, a, sizeof a);
-            vf_shape_str(4, b->shape, e, sizeof e);
-            VF_FAIL(st, VF_ECORRUPT, "%s: record \"%.32s\" of bucket %s has latent shape %s; the bucket's is %s",
-                    r->path, (const char *)k->mv_data, name, a, e);
-        }
         double hint;
         if (vf_item_num(it, "bucket_batch", &hint) == 0) {
             if (hint < 1 || hint > 65536 || hint != (double)(int)hint)
@@ -141,6 +151,7 @@ static int scan_one(vf_latent_reader *r, const MDB_val *k, const MDB_val *v, int
         b->n++;
         goto fail; /* done, rc == 0 */
     }
+damaged:
     vf_status_prefix(&bad, "%s: record \"%.32s\"", r->path, (const char *)k->mv_data);
     if (!r->o.skip_bad) {
         bad.code = VF_ECORRUPT;

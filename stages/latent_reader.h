@@ -28,8 +28,10 @@
  * then permuted by the same Fisher–Yates on stream (seed, e, id = 0). Every rank gets
  * the same bucket at the same step. Each batch adds metadata "bucket" (its name) and
  * "geometries" ("name:B,z,T',h',w';…" over all buckets, so a consumer sizes its buffers
- * once for the largest); "index" is its place in the epoch's batch list. Damaged records found at open are
- * left out of their bucket (on_bad = skip) or fail the open.
+ * once for the largest); "index" is its place in the epoch's batch list. A record whose
+ * header is damaged is left out of the buckets at open (on_bad = skip) or fails the open;
+ * one whose payload is damaged is skipped when its batch is read (the batch is then
+ * smaller, or dropped with drop_last).
  *
  * Cursor. "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS": where the next batch starts. Each
  * batch carries the cursor AFTER it, so a checkpoint that stores the cursor of the last

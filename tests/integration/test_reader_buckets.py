@@ -14,7 +14,8 @@
 #  - the declared bucket list: agreeing gives the same batches; a bucket the cache lacks,
 #    a batch that disagrees with the summary, frames not 1 + 4k, sizes not multiples of
 #    8, batch 0, or a cache bucket left undeclared are refused naming the bucket;
-#  - a cursor of other buckets (another batch size) is refused.
+#  - a cursor of other buckets (another batch size) is refused;
+#  - a damaged payload fails the read naming the entry, or (on_bad = skip) drops its batch.
 # vflow-test: timeout=300
 import json
 import os
@@ -198,6 +199,22 @@ try:
     rc, _, err = read(cache, "--batch", "4", "--seed", str(seed), "--cursor", lines[2][0],
                       "--buckets", "64x32x9:3,32x32x5:2,48x16x1:5")
     check(rc != 0 and "other buckets" in err, "cursor of other buckets refused (%s)" % err.strip())
+    # a damaged payload (a flipped latent byte): skipped with on_bad = skip when its
+    # batch is read (that batch, short, dropped), named otherwise; the rest unchanged
+    bad = os.path.join(tmp, "bad")
+    shutil.copytree(cache, bad)
+    victim = got[0][1][0]
+    env = lmdb.open(bad, readonly=False, subdir=True, lock=True, max_dbs=0)
+    with env.begin(write=True) as txn:
+        rec = bytearray(txn.get(victim.encode()))
+        rec[len(rec) - 16] ^= 0x40
+        txn.put(victim.encode(), bytes(rec))
+    env.close()
+    rc, _, err = read(bad, "--batch", "4", "--seed", str(seed))
+    check(rc != 0 and victim in err, "a damaged record fails the read naming it: %r" % err.strip())
+    rc, skipped, err = read(bad, "--batch", "4", "--seed", str(seed), "--skip-bad")
+    check(rc == 0 and [l for l in lines[:per_epoch] if victim not in l[1]] == skipped,
+          "skip: the damaged record's batch is dropped, the others unchanged (%s)" % err.strip())
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -568,7 +568,8 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
     }
     if (st) *st = probe;
     if (rc == VF_ENOTFOUND)
-        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w} to plan before the cache exists)");
+        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w}, or buckets, to plan before the cache "
+                             "exists)");
     return rc;
 }
 

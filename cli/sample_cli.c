@@ -1,17 +1,23 @@
 /* sample_cli.c — `vflow sample`: a video from a checkpoint, on the command line.
  *
  *   vflow sample CKPT --prompt-embeds F [--negative-embeds F] --out x.mp4
+ *   vflow sample CKPT --prompt TEXT [--negative TEXT] --out x.mp4     (byte-caption models)
  *                [--frames 17] [--size 256x256] [--steps 30] [--shift 3] [--guidance 5]
  *                [--seed 0] [--fps 16] [--device cpu|cuda:N] [--chunk 1] [--png F]
  *                [--vae PATH] [--vae-preset tiny|wan] [--vae-seed N] [--cache LMDB]
- *                [--latent-out F] [--frames-out F]
+ *                [--latent-out F] [--frames-out F] [--weights F] [--lora F]
  *
  * CKPT is a checkpoint step dir or a checkpoint dir (its newest complete step). The DiT's
  * config comes from the checkpoint's state.json, its weights from model.safetensors (or
- * the sharded index). The prompt embeddings are what a manifest's text_emb column names:
- * a safetensors file holding one (L, text_dim) tensor (tools/encode_captions.py writes
- * them). Sampling is flow-matching Euler with shift and classifier-free guidance
- * (models/dit_sample.h); the latent is de-normalised and decoded by the causal VAE
+ * the sharded index), or from --weights. A LoRA run's checkpoint (lora.safetensors) is
+ * sampled as its base (--weights, else the run's base weights or seeded init) with the
+ * adapter merged in, W += alpha/rank · B·A; --lora F merges another adapter file (any
+ * naming models/dit_lora.h reads) into whatever weights are used. The prompt embeddings
+ * are what a manifest's text_emb column names: a safetensors file holding one (L,
+ * text_dim) tensor (tools/encode_captions.py writes them). A model trained on caption
+ * bytes (the tiny presets, no text encoder) takes the caption itself (--prompt),
+ * tokenised as the latent reader does. Sampling is flow-matching Euler with shift and
+ * classifier-free guidance (models/dit_sample.h); the latent is de-normalised and decoded by the causal VAE
  * decoder chunk by chunk (models/vae.h) and written by formats/video_write.h; all of it
  * through models/dit_video.h, which the `sample` stage shares.
  *
@@ -36,17 +42,20 @@
 #include <time.h>
 
 typedef struct sample_args {
-    const char *ckpt, *pos, *neg, *out, *png, *vae, *vae_preset, *cache, *device, *lat_out, *frames_out;
+    const char *ckpt, *pos, *neg, *caption, *neg_caption, *out, *png, *vae, *vae_preset, *cache, *device, *lat_out, *frames_out;
+    const char *weights, *lora;
     int frames, width, height, steps, chunk;
     double shift, guidance, fps;
     uint64_t seed, vae_seed;
 } sample_args;
 
 static const char USAGE[] =
-    "usage: vflow sample CKPT --prompt-embeds F --out x.mp4 [--negative-embeds F] [--frames 17]\n"
+    "usage: vflow sample CKPT (--prompt-embeds F [--negative-embeds F] | --prompt TEXT [--negative TEXT])\n"
+    "         --out x.mp4 [--frames 17]\n"
     "         [--size WxH] [--steps 30] [--shift 3] [--guidance 5] [--seed 0] [--fps 16]\n"
     "         [--device cpu] [--chunk 1] [--png F] [--vae PATH] [--vae-preset tiny|wan]\n"
-    "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n";
+    "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n"
+    "         [--weights F] [--lora F]\n";
 
 static int bad(const char *fmt, const char *a, const char *b)
 {
@@ -92,9 +101,13 @@ static int parse(int argc, char **argv, sample_args *a)
         double x;
         if (!strcmp(flag, "--prompt-embeds")) a->pos = v;
         else if (!strcmp(flag, "--negative-embeds")) a->neg = v;
+        else if (!strcmp(flag, "--prompt")) a->caption = v;
+        else if (!strcmp(flag, "--negative")) a->neg_caption = v;
         else if (!strcmp(flag, "--out")) a->out = v;
         else if (!strcmp(flag, "--png")) a->png = v;
         else if (!strcmp(flag, "--vae")) a->vae = v;
+        else if (!strcmp(flag, "--weights")) a->weights = v;
+        else if (!strcmp(flag, "--lora")) a->lora = v;
         else if (!strcmp(flag, "--vae-preset")) a->vae_preset = v;
         else if (!strcmp(flag, "--cache")) a->cache = v;
         else if (!strcmp(flag, "--device")) a->device = v;
@@ -127,7 +140,11 @@ static int parse(int argc, char **argv, sample_args *a)
             return bad("unknown option %s (see vflow sample --help)%s", flag, "");
     }
     if (!a->ckpt) return bad("no checkpoint given%s%s", "", "");
-    if (!a->pos) return bad("--prompt-embeds F is required (a safetensors file of one (L, text_dim) tensor)%s%s", "", "");
+    if (!a->pos == !a->caption)
+        return bad("give one of --prompt-embeds F (a safetensors file of one (L, text_dim) tensor) and --prompt TEXT "
+                   "(a model trained on caption bytes)%s%s", "", "");
+    if ((a->neg && !a->pos) || (a->neg_caption && !a->caption))
+        return bad("--negative-embeds goes with --prompt-embeds, --negative with --prompt%s%s", "", "");
     if (!a->out) return bad("--out FILE.mp4 is required%s%s", "", "");
     return 0;
 }
@@ -160,10 +177,12 @@ int vf_cli_sample(int argc, char **argv)
     o.frames = a.frames, o.width = a.width, o.height = a.height, o.steps = a.steps, o.chunk = a.chunk;
     o.shift = a.shift, o.guidance = a.guidance, o.fps = a.fps, o.seed = a.seed, o.vae_seed = a.vae_seed;
     o.vae = a.vae, o.vae_preset = a.vae_preset, o.cache = a.cache, o.device = a.device;
+    o.weights = a.weights, o.lora = a.lora;
 
     VF_TRY(vf_dit_video_find_ckpt(a.ckpt, &ck, &st));
     VF_TRY(vf_dit_video_open(&ck, &o, &v, &st));
-    VF_TRY(vf_dit_video_prompt(v, a.pos, "--prompt-embeds", a.neg, "--negative-embeds", &st));
+    if (a.pos) VF_TRY(vf_dit_video_prompt(v, a.pos, "--prompt-embeds", a.neg, "--negative-embeds", &st));
+    else VF_TRY(vf_dit_video_caption(v, a.caption, a.neg_caption, &st));
     VF_TRY(vf_dit_video_load(v, &st));
     vf_dit_video_out out = {a.out, a.png, NULL, a.lat_out, a.frames_out};
     vf_dit_video_stats s;

@@ -192,10 +192,11 @@ int vf_ckpt_verify(const char *path, vf_status *st)
     vf_json *files = vf_json_get(m, "files");
     if (!files || files->type != VF_JSON_OBJ)
         VF_FAIL(st, VF_ECORRUPT, "%s: no \"files\" object", file);
-    if ((!vf_json_get(files, VF_CKPT_MODEL) && !vf_json_get(files, VF_CKPT_MODEL_INDEX)) ||
+    if ((!vf_json_get(files, VF_CKPT_MODEL) && !vf_json_get(files, VF_CKPT_MODEL_INDEX) &&
+         !vf_json_get(files, VF_CKPT_LORA)) ||
         !vf_json_get(files, VF_CKPT_STATE))
-        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s (or %s) and %s", file, VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX,
-                VF_CKPT_STATE);
+        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s (or %s, or %s) and %s", file, VF_CKPT_MODEL,
+                VF_CKPT_MODEL_INDEX, VF_CKPT_LORA, VF_CKPT_STATE);
     for (int i = 0; i < vf_json_len(files); i++) {
         const char *name = vf_json_key_at(files, i);
         const vf_json *f = files->items[i];

@@ -5,7 +5,8 @@
  * Layout (DESIGN §7) of a checkpoint dir D:
  *   D/step-N/            one complete checkpoint: model.safetensors (or, above the
  *                        writer's model_shard_bytes, model-0000k-of-0000N.safetensors and
- *                        model.safetensors.index.json: Hugging Face's sharded form),
+ *                        model.safetensors.index.json: Hugging Face's sharded form; a
+ *                        LoRA run's: lora.safetensors, the adapters alone),
  *                        optimizer-kk-of-SS.safetensors, state.json, and manifest.json,
  *                        written last, which lists every other file with its byte size
  *                        and CRC32C
@@ -37,6 +38,9 @@
 #define VF_CKPT_MODEL "model.safetensors"
 #define VF_CKPT_MODEL_STEM "model" /* of the shards: model-00001-of-0000N.safetensors */
 #define VF_CKPT_MODEL_INDEX "model.safetensors.index.json"
+/* A LoRA run's checkpoints hold the adapters instead of the model (the base is not saved
+ * again): diffusion_model.<name>.lora_A.weight / .lora_B.weight / .alpha, F32 */
+#define VF_CKPT_LORA "lora.safetensors"
 
 /* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
  * it is empty. */

@@ -10,7 +10,13 @@
 --   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200,
 --             weights = "Wan2.1-T2V-1.3B/diffusion_pytorch_model.safetensors.index.json" }
 -- (weights: optional; a .safetensors file, a sharded index or a diffusers directory)
+--   p:train { ..., lora = { rank = 32, alpha = 32, targets = {"self_attn.q", "cross_attn.*", "ffn.*"} },
+--             lora_init = "my_lora.safetensors" }
+-- (lora: train adapters on a frozen base: the partitions hold the base weights once and
+-- the shards only the adapters; checkpoints write lora.safetensors. lora_init: start the
+-- adapters from an existing LoRA file)
 --   p:train { ..., sample = { prompts = {"cat.safetensors"}, every = 1, device = "cpu", steps = 20 } }
+-- (a model trained on caption bytes takes sample = { captions = {"a red ball"}, ... } instead)
 -- (sample: optional, needs a checkpoint stage; the params of a `sample` stage, or one made
 -- with p:stage("sample", {...}): videos of the checkpoints in <run dir>/samples/step-N/)
 --
@@ -196,7 +202,30 @@ return function(vf)
   -- ------------------------------------------------------------ train
 
   local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std", "weights",
-                       "sample" }
+                       "sample", "lora", "lora_init" }
+
+  -- The `lora` option as the JSON the stages take, checked here so a typo fails at the line.
+  local function lora_json(l)
+    if type(l) ~= "table" or getmetatable(l) ~= nil then
+      fail("p:train: lora must be a table { rank = 32, alpha = 32, targets = {\"self_attn.q\", ...} }")
+    end
+    for k in pairs(l) do
+      if k ~= "rank" and k ~= "alpha" and k ~= "targets" then
+        fail("p:train: lora: unknown key '%s' (keys: rank, alpha, targets)", tostring(k))
+      end
+    end
+    local rank = int_of(l.rank, "p:train: lora.rank", 1, 4096)
+    local alpha = l.alpha == nil and rank or l.alpha
+    if type(alpha) ~= "number" or not (alpha > 0) then fail("p:train: lora.alpha must be a positive number") end
+    local tg = l.targets
+    if type(tg) ~= "table" or #tg == 0 then
+      fail("p:train: lora.targets must list patterns over Wan's names, e.g. {\"self_attn.q\", \"cross_attn.*\", \"ffn.*\"}")
+    end
+    for i, v in ipairs(tg) do
+      if type(v) ~= "string" or v == "" then fail("p:train: lora.targets[%d] must be a non-empty string", i) end
+    end
+    return json { rank = rank, alpha = alpha, targets = tg }
+  end
 
   vf.extend("train", function(p, t)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:train{...}, with a colon") end
@@ -228,8 +257,10 @@ return function(vf)
         if smp.kind ~= "sample" then fail("p:train: sample must be a table of sample params or a sample stage") end
       elseif type(smp) ~= "table" or getmetatable(smp) ~= nil then
         fail("p:train: sample must be a table of sample params, e.g. { prompts = {\"cat.safetensors\"} }")
-      elseif type(smp.prompts) ~= "table" or #smp.prompts == 0 then
-        fail("p:train: sample.prompts must list text-embedding files (safetensors, one (L, text_dim) tensor each)")
+      elseif (type(smp.prompts) ~= "table" or #smp.prompts == 0) and
+             (type(smp.captions) ~= "table" or #smp.captions == 0) then
+        fail("p:train: sample.prompts must list text-embedding files (safetensors, one (L, text_dim) tensor each), " ..
+             "or sample.captions captions as text for a model trained on caption bytes")
       end
     end
     local steps = int_of(t.steps, "p:train: steps", 1, 1 << 40)
@@ -346,6 +377,32 @@ return function(vf)
       end
     end
     local data_json = json(data.params)
+    -- lora = {...}: every training stage takes the adapters' JSON; the partitions load the
+    -- frozen base (`weights`, or the seeded init) themselves, the shards hold the adapters
+    local lora = t.lora ~= nil and lora_json(t.lora) or nil
+    if t.lora_init ~= nil and t.lora_init ~= "" then
+      if lora == nil then fail("p:train: lora_init needs the lora option (its rank and targets)") end
+      if type(t.lora_init) ~= "string" then fail("p:train: lora_init must be a path (a string)") end
+      for _, a in ipairs(opt.members) do a.params.lora_init = t.lora_init end
+    end
+    if lora then
+      for r = 1, m.D do
+        for q = 1, m.P do
+          local d = m.parts[r][q]
+          d.params.lora = lora
+          link(d, "lora", "is p:train's lora option at " .. where .. "; set it there")
+          if t.weights ~= nil and t.weights ~= "" then d.params.weights = t.weights end
+        end
+      end
+      for _, a in ipairs(opt.members) do
+        a.params.lora = lora
+        link(a, "lora", "is p:train's lora option at " .. where .. "; set it there")
+      end
+      if ck then
+        ck.params.lora = lora
+        link(ck, "lora", "is p:train's lora option at " .. where .. "; set it there")
+      end
+    end
     -- weights = PATH: the shards start from a file instead of the seeded init (and the
     -- partitions from what the shards send); checked against the model at check/plan
     if t.weights ~= nil and t.weights ~= "" then

@@ -42,33 +42,43 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     be->layernorm_fwd(be, s->h1, s->mean1, s->rstd1, x, NULL, NULL, N, D, eps);
     be->modulate_fwd(be, s->m1, s->h1, shift1, scale1, B, L, D);
     be->matmul_fwd(be, s->q, s->m1, W(BT_SQ_W), W(BT_SQ_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_SQ_W, s->q, s->m1, N, D, D);
     be->matmul_fwd(be, s->k, s->m1, W(BT_SK_W), W(BT_SK_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_SK_W, s->k, s->m1, N, D, D);
     be->matmul_fwd(be, s->v, s->m1, W(BT_SV_W), W(BT_SV_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_SV_W, s->v, s->m1, N, D, D);
     be->rmsnorm_fwd(be, s->qr, s->rstdq, s->q, W(BT_SNQ), N, D, eps);
     be->rope_fwd(be, s->qr, s->qr, cs, sn, B, L, H, Dh);
     be->rmsnorm_fwd(be, s->kr, s->rstdk, s->k, W(BT_SNK), N, D, eps);
     be->rope_fwd(be, s->kr, s->kr, cs, sn, B, L, H, Dh);
     be->attention_fwd(be, s->a, s->lse1, s->qr, s->kr, s->v, B, L, L, H, Dh, scale);
     be->matmul_fwd(be, s->o, s->a, W(BT_SO_W), W(BT_SO_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     be->gated_add_fwd(be, s->x1, x, gate1, s->o, B, L, D);
 
     /* cross-attention to the caption */
     be->layernorm_fwd(be, s->h3, s->mean3, s->rstd3, s->x1, W(BT_N3_W), W(BT_N3_B), N, D, eps);
     be->matmul_fwd(be, s->cq, s->h3, W(BT_CQ_W), W(BT_CQ_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_CQ_W, s->cq, s->h3, N, D, D);
     be->rmsnorm_fwd(be, s->cqr, s->rstdcq, s->cq, W(BT_CNQ), N, D, eps);
     be->matmul_fwd(be, s->ck, ctx, W(BT_CK_W), W(BT_CK_B), Nt, D, D);
+    dit_lora_fwd(p, blk, BT_CK_W, s->ck, ctx, Nt, D, D);
     be->rmsnorm_fwd(be, s->ckr, s->rstdck, s->ck, W(BT_CNK), Nt, D, eps);
     be->matmul_fwd(be, s->cv, ctx, W(BT_CV_W), W(BT_CV_B), Nt, D, D);
+    dit_lora_fwd(p, blk, BT_CV_W, s->cv, ctx, Nt, D, D);
     be->attention_fwd(be, s->ca, s->lse2, s->cqr, s->ckr, s->cv, B, L, Lt, H, Dh, scale);
     be->matmul_fwd(be, p->w.fx, s->ca, W(BT_CO_W), W(BT_CO_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_CO_W, p->w.fx, s->ca, N, D, D);
     be->add(be, s->x2, s->x1, p->w.fx, N * D);
 
     /* MLP */
     be->layernorm_fwd(be, s->h2, s->mean2, s->rstd2, s->x2, NULL, NULL, N, D, eps);
     be->modulate_fwd(be, s->m2, s->h2, shift2, scale2, B, L, D);
     be->matmul_fwd(be, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
+    dit_lora_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
     be->gelu_fwd(be, s->g, s->f1, N * F);
     be->matmul_fwd(be, s->f2, s->g, W(BT_F2_W), W(BT_F2_B), N, F, D);
+    dit_lora_fwd(p, blk, BT_F2_W, s->f2, s->g, N, F, D);
     if (out) be->gated_add_fwd(be, out, s->x2, gate2, s->f2, B, L, D);
 }
 
@@ -102,10 +112,12 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, B, L, D);
     Z(gf0, nf);
     be->matmul_bwd(be, gf0, G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W), N, F, D);
+    dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
     Z(gf1, nf);
     be->gelu_bwd(be, gf1, gf0, s->f1, N * F);
     Z(g[1], nd);
     be->matmul_bwd(be, g[1], G(BT_F1_W), G(BT_F1_B), gf1, s->m2, W(BT_F1_W), N, D, F);
+    dit_lora_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F);
     Z(g[2], nd);
     be->modulate_bwd(be, g[2], dshift2, dscale2, g[1], s->h2, scale2, B, L, D);
     be->layernorm_bwd(be, dx, NULL, NULL, g[2], s->x2, NULL, s->mean2, s->rstd2, N, D);
@@ -113,6 +125,7 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     /* cross-attention: x2 = x1 + co(ca); dx now holds dx2 = dco */
     Z(g[0], nd);
     be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, s->ca, W(BT_CO_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, s->ca, N, D, D);
     Z(g[1], nd);
     Z(gc0, ntd);
     Z(gc1, ntd);
@@ -124,8 +137,11 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     be->rmsnorm_bwd(be, gc2, G(BT_CNK), gc0, s->ck, W(BT_CNK), s->rstdck, Nt, D);
     Z(g[3], nd);
     be->matmul_bwd(be, g[3], G(BT_CQ_W), G(BT_CQ_B), g[2], s->h3, W(BT_CQ_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_CQ_W, g[3], g[2], s->h3, N, D, D);
     be->matmul_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc2, ctx, W(BT_CK_W), Nt, D, D);
+    dit_lora_bwd(p, blk, BT_CK_W, dctx, gc2, ctx, Nt, D, D);
     be->matmul_bwd(be, dctx, G(BT_CV_W), G(BT_CV_B), gc1, ctx, W(BT_CV_W), Nt, D, D);
+    dit_lora_bwd(p, blk, BT_CV_W, dctx, gc1, ctx, Nt, D, D);
     be->layernorm_bwd(be, dx, G(BT_N3_W), G(BT_N3_B), g[3], s->x1, W(BT_N3_W), s->mean3,
                       s->rstd3, N, D);
 
@@ -135,6 +151,7 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, B, L, D);
     Z(g[1], nd);
     be->matmul_bwd(be, g[1], G(BT_SO_W), G(BT_SO_B), g[0], s->a, W(BT_SO_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
     Z(g[2], nd);
     Z(g[3], nd);
     Z(g[4], nd);
@@ -150,8 +167,11 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     be->rmsnorm_bwd(be, g[0], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, N, D); /* dk */
     Z(g[2], nd);
     be->matmul_bwd(be, g[2], G(BT_SQ_W), G(BT_SQ_B), g[1], s->m1, W(BT_SQ_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_SQ_W, g[2], g[1], s->m1, N, D, D);
     be->matmul_bwd(be, g[2], G(BT_SK_W), G(BT_SK_B), g[0], s->m1, W(BT_SK_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_SK_W, g[2], g[0], s->m1, N, D, D);
     be->matmul_bwd(be, g[2], G(BT_SV_W), G(BT_SV_B), g[4], s->m1, W(BT_SV_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_SV_W, g[2], g[4], s->m1, N, D, D);
     Z(g[3], nd);
     be->modulate_bwd(be, g[3], dshift1, dscale1, g[2], s->h1, scale1, B, L, D);
     be->layernorm_bwd(be, dx, NULL, NULL, g[3], x, NULL, s->mean1, s->rstd1, N, D);
@@ -161,7 +181,7 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
         for (int64_t b = 0; b < B; b++) {
             const void *src = dit_at(deb, (k * B + b) * D, gs);
             be->axpy(be, dit_at(de0, (b * 6 + k) * D, gs), src, 1.0f, D);
-            be->axpy(be, dit_at(G(BT_MOD), k * D, gs), src, 1.0f, D);
+            if (p->grads) be->axpy(be, dit_at(G(BT_MOD), k * D, gs), src, 1.0f, D);
         }
     }
 #undef Z

@@ -231,7 +231,7 @@ void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *
         for (int64_t b = 0; b < B; b++) {
             const void *src = dit_at(w->deh, (k * B + b) * D, gs);
             be->axpy(be, dit_at(de, b * D, gs), src, 1.0f, D);
-            be->axpy(be, dit_at(GH(HT_MOD), k * D, gs), src, 1.0f, D);
+            if (p->grads) be->axpy(be, dit_at(GH(HT_MOD), k * D, gs), src, 1.0f, D);
         }
     }
 }

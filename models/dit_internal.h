@@ -154,6 +154,14 @@ struct vf_dit_part {
                                        RoPE tables */
     int64_t host_n;
     int rope_grid[3];               /* grid the RoPE tables hold (-1: none) */
+    /* LoRA adapters (dit_lora.h; lora NULL: none): the partition's range of the adapter
+     * vector at element loff0, and the adapters' scratch */
+    const struct vf_dit_lora *lora;
+    char *lparams, *lgrads;
+    int64_t loff0;
+    void *lmem;
+    void *lu, *ldu, *lt;            /* (rows, rank) act, (rows, rank) grad, (rows, max(dim,
+                                       ffn)) grad; rows = max(N, Nt) */
 };
 
 /* Weight / gradient of tensor `idx` (must lie in the partition's range). */
@@ -163,6 +171,7 @@ static inline void *dit_w(const vf_dit_part *p, int idx)
 }
 static inline void *dit_g(const vf_dit_part *p, int idx)
 {
+    if (!p->grads) return NULL; /* frozen base (LoRA): no weight gradients */
     return p->grads + (size_t)(p->l->t[idx].offset - p->off0) * p->pl.gs;
 }
 /* Offset pointer into a buffer of element size es. */
@@ -178,6 +187,15 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
                    const dit_blk_saved *s);
+
+/* dit_lora.c: the adapter of block blk's linear k (a BT_*_W index), if targeted.
+ * Forward: y (rows, out) += s · B (A x). Backward (after the base's matmul_bwd):
+ * dx += s · Aᵀ Bᵀ dy… as the chain rule gives, dA and dB accumulate. No-ops when the
+ * linear has no adapter. */
+void dit_lora_fwd(vf_dit_part *p, int blk, int k, void *y, const void *x, int64_t rows,
+                  int64_t in, int64_t out);
+void dit_lora_bwd(vf_dit_part *p, int blk, int k, void *dx, const void *dy, const void *x,
+                  int64_t rows, int64_t in, int64_t out);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

@@ -76,6 +76,7 @@ void vf_dit_part_free(vf_dit_part *p)
 {
     if (!p) return;
     if (p->wmem) p->be->free(p->be, p->wmem);
+    if (p->lmem) p->be->free(p->be, p->lmem);
     vf_free(p->host);
     vf_free(p);
 }
@@ -274,7 +275,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, sv->xs[i], sv->ctx, s);
         cur = nxt;
     }
-    if (pl->first)
+    if (pl->first && p->grads) /* a frozen base (LoRA) needs no embedding gradients */
         dit_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
     else if (cur != g->x)
         be->copy(be, g->x, cur, bytes_g(p, N * D));

@@ -25,11 +25,7 @@ int vf_dit_sample_check(const vf_dit_sample_cfg *cfg, const vf_dit_config *c, vf
     if (!isfinite(cfg->guidance) || cfg->guidance < 0)
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                              "sample: guidance = %g, must be a finite number >= 0", cfg->guidance);
-    if (!c->text_emb)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
-                             "sample: the model conditions on caption bytes (text_emb = 0); "
-                             "sampling takes text embeddings");
-    if (cfg->text_dim != c->text_dim)
+    if (c->text_emb && cfg->text_dim != c->text_dim)
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                              "sample: text embeddings of width %d, the model's text_dim is %d",
                              cfg->text_dim, c->text_dim);
@@ -72,17 +68,23 @@ void vf_dit_sample_noise(const vf_dit_config *c, const vf_dit_dims *d, uint64_t 
     }
 }
 
+/* A branch gives what the model conditions on: embeddings or byte tokens. */
+static bool prompt_ok(const vf_dit_config *c, const vf_dit_prompt *pr)
+{
+    return pr && (c->text_emb ? pr->emb != NULL : pr->tokens != NULL);
+}
+
 /* One forward of the whole model at x (host f32) and time sigma; v (host f32) receives
  * the prediction. */
 static int predict(vf_backend *be, vf_dit_part *p, vf_dit_saved *sv, void *x_dev,
-                   const float *x, float sigma, const vf_dit_dims *d, const float *emb,
-                   const int32_t *len, float *t_host, float *v, int64_t n, vf_status *st)
+                   const float *x, float sigma, const vf_dit_dims *d, const vf_dit_prompt *text,
+                   float *t_host, float *v, int64_t n, vf_status *st)
 {
     int rc = 0;
     be->upload(be, x_dev, x, n, be->act_dtype);
     for (int b = 0; b < d->B; b++) t_host[b] = sigma;
-    vf_dit_batch batch = {.dims = *d, .x_t = x_dev, .t = t_host, .text_len = len,
-                          .text_emb = emb};
+    vf_dit_batch batch = {.dims = *d, .x_t = x_dev, .t = t_host, .text = text->tokens,
+                          .text_len = text->len, .text_emb = text->emb};
     VF_TRY(vf_dit_part_forward(p, &batch, NULL, NULL, sv, st));
     be->download(be, v, vf_dit_saved_pred(sv), n, be->act_dtype);
     VF_TRY(be->sync(be, st));
@@ -91,9 +93,8 @@ fail:
 }
 
 int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
-                  const vf_dit_sample_cfg *cfg, const vf_dit_dims *dims, const float *pos_emb,
-                  const int32_t *pos_len, const float *neg_emb, const int32_t *neg_len,
-                  const float *noise, float *out, vf_status *st)
+                  const vf_dit_sample_cfg *cfg, const vf_dit_dims *dims, const vf_dit_prompt *pos,
+                  const vf_dit_prompt *neg, const float *noise, float *out, vf_status *st)
 {
     int rc = 0;
     const vf_dit_config *c = &l->cfg;
@@ -106,10 +107,10 @@ int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
     const float g = (float)cfg->guidance;
 
     VF_TRY(vf_dit_sample_check(cfg, c, st));
-    if (!pos_emb) VF_FAIL(st, VF_EBADINPUT, "sample: no positive text embeddings");
-    if (cfg_on && !neg_emb)
-        VF_FAIL(st, VF_EBADINPUT,
-                "sample: guidance = %g > 1 needs negative text embeddings", cfg->guidance);
+    const char *kind = c->text_emb ? "text embeddings" : "caption tokens";
+    if (!prompt_ok(c, pos)) VF_FAIL(st, VF_EBADINPUT, "sample: no positive %s", kind);
+    if (cfg_on && !prompt_ok(c, neg))
+        VF_FAIL(st, VF_EBADINPUT, "sample: guidance = %g > 1 needs negative %s", cfg->guidance, kind);
 
     /* recompute: forward keeps only each block's input, the least a forward can keep */
     VF_TRY(vf_dit_part_new(be, l, 0, c->depth, dims, true, weights, NULL, &p, st));
@@ -130,11 +131,9 @@ int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
         vf_dit_sample_noise(c, dims, cfg->seed, out);
 
     for (int i = 0; i < cfg->steps; i++) {
-        VF_TRY(predict(be, p, sv, x_dev, out, sigmas[i], dims, pos_emb, pos_len, t_host, v, n,
-                       st));
+        VF_TRY(predict(be, p, sv, x_dev, out, sigmas[i], dims, pos, t_host, v, n, st));
         if (cfg_on) {
-            VF_TRY(predict(be, p, sv, x_dev, out, sigmas[i], dims, neg_emb, neg_len, t_host,
-                           vneg, n, st));
+            VF_TRY(predict(be, p, sv, x_dev, out, sigmas[i], dims, neg, t_host, vneg, n, st));
             for (int64_t k = 0; k < n; k++) {
                 float diff = v[k] - vneg[k];
                 float scaled = g * diff;

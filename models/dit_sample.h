@@ -33,11 +33,22 @@ typedef struct vf_dit_sample_cfg {
     double shift;       /* schedule shift s > 0 (Wan 2.1 T2V: 3.0 at 480p, 5.0 at 720p) */
     double guidance;    /* classifier-free guidance scale g ≥ 0 (WanPipeline default 5.0) */
     uint64_t seed;      /* initial noise when the caller gives none */
-    int text_dim;       /* width of the rows of pos_emb / neg_emb: must be the model's */
+    int text_dim;       /* width of the embedding rows: must be the model's (text = embeddings) */
 } vf_dit_sample_cfg;
 
+/* One branch of the guidance (the positive or the negative text) for B samples: what the
+ * model conditions on, embeddings (text = embeddings, Wan) or caption bytes (text = bytes,
+ * the tiny presets), as in vf_dit_batch. */
+typedef struct vf_dit_prompt {
+    const float *emb;      /* (B, text_len, text_dim) host f32: rows at and past len[b] are
+                              taken as zero (WanPipeline zero-pads to text_len) */
+    const int32_t *tokens; /* (B, text_len) host byte tokens: positions at and past len[b]
+                              are the pad token, as in training */
+    const int32_t *len;    /* (B) real rows / tokens per sample, or NULL (all text_len) */
+} vf_dit_prompt;
+
 /* Checks cfg against the model (steps ≥ 1, shift finite and > 0, guidance finite and
- * ≥ 0, text_dim equal to the model's text embedding width, a model with text = embeddings).
+ * ≥ 0, and for a model with text = embeddings text_dim equal to its embedding width).
  * VF_EBADINPUT naming the field. */
 int vf_dit_sample_check(const vf_dit_sample_cfg *cfg, const vf_dit_config *c, vf_status *st);
 
@@ -52,18 +63,15 @@ void vf_dit_sample_noise(const vf_dit_config *c, const vf_dit_dims *dims, uint64
 /* Samples B latents with the whole model on backend be (all blocks in one partition).
  *   l        the model's layout (text = embeddings)
  *   weights  the flat weight vector (l->total elements) in backend memory, act dtype
- *   pos_emb  (B, text_len, text_dim) host f32: positive text embeddings; rows at and past
- *            pos_len[b] are taken as zero (WanPipeline zero-pads to text_len)
- *   pos_len  (B) real rows per sample, or NULL (all text_len)
- *   neg_emb, neg_len  the same for the negative text; needed when guidance > 1
+ *   pos      the positive text: its embeddings or its byte tokens, as the model takes
+ *   neg      the same for the negative text; needed when guidance > 1, else NULL is fine
  *   noise    (B, z, T, H, W) host f32 initial noise, or NULL: drawn from cfg->seed
  *   out      (B, z, T, H, W) host f32: the final latent x at σ = 0
  * Host pointers are read during the call only. VF_EBADINPUT for bad cfg or a missing
  * negative text; allocation and model errors as vf_dit_part_new / forward. */
 int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
-                  const vf_dit_sample_cfg *cfg, const vf_dit_dims *dims, const float *pos_emb,
-                  const int32_t *pos_len, const float *neg_emb, const int32_t *neg_len,
-                  const float *noise, float *out, vf_status *st);
+                  const vf_dit_sample_cfg *cfg, const vf_dit_dims *dims, const vf_dit_prompt *pos,
+                  const vf_dit_prompt *neg, const float *noise, float *out, vf_status *st);
 
 #ifdef __cplusplus
 }

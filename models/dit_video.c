@@ -13,6 +13,7 @@
 #include "formats/text_emb.h"
 #include "formats/video_write.h"
 #include "kernels/ops.h"
+#include "models/dit_lora.h"
 #include "models/dit_sample.h"
 #include "models/dit_weights.h"
 #include "runtime/json.h"
@@ -41,6 +42,7 @@ struct vf_dit_video {
     vf_vae *vm;
     vf_vae_dec *dec;
     float *pos, *neg, *lat, *frames; /* embeddings (text_len, text_dim); latent; decoded clip */
+    int32_t *pos_tok, *neg_tok;  /* caption byte tokens (text_len), text = bytes */
     uint8_t *rgb;
     int32_t pos_len, neg_len;
     bool have_neg;
@@ -108,9 +110,6 @@ int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st)
         vf_status_prefix(st, "%s/state.json", ck->path);
         return VF_EBADINPUT;
     }
-    if (!c->text_emb)
-        VF_FAIL(st, VF_EBADINPUT, "%s: the model conditions on caption bytes; sampling takes text embeddings "
-                "(a model trained with text_dim, e.g. the Wan presets)", ck->path);
 fail:
     return rc;
 }
@@ -216,8 +215,10 @@ int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_vide
 
     size_t nemb = (size_t)v->c.text_len * (size_t)v->c.text_dim;
     size_t nlat = (size_t)v->c.z * (size_t)v->Tl * v->d.H * v->d.W;
-    if (!(v->pos = malloc(sizeof(float) * nemb)) || !(v->neg = calloc(nemb, sizeof(float))) ||
-        !(v->lat = malloc(sizeof(float) * nlat)))
+    if (!v->c.text_emb) nemb = 0; /* byte captions: tokens instead */
+    if (!(v->pos = malloc(sizeof(float) * (nemb + 1))) || !(v->neg = calloc(nemb + 1, sizeof(float))) ||
+        !(v->pos_tok = calloc((size_t)v->c.text_len, sizeof(int32_t))) ||
+        !(v->neg_tok = calloc((size_t)v->c.text_len, sizeof(int32_t))) || !(v->lat = malloc(sizeof(float) * nlat)))
         VF_FAIL(st, VF_ENOMEM, "out of memory");
 
     /* latent normalisation, before anything heavy, so a missing one fails fast */
@@ -242,16 +243,52 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
 {
     int rc = 0;
     vf_dit_wsrc *ws = NULL;
-    float *host_w = NULL;
-    char model[PATH_MAX + 64];
+    vf_dit_lora *lo = NULL;
+    float *host_w = NULL, *lvec = NULL;
+    vf_ckpt ck = {0};
+    char model[PATH_MAX + 64], lora[PATH_MAX + 64];
     struct stat sb;
     const vf_dit_layout *l = v->l;
-    snprintf(model, sizeof model, "%s/model.safetensors", v->ckpt);
-    if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/model.safetensors.index.json", v->ckpt);
-    VF_TRY(vf_dit_wsrc_open(model, &ws, st));
-    VF_TRY(vf_dit_wsrc_check(ws, l, st));
+    /* the model: --weights, the checkpoint's, or a LoRA checkpoint's base */
+    const char *base = v->o.weights && v->o.weights[0] ? v->o.weights : NULL;
+    snprintf(lora, sizeof lora, "%s/%s", v->ckpt, VF_CKPT_LORA);
+    bool lora_ckpt = stat(lora, &sb) == 0;
+    uint64_t seed = 0;
+    if (!base) {
+        snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL);
+        if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL_INDEX);
+        if (stat(model, &sb) == 0) {
+            base = model;
+        } else if (lora_ckpt) {
+            VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
+            const vf_json *cfg = vf_json_get(ck.state, "config");
+            const char *b = vf_json_get_str(cfg, "lora.base", "");
+            snprintf(model, sizeof model, "%s", b);
+            base = b[0] ? model : NULL;
+            seed = (uint64_t)vf_json_get_int(cfg, "train.seed", 0);
+        } else {
+            VF_FAIL(st, VF_EBADINPUT, "%s: neither %s, %s nor %s", v->ckpt, VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX,
+                    VF_CKPT_LORA);
+        }
+    }
     if (!(host_w = malloc(sizeof(float) * (size_t)l->total))) VF_FAIL(st, VF_ENOMEM, "out of memory");
-    VF_TRY(vf_dit_wsrc_read(ws, l, host_w, 0, l->total, st));
+    if (base) {
+        VF_TRY(vf_dit_wsrc_open(base, &ws, st));
+        VF_TRY(vf_dit_wsrc_check(ws, l, st));
+        VF_TRY(vf_dit_wsrc_read(ws, l, host_w, 0, l->total, st));
+    } else {
+        vf_dit_init(l, seed, 0, l->total, host_w); /* a LoRA run on the seeded init */
+    }
+    /* the adapter: --lora, else a LoRA checkpoint's own (on whichever base) */
+    const char *lpath = v->o.lora && v->o.lora[0] ? v->o.lora : lora_ckpt ? lora : NULL;
+    if (lpath) {
+        if (vf_dit_lora_from_file(l, lpath, &lo, &lvec, st)) {
+            vf_status_prefix(st, "%slora", pf(v));
+            rc = VF_EBADINPUT;
+            goto fail;
+        }
+        vf_dit_lora_merge(lo, l, lvec, host_w);
+    }
     vf_device dev;
     if (vf_device_parse(v->o.device, &dev, st)) {
         st->code = VF_EBADINPUT;
@@ -279,6 +316,9 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
         VF_FAIL(st, VF_ENOMEM, "out of memory");
 fail:
     free(host_w);
+    vf_free(lvec);
+    vf_dit_lora_free(lo);
+    vf_ckpt_fini(&ck);
     vf_dit_wsrc_close(ws);
     return rc;
 }
@@ -287,6 +327,9 @@ int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, 
                         vf_status *st)
 {
     int rc = 0;
+    if (!v->c.text_emb)
+        VF_FAIL(st, VF_EBADINPUT, "%s: the model conditions on caption bytes (trained without text embeddings); "
+                "give the caption as text (%sprompt)", v->ckpt, pf(v));
     VF_TRY(read_embeds(pos, pos_what, &v->c, v->pos, &v->pos_len, st));
     v->have_neg = false;
     if (neg && neg[0]) {
@@ -299,6 +342,28 @@ int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, 
         v->neg_len = 0;
         v->have_neg = true;
     }
+fail:
+    return rc;
+}
+
+/* A caption as the reader tokenises it: its bytes, at most text_len of them. */
+static int32_t caption_tokens(const char *text, int text_len, int32_t *tok)
+{
+    int32_t n = 0;
+    for (; text && text[n] && n < text_len; n++) tok[n] = (unsigned char)text[n];
+    for (int32_t j = n; j < text_len; j++) tok[j] = VF_DIT_PAD_TOKEN;
+    return n;
+}
+
+int vf_dit_video_caption(vf_dit_video *v, const char *pos, const char *neg, vf_status *st)
+{
+    int rc = 0;
+    if (v->c.text_emb)
+        VF_FAIL(st, VF_EBADINPUT, "%s: the model conditions on text embeddings; give a text-embedding file "
+                "(%sprompt-embeds, written by tools/encode_captions.py)", v->ckpt, pf(v));
+    v->pos_len = caption_tokens(pos, v->c.text_len, v->pos_tok);
+    v->neg_len = caption_tokens(neg ? neg : "", v->c.text_len, v->neg_tok);
+    v->have_neg = true; /* the empty caption when none is given, as training's null text */
 fail:
     return rc;
 }
@@ -316,8 +381,10 @@ int vf_dit_video_render(vf_dit_video *v, const vf_dit_video_out *o, vf_dit_video
     vf_dit_sample_cfg sc = {v->o.steps, v->o.shift, v->o.guidance, v->o.seed, v->c.text_dim};
     VF_TRY(vf_dit_sample_check(&sc, &v->c, st));
     double t1 = now_s();
-    VF_TRY(vf_dit_sample(v->be, v->l, v->dev_w, &sc, &v->d, v->pos, &v->pos_len, v->have_neg ? v->neg : NULL,
-                         v->have_neg ? &v->neg_len : NULL, NULL, v->lat, st));
+    vf_dit_prompt pp = {.len = &v->pos_len}, np = {.len = &v->neg_len};
+    if (v->c.text_emb) pp.emb = v->pos, np.emb = v->neg;
+    else pp.tokens = v->pos_tok, np.tokens = v->neg_tok;
+    VF_TRY(vf_dit_sample(v->be, v->l, v->dev_w, &sc, &v->d, &pp, v->have_neg ? &np : NULL, NULL, v->lat, st));
     s->sample_s = now_s() - t1;
     if (o->latent) VF_TRY(spit(o->latent, v->lat, sizeof(float) * nlat, st));
 
@@ -371,7 +438,7 @@ void vf_dit_video_free(vf_dit_video *v)
     vf_vae_free(v->vm);
     if (v->dev_w) v->be->free(v->be, v->dev_w);
     vf_dit_layout_free(v->l);
-    free(v->pos), free(v->neg), free(v->lat), free(v->frames), free(v->rgb);
+    free(v->pos), free(v->neg), free(v->pos_tok), free(v->neg_tok), free(v->lat), free(v->frames), free(v->rgb);
     free(v);
 }
 

@@ -5,9 +5,10 @@
  *
  * Use: vf_dit_video_open (cheap: config, geometry and normalisation checks, so bad input
  * fails before anything heavy), vf_dit_video_load (the DiT weights on the device, the VAE
- * decoder), then per prompt vf_dit_video_prompt + vf_dit_video_render. Bad input (a size
- * the VAE or the patch does not divide, embeddings of another width, a checkpoint without
- * text embeddings, an unwritable output) is VF_EBADINPUT with a message naming it.
+ * decoder), then per prompt vf_dit_video_prompt (text embeddings) or vf_dit_video_caption
+ * (caption bytes) + vf_dit_video_render. Bad input (a size the VAE or the patch does not
+ * divide, embeddings of another width, a prompt of the kind the model does not take, an
+ * unwritable output) is VF_EBADINPUT with a message naming it.
  *
  * Ownership: a vf_dit_video owns its weights, buffers, backend allocations and decoder;
  * the option strings are borrowed and must outlive it.
@@ -35,6 +36,11 @@ typedef struct vf_dit_video_opts {
     const char *vae_preset;    /* "tiny" | "wan", NULL = by the model's latent channels (16: wan) */
     const char *cache;         /* LMDB cache whose recorded latent normalisation applies, or NULL */
     const char *device;        /* "cpu" | "cuda:N" */
+    const char *weights;       /* DiT weights instead of the checkpoint's model (a LoRA
+                                  checkpoint's base otherwise: its config's lora.base, or
+                                  the seeded init of train.seed), or NULL */
+    const char *lora;          /* a LoRA file merged into the weights (instead of a LoRA
+                                  checkpoint's own lora.safetensors), or NULL */
     const char *flag_prefix;   /* how messages name the options: "--" (CLI) or "" (stage params) */
 } vf_dit_video_opts;
 
@@ -46,7 +52,7 @@ void vf_dit_video_opts_default(vf_dit_video_opts *o);
 int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st);
 
 /* The DiT config a checkpoint was trained with (state.json's model.* over the tiny
- * preset); VF_EBADINPUT for a checkpoint that is not a DiT's or conditions on bytes. */
+ * preset); VF_EBADINPUT for a checkpoint that is not a DiT's. */
 int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st);
 
 typedef struct vf_dit_video vf_dit_video;
@@ -54,14 +60,20 @@ typedef struct vf_dit_video vf_dit_video;
 /* The config, the clip's latent geometry and the latents' normalisation (cache, else the
  * VAE directory's config, else the preset's scalar affine). Nothing heavy. */
 int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_video **out, vf_status *st);
-/* The DiT weights onto the device (read tensor by tensor through a host f32 copy) and
- * the VAE decoder. */
+/* The DiT weights onto the device (read tensor by tensor through a host f32 copy), with
+ * a LoRA adapter merged in (W += alpha/rank · B·A) when the checkpoint is a LoRA run's or
+ * o.lora names one, and the VAE decoder. */
 int vf_dit_video_load(vf_dit_video *v, vf_status *st);
 /* The prompt's embeddings (a safetensors file of one (L, text_dim) tensor) and the
  * negative one's (NULL: the empty caption when guidance > 1). `what` names the input in
  * messages ("--prompt-embeds", "prompt"). */
 int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, const char *neg,
                         const char *neg_what, vf_status *st);
+/* For a model that conditions on caption bytes (the tiny presets): the captions as text,
+ * tokenised as the latent reader does (the first text_len bytes, then pads); neg NULL or
+ * "" is the empty caption. VF_EBADINPUT for a model with text embeddings, and
+ * vf_dit_video_prompt's for a byte model. */
+int vf_dit_video_caption(vf_dit_video *v, const char *pos, const char *neg, vf_status *st);
 
 typedef struct vf_dit_video_out {
     const char *mp4;    /* the video (written as .part, renamed when complete) */

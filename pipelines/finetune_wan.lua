@@ -27,7 +27,10 @@
 -- list, one per stage), every (250), keep (2), model_shard_bytes (1e10: above it the
 -- checkpoint's model is Hugging Face shards + model.safetensors.index.json; 0 = one file),
 -- seed (0), frames / height / width (81 / 480 / 832: the latent shape to plan with before
--- the cache exists).
+-- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
+-- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
+-- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
+-- docs/TRAINING.md#lora-adapters-on-a-frozen-base).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -73,6 +76,12 @@ if a.offload ~= true and type(devices) == "table" and #devices > 1 then
 end
 local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
                                     model_shard_bytes = a.model_shard_bytes })
+local lora
+if a.lora_rank ~= nil and a.lora_rank ~= 0 then
+  local targets = {}
+  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
+  lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }
+end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
-          seed = a.seed or 0, weights = a.weights }
+          seed = a.seed or 0, weights = a.weights, lora = lora, lora_init = a.lora_init }
 return p

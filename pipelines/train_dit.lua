@@ -27,11 +27,18 @@
 --   seed           data order, init, noise and timesteps                   (0)
 --   weights        start from these DiT weights: a .safetensors file, a sharded
 --                  *.safetensors.index.json or a diffusers directory       (seeded init)
+--   lora_rank      train LoRA adapters of this rank on the frozen model (`weights` or
+--                  the seeded init) instead of every weight                (off)
+--   lora_alpha lora_targets   their alpha (rank) and target patterns, comma-separated
+--                  (self_attn.*,cross_attn.*,ffn.*)
+--   lora_init      start the adapters from this LoRA file                  (A random, B zero)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 --   tensorboard    write TensorBoard event files in <run dir>/tb/ (true/false) (true)
 --   sample_prompts text-embedding files, comma-separated: a video of each per checkpoint
 --                  in <run dir>/samples/step-N/ (a model with text_dim)     (none)
+--   sample_captions captions as text, separated by '|', for a model trained on caption
+--                  bytes (no text_dim): a video of each per checkpoint       (none)
 --   sample_negative sample_frames sample_size (WxH) sample_steps sample_shift sample_guidance
 --   sample_seed sample_fps sample_every sample_device sample_cache   the sample stage's params
 local vf = require "vflow"
@@ -81,9 +88,11 @@ local ckpt = p:stage("checkpoint", {
   model_shard_bytes = a.model_shard_bytes,
 })
 local sample
-if a.sample_prompts ~= nil and a.sample_prompts ~= "" then
-  local prompts = {}
-  for f in tostring(a.sample_prompts):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+local function nonempty(v) return v ~= nil and v ~= "" end
+if nonempty(a.sample_prompts) or nonempty(a.sample_captions) then
+  local prompts, captions = {}, {}
+  for f in tostring(a.sample_prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+  for c in tostring(a.sample_captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
   local size
   if a.sample_size ~= nil then
     local w, h = tostring(a.sample_size):match("^(%d+)x(%d+)$")
@@ -91,11 +100,17 @@ if a.sample_prompts ~= nil and a.sample_prompts ~= "" then
     size = { tonumber(w), tonumber(h) }
   end
   sample = {
-    prompts = prompts, negative = a.sample_negative, frames = a.sample_frames, size = size,
+    prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = a.sample_negative, frames = a.sample_frames, size = size,
     steps = a.sample_steps, shift = a.sample_shift, guidance = a.sample_guidance, seed = a.sample_seed,
     fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
   }
 end
+local lora
+if a.lora_rank ~= nil and a.lora_rank ~= 0 then
+  local targets = {}
+  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
+  lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }
+end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
-          weights = a.weights, sample = sample }
+          lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
 return p

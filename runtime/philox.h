@@ -27,6 +27,7 @@ enum vf_rng_purpose {
     VF_RNG_TIMESTEP = 3,  /* rectified-flow timestep (id = sample id) */
     VF_RNG_SHUFFLE = 4,   /* data order (id = epoch) */
     VF_RNG_SAMPLE = 5,    /* initial noise of sampling (id = sample index) */
+    VF_RNG_LORA = 6,      /* LoRA adapter initialisation (id = adapter tensor index) */
     VF_RNG_TEST = 99,     /* tests */
 };
 

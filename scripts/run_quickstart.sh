@@ -6,8 +6,11 @@
 #   3. vflow run pipelines/train_dit.lua      the tiny DiT, 2 pipeline partitions x 2 micro-
 #                                             batches, 2 optimizer shards, async checkpoints
 #                                             every 100 steps, for QUICKSTART_STEPS (300) steps
-#   4. the loss curve (from runs/quickstart/metrics.jsonl), the final checkpoint path and
-#      where the TensorBoard event files are, with the `tensorboard --logdir` line.
+#                                             and a `sample` stage that turns each checkpoint
+#                                             into a video of two of the captions
+#   4. the loss curve (from runs/quickstart/metrics.jsonl), the final checkpoint path, the
+#      sample videos of the last checkpoint and where the TensorBoard event files are, with
+#      the `tensorboard --logdir` line.
 #
 # Under 3 minutes on 2 cores. Training runs one OpenMP thread per process: the partitions
 # and shards are processes of their own and share the cores. Rerunning skips what exists
@@ -32,6 +35,13 @@ echo "== 2/3 precompute latents -> cache/latents.lmdb"
   --set cache=cache/latents.lmdb --run-dir runs/precompute
 "$VFLOW" cache stat cache/latents.lmdb | sed -n '1,6p'
 
+# The first N captions of the manifest, '|'-separated (the sample stage's captions).
+captions() {
+  python3 -c 'import csv, sys
+rows = list(csv.DictReader(open("data/samples/manifest.csv")))
+print("|".join(r["text"].replace("|", " ") for r in rows[:int(sys.argv[1])]))' "$1"
+}
+
 echo "== 3/3 train the tiny DiT for $STEPS steps"
 resume=()
 [ "${QUICKSTART_RESUME:-0}" = 1 ] && resume=(--resume=auto)
@@ -39,7 +49,9 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive
   "$VFLOW" run pipelines/train_dit.lua --run-dir runs/quickstart --set run=quickstart \
   --set cache=cache/latents.lmdb --set steps="$STEPS" --set batch=4 --set stages=2 \
   --set micro_batches=2 --set shards=2 --set lr=2e-3 --set warmup=20 --set schedule=cosine \
-  --set min_lr=2e-4 --set every=100 --set keep=2 "${resume[@]}"
+  --set min_lr=2e-4 --set every=100 --set keep=2 \
+  --set sample_captions="$(captions 2)" --set sample_size=64x64 --set sample_frames=17 \
+  --set sample_steps=20 --set sample_fps=12 --set sample_cache=cache/latents.lmdb "${resume[@]}"
 
 metrics=runs/quickstart/metrics.jsonl
 echo
@@ -77,6 +89,14 @@ if [ -f "$ckpt/latest" ]; then
   echo "checkpoint: $ROOT/$ckpt/$(cat "$ckpt/latest") (model.safetensors, optimizer shards, state.json)"
 else
   echo "no checkpoint written (see runs/quickstart/run.log)" >&2
+  exit 1
+fi
+samples=$(ls -d runs/quickstart/samples/step-* 2>/dev/null | sort -t- -k2 -n | tail -1)
+if [ -n "$samples" ] && ls "$samples"/*.mp4 >/dev/null 2>&1; then
+  echo "sample videos of the last checkpoint ($ROOT/$samples):"
+  for f in "$samples"/*.mp4; do echo "  $(basename "$f")  (+ ${f%.mp4}.png, a strip of 4 frames)"; done
+else
+  echo "no sample video written (see runs/quickstart/run.log)" >&2
   exit 1
 fi
 echo "TensorBoard event files: $ROOT/runs/quickstart/tb/ (precompute: $ROOT/runs/precompute/tb/)"

@@ -44,7 +44,10 @@
 static const vf_param_spec sample_params[] = {
     {"prompts", VF_P_LIST_STR, "[]", VF_ANY,
      "text-embedding files (safetensors, one (L, text_dim) tensor each, as vflow sample --prompt-embeds); one video each"},
-    {"negative", VF_P_STR, "\"\"", VF_ANY, "negative text-embedding file; \"\" = the empty caption"},
+    {"captions", VF_P_LIST_STR, "[]", VF_ANY,
+     "captions as text, for a model trained on caption bytes (the tiny presets); one video each, instead of prompts"},
+    {"negative", VF_P_STR, "\"\"", VF_ANY,
+     "negative text-embedding file (with prompts) or negative caption (with captions); \"\" = the empty caption"},
     {"frames", VF_P_INT, "17", VF_RANGE(1, 100000), "frames per video (1 + 4·k for the 8x VAEs)"},
     {"size", VF_P_LIST_INT, "[256,256]", VF_RANGE(2, 8192), "{width, height} of the videos"},
     {"steps", VF_P_INT, "20", VF_RANGE(1, 10000), "Euler steps"},
@@ -88,10 +91,14 @@ static void opts_of(const vf_params *p, vf_dit_video_opts *o)
 /* What the planner and init refuse before anything runs. */
 static int check_params(const vf_params *p, vf_status *st)
 {
-    int n = vf_param_len(p, "prompts");
-    if (n < 1 || n > SAMPLE_MAX_PROMPTS)
+    int n = vf_param_len(p, "prompts"), nc = vf_param_len(p, "captions");
+    if ((n > 0) == (nc > 0))
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
-                             "sample: prompts must list 1 to %d text-embedding files, got %d", SAMPLE_MAX_PROMPTS, n);
+                             "sample: give prompts (text-embedding files) or captions (text, for a byte-caption "
+                             "model), not %s", n ? "both" : "neither");
+    if (n + nc > SAMPLE_MAX_PROMPTS)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "sample: at most %d %s, got %d",
+                             SAMPLE_MAX_PROMPTS, n ? "prompts" : "captions", n + nc);
     if (vf_param_len(p, "size") != 2)
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "sample: size must be {width, height}");
     return 0;
@@ -147,6 +154,7 @@ typedef struct prompt_result {
 typedef struct sample_state {
     vf_dit_video_opts o;
     int nprompts, every;
+    bool captions; /* the prompts are captions as text (a byte-caption model) */
     const char *negative;
     char root[PATH_MAX];               /* <run dir>/samples */
     pthread_t th;
@@ -188,6 +196,24 @@ static double now_s(void)
 }
 
 /* "a/b/cat.safetensors" -> "cat" */
+/* A caption's file stem: its index, then its first words as [a-z0-9_]. */
+static void stem_of_caption(int i, const char *text, char *out, size_t n)
+{
+    size_t k = (size_t)snprintf(out, n, "%02d", i);
+    bool sep = true;
+    for (const char *s = text; *s && k + 2 < n && k < 48; s++) {
+        char ch = *s;
+        if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) {
+            if (sep) out[k++] = '_';
+            out[k++] = ch;
+            sep = false;
+        } else
+            sep = true;
+    }
+    out[k] = 0;
+}
+
 static void stem_of(const char *path, char *out, size_t n)
 {
     const char *b = strrchr(path, '/');
@@ -227,20 +253,22 @@ static void run_job(sample_state *c, int64_t step, const char *path)
         pthread_mutex_unlock(&c->mu);
         if (quit) break;
         prompt_result *r = &c->res[c->nres++];
-        const char *prompt = vf_param_str_at(c->p, "prompts", i);
+        const char *prompt = vf_param_str_at(c->p, c->captions ? "captions" : "prompts", i);
         char stem[sizeof r->stem], *mp4 = r->mp4, png[PATH_MAX + 300], first[PATH_MAX + 300];
         vf_status ps;
         vf_status_clear(&ps);
         double t1 = now_s();
         snprintf(r->prompt, sizeof r->prompt, "%s", prompt);
-        stem_of(prompt, stem, sizeof stem);
+        if (c->captions) stem_of_caption(i, prompt, stem, sizeof stem);
+        else stem_of(prompt, stem, sizeof stem);
         memcpy(r->stem, stem, sizeof stem);
         snprintf(mp4, sizeof r->mp4, "%s/%s.mp4", dir, stem);
         snprintf(png, sizeof png, "%s/%s.png", dir, stem);
         snprintf(first, sizeof first, "%s/%s.frame0.png", dir, stem);
         vf_dit_video_out o = {mp4, png, first, NULL, NULL};
         vf_dit_video_stats s;
-        r->rc = vf_dit_video_prompt(v, prompt, "prompt", c->negative, "negative", &ps);
+        r->rc = c->captions ? vf_dit_video_caption(v, prompt, c->negative, &ps)
+                            : vf_dit_video_prompt(v, prompt, "prompt", c->negative, "negative", &ps);
         if (!r->rc) r->rc = vf_dit_video_render(v, &o, &s, &ps);
         snprintf(r->msg, sizeof r->msg, "%s", r->rc ? ps.msg : "");
         r->seconds = now_s() - t1;
@@ -394,7 +422,8 @@ static int sample_init(vf_stage *s, const vf_params *p, vf_status *st)
     vf_stage_set_state(s, c);
     c->p = p;
     opts_of(p, &c->o);
-    c->nprompts = vf_param_len(p, "prompts");
+    c->captions = vf_param_len(p, "captions") > 0;
+    c->nprompts = vf_param_len(p, c->captions ? "captions" : "prompts");
     c->every = (int)vf_param_int(p, "every");
     c->negative = vf_param_str(p, "negative");
     c->last_seen = c->last_started = -1;

@@ -3,6 +3,7 @@
 #include "runtime/driver/supervise.h"
 #include "runtime/driver/ctl.h"
 #include "runtime/core/obuf.h"
+#include "runtime/edge/edge_shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -259,6 +260,7 @@ void vf_super_kill_all(vf_super *sv)
         if (w->pid <= 0 || w->exited) continue;
         kill(w->pid, SIGKILL);
         waitpid(w->pid, &w->wstatus, 0);
+        vf_shm_sweep(w->pid);
         w->exited = true;
     }
 }
@@ -422,6 +424,7 @@ static void reap(vf_super *sv, int64_t now)
         if (!w->exited) {
             int status;
             if (waitpid(w->pid, &status, WNOHANG) != w->pid) continue;
+            vf_shm_sweep(w->pid); /* its edges' shared-memory names, if it could not */
             w->exited = true;
             w->wstatus = status;
             w->exit_ns = now;

@@ -27,6 +27,11 @@
  * is gone: it cannot consume anything more, so ending the wait loses nothing it could
  * still have read (a tcp blip that reconnects within the grace keeps the wait going).
  *
+ * On an ipc edge the large tensors' frames go through a shared-memory segment of the
+ * sending end when a slot is free (edge_shm.h): one copy into the slot, a 128-byte
+ * descriptor in the message where the frame was, and the receiver's tensors alias the
+ * slot. With every slot held by the consumer, frames go through the socket as above.
+ *
  * On a secured hub (vf_chan_hub_secure) every tcp socket uses CURVE (curve.h): the
  * receiving end is the server, the sending end a client of the receiver's identity
  * (desc.peer), and a connection from anyone who is not a peer of the run is refused in
@@ -34,6 +39,7 @@
  */
 #include "runtime/edge/transport_zmq.h"
 #include "runtime/edge/curve.h"
+#include "runtime/edge/edge_shm.h"
 #include "runtime/core/alloc.h"
 #include "runtime/core/item.h"
 #include "runtime/edge/transport_dev.h"
@@ -154,6 +160,7 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         if (zmq_connect(Z(e)->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
         if (zmq_connect(Z(e)->sock, addr) != 0) ZFAIL(e, "zmq_connect");
         Z(e)->credits = e->d.capacity;
+        VF_TRY(vf_shm_tx_new(&e->d, &Z(e)->shm, st));
     }
     return 0;
 fail:
@@ -333,10 +340,15 @@ static int send_part(vf_edge_end *e, vf_enc *enc, void *data, size_t len, bool f
 {
     int rc = 0;
     zmq_msg_t m;
-    atomic_fetch_add(&enc->refs, 1);
-    if (zmq_msg_init_data(&m, data, len, vf_enc_unref, enc) != 0) {
-        vf_enc_unref(NULL, enc);
-        ZFAIL(e, "zmq_msg_init_data");
+    if (!enc) { /* a small part (a shared-memory descriptor): copied into the message */
+        if (zmq_msg_init_size(&m, len) != 0) ZFAIL(e, "zmq_msg_init_size");
+        memcpy(zmq_msg_data(&m), data, len);
+    } else {
+        atomic_fetch_add(&enc->refs, 1);
+        if (zmq_msg_init_data(&m, data, len, vf_enc_unref, enc) != 0) {
+            vf_enc_unref(NULL, enc);
+            ZFAIL(e, "zmq_msg_init_data");
+        }
     }
     for (;;) { /* sending or closing m drops its reference */
         if (zmq_msg_send(&m, Z(e)->sock, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)) >= 0) break;
@@ -365,19 +377,31 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
 {
     int rc = 0;
     int64_t t0 = 0;
+    bool placed = false;
+    unsigned char (*desc)[VF_SHM_DESC_SIZE] = NULL;
     VF_TRY(vf_zmq_wait_credit(e, st));
     if (e->closed) {
         rc = VF_EOS;
         goto fail;
     }
+    if (Z(e)->shm && enc->nframes > 0) {
+        if (!(desc = malloc((size_t)enc->nframes * sizeof *desc)))
+            VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
+        VF_TRY(vf_shm_tx_place(Z(e)->shm, enc->frames, enc->nframes, desc, &placed, st));
+    }
     VF_TRY(send_part(e, enc, enc->data, enc->len, true, enc->nframes > 0, &t0, st));
-    for (int k = 0; k < enc->nframes; k++)
-        VF_TRY(send_part(e, enc, enc->frames[k]->data, vf_tensor_nbytes(enc->frames[k]), false,
-                         k + 1 < enc->nframes, &t0, st));
+    for (int k = 0; k < enc->nframes; k++) {
+        if (placed)
+            VF_TRY(send_part(e, NULL, desc[k], VF_SHM_DESC_SIZE, false, k + 1 < enc->nframes, &t0, st));
+        else
+            VF_TRY(send_part(e, enc, enc->frames[k]->data, vf_tensor_nbytes(enc->frames[k]), false,
+                             k + 1 < enc->nframes, &t0, st));
+    }
     Z(e)->credits--;
     atomic_store(&e->inflight, e->d.capacity - Z(e)->credits);
 fail:
     if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
+    free(desc);
     vf_enc_unref(NULL, enc); /* the caller's reference: each part queued holds its own */
     return rc;
 }
@@ -386,13 +410,15 @@ fail:
 typedef struct rmsg {
     zmq_msg_t msg;
     vf_account *acct;
-    size_t size;
+    size_t size;     /* what the part holds: its own size, or a descriptor's payload */
+    vf_frame shm;    /* a shared-memory descriptor's payload (release NULL: none) */
 } rmsg;
 
 static void rmsg_release(void *data, void *hint)
 {
     (void)data;
     rmsg *r = hint;
+    if (r->shm.release) r->shm.release((void *)r->shm.data, r->shm.hint);
     zmq_msg_close(&r->msg);
     if (r->acct) vf_account_credit(r->acct, (int64_t)r->size);
     free(r);
@@ -416,6 +442,7 @@ static int recv_part(vf_edge_end *e, rmsg **out, vf_status *st)
     }
     r->acct = NULL;
     r->size = zmq_msg_size(&r->msg);
+    r->shm = (vf_frame){0};
     *out = r;
     return 0;
 }
@@ -490,6 +517,14 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
         Z(e)->sent_final = true;
         return rc < 0 ? rc : VF_EOS;
     }
+    /* Shared-memory descriptors (ipc only: a segment is a thing of this node; over tcp a
+     * descriptor is a frame of the wrong size, which the decoder refuses): the part
+     * stands for the slot's payload from here on. */
+    for (int k = 0; k < nf && e->d.transport == VF_TR_IPC; k++) {
+        if (!vf_shm_is_desc(zmq_msg_data(&fr[k]->msg), fr[k]->size)) continue;
+        VF_TRY(vf_shm_rx_frame(&Z(e)->shm_rx, e->d.name, zmq_msg_data(&fr[k]->msg), &fr[k]->shm, st));
+        fr[k]->size = fr[k]->shm.len;
+    }
     /* The message is now memory this stage holds: charge it to the consumer's account. */
     int64_t total = (int64_t)n;
     for (int k = 0; k < nf; k++) total += (int64_t)fr[k]->size;
@@ -501,10 +536,11 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
     charged = total;
     r->acct = acct;
     for (int k = 0; k < nf; k++) fr[k]->acct = acct;
-    if (nf && !(frames = calloc((size_t)nf, sizeof *frames)))
+    if (nf > 0 && !(frames = calloc((size_t)nf, sizeof *frames)))
         VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
     for (int k = 0; k < nf; k++)
-        frames[k] = (vf_frame){zmq_msg_data(&fr[k]->msg), fr[k]->size, rmsg_release, fr[k]};
+        frames[k] = (vf_frame){fr[k]->shm.release ? fr[k]->shm.data : zmq_msg_data(&fr[k]->msg), fr[k]->size,
+                               rmsg_release, fr[k]};
     rc = vf_item_decode_split(p, n, rmsg_release, r, frames, nf, out, st);
     if (rc < 0) {
         vf_status_prefix(st, "edge %s", e->d.name);
@@ -584,6 +620,8 @@ static void zmq_end_free(vf_edge_end *e)
         zmq_close(Z(e)->mon);
     }
     zmq_close(Z(e)->sock);
+    vf_shm_tx_free(Z(e)->shm);
+    vf_shm_rx_free(Z(e)->shm_rx);
     free(e->impl);
     e->impl = NULL;
 }

@@ -27,6 +27,8 @@ typedef struct vf_zmq_end {
     int handshakes_failed; /* send: failures in a row since the last success */
     int handshake_failed; /* send: the latest ZMQ_EVENT_HANDSHAKE_FAILED_* */
     unsigned handshake_status; /* its value (the ZAP status code for an auth failure) */
+    struct vf_shm_tx *shm;     /* send, ipc: large tensors through shared memory (edge_shm.h), or NULL */
+    struct vf_shm_rx *shm_rx;  /* recv: the senders' segments mapped so far, or NULL */
 } vf_zmq_end;
 
 static inline vf_zmq_end *vf_zmq_of(const vf_edge_end *e) { return (vf_zmq_end *)e->impl; }

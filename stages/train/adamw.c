@@ -25,6 +25,7 @@
  * time, samples/s, tokens/s and the measured pipeline bubble.
  */
 #include "stages/train/adamw_io.h"
+#include "models/dit_lora.h"
 #include "models/dit_weights.h"
 #include "stages/train/dit_train.h"
 #include "formats/ckpt.h"
@@ -63,6 +64,11 @@ static const vf_param_spec adamw_params[] = {
     {"weights", VF_P_STR, "\"\"", VF_ANY,
      "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json or a diffusers "
      "directory; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); \"\" = init from seed (set by p:train)"},
+    {"lora", VF_P_STR, "\"\"", VF_ANY,
+     "LoRA adapters as JSON {rank, alpha, targets} (set by p:train): the shard holds a slice of the adapters "
+     "only; \"\" = every weight"},
+    {"lora_init", VF_P_STR, "\"\"", VF_ANY,
+     "with LoRA: start the adapters from this LoRA file (set by p:train); \"\" = init from seed"},
     {0},
 };
 
@@ -70,14 +76,21 @@ static const vf_param_spec adamw_params[] = {
 
 typedef struct geo {
     vf_dit_config cfg;
-    vf_dit_layout *l;
+    vf_dit_layout *l;        /* the model */
+    vf_dit_lora *lora;       /* NULL: full fine-tune */
+    const vf_dit_layout *tl; /* the trainable vector: the model's, or the adapters' */
     int k, S, P, D;
     int splits[VF_TRAIN_MAX_PARTS + 1];
     int64_t total, block, nblk, lo, hi, n, b0, b1;
     int64_t plo[VF_TRAIN_MAX_PARTS], phi[VF_TRAIN_MAX_PARTS];
 } geo;
 
-static void geo_fini(geo *g) { vf_dit_layout_free(g->l); }
+static void geo_fini(geo *g)
+{
+    vf_dit_lora_free(g->lora);
+    vf_dit_layout_free(g->l);
+    g->lora = NULL, g->l = NULL, g->tl = NULL;
+}
 
 static int geo_init(const vf_params *p, geo *g, vf_status *st)
 {
@@ -85,6 +98,10 @@ static int geo_init(const vf_params *p, geo *g, vf_status *st)
     memset(g, 0, sizeof *g);
     VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &g->cfg, st));
     VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
+    vf_dit_lora_cfg lc;
+    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(p, "lora"), &lc, st));
+    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(g->l, &lc, &g->lora, st));
+    g->tl = g->lora ? g->lora->l : g->l;
     g->k = (int)vf_param_int(p, "shard");
     g->S = (int)vf_param_int(p, "shards");
     g->D = (int)vf_param_int(p, "replicas");
@@ -94,7 +111,7 @@ static int geo_init(const vf_params *p, geo *g, vf_status *st)
     } else {
         VF_TRY(vf_train_splits(p, g->cfg.depth, g->splits, &g->P, "adamw", st));
     }
-    g->total = g->l->total;
+    g->total = g->tl->total;
     g->block = vf_train_norm_block(g->total);
     g->nblk = (g->total + g->block - 1) / g->block;
     if (g->S > g->nblk)
@@ -105,7 +122,7 @@ static int geo_init(const vf_params *p, geo *g, vf_status *st)
     g->n = g->hi - g->lo;
     for (int q = 0; q < g->P; q++) {
         int64_t off, n;
-        vf_dit_layout_range(g->l, g->splits[q], g->splits[q + 1], &off, &n);
+        vf_dit_layout_range(g->tl, g->splits[q], g->splits[q + 1], &off, &n);
         g->plo[q] = off, g->phi[q] = off + n;
     }
 fail:
@@ -138,6 +155,16 @@ static int check_weights(const vf_params *p, const geo *g, int64_t *largest, vf_
     return rc;
 }
 
+/* The adapter file of param `lora_init` against the adapters, before any worker starts. */
+static int check_lora_init(const vf_params *p, const geo *g, vf_status *st)
+{
+    const char *path = vf_param_str(p, "lora_init");
+    if (!path[0]) return 0;
+    if (!g->lora)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "adamw: lora_init = %s needs the lora option", path);
+    return vf_dit_lora_file_read(path, g->lora, NULL, 0, 0, st);
+}
+
 static int adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
                        vf_status *st)
 {
@@ -145,7 +172,7 @@ static int adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_por
     int64_t largest;
     int rc = geo_init(p, &g, st);
     if (rc) return rc;
-    if ((rc = check_weights(p, &g, &largest, st))) {
+    if ((rc = check_weights(p, &g, &largest, st)) || (rc = check_lora_init(p, &g, st))) {
         geo_fini(&g);
         return rc;
     }
@@ -219,7 +246,8 @@ static int adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_p
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
     vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
     int64_t largest = 0;
-    if (vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
+    /* with LoRA the partitions load the base, the shards never read the file */
+    if (!g.lora && vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {
         geo_fini(&g);
         return rc;
     }
@@ -354,7 +382,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
     }
     if (found) {
         VF_TRY(vf_ckpt_config_check(ck.path, vf_json_get(ck.state, "config"), h->config, st));
-        VF_TRY(vf_adamw_load_master(ck.path, h->g.l, h->g.lo, h->g.hi, host, st));
+        VF_TRY(vf_adamw_load_master(ck.path, h->g.tl, h->g.lo, h->g.hi, host, st));
         be->upload(be, h->master, host, n, VF_DTYPE_F32);
         be->upload(be, h->wout, host, n, h->act);
         mv = vf_alloc(sizeof(float) * (size_t)(n ? n : 1), st);
@@ -365,8 +393,13 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         h->t0 = ck.step;
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
     } else {
-        const char *wpath = vf_param_str(p, "weights");
-        if (wpath[0]) { /* the user's weights (checked at plan time; again here, then streamed) */
+        const char *wpath = vf_param_str(p, "weights"), *lpath = vf_param_str(p, "lora_init");
+        if (h->g.lora && lpath[0]) { /* an existing adapter, in any of the namings users have */
+            VF_TRY(vf_dit_lora_file_read(lpath, h->g.lora, host, h->g.lo, n, st));
+            if (h->g.k == 0) vf_log(ctx, VF_LOG_INFO, "LoRA adapters start from %s", lpath);
+        } else if (h->g.lora) { /* the partitions hold the base; the shards the adapters */
+            vf_dit_lora_init(h->g.lora, (uint64_t)vf_param_int(p, "seed"), h->g.lo, n, host);
+        } else if (wpath[0]) { /* the user's weights (checked at plan time; again here, then streamed) */
             vf_dit_wsrc *w = NULL;
             rc = vf_dit_wsrc_open(wpath, &w, st);
             if (rc == 0) rc = vf_dit_wsrc_check(w, h->g.l, st);
@@ -644,6 +677,7 @@ static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr,
         VF_TRY(rc);
         VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
         VF_TRY(vf_item_set_str(it, "preset", h->preset, st));
+        if (h->g.lora) VF_TRY(vf_item_set_num(it, "lora_alpha", h->g.lora->cfg.alpha, st));
     }
     rc = vf_send(out, it, st);
     it = NULL;

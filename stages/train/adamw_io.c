@@ -53,6 +53,24 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
     VF_TRY(put(o, "train.seed", vf_json_int(vf_param_int(p, "seed")), st));
     VF_TRY(put(o, "train.t_mean", vf_json_num(vf_param_num(p, "t_mean")), st));
     VF_TRY(put(o, "train.t_std", vf_json_num(vf_param_num(p, "t_std")), st));
+    /* a LoRA run resumes only as the same adapters */
+    const char *lj = vf_param_str(p, "lora");
+    if (lj && lj[0]) {
+        vf_json *lora = vf_json_parse(lj, st);
+        if (!lora) VF_FAIL(st, VF_EUSAGE, "adamw: param lora is not JSON");
+        static const char *const lk[] = {"rank", "alpha", "targets"};
+        for (int i = 0; i < 3 && !rc; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "lora.%s", lk[i]);
+            const vf_json *v = vf_json_get(lora, lk[i]);
+            if (v) rc = put(o, key, vf_json_clone(v), st);
+        }
+        vf_json_free(lora);
+        VF_TRY(rc);
+        /* the frozen base the adapters belong to ("" = the seeded init): sampling a LoRA
+         * checkpoint rebuilds the model from it */
+        VF_TRY(put(o, "lora.base", vf_json_str(vf_param_str(p, "weights")), st));
+    }
 
     const char *dj = vf_param_str(p, "data");
     if (dj && dj[0]) {
@@ -89,9 +107,11 @@ int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t 
     vf_st_sharded *f = NULL;
     char path[PATH_MAX + 64];
     struct stat sb;
-    /* one file, or the shards behind the index above the writer's model_shard_bytes */
+    /* one file, or the shards behind the index above the writer's model_shard_bytes; a
+     * LoRA run's adapters (its config check has made sure the run is one) */
     snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL_INDEX);
     if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL);
+    if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_LORA);
     VF_TRY(vf_st_sharded_open(path, &f, st));
     int64_t covered = 0;
     for (int i = 0; i < l->n; i++) {

@@ -4,6 +4,7 @@
  *
  * File formats (written by stages/train/checkpoint.c):
  *   model.safetensors              every model tensor by name, F32 (the master weights);
+ *                                  a LoRA run's lora.safetensors instead: the adapters;
  *                                  above the writer's model_shard_bytes instead
  *                                  model-0000k-of-0000N.safetensors and
  *                                  model.safetensors.index.json (formats/st_sharded.h)

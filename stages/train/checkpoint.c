@@ -28,6 +28,7 @@
  * written, so a kill can be timed to land inside a commit.
  */
 #include "stages/train/checkpoint.h"
+#include "models/dit_lora.h"
 #include "stages/train/dit_train.h"
 #include "formats/ckpt.h"
 
@@ -50,14 +51,29 @@ static const vf_param_spec ckpt_params[] = {
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (names of model.safetensors; set by p:train)",
      NULL, vf_dit_model_fields},
     {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S (set by p:train)"},
+    {"lora", VF_P_STR, "\"\"", VF_ANY,
+     "LoRA adapters as JSON {rank, alpha, targets} (set by p:train): checkpoints hold lora.safetensors instead of the model"},
     {0},
 };
 
+/* The layout of what the shards train: the model's, or with `lora` the adapters'. */
 static int layout_of(const vf_params *p, vf_dit_layout **l, vf_status *st)
 {
     vf_dit_config c;
+    vf_dit_lora_cfg lc;
+    vf_dit_lora *lo = NULL;
     int rc = vf_dit_config_from_params(vf_param_table(p, "model"), &c, st);
-    return rc ? rc : vf_dit_layout_new(&c, l, st);
+    if (!rc) rc = vf_dit_layout_new(&c, l, st);
+    if (!rc) rc = vf_dit_lora_cfg_parse(vf_param_str(p, "lora"), &lc, st);
+    if (rc || lc.rank == 0) return rc;
+    rc = vf_dit_lora_new(*l, &lc, &lo, st);
+    vf_dit_layout_free(*l);
+    *l = NULL;
+    if (rc) return rc;
+    *l = lo->l; /* keep the adapters' layout alone */
+    lo->l = NULL;
+    vf_dit_lora_free(lo);
+    return 0;
 }
 
 static int ckpt_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out, vf_status *st)

@@ -126,10 +126,11 @@ out:
     return text;
 }
 
-/* One model file of the tensors ord[0..n) (layout indices). */
+/* One model file of the tensors ord[0..n) (layout indices). alpha (not NULL): the file
+ * holds LoRA adapters, and each A tensor's module gets its scalar "<module>.alpha". */
 static int write_model_file(const char *path, const vf_dit_layout *l, const int *ord, int n, const shard_view *sh,
-                            int S, const char *step, const char *preset, int64_t *bytes, uint32_t *crc,
-                            vf_status *st)
+                            int S, const char *step, const char *preset, const float *alpha, int64_t *bytes,
+                            uint32_t *crc, vf_status *st)
 {
     int rc = 0;
     vf_st_writer *w = vf_st_writer_new(st);
@@ -139,6 +140,12 @@ static int write_model_file(const char *path, const vf_dit_layout *l, const int 
         const vf_dit_tensor *t = &l->t[ord[j]];
         fc[j] = (fill_ctx){sh, S, t->offset};
         VF_TRY(vf_st_writer_add_fill(w, t->name, VF_ST_F32, t->ndim, t->shape, fill_master, &fc[j], st));
+        const char *a = alpha ? strstr(t->name, ".lora_A.weight") : NULL;
+        if (a) {
+            char an[128];
+            snprintf(an, sizeof an, "%.*s.alpha", (int)(a - t->name), t->name);
+            VF_TRY(vf_st_writer_add(w, an, VF_ST_F32, 0, NULL, alpha, st));
+        }
     }
     VF_TRY(vf_st_writer_meta(w, "format", "pt", st));
     VF_TRY(vf_st_writer_meta(w, "step", step, st));
@@ -192,8 +199,8 @@ static char *index_text(const vf_dit_layout *l, const int *ord, const int *shard
  * shards of at most shard_bytes each (a larger tensor alone in its own) in the file's
  * tensor order, plus model.safetensors.index.json. Every file goes into the manifest. */
 static int write_model(const char *tmp, const vf_dit_layout *l, const shard_view *sh, int S, int64_t step,
-                       const char *preset, int64_t shard_bytes, vf_json *files, int64_t *total_bytes,
-                       vf_status *st)
+                       const char *preset, const float *alpha, int64_t shard_bytes, vf_json *files,
+                       int64_t *total_bytes, vf_status *st)
 {
     int rc = 0, n = 0, nshards = 1;
     int *ord = malloc(sizeof *ord * (size_t)(l->n ? l->n : 1));
@@ -218,9 +225,16 @@ static int write_model(const char *tmp, const vf_dit_layout *l, const shard_view
     snprintf(sstep, sizeof sstep, "%lld", (long long)step);
     int64_t bytes;
     uint32_t crc;
+    if (alpha) { /* LoRA adapters: one lora.safetensors, small enough never to be sharded */
+        snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_LORA);
+        VF_TRY(write_model_file(file, l, ord, n, sh, S, sstep, preset, alpha, &bytes, &crc, st));
+        VF_TRY(add_file(files, VF_CKPT_LORA, bytes, crc));
+        *total_bytes += bytes;
+        goto fail; /* rc == 0 */
+    }
     if (shard_bytes <= 0 || data <= shard_bytes) {
         snprintf(file, sizeof file, "%s/%s", tmp, VF_CKPT_MODEL);
-        VF_TRY(write_model_file(file, l, ord, n, sh, S, sstep, preset, &bytes, &crc, st));
+        VF_TRY(write_model_file(file, l, ord, n, sh, S, sstep, preset, NULL, &bytes, &crc, st));
         VF_TRY(add_file(files, VF_CKPT_MODEL, bytes, crc));
         *total_bytes += bytes;
         goto fail; /* rc == 0 */
@@ -230,7 +244,7 @@ static int write_model(const char *tmp, const vf_dit_layout *l, const shard_view
         while (j1 < n && shard_of[j1] == k) j1++;
         vf_st_shard_name(VF_CKPT_MODEL_STEM, k, nshards, name, sizeof name);
         snprintf(file, sizeof file, "%s/%s", tmp, name);
-        VF_TRY(write_model_file(file, l, ord + j0, j1 - j0, sh, S, sstep, preset, &bytes, &crc, st));
+        VF_TRY(write_model_file(file, l, ord + j0, j1 - j0, sh, S, sstep, preset, NULL, &bytes, &crc, st));
         VF_TRY(add_file(files, name, bytes, crc));
         *total_bytes += bytes;
         j0 = j1;
@@ -337,7 +351,10 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
 
     int64_t bytes;
     uint32_t crc;
-    VF_TRY(write_model(tmp, l, sh, S, step, vf_item_str(snaps[0], "preset"), shard_bytes, files, &total_bytes, st));
+    /* shard 0's snapshot of a LoRA run carries the adapters' alpha */
+    float alpha = (float)meta_num(snaps[0], "lora_alpha", 0);
+    VF_TRY(write_model(tmp, l, sh, S, step, vf_item_str(snaps[0], "preset"), alpha > 0 ? &alpha : NULL, shard_bytes,
+                       files, &total_bytes, st));
     if (fail_inject) VF_FAIL(st, VF_EIO, "checkpoint: %s: injected write failure (VFLOW_CKPT_FAIL)", tmp);
     /* a test's SIGKILL lands mid-commit (model written, optimizer files not yet) when the
      * commit holds here; a small model's whole commit is otherwise over in a millisecond */

@@ -20,6 +20,7 @@
  */
 #include "stages/train/dit_stage.h"
 #include "formats/ckpt.h"
+#include "models/dit_weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,10 @@ static const vf_param_spec dit_params[] = {
     {"t_std", VF_P_NUM, "1", VF_RANGE(0, 100), "logit-normal timestep std"},
     {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir (first partition: data cursor on --resume); \"\" = <run dir>/ckpt"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where this partition runs"},
+    {"lora", VF_P_STR, "\"\"", VF_ANY,
+     "LoRA adapters as JSON {rank, alpha, targets} (set by p:train); \"\" = train every weight"},
+    {"weights", VF_P_STR, "\"\"", VF_ANY,
+     "with LoRA: the frozen base weights of this partition (set by p:train); \"\" = init from seed"},
     {0},
 };
 
@@ -50,11 +55,31 @@ static const vf_param_spec dit_params[] = {
 typedef struct pgeo {
     vf_dit_config cfg;
     vf_dit_layout *l;
+    vf_dit_lora *lora;       /* NULL: the trainable vector is the model's */
     int p, P, S, M;
     int splits[VF_TRAIN_MAX_PARTS + 1];
-    int64_t off, n;
+    int64_t off, n;          /* range of the trainable vector */
+    int64_t boff, bn;        /* range of the model's vector */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
 } pgeo;
+
+static void pgeo_fini(pgeo *g)
+{
+    vf_dit_lora_free(g->lora);
+    vf_dit_layout_free(g->l);
+    g->lora = NULL, g->l = NULL;
+}
+
+/* Elements of the largest tensor of the model in [off, off + n): the host staging of
+ * loading the frozen base tensor by tensor. */
+static int64_t largest_in(const vf_dit_layout *l, int64_t off, int64_t n)
+{
+    int64_t most = 1;
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].offset >= off && l->t[i].offset + l->t[i].numel <= off + n && l->t[i].numel > most)
+            most = l->t[i].numel;
+    return most;
+}
 
 static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
 {
@@ -62,6 +87,10 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     memset(g, 0, sizeof *g);
     VF_TRY(vf_dit_config_from_params(vf_param_table(prm, "model"), &g->cfg, st));
     VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
+    vf_dit_lora_cfg lc;
+    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(prm, "lora"), &lc, st));
+    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(g->l, &lc, &g->lora, st));
+    const vf_dit_layout *tl = g->lora ? g->lora->l : g->l;
     if (vf_param_len(prm, "splits") == 0) {
         g->P = 1, g->splits[0] = 0, g->splits[1] = g->cfg.depth;
     } else {
@@ -71,14 +100,15 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     g->S = (int)vf_param_int(prm, "shards");
     g->M = (int)vf_param_int(prm, "micro_batches");
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
-    vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
-    int64_t block = vf_train_norm_block(g->l->total), b0, b1;
-    if (g->S > (g->l->total + block - 1) / block)
-        VF_FAIL(st, VF_EUSAGE, "dit: %d optimizer shards for %lld parameters (norm blocks of %lld)", g->S,
-                (long long)g->l->total, (long long)block);
-    for (int k = 0; k < g->S; k++) vf_train_shard_range(g->l->total, block, g->S, k, &g->slo[k], &g->shi[k], &b0, &b1);
+    vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
+    vf_dit_layout_range(tl, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
+    int64_t block = vf_train_norm_block(tl->total), b0, b1;
+    if (g->S > (tl->total + block - 1) / block)
+        VF_FAIL(st, VF_EUSAGE, "dit: %d optimizer shards for %lld %sparameters (norm blocks of %lld)", g->S,
+                (long long)tl->total, g->lora ? "LoRA " : "", (long long)block);
+    for (int k = 0; k < g->S; k++) vf_train_shard_range(tl->total, block, g->S, k, &g->slo[k], &g->shi[k], &b0, &b1);
 fail:
-    if (rc) vf_dit_layout_free(g->l), g->l = NULL;
+    if (rc) pgeo_fini(g);
     return rc;
 }
 
@@ -194,7 +224,7 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
         gs->meta_bytes = 1024;
     }
 fail:
-    vf_dit_layout_free(g.l);
+    pgeo_fini(&g);
     return rc;
 }
 
@@ -210,10 +240,17 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     vf_dit_dims mx;
     int64_t Bmax;
     if (upstream_dims(&g, ports, &mx, &Bmax, st)) {
-        vf_dit_layout_free(g.l);
+        pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
-    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights + gradients", (int64_t)(as + gs) * g.n);
+    if (g.lora) { /* the frozen base once, in the partition's dtype; gradients for the adapters only */
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * g.bn);
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters + gradients", (int64_t)(as + gs) * g.n);
+        vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "base loading: its largest tensor (f32 staging)",
+                        4 * largest_in(g.l, g.boff, g.bn));
+    } else {
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights + gradients", (int64_t)(as + gs) * g.n);
+    }
     /* the pools behind sent items allocate only when none has come back, so what they
      * hold beyond the one item being built sits on the edges and in the receivers' hands,
      * which the plan counts there: one gradient slice (the largest), one activation or
@@ -230,6 +267,9 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         free(ops);
         vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)", nsv * m.saved);
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
+        if (g.lora)
+            vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
+                            vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mx, as, gs));
         /* latent values of the largest micro-batch: B·L tokens of z·patch values */
         int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * vf_dit_tokens(&g.cfg, &mx);
         int64_t per = ntok * g.cfg.z * g.cfg.patch[0] * g.cfg.patch[1] * g.cfg.patch[2];
@@ -243,11 +283,42 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
             vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
         }
     }
-    vf_dit_layout_free(g.l);
+    pgeo_fini(&g);
     return 0;
 }
 
 /* ------------------------------------------------------------------ init, fini */
+
+/* With LoRA: the frozen base weights of the partition's range, from the `weights` file or
+ * the seeded init (the same numbers the shards would have sent), uploaded once, tensor by
+ * tensor through a host buffer of the largest one (partition ranges never cut a tensor). */
+static int load_base(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_wsrc *w = NULL;
+    float *host = vf_alloc(sizeof(float) * (size_t)largest_in(h->l, h->boff, h->bn), st);
+    if (!host) VF_FAIL(st, VF_ENOMEM, "%s: no host staging for the base weights", vf_stage_name(s));
+    h->base = h->be->alloc(h->be, h->as * (size_t)(h->bn ? h->bn : 1), st);
+    if (!h->base) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld base weights",
+                          vf_stage_name(s), (long long)h->bn);
+    const char *path = vf_param_str(prm, "weights");
+    if (path[0]) {
+        VF_TRY(vf_dit_wsrc_open(path, &w, st));
+        VF_TRY(vf_dit_wsrc_check(w, h->l, st));
+    }
+    uint64_t seed = (uint64_t)vf_param_int(prm, "seed");
+    for (int i = 0; i < h->l->n; i++) {
+        const vf_dit_tensor *t = &h->l->t[i];
+        if (t->numel == 0 || t->offset < h->boff || t->offset + t->numel > h->boff + h->bn) continue;
+        if (w) VF_TRY(vf_dit_wsrc_read(w, h->l, host, t->offset, t->numel, st));
+        else vf_dit_init(h->l, seed, t->offset, t->numel, host);
+        h->be->upload(h->be, (char *)h->base + (size_t)(t->offset - h->boff) * h->as, host, t->numel, h->act);
+    }
+fail:
+    vf_dit_wsrc_close(w);
+    vf_free(host);
+    return rc;
+}
 
 static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
 {
@@ -257,7 +328,8 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     vf_stage_set_state(s, h);
     pgeo g;
     VF_TRY(pgeo_init(prm, &g, st));
-    h->cfg = g.cfg, h->l = g.l, h->p = g.p, h->P = g.P, h->S = g.S, h->M = g.M;
+    h->cfg = g.cfg, h->l = g.l, h->lora = g.lora, h->p = g.p, h->P = g.P, h->S = g.S, h->M = g.M;
+    h->boff = g.boff, h->bn = g.bn;
     memcpy(h->splits, g.splits, sizeof h->splits);
     memcpy(h->slo, g.slo, sizeof h->slo);
     memcpy(h->shi, g.shi, sizeof h->shi);
@@ -290,6 +362,7 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->grads = h->params ? h->be->alloc(h->be, h->gs * (size_t)h->n, st) : NULL;
     if (!h->grads) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld weights",
                            vf_stage_name(s), (long long)h->n);
+    if (h->lora) VF_TRY(load_base(s, h, prm, st));
 fail:
     return rc;
 }
@@ -301,6 +374,8 @@ static void dit_fini(vf_stage *s)
     vf_dit_stage_teardown(h);
     if (h->be && h->params) h->be->free(h->be, h->params);
     if (h->be && h->grads) h->be->free(h->be, h->grads);
+    if (h->be && h->base) h->be->free(h->be, h->base);
+    vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
     free(h);
     vf_stage_set_state(s, NULL);

@@ -7,6 +7,7 @@
 #define VF_DIT_STAGE_H
 
 #include "stages/train/dit_train.h"
+#include "models/dit_lora.h"
 
 /* Hot-item pools: forward activations (+ target), last partition's boundary gradients. */
 enum { XF_X = 0, XF_E, XF_E0, XF_CTX, XF_TARGET, XF_N };
@@ -22,7 +23,12 @@ typedef struct dit_part_state {
     int p, P, M, S, D, r;
     int splits[VF_TRAIN_MAX_PARTS + 1];
     bool first, last, recompute;
-    int64_t off, n;                          /* this partition's flat range */
+    int64_t off, n;                          /* this partition's range of the trainable vector
+                                                (the model's, or with LoRA the adapters') */
+    vf_dit_lora *lora;                       /* NULL: full fine-tune */
+    int64_t boff, bn;                        /* with LoRA: the range of the frozen base */
+    void *base;                              /* with LoRA: the base weights of the range (act
+                                                dtype), loaded once and never updated */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     int64_t steps;
     double peak;                             /* the device's bf16 peak FLOP/s, 0 unknown (CPU) */
@@ -30,7 +36,7 @@ typedef struct dit_part_state {
     vf_dit_rf rf;
     char ckpt_dir[4096];
 
-    /* buffers: weights and gradients of the range (backend) */
+    /* buffers: weights and gradients of the trainable range (backend) */
     void *params, *grads;
 
     /* set up at the first micro-batch, once its geometry is known */

@@ -50,8 +50,10 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     int rc = 0;
     vf_backend *be = h->be;
     h->max = *max;
-    VF_TRY(vf_dit_part_new(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->recompute, h->params,
-                           h->grads, &h->part, st));
+    /* with LoRA the partition runs on the frozen base and trains the adapters only */
+    VF_TRY(vf_dit_part_new(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->recompute,
+                           h->lora ? h->base : h->params, h->lora ? NULL : h->grads, &h->part, st));
+    if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));
     h->ops = calloc((size_t)(2 * h->M), sizeof *h->ops);
     if (!h->ops) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
     h->nsv = vf_train_1f1b(h->P, h->p, h->M, h->ops);

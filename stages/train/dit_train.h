@@ -22,7 +22,10 @@
  *                              shard, blk0, nblk
  *   snap    adamw_k -> checkpoint  "master", "exp_avg", "exp_avg_sq" f32 (n) on the host;
  *                              meta step, shard, shards, off, n, lr; shard 0 adds
- *                              "cursors" (JSON list), "config" (JSON), "loss", "preset"
+ *                              "cursors" (JSON list), "config" (JSON), "loss", "preset",
+ *                              and with LoRA "lora_alpha"
+ * With LoRA (the stages' `lora` param) "the flat parameter vector" of all of the above is
+ * the adapter vector (models/dit_lora.h), laid out and cut exactly as the model's is.
  *   ack     checkpoint -> adamw_k  (sync mode only) meta step, ok
  */
 #ifndef VF_DIT_TRAIN_H

@@ -7,6 +7,11 @@ numbers computed here by hand, independently of vflow's code:
     micro-batches in flight on partition p;
   - the precompute: edges = workers x capacity x (clip bytes + codec overhead), and the
     VAE's device memory independent of the clip length;
+  - the 14B LoRA on one GPU: the base once in bf16 (2 B/param), no gradients, master or
+    moments for it; adapters r·(18·d + 2·ffn) per block counted by hand, 12 B/param of
+    optimizer state and 4 of weights + gradients for them alone; it fits where the full
+    fine-tune of the same script does not, and is smaller by at least the base's master
+    and moments;
   - every example loads on a machine without GPUs (devices marked not present) and the
     verdicts are what docs/PLANNING.md says.
 vflow-test: labels=integration timeout=120
@@ -128,6 +133,30 @@ def wan14b():
           (N, dev(p, "cuda:0")["total"] / GiB, dev(p, "cuda:7")["total"] / GiB, cpu / GiB, 48 * N / GiB))
 
 
+def wan14b_lora():
+    budget = ("--budget", "cuda=80GiB,cpu=256GiB")
+    p, rc = plan("plan_wan14b_lora_1x80.lua", *budget)
+    full, rc_full = plan("plan_wan14b_lora_1x80.lua", *budget, "--set", "lora_rank=0")
+    N, _, _, _ = wan_params(5120, 13824, 40)
+    r, d, f = 32, 5120, 13824
+    NL = 40 * r * (18 * d + 2 * f)  # A (r, in) and B (out, r) on q k v o, cross q k v o, ffn.0, ffn.2
+    check(rc == 0 and p["fits"], "14B LoRA fits one 80 GiB GPU: %s" % p["verdict"])
+    check(rc_full == 2 and not full["fits"], "the full fine-tune of 14B does not: %s" % full["verdict"])
+    opt = line_sum(p, stage="adamw_0", what="master weights + moments")
+    check(opt == 12 * NL, "LoRA optimizer state 12 B per adapter parameter: %d vs %d" % (opt, 12 * NL))
+    check(line_sum(full, stage="adamw_0", what="master weights + moments") == 12 * N, "full: 12 B/param")
+    base = line_sum(p, stage="dit_0", what="frozen base weights")
+    check(base == 2 * N, "the base once in bf16: %d vs %d" % (base, 2 * N))
+    ad = line_sum(p, stage="dit_0", what="LoRA adapters + gradients")
+    check(ad == 4 * NL, "adapters + their gradients 4 B/param: %d vs %d" % (ad, 4 * NL))
+    check(line_sum(p, stage="dit_0", what="weights + gradients") == 0, "no gradients for the base")
+    saved = dev(full, "cuda:0")["total"] - dev(p, "cuda:0")["total"]
+    check(saved >= 12 * (N - NL), "LoRA saves at least the base's master + moments on cuda:0: %.2f GiB vs %.2f GiB" %
+          (saved / GiB, 12 * (N - NL) / GiB))
+    print("wan-14b LoRA r=32: %d adapter params, cuda:0 %.2f GiB (full fine-tune %.2f GiB), cpu %.2f GiB" %
+          (NL, dev(p, "cuda:0")["total"] / GiB, dev(full, "cuda:0")["total"] / GiB, dev(p, "cpu")["total"] / GiB))
+
+
 def precompute():
     p, rc = plan("plan_precompute_129f_480p.lua", "--budget", "cuda=80GiB,cpu=64GiB")
     check(rc == 0 and p["fits"], "precompute fits: %s" % p["verdict"])
@@ -149,6 +178,7 @@ def precompute():
 
 wan13b()
 wan14b()
+wan14b_lora()
 precompute()
 if FAILS:
     print("%d check(s) failed" % len(FAILS))

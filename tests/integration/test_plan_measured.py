@@ -263,13 +263,16 @@ def main():
         precompute(tmp, "pre-a", ["mb=2", "chunk=4", "cap=4"])
         precompute(tmp, "pre-b", ["mb=1", "chunk=1", "cap=1", "frames=17"])
         precompute(tmp, "pre-c", ["mb=4", "chunk=8", "cap=2", "frames=17", "size=96", "tr=ipc", "count=12"])
-        # training: partitions P, micro-batches M, recompute, shards S
+        # training: partitions P, micro-batches M, recompute, shards S, LoRA
         cache = os.path.join(tmp, "latents")
         r = subprocess.run([TOOL, "mkcache", cache, "32", "4", "1", "8", "8", "7"], capture_output=True, text=True)
         if check(r.returncode == 0, "train_tool mkcache: %s" % r.stderr):
             train(tmp, cache, "train-a", ["stages=2", "micro_batches=2", "shards=1"])
             train(tmp, cache, "train-b", ["stages=3", "micro_batches=4", "recompute=true", "shards=2"])
             train(tmp, cache, "train-c", ["stages=1", "micro_batches=1", "shards=3"])
+            # LoRA: the frozen base, the adapters and their scratch in the partitions,
+            # the adapters' slices in the shards
+            train(tmp, cache, "train-lora", ["stages=2", "micro_batches=2", "shards=2", "lora_rank=4"])
         budgets(tmp)
         devices(tmp)
     finally:

@@ -17,9 +17,13 @@
 #    25 dB; smooth content reaches 40 dB, tests/integration/test_video_write.py);
 #  - the PNG strip is frames 0, 2/3·… evenly up to the last, side by side, exactly;
 #  - the same command twice writes the same latent (seeded);
+#  - a byte-caption model (the tiny preset without text_dim) sampled with --prompt TEXT:
+#    its latent equals dit_tool sample fed the caption's bytes, cut at text_len and
+#    padded, as tokens; another caption gives another latent;
 #  - bad input, each exit 2 with one line naming it and no output file: a size the VAE
 #    stride x patch does not divide, a frame count the VAE cannot make, embeddings of
-#    another width, a byte-caption checkpoint, an output directory that does not exist,
+#    another width, embeddings for a byte-caption checkpoint and a caption for an
+#    embeddings one, an output directory that does not exist,
 #    a missing checkpoint, --vae-preset wan for a 4-channel model.
 import os
 import random
@@ -161,8 +165,39 @@ def main():
     r = run([VFLOW, "run", os.path.join(SRC, "pipelines", "train_dit.lua"), "--run-dir", j("rb"), "--set",
              "cache=" + j("b.lmdb"), "--set", "steps=2", "--set", "every=2", "--set", "tensorboard=false"])
     check(r.returncode == 0, "byte-caption training: " + r.stderr[-300:])
+    # a byte-caption model takes the caption as text: its latent against dit_tool sample fed
+    # the caption's bytes as tokens (written here: the first text_len bytes, then pads)
+    caption = "a red ball rolls over the green grass, slowly"  # longer than text_len: cut
+    bargs = [VFLOW, "sample", j("rb", "ckpt"), "--prompt", caption, "--frames", str(F), "--size", "%dx%d" % (W, H),
+             "--steps", "4", "--guidance", "3", "--seed", "5", "--fps", "12", "--out", j("b.mp4"),
+             "--latent-out", j("b.lat")]
+    r = run(bargs)
+    check(r.returncode == 0, "vflow sample --prompt: exit %d: %s" % (r.returncode, r.stderr[-400:]))
+    raw = caption.encode()[:TL]
+    with open(j("btok.i32"), "wb") as f:
+        f.write(struct.pack("<%di" % TL, *(list(raw) + [256] * (TL - len(raw)))))
+    with open(j("bneg.i32"), "wb") as f:
+        f.write(struct.pack("<%di" % TL, *([256] * TL)))
+    for name, n in (("bpos_len", len(raw)), ("bneg_len", 0)):
+        with open(j(name), "wb") as f:
+            f.write(struct.pack("<i", n))
+    r = run([os.path.join(TOOLS, "dit_tool"), "sample", "text_emb=0", "dims=1,%d,%d,%d" % (Tl, h, w),
+             "weights=" + os.path.join(j("rb", "ckpt"), "step-2", "model.safetensors"), "pos=" + j("btok.i32"),
+             "pos_len=" + j("bpos_len"), "neg=" + j("bneg.i32"), "neg_len=" + j("bneg_len"), "steps=4", "shift=3",
+             "guidance=3", "seed=5", "out=" + j("bref.lat")])
+    check(r.returncode == 0, "dit_tool sample (bytes): " + r.stderr[-300:])
+    blat = open(j("b.lat"), "rb").read() if os.path.exists(j("b.lat")) else b""
+    check(len(blat) == 4 * 4 * Tl * h * w and blat == open(j("bref.lat"), "rb").read(),
+          "byte-caption latent differs from dit_tool sample's")
+    other = list(bargs)
+    other[other.index(caption)] = "a blue cube"
+    other[other.index(j("b.lat"))] = j("b2.lat")
+    r = run(other)
+    check(r.returncode == 0 and open(j("b2.lat"), "rb").read() != blat, "another caption gives the same latent")
+
     cases = [
         ("size", ["--size", "60x48"], "--size 60x48"),
+        ("caption for an embeddings model", ["--prompt", "a cat"], "text embeddings"),
         ("frames", ["--frames", "10"], "--frames 10"),
         ("width", ["--prompt-embeds", j("wide.safetensors")], "wide.safetensors"),
         ("bytes model", ["CKPT=" + j("rb", "ckpt")], "caption bytes"),
@@ -176,6 +211,11 @@ def main():
             if e.startswith("CKPT="):
                 args[2] = e[5:]
         rest = [e for e in extra if not e.startswith("CKPT=")]
+        if "--prompt" in rest:  # instead of the embeddings
+            k = args.index("--prompt-embeds")
+            del args[k:k + 2]
+            k = args.index("--negative-embeds")
+            del args[k:k + 2]
         args += rest
         r = run(args)
         lines = r.stderr.strip().splitlines()

@@ -20,7 +20,11 @@ vflow-test: labels=integration timeout=300
     metrics row {"event":"sample_failed"} while the run exits 0 with its checkpoints;
   - by hand (p:stage("sample", {every = 2}) + p:connect from checkpoint.done): the 2nd
     checkpoint (step 4) and the final one (step 6) are sampled, the 1st (step 2) is not;
-  - a frame count the VAE cannot make is refused by vflow check (exit 2, one line).
+  - a frame count the VAE cannot make, and prompts with captions, are refused by vflow
+    check (exit 2, one line);
+  - a byte-caption model (no text_dim) with sample_captions: the stage writes
+    step-N/<index>_<words>.mp4 per caption, and each decodes to the frames of
+    `vflow sample --prompt CAPTION` on that checkpoint.
 """
 import json
 import os
@@ -189,6 +193,38 @@ def main():
     lines = r.stderr.strip().splitlines()
     check(r.returncode == 2 and len(lines) == 1 and "frames 10" in lines[0],
           "sample frames = 10: exit %d, %r" % (r.returncode, r.stderr))
+
+    r = run([VFLOW, "check", os.path.join(SRC, "pipelines", "train_dit.lua"), "--set", "cache=" + j("c.lmdb"),
+             "--set", "text_dim=16", "--set", "sample_prompts=" + j("cat.safetensors"), "--set",
+             "sample_captions=a cat"])
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2 and len(lines) == 1 and "not both" in lines[0],
+          "prompts and captions: exit %d, %r" % (r.returncode, r.stderr))
+
+    # a model trained on caption bytes samples captions given as text (what `make run` does);
+    # the stage's video equals vflow sample --prompt's on the same checkpoint
+    r = run([os.path.join(TOOLS, "cache_tool"), "write", j("bytes.lmdb"), "0", "8", "--shape", "4,2,8,8"])
+    check(r.returncode == 0, "cache_tool (bytes): " + r.stderr)
+    caps = ["a red square slides right", "A green square, falling!"]
+    rc_ = j("rc")
+    r = run([VFLOW, "run", os.path.join(SRC, "pipelines", "train_dit.lua"), "--run-dir", rc_, "--set",
+             "cache=" + j("bytes.lmdb"), "--set", "steps=2", "--set", "every=2", "--set", "tensorboard=false",
+             "--set", "sample_captions=" + "|".join(caps), "--set", "sample_frames=%d" % F, "--set",
+             "sample_size=%dx%d" % (W, H), "--set", "sample_steps=3", "--set", "sample_fps=%d" % FPS])
+    check(r.returncode == 0, "byte-caption training with captions: exit %d: %s" % (r.returncode, r.stderr[-500:]))
+    stems = ["00_a_red_square_slides_right", "01_a_green_square_falling"]
+    for cap, stem in zip(caps, stems):
+        mine = os.path.join(rc_, "samples", "step-2", stem + ".mp4")
+        if not check(os.path.exists(mine), "no %s (have %s)" % (mine, os.listdir(os.path.join(rc_, "samples",
+                                                                                                "step-2"))
+                                                         if os.path.isdir(os.path.join(rc_, "samples", "step-2"))
+                                                         else "no step-2 dir")):
+            continue
+        out = j("cap_%s.mp4" % stem)
+        r = run([VFLOW, "sample", os.path.join(rc_, "ckpt"), "--prompt", cap, "--frames", str(F), "--size",
+                 "%dx%d" % (W, H), "--steps", "3", "--fps", str(FPS), "--out", out])
+        check(r.returncode == 0 and decode(mine) == decode(out) and len(decode(out)) == F * W * H * 3,
+              "%s: the stage's video differs from vflow sample --prompt's (%s)" % (stem, r.stderr[-200:]))
 
     if fails:
         print("%d failures (files in %s)" % (len(fails), tmp))

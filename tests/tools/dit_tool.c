@@ -10,13 +10,21 @@
  *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
  *                 maxrss_mib <peak resident MiB>", writes raw f32 params
  *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
- *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
- *                 prints "loss <value>"; writes the flat gradient and the prediction (f32)
+ *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin] [lora=F lora_cfg=JSON]
+ *                 prints "loss <value>"; writes the flat gradient and the prediction (f32);
+ *                 with lora= the adapters of file F (any naming models/dit_lora.h reads) run
+ *                 on the frozen weights as in LoRA training, and grads= gets the adapter
+ *                 vector's gradient
+ *   dit_tool lora CFG lora=F lora_cfg=JSON [out=A.bin]
+ *                 reads a LoRA file into the adapter vector (raw f32, adapter layout order);
+ *                 prints "adapters <n> params <count>"; bad input: the message, exit 2
  *   dit_tool bench CFG dims=B,T,H,W [steps=5] [parts=1] [recompute=0]
  *                 forward+loss+backward of random data; prints ms per step
  *   dit_tool sample CFG dims=B,T,H,W weights=PATH|params=P pos=E [pos_len=N] [neg=E]
  *                 [neg_len=N] [noise=X] [steps=50] [shift=5] [guidance=5] [seed=0] out=LAT
  *                 [noise_out=X]
+ *                 (pos/neg: embeddings f32 (B,text_len,text_dim) with text_emb=1, byte
+ *                 tokens i32 (B,text_len) with text_emb=0)
  *                 flow-matching Euler sampling with guidance (models/dit_sample.h): prints
  *                 "sigmas s0 … sN" and "ms <wall time>"; writes the final latent (f32); noise
  *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
@@ -28,6 +36,7 @@
  * (B,text_len,text_dim) (text_emb=1), len i32 (B).
  */
 #include "models/dit.h"
+#include "models/dit_lora.h"
 #include "models/dit_sample.h"
 #include "models/dit_weights.h"
 #include "runtime/philox.h"
@@ -115,8 +124,13 @@ static float *load_weights(const vf_dit_layout *l, const char *path, vf_dit_nami
     return p;
 }
 
+/* With lora=: the adapters and their vector (run_step then trains them on frozen weights). */
+static vf_dit_lora *g_lora;
+static float *g_lparams;
+
 /* Runs forward, loss and backward of one batch over `parts` partitions (blocks split as
- * evenly as possible) on host buffers; returns the loss. grads must be zeroed. */
+ * evenly as possible) on host buffers; returns the loss. grads must be zeroed (with LoRA
+ * they are the adapter vector's). */
 static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool recompute,
                        float *params, float *grads, const vf_dit_batch *b, float *pred_out)
 {
@@ -130,8 +144,11 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
         int b0 = c->depth * i / parts, b1 = c->depth * (i + 1) / parts;
         int64_t off, n;
         vf_dit_layout_range(l, b0, b1, &off, &n);
-        if (vf_dit_part_new(be, l, b0, b1, &b->dims, recompute, params + off, grads + off, &pp[i],
-                            &st) ||
+        int64_t loff = 0, ln;
+        if (g_lora) vf_dit_layout_range(g_lora->l, b0, b1, &loff, &ln);
+        if (vf_dit_part_new(be, l, b0, b1, &b->dims, recompute, params + off, g_lora ? NULL : grads + off,
+                            &pp[i], &st) ||
+            (g_lora && vf_dit_part_set_lora(pp[i], g_lora, g_lparams + loff, grads + loff, &st)) ||
             vf_dit_saved_new(pp[i], &sv[i], &st))
             die(&st);
         size_t sz[4] = {N * c->dim, b->dims.B * c->dim, 6 * b->dims.B * c->dim, Nt * c->dim};
@@ -268,6 +285,20 @@ int main(int argc, char **argv)
         vf_dit_wsrc_close(w);
         if ((s = arg(argc, argv, "out"))) spit(s, p, sizeof(float) * (size_t)(hi - lo));
         free(p);
+    } else if (strcmp(cmd, "lora") == 0) {
+        vf_dit_lora_cfg lc;
+        vf_dit_lora *lo = NULL;
+        if (vf_dit_lora_cfg_parse(arg(argc, argv, "lora_cfg"), &lc, &st) || vf_dit_lora_new(l, &lc, &lo, &st))
+            die(&st);
+        float *a = malloc(sizeof(float) * (size_t)(lo->l->total + 1));
+        if (vf_dit_lora_file_read(arg(argc, argv, "lora"), lo, a, 0, lo->l->total, &st)) {
+            fprintf(stderr, "%s\n", st.msg);
+            return 2;
+        }
+        printf("adapters %d params %lld\n", lo->l->n / 2, (long long)lo->l->total);
+        if ((s = arg(argc, argv, "out"))) spit(s, a, sizeof(float) * (size_t)lo->l->total);
+        free(a);
+        vf_dit_lora_free(lo);
     } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
         vf_dit_batch b = {0};
         parse_dims(argc, argv, &b.dims);
@@ -319,6 +350,14 @@ int main(int argc, char **argv)
             free(x0);
         }
         b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target, b.text_emb = emb;
+        if ((s = arg(argc, argv, "lora"))) {
+            vf_dit_lora_cfg lc;
+            if (vf_dit_lora_cfg_parse(arg(argc, argv, "lora_cfg"), &lc, &st) || vf_dit_lora_new(l, &lc, &g_lora, &st))
+                die(&st);
+            np = (size_t)g_lora->l->total; /* the gradient is the adapter vector's */
+            g_lparams = malloc(sizeof(float) * (np + 1));
+            if (vf_dit_lora_file_read(s, g_lora, g_lparams, 0, (int64_t)np, &st)) die(&st);
+        }
         float *grads = calloc(np, sizeof(float));
         float *pred = malloc(nlat * 4);
         if (strcmp(cmd, "grad") == 0) {
@@ -363,7 +402,12 @@ int main(int argc, char **argv)
         if (vf_dit_sample_check(&sc, &c, &st)) die(&st);
         const char *ek[2] = {"pos", "neg"};
         float **ev[2] = {&pos, &neg};
-        for (int k = 0; k < 2; k++) {
+        int32_t *ptok = NULL, *ntok = NULL; /* byte tokens (B, text_len), text_emb=0 */
+        if (!c.text_emb) {
+            ptok = slurp(arg(argc, argv, "pos"), (size_t)d.B * c.text_len * 4);
+            if ((s = arg(argc, argv, "neg"))) ntok = slurp(s, (size_t)d.B * c.text_len * 4);
+        }
+        for (int k = 0; k < 2 && c.text_emb; k++) {
             int w = 0;
             if (k == 1 && !arg(argc, argv, "neg")) break;
             *ev[k] = slurp_emb(ek[k], arg(argc, argv, ek[k]), d.B, c.text_len, &w);
@@ -395,7 +439,9 @@ int main(int argc, char **argv)
         if (!w) die(&st);
         be->upload(be, w, params, l->total, be->act_dtype);
         double t0 = now_ms();
-        if (vf_dit_sample(be, l, w, &sc, &d, pos, pos_len, neg, neg_len, noise, lat, &st)) die(&st);
+        vf_dit_prompt pp = {.emb = pos, .tokens = ptok, .len = pos_len},
+                      np = {.emb = neg, .tokens = ntok, .len = neg_len};
+        if (vf_dit_sample(be, l, w, &sc, &d, &pp, neg || ntok ? &np : NULL, noise, lat, &st)) die(&st);
         double ms = now_ms() - t0;
         vf_dit_sample_sigmas(sc.steps, sc.shift, sig);
         printf("sigmas");
@@ -403,7 +449,7 @@ int main(int argc, char **argv)
         printf("\nms %.1f\n", ms);
         spit(out, lat, nlat * 4);
         be->free(be, w);
-        free(params), free(lat), free(sig), free(pos), free(neg), free(pos_len), free(neg_len),
+        free(params), free(lat), free(sig), free(pos), free(neg), free(ptok), free(ntok), free(pos_len), free(neg_len),
             free(noise);
     } else {
         fprintf(stderr, "dit_tool: unknown command %s\n", cmd);

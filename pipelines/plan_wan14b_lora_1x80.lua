@@ -1,0 +1,49 @@
+-- Plan-only example (docs/PLANNING.md): LoRA fine-tune of Wan-2.1 T2V-14B on ONE 80 GB GPU
+-- at Wan's 480p training size, 81 frames 480x832 -> latents (16, 21, 60, 104): 32,760
+-- video tokens per sample, 512 caption tokens, batch 1, recompute. Rank-32 adapters
+-- (alpha 32) on every linear of the 40 blocks: the base's 14.3 B weights are held once in
+-- bf16 by the partition, frozen (no gradients, no f32 master, no moments); the optimizer
+-- shard holds only the adapters' master weights and moments.
+--
+--   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB
+--   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0
+--
+-- lora_rank = 0 plans the full fine-tune of the same model on the same GPU, for comparison.
+-- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
+-- run` needs the GPU, the cache and the base weights (`weights`).
+-- Knobs (vf.args): lora_rank (32; 0 = full fine-tune), lora_alpha (rank), lora_targets
+-- (self_attn.*,cross_attn.*,ffn.*), recompute (true), micro_batches (1), batch (1),
+-- frames (81), height (480), width (832), device ("cuda:0"), cache, weights.
+local vf = require "vflow"
+local a = vf.args
+local p = vf.pipeline "wan14b_lora_1x80"
+
+local T = 1 + ((a.frames or 81) - 1) // 4
+local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local model = vf.models.dit "wan-14b"
+local dev = a.device or "cuda:0"
+local rank = a.lora_rank or 32
+
+local data = p:stage("latent_reader", {
+  path = a.cache or "cache/wan480p.lmdb",
+  batch = a.batch or 1,
+  text_len = model.text_len,
+  latent_shape = { model.z, T, h, w },
+})
+local dit = p:pipeline_parallel(model, {
+  stages = 1,
+  micro_batches = a.micro_batches or 1,
+  recompute = a.recompute ~= false,
+  devices = dev,
+})
+local opt = p:stage("adamw", { lr = 1e-4, shards = 1, device = dev })
+local ckpt = p:stage("checkpoint", { dir = "runs/wan14b_lora_1x80/ckpt", every = 250, keep = 2 })
+local lora
+if rank > 0 then
+  local targets = {}
+  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
+  lora = { rank = rank, alpha = a.lora_alpha or rank, targets = targets }
+end
+p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000, weights = a.weights,
+          lora = lora }
+return p

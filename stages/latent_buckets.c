@@ -246,9 +246,9 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
                     (long long)r->bk[b].shape[0], r->bk[0].name, (long long)z);
     /* number the buckets by name, then lay out their entry lists */
     int remap[VF_LR_MAX_BUCKETS];
-    for (int b = 0; b < r->nbk; b++) r->bk[b].perm = (uint32_t *)(intptr_t)b; /* old number, for the remap */
+    for (int b = 0; b < r->nbk; b++) r->bk[b].scanned = b;
     qsort(r->bk, (size_t)r->nbk, sizeof *r->bk, cmp_bucket);
-    for (int b = 0; b < r->nbk; b++) remap[(intptr_t)r->bk[b].perm] = b;
+    for (int b = 0; b < r->nbk; b++) remap[r->bk[b].scanned] = b;
     VF_TRY(vf_cache_meta_read(r->db, r->txn, &meta, st));
     VF_TRY(resolve_batches(r, meta, st));
     for (const char *q = r->o.shrink; q && *q;) { /* the planner's admission: smaller batches, or none */
@@ -260,7 +260,8 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
         if (b < 0) VF_FAIL(st, VF_EBADINPUT, "%s: shrink names bucket %s, which the cache lacks", r->path, name);
         if (nb > r->bk[b].batch)
             VF_FAIL(st, VF_EUSAGE, "%s: shrink raises bucket %s's batch %d to %d", r->path, name, r->bk[b].batch, nb);
-        r->bk[b].batch = nb ? nb : -r->bk[b].batch; /* 0: left out, below */
+        if (nb) r->bk[b].batch = nb;
+        else r->bk[b].left_out = true;
         q += used;
         if (*q == ';') q++;
     }
@@ -269,7 +270,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
         if (keep < 0)
             VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": the cache has no such bucket", r->path, r->o.only);
         for (int b = 0; b < r->nbk; b++)
-            if (b != keep && r->bk[b].batch > 0) r->bk[b].batch = -r->bk[b].batch; /* marks it left out, below */
+            if (b != keep) r->bk[b].left_out = true;
     }
     if (!(r->bidx = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)) ||
         !(r->bperm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
@@ -291,10 +292,8 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     r->NB = 0;
     for (int b = 0; b < r->nbk; b++) {
         vf_lr_bucket *x = &r->bk[b];
-        bool out = x->batch < 0;
-        if (out) x->batch = -x->batch;
         x->L = x->n / r->o.nshards;
-        x->nb = out ? 0 : r->o.drop_last ? x->L / x->batch : (x->L + x->batch - 1) / x->batch;
+        x->nb = x->left_out ? 0 : r->o.drop_last ? x->L / x->batch : (x->L + x->batch - 1) / x->batch;
         r->NB += x->nb;
         int64_t nums[3] = {x->n, x->batch, x->nb};
         h = fnv64(h, x->name, strlen(x->name) + 1);

@@ -16,6 +16,8 @@ typedef struct vf_lr_bucket {
     uint32_t *idx;         /* entry indices, key order (into the reader's bidx) */
     uint32_t *perm;        /* this epoch's permutation of 0..n-1 (into bperm) */
     int64_t L, nb;         /* per rank and epoch: entries, batches */
+    int scanned;           /* its number in the order the scan met the buckets */
+    bool left_out;         /* by `only` or the admission: never read */
 } vf_lr_bucket;
 
 struct vf_latent_reader {

@@ -205,6 +205,30 @@ int vf_cli_pipeline(int argc, char **argv)
     int nnodes = c.nodes ? c.nodes : rank.world;
     rc = load_graph(&c, nnodes, &g, &st);
     if (rc < 0) goto done;
+    if (strcmp(c.cmd, "plan") == 0 || strcmp(c.cmd, "run") == 0) {
+        /* admission = "shrink": the buckets that do not fit get smaller batches (or none),
+         * and the script is loaded again with those --set pairs */
+        static char extra[4][VF_PLAN_SET_MAX];
+        vf_plan_req req = {c.script, c.sets, c.nsets, c.budget, false};
+        int n = vf_plan_admit(g, &req, extra, 4, c.json ? stderr : stdout, &st);
+        if (n < 0) {
+            rc = n;
+            goto done;
+        }
+        if (n > 0) {
+            const char **more = realloc(c.sets, sizeof *more * (size_t)(c.nsets + n + 1));
+            if (!more) {
+                rc = vf_status_set(&st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+                goto done;
+            }
+            c.sets = more;
+            for (int i = 0; i < n; i++) c.sets[c.nsets++] = extra[i];
+            vf_graph_free(g);
+            g = NULL;
+            rc = load_graph(&c, nnodes, &g, &st);
+            if (rc < 0) goto done;
+        }
+    }
     if (strcmp(c.cmd, "check") == 0) {
         if (c.json) {
             char *j = vf_graph_to_json(g);

@@ -35,17 +35,69 @@ fail:
     return rc;
 }
 
+/* Each bucket of a bucketed source planned alone (none without one). */
+static int plan_buckets(const vf_plan_req *req, const vf_mplan *p, const vf_machine *m, vf_plan_bucket *bk,
+                        int *n, vf_status *st)
+{
+    vf_budget b, *bp = NULL;
+    *n = 0;
+    if (req->budget) {
+        int rc = vf_budget_parse(req->budget, &b, st);
+        if (rc < 0) return rc;
+        bp = &b;
+    }
+    int k = vf_plan_buckets(req, p, bp, m, bk, VF_PLAN_MAX_BUCKETS, st);
+    if (k < 0) return k;
+    *n = k;
+    return 0;
+}
+
+int vf_plan_admit(const vf_graph *g, const vf_plan_req *req, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
+                  vf_status *st)
+{
+    vf_mplan p;
+    vf_machine m;
+    vf_budget b, *bp = NULL;
+    int n = 0, nbk = 0, rc = 0;
+    bool shrinks = false;
+    for (int i = 0; i < g->nstages; i++) {
+        const char *a = vf_param_has(g->stages[i].params, "admission") ? vf_param_str(g->stages[i].params, "admission") : NULL;
+        shrinks |= a && !strcmp(a, "shrink");
+    }
+    if (!shrinks) return 0;
+    if (req->budget) {
+        rc = vf_budget_parse(req->budget, &b, st);
+        if (rc < 0) return rc;
+        bp = &b;
+    }
+    rc = vf_mplan_build(g, &p, st);
+    if (rc < 0) return rc;
+    vf_machine_probe(&m, touches_cuda(&p));
+    vf_mplan_budget(&p, bp, &m);
+    vf_plan_bucket *bk = calloc(VF_PLAN_MAX_BUCKETS, sizeof *bk);
+    if (!bk) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+    if (rc == 0 && p.nover > 0) {
+        nbk = vf_plan_buckets(req, &p, bp, &m, bk, VF_PLAN_MAX_BUCKETS, st);
+        if (nbk < 0) rc = nbk;
+    }
+    if (rc == 0 && nbk > 0) n = vf_plan_admission(req, &p, bp, &m, bk, nbk, sets, max, report, st);
+    if (n < 0) rc = n;
+    free(bk);
+    vf_mplan_free(&p);
+    return rc < 0 ? rc : n;
+}
+
 int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_status *st)
 {
     vf_mplan p;
     vf_machine m;
     vf_plan_fix fix[VF_PLAN_MAX_FIXES];
-    int nfix = 0, first = 0;
+    int nfix = 0, nbk = 0, first = 0;
     /* a run over several nodes: one plan per node, each against its machine's budgets
      * (the same budgets for every node: this machine's, or --budget); JSON stays one graph */
     int nodes = req->json ? 1 : vf_graph_nodes(g);
-    for (int k = 0; k < nodes; k++) {
-        int rc = plan_all(g, nodes > 1 ? k : -1, req, &p, &m, fix, &nfix, st);
+    for (int k = 0; k < nodes && nodes > 1; k++) {
+        int rc = plan_all(g, k, req, &p, &m, fix, &nfix, st);
         if (rc < 0) return rc;
         if (k) fprintf(out, "\n");
         rc = vf_mplan_print(&p, fix, nfix, out, req->json, st);
@@ -58,7 +110,29 @@ int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_sta
         vf_mplan_free(&p);
         if (rc < 0) return rc;
     }
-    return first;
+    if (nodes > 1) return first;
+    /* one node: the whole graph, and each bucket of a bucketed source planned alone */
+    int rc = plan_all(g, -1, req, &p, &m, fix, &nfix, st);
+    if (rc < 0) return rc;
+    vf_plan_bucket *bk = calloc(VF_PLAN_MAX_BUCKETS, sizeof *bk);
+    if (!bk) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+    if (rc == 0) rc = plan_buckets(req, &p, &m, bk, &nbk, st);
+    if (rc == 0 && req->json && nbk > 0) {
+        char *plain = vf_mplan_json(&p, fix, nfix), *text = plain ? vf_plan_buckets_json(plain, &p, bk, nbk) : NULL;
+        if (!text) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "plan: out of memory");
+        else fprintf(out, "%s\n", text);
+        free(plain);
+        free(text);
+    } else if (rc == 0) {
+        rc = vf_mplan_print(&p, fix, nfix, out, req->json, st);
+        if (rc == 0 && !req->json) vf_plan_buckets_print(&p, bk, nbk, out);
+    }
+    fflush(out);
+    if (rc == 0) rc = vf_plan_buckets_refusal(&p, bk, nbk, st);
+    if (rc == 0) rc = vf_mplan_refusal(&p, st);
+    free(bk);
+    vf_mplan_free(&p);
+    return rc;
 }
 
 int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *report, vf_status *st)
@@ -93,6 +167,34 @@ int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *re
     }
     vf_mplan_budget(&p, bp, &m);
     if (p.nover > 0) {
+        /* a bucketed source: name the bucket that does not fit */
+        vf_plan_bucket *bk = calloc(VF_PLAN_MAX_BUCKETS, sizeof *bk);
+        int nbk = 0;
+        if (bk && vf_plan_buckets(req, &p, bp, &m, bk, VF_PLAN_MAX_BUCKETS, st) > 0) {
+            nbk = 1;
+            for (; nbk < VF_PLAN_MAX_BUCKETS && bk[nbk].name[0]; nbk++) {}
+        }
+        vf_status bst;
+        vf_status_clear(&bst);
+        if (bk && nbk && vf_plan_buckets_refusal(&p, bk, nbk, &bst)) {
+            if (report && !force) {
+                nfix = vf_plan_fixes(req, &p, bp, &m, fix, VF_PLAN_MAX_FIXES);
+                vf_mplan_print(&p, fix, nfix, report, false, st);
+                vf_plan_buckets_print(&p, bk, nbk, report);
+                fflush(report);
+            }
+            free(bk);
+            *st = bst;
+            rc = bst.code;
+            if (force) {
+                fprintf(stderr, "vflow: warning (--force): %s\n", st->msg);
+                vf_status_clear(st);
+                rc = 0;
+            }
+            goto out;
+        }
+        free(bk);
+        vf_status_clear(st);
         if (!force) {
             nfix = vf_plan_fixes(req, &p, bp, &m, fix, VF_PLAN_MAX_FIXES);
             if (report) {

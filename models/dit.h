@@ -154,10 +154,17 @@ int vf_dit_st_load(const vf_st_file *f, const vf_dit_layout *l, float *dst, int6
 /* ------------------------------------------------------------------ geometry, memory */
 
 /* A micro-batch's geometry: B samples of latent (z, T, H, W); T, H, W divisible by the
- * patch. Tokens L = T/pt · H/ph · W/pw. */
+ * patch. Tokens L = T/pt · H/ph · W/pw. As a maximum geometry (several buckets) N > 0
+ * bounds B·L below max B × max L: buffers of B·L tokens are sized for N, those of B
+ * samples for B, those of L tokens for L; 0 = B·L. Batches leave it 0. */
 typedef struct vf_dit_dims {
     int B, T, H, W;
+    int64_t N;
 } vf_dit_dims;
+
+/* The maximum geometry over n geometries (each of its own B and T, H, W): B the largest
+ * B, T, H, W those of the most tokens, N the largest B·L (N = 0 when that is B·L). */
+vf_dit_dims vf_dit_dims_max(const vf_dit_config *c, const vf_dit_dims *d, int n);
 
 int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
 

@@ -21,7 +21,7 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->recompute = recompute;
     pl->B = max->B;
     pl->L = vf_dit_tokens(c, max);
-    pl->N = pl->B * pl->L;
+    pl->N = max->N > 0 && max->N < pl->B * pl->L ? max->N : pl->B * pl->L;
     pl->Nt = pl->B * c->text_len;
     pl->P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
     pl->as = as;
@@ -33,6 +33,20 @@ int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d)
     return (int64_t)(d->T / c->patch[0]) * (d->H / c->patch[1]) * (d->W / c->patch[2]);
 }
 
+vf_dit_dims vf_dit_dims_max(const vf_dit_config *c, const vf_dit_dims *d, int n)
+{
+    vf_dit_dims m = {0};
+    int64_t L = -1, N = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t l = vf_dit_tokens(c, &d[i]);
+        if (d[i].B > m.B) m.B = d[i].B;
+        if (l > L) L = l, m.T = d[i].T, m.H = d[i].H, m.W = d[i].W;
+        if (d[i].B * l > N) N = d[i].B * l;
+    }
+    m.N = N < (int64_t)m.B * L ? N : 0;
+    return m;
+}
+
 #define A(n) dit_carve(cv, (size_t)(n) * pl->as)
 #define G(n) dit_carve(cv, (size_t)(n) * pl->gs)
 #define F(n) (float *)dit_carve(cv, (size_t)(n) * sizeof(float))
@@ -40,7 +54,7 @@ int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d)
 void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s)
 {
     int64_t N = pl->N, Nt = pl->Nt, D = pl->c.dim, F = pl->c.ffn;
-    int64_t lse = pl->B * pl->c.heads * pl->L;
+    int64_t lse = pl->c.heads * pl->N;
     s->eb = A(6 * pl->B * D);
     void **nd[] = {&s->h1, &s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->a, &s->o,
                    &s->x1, &s->h3, &s->cq, &s->cqr, &s->ca, &s->x2, &s->h2, &s->m2, &s->f2};

@@ -148,12 +148,12 @@ static int check_dims(const vf_dit_part *p, const vf_dit_dims *d, vf_status *st)
                              "dit: batch geometry B=%d T=%d H=%d W=%d must be positive and "
                              "divisible by the patch (%d,%d,%d)", d->B, d->T, d->H, d->W,
                              c->patch[0], c->patch[1], c->patch[2]);
-    if (d->B > p->pl.B || vf_dit_tokens(c, d) > p->pl.L)
+    if (d->B > p->pl.B || vf_dit_tokens(c, d) > p->pl.L || d->B * vf_dit_tokens(c, d) > p->pl.N)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit partition [%d, %d): batch of %d x %lld tokens exceeds the "
-                             "geometry it was sized for (%lld x %lld)", p->pl.b0, p->pl.b1,
+                             "geometry it was sized for (%lld x %lld, %lld tokens in all)", p->pl.b0, p->pl.b1,
                              d->B, (long long)vf_dit_tokens(c, d), (long long)p->pl.B,
-                             (long long)p->pl.L);
+                             (long long)p->pl.L, (long long)p->pl.N);
     return 0;
 }
 

@@ -195,6 +195,9 @@ int vf_item_encode(const vf_item *it, void *buf, size_t cap, size_t *len, vf_sta
 /* Strict decode: never reads outside [buf, buf+len), checks version and CRC.
  * Copies payloads; caller owns *out. */
 int vf_item_decode(const void *buf, size_t len, vf_item **out, vf_status *st);
+/* The id and metadata of a record only (no tensors; header checks, no CRC, which spans
+ * the payloads): a cheap look at many records. Caller owns *out. */
+int vf_item_decode_meta(const void *buf, size_t len, vf_item **out, vf_status *st);
 /* As vf_item_decode but tensors alias buf (no copy); `release(buf_owner_hint)` is
  * called once when the last such tensor is dropped. On error release is not called. */
 int vf_item_decode_view(const void *buf, size_t len, vf_release_fn release, void *hint,
@@ -247,6 +250,8 @@ int64_t vf_param_int_at(const vf_params *p, const char *key, int i);
 double vf_param_num_at(const vf_params *p, const char *key, int i);
 const char *vf_param_str_at(const vf_params *p, const char *key, int i);
 const vf_params *vf_param_table(const vf_params *p, const char *key);
+/* Element i of a list of tables (NULL when it is none). */
+const vf_params *vf_param_table_at(const vf_params *p, const char *key, int i);
 /* Params of stage kind `kind` from a JSON object text, checked against that kind's
  * schema with defaults filled (for a stage that carries another stage's params, e.g.
  * the optimizer vouching for the data reader's settings in its checkpoints). `what`
@@ -265,6 +270,7 @@ char *vf_params_json(const vf_params *p);
 #define VF_MAX_PORTS 32
 #define VF_MAX_PORT_TENSORS 8
 #define VF_NAME_MAX 48
+#define VF_PORT_GEO_MAX 1024
 
 typedef enum vf_port_dir { VF_PORT_IN = 0, VF_PORT_OUT = 1 } vf_port_dir;
 
@@ -289,6 +295,9 @@ typedef struct vf_port_spec {
     int ntensors;
     vf_tensor_spec t[VF_MAX_PORT_TENSORS];
     int64_t meta_bytes;      /* bound on id + metadata bytes of one item */
+    /* items in several geometries (a bucketed reader): "name:B,d1,…;…", the first
+     * tensor's dims per geometry, as the items' "geometries" metadata; "" = one */
+    char geometries[VF_PORT_GEO_MAX];
 } vf_port_spec;
 
 typedef struct vf_port_specs {

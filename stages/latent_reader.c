@@ -15,43 +15,25 @@
  * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
  * serves caption bytes only, whatever the cache holds.
  */
-#include "stages/latent_reader.h"
+#include "stages/latent_reader_internal.h"
 #include "runtime/philox.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct vf_latent_reader {
-    vf_latent_reader_opts o;
-    char *path;
-    vf_lmdb *db;
-    MDB_txn *txn;   /* reset between batches */
-    char *keys;     /* n × 32 bytes, sorted */
-    int64_t n, L;
-    int64_t shape[4];
-    int64_t per;    /* floats per latent */
-    int64_t text_dim; /* D of the cache's text embeddings; 0 = the cache has none */
-    uint32_t *perm; /* permutation of the cached epoch */
-    uint64_t perm_epoch;
-    bool perm_valid;
-    uint64_t epoch;
-    int64_t pos;
-    int64_t bad, good_in_epoch;
-    bool epoch_from_start;
-};
+/* struct vf_latent_reader: stages/latent_reader_internal.h */
 
 /* ------------------------------------------------------------------ order */
 
-static void make_perm(vf_latent_reader *r, uint64_t epoch)
+void vf_lr_shuffle(uint32_t *p, int64_t n, uint64_t seed, uint64_t epoch, uint64_t id)
 {
-    uint32_t *p = r->perm;
-    for (int64_t i = 0; i < r->n; i++) p[i] = (uint32_t)i;
+    for (int64_t i = 0; i < n; i++) p[i] = (uint32_t)i;
     vf_rng rng;
-    vf_rng_init(&rng, r->o.seed, epoch, 0, VF_RNG_SHUFFLE);
+    vf_rng_init(&rng, seed, epoch, id, VF_RNG_SHUFFLE);
     enum { CH = 2048 };
     uint32_t w[2 * CH];
-    for (int64_t hi = r->n - 1; hi >= 1;) {
+    for (int64_t hi = n - 1; hi >= 1;) {
         int64_t lo = hi - CH + 1 < 1 ? 1 : hi - CH + 1;
         vf_rng_u32(&rng, 2 * (uint64_t)lo, 2 * (hi - lo + 1), w);
         for (int64_t i = hi; i >= lo; i--) {
@@ -64,6 +46,11 @@ static void make_perm(vf_latent_reader *r, uint64_t epoch)
         }
         hi = lo - 1;
     }
+}
+
+static void make_perm(vf_latent_reader *r, uint64_t epoch)
+{
+    vf_lr_shuffle(r->perm, r->n, r->o.seed, epoch, 0);
     r->perm_epoch = epoch;
     r->perm_valid = true;
 }
@@ -278,6 +265,7 @@ void vf_latent_reader_close(vf_latent_reader *r)
     vf_lmdb_close(r->db);
     vf_free(r->keys);
     vf_free(r->perm);
+    vf_lr_buckets_free(r);
     free(r->path);
     free(r);
 }
@@ -301,7 +289,9 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     vf_lmdb_opts ro = {.readonly = true};
     VF_TRY(vf_lmdb_open(o->path, &ro, &r->db, st));
     VF_TRY(vf_lmdb_read_begin(r->db, &r->txn, st));
-    VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
+    bool bucketed;
+    VF_TRY(vf_lr_is_bucketed(r, &bucketed, st));
+    if (!bucketed) VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
     r->per = r->shape[0] * r->shape[1] * r->shape[2] * r->shape[3];
     int64_t tmax, tmissing;
     if (o->text_dim > 0) { /* the model takes embeddings: the cache's must fit it */
@@ -309,8 +299,17 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
         VF_TRY(check_text(r->path, r->text_dim, tmax, tmissing, o->text_dim, o->text_len, st));
     }
     VF_TRY(list_keys(r, st));
-    mdb_txn_reset(r->txn);
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
+    if (bucketed) {
+        VF_TRY(vf_lr_buckets_open(r, st));
+        r->o.buckets = NULL, r->o.only = r->o.shrink = NULL; /* borrowed for the open only */
+        mdb_txn_reset(r->txn);
+        if (o->cursor && o->cursor[0]) VF_TRY(vf_lr_bucket_cursor_parse(r, o->cursor, st));
+        r->epoch_from_start = r->pos == 0;
+        *out = r;
+        return 0;
+    }
+    mdb_txn_reset(r->txn);
     if (r->n > UINT32_MAX) VF_FAIL(st, VF_EBADINPUT, "%s: %lld entries; at most 2^32-1 are supported", r->path, (long long)r->n);
     r->L = r->n / o->nshards;
     if (r->L == 0)
@@ -366,7 +365,7 @@ fail:
     return rc;
 }
 
-static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
+int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
                     float *emb, vf_status *st)
 {
     const char *key = r->keys + 32 * idx;
@@ -408,6 +407,33 @@ static int read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text,
     return 0;
 }
 
+/* The batch item around its tensors t = {latent, text, text_len, text_emb or NULL}
+ * (taken, also on failure) with metadata epoch, index, cursor, keys. */
+int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
+               const char *keys, vf_item **out, vf_status *st)
+{
+    static const char *const names[4] = {"latent", "text", "text_len", VF_CACHE_TEXT_TENSOR};
+    int rc = 0;
+    vf_item *it = vf_item_new(id, st);
+    *out = NULL;
+    if (!it) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", r->path);
+    for (int i = 0; i < 4; i++) { /* vf_item_put takes the reference also when it fails */
+        if (!t[i]) continue;
+        if (rc == 0) rc = vf_item_put(it, names[i], t[i], st);
+        else vf_tensor_unref(t[i]);
+    }
+    if (rc) goto fail;
+    VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
+    VF_TRY(vf_item_set_num(it, "index", index, st));
+    VF_TRY(vf_item_set_str(it, "cursor", cursor, st));
+    VF_TRY(vf_item_set_str(it, "keys", keys, st));
+    *out = it;
+    return 0;
+fail:
+    vf_item_free(it);
+    return rc;
+}
+
 int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
     int rc = 0;
@@ -418,6 +444,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
     char *keys = NULL;
     bool txn_live = false;
     *out = NULL;
+    if (r->nbk) return vf_lr_next_bucketed(r, out, st);
     for (;;) {
         if (r->o.epochs > 0 && r->epoch >= (uint64_t)r->o.epochs) return VF_EOS;
         if (r->pos >= r->L || (r->o.drop_last && r->L - r->pos < B)) {
@@ -443,7 +470,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         keys[0] = 0;
         while (got < B && r->pos < r->L) {
             int64_t idx = vf_latent_reader_index_at(r, r->epoch, r->pos);
-            rc = read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
+            rc = vf_lr_read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
                           (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got,
                           emb ? (float *)emb->data + (size_t)got * (size_t)(TL * D) : NULL, st);
             if (rc < 0) goto fail;
@@ -471,26 +498,9 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
         char id[64], cur[160];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
         cursor_text(r, cur, sizeof cur);
-        if (!(it = vf_item_new(id, st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", r->path);
-        /* vf_item_put takes the reference also when it fails */
-        vf_tensor *t0 = lat, *t1 = text, *t2 = tlen;
-        lat = text = tlen = NULL;
-        rc = vf_item_put(it, "latent", t0, st);
-        if (rc == 0) rc = vf_item_put(it, "text", t1, st);
-        else vf_tensor_unref(t1);
-        if (rc == 0) rc = vf_item_put(it, "text_len", t2, st);
-        else vf_tensor_unref(t2);
-        if (emb) {
-            vf_tensor *t3 = emb;
-            emb = NULL;
-            if (rc == 0) rc = vf_item_put(it, VF_CACHE_TEXT_TENSOR, t3, st);
-            else vf_tensor_unref(t3);
-        }
-        if (rc) goto fail;
-        VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
-        VF_TRY(vf_item_set_num(it, "index", (double)(first / B), st));
-        VF_TRY(vf_item_set_str(it, "cursor", cur, st));
-        VF_TRY(vf_item_set_str(it, "keys", keys, st));
+        vf_tensor *ts[4] = {lat, text, tlen, emb};
+        lat = text = tlen = emb = NULL;
+        VF_TRY(vf_lr_item(r, id, ts, (double)(first / B), cur, keys, &it, st));
         free(keys);
         *out = it;
         return 0;
@@ -523,7 +533,18 @@ static const vf_param_spec reader_params[] = {
     {"cursor", VF_P_STR, "\"\"", VF_ANY, "resume position (a batch's \"cursor\" metadata); empty = start", NULL, NULL},
     {"on_bad", VF_P_STR, "\"fail\"", VF_ANY, "damaged record: fail the run, or skip and count it", "fail|skip", NULL},
     {"latent_shape", VF_P_LIST_INT, "[]", VF_RANGE(1, 1 << 20),
-     "(z, T', h, w) for planning before the cache exists; ignored when it exists", NULL, NULL},
+     "(z, T', h, w) for planning before the cache exists; ignored when it exists (with buckets: z)", NULL, NULL},
+    {"buckets", VF_P_LIST_TABLE, "[]", VF_ANY,
+     "{ {w = W, h = H, frames = {17, 33}, batch = {4, 2} (or one number)}, … }: the buckets of a bucketed "
+     "cache (its summary must agree), to plan before the cache exists; [] = as the cache has them", NULL, NULL},
+    {"admission", VF_P_STR, "\"refuse\"", VF_ANY,
+     "a bucket the memory plan says does not fit: refuse the run (exit 2), or shrink its batch to the largest "
+     "that fits (drop it when none does), one line per bucket", "refuse|shrink", NULL},
+    {"shrink", VF_P_LIST_STR, "[]", VF_ANY,
+     "\"WxHxF:B\" admitted batch of a bucket, 0 = leave it out (set by the planner with admission = \"shrink\")",
+     NULL, NULL},
+    {"only", VF_P_STR, "\"\"", VF_ANY, "read only this bucket (\"WxHxF\"), e.g. to measure it alone; \"\" = all",
+     NULL, NULL},
     {0},
 };
 
@@ -547,17 +568,64 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
     }
     if (st) *st = probe;
     if (rc == VF_ENOTFOUND)
-        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w} to plan before the cache exists)");
+        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w}, or buckets, to plan before the cache "
+                             "exists)");
+    return rc;
+}
+
+/* What the plan sizes for: the batch and latent shape bounding every bucket (the
+ * largest batch, each latent dim's largest), the largest batch's latent floats, and the
+ * bytes of its "geometries"; the plain batch and shape without buckets. */
+typedef struct plan_geo {
+    int64_t B, shape[4], entries, text_dim;
+    int64_t most;      /* floats of the largest batch's latents */
+    int64_t per_most;  /* floats of the largest latent */
+    int64_t meta;      /* bucket metadata bytes */
+    int nbk;
+    vf_lr_plan_bucket *bk; /* caller frees */
+} plan_geo;
+
+static int plan_geometry(const vf_params *p, plan_geo *g, vf_status *st)
+{
+    vf_lr_plan_bucket *bk = calloc(VF_LR_MAX_BUCKETS, sizeof *bk);
+    if (!bk) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "latent_reader: out of memory");
+    memset(g, 0, sizeof *g);
+    int rc = vf_lr_plan_buckets(p, bk, &g->nbk, st);
+    if (rc == 0) rc = plan_shape(p, g->shape, &g->entries, &g->text_dim, g->nbk ? NULL : st);
+    if (g->nbk) { /* plan_shape refuses several shapes; the buckets decide */
+        rc = 0;
+        memset(g->shape, 0, sizeof g->shape);
+        g->entries = 0;
+        g->text_dim = vf_param_int(p, "text_dim");
+        for (int b = 0; b < g->nbk; b++) {
+            int64_t per = bk[b].shape[0] * bk[b].shape[1] * bk[b].shape[2] * bk[b].shape[3];
+            if (bk[b].batch > g->B) g->B = bk[b].batch;
+            for (int i = 0; i < 4; i++)
+                if (bk[b].shape[i] > g->shape[i]) g->shape[i] = bk[b].shape[i];
+            if (bk[b].batch * per > g->most) g->most = bk[b].batch * per;
+            if (per > g->per_most) g->per_most = per;
+            g->entries += bk[b].entries;
+            g->meta += (int64_t)strlen(bk[b].name) + 5 * 24 + 1;
+        }
+        g->meta += VF_LR_BUCKET_NAME + 32;
+    } else if (rc == 0) {
+        g->B = vf_param_int(p, "batch");
+        g->per_most = g->shape[0] * g->shape[1] * g->shape[2] * g->shape[3];
+        g->most = g->B * g->per_most;
+    }
+    if (rc == 0 && g->nbk) g->bk = bk;
+    else free(bk);
     return rc;
 }
 
 static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
                         vf_status *st)
 {
-    int64_t s[4], n, D;
-    int rc = plan_shape(p, s, &n, &D, st);
+    plan_geo g;
+    int rc = plan_geometry(p, &g, st);
     if (rc) return rc;
-    int64_t B = vf_param_int(p, "batch"), TL = vf_param_int(p, "text_len");
+    int64_t *s = g.shape, D = g.text_dim;
+    int64_t B = g.B, TL = vf_param_int(p, "text_len");
     static const char *const lsym[5] = {"B", "", "", "", ""}, *const tsym[2] = {"B", ""};
     int64_t ld[5] = {B, s[0], s[1], s[2], s[3]}, td[2] = {B, TL};
     vf_port_spec *o = vf_port_add(out, "out", VF_PORT_OUT, true);
@@ -568,20 +636,31 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
         static const char *const esym[3] = {"B", "", ""};
         vf_port_tensor(o, VF_CACHE_TEXT_TENSOR, VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, esym);
     }
-    o->meta_bytes = 33 * B + 256; /* "keys", "cursor", epoch, index */
+    o->meta_bytes = 33 * B + 256 + g.meta; /* "keys", "cursor", epoch, index; "bucket", "geometries" */
+    if (g.nbk && vf_lr_geo_text(g.bk, g.nbk, o->geometries, sizeof o->geometries) != 0) {
+        free(g.bk);
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "latent_reader: %d buckets are too many to plan (at most %d characters of geometry)",
+                             g.nbk, VF_PORT_GEO_MAX - 1);
+    }
+    free(g.bk);
     return 0;
 }
 
 static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out,
                          vf_status *st)
 {
-    int64_t s[4], n, D;
-    int rc = plan_shape(p, s, &n, &D, st);
+    plan_geo g;
+    int rc = plan_geometry(p, &g, st);
     if (rc) return rc;
+    free(g.bk);
+    int64_t n = g.entries, D = g.text_dim;
     vf_device cpu = {VF_DEV_CPU, 0};
-    int64_t B = vf_param_int(p, "batch"), per = s[0] * s[1] * s[2] * s[3] * 4;
+    int64_t B = g.B, per = g.per_most * 4;
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
-    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", B * (per + 4 * vf_param_int(p, "text_len") + 4) + 33 * B);
+    if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
+        vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
+    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", 2 * per + 4096);
     if (D) { /* the batch's f32 embeddings, and one decoded bf16 record */
         int64_t TL = vf_param_int(p, "text_len");
@@ -605,12 +684,24 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
         .text_dim = vf_param_int(p, "text_dim"),
         .cursor = vf_param_str(p, "cursor"),
         .skip_bad = !strcmp(vf_param_str(p, "on_bad"), "skip"),
+        .only = vf_param_str(p, "only"),
     };
-    if (o.shard >= o.nshards)
+    vf_latent_bucket_decl *decl = NULL;
+    int rc = vf_lr_decl_from_params(p, &decl, &o.nbuckets, st);
+    if (rc) return rc;
+    o.buckets = decl;
+    char *shrink = vf_lr_shrink_text(p);
+    o.shrink = shrink;
+    if (o.shard >= o.nshards) {
+        free(decl);
+        free(shrink);
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s: shard %d is not below nshards %d",
                              vf_stage_name(s), o.shard, o.nshards);
+    }
     vf_latent_reader *r = NULL;
-    int rc = vf_latent_reader_open(&o, &r, st);
+    rc = vf_latent_reader_open(&o, &r, st);
+    free(decl);
+    free(shrink);
     if (rc) {
         vf_status_prefix(st, "%s", vf_stage_name(s));
         return rc;

@@ -12,20 +12,47 @@
  * Batches. Positions pos … of the rank's epoch list are read in order; B good records
  * make a batch (a damaged record is skipped and counted with on_bad = skip, or fails
  * the run naming its key). The epoch's last partial batch is dropped with drop_last,
- * emitted smaller otherwise. All latents of one cache must have one shape (checked
- * from the "__meta__" summary at open and on every record): batching several shapes
- * would need buckets, and buckets change the order; write one cache per resolution.
+ * emitted smaller otherwise. Without buckets all latents of one cache have one shape
+ * (checked from the "__meta__" summary at open and on every record).
+ *
+ * Buckets. A cache whose entries carry metadata "bucket" = "<W>x<H>x<F>" (pixel
+ * geometry; latent f32 (z, (F-1)/4+1, H/8, W/8)) is read one bucket per batch. Its
+ * buckets, sorted by name bytes, are numbered b = 0..NB-1 (entries in key order within
+ * each). A bucket's batch size is, first found: the declared list (opts.buckets), the
+ * summary's "buckets"{name}{"batch"}, the entries' "bucket_batch", opts.batch; a declared
+ * list that disagrees with the summary, names a bucket without entries, or misses one
+ * the cache holds is refused. Epoch e: bucket b's entries are permuted by the
+ * Fisher–Yates above on stream (seed, e, id = 1 + b); rank k of K takes positions k,
+ * k+K, … (L_b = floor(n_b/K)), cut into batches of B_b (the last partial one dropped
+ * with drop_last); the list of all buckets' batches (b ascending, then batch index) is
+ * then permuted by the same Fisher–Yates on stream (seed, e, id = 0). Every rank gets
+ * the same bucket at the same step. Each batch adds metadata "bucket" (its name) and
+ * "geometries" ("name:B,z,T',h',w';…" over all buckets, so a consumer sizes its buffers
+ * once for the largest); "index" is its place in the epoch's batch list. A record whose
+ * header is damaged is left out of the buckets at open (on_bad = skip) or fails the open;
+ * one whose payload is damaged is skipped when its batch is read (the batch is then
+ * smaller, or dropped with drop_last).
  *
  * Cursor. "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS": where the next batch starts. Each
  * batch carries the cursor AFTER it, so a checkpoint that stores the cursor of the last
  * batch it trained on resumes with exactly the next batch. Resuming with another seed,
  * shard layout or number of entries is refused (the order would differ).
+ * Bucketed: "v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H", J the next batch's
+ * place in the epoch's list, H a hash of the buckets' names, entries and batch sizes:
+ * resuming over other buckets is refused too.
  */
 #ifndef VF_LATENT_READER_H
 #define VF_LATENT_READER_H
 #include "formats/cache_format.h"
 
 typedef struct vf_latent_reader vf_latent_reader;
+
+#define VF_LR_BUCKET_NAME 40
+
+/* A declared bucket: pixel width, height, frames, and the batch size of its batches. */
+typedef struct vf_latent_bucket_decl {
+    int w, h, frames, batch;
+} vf_latent_bucket_decl;
 
 typedef struct vf_latent_reader_opts {
     const char *path;
@@ -41,6 +68,10 @@ typedef struct vf_latent_reader_opts {
     /* called for every skipped damaged record with a message naming it (may be NULL) */
     void (*on_bad)(void *user, const char *msg);
     void *user;
+    const vf_latent_bucket_decl *buckets; /* declared buckets (borrowed); NULL = as the cache has them */
+    int nbuckets;
+    const char *only;    /* bucketed: read only the bucket of this name (NULL / "" = all) */
+    const char *shrink;  /* bucketed: "name:B;…" admitted batch sizes (B = 0: the bucket is left out) */
 } vf_latent_reader_opts;
 
 /* Opens the cache read-only, lists its keys, checks the latent shape. Caller owns *out. */
@@ -74,6 +105,11 @@ int64_t vf_latent_reader_bad(const vf_latent_reader *r);        /* records skipp
 void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]);
 /* Key of entry index i (0..N-1, sorted order), 32 chars, not NUL-terminated. */
 const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i);
+/* Buckets of a bucketed cache (0 without), and bucket i's name, batch size, entries and
+ * latent shape. */
+int vf_latent_reader_nbuckets(const vf_latent_reader *r);
+const char *vf_latent_reader_bucket(const vf_latent_reader *r, int i, int *batch, int64_t *entries,
+                                    int64_t shape[4]);
 /* Entry index at position pos of epoch e on this rank (pos < L). */
 int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t pos);
 

@@ -341,8 +341,9 @@ static int frame_tensor(vf_item *it, const tdesc *d, const vf_frame *f, view_own
 
 /* frames[nframes]: the payloads of a split record's frame tensors, in order (NULL for an
  * ordinary decode, which refuses split records). */
+/* meta_only: the id and metadata alone, without the CRC (which spans the payloads). */
 static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn release, void *hint,
-                       const vf_frame *frames, int nframes, vf_item **out, vf_status *st)
+                       const vf_frame *frames, int nframes, bool meta_only, vf_item **out, vf_status *st)
 {
     reader r = {buf, len, 0, st};
     vf_item *it = NULL;
@@ -372,7 +373,7 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
                        (unsigned long long)total, len);
     if (len < VF_CODEC_ALIGN + 4) /* smallest record: one padded header + CRC */
         return CORRUPT(&r, "item record truncated: %zu bytes is shorter than the smallest record", len);
-    uint32_t want = (uint32_t)rd_le(r.b + len - 4, 4), got = vf_crc32c(0, r.b, len - 4);
+    uint32_t want = (uint32_t)rd_le(r.b + len - 4, 4), got = meta_only ? want : vf_crc32c(0, r.b, len - 4);
     if (want != got)
         return CORRUPT(&r, "item record: CRC32C mismatch (stored %08x at offset %zu, computed %08x over %zu bytes)",
                        want, len - 4, got, len - 4);
@@ -428,6 +429,10 @@ static int decode_impl(const void *buf, size_t len, bool view, vf_release_fn rel
         }
     }
 
+    if (meta_only) {
+        *out = it;
+        return 0;
+    }
     at = r.off;
     if ((rc = get_u(&r, 4, "tensor count", &v)) < 0) goto fail;
     if (v > VF_CODEC_MAX_COUNT)
@@ -591,13 +596,18 @@ fail:
 
 int vf_item_decode(const void *buf, size_t len, vf_item **out, vf_status *st)
 {
-    return decode_impl(buf, len, false, NULL, NULL, NULL, 0, out, st);
+    return decode_impl(buf, len, false, NULL, NULL, NULL, 0, false, out, st);
+}
+
+int vf_item_decode_meta(const void *buf, size_t len, vf_item **out, vf_status *st)
+{
+    return decode_impl(buf, len, false, NULL, NULL, NULL, 0, true, out, st);
 }
 
 int vf_item_decode_view(const void *buf, size_t len, vf_release_fn release, void *hint, vf_item **out,
                         vf_status *st)
 {
-    return decode_impl(buf, len, true, release, hint, NULL, 0, out, st);
+    return decode_impl(buf, len, true, release, hint, NULL, 0, false, out, st);
 }
 
 int vf_item_decode_split(const void *buf, size_t len, vf_release_fn release, void *hint, const vf_frame *frames,
@@ -607,5 +617,5 @@ int vf_item_decode_split(const void *buf, size_t len, vf_release_fn release, voi
     if (nframes < 0 || (nframes && !frames))
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "item record: %d frames at %p", nframes,
                              (const void *)frames);
-    return decode_impl(buf, len, true, release, hint, frames ? frames : &none, nframes, out, st);
+    return decode_impl(buf, len, true, release, hint, frames ? frames : &none, nframes, false, out, st);
 }

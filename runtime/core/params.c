@@ -172,6 +172,11 @@ const vf_params *vf_param_table(const vf_params *p, const char *key)
     const vf_json *v = pget(p, key);
     return v && v->type == VF_JSON_OBJ ? (const vf_params *)v : NULL;
 }
+const vf_params *vf_param_table_at(const vf_params *p, const char *key, int i)
+{
+    const vf_json *v = vf_json_at(pget(p, key), i);
+    return v && v->type == VF_JSON_OBJ ? (const vf_params *)v : NULL;
+}
 char *vf_params_json(const vf_params *p) { return vf_json_emit(J(p), true, 0); }
 
 /* ------------------------------------------------------------------ did you mean */

@@ -170,6 +170,48 @@ int vf_plan_fixes(const vf_plan_req *req, const vf_mplan *base, const vf_budget 
 int vf_plan_load(const char *script, const char *const *sets, int nsets, vf_graph **out,
                  vf_status *st);
 
+/* ------------------------------------------------------------------ buckets */
+
+#define VF_PLAN_MAX_BUCKETS 64
+
+/* One bucket of a bucketed source planned alone (plan_bucket.c). */
+typedef struct vf_plan_bucket {
+    char stage[VF_NAME_MAX];         /* the source stage */
+    char name[VF_NAME_MAX];          /* its bucket, "WxHxF" */
+    char dims[96];                   /* "B,z,T',h',w'": its batch and latent */
+    int64_t total[VF_PLAN_MAX_DEVS]; /* predicted totals, indexed like the plan's devices */
+    int64_t cat[VF_PLAN_MAX_DEVS][VF_MEM_CAT_COUNT];
+    int64_t acts_flip[VF_PLAN_MAX_DEVS]; /* activations with the stages' recompute flipped */
+    bool recompute;                  /* the stages that recompute, do */
+    bool fits;                       /* every device within its budget */
+} vf_plan_bucket;
+
+/* Each bucket of every stage whose output port lists geometries (and that has a param
+ * `only`), re-planned alone: the script with the user's --set pairs plus
+ * NAME.only=<bucket>, against the same budgets. Returns how many were written, or an
+ * error of the re-planning (naming the bucket). */
+int vf_plan_buckets(const vf_plan_req *req, const vf_mplan *base, const vf_budget *b, const vf_machine *m,
+                    vf_plan_bucket *out, int max, vf_status *st);
+/* The buckets' table (text) after a plan. */
+void vf_plan_buckets_print(const vf_mplan *p, const vf_plan_bucket *bk, int n, FILE *out);
+/* Adds "buckets": [...] to the plan's JSON object text (caller frees; NULL when out of
+ * memory). */
+char *vf_plan_buckets_json(const char *plan_json, const vf_mplan *p, const vf_plan_bucket *bk, int n);
+/* The one-line refusal of the first bucket over a budget, into st (VF_EBUDGET), naming
+ * the bucket, its need, the budget and the fixes. 0 when every bucket fits. */
+int vf_plan_buckets_refusal(const vf_mplan *p, const vf_plan_bucket *bk, int n, vf_status *st);
+
+/* Admission = "shrink": for every bucket over a budget whose source has param admission
+ * "shrink", the largest batch that fits (re-planned alone with NAME.only and
+ * NAME.shrink, halving then bisecting), or none: then the bucket is left out. One line
+ * per such bucket on report. Writes the --set pairs that admit them
+ * ("NAME.shrink=[\"WxHxF:B\",…]", one per source) into sets[k] (VF_PLAN_SET_MAX chars
+ * each); returns their count (0: nothing to shrink), or an error. */
+#define VF_PLAN_SET_MAX 2048
+int vf_plan_admission(const vf_plan_req *req, const vf_mplan *base, const vf_budget *b, const vf_machine *m,
+                      const vf_plan_bucket *bk, int nbk, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
+                      vf_status *st);
+
 /* ------------------------------------------------------------------ output, CLI */
 
 /* Text (or JSON) of the plan, its verdict and the fixes (nfix may be 0). */
@@ -182,6 +224,11 @@ char *vf_mplan_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix);
  * runs anyway)". 0 when nothing is over. */
 int vf_mplan_refusal(const vf_mplan *p, vf_status *st);
 
+/* admission = "shrink" before `vflow plan` and `vflow run`: when the plan is over a budget,
+ * the --set pairs that shrink its buckets to fit (vf_plan_admission; one line per bucket
+ * on report). Returns their count: the caller loads the script again with them. */
+int vf_plan_admit(const vf_graph *g, const vf_plan_req *req, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
+                  vf_status *st);
 /* `vflow plan`: plan, budgets (explicit or the machine's), fixes when over; prints to
  * out. VF_EBUDGET (exit 2) when a device is over its budget. */
 int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_status *st);

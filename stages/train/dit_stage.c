@@ -119,12 +119,18 @@ static void dev_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
 }
 
 /* Micro-batch geometry bound from what arrives: the reader's latent (first partition) or
- * the previous partition's target. Zeros when not known yet. */
-static void upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx, int64_t *Bmax)
+ * the previous partition's target; over a bucketed reader's buckets, the largest B, L
+ * and B·L. Zeros when not known yet; an error naming a bucket the model cannot take. */
+static int upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx, int64_t *Bmax, vf_status *st)
 {
     memset(mx, 0, sizeof *mx);
     *Bmax = 0;
     const vf_port_spec *in = up ? vf_port_find(up, g->p == 0 ? "batch" : "act_in") : NULL;
+    if (in && in->geometries[0]) {
+        int rc = vf_dit_bucket_max("dit", &g->cfg, g->M, in->geometries, mx, st);
+        *Bmax = mx->B;
+        return rc;
+    }
     for (int i = 0; in && i < in->ntensors; i++) {
         const vf_tensor_spec *t = &in->t[i];
         if (strcmp(t->name, g->p == 0 ? "latent" : "target") != 0 || t->ndim != 5) continue;
@@ -133,6 +139,7 @@ static void upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *m
         *mx = (vf_dit_dims){(int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]};
         *Bmax = B;
     }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ ports, memory */
@@ -142,6 +149,7 @@ static void mirror(vf_port_spec *dst, const vf_port_spec *src)
     dst->ntensors = src->ntensors;
     memcpy(dst->t, src->t, sizeof dst->t);
     dst->meta_bytes = src->meta_bytes;
+    memcpy(dst->geometries, src->geometries, sizeof dst->geometries);
 }
 
 static void xfer_spec(vf_port_spec *ps, const pgeo *g, const vf_dit_dims *mx, vf_dtype dt, bool target)
@@ -166,7 +174,7 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
     dev_dtypes(dev, &act, &grad);
     vf_dit_dims mx;
     int64_t Bmax;
-    upstream_dims(&g, upstream, &mx, &Bmax);
+    VF_TRY(upstream_dims(&g, upstream, &mx, &Bmax, st));
     const vf_port_spec *up = upstream ? vf_port_find(upstream, g.p == 0 ? "batch" : "act_in") : NULL;
     if (mx.T && (mx.T % g.cfg.patch[0] || mx.H % g.cfg.patch[1] || mx.W % g.cfg.patch[2]))
         VF_FAIL(st, VF_EUSAGE, "dit: latents of T=%d H=%d W=%d are not divisible by the patch (%d,%d,%d)",
@@ -176,7 +184,7 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
             if (!strcmp(up->t[i].name, "latent") && up->t[i].ndim == 5 && up->t[i].dims[1] != g.cfg.z)
                 VF_FAIL(st, VF_EUSAGE, "dit: the data's latents have %lld channels, the model's z is %d",
                         (long long)up->t[i].dims[1], g.cfg.z);
-        if (up->t[0].ndim == 5 && up->t[0].dims[0] > 0 && up->t[0].dims[0] < g.M)
+        if (!up->geometries[0] && up->t[0].ndim == 5 && up->t[0].dims[0] > 0 && up->t[0].dims[0] < g.M)
             VF_FAIL(st, VF_EUSAGE, "dit: batches of %lld samples cannot be cut into %d micro-batches",
                     (long long)up->t[0].dims[0], g.M);
     }
@@ -187,6 +195,8 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
         vf_port_spec *ao = vf_port_add(out, "act_out", VF_PORT_OUT, true);
         ao->device = dev;
         xfer_spec(ao, &g, &mx, act, true);
+        if (up) /* the next partition sizes for the same buckets */
+            memcpy(ao->geometries, up->geometries, sizeof ao->geometries);
         vf_port_spec *gi = vf_port_add(out, "grad_in", VF_PORT_IN, true);
         gi->device = dev;
         xfer_spec(gi, &g, &mx, grad, false);
@@ -229,7 +239,10 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     size_t as = vf_dtype_size(act), gs = vf_dtype_size(grad);
     vf_dit_dims mx;
     int64_t Bmax;
-    upstream_dims(&g, ports, &mx, &Bmax);
+    if (upstream_dims(&g, ports, &mx, &Bmax, st)) {
+        pgeo_fini(&g);
+        return st ? st->code : VF_EINVAL;
+    }
     if (g.lora) { /* the frozen base once, in the partition's dtype; gradients for the adapters only */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * g.bn);
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters + gradients", (int64_t)(as + gs) * g.n);
@@ -257,7 +270,9 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         if (g.lora)
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
                             vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mx, as, gs));
-        int64_t per = (int64_t)g.cfg.z * mx.T * mx.H * mx.W * mx.B;
+        /* latent values of the largest micro-batch: B·L tokens of z·patch values */
+        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * vf_dit_tokens(&g.cfg, &mx);
+        int64_t per = ntok * g.cfg.z * g.cfg.patch[0] * g.cfg.patch[1] * g.cfg.patch[2];
         if (!last) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
         if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
         if (first) {

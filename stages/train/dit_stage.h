@@ -41,7 +41,8 @@ typedef struct dit_part_state {
 
     /* set up at the first micro-batch, once its geometry is known */
     bool ready;
-    vf_dit_dims max;                         /* largest micro-batch */
+    vf_dit_dims max;                         /* largest micro-batch (over the buckets) */
+    bool bucketed;                           /* first partition: batches name their buckets */
     vf_dit_part *part;
     vf_dit_saved **sv;
     int nsv;
@@ -52,7 +53,8 @@ typedef struct dit_part_state {
     float *h_emb;                            /* (B, text_len, text_dim) with text embeddings */
     int32_t *h_text, *h_len;
     void *d_xt, *d_target;
-    int64_t per;                             /* latent elements per sample */
+    int64_t per;                             /* latent elements per sample of this step */
+    int64_t cap;                             /* latent elements the staging holds (B·per at most) */
 
     /* resume: skip reader batches up to this cursor (first partition) */
     char skip_to[512];
@@ -68,6 +70,15 @@ typedef struct dit_step_out {
     int64_t busy_ns;
     char cursor[512];                        /* first partition: reader cursor after the batch */
 } dit_step_out;
+
+#define VF_DIT_MAX_BUCKETS 256
+
+/* The largest micro-batch over a bucketed reader's buckets: geo is a batch's
+ * "geometries" metadata, "name:B,z,T,H,W;…" (B the bucket's batch, z, T, H, W its
+ * latent); M micro-batches. Each bucket is checked against the model (channels, patch,
+ * B >= M) and named when it fails (VF_EBADINPUT). */
+int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char *geo, vf_dit_dims *max,
+                      vf_status *st);
 
 /* Allocates what depends on the geometry (partition, saved stores, pools, staging) for
  * micro-batches up to max. */

@@ -64,17 +64,24 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     int64_t shp[XF_N][5];
     int nd[XF_N];
     xf_shapes(h, max, shp, nd);
+    size_t elems[XF_N];
+    for (int i = 0; i < XF_N; i++) elems[i] = numel(shp[i], nd[i]);
+    /* over several buckets the B·L tokens of x and target are bounded by N */
+    int64_t ntok = max->N ? max->N : (int64_t)max->B * vf_dit_tokens(&h->cfg, max);
+    int64_t zP = (int64_t)h->cfg.z * h->cfg.patch[0] * h->cfg.patch[1] * h->cfg.patch[2];
+    elems[XF_X] = (size_t)(ntok * h->cfg.dim);
+    elems[XF_TARGET] = (size_t)(ntok * zP);
     if (!h->last) {
         /* a middle partition forwards the received e, e0, ctx, target: it makes only x */
         int nx = h->first ? XF_N : XF_X + 1;
         for (int i = 0; i < nx; i++) {
-            h->act_pool[i] = vf_bufpool_new(be, h->as * numel(shp[i], nd[i]), h->M + 1, st);
+            h->act_pool[i] = vf_bufpool_new(be, h->as * elems[i], h->M + 1, st);
             if (!h->act_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
         }
     }
     if (h->last && !h->first) {
         for (int i = 0; i <= XF_CTX; i++) {
-            h->gout_pool[i] = vf_bufpool_new(be, h->gs * numel(shp[i], nd[i]), h->M + 1, st);
+            h->gout_pool[i] = vf_bufpool_new(be, h->gs * elems[i], h->M + 1, st);
             if (!h->gout_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
         }
     }
@@ -82,10 +89,10 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     h->slice_pool = vf_bufpool_new(be, h->gs * (size_t)most, 2 * h->S, st);
     if (!h->slice_pool) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
     if (h->first) {
-        h->per = (int64_t)h->cfg.z * max->T * max->H * max->W;
+        h->cap = ntok * zP;
         size_t nb = (size_t)max->B;
-        h->h_xt = vf_alloc(sizeof(float) * nb * (size_t)h->per, st);
-        h->h_target = h->h_xt ? vf_alloc(sizeof(float) * nb * (size_t)h->per, st) : NULL;
+        h->h_xt = vf_alloc(sizeof(float) * (size_t)h->cap, st);
+        h->h_target = h->h_xt ? vf_alloc(sizeof(float) * (size_t)h->cap, st) : NULL;
         h->h_t = h->h_target ? vf_alloc(sizeof(float) * nb, st) : NULL;
         h->h_text = h->h_t ? vf_alloc(sizeof(int32_t) * nb * (size_t)h->cfg.text_len, st) : NULL;
         h->h_len = h->h_text ? vf_alloc(sizeof(int32_t) * nb, st) : NULL;
@@ -93,8 +100,8 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
             h->h_emb = vf_alloc(sizeof(float) * nb * (size_t)h->cfg.text_len * (size_t)h->cfg.text_dim, st);
             if (!h->h_emb) VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch's text embeddings");
         }
-        h->d_xt = h->h_len ? be->alloc(be, h->as * nb * (size_t)h->per, st) : NULL;
-        if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * nb * (size_t)h->per, st);
+        h->d_xt = h->h_len ? be->alloc(be, h->as * (size_t)h->cap, st) : NULL;
+        if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * (size_t)h->cap, st);
         if (!h->d_xt || (h->last && !h->d_target))
             VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch staging");
     }
@@ -309,6 +316,42 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
     }
 }
 
+/* ------------------------------------------------------------------ buckets */
+
+int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char *geo, vf_dit_dims *max,
+                      vf_status *st)
+{
+    vf_dit_dims d[VF_DIT_MAX_BUCKETS];
+    int n = 0;
+    for (const char *g = geo; *g && n < VF_DIT_MAX_BUCKETS;) {
+        char name[64];
+        long long B, z, T, H, W;
+        int used = -1;
+        if (sscanf(g, "%63[^:]:%lld,%lld,%lld,%lld,%lld%n", name, &B, &z, &T, &H, &W, &used) != 6 || used < 0 ||
+            B < 1 || T < 1 || H < 1 || W < 1)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "%s: bucket geometries \"%s\" are not name:B,z,T,H,W;…", who, geo);
+        if (z != c->z)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "%s: bucket %s has latents of %lld channels, the model's z is %d", who, name, z, c->z);
+        if (T % c->patch[0] || H % c->patch[1] || W % c->patch[2])
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "%s: bucket %s: latent T=%lld H=%lld W=%lld is not divisible by the patch "
+                                 "(%d,%d,%d): its width and height must be multiples of 8·patch",
+                                 who, name, T, H, W, c->patch[0], c->patch[1], c->patch[2]);
+        if (B < M)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                                 "%s: bucket %s: batches of %lld samples cannot be cut into %d micro-batches", who,
+                                 name, B, M);
+        d[n++] = (vf_dit_dims){(int)((B + M - 1) / M), (int)T, (int)H, (int)W};
+        g += used;
+        if (*g == ';') g++;
+    }
+    if (n == 0) return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: no bucket geometry", who);
+    *max = vf_dit_dims_max(c, d, n);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ the step */
 
 typedef struct mb_info {
@@ -334,10 +377,22 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
         const char *cur = vf_item_str(batch, "cursor");
         snprintf(o->cursor, sizeof o->cursor, "%s", cur ? cur : "");
         vf_dit_dims mx = {(bd.B + h->M - 1) / h->M, bd.T, bd.H, bd.W};
-        if (!h->ready) VF_TRY(vf_dit_stage_setup(h, &mx, st));
-        if (mx.B > h->max.B || mx.T != h->max.T || mx.H != h->max.H || mx.W != h->max.W)
+        const char *geo = vf_item_str(batch, "geometries");
+        if (geo) VF_TRY(vf_dit_bucket_max(name, &h->cfg, h->M, geo, &mx, st));
+        if (!h->ready) {
+            h->bucketed = geo != NULL;
+            VF_TRY(vf_dit_stage_setup(h, &mx, st));
+        }
+        if (h->bucketed ? !geo || memcmp(&mx, &h->max, sizeof mx) != 0
+                        : mx.B > h->max.B || mx.T != h->max.T || mx.H != h->max.H || mx.W != h->max.W)
             VF_FAIL(st, VF_EBADINPUT, "%s: batch geometry B=%d T=%d H=%d W=%d differs from the first "
-                    "batch's (one latent shape per run)", name, bd.B, bd.T, bd.H, bd.W);
+                    "batch's (one latent shape per run, or the same buckets throughout)", name, bd.B, bd.T, bd.H,
+                    bd.W);
+        h->per = (int64_t)h->cfg.z * bd.T * bd.H * bd.W;
+        if ((int64_t)((bd.B + h->M - 1) / h->M) * h->per > h->cap)
+            VF_FAIL(st, VF_EBADINPUT, "%s: a micro-batch of %d x %lld latent values exceeds the geometry the "
+                    "partition was sized for (%lld)", name, (bd.B + h->M - 1) / h->M, (long long)h->per,
+                    (long long)h->cap);
         o->samples = bd.B;
         o->tokens = (int64_t)bd.B * vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W});
         o->flops = bd.B * vf_dit_train_flops(&h->cfg, vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W}),
@@ -391,7 +446,8 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 mi[m] = (mb_info){{(int)meta(it, "B"), (int)meta(it, "T"), (int)meta(it, "H"), (int)meta(it, "W")},
                                   (int)meta(it, "Bg")};
                 if (!h->ready) {
-                    vf_dit_dims mx = {(int)meta(it, "Bmax"), mi[m].d.T, mi[m].d.H, mi[m].d.W};
+                    vf_dit_dims mx = {(int)meta(it, "Bmax"), (int)meta(it, "Tmax"), (int)meta(it, "Hmax"),
+                                      (int)meta(it, "Wmax"), (int64_t)meta(it, "Nmax")};
                     VF_TRY(vf_dit_stage_setup(h, &mx, st));
                     op = h->ops[k];
                 }
@@ -427,9 +483,11 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             vf_item_free(it);
             it = NULL;
             if (!h->last) {
-                static const char *const keys[] = {"step", "mb", "B", "Bg", "Bmax", "T", "H", "W"};
-                double vals[] = {(double)step, m, mi[m].d.B, mi[m].Bg, h->max.B, mi[m].d.T, mi[m].d.H, mi[m].d.W};
-                VF_TRY(set_nums(out, st, 8, keys, vals));
+                static const char *const keys[] = {"step", "mb",   "B",    "Bg",   "Bmax", "T",
+                                                   "H",    "W",    "Tmax", "Hmax", "Wmax", "Nmax"};
+                double vals[] = {(double)step, m,         mi[m].d.B, mi[m].Bg,  h->max.B,  mi[m].d.T,
+                                 mi[m].d.H,    mi[m].d.W, h->max.T,  h->max.H,  h->max.W,  (double)h->max.N};
+                VF_TRY(set_nums(out, st, 12, keys, vals));
                 rc = vf_send(vf_out(ctx, "act_out"), out, st);
                 out = NULL;
                 VF_TRY(rc);

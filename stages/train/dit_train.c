@@ -106,13 +106,16 @@ void vf_train_mb_range(int B, int M, int m, int *first, int *n)
     *n = b - a;
 }
 
+/* Epoch and position of a reader cursor: "v1;…;pos=P" (entries) or, bucketed,
+ * "v2;…;batch=J" (batches of the epoch's schedule). */
 static int cursor_pos(const char *c, long long *e, long long *p)
 {
-    if (!c || strncmp(c, "v1;", 3) != 0) return -1;
-    const char *E = strstr(c, ";epoch="), *Q = strstr(c, ";pos=");
+    if (!c || (strncmp(c, "v1;", 3) != 0 && strncmp(c, "v2;", 3) != 0)) return -1;
+    const char *key = c[1] == '1' ? ";pos=" : ";batch=";
+    const char *E = strstr(c, ";epoch="), *Q = strstr(c, key);
     if (!E || !Q) return -1;
     *e = strtoll(E + 7, NULL, 10);
-    *p = strtoll(Q + 5, NULL, 10);
+    *p = strtoll(Q + strlen(key), NULL, 10);
     return 0;
 }
 
@@ -124,14 +127,14 @@ int vf_train_cursor_cmp(const char *a, const char *b, int *cmp)
     return 0;
 }
 
-/* The cursor without its epoch= and pos= fields. */
+/* The cursor without its epoch= and pos= (batch=) fields. */
 static void cursor_rest(const char *c, char *out, size_t n)
 {
     size_t k = 0;
     while (*c && k + 1 < n) {
         const char *end = strchr(c, ';');
         size_t len = end ? (size_t)(end - c) : strlen(c);
-        if (strncmp(c, "epoch=", 6) != 0 && strncmp(c, "pos=", 4) != 0) {
+        if (strncmp(c, "epoch=", 6) != 0 && strncmp(c, "pos=", 4) != 0 && strncmp(c, "batch=", 6) != 0) {
             for (size_t i = 0; i < len && k + 1 < n; i++) out[k++] = c[i];
             if (k + 1 < n) out[k++] = ';';
         }

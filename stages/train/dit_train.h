@@ -88,7 +88,8 @@ double vf_train_lr(const vf_lr_sched *s, int64_t step);
 /* Micro-batch m of M over a global batch of B samples: [*first, *first + *n). */
 void vf_train_mb_range(int B, int M, int m, int *first, int *n);
 
-/* Compares two latent_reader cursors ("v1;epoch=E;pos=P;…") by (epoch, pos): <0, 0, >0;
+/* Compares two latent_reader cursors ("v1;epoch=E;pos=P;…", bucketed "v2;epoch=E;batch=J;…")
+ * by (epoch, pos or batch): <0, 0, >0;
  * VF_EINVAL (as *cmp unchanged, return < 0) when either is not a cursor. */
 int vf_train_cursor_cmp(const char *a, const char *b, int *cmp);
 

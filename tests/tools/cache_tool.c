@@ -8,14 +8,17 @@
  *       clip i%3, transform "frames=5;size=32x24", caption "clip <i>", latent element j
  *       = i*1000 + j; with --text D also "text_emb" bf16 (2 + c, D), c = i % 3, element
  *       (r, k) = c + 1 + r/8 - k/64, exact in bf16; --text-rows R: R rows each);
- *       prints "written W skipped S texts X growths G map M"
+ *       prints "written W skipped S texts X growths G map M"; --bucket WxHxF gives every
+ *       item metadata "bucket" and the latent (z, (F-1)/4+1, H/8, W/8) (z from --shape,
+ *       else 4); --bucket-batch B adds metadata "bucket_batch" B
  *   cache_tool keys FROM TO [--vae NAME] [--text D]  the keys those items get, one per line
  *   cache_tool key SOURCE CLIP TRANSFORM VAE one key
  *   cache_tool idkeys FROM TO                keys of item ids "FROM" … "TO-1" (key = "id")
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
  *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
- *                     [--text-len L] [--text-dim D] [--dump DIR]
- *       one line per batch: "<cursor>\t<keys>"; --dump writes each batch's tensors
+ *                     [--text-len L] [--text-dim D] [--dump DIR] [--buckets WxHxF:B,…]
+ *       one line per batch: "<cursor>\t<keys>", then "\t<bucket>" when the batch has one;
+ *       --buckets declares the reader's buckets; --dump writes each batch's tensors
  *       (latent, text, text_len, and text_emb when the cache has embeddings) to
  *       DIR/batch_<n>.safetensors, metadata "keys"
  *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
@@ -44,6 +47,8 @@ static bool flag(int argc, char **argv, const char *name)
 }
 
 static int text_rows; /* --text-rows R: every embedding R rows (else 2 + c) */
+static const char *bucket;  /* --bucket WxHxF: metadata "bucket" of every item written */
+static int bucket_batch;    /* --bucket-batch B: metadata "bucket_batch" */
 
 static vf_tensor *make_text(int i, int D, vf_status *st)
 {
@@ -75,6 +80,8 @@ static vf_item *make_item(int i, const int64_t shape[4], const char *vae, int te
     vf_item_set_str(it, "vae", vae, st);
     vf_item_set_str(it, "caption", cap, st);
     if (text_dim > 0) vf_item_put(it, "text_emb", make_text(i, text_dim, st), st);
+    if (bucket) vf_item_set_str(it, "bucket", bucket, st);
+    if (bucket_batch) vf_item_set_num(it, "bucket_batch", bucket_batch, st);
     return it;
 }
 
@@ -123,6 +130,13 @@ int main(int argc, char **argv)
         int64_t shape[4] = {4, 2, 8, 8};
         const char *sh = opt(argc, argv, "--shape", NULL);
         if (sh && sscanf(sh, "%ld,%ld,%ld,%ld", &shape[0], &shape[1], &shape[2], &shape[3]) != 4) return 2;
+        bucket = opt(argc, argv, "--bucket", NULL);
+        bucket_batch = atoi(opt(argc, argv, "--bucket-batch", "0"));
+        int bw, bh, bf;
+        if (bucket) {
+            if (sscanf(bucket, "%dx%dx%d", &bw, &bh, &bf) != 3) return 2;
+            shape[1] = (bf - 1) / 4 + 1, shape[2] = bh / 8, shape[3] = bw / 8;
+        }
         vf_latent_writer_opts o = {
             .path = argv[2],
             .commit_every = atoi(opt(argc, argv, "--commit", "8")),
@@ -165,6 +179,13 @@ int main(int argc, char **argv)
             .cursor = opt(argc, argv, "--cursor", NULL),
             .skip_bad = flag(argc, argv, "--skip-bad"),
         };
+        vf_latent_bucket_decl decl[64];
+        const char *bl = opt(argc, argv, "--buckets", NULL);
+        for (int n = 0, at = 0; bl && bl[at] && o.nbuckets < 64; at += n + (bl[at + n] == ',')) {
+            vf_latent_bucket_decl *d = &decl[o.nbuckets++];
+            if (sscanf(bl + at, "%dx%dx%d:%d%n", &d->w, &d->h, &d->frames, &d->batch, &n) != 4) return 2;
+        }
+        o.buckets = decl;
         long max = atol(opt(argc, argv, "--max", "-1"));
         vf_latent_reader *r = NULL;
         if (vf_latent_reader_open(&o, &r, &st)) return die(&st);
@@ -173,7 +194,8 @@ int main(int argc, char **argv)
             int rc = vf_latent_reader_next(r, &it, &st);
             if (rc == VF_EOS) break;
             if (rc) return die(&st);
-            printf("%s\t%s\n", vf_item_str(it, "cursor"), vf_item_str(it, "keys"));
+            const char *bk = vf_item_str(it, "bucket");
+            printf("%s\t%s%s%s\n", vf_item_str(it, "cursor"), vf_item_str(it, "keys"), bk ? "\t" : "", bk ? bk : "");
             const char *dump = opt(argc, argv, "--dump", NULL);
             if (dump) {
                 char f[4200];

@@ -9,6 +9,10 @@
  *       receives, per sample in id order, its 32-char cache key, its caption (96 bytes,
  *       NUL padded) and its latent (f32): what a reference trainer needs to rebuild the
  *       batches without decoding the cache.
+ *   train_tool mkbucket PATH N Z W H F B FIRST [SEED]
+ *       the same latents for samples FIRST … FIRST+N-1, of bucket "WxHxF": metadata
+ *       "bucket" and "bucket_batch" B, latent (Z, (F-1)/4+1, H/8, W/8); run once per
+ *       bucket into one cache to make a bucketed one
  *   train_tool ckpt-find DIR
  *       prints "STEP PATH" of the newest complete checkpoint (formats/ckpt.h rules) and
  *       the damaged ones it skipped on stderr; exit 1 when there is none.
@@ -22,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static const char *g_bucket; /* mkbucket: the bucket name, its batch and first sample */
+static int g_bucket_batch, g_first;
 
 static int mkcache(int argc, char **argv)
 {
@@ -45,7 +52,7 @@ static int mkcache(int argc, char **argv)
     if (vf_latent_writer_open(&o, &w, &st)) goto fail;
     int64_t shape[4] = {Z, T, H, W}, n = (int64_t)Z * T * H * W;
     float *noise = malloc(sizeof(float) * (size_t)n);
-    for (int i = 0; i < N; i++) {
+    for (int i = g_first; i < g_first + N; i++) {
         int c = i % 4;
         char id[32], cap[96];
         snprintf(id, sizeof id, "sample-%05d", i);
@@ -75,6 +82,9 @@ static int mkcache(int argc, char **argv)
             fwrite(x, sizeof(float), (size_t)n, dump);
         }
         bool skipped;
+        if (g_bucket && (vf_item_set_str(it, "bucket", g_bucket, &st) ||
+                         vf_item_set_num(it, "bucket_batch", g_bucket_batch, &st)))
+            goto fail;
         if (vf_item_put(it, "latent", t, &st) || vf_item_set_str(it, "caption", cap, &st) ||
             vf_latent_writer_add(w, it, &skipped, &st))
             goto fail;
@@ -116,6 +126,18 @@ static int ckpt_find(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "mkcache") == 0) return mkcache(argc, argv);
+    if (argc >= 10 && strcmp(argv[1], "mkbucket") == 0) { /* PATH N Z W H F B FIRST [SEED] */
+        int w = atoi(argv[5]), h = atoi(argv[6]), f = atoi(argv[7]);
+        char T[16], H[16], W[16];
+        snprintf(T, sizeof T, "%d", (f - 1) / 4 + 1);
+        snprintf(H, sizeof H, "%d", h / 8);
+        snprintf(W, sizeof W, "%d", w / 8);
+        static char name[64];
+        snprintf(name, sizeof name, "%dx%dx%d", w, h, f);
+        g_bucket = name, g_bucket_batch = atoi(argv[8]), g_first = atoi(argv[9]);
+        char *av[] = {argv[0], "mkcache", argv[2], argv[3], argv[4], T, H, W, argc > 10 ? argv[10] : "1", NULL};
+        return mkcache(9, av);
+    }
     if (argc >= 2 && strcmp(argv[1], "ckpt-find") == 0) return ckpt_find(argc, argv);
     fprintf(stderr, "usage: train_tool mkcache|ckpt-find ...\n");
     return 2;

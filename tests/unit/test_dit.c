@@ -505,6 +505,81 @@ VF_TEST(memory_figures_are_the_allocations)
     vf_dit_layout_free(l);
 }
 
+/* One micro-batch forward, loss and backward through partition [0, depth) sized for
+ * max: the loss, the gradients (into grads, zeroed here) and the prediction (copied to
+ * pred, B·z·T·H·W floats). */
+static void step_at(const vf_dit_layout *l, const vf_dit_dims *max, float *params, float *grads, mb *m,
+                    double *loss, float *pred)
+{
+    vf_status st = {0};
+    const vf_dit_config *c = &l->cfg;
+    vf_dit_part *p = NULL;
+    vf_dit_saved *s = NULL;
+    memset(grads, 0, sizeof(float) * (size_t)l->total);
+    VF_CHECK(vf_dit_part_new(vf_backend_cpu(), l, 0, c->depth, max, false, params, grads, &p, &st) == 0);
+    VF_CHECK(vf_dit_saved_new(p, &s, &st) == 0);
+    VF_CHECK_MSG(vf_dit_part_forward(p, &m->b, NULL, NULL, s, &st) == 0, "%s", st.msg);
+    const vf_dit_dims *d = &m->b.dims;
+    memcpy(pred, vf_dit_saved_pred(s), sizeof(float) * (size_t)c->z * d->B * d->T * d->H * d->W);
+    VF_CHECK(vf_dit_part_loss(p, &m->b, s, 1.0f, loss, &st) == 0);
+    VF_CHECK_MSG(vf_dit_part_backward(p, &m->b, s, NULL, &st) == 0, "%s", st.msg);
+    vf_dit_saved_free(s);
+    vf_dit_part_free(p);
+}
+
+/* A partition sized once for several buckets (max B, max L and max B·L, below max B ×
+ * max L) runs each bucket's micro-batch exactly as a partition built for that geometry
+ * alone: prediction, loss and gradients bitwise; it holds less than max B × max L would
+ * (the plan is the allocation there too); a batch of max B and max L is refused. */
+VF_TEST(any_bucket_within_the_largest_geometry)
+{
+    vf_status st = {0};
+    vf_dit_config c = small_cfg();
+    vf_dit_layout *l = NULL;
+    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+    float *params = random_params(l, 5);
+    /* B·L = 3·1, 1·12, 2·8: the largest L and the largest B·L are other buckets' */
+    vf_dit_dims bk[3] = {{3, 1, 2, 2}, {1, 2, 4, 6}, {2, 2, 4, 4}};
+    vf_dit_dims max = vf_dit_dims_max(&c, bk, 3);
+    VF_CHECK(max.B == 3 && max.T == 2 && max.H == 4 && max.W == 6 && max.N == 16);
+    float *ga = malloc(sizeof(float) * (size_t)l->total), *gb = malloc(sizeof(float) * (size_t)l->total);
+    float *pa = malloc(4 * 3 * 4 * 2 * 4 * 6), *pb = malloc(4 * 3 * 4 * 2 * 4 * 6);
+    for (int k = 0; k < 3; k++) {
+        mb m;
+        mb_make(&m, &c, bk[k], 9, 10 * k);
+        double la, lb;
+        step_at(l, &max, params, ga, &m, &la, pa);
+        step_at(l, &bk[k], params, gb, &m, &lb, pb);
+        size_t np = (size_t)c.z * bk[k].B * bk[k].T * bk[k].H * bk[k].W;
+        VF_CHECK_MSG(memcmp(pa, pb, np * 4) == 0, "bucket %d: prediction differs", k);
+        VF_CHECK_MSG(memcmp(&la, &lb, sizeof la) == 0, "bucket %d: loss %.17g vs %.17g", k, la, lb);
+        VF_CHECK_MSG(memcmp(ga, gb, sizeof(float) * (size_t)l->total) == 0, "bucket %d: gradients differ", k);
+        mb_free(&m);
+    }
+    vf_dit_mem mn, mf;
+    vf_dit_dims full = max;
+    full.N = 0;
+    vf_dit_part_memory(&c, 0, c.depth, &max, false, 4, 4, &mn);
+    vf_dit_part_memory(&c, 0, c.depth, &full, false, 4, 4, &mf);
+    VF_CHECK(mn.saved < mf.saved && mn.workspace < mf.workspace);
+    vf_dit_part *p = NULL;
+    vf_dit_saved *s = NULL;
+    VF_CHECK(vf_dit_part_new(vf_backend_cpu(), l, 0, c.depth, &max, false, params, ga, &p, &st) == 0);
+    VF_CHECK(vf_dit_saved_new(p, &s, &st) == 0);
+    VF_CHECK_EQ_INT(mn.saved, vf_dit_saved_bytes(s));
+    VF_CHECK_EQ_INT(mn.workspace, vf_dit_part_workspace_bytes(p));
+    mb big;
+    mb_make(&big, &c, (vf_dit_dims){3, 2, 4, 6}, 1, 0);
+    vf_status st2 = {0};
+    VF_CHECK(vf_dit_part_forward(p, &big.b, NULL, NULL, s, &st2) == VF_EINVAL);
+    VF_CHECK(strstr(st2.msg, "16 tokens in all") != NULL);
+    mb_free(&big);
+    vf_dit_saved_free(s);
+    vf_dit_part_free(p);
+    free(ga), free(gb), free(pa), free(pb), free(params);
+    vf_dit_layout_free(l);
+}
+
 VF_TEST(safetensors_round_trip_by_partition)
 {
     vf_status st = {0};

@@ -168,6 +168,38 @@ VF_TEST(every_error_message)
 #undef E
 }
 
+/* A list of tables: free-form elements, or each checked against fields; element i by
+ * vf_param_table_at; anything else refused naming the element. */
+VF_TEST(list_of_tables_by_index)
+{
+    static const vf_param_spec lt[] = {
+        {"buckets", VF_P_LIST_TABLE, "[]", VF_ANY, "free-form tables", NULL, NULL},
+        {"rows", VF_P_LIST_TABLE, "[]", VF_ANY, "checked tables", NULL, model_fields},
+        {0},
+    };
+    vf_status st = {0};
+    vf_params *p = vf_params_from_json("{\"buckets\":[{\"w\":64,\"frames\":[1,5]},{}],\"rows\":[{\"name\":\"a\"}]}", &st);
+    VF_CHECK(p && vf_params_validate_kind(p, lt, "r", "latent_reader", "x.lua:1", &st) == 0);
+    VF_CHECK_EQ_INT(vf_param_len(p, "buckets"), 2);
+    const vf_params *t = vf_param_table_at(p, "buckets", 0);
+    VF_CHECK(t && vf_param_int(t, "w") == 64 && vf_param_len(t, "frames") == 2 && vf_param_int_at(t, "frames", 1) == 5);
+    VF_CHECK(vf_param_table_at(p, "buckets", 1) != NULL && vf_param_table_at(p, "buckets", 2) == NULL);
+    VF_CHECK(vf_param_int(vf_param_table_at(p, "rows", 0), "dim") == 8); /* the fields' defaults filled */
+    vf_params_free(p);
+    static const char *const bad[][2] = {
+        {"{\"buckets\":{\"w\":1}}", "param 'buckets': expected a list of tables, got"},
+        {"{\"buckets\":[{\"w\":1},3]}", "param 'buckets': element 2: expected a table, got number 3"},
+        {"{\"rows\":[{\"name\":\"a\",\"dimm\":1}]}", "param 'rows[1].dimm': unknown param; did you mean 'dim'?"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vf_status_clear(&st);
+        p = vf_params_from_json(bad[i][0], &st);
+        VF_CHECK(p && vf_params_validate_kind(p, lt, "r", "latent_reader", "x.lua:1", &st) < 0);
+        VF_CHECK_MSG(strstr(st.msg, bad[i][1]) != NULL, "%s: %s", bad[i][0], st.msg);
+        vf_params_free(p);
+    }
+}
+
 VF_TEST(long_values_are_cut)
 {
     vf_status st = {0};

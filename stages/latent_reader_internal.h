@@ -1,0 +1,96 @@
+/* latent_reader_internal.h — the reader's state, shared by the plain order
+ * (latent_reader.c) and the bucketed one (latent_buckets.c); included only by them. */
+#ifndef VF_LATENT_READER_INTERNAL_H
+#define VF_LATENT_READER_INTERNAL_H
+#include "stages/latent_reader.h"
+
+#define VF_LR_MAX_BUCKETS 256
+
+/* One bucket of a bucketed cache: its entries and its batching on this rank. */
+typedef struct vf_lr_bucket {
+    char name[VF_LR_BUCKET_NAME];  /* "<W>x<H>x<F>" */
+    int w, h, frames;
+    int64_t shape[4];      /* latent (z, T', h', w') */
+    int batch;             /* B of its batches */
+    int64_t n;             /* entries (readable at open) */
+    uint32_t *idx;         /* entry indices, key order (into the reader's bidx) */
+    uint32_t *perm;        /* this epoch's permutation of 0..n-1 (into bperm) */
+    int64_t L, nb;         /* per rank and epoch: entries, batches */
+    int scanned;           /* its number in the order the scan met the buckets */
+    bool left_out;         /* by `only` or the admission: never read */
+} vf_lr_bucket;
+
+struct vf_latent_reader {
+    vf_latent_reader_opts o;
+    char *path;
+    vf_lmdb *db;
+    MDB_txn *txn;   /* reset between batches */
+    char *keys;     /* n × 32 bytes, sorted */
+    int64_t n, L;
+    int64_t shape[4]; /* the latent shape (bucketed: the current batch's bucket's) */
+    int64_t per;    /* floats per latent */
+    int64_t text_dim; /* D of the cache's text embeddings; 0 = the cache has none */
+    uint32_t *perm; /* permutation of the cached epoch */
+    uint64_t perm_epoch;
+    bool perm_valid;
+    uint64_t epoch;
+    int64_t pos;    /* position in the epoch (bucketed: the batch's in the schedule) */
+    int64_t bad, good_in_epoch;
+    bool epoch_from_start;
+    /* bucketed: nbk > 0 buckets, sorted by name */
+    int nbk;
+    vf_lr_bucket *bk;
+    uint32_t *bidx, *bperm;  /* n each: bucket entry lists and permutations, back to back */
+    uint64_t *sched;         /* NB batches of the epoch: bucket << 32 | batch within it */
+    int64_t NB;
+    uint64_t sched_epoch;
+    bool sched_valid;
+    uint64_t layout;         /* hash of the buckets' names, entries, batch sizes and batches read */
+    char *geo;               /* every batch's "geometries": "name:B,z,T,h,w;…" */
+};
+
+/* Fisher–Yates permutation of 0..n-1 from stream (seed, step = epoch, id, SHUFFLE). */
+void vf_lr_shuffle(uint32_t *p, int64_t n, uint64_t seed, uint64_t epoch, uint64_t id);
+/* Reads entry idx into the batch slots (r->shape must be its latent shape): 0, 1 when
+ * it was damaged and skipped, or an error. */
+int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
+                   float *emb, vf_status *st);
+int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
+               const char *keys, vf_item **out, vf_status *st);
+
+/* latent_buckets.c */
+/* Whether the cache is bucketed (declared buckets, a "buckets" summary, or a first
+ * record with "bucket" metadata), read in txn. */
+int vf_lr_is_bucketed(vf_latent_reader *r, bool *yes, vf_status *st);
+/* Scans the entries' "bucket" metadata, forms the buckets and their batches, checks them
+ * against the summary and the declared list; after the key list, inside the open txn. */
+int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st);
+void vf_lr_buckets_free(vf_latent_reader *r);
+int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st);
+int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st);
+
+/* The stage's side. A bucket as the plan sees it. */
+typedef struct vf_lr_plan_bucket {
+    char name[VF_LR_BUCKET_NAME];
+    int batch;
+    int64_t shape[4];
+    int64_t entries; /* 0 when planned from the declared list before the cache exists */
+} vf_lr_plan_bucket;
+
+/* The param `buckets` ({ {w=, h=, frames={…}, batch={…} or B}, … }) as one declaration
+ * per (w, h, frames); B defaults to `batch`. Checked here (naming the bucket,
+ * VF_EBADINPUT). Caller frees *out (NULL when there are none). */
+int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int *n, vf_status *st);
+/* The buckets a reader with params p reads (after `only`): the cache's when it exists
+ * (opened and checked against the declared list), else the declared list's at
+ * latent (z, (F-1)/4+1, H/8, W/8), z = latent_shape[0] or 16. *n = 0: not bucketed.
+ * out holds VF_LR_MAX_BUCKETS. */
+int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st);
+
+/* The param `shrink` (list of "name:B") as opts.shrink's "name:B;…" (caller frees). */
+char *vf_lr_shrink_text(const vf_params *p);
+/* "name:B,z,T',h',w';…" of n buckets into buf (the batches' "geometries"); -1 when it
+ * does not fit. */
+int vf_lr_geo_text(const vf_lr_plan_bucket *b, int n, char *buf, size_t cap);
+
+#endif /* VF_LATENT_READER_INTERNAL_H */

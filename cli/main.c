@@ -3,7 +3,7 @@
  *   vflow run|check|graph|plan PIPELINE.lua [--set k=v]... [options]   (pipeline_cli.c)
  *   vflow launch --slurm PIPELINE.lua [--set k=v]...                   (launch_cli.c)
  *   vflow cache stat|ls|verify PATH                                    (cache_cli.c)
- *   vflow sample CKPT --prompt-embeds F --out x.mp4 [options]           (sample_cli.c)
+ *   vflow sample CKPT --prompt-embeds F|--prompt TEXT --out x.mp4 [options]  (sample_cli.c)
  *   vflow version | help [KIND|stages|--params-md]                     (help_cli.c)
  */
 #include "cli/cli.h"
@@ -34,9 +34,9 @@ const vf_cli_cmd vf_cli_commands[] = {
     {"launch", "--slurm PIPELINE.lua", "print an sbatch script running the pipeline on the nodes it\n"
      "names (docs/MULTINODE.md)", vf_cli_launch},
     {"cache", "stat|ls|verify PATH", "inspect an LMDB latent cache", cmd_cache},
-    {"sample", "CKPT --prompt-embeds F --out x.mp4",
-     "a video from a checkpoint: flow-matching sampling with guidance,\n"
-     "the VAE decoder, H.264/MPEG-4 (vflow sample --help)",
+    {"sample", "CKPT --prompt-embeds F|--prompt TEXT --out x.mp4",
+     "a video from a checkpoint (+ LoRA): flow-matching sampling with\n"
+     "guidance, the VAE decoder, H.264/MPEG-4 (vflow sample --help)",
      vf_cli_sample},
     {"version", "", "print the version", cmd_version, "--version"},
     {"help", "[KIND|stages]", "this text, the stage kinds, or the params of one kind", vf_cli_help, "--help -h"},

@@ -175,8 +175,10 @@ int vf_cache_item_bucket(const vf_item *it, char name[VF_CACHE_BUCKET_MAX], int6
     if (strlen(b) >= VF_CACHE_BUCKET_MAX || sscanf(b, "%dx%dx%d%n", &w, &h, &f, &used) != 3 || b[used] ||
         w < 1 || h < 1 || f < 1)
         VF_FAIL(st, VF_EINVAL, "item \"%s\": metadata bucket \"%.64s\" is not \"<W>x<H>x<F>\"", vf_item_id(it), b);
-    if (vf_item_num(it, "bucket_batch", &bb) != 0 || bb < 1 || bb != (double)(int64_t)bb)
-        VF_FAIL(st, VF_EINVAL, "item \"%s\" (bucket %s) has no integer metadata bucket_batch >= 1", vf_item_id(it), b);
+    /* bucket_batch is optional (0: the reader's batch decides); when given, an integer >= 1 */
+    if (vf_item_num(it, "bucket_batch", &bb) == 0 && (bb < 1 || bb != (double)(int64_t)bb))
+        VF_FAIL(st, VF_EINVAL, "item \"%s\" (bucket %s): metadata bucket_batch %g is not an integer >= 1",
+                vf_item_id(it), b, bb);
     snprintf(name, VF_CACHE_BUCKET_MAX, "%s", b);
     *batch = (int64_t)bb;
 fail:

@@ -25,9 +25,10 @@
  * An item that carries a text embedding appends its text key's 32 hex chars and "\0" to
  * either hash input, so a changed caption or text encoder makes a new entry key.
  * An item of a bucket (metadata "bucket" = "<W>x<H>x<F>", the clip's pixel geometry, and
- * "bucket_batch" = the training batch of that bucket, both stored in the record as they
- * are) appends "bucket\0" and the bucket's name and "\0" last; keys of items without a
- * bucket are unchanged. A bucket's batch is fixed by its first entry in a cache.
+ * optionally "bucket_batch" = the training batch of that bucket, both stored in the record
+ * as they are) appends "bucket\0" and the bucket's name and "\0" last; keys of items
+ * without a bucket are unchanged. A bucket's batch is fixed by its first entry in a cache
+ * (0 in the summary: none given, the reader's batch decides).
  *
  * Text embeddings. An item may carry tensor "text_emb" bf16 (L, D): the text encoder's
  * output for the real tokens of its caption (umT5: L <= text_len rows of width D). The
@@ -85,8 +86,8 @@ void vf_cache_key_bucket(const char *source, int64_t clip, const char *transform
                          const char *text_hash, const char *bucket, char out[VF_CACHE_KEY_LEN + 1]);
 #define VF_CACHE_BUCKET_MAX 48
 /* An item's bucket: name "" and *batch 0 when it has none; its "<W>x<H>x<F>" and
- * bucket_batch otherwise. VF_EINVAL naming the item when the name is malformed, the
- * batch missing or < 1, or a batch comes without a bucket. */
+ * bucket_batch (0 when not given) otherwise. VF_EINVAL naming the item when the name is
+ * malformed, the batch is not an integer >= 1, or a batch comes without a bucket. */
 int vf_cache_item_bucket(const vf_item *it, char name[VF_CACHE_BUCKET_MAX], int64_t *batch, vf_status *st);
 /* The text hash an item's key includes: of its "text_emb" tensor when it carries one,
  * else its "text_key" metadata (a stored entry), else "" (none). */

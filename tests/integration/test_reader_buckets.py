@@ -119,14 +119,14 @@ try:
         txn.put(b"__meta__", json.dumps(meta, separators=(",", ":"), sort_keys=True).encode())
     env.close()
 
-    def keys_of(lo, hi):
-        return run(["keys", str(lo), str(hi)])[1].split()
+    def keys_of(lo, hi, name):
+        return run(["keys", str(lo), str(hi), "--bucket", name])[1].split()
 
     index = {}
     buckets = []
     batch_of = {"64x32x9": 3, "32x32x5": 2, "48x16x1": 4}
     for name, lo, hi, _ in spec:
-        ks = keys_of(lo, hi)
+        ks = keys_of(lo, hi, name)
         for i, k in enumerate(ks):
             index[k] = (lo + i, name)
         buckets.append((name, sorted(ks), batch_of[name]))

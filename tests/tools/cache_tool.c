@@ -11,7 +11,7 @@
  *       prints "written W skipped S texts X growths G map M"; --bucket WxHxF gives every
  *       item metadata "bucket" and the latent (z, (F-1)/4+1, H/8, W/8) (z from --shape,
  *       else 4); --bucket-batch B adds metadata "bucket_batch" B
- *   cache_tool keys FROM TO [--vae NAME] [--text D]  the keys those items get, one per line
+ *   cache_tool keys FROM TO [--vae NAME] [--text D] [--bucket WxHxF]  the keys those items get
  *   cache_tool key SOURCE CLIP TRANSFORM VAE one key
  *   cache_tool idkeys FROM TO                keys of item ids "FROM" … "TO-1" (key = "id")
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
@@ -116,6 +116,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "keys") && argc >= 4) {
         const char *vae = opt(argc, argv, "--vae", "vaeA");
+        bucket = opt(argc, argv, "--bucket", NULL); /* a bucket is part of the key */
         int64_t shape[4] = {1, 1, 1, 1};
         for (int i = atoi(argv[2]); i < atoi(argv[3]); i++) {
             vf_item *it = make_item(i, shape, vae, atoi(opt(argc, argv, "--text", "0")), &st);

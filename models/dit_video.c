@@ -467,6 +467,11 @@ int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size
     /* decoded f32 clip, RGB24 frames, the latent, the two embeddings, the PNG strip */
     m->frames = 3 * T * plane * 4 + 3 * T * plane + (int64_t)c->z * Tl * d.H * d.W * 4 +
                 2 * (int64_t)c->text_len * c->text_dim * 4 + 4 * plane * 3;
+    /* the encoder's own frames (libx264 at preset medium: 40 frames of rate-control
+     * lookahead, 3 B-frames, 3 references, each padded by 32 pixels with its half-pel and
+     * low-resolution planes, about 3 bytes per padded pixel) and its fixed tables, an
+     * estimate: libav does not say what it holds */
+    m->encoder = 48 * 3 * (int64_t)(o->width + 64) * (o->height + 64) + ((int64_t)6 << 20);
 fail:
     vf_dit_layout_free(l);
     return rc;

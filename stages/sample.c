@@ -138,6 +138,7 @@ static int sample_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE workspace", m.vae_workspace);
     vf_mem_plan_add_lib(out, cpu, VF_MEM_VAE, "sample VAE host", m.vae_host);
     vf_mem_plan_add_lib(out, cpu, VF_MEM_DECODE, "sample frames buffers", m.frames);
+    vf_mem_plan_add_lib(out, cpu, VF_MEM_DECODE, "sample video encoder (libx264 frames, estimated)", m.encoder);
 fail:
     return rc;
 }

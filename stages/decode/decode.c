@@ -96,7 +96,7 @@ static const vf_param_spec decode_params[] = {
      "Open-Sora's table { [\"480p\"] = { [49] = {keep, batch}, ... }, ... }: each resolution expands into "
      "buckets of aspect 9:16, 3:4, 1:1, 4:3, 16:9; a clip is kept at a length with probability keep, else "
      "falls to the next shorter one; instead of buckets"},
-    {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "seed of bucket_config's keep decisions"},
+    {"seed", VF_P_INT, "0", VF_RANGE(0, 2147483647), "seed of bucket_config's keep decisions"},
     {"vae_stride", VF_P_INT, "8", VF_RANGE(1, 64), "spatial stride of the VAE: bucket sizes are multiples of vae_stride * patch"},
     {"patch", VF_P_INT, "2", VF_RANGE(1, 64), "spatial patch of the DiT: bucket sizes are multiples of vae_stride * patch"},
     {0},

@@ -227,7 +227,8 @@ static int decode_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     const int64_t dims[4] = {clip.frames, H, W, 3};
     static const char *const bsym[4] = {"T", "H", "W", ""};
     /* (T, H, W, 3) RGB; with buckets each dim varies up to the largest bucket's */
-    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, vf_param_has(p, "buckets") || vf_param_has(p, "bucket_config") ? bsym : NULL);
+    bool bucketed = vf_param_has(p, "buckets") || vf_param_has(p, "bucket_config");
+    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, bucketed ? bsym : NULL);
     if (vf_param_int(p, "text_dim") > 0) {
         static const char *const tsym[2] = {"L", ""};
         const int64_t td[2] = {vf_param_int(p, "text_len"), vf_param_int(p, "text_dim")};

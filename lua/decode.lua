@@ -10,6 +10,24 @@
 -- accept several edges). workers = 1 (or absent) is a plain stage named "decode".
 -- The instances form the group NAME (default "decode"): --set decode.fps=8 sets the
 -- param on every instance (--set decode_1.fps=8 on one).
+-- bucket_config = { ["480p"] = { [49] = {0.5, 8}, ... } } (Open-Sora's table) has integer
+-- length keys with holes, which no param value may have: they become string keys ("49")
+-- here, and the C stage reads them back as lengths.
+local function string_lengths(cfg)
+  if type(cfg) ~= "table" then return cfg end
+  local out = {}
+  for res, lens in pairs(cfg) do
+    if type(lens) == "table" then
+      local t = {}
+      for f, e in pairs(lens) do t[math.type(f) == "integer" and tostring(f) or f] = e end
+      out[res] = t
+    else
+      out[res] = lens
+    end
+  end
+  return out
+end
+
 return function(vf)
   vf.expand("decode", function(p, kind, params)
     local workers = params.workers
@@ -17,6 +35,7 @@ return function(vf)
     for k, v in pairs(params) do
       if k ~= "workers" then copy[k] = v end
     end
+    if copy.bucket_config ~= nil then copy.bucket_config = string_lengths(copy.bucket_config) end
     if workers == nil then return p:raw_stage(kind, copy) end
     if math.type(workers) == "float" and workers == math.floor(workers) then workers = math.tointeger(workers) end
     if math.type(workers) ~= "integer" or workers < 1 or workers > 1024 then

@@ -25,6 +25,14 @@
  * that gives no clip for another reason is a bad file as without buckets. The clips
  * of each bucket length are counted (metric row "buckets" and the closing log line).
  *
+ * bucket_config (Open-Sora's table, decode_bucket.h) expands into buckets per resolution;
+ * a file goes to the largest resolution it reaches (80 % of its pixels), else it is
+ * dropped like a short file (metric dropped_small). Each clip, planned at the longest
+ * length its file allows, is kept there with that length's keep probability (a seeded
+ * hash, so a rerun keeps the same clips), else takes its first frames at the next
+ * shorter length whose decision keeps it; a clip no length keeps is dropped (metric
+ * dropped_keep).
+ *
  * Text embeddings: with text_dim > 0 every manifest row names a safetensors file in
  * column `text_emb` (decode_text.h); it is loaded before the video is opened and every
  * clip of the row carries it as "text_emb" bf16 (L, D). A missing, unreadable or
@@ -84,6 +92,11 @@ static const vf_param_spec decode_params[] = {
     {"buckets", VF_P_LIST_TABLE, "null", VF_ANY,
      "{ {w = W, h = H, frames = {17, 33}, batch = {4, 2} (or one integer)}, ... }: each file goes to the "
      "bucket nearest its aspect ratio, each clip to the longest length its frames allow; replaces size and frames"},
+    {"bucket_config", VF_P_TABLE, "null", VF_ANY,
+     "Open-Sora's table { [\"480p\"] = { [49] = {keep, batch}, ... }, ... }: each resolution expands into "
+     "buckets of aspect 9:16, 3:4, 1:1, 4:3, 16:9; a clip is kept at a length with probability keep, else "
+     "falls to the next shorter one; instead of buckets"},
+    {"seed", VF_P_INT, "0", VF_RANGE(0, 2147483647), "seed of bucket_config's keep decisions"},
     {"vae_stride", VF_P_INT, "8", VF_RANGE(1, 64), "spatial stride of the VAE: bucket sizes are multiples of vae_stride * patch"},
     {"patch", VF_P_INT, "2", VF_RANGE(1, 64), "spatial patch of the DiT: bucket sizes are multiples of vae_stride * patch"},
     {0},
@@ -98,6 +111,10 @@ typedef struct dec_state {
     vf_buckets bk;                /* bk.n == 0: one fixed size and length */
     int64_t bclips[VF_BUCKET_MAX][VF_BUCKET_MAX_LENS]; /* clips made per bucket length */
     int64_t dropped_short;        /* files too short for their bucket's shortest length */
+    int64_t dropped_small;        /* files below 80 % of bucket_config's smallest resolution */
+    int64_t dropped_keep;         /* clips no length of their bucket kept (keep < 1) */
+    int64_t fell;                 /* clips kept at a length shorter than their planned one */
+    uint64_t seed;
     int64_t text_dim, text_len;
     char transform[256];          /* of the fixed geometry (no buckets) */
     char filter[32];
@@ -129,9 +146,14 @@ static int read_buckets(const vf_params *p, vf_buckets *bk, vf_status *st)
 {
     int rc = 0;
     memset(bk, 0, sizeof *bk);
-    if (!vf_param_has(p, "buckets")) return 0;
-    const vf_json *arr = vf_json_get(vf_params_ctree(p), "buckets");
-    VF_TRY(vf_buckets_parse(arr, (int)vf_param_int(p, "vae_stride"), (int)vf_param_int(p, "patch"), bk, st));
+    bool has_l = vf_param_has(p, "buckets"), has_c = vf_param_has(p, "bucket_config");
+    if (has_l && has_c)
+        VF_FAIL(st, VF_EUSAGE, "decode: give buckets (a list of {w, h, frames, batch}) or bucket_config "
+                "(resolution -> length -> {keep, batch}), not both");
+    if (!has_l && !has_c) return 0;
+    int vs = (int)vf_param_int(p, "vae_stride"), pa = (int)vf_param_int(p, "patch");
+    if (has_l) VF_TRY(vf_buckets_parse(vf_json_get(vf_params_ctree(p), "buckets"), vs, pa, bk, st));
+    else VF_TRY(vf_bucket_config_parse(vf_json_get(vf_params_ctree(p), "bucket_config"), vs, pa, bk, st));
     for (int i = 0; i < bk->n; i++)
         if ((int64_t)bk->b[i].w * bk->b[i].h > vf_param_int(p, "max_pixels"))
             VF_FAIL(st, VF_EUSAGE, "decode: bucket %dx%d is larger than max_pixels=%lld", bk->b[i].w, bk->b[i].h,
@@ -205,7 +227,8 @@ static int decode_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     const int64_t dims[4] = {clip.frames, H, W, 3};
     static const char *const bsym[4] = {"T", "H", "W", ""};
     /* (T, H, W, 3) RGB; with buckets each dim varies up to the largest bucket's */
-    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, vf_param_has(p, "buckets") ? bsym : NULL);
+    bool bucketed = vf_param_has(p, "buckets") || vf_param_has(p, "bucket_config");
+    vf_port_tensor(o, "frames", VF_DTYPE_U8, 4, dims, bucketed ? bsym : NULL);
     if (vf_param_int(p, "text_dim") > 0) {
         static const char *const tsym[2] = {"L", ""};
         const int64_t td[2] = {vf_param_int(p, "text_len"), vf_param_int(p, "text_dim")};
@@ -266,6 +289,7 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
     VF_TRY(read_buckets(p, &d->bk, st));
     d->T = d->clip.frames;
     d->max_bad = vf_param_num(p, "max_bad_fraction");
+    d->seed = (uint64_t)vf_param_int(p, "seed");
     int shard = (int)vf_param_int(p, "shard"), nshards = (int)vf_param_int(p, "nshards");
     if (vf_param_has(p, "manifest")) rc = vf_manifest_load(vf_param_str(p, "manifest"), shard, nshards, &d->man, st);
     else rc = vf_manifest_glob(vf_param_str(p, "source"), shard, nshards, &d->man, st);
@@ -381,9 +405,26 @@ fail:
     return rc;
 }
 
+/* The length a clip planned at bucket length index `planned` is kept at: that one if
+ * its keep decision says so, else the next shorter length of the bucket whose decision
+ * does (the clip's first frames: every shorter length fits in it); -1 when none does. */
+static int keep_len(const dec_state *d, const vf_bucket *b, const char *path, int64_t clip, int planned)
+{
+    int cur = planned;
+    while (cur >= 0) {
+        if (vf_bucket_keep(d->seed, path, clip, b->frames[cur], b->keep[cur])) return cur;
+        int next = -1; /* the longest length shorter than the current one */
+        for (int i = 0; i < b->nlens; i++)
+            if (b->frames[i] < b->frames[cur] && (next < 0 || b->frames[i] > b->frames[next])) next = i;
+        cur = next;
+    }
+    return -1;
+}
+
 /* Decodes one file. 0: done (clips sent); 1: bad file, reason in why; 2: the run is
- * draining, stop producing; 3: too short for its bucket (dropped, reason in why); <0:
- * run failure. */
+ * draining, stop producing; 3: too short for its bucket (dropped, reason in why); 4:
+ * smaller than every resolution of bucket_config (dropped, reason in why); <0: run
+ * failure. */
 static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_row *r,
                    int64_t *nclips, char *why, size_t whyn, vf_status *st)
 {
@@ -429,7 +470,15 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     file_geom g = {.T = d->T, .W = d->W, .H = d->H, .bucket = -1, .len = -1};
     if (d->bk.n) {
         double dar = vf_bucket_dar(info->coded_w, info->coded_h, info->sar, vf_decode_transposed(f));
-        g.bucket = vf_bucket_pick(&d->bk, dar);
+        double area = (double)info->coded_w * info->coded_h * (info->sar > 0 ? info->sar : 1);
+        g.bucket = vf_bucket_pick_area(&d->bk, dar, area);
+        if (g.bucket < 0) {
+            snprintf(why, whyn, "dropped: %dx%d (%.0f display pixels) is below 80%% of the smallest resolution "
+                     "of bucket_config, \"%s\" (%lld pixels)", info->coded_w, info->coded_h, area,
+                     d->bk.res_name[d->bk.nres - 1], (long long)d->bk.res_area[d->bk.nres - 1]);
+            rc = 4;
+            goto done;
+        }
         const vf_bucket *b = &d->bk.b[g.bucket];
         g.W = b->w, g.H = b->h;
         rc = vf_bucket_plan(times, info->nframes, info->duration_s, b, &co, &plan, &g.len, &fst);
@@ -449,12 +498,26 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         rc = vf_clip_plan_make(times, info->nframes, info->duration_s, &co, &plan, &fst);
         if (rc < 0) goto bad;
     }
+    const int planT = g.T, plan_len = g.len; /* the plan's clips are planT frames apart in plan.idx */
     make_transform(d, g.T, g.W, g.H, g.transform, sizeof g.transform);
-    const int64_t shape[4] = {g.T, g.H, g.W, 3};
     const int64_t indexed = info->nframes;
     for (int64_t k = 0; k < plan.nclips; k++) {
         if (vf_stopping(ctx)) { rc = 2; goto done; } /* drain: end the stream here */
-        const int64_t *idx = plan.idx + k * g.T;
+        const int64_t *idx = plan.idx + k * planT;
+        if (g.bucket >= 0) { /* bucket_config's keep decision: this length, a shorter one, or none */
+            const vf_bucket *b = &d->bk.b[g.bucket];
+            int kl = keep_len(d, b, r->path, plan.grid[k], plan_len);
+            if (kl < 0) {
+                d->dropped_keep++;
+                continue;
+            }
+            if (kl != g.len) {
+                g.len = kl;
+                g.T = b->frames[kl];
+                make_transform(d, g.T, g.W, g.H, g.transform, sizeof g.transform);
+            }
+        }
+        const int64_t shape[4] = {g.T, g.H, g.W, 3};
         vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 4, shape, st); /* (T, H, W, 3) */
         if (!t) { rc = st->code ? st->code : VF_ENOMEM; goto done; }
         rc = vf_decode_read(f, idx, g.T, t->data, &fst);
@@ -497,6 +560,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         sent++;
         (*nclips)++;
         if (g.bucket >= 0) d->bclips[g.bucket][g.len]++;
+        if (g.bucket >= 0 && g.len != plan_len) d->fell++;
     }
     rc = 0;
     if (info->damaged || lost_n) {
@@ -534,7 +598,7 @@ done:
 static int report_buckets(dec_state *d, vf_ctx *ctx, vf_status *st)
 {
     int rc = 0;
-    size_t cap = 128 + (size_t)d->bk.n * VF_BUCKET_MAX_LENS * 48;
+    size_t cap = 256 + (size_t)d->bk.n * VF_BUCKET_MAX_LENS * 48;
     char *line = malloc(cap), *row = malloc(cap);
     if (!line || !row) VF_FAIL(st, VF_ENOMEM, "decode: out of memory");
     size_t ln = 0, rn = 0;
@@ -552,9 +616,18 @@ static int report_buckets(dec_state *d, vf_ctx *ctx, vf_status *st)
             first = 0;
         }
     }
-    snprintf(line + ln, cap - ln, "; %lld file%s dropped as too short", (long long)d->dropped_short,
-             d->dropped_short == 1 ? "" : "s");
-    snprintf(row + rn, cap - rn, "},\"dropped_short\":%lld}", (long long)d->dropped_short);
+    ln += (size_t)snprintf(line + ln, cap - ln, "; %lld file%s dropped as too short", (long long)d->dropped_short,
+                           d->dropped_short == 1 ? "" : "s");
+    rn += (size_t)snprintf(row + rn, cap - rn, "},\"dropped_short\":%lld", (long long)d->dropped_short);
+    if (d->bk.nres) { /* bucket_config: files too small, clips no keep decision kept, clips kept shorter */
+        snprintf(line + ln, cap - ln, ", %lld as too small; %lld clip%s dropped by keep, %lld kept at a shorter length",
+                 (long long)d->dropped_small, (long long)d->dropped_keep, d->dropped_keep == 1 ? "" : "s",
+                 (long long)d->fell);
+        snprintf(row + rn, cap - rn, ",\"dropped_small\":%lld,\"dropped_keep\":%lld,\"fell_shorter\":%lld}",
+                 (long long)d->dropped_small, (long long)d->dropped_keep, (long long)d->fell);
+    } else {
+        snprintf(row + rn, cap - rn, "}");
+    }
     vf_log(ctx, VF_LOG_INFO, "%s", line);
     vf_metric_row(ctx, row);
 fail:
@@ -594,6 +667,12 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_quarantine(ctx, r->path, why);
             vf_metric(ctx, "dropped_short", (double)d->dropped_short);
         }
+        if (rc == 4) { /* below bucket_config's smallest resolution: as too short */
+            d->dropped_small++;
+            vf_quarantine(ctx, r->path, why);
+            vf_metric(ctx, "dropped_small", (double)d->dropped_small);
+        }
+        if (d->bk.nres) vf_metric(ctx, "dropped_keep", (double)d->dropped_keep);
         if (rc == 1) {
             bad++;
             vf_quarantine(ctx, r->path, why); /* also logs it */

@@ -71,7 +71,9 @@ static int parse_one(const vf_json *o, int i, int mult, vf_bucket *b, vf_status 
             VF_FAIL(st, VF_EUSAGE, "%s: batch %lld for length %d; it must be in 1..65536", who, (long long)v,
                     b->frames[k]);
         b->batch[k] = (int)v;
+        b->keep[k] = 1;
     }
+    b->res = -1;
 fail:
     return rc;
 }

@@ -58,6 +58,11 @@ extern "C" {
 #define VF_DIT_PAD_TOKEN 256
 #define VF_DIT_NAME_MAX 64
 
+/* A caption as byte tokens (text = bytes): its first text_len bytes into tok[0..n);
+ * returns n, its length in tokens (the model takes positions at and past it as the pad
+ * token). The latent reader and sampling both tokenise with it. */
+int vf_dit_caption_tokens(const char *text, int text_len, int32_t *tok);
+
 /* ------------------------------------------------------------------ config */
 
 typedef struct vf_dit_config {

@@ -58,6 +58,13 @@ void dit_rope_prepare(vf_dit_part *p, const vf_dit_dims *d)
     memcpy(p->rope_grid, g, sizeof g);
 }
 
+int vf_dit_caption_tokens(const char *text, int text_len, int32_t *tok)
+{
+    int n = 0;
+    for (; text && text[n] && n < text_len; n++) tok[n] = (unsigned char)text[n];
+    return n;
+}
+
 /* Token ids onto the device: pads past each sample's length. On a host backend the
  * buffer is host memory; elsewhere the ids travel as exact small floats through upload. */
 static int upload_tokens(vf_dit_part *p, const vf_dit_batch *b, int32_t *dst, vf_status *st)

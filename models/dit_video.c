@@ -346,12 +346,11 @@ fail:
     return rc;
 }
 
-/* A caption as the reader tokenises it: its bytes, at most text_len of them. */
+/* A caption's tokens as the reader makes them, pads after (what the model reads there). */
 static int32_t caption_tokens(const char *text, int text_len, int32_t *tok)
 {
-    int32_t n = 0;
-    for (; text && text[n] && n < text_len; n++) tok[n] = (unsigned char)text[n];
-    for (int32_t j = n; j < text_len; j++) tok[j] = VF_DIT_PAD_TOKEN;
+    int n = vf_dit_caption_tokens(text, text_len, tok);
+    for (int j = n; j < text_len; j++) tok[j] = VF_DIT_PAD_TOKEN;
     return n;
 }
 

@@ -16,6 +16,7 @@
  * serves caption bytes only, whatever the cache holds.
  */
 #include "stages/latent_reader_internal.h"
+#include "models/dit.h"
 #include "runtime/philox.h"
 
 #include <stdio.h>
@@ -399,9 +400,7 @@ int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, 
         return 1;
     }
     memcpy(lat, vf_item_get(it, VF_CACHE_TENSOR)->data, sizeof(float) * (size_t)r->per);
-    const char *cap = vf_item_str(it, "caption");
-    int n = 0;
-    for (; cap && cap[n] && n < r->o.text_len; n++) text[n] = (unsigned char)cap[n];
+    int n = vf_dit_caption_tokens(vf_item_str(it, "caption"), r->o.text_len, text);
     *tlen = emb ? emb_len : n;
     vf_item_free(it);
     return 0;

@@ -19,11 +19,7 @@ int vf_adamw_geo_init(const vf_params *p, vf_adamw_geo *g, vf_status *st)
 {
     int rc = 0;
     memset(g, 0, sizeof *g);
-    VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &g->cfg, st));
-    VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
-    vf_dit_lora_cfg lc;
-    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(p, "lora"), &lc, st));
-    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(g->l, &lc, &g->lora, st));
+    VF_TRY(vf_train_model(p, &g->cfg, &g->l, &g->lora, st));
     g->tl = g->lora ? g->lora->l : g->l;
     g->k = (int)vf_param_int(p, "shard");
     g->S = (int)vf_param_int(p, "shards");

@@ -85,11 +85,7 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
 {
     int rc = 0;
     memset(g, 0, sizeof *g);
-    VF_TRY(vf_dit_config_from_params(vf_param_table(prm, "model"), &g->cfg, st));
-    VF_TRY(vf_dit_layout_new(&g->cfg, &g->l, st));
-    vf_dit_lora_cfg lc;
-    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(prm, "lora"), &lc, st));
-    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(g->l, &lc, &g->lora, st));
+    VF_TRY(vf_train_model(prm, &g->cfg, &g->l, &g->lora, st));
     const vf_dit_layout *tl = g->lora ? g->lora->l : g->l;
     if (vf_param_len(prm, "splits") == 0) {
         g->P = 1, g->splits[0] = 0, g->splits[1] = g->cfg.depth;

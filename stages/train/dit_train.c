@@ -6,6 +6,7 @@
  * a shard and a test computing the same range or the same schedule always agree.
  */
 #include "stages/train/dit_train.h"
+#include "models/dit_lora.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -32,6 +33,19 @@ void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *l
     *lo = *b0 * block;
     *hi = *b1 * block < total ? *b1 * block : total;
     if (*lo > total) *lo = total;
+}
+
+int vf_train_model(const vf_params *p, vf_dit_config *cfg, vf_dit_layout **l, vf_dit_lora **lora, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_lora_cfg lc;
+    *l = NULL, *lora = NULL;
+    VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), cfg, st));
+    VF_TRY(vf_dit_layout_new(cfg, l, st));
+    VF_TRY(vf_dit_lora_cfg_parse(vf_param_str(p, "lora"), &lc, st));
+    if (lc.rank > 0) VF_TRY(vf_dit_lora_new(*l, &lc, lora, st));
+fail:
+    return rc;
 }
 
 int vf_train_splits(const vf_params *p, int depth, int *splits, int *P, const char *who,

@@ -34,6 +34,7 @@
 #include "formats/ckpt.h"
 #include "kernels/ops.h"
 #include "models/dit.h"
+#include "models/dit_lora.h"
 #include "runtime/vflow.h"
 
 /* Most partitions / shards the port tables allow (VF_MAX_PORTS per stage). */
@@ -49,6 +50,13 @@ int64_t vf_train_norm_block(int64_t total);
 /* Shard k of S: elements [*lo, *hi) and norm blocks [*b0, *b1). */
 void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *lo, int64_t *hi,
                           int64_t *b0, int64_t *b1);
+
+/* The model a stage's params describe (`model`) and what of it trains (`lora`): *cfg, its
+ * layout *l and, with LoRA, the adapters *lora (NULL for a full fine-tune); the trainable
+ * flat vector is (*lora)->l or *l. The partitions and the optimizer shards both take it
+ * from here, so they agree on it. Caller frees *lora and *l, also on failure. */
+int vf_train_model(const vf_params *p, vf_dit_config *cfg, vf_dit_layout **l, vf_dit_lora **lora,
+                   vf_status *st);
 
 /* The block boundaries param `splits` (P + 1 ints) checked against depth: 0, strictly
  * increasing, ending at depth. VF_EUSAGE naming `who` otherwise. */

@@ -422,10 +422,7 @@ fail:
 int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
     int rc = 0;
-    const int TL = r->o.text_len;
-    const int64_t D = r->text_dim;
-    vf_tensor *lat = NULL, *text = NULL, *tlen = NULL, *emb = NULL;
-    char *keys = NULL;
+    vf_lr_batch b = {0};
     bool txn_live = false;
     *out = NULL;
     for (;;) {
@@ -447,67 +444,37 @@ int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
         const int64_t p0 = q * B, p1 = p0 + B < x->L ? p0 + B : x->L;
         memcpy(r->shape, x->shape, sizeof r->shape);
         r->per = x->shape[0] * x->shape[1] * x->shape[2] * x->shape[3];
-        int64_t lshape[5] = {B, x->shape[0], x->shape[1], x->shape[2], x->shape[3]}, tshape[2] = {B, TL};
-        if (!(lat = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st)) || !(text = vf_tensor_zeros(VF_DTYPE_I32, 2, tshape, st)) ||
-            !(tlen = vf_tensor_zeros(VF_DTYPE_I32, 1, tshape, st)) || !(keys = malloc(33 * (size_t)B + 1)) ||
-            (D && !(emb = vf_tensor_zeros(VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, st))))
-            VF_FAIL(st, VF_ENOMEM, "%s: out of memory for a batch of %lld", r->path, (long long)B);
+        VF_TRY(vf_lr_batch_new(r, (int)B, &b, st));
         VF_TRY(vf_lmdb_read_renew(r->db, r->txn, st));
         txn_live = true;
-        int got = 0;
-        keys[0] = 0;
-        for (int64_t p = p0; p < p1; p++) {
-            int64_t idx = x->idx[x->perm[r->o.shard + p * r->o.nshards]];
-            rc = vf_lr_read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
-                                (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got,
-                                emb ? (float *)emb->data + (size_t)got * (size_t)(TL * D) : NULL, st);
-            if (rc < 0) goto fail;
-            if (rc == 1) continue;
-            memcpy(keys + 33 * got, r->keys + 32 * idx, 32);
-            keys[33 * got + 32] = ',';
-            got++;
-        }
+        for (int64_t p = p0; p < p1; p++)
+            if ((rc = vf_lr_batch_add(r, &b, x->idx[x->perm[r->o.shard + p * r->o.nshards]], st)) < 0) goto fail;
         rc = 0;
         mdb_txn_reset(r->txn);
         txn_live = false;
         int64_t index = r->pos++;
-        r->good_in_epoch += got;
-        if (got == 0 || (got < B && r->o.drop_last)) { /* damaged records emptied it: the next batch */
-            vf_tensor_unref(lat), vf_tensor_unref(text), vf_tensor_unref(tlen), vf_tensor_unref(emb);
-            lat = text = tlen = emb = NULL;
-            free(keys);
-            keys = NULL;
+        r->good_in_epoch += b.got;
+        if (b.got == 0 || (b.got < B && r->o.drop_last)) { /* damaged records emptied it: the next batch */
+            vf_lr_batch_free(&b);
             continue;
-        }
-        keys[33 * got - 1] = 0;
-        if (got < B) {
-            lat->shape[0] = text->shape[0] = tlen->shape[0] = got;
-            if (emb) emb->shape[0] = got;
         }
         char id[96], cur[200];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)index);
         cursor_text(r, cur, sizeof cur);
-        vf_tensor *ts[4] = {lat, text, tlen, emb};
-        lat = text = tlen = emb = NULL;
         vf_item *it = NULL;
-        VF_TRY(vf_lr_item(r, id, ts, (double)index, cur, keys, &it, st));
+        VF_TRY(vf_lr_batch_item(r, &b, id, (double)index, cur, &it, st));
         rc = vf_item_set_str(it, "bucket", x->name, st);
         if (rc == 0) rc = vf_item_set_str(it, "geometries", r->geo, st);
         if (rc) {
             vf_item_free(it);
             goto fail;
         }
-        free(keys);
         *out = it;
         return 0;
     }
 fail:
     if (txn_live) mdb_txn_reset(r->txn);
-    vf_tensor_unref(lat);
-    vf_tensor_unref(text);
-    vf_tensor_unref(tlen);
-    vf_tensor_unref(emb);
-    free(keys);
+    vf_lr_batch_free(&b);
     return rc;
 }
 

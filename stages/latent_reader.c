@@ -406,46 +406,19 @@ int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, 
     return 0;
 }
 
-/* The batch item around its tensors t = {latent, text, text_len, text_emb or NULL}
- * (taken, also on failure) with metadata epoch, index, cursor, keys. */
-int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
-               const char *keys, vf_item **out, vf_status *st)
-{
-    static const char *const names[4] = {"latent", "text", "text_len", VF_CACHE_TEXT_TENSOR};
-    int rc = 0;
-    vf_item *it = vf_item_new(id, st);
-    *out = NULL;
-    if (!it) rc = vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", r->path);
-    for (int i = 0; i < 4; i++) { /* vf_item_put takes the reference also when it fails */
-        if (!t[i]) continue;
-        if (rc == 0) rc = vf_item_put(it, names[i], t[i], st);
-        else vf_tensor_unref(t[i]);
-    }
-    if (rc) goto fail;
-    VF_TRY(vf_item_set_num(it, "epoch", (double)r->epoch, st));
-    VF_TRY(vf_item_set_num(it, "index", index, st));
-    VF_TRY(vf_item_set_str(it, "cursor", cursor, st));
-    VF_TRY(vf_item_set_str(it, "keys", keys, st));
-    *out = it;
-    return 0;
-fail:
-    vf_item_free(it);
-    return rc;
-}
-
 int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
     int rc = 0;
-    const int B = r->o.batch, TL = r->o.text_len;
-    vf_tensor *lat = NULL, *text = NULL, *tlen = NULL, *emb = NULL;
-    const int64_t D = r->text_dim;
-    vf_item *it = NULL;
-    char *keys = NULL;
+    const int B = r->o.batch;
+    vf_lr_batch b = {0};
     bool txn_live = false;
     *out = NULL;
     if (r->nbk) return vf_lr_next_bucketed(r, out, st);
     for (;;) {
-        if (r->o.epochs > 0 && r->epoch >= (uint64_t)r->o.epochs) return VF_EOS;
+        if (r->o.epochs > 0 && r->epoch >= (uint64_t)r->o.epochs) {
+            rc = VF_EOS;
+            goto fail;
+        }
         if (r->pos >= r->L || (r->o.drop_last && r->L - r->pos < B)) {
             if (r->epoch_from_start && r->good_in_epoch == 0)
                 VF_FAIL(st, VF_EBADINPUT, "%s: no readable record in epoch %llu (%lld damaged)", r->path,
@@ -456,62 +429,32 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
             r->epoch_from_start = true;
             continue;
         }
-        int64_t lshape[5] = {B, r->shape[0], r->shape[1], r->shape[2], r->shape[3]}, tshape[2] = {B, TL};
-        if (!lat && (!(lat = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st)) ||
-                     !(text = vf_tensor_zeros(VF_DTYPE_I32, 2, tshape, st)) ||
-                     !(tlen = vf_tensor_zeros(VF_DTYPE_I32, 1, tshape, st)) || !(keys = malloc(33 * (size_t)B + 1)) ||
-                     (D && !(emb = vf_tensor_zeros(VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, st)))))
-            VF_FAIL(st, VF_ENOMEM, "%s: out of memory for a batch of %d", r->path, B);
+        if (!b.lat) VF_TRY(vf_lr_batch_new(r, B, &b, st));
         VF_TRY(vf_lmdb_read_renew(r->db, r->txn, st));
         txn_live = true;
         int64_t first = r->pos;
-        int got = 0;
-        keys[0] = 0;
-        while (got < B && r->pos < r->L) {
-            int64_t idx = vf_latent_reader_index_at(r, r->epoch, r->pos);
-            rc = vf_lr_read_one(r, idx, (float *)lat->data + (size_t)got * (size_t)r->per,
-                          (int32_t *)text->data + (size_t)got * (size_t)TL, (int32_t *)tlen->data + got,
-                          emb ? (float *)emb->data + (size_t)got * (size_t)(TL * D) : NULL, st);
+        while (b.got < B && r->pos < r->L) {
+            rc = vf_lr_batch_add(r, &b, vf_latent_reader_index_at(r, r->epoch, r->pos), st);
             if (rc < 0) goto fail;
             r->pos++;
-            if (rc == 1) continue;
-            memcpy(keys + 33 * got, r->keys + 32 * idx, 32);
-            keys[33 * got + 32] = ',';
-            got++;
         }
         rc = 0;
         mdb_txn_reset(r->txn);
         txn_live = false;
-        r->good_in_epoch += got;
-        if (got == 0 || (got < B && r->o.drop_last)) {
-            memset(text->data, 0, vf_tensor_nbytes(text));
+        r->good_in_epoch += b.got;
+        if (b.got == 0 || (b.got < B && r->o.drop_last)) {
+            memset(b.text->data, 0, vf_tensor_nbytes(b.text));
+            b.got = 0, b.keys[0] = 0;
             continue; /* epoch end reached with a partial batch: next epoch */
-        }
-        keys[33 * got - 1] = 0;
-        if (got < B) { /* last partial batch (drop_last = false): the tensors shrink */
-            lat->shape[0] = got;
-            text->shape[0] = got;
-            tlen->shape[0] = got;
-            if (emb) emb->shape[0] = got;
         }
         char id[64], cur[160];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
         cursor_text(r, cur, sizeof cur);
-        vf_tensor *ts[4] = {lat, text, tlen, emb};
-        lat = text = tlen = emb = NULL;
-        VF_TRY(vf_lr_item(r, id, ts, (double)(first / B), cur, keys, &it, st));
-        free(keys);
-        *out = it;
-        return 0;
+        return vf_lr_batch_item(r, &b, id, (double)(first / B), cur, out, st);
     }
 fail:
     if (txn_live) mdb_txn_reset(r->txn);
-    vf_tensor_unref(lat);
-    vf_tensor_unref(text);
-    vf_tensor_unref(tlen);
-    vf_tensor_unref(emb);
-    vf_item_free(it);
-    free(keys);
+    vf_lr_batch_free(&b);
     return rc;
 }
 

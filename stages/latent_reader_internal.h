@@ -58,6 +58,23 @@ int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, 
 int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
                const char *keys, vf_item **out, vf_status *st);
 
+/* A batch being filled, bucketed or not: its tensors and the keys of the entries in it. */
+typedef struct vf_lr_batch {
+    vf_tensor *lat, *text, *tlen, *emb; /* (B, z, T', h, w), (B, text_len), (B), (B, text_len, D) or NULL */
+    char *keys;                         /* "key,key,…" of the entries added */
+    int B, got;
+} vf_lr_batch;
+/* Room for B entries of latent shape r->shape. VF_ENOMEM naming the cache. */
+int vf_lr_batch_new(vf_latent_reader *r, int B, vf_lr_batch *b, vf_status *st);
+/* Reads entry idx into the next slot (in r's read transaction): 0 added, 1 damaged and
+ * skipped, or an error. */
+int vf_lr_batch_add(vf_latent_reader *r, vf_lr_batch *b, int64_t idx, vf_status *st);
+/* The item of the entries added (a partial batch's tensors cut to them), as vf_lr_item
+ * makes it; the tensors move into it, b keeps nothing. */
+int vf_lr_batch_item(vf_latent_reader *r, vf_lr_batch *b, const char *id, double index, const char *cursor,
+                     vf_item **out, vf_status *st);
+void vf_lr_batch_free(vf_lr_batch *b); /* what b still holds */
+
 /* latent_buckets.c */
 /* Whether the cache is bucketed (declared buckets, a "buckets" summary, or a first
  * record with "bucket" metadata), read in txn. */

@@ -355,6 +355,11 @@ const char *vf_latent_reader_bucket(const vf_latent_reader *r, int i, int *batch
     return b->name;
 }
 
+int64_t vf_latent_reader_bucket_batches(const vf_latent_reader *r, int i)
+{
+    return r->bk[i].left_out ? -1 : r->bk[i].nb;
+}
+
 /* ------------------------------------------------------------------ schedule */
 
 static void make_schedule(vf_latent_reader *r, uint64_t epoch)

@@ -663,22 +663,16 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     vf_latent_reader *r = vf_stage_state(s);
     vf_port *out = vf_out(ctx, "out");
     vf_latent_reader_set_on_bad(r, log_bad, ctx);
-    /* a bucket too small for one batch per rank is never read (drop_last): say so */
-    const vf_params *p = vf_stage_params(s);
-    int64_t ranks = vf_param_int(p, "nshards");
-    for (int b = 0; b < vf_latent_reader_nbuckets(r) && vf_param_bool(p, "drop_last"); b++) {
+    /* a bucket with entries but not one batch per epoch on this rank is never read: say so
+     * (one the admission or `only` left out was said already) */
+    int64_t ranks = vf_param_int(vf_stage_params(s), "nshards");
+    for (int b = 0; b < vf_latent_reader_nbuckets(r); b++) {
         int batch = 0;
         int64_t n = 0;
         const char *name = vf_latent_reader_bucket(r, b, &batch, &n, NULL);
-        bool left_out = false; /* admission said so already */
-        for (int k = 0; k < vf_param_len(p, "shrink"); k++) {
-            const char *e = vf_param_str_at(p, "shrink", k);
-            size_t m = strlen(name);
-            left_out |= !strncmp(e, name, m) && !strcmp(e + m, ":0");
-        }
-        if (!left_out && n > 0 && batch > 0 && n / (ranks > 0 ? ranks : 1) < batch)
-            vf_log(ctx, VF_LOG_WARN, "bucket %s: %lld entries, batch %d%s: no full batch, its entries are never read "
-                   "(drop_last); give it a smaller batch or more clips", name, (long long)n, batch,
+        if (n > 0 && vf_latent_reader_bucket_batches(r, b) == 0)
+            vf_log(ctx, VF_LOG_WARN, "bucket %s: %lld entr%s, batch %d%s: no full batch, its entries are never read "
+                   "(drop_last); give it a smaller batch or more clips", name, (long long)n, n == 1 ? "y" : "ies", batch,
                    ranks > 1 ? " per rank" : "");
     }
     int64_t batches = 0;

@@ -110,6 +110,9 @@ const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i);
 int vf_latent_reader_nbuckets(const vf_latent_reader *r);
 const char *vf_latent_reader_bucket(const vf_latent_reader *r, int i, int *batch, int64_t *entries,
                                     int64_t shape[4]);
+/* Batches bucket i gives per epoch on this rank; -1 when it is left out (`only`, or the
+ * admission). */
+int64_t vf_latent_reader_bucket_batches(const vf_latent_reader *r, int i);
 /* Entry index at position pos of epoch e on this rank (pos < L). */
 int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t pos);
 

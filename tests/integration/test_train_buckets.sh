@@ -6,7 +6,8 @@
 # replicas for P=1 S=1 and P=2 S=2, the steps
 # mix the buckets (samples and tokens per step vary as the reader's schedule says), a
 # different seed gives different weights; SIGKILL of a partition mid-run then --resume
-# ends bitwise on the uninterrupted weights (the data cursor covers the bucket schedule).
+# ends bitwise on the uninterrupted weights (the data cursor covers the bucket schedule);
+# a bucket with entries but not one full batch gets a WARN line naming it.
 # vflow-test: timeout=300
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -75,4 +76,14 @@ echo "killed dit_1 after step $(steps_done $run); newest complete checkpoint: ${
 trainb "$run" "${COMMON[@]}" --set stages=2 --set shards=2 --resume || fail "resume: $(tail -5 $run.out)"
 grep -q "resumed the data at cursor v2;" "$run/run.log" || fail "the reader was not replayed to a bucketed cursor"
 [ "$(model_md5 "$run" $STEPS)" = "$(model_md5 p2s2 $STEPS)" ] || fail "resumed weights differ from the uninterrupted run"
+
+# a bucket with entries but not one full batch is never read, and the reader says so
+SM=$TMP/small.lmdb
+"$TOOL" mkbucket "$SM" 13 4 16 16 1 4 0 > /dev/null || fail "mkbucket small"
+"$TOOL" mkbucket "$SM" 3 4 32 16 5 4 100 > /dev/null || fail "mkbucket small 32x16x5"
+"$VFLOW" run "$PIPE" --run-dir small --set cache="$SM" --set steps=2 --set micro_batches=2 > small.out 2>&1 ||
+  fail "small: $(tail -5 small.out)"
+grep -q "WARN .*bucket 32x16x5: 3 entries, batch 4: no full batch, its entries are never read" small/run.log ||
+  fail "no warning for the bucket without a full batch: $(grep WARN small/run.log)"
+grep -q "WARN .*bucket 16x16x1" small/run.log && fail "a warning for a bucket with full batches"
 echo "PASS"

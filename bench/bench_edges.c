@@ -7,7 +7,9 @@
  *   also faults its pages in, which longer runs (more items) amortise. The same ipc edge
  *   without shared memory (VFLOW_EDGE_SHM=0), and tcp, send the tensor from its own
  *   memory and the receiver's tensor is the buffer ZeroMQ read it into: the kernel's two
- *   copies and the page faults of ZeroMQ's fresh receive buffer;
+ *   copies and the page faults of ZeroMQ's fresh receive buffer; a tcp edge sends its
+ *   large tensors through its bulk lane (runtime/edge/edge_bulk.h) into buffers the
+ *   receiver reuses, and is also measured without it (VFLOW_EDGE_BULK=0);
  *   the same over a bare ZeroMQ socket pair (zero-copy send, receive and drop, no edge),
  *   the socket's own ceiling on this machine: the edge's ratio to it is its overhead;
  *   4 KiB items: items/s over inproc (two threads), ipc and tcp.
@@ -21,8 +23,9 @@
  * the sending host's network namespace (bench_edges_netns.sh makes two, joined by a veth
  * pair): every receiver enters RECV_NS and binds RECV_ADDR. It measures a plain TCP
  * socket stream (write / read of 64 MiB buffers, nothing else), the bare ZeroMQ tcp pair,
- * the tcp edge, and the tcp edge with CURVE as a multi-node run uses it (every tcp socket
- * of such a run authenticates and encrypts), and prints each edge's ratio to the stream.
+ * the tcp edge, and the tcp edge secured as a multi-node run uses it (CURVE on the ZeroMQ
+ * socket, AES-256-GCM on the bulk lane: every byte between nodes authenticated and
+ * encrypted), each also without the bulk lane, and prints each edge's ratio to the stream.
  */
 #include "runtime/core/alloc.h"
 #include "runtime/edge/chan.h"
@@ -364,13 +367,22 @@ static int netns_main(int argc, char **argv)
     printf("bare ZeroMQ tcp 64 MiB: %.2f GB/s (%.2f x the stream)\n", g_raw, g_raw / g_str);
     double g_tcp = n * (double)big / BEST(zmq_run(VF_TR_TCP, ep, big, n, 2)) / 1e9;
     printf("tcp edge 64 MiB tensors: %.2f GB/s (%.2f x the stream)\n", g_tcp, g_tcp / g_str);
+    setenv("VFLOW_EDGE_BULK", "0", 1); /* the same edge with its frames through ZeroMQ */
+    double g_tcp0 = n * (double)big / BEST(zmq_run(VF_TR_TCP, ep, big, n, 2)) / 1e9;
+    unsetenv("VFLOW_EDGE_BULK");
+    printf("tcp edge 64 MiB tensors, no bulk lane: %.2f GB/s (%.2f x the stream)\n", g_tcp0, g_tcp0 / g_str);
     char key[VF_CURVE_KEY_HEX + 1];
     vf_status st = {0};
     if (vf_curve_new_key(key, &st) != 0) die("key", &st);
     g_key = key;
     double g_cur = n * (double)big / BEST(zmq_run(VF_TR_TCP, ep, big, n, 2)) / 1e9;
-    printf("tcp edge with CURVE (a multi-node run's) 64 MiB tensors: %.2f GB/s (%.2f x the stream)\n", g_cur,
-           g_cur / g_str);
+    printf("tcp edge secured (a multi-node run's: CURVE, AES-256-GCM bulk lane) 64 MiB tensors: %.2f GB/s "
+           "(%.2f x the stream)\n", g_cur, g_cur / g_str);
+    setenv("VFLOW_EDGE_BULK", "0", 1);
+    double g_cur0 = n * (double)big / BEST(zmq_run(VF_TR_TCP, ep, big, n, 2)) / 1e9;
+    unsetenv("VFLOW_EDGE_BULK");
+    printf("tcp edge secured, no bulk lane (frames through CURVE) 64 MiB tensors: %.2f GB/s (%.2f x the stream)\n",
+           g_cur0, g_cur0 / g_str);
     return 0;
 }
 
@@ -412,12 +424,16 @@ int main(int argc, char **argv)
     double t_tcp = BEST(zmq_run(VF_TR_TCP, "tcp://127.0.0.1:*", big, nbig, 2));
     double g_tcp = nbig * (double)big / t_tcp / 1e9;
     printf("tcp 64 MiB tensors: %.2f GB/s (%.2f x memcpy)\n", g_tcp, g_tcp / mc);
+    setenv("VFLOW_EDGE_BULK", "0", 1);
+    double g_tcp0 = nbig * (double)big / BEST(zmq_run(VF_TR_TCP, "tcp://127.0.0.1:*", big, nbig, 2)) / 1e9;
+    unsetenv("VFLOW_EDGE_BULK");
+    printf("tcp 64 MiB tensors, no bulk lane: %.2f GB/s (%.2f x memcpy)\n", g_tcp0, g_tcp0 / mc);
     double r_ipc = nbig * (double)big / BEST(raw_run(ipc, big, nbig)) / 1e9;
     printf("bare ZeroMQ ipc 64 MiB: %.2f GB/s (%.2f x memcpy; the edge %.2f x of it)\n", r_ipc, r_ipc / mc,
            g_ipc / r_ipc);
     double r_tcp = nbig * (double)big / BEST(raw_run("tcp://127.0.0.1:*", big, nbig)) / 1e9;
-    printf("bare ZeroMQ tcp 64 MiB: %.2f GB/s (%.2f x memcpy; the edge %.2f x of it)\n", r_tcp, r_tcp / mc,
-           g_tcp / r_tcp);
+    printf("bare ZeroMQ tcp 64 MiB: %.2f GB/s (%.2f x memcpy; the edge without its bulk lane %.2f x of it)\n", r_tcp,
+           r_tcp / mc, g_tcp0 / r_tcp);
     double s_in = BEST(inproc_run(small, nsmall, 64));
     printf("inproc 4 KiB items: %.0f items/s\n", nsmall / s_in);
     double s_ipc = BEST(zmq_run(VF_TR_IPC, ipc, small, nsmall, 64));

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git
-      libzmq3-dev libsodium-dev liblmdb-dev lmdb-utils liblua5.4-dev
+      libzmq3-dev libsodium-dev libssl-dev liblmdb-dev lmdb-utils liblua5.4-dev
       libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
       python3 python3-pip python3-torch python3-numpy python3-lmdb
       clang libclang-rt-14-dev libomp-14-dev)

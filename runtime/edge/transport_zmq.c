@@ -32,6 +32,10 @@
  * descriptor in the message where the frame was, and the receiver's tensors alias the
  * slot. With every slot held by the consumer, frames go through the socket as above.
  *
+ * On a tcp edge the large tensors' frames go through the edge's bulk lane (edge_bulk.h):
+ * a descriptor in the message where the frame was, the bytes on a TCP connection of
+ * their own (AES-256-GCM on a secured hub), read into buffers the receiver reuses.
+ *
  * On a secured hub (vf_chan_hub_secure) every tcp socket uses CURVE (curve.h): the
  * receiving end is the server, the sending end a client of the receiver's identity
  * (desc.peer), and a connection from anyone who is not a peer of the run is refused in
@@ -39,6 +43,7 @@
  */
 #include "runtime/edge/transport_zmq.h"
 #include "runtime/edge/curve.h"
+#include "runtime/edge/edge_bulk.h"
 #include "runtime/edge/edge_shm.h"
 #include "runtime/core/alloc.h"
 #include "runtime/core/item.h"
@@ -71,6 +76,7 @@
 typedef struct zmq_hub {
     void *ctx;
     vf_zap *zap;
+    _Atomic int64_t bulk_refused; /* connections to bulk lanes that failed admission */
 } zmq_hub;
 
 static int hub_state(vf_chan_hub *h, bool need_zap, vf_status *st)
@@ -135,6 +141,8 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         size_t n = sizeof e->endpoint;
         if (zmq_getsockopt(Z(e)->sock, ZMQ_LAST_ENDPOINT, e->endpoint, &n) != 0) ZFAIL(e, "ZMQ_LAST_ENDPOINT");
         Z(e)->credit_batch = e->d.capacity / 4 > 1 ? e->d.capacity / 4 : 1;
+        VF_TRY(vf_bulk_rx_new(&e->d, e->endpoint, sizeof e->endpoint, curve ? &h->curve : NULL, &zh->bulk_refused,
+                              &Z(e)->bulk_rx, st));
     } else {
         /* Only control frames come back; the limit also applies to the ZMTP handshake's
          * own commands (READY carries the socket metadata), hence not just CTL_SIZE. */
@@ -158,6 +166,8 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         int zero = 0;
         zmq_setsockopt(Z(e)->mon, ZMQ_LINGER, &zero, sizeof zero);
         if (zmq_connect(Z(e)->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
+        if (e->d.transport == VF_TR_TCP)
+            VF_TRY(vf_bulk_tx_new(&e->d, e->d.addr, curve ? &h->curve : NULL, &Z(e)->bulk, st));
         if (zmq_connect(Z(e)->sock, addr) != 0) ZFAIL(e, "zmq_connect");
         Z(e)->credits = e->d.capacity;
         VF_TRY(vf_shm_tx_new(&e->d, &Z(e)->shm, st));
@@ -165,6 +175,8 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
     return 0;
 fail:
     if (Z(e)) {
+        vf_bulk_tx_free(Z(e)->bulk);
+        vf_bulk_rx_free(Z(e)->bulk_rx);
         if (Z(e)->mon) zmq_close(Z(e)->mon);
         if (Z(e)->sock) zmq_close(Z(e)->sock);
         free(e->impl);
@@ -322,6 +334,7 @@ int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
     while (Z(e)->credits == 0 && !e->closed) {
         if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for credit", e->d.name);
         VF_TRY(check_handshake(e, st));
+        if (Z(e)->bulk) VF_TRY(vf_bulk_tx_check(Z(e)->bulk, st)); /* a lane that broke returns no credit */
         if (!t0) t0 = vf_now_ns();
         zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
@@ -377,12 +390,19 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
 {
     int rc = 0;
     int64_t t0 = 0;
-    bool placed = false;
+    bool placed = false, bulk = false;
     unsigned char (*desc)[VF_SHM_DESC_SIZE] = NULL;
+    unsigned char (*bdesc)[VF_BULK_DESC_SIZE] = NULL;
     VF_TRY(vf_zmq_wait_credit(e, st));
     if (e->closed) {
         rc = VF_EOS;
         goto fail;
+    }
+    if (Z(e)->bulk && enc->nframes > 0) {
+        if (!(bdesc = malloc((size_t)enc->nframes * sizeof *bdesc)))
+            VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
+        VF_TRY(vf_bulk_tx_send(Z(e)->bulk, enc, bdesc, st));
+        bulk = true;
     }
     if (Z(e)->shm && enc->nframes > 0) {
         if (!(desc = malloc((size_t)enc->nframes * sizeof *desc)))
@@ -393,6 +413,8 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
     for (int k = 0; k < enc->nframes; k++) {
         if (placed)
             VF_TRY(send_part(e, NULL, desc[k], VF_SHM_DESC_SIZE, false, k + 1 < enc->nframes, &t0, st));
+        else if (bulk)
+            VF_TRY(send_part(e, NULL, bdesc[k], VF_BULK_DESC_SIZE, false, k + 1 < enc->nframes, &t0, st));
         else
             VF_TRY(send_part(e, enc, enc->frames[k]->data, vf_tensor_nbytes(enc->frames[k]), false,
                              k + 1 < enc->nframes, &t0, st));
@@ -402,7 +424,8 @@ int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
 fail:
     if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
     free(desc);
-    vf_enc_unref(NULL, enc); /* the caller's reference: each part queued holds its own */
+    free(bdesc);
+    vf_enc_unref(NULL, enc); /* the caller's reference: each part queued holds its own (and the bulk lane one) */
     return rc;
 }
 
@@ -411,14 +434,14 @@ typedef struct rmsg {
     zmq_msg_t msg;
     vf_account *acct;
     size_t size;     /* what the part holds: its own size, or a descriptor's payload */
-    vf_frame shm;    /* a shared-memory descriptor's payload (release NULL: none) */
+    vf_frame payload; /* a shared-memory or bulk-lane descriptor's payload (release NULL: none) */
 } rmsg;
 
 static void rmsg_release(void *data, void *hint)
 {
     (void)data;
     rmsg *r = hint;
-    if (r->shm.release) r->shm.release((void *)r->shm.data, r->shm.hint);
+    if (r->payload.release) r->payload.release((void *)r->payload.data, r->payload.hint);
     zmq_msg_close(&r->msg);
     if (r->acct) vf_account_credit(r->acct, (int64_t)r->size);
     free(r);
@@ -442,7 +465,7 @@ static int recv_part(vf_edge_end *e, rmsg **out, vf_status *st)
     }
     r->acct = NULL;
     r->size = zmq_msg_size(&r->msg);
-    r->shm = (vf_frame){0};
+    r->payload = (vf_frame){0};
     *out = r;
     return 0;
 }
@@ -492,6 +515,31 @@ fail:
     return rc;
 }
 
+/* Replaces the bulk descriptors fr[0..nf) by the lane's payloads. */
+static int bulk_payloads(vf_edge_end *e, rmsg **fr, int nf, vf_status *st)
+{
+    int rc = 0;
+    const void **d = malloc((size_t)nf * sizeof *d);
+    vf_frame *pl = malloc((size_t)nf * sizeof *pl);
+    if (!d || !pl) VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
+    if (!Z(e)->bulk_rx) VF_FAIL(st, VF_ECORRUPT, "edge %s: bulk descriptors on an edge without a bulk lane", e->d.name);
+    for (int k = 0; k < nf; k++) {
+        if (!vf_bulk_is_desc(zmq_msg_data(&fr[k]->msg), fr[k]->size))
+            VF_FAIL(st, VF_ECORRUPT, "edge %s: frame %d of an item sent through the bulk lane is not a descriptor",
+                    e->d.name, k);
+        d[k] = zmq_msg_data(&fr[k]->msg);
+    }
+    VF_TRY(vf_bulk_rx_item(Z(e)->bulk_rx, d, nf, pl, st));
+    for (int k = 0; k < nf; k++) {
+        fr[k]->payload = pl[k];
+        fr[k]->size = pl[k].len;
+    }
+fail:
+    free(d);
+    free(pl);
+    return rc;
+}
+
 int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
 {
     int rc = 0, nf = 0;
@@ -522,9 +570,13 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
      * stands for the slot's payload from here on. */
     for (int k = 0; k < nf && e->d.transport == VF_TR_IPC; k++) {
         if (!vf_shm_is_desc(zmq_msg_data(&fr[k]->msg), fr[k]->size)) continue;
-        VF_TRY(vf_shm_rx_frame(&Z(e)->shm_rx, e->d.name, zmq_msg_data(&fr[k]->msg), &fr[k]->shm, st));
-        fr[k]->size = fr[k]->shm.len;
+        VF_TRY(vf_shm_rx_frame(&Z(e)->shm_rx, e->d.name, zmq_msg_data(&fr[k]->msg), &fr[k]->payload, st));
+        fr[k]->size = fr[k]->payload.len;
     }
+    /* Bulk-lane descriptors (tcp only; all of an item's frames or none): the lane's
+     * bytes for this item, read now. */
+    if (nf > 0 && e->d.transport == VF_TR_TCP && vf_bulk_is_desc(zmq_msg_data(&fr[0]->msg), fr[0]->size))
+        VF_TRY(bulk_payloads(e, fr, nf, st));
     /* The message is now memory this stage holds: charge it to the consumer's account. */
     int64_t total = (int64_t)n;
     for (int k = 0; k < nf; k++) total += (int64_t)fr[k]->size;
@@ -539,7 +591,7 @@ int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
     if (nf > 0 && !(frames = calloc((size_t)nf, sizeof *frames)))
         VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
     for (int k = 0; k < nf; k++)
-        frames[k] = (vf_frame){fr[k]->shm.release ? fr[k]->shm.data : zmq_msg_data(&fr[k]->msg), fr[k]->size,
+        frames[k] = (vf_frame){fr[k]->payload.release ? fr[k]->payload.data : zmq_msg_data(&fr[k]->msg), fr[k]->size,
                                rmsg_release, fr[k]};
     rc = vf_item_decode_split(p, n, rmsg_release, r, frames, nf, out, st);
     if (rc < 0) {
@@ -620,6 +672,8 @@ static void zmq_end_free(vf_edge_end *e)
         zmq_close(Z(e)->mon);
     }
     zmq_close(Z(e)->sock);
+    vf_bulk_tx_free(Z(e)->bulk);
+    vf_bulk_rx_free(Z(e)->bulk_rx);
     vf_shm_tx_free(Z(e)->shm);
     vf_shm_rx_free(Z(e)->shm_rx);
     free(e->impl);
@@ -653,6 +707,7 @@ static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
     if (rc < 0) return rc;
     if (!e->ended || Z(e)->acked || e->closed) return 0; /* only an EOS sent is awaited */
     if ((rc = check_handshake(e, st)) < 0) return rc;
+    if (Z(e)->bulk && (rc = vf_bulk_tx_check(Z(e)->bulk, st)) < 0) return rc;
     /* Everything it sent before it went was read (poll_control above): stop waiting for
      * a receiver that is gone, its ack / closed frame was lost. */
     if (vf_zmq_peer_gone(e)) {
@@ -684,7 +739,7 @@ int64_t vf_zmq_refused(vf_chan_hub *h)
 {
     pthread_mutex_lock(&h->mu);
     zmq_hub *zh = *vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
-    int64_t n = zh ? vf_zap_refused(zh->zap) : 0;
+    int64_t n = zh ? vf_zap_refused(zh->zap) + atomic_load(&zh->bulk_refused) : 0;
     pthread_mutex_unlock(&h->mu);
     return n;
 }

@@ -29,6 +29,8 @@ typedef struct vf_zmq_end {
     unsigned handshake_status; /* its value (the ZAP status code for an auth failure) */
     struct vf_shm_tx *shm;     /* send, ipc: large tensors through shared memory (edge_shm.h), or NULL */
     struct vf_shm_rx *shm_rx;  /* recv: the senders' segments mapped so far, or NULL */
+    struct vf_bulk_tx *bulk;   /* send, tcp: the bulk lane's writer (edge_bulk.h), or NULL */
+    struct vf_bulk_rx *bulk_rx; /* recv, tcp: the bulk lane's listener and reader, or NULL */
 } vf_zmq_end;
 
 static inline vf_zmq_end *vf_zmq_of(const vf_edge_end *e) { return (vf_zmq_end *)e->impl; }
@@ -52,7 +54,8 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st);
 /* send, after its EOS: true once the receiver is gone — disconnected and not back
  * within VF_PEER_GONE_MS — so that its ack / closed notice will never come. */
 bool vf_zmq_peer_gone(vf_edge_end *e);
-/* Handshakes the hub's ZAP handler refused so far (0 on an unsecured hub). */
+/* Handshakes the hub's ZAP handler refused so far (0 on an unsecured hub), and
+ * connections its bulk lanes refused. */
 int64_t vf_zmq_refused(vf_chan_hub *h);
 
 #endif /* VF_TRANSPORT_ZMQ_H */

@@ -146,7 +146,9 @@ static void stranger(const char *endpoint, const char *server_pub, bool curve)
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 40);
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40);
     }
-    zmq_connect(s, endpoint);
+    char zep[256]; /* the ZeroMQ endpoint, without the bulk lane's suffix */
+    snprintf(zep, sizeof zep, "%.*s", (int)strcspn(endpoint, "|"), endpoint);
+    zmq_connect(s, zep);
     /* a well-formed record of an item, and an end-of-stream control frame */
     vf_status st = {0};
     vf_item *it = mk(999);

@@ -251,6 +251,13 @@ void vf_monitor_sample(vf_monitor *m, int worker, const char *payload)
             p->out = dir == 'o';
             p->inflight = inflight;
             p->capacity = cap;
+        } else if (buf[0] == 'r') {
+            long long now, hwm;
+            /* a worker of another node: its own report is all there is */
+            if (m->pids[worker] <= 0 && sscanf(buf, "r %lld %lld", &now, &hwm) == 2 && now >= 0) {
+                m->rss[worker] = now;
+                if (hwm > m->rss_peak[worker]) m->rss_peak[worker] = hwm;
+            }
         } else if (buf[0] == 'g') {
             double v;
             if (sscanf(buf, "g %ld %31s %lf", &idx, key, &v) != 3) continue;

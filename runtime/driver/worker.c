@@ -19,6 +19,7 @@
 #include "runtime/core/alloc.h"
 #include "runtime/edge/chan.h"
 #include "runtime/driver/ctl.h"
+#include "runtime/driver/metrics.h"
 #include "runtime/core/obuf.h"
 #include "runtime/core/stage.h"
 #include "runtime/edge/curve.h"
@@ -251,6 +252,9 @@ static void send_metrics(worker *w)
             vf_obuf_printf(&b, "g %d %s %.17g\n", s->index, gs[k].key, gs[k].value);
         }
     }
+    /* The process's own resident set, now and at its peak: the coordinator reads it from
+     * /proc for workers on its node, and only from here for those on other nodes. */
+    vf_obuf_printf(&b, "r %lld %lld\n", (long long)vf_proc_rss(getpid(), false), (long long)vf_proc_rss(getpid(), true));
     if (vf_obuf_ok(&b)) vf_ctl_send(w->dealer, NULL, VF_CTL_METRICS, b.s, b.len, 0);
     vf_obuf_fini(&b);
 }
@@ -698,7 +702,7 @@ out:
         }
         if (w->hub && vf_zmq_refused(w->hub) > 0) {
             char t[96];
-            snprintf(t, sizeof t, "data plane: refused %lld handshake(s) from outside the run",
+            snprintf(t, sizeof t, "data plane: refused %lld connection(s) from outside the run",
                      (long long)vf_zmq_refused(w->hub));
             hook_log(w, NULL, VF_LOG_WARN, t);
         }

@@ -26,6 +26,7 @@ a launcher would set for it, one rank per node.
 Exits 77 only when network namespaces cannot be made (not root, no iproute2).
 vflow-test: labels=multinode timeout=600
 """
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +79,14 @@ def training(net, tmp, cache):
     check(a is not None and a == b, "P=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
     graph = open(os.path.join(n.run_dir, "graph.json")).read() if os.path.exists(os.path.join(n.run_dir, "graph.json")) else ""
     check('"transport": "tcp"' in graph, "the edges between the nodes are tcp")
+    # the summary knows the resident set of node 1's workers too (they report their own)
+    finals = {}
+    for line in open(os.path.join(n.run_dir, "metrics.jsonl")):
+        row = json.loads(line)
+        if row.get("type") == "final":
+            finals[row["stage"]] = row
+    check("dit_1" in finals and finals["dit_1"].get("rss_peak", 0) > 1 << 20,
+          "the summary has node 1's worker RSS: %r" % {k: v.get("rss_peak") for k, v in finals.items()})
 
     # D = 2 replicas, one per node, Slurm-style variables (the port from the job id)
     common_d = ["cache=" + cache, "steps=8", "every=4", "batch=4", "lr=2e-3", "stages=1", "replicas=2",

@@ -166,7 +166,10 @@ static int try_cand(const search *s, const cand *c, vf_plan_fix *fix, bool *used
     for (int i = 0; i < s->req->nsets; i++) all[i] = s->req->sets[i];
     for (int i = 0; i < c->n; i++) all[s->req->nsets + i] = c->sets[i];
     VF_TRY(load_ex(s->req->script, all, n, &c->o, &g, u, st));
-    VF_TRY(vf_mplan_build(g, &p, st));
+    /* a node's plan is held against that node's budgets: the candidate's plan of the same
+     * node (the whole graph when the candidate has no such node) */
+    int node = s->base->node;
+    VF_TRY(node >= 0 && node < vf_graph_nodes(g) ? vf_mplan_build_node(g, node, &p, st) : vf_mplan_build(g, &p, st));
     vf_mplan_budget(&p, s->b, s->m);
     fix->fits = p.nover == 0;
     for (int i = 0; i < s->base->ndev; i++) {

@@ -20,7 +20,8 @@ a launcher would set for it, one rank per node.
      is exit 2 at once; a node without the GPUs placed on it is exit 2 there; bad node
      values and ipc edges between nodes are exit 2 naming the line; a topology naming more
      nodes than the run has is exit 2 at check time; `vflow graph` and `vflow plan` show
-     the nodes;
+     the nodes, and the fixes for a node over its budget are that node's plan re-planned
+     with each change;
   5. `vflow launch --slurm` prints an sbatch script; run with a stand-in `srun` that starts
      one task per namespace host, it trains to the one-node weights.
 Exits 77 only when network namespaces cannot be made (not root, no iproute2).
@@ -28,6 +29,7 @@ vflow-test: labels=multinode timeout=600
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -251,6 +253,23 @@ def bad_input(net, tmp, cache):
     check(r.returncode == 0 and "node 0 of 2, what it holds" in r.stdout and "worker w2-dit_1 (cpu, node 1)" in node1
           and "w1-dit_0" not in node1 and "verdict: fits" in node1,
           "plan: one plan per node, each with its own workers and verdict:\n%s" % r.stdout[-1500:])
+    # a node over its budget: each fix is that node's plan with the change (the same
+    # figure `vflow plan --set <change>` shows for the node), not the whole graph's
+    def node0_cpu(text):
+        m = re.search(r"total per device\n\s+cpu\s+([\d.]+) MiB", text.split("node 1 of 2, what it holds")[0])
+        return float(m.group(1)) if m else None
+    base = node0_cpu(r.stdout)
+    budget = "cpu=%dKiB" % int((base or 0) * 1024 * 0.97)
+    r = subprocess.run([VFLOW, "plan", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2", "--nodes", "2",
+                        "--budget", budget], env=env, capture_output=True, text=True)
+    node0 = r.stdout.split("node 1 of 2, what it holds")[0]
+    m = re.search(r"recompute\s+\S+\s+--set recompute=true\n\s+cpu ([\d.]+) MiB", node0)
+    r2 = subprocess.run([VFLOW, "plan", TRAIN, "--set", "cache=" + cache, "--set", "nodes=2", "--nodes", "2",
+                         "--set", "recompute=true"], env=env, capture_output=True, text=True)
+    want = node0_cpu(r2.stdout)
+    check(base and "OVER by" in node0 and m and want and abs(float(m.group(1)) - want) < 0.01 and want < base,
+          "plan: node 0's fix is node 0's plan with the change (%s MiB, re-planned %s MiB, base %s MiB):\n%s" %
+          (m.group(1) if m else None, want, base, node0[-1200:]))
 
 
 def main():

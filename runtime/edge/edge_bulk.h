@@ -15,11 +15,13 @@
  *     fresh key per edge and run, so nonces — a counter per connection — never repeat
  *     under one key); an unsecured hub keys it with 32 zero bytes, which authenticates
  *     the connection but is no secret;
- *   - the sender's writer thread connects on its first large item; the receiver answers
- *     a connection with 16 random bytes and admits it only if the reply is the GCM tag
- *     of (that challenge, the salt) under the key: a process without the run key cannot
- *     pass, and a recorded reply cannot be replayed. The first admitted connection closes
- *     the listener; refused ones are counted (vf_bulk_rx_refused);
+ *   - the sender's writer thread connects on its first large item; the receiver's
+ *     admission thread answers every connection at once with 16 random bytes and admits
+ *     one only if its reply is the GCM tag of (that challenge, the salt) under the key:
+ *     a process without the run key cannot pass, a recorded reply cannot be replayed,
+ *     and connections that say nothing are waited for side by side, not in turn. The
+ *     first admitted connection closes the listener; refused ones are counted in the
+ *     hub's refusals (vf_zmq_refused);
  *   - for an item with large tensors the sender sends, in place of each frame, a
  *     VF_BULK_DESC_SIZE descriptor (item sequence number, frame index, length) through
  *     ZeroMQ and queues the frames to its writer thread, which holds a reference of the

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 
 bool vf_bulk_is_desc(const void *data, size_t len)
 {
@@ -130,4 +131,20 @@ int vf_bulk_endpoint_host(const char *ep, char *host, size_t n)
     memcpy(host, h, (size_t)(end - h));
     host[end - h] = 0;
     return 0;
+}
+
+int vf_bulk_iov_advance(struct iovec **iov, int cnt, size_t done)
+{
+    struct iovec *v = *iov;
+    while (cnt > 0 && done >= v->iov_len) {
+        done -= v->iov_len;
+        v++;
+        cnt--;
+    }
+    if (cnt > 0) {
+        v->iov_base = (char *)v->iov_base + done;
+        v->iov_len -= done;
+    }
+    *iov = v;
+    return cnt;
 }

@@ -51,4 +51,8 @@ void vf_bulk_sockopts(int fd);
 /* "tcp://host:port..." -> host (brackets of an IPv6 address removed); 0 or -1. */
 int vf_bulk_endpoint_host(const char *ep, char *host, size_t n);
 
+/* Moves *iov past `done` bytes a readv / writev moved; returns the pieces left. */
+struct iovec;
+int vf_bulk_iov_advance(struct iovec **iov, int cnt, size_t done);
+
 #endif /* VF_EDGE_BULK_INTERNAL_H */

@@ -158,15 +158,7 @@ static int rx_readv(vf_bulk_rx *rx, struct iovec *iov, int cnt, vf_status *st)
                 return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__, "edge %s: stopped", rx->name);
             continue;
         }
-        while (cnt > 0 && (size_t)r >= iov->iov_len) {
-            r -= (ssize_t)iov->iov_len;
-            iov++;
-            cnt--;
-        }
-        if (cnt > 0) {
-            iov->iov_base = (char *)iov->iov_base + r;
-            iov->iov_len -= (size_t)r;
-        }
+        cnt = vf_bulk_iov_advance(&iov, cnt, (size_t)r);
     }
     return 0;
 }

@@ -75,15 +75,7 @@ static int tx_writev(vf_bulk_tx *tx, struct iovec *iov, int cnt)
             if (tx_quit(tx)) return -2; /* the socket waited VF_STOP_POLL_MS */
             continue;
         }
-        while (cnt > 0 && (size_t)r >= iov->iov_len) {
-            r -= (ssize_t)iov->iov_len;
-            iov++;
-            cnt--;
-        }
-        if (cnt > 0) {
-            iov->iov_base = (char *)iov->iov_base + r;
-            iov->iov_len -= (size_t)r;
-        }
+        cnt = vf_bulk_iov_advance(&iov, cnt, (size_t)r);
     }
     return 0;
 }

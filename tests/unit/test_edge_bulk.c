@@ -28,6 +28,7 @@
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -428,7 +429,7 @@ VF_TEST(sender_gone_mid_item_is_an_error)
 typedef struct {
     int port;
     bool reply; /* answer the challenge with 16 random bytes; else stay silent */
-    volatile bool connected;
+    _Atomic bool connected;
 } stranger_arg;
 
 static void *stranger(void *p)

@@ -28,6 +28,13 @@ bool vf_bulk_lane_off(void)
     return env && !strcmp(env, "0");
 }
 
+vf_bulk_mode vf_bulk_mode_for(const vf_curve *curve)
+{
+    const char *env = getenv("VFLOW_EDGE_BULK");
+    if (!curve) return VF_BULK_PLAIN;
+    return env && !strcmp(env, "auth") ? VF_BULK_AUTH : VF_BULK_SEALED;
+}
+
 void vf_bulk_key(const vf_curve *curve, const unsigned char salt[VF_BULK_SALT], unsigned char key[32])
 {
     static const unsigned char zero[32];
@@ -56,7 +63,7 @@ bool vf_bulk_gcm(EVP_CIPHER_CTX *x, bool enc, const unsigned char n[12], const v
     if (enc) {
         if (EVP_EncryptInit_ex(x, NULL, NULL, NULL, n) != 1) return false;
         if (aadlen && EVP_EncryptUpdate(x, NULL, &ol, aad, aadlen) != 1) return false;
-        if (len && EVP_EncryptUpdate(x, out, &ol, in, (int)len) != 1) return false;
+        if (len && EVP_EncryptUpdate(x, out, &ol, in, (int)len) != 1) return false; /* out NULL: more AAD */
         if (EVP_EncryptFinal_ex(x, fin, &ol) != 1) return false;
         return EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_GET_TAG, VF_BULK_TAG, tag) == 1;
     }

@@ -28,15 +28,23 @@ typedef struct vf_bulk_desc {
 } vf_bulk_desc;
 _Static_assert(sizeof(vf_bulk_desc) == VF_BULK_DESC_SIZE, "descriptor size");
 
+/* What a lane does to the bytes, chosen by the receiving end and named in its endpoint:
+ * an unsecured hub's lane is plain; a secured hub's is sealed (AES-256-GCM), or, with
+ * VFLOW_EDGE_BULK=auth on the receiver's node, authenticated only (GMAC: the chunk is
+ * associated data of an empty GCM message, sent as it is). */
+typedef enum vf_bulk_mode { VF_BULK_PLAIN = 'p', VF_BULK_SEALED = 'e', VF_BULK_AUTH = 'a' } vf_bulk_mode;
 /* VFLOW_EDGE_BULK=0 in the environment. */
 bool vf_bulk_lane_off(void);
+/* The mode a receiving end offers on a hub with (curve) or without (NULL) a run key. */
+vf_bulk_mode vf_bulk_mode_for(const vf_curve *curve);
 /* The lane's key: BLAKE2b-256 keyed by the run key (32 zero bytes without one) over
  * "vflow-bulk-1" || salt. */
 void vf_bulk_key(const vf_curve *curve, const unsigned char salt[VF_BULK_SALT], unsigned char key[32]);
 /* The nonce of chunk `ctr` (kind 0) or of the admission reply (kind 1). */
 void vf_bulk_nonce(unsigned char n[12], unsigned kind, uint64_t ctr);
 /* AES-256-GCM of in[len] into out[len] (in == out: in place); enc: encrypt and write
- * tag, else decrypt and check tag (false when it does not authenticate). */
+ * tag, else decrypt and check tag (false when it does not authenticate). out == NULL:
+ * in[len] is authenticated as associated data and not encrypted (GMAC). */
 bool vf_bulk_gcm(EVP_CIPHER_CTX *x, bool enc, const unsigned char n[12], const void *aad, int aadlen,
                  const unsigned char *in, unsigned char *out, size_t len, unsigned char tag[VF_BULK_TAG]);
 /* A context keyed for encryption (enc) or decryption; NULL when OpenSSL has none. */

@@ -46,7 +46,8 @@ struct vf_bulk_rx {
     bool quit;               /* under mu: the end is going */
     pthread_cond_t cv;       /* under mu: signalled when cfd is set */
     unsigned char key[32], salt[VF_BULK_SALT];
-    bool secure, broken;
+    vf_bulk_mode mode;
+    bool broken;
     EVP_CIPHER_CTX *gcm;
     uint64_t next_seq, ctr;
     uint64_t max_item;       /* bound on an item's lane bytes */
@@ -288,7 +289,7 @@ int vf_bulk_rx_new(const vf_edge_desc *d, char *endpoint, size_t n, const vf_cur
     rx->lfd = rx->cfd = -1;
     rx->refs = 1;
     rx->refused = refused;
-    rx->secure = curve != NULL;
+    rx->mode = vf_bulk_mode_for(curve);
     rx->pool_max = d->capacity + 1;
     rx->max_item = d->max_item_bytes > 0 ? (uint64_t)d->max_item_bytes + VF_EDGE_SIZE_SLACK : VF_BULK_UNBOUNDED;
     pthread_mutex_init(&rx->mu, NULL);
@@ -299,7 +300,7 @@ int vf_bulk_rx_new(const vf_edge_desc *d, char *endpoint, size_t n, const vf_cur
     pthread_condattr_destroy(&ca);
     randombytes_buf(rx->salt, VF_BULK_SALT);
     vf_bulk_key(curve, rx->salt, rx->key);
-    if (rx->secure && !(rx->gcm = vf_bulk_gcm_ctx(false, rx->key)))
+    if (rx->mode != VF_BULK_PLAIN && !(rx->gcm = vf_bulk_gcm_ctx(false, rx->key)))
         VF_FAIL(st, VF_EEXTERNAL, "edge %s: AES-256-GCM is not available from OpenSSL", d->name);
     int gai = getaddrinfo(host, "0", &hints, &ai);
     if (gai != 0) VF_FAIL(st, VF_EINVAL, "edge %s: bulk lane address %s: %s", d->name, host, gai_strerror(gai));
@@ -314,7 +315,8 @@ int vf_bulk_rx_new(const vf_edge_desc *d, char *endpoint, size_t n, const vf_cur
     char hex[2 * VF_BULK_SALT + 1];
     sodium_bin2hex(hex, sizeof hex, rx->salt, VF_BULK_SALT);
     size_t used = strlen(endpoint);
-    if (snprintf(endpoint + used, n - used, "%s%d,%s", VF_BULK_SUFFIX, port, hex) >= (int)(n - used))
+    if (snprintf(endpoint + used, n - used, "%s%d,%s,%c", VF_BULK_SUFFIX, port, hex, (char)rx->mode) >=
+        (int)(n - used))
         VF_FAIL(st, VF_EINVAL, "edge %s: endpoint %s too long for the bulk lane", d->name, endpoint);
     freeaddrinfo(ai);
     ai = NULL;
@@ -333,10 +335,11 @@ fail:
 
 static int read_frame(vf_bulk_rx *rx, unsigned char *dst, uint64_t len, uint64_t seq, uint32_t k, vf_status *st)
 {
-    if (!rx->secure) {
+    if (rx->mode == VF_BULK_PLAIN) {
         struct iovec v = {dst, (size_t)len};
         return rx_readv(rx, &v, 1, st);
     }
+    bool sealed = rx->mode == VF_BULK_SEALED;
     for (uint64_t off = 0; off < len; off += VF_BULK_CHUNK) {
         size_t m = len - off < VF_BULK_CHUNK ? (size_t)(len - off) : VF_BULK_CHUNK;
         unsigned char tag[VF_BULK_TAG], n[12], aad[20];
@@ -345,7 +348,7 @@ static int read_frame(vf_bulk_rx *rx, unsigned char *dst, uint64_t len, uint64_t
         if (rc < 0) return rc;
         vf_bulk_nonce(n, 0, rx->ctr++);
         vf_bulk_chunk_aad(aad, seq, k, off);
-        if (!vf_bulk_gcm(rx->gcm, false, n, aad, (int)sizeof aad, dst + off, dst + off, m, tag))
+        if (!vf_bulk_gcm(rx->gcm, false, n, aad, (int)sizeof aad, dst + off, sealed ? dst + off : NULL, m, tag))
             return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
                                  "edge %s: bulk data of item %llu failed authentication (not what the run's "
                                  "sender wrote)", rx->name, (unsigned long long)seq);

@@ -29,7 +29,7 @@ struct vf_bulk_tx {
     struct sockaddr_storage sa;
     socklen_t salen;
     unsigned char key[32], salt[VF_BULK_SALT];
-    bool secure;
+    vf_bulk_mode mode;
     uint64_t seq;            /* the next item's number (the producer's side) */
     pthread_t thread;
     bool started;
@@ -126,19 +126,23 @@ static int tx_item(vf_bulk_tx *tx, const job *j, char *why, size_t n)
         unsigned char *p = j->enc->frames[k]->data;
         size_t len = vf_tensor_nbytes(j->enc->frames[k]);
         int rc = 0;
-        if (!tx->secure) {
+        if (tx->mode == VF_BULK_PLAIN) {
             struct iovec v = {p, len};
             rc = tx_writev(tx, &v, 1);
         }
-        for (size_t off = 0; tx->secure && off < len && rc == 0; off += VF_BULK_CHUNK) {
+        for (size_t off = 0; tx->mode != VF_BULK_PLAIN && off < len && rc == 0; off += VF_BULK_CHUNK) {
             size_t m = len - off < VF_BULK_CHUNK ? len - off : VF_BULK_CHUNK;
-            unsigned char nc[12], aad[20];
+            unsigned char nc[12], aad[20], tag[VF_BULK_TAG];
+            bool sealed = tx->mode == VF_BULK_SEALED;
             vf_bulk_nonce(nc, 0, tx->ctr++);
             vf_bulk_chunk_aad(aad, j->seq, (uint32_t)k, off);
-            if (!vf_bulk_gcm(tx->gcm, true, nc, aad, (int)sizeof aad, p + off, tx->stage, m, tx->stage + m))
+            /* sealed: the ciphertext and its tag from the stage; authenticated only: the
+             * chunk from the tensor's own memory, then its tag */
+            if (!vf_bulk_gcm(tx->gcm, true, nc, aad, (int)sizeof aad, p + off, sealed ? tx->stage : NULL, m,
+                             sealed ? tx->stage + m : tag))
                 return snprintf(why, n, "AES-256-GCM failed"), -1;
-            struct iovec v = {tx->stage, m + VF_BULK_TAG};
-            rc = tx_writev(tx, &v, 1);
+            struct iovec v[2] = {{sealed ? tx->stage : p + off, m + (sealed ? VF_BULK_TAG : 0)}, {tag, VF_BULK_TAG}};
+            rc = tx_writev(tx, v, sealed ? 1 : 2);
         }
         if (rc == -1) snprintf(why, n, "%s", strerror(errno));
         if (rc < 0) return rc;
@@ -196,7 +200,9 @@ int vf_bulk_tx_new(const vf_edge_desc *d, char *addr, const vf_curve *curve, vf_
     char hex[2 * VF_BULK_SALT + 2] = "", host[256];
     unsigned char salt[VF_BULK_SALT];
     size_t bin = 0;
-    if (sscanf(tail, "%d,%33[0-9a-f]%n", &port, hex, &used) != 2 || tail[used] || port <= 0 || port > 65535 ||
+    char mode = 0;
+    if (sscanf(tail, "%d,%33[0-9a-f],%c%n", &port, hex, &mode, &used) != 3 || tail[used] || port <= 0 ||
+        port > 65535 || (curve ? mode != VF_BULK_SEALED && mode != VF_BULK_AUTH : mode != VF_BULK_PLAIN) ||
         sodium_hex2bin(salt, VF_BULK_SALT, hex, strlen(hex), NULL, &bin, NULL) != 0 || bin != VF_BULK_SALT ||
         vf_bulk_endpoint_host(addr, host, sizeof host) != 0)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "edge %s: bad bulk lane \"%s\" in endpoint %s",
@@ -219,7 +225,7 @@ int vf_bulk_tx_new(const vf_edge_desc *d, char *addr, const vf_curve *curve, vf_
     snprintf(tx->name, sizeof tx->name, "%s", d->name);
     memcpy(tx->salt, salt, VF_BULK_SALT);
     vf_bulk_key(curve, salt, tx->key);
-    tx->secure = curve != NULL;
+    tx->mode = (vf_bulk_mode)mode;
     tx->fd = -1;
     pthread_mutex_init(&tx->mu, NULL);
     pthread_cond_init(&tx->cv, NULL);
@@ -241,7 +247,8 @@ int vf_bulk_tx_send(vf_bulk_tx *tx, vf_enc *enc, unsigned char (*desc)[VF_BULK_D
     int rc = vf_bulk_tx_check(tx, st);
     if (rc < 0) return rc;
     if (!tx->started) {
-        if (tx->secure && (!(tx->gcm = vf_bulk_gcm_ctx(true, tx->key)) || !(tx->stage = malloc(VF_BULK_CHUNK + VF_BULK_TAG))))
+        if (tx->mode != VF_BULK_PLAIN &&
+            (!(tx->gcm = vf_bulk_gcm_ctx(true, tx->key)) || !(tx->stage = malloc(VF_BULK_CHUNK + VF_BULK_TAG))))
             return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: bulk lane: no cipher or stage buffer",
                                  tx->name);
         if (pthread_create(&tx->thread, NULL, tx_main, tx) != 0)

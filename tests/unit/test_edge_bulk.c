@@ -6,6 +6,9 @@
  *     through the lane intact, on an unsecured and on a secured hub, while the consumer
  *     holds three items at a time (held payloads stay intact as later ones arrive in
  *     reused buffers); every item went through the lane;
+ *   - the endpoint names the lane's mode: plain on an unsecured hub, sealed on a secured
+ *     one, authenticated only with VFLOW_EDGE_BULK=auth (items intact, an altered chunk
+ *     refused); a secured sender refuses a lane that would send in clear;
  *   - VFLOW_EDGE_BULK=0: no lane in the endpoint, frames through ZeroMQ, items intact;
  *   - the wire format, written here from the header's description alone (key derivation,
  *     admission reply, chunking, nonces, associated data), is read back as the item the
@@ -75,6 +78,9 @@ static bool intact(const vf_item *it, int seq)
         if (((unsigned char *)s->data)[i] != (unsigned char)(seq + i)) return false;
     return true;
 }
+
+static int hand_run(int n, int mode, int *got, char *msg, size_t msgn);
+enum { HONEST, TAMPER, CUT };
 
 static vf_edge_desc desc(const char *addr)
 {
@@ -189,6 +195,48 @@ static void roundtrip(bool secure)
 VF_TEST(lane_unsecured) { roundtrip(false); }
 VF_TEST(lane_secured) { roundtrip(true); }
 
+VF_TEST(lane_modes_in_endpoint)
+{
+    rx r;
+    rx_open(&r, false);
+    VF_CHECK_MSG(strlen(r.endpoint) > 2 && !strcmp(r.endpoint + strlen(r.endpoint) - 2, ",p"), "%s", r.endpoint);
+    rx_close(&r);
+    rx_open(&r, true);
+    VF_CHECK_MSG(!strcmp(r.endpoint + strlen(r.endpoint) - 2, ",e"), "%s", r.endpoint);
+    /* a secured sender never takes a lane that would send in clear */
+    char plain[256];
+    snprintf(plain, sizeof plain, "%.*sp", (int)strlen(r.endpoint) - 1, r.endpoint);
+    vf_status st = {0};
+    vf_chan_hub *h = vf_chan_hub_new(&st);
+    VF_CHECK_EQ_INT(vf_chan_hub_secure(h, KEY, 0, 2, &st), 0);
+    vf_edge_desc d = desc(plain);
+    vf_edge_end *e = NULL;
+    int rc = vf_edge_open(h, &d, VF_PORT_OUT, &e, &st);
+    VF_CHECK_MSG(rc == VF_EINVAL && strstr(st.msg, "bad bulk lane"), "rc %d: %s", rc, st.msg);
+    vf_chan_hub_free(h);
+    rx_close(&r);
+}
+
+VF_TEST(lane_authenticated_only)
+{
+    setenv("VFLOW_EDGE_BULK", "auth", 1);
+    rx r;
+    rx_open(&r, true);
+    VF_CHECK_MSG(!strcmp(r.endpoint + strlen(r.endpoint) - 2, ",a"), "%s", r.endpoint);
+    run_sender(&r, true, 8);
+    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_zmq_of(r.e)->bulk_rx), 8);
+    rx_close(&r);
+    int got;
+    char msg[2048];
+    int rc = hand_run(3, HONEST, &got, msg, sizeof msg);
+    VF_CHECK_MSG(rc == VF_EOS && got == 3, "authenticated-only, written independently: rc %d, %d items: %s", rc, got,
+                 msg);
+    rc = hand_run(3, TAMPER, &got, msg, sizeof msg);
+    VF_CHECK_MSG(rc == VF_ECORRUPT && got == 1 && strstr(msg, "failed authentication"),
+                 "authenticated-only, altered chunk: rc %d, %d items: %s", rc, got, msg);
+    unsetenv("VFLOW_EDGE_BULK");
+}
+
 VF_TEST(lane_off)
 {
     setenv("VFLOW_EDGE_BULK", "0", 1);
@@ -207,6 +255,7 @@ VF_TEST(lane_off)
 typedef struct {
     char zep[256];
     int port;
+    char mode; /* 'p' plain, 'e' sealed, 'a' authenticated only */
     unsigned char salt[16], key[32];
 } lane_addr;
 
@@ -216,7 +265,7 @@ static void parse_lane(const char *endpoint, lane_addr *l)
     VF_CHECK(p != NULL);
     snprintf(l->zep, sizeof l->zep, "%.*s", (int)(p - endpoint), endpoint);
     char hex[33] = {0};
-    VF_CHECK_EQ_INT(sscanf(p + 6, "%d,%32s", &l->port, hex), 2);
+    VF_CHECK_EQ_INT(sscanf(p + 6, "%d,%32[0-9a-f],%c", &l->port, hex, &l->mode), 3);
     for (int i = 0; i < 16; i++) {
         unsigned v;
         sscanf(hex + 2 * i, "%2x", &v);
@@ -233,7 +282,7 @@ static void parse_lane(const char *endpoint, lane_addr *l)
     crypto_generichash(l->key, 32, msg, sizeof msg, runkey, 32);
 }
 
-/* AES-256-GCM: ct = E(pt), tag. */
+/* AES-256-GCM: ct = E(pt), tag; ct NULL: pt is authenticated only (GMAC, more AAD). */
 static void seal(const unsigned char key[32], const unsigned char iv[12], const unsigned char *aad, int aadlen,
                  const unsigned char *pt, unsigned char *ct, int len, unsigned char tag[16])
 {
@@ -273,8 +322,6 @@ static int lane_connect(int port)
     VF_CHECK_EQ_INT(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     return fd;
 }
-
-enum { HONEST, TAMPER, CUT };
 
 /* Sends items 0..n-1 as worker 0 of the run: the record and one descriptor per large
  * frame through a CURVE DEALER, the frames through the lane. */
@@ -328,7 +375,12 @@ static void hand_sender(const char *endpoint, int n, int mode)
                 put_le(aad, (uint64_t)i, 8);
                 put_le(aad + 8, (uint64_t)k, 4);
                 put_le(aad + 12, off, 8);
-                seal(l.key, iv, aad, sizeof aad, p + off, ct, (int)m, tag);
+                if (l.mode == 'a') { /* the chunk as it is, and its GMAC */
+                    memcpy(ct, p + off, m);
+                    seal(l.key, iv, aad, sizeof aad, p + off, NULL, (int)m, tag);
+                } else {
+                    seal(l.key, iv, aad, sizeof aad, p + off, ct, (int)m, tag);
+                }
                 if (mode == TAMPER && i == 1 && k == 1 && off == CHUNK) ct[1000] ^= 0x20;
                 if (mode == CUT && i == 1 && k == 1) {
                     write_all(fd, ct, m / 2); /* then the sender is gone */

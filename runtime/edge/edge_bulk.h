@@ -9,8 +9,9 @@
  * doing — the record, credits, end of stream, acks, peer monitoring — and moves only the
  * payload of the split record's frames:
  *   - the receiving end listens on a second port of the address its ZeroMQ socket bound
- *     and appends "|bulk=<port>,<salt>" to the endpoint it reports (the salt: 16 random
- *     bytes, hex); the sending end strips that suffix before connecting ZeroMQ;
+ *     and appends "|bulk=<port>,<salt>,<mode>" to the endpoint it reports (the salt: 16
+ *     random bytes, hex; the mode: p, e or a, below); the sending end strips that suffix
+ *     before connecting ZeroMQ, and a secured sender refuses a plain lane;
  *   - the lane's key is BLAKE2b-256 keyed by the run key over "vflow-bulk-1" || salt (a
  *     fresh key per edge and run, so nonces — a counter per connection — never repeat
  *     under one key); an unsecured hub keys it with 32 zero bytes, which authenticates
@@ -28,10 +29,13 @@
  *     record (and so of the tensors) until it has written them: a send never blocks on
  *     the lane, as a ZeroMQ send does not;
  *   - on the wire each frame is cut in chunks of VF_BULK_CHUNK bytes; on a secured hub
- *     each chunk is AES-256-GCM ciphertext and its 16-byte tag, nonce = chunk counter,
- *     associated data = (item, frame, offset), so a chunk altered, dropped, reordered or
- *     moved to another item fails authentication; an unsecured hub sends the bytes as
- *     they are;
+ *     (mode e) each chunk is AES-256-GCM ciphertext and its 16-byte tag, nonce = chunk
+ *     counter, associated data = (item, frame, offset), so a chunk altered, dropped,
+ *     reordered or moved to another item fails authentication; with VFLOW_EDGE_BULK=auth
+ *     on the receiver's node (mode a) the chunk goes as it is, from the tensor's memory,
+ *     followed by the tag of the same GCM over no plaintext with the chunk as associated
+ *     data (GMAC: the same checks, no confidentiality); an unsecured hub (mode p) sends
+ *     the bytes as they are;
  *   - the receiver, on a message whose frames are descriptors, reads them from the lane
  *     in order into one buffer for the item (frames 64-byte aligned), decrypts each chunk
  *     in place while it is still in cache, and the item's tensors alias the buffer. A

@@ -433,13 +433,7 @@ int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
     for (;;) {
         if (r->o.epochs > 0 && r->epoch >= (uint64_t)r->o.epochs) return VF_EOS;
         if (r->pos >= r->NB) {
-            if (r->epoch_from_start && r->good_in_epoch == 0)
-                VF_FAIL(st, VF_EBADINPUT, "%s: no readable record in epoch %llu (%lld damaged)", r->path,
-                        (unsigned long long)r->epoch, (long long)r->bad);
-            r->epoch++;
-            r->pos = 0;
-            r->good_in_epoch = 0;
-            r->epoch_from_start = true;
+            VF_TRY(vf_lr_next_epoch(r, st));
             continue;
         }
         if (!r->sched_valid || r->sched_epoch != r->epoch) make_schedule(r, r->epoch);

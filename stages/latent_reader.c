@@ -406,6 +406,19 @@ int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, 
     return 0;
 }
 
+int vf_lr_next_epoch(vf_latent_reader *r, vf_status *st)
+{
+    /* an epoch read whole from its start without one good record: every record is damaged */
+    if (r->epoch_from_start && r->good_in_epoch == 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s: no readable record in epoch %llu (%lld damaged)",
+                             r->path, (unsigned long long)r->epoch, (long long)r->bad);
+    r->epoch++;
+    r->pos = 0;
+    r->good_in_epoch = 0;
+    r->epoch_from_start = true;
+    return 0;
+}
+
 int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
     int rc = 0;
@@ -420,13 +433,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
             goto fail;
         }
         if (r->pos >= r->L || (r->o.drop_last && r->L - r->pos < B)) {
-            if (r->epoch_from_start && r->good_in_epoch == 0)
-                VF_FAIL(st, VF_EBADINPUT, "%s: no readable record in epoch %llu (%lld damaged)", r->path,
-                        (unsigned long long)r->epoch, (long long)r->bad);
-            r->epoch++;
-            r->pos = 0;
-            r->good_in_epoch = 0;
-            r->epoch_from_start = true;
+            VF_TRY(vf_lr_next_epoch(r, st));
             continue;
         }
         if (!b.lat) VF_TRY(vf_lr_batch_new(r, B, &b, st));

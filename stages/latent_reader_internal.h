@@ -85,6 +85,9 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st);
 void vf_lr_buckets_free(vf_latent_reader *r);
 int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st);
 int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st);
+/* The end of an epoch, in either schedule: the next one starts at its first batch; an epoch
+ * read from its start without one good record is VF_EBADINPUT. */
+int vf_lr_next_epoch(vf_latent_reader *r, vf_status *st);
 
 /* The stage's side. A bucket as the plan sees it. */
 typedef struct vf_lr_plan_bucket {

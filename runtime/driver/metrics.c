@@ -79,22 +79,19 @@ double vf_monitor_elapsed(const vf_monitor *m) { return (vf_now_ns() - m->t0_ns)
 int64_t vf_mon_items(const vf_mon_stage *s) { return s->source ? s->out : s->in; }
 static int64_t mon_bytes(const vf_mon_stage *s) { return s->source ? s->bytes_out : s->bytes_in; }
 
-int64_t vf_proc_rss(pid_t pid, bool peak)
+int vf_proc_mem(pid_t pid, int64_t *rss, int64_t *peak)
 {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "re");
+    *rss = *peak = -1;
     if (!f) return -1;
-    const char *key = peak ? "VmHWM:" : "VmRSS:";
-    int64_t kb = -1;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, key, strlen(key)) == 0) {
-            kb = strtoll(line + strlen(key), NULL, 10);
-            break;
-        }
+    while (fgets(line, sizeof line, f) && (*rss < 0 || *peak < 0)) {
+        if (strncmp(line, "VmRSS:", 6) == 0) *rss = strtoll(line + 6, NULL, 10) * 1024;
+        else if (strncmp(line, "VmHWM:", 6) == 0) *peak = strtoll(line + 6, NULL, 10) * 1024;
     }
     fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
+    return *rss < 0 ? -1 : 0;
 }
 
 void vf_fmt_bytes(double b, char *buf, size_t n)
@@ -268,8 +265,8 @@ void vf_monitor_sample(vf_monitor *m, int worker, const char *payload)
         }
     }
     if (m->pids[worker] > 0) {
-        int64_t rss = vf_proc_rss(m->pids[worker], false);
-        if (rss >= 0) m->rss[worker] = rss;
+        int64_t rss, hwm;
+        if (vf_proc_mem(m->pids[worker], &rss, &hwm) == 0) m->rss[worker] = rss;
         if (rss > m->rss_peak[worker]) m->rss_peak[worker] = rss;
     }
     vf_obuf b;

@@ -101,8 +101,9 @@ double vf_monitor_elapsed(const vf_monitor *m);
 
 /* Items a stage has processed (received, or sent for a source). */
 int64_t vf_mon_items(const vf_mon_stage *s);
-/* VmRSS of a process in bytes (peak: VmHWM), or -1 when it cannot be read. */
-int64_t vf_proc_rss(pid_t pid, bool peak);
+/* VmRSS and VmHWM (its peak) of a process in bytes, from one read of its status; 0, or
+ * -1 (both -1) when it cannot be read. */
+int vf_proc_mem(pid_t pid, int64_t *rss, int64_t *peak);
 /* "1.5 GiB", "12.0 KiB", "17 B" */
 void vf_fmt_bytes(double b, char *buf, size_t n);
 /* "1.23k", "45.6M": for rates. */

@@ -254,7 +254,9 @@ static void send_metrics(worker *w)
     }
     /* The process's own resident set, now and at its peak: the coordinator reads it from
      * /proc for workers on its node, and only from here for those on other nodes. */
-    vf_obuf_printf(&b, "r %lld %lld\n", (long long)vf_proc_rss(getpid(), false), (long long)vf_proc_rss(getpid(), true));
+    int64_t rss, hwm;
+    vf_proc_mem(getpid(), &rss, &hwm);
+    vf_obuf_printf(&b, "r %lld %lld\n", (long long)rss, (long long)hwm);
     if (vf_obuf_ok(&b)) vf_ctl_send(w->dealer, NULL, VF_CTL_METRICS, b.s, b.len, 0);
     vf_obuf_fini(&b);
 }

@@ -360,20 +360,19 @@ int vf_bulk_rx_item(vf_bulk_rx *rx, const void *const *desc, int n, vf_frame *ou
 {
     int rc = 0;
     rbuf *b = NULL;
-    uint64_t total = 0, seq = 0;
-    vf_bulk_desc *d = NULL;
+    uint64_t total = 0, seq = rx->next_seq;
     if (rx->broken) VF_FAIL(st, VF_EEXTERNAL, "edge %s: the bulk lane broke on an earlier item", rx->name);
     if (n <= 0 || n > VF_CODEC_MAX_COUNT) VF_FAIL(st, VF_ECORRUPT, "edge %s: %d bulk frames", rx->name, n);
-    if (!(d = malloc((size_t)n * sizeof *d))) VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", rx->name);
-    for (int k = 0; k < n; k++) {
-        memcpy(&d[k], desc[k], sizeof d[k]);
-        if (k == 0) seq = d[0].seq;
-        if (d[k].seq != rx->next_seq || d[k].seq != seq || d[k].frame != (uint32_t)k || d[k].nframes != (uint32_t)n ||
-            d[k].len == 0 || d[k].len > rx->max_item || total > rx->max_item)
+    for (int k = 0; k < n; k++) { /* each frame's length goes to out[k].len once checked */
+        vf_bulk_desc d;
+        memcpy(&d, desc[k], sizeof d);
+        if (d.seq != seq || d.frame != (uint32_t)k || d.nframes != (uint32_t)n || d.len == 0 || d.len > rx->max_item ||
+            total > rx->max_item)
             VF_FAIL(st, VF_ECORRUPT, "edge %s: bulk descriptor %d of item %llu out of sequence or bounds "
-                    "(expected item %llu, %d frames)", rx->name, k, (unsigned long long)d[k].seq,
-                    (unsigned long long)rx->next_seq, n);
-        total += (d[k].len + VF_BULK_ALIGN - 1) / VF_BULK_ALIGN * VF_BULK_ALIGN;
+                    "(expected item %llu, %d frames)", rx->name, k, (unsigned long long)d.seq,
+                    (unsigned long long)seq, n);
+        out[k] = (vf_frame){NULL, (size_t)d.len, NULL, NULL};
+        total += (d.len + VF_BULK_ALIGN - 1) / VF_BULK_ALIGN * VF_BULK_ALIGN;
     }
     if (total > rx->max_item + (uint64_t)n * VF_BULK_ALIGN)
         VF_FAIL(st, VF_ECORRUPT, "edge %s: item %llu's bulk frames (%llu bytes) exceed the port's largest item",
@@ -384,16 +383,16 @@ int vf_bulk_rx_item(vf_bulk_rx *rx, const void *const *desc, int n, vf_frame *ou
                 (unsigned long long)total);
     uint64_t off = 0;
     for (int k = 0; k < n; k++) {
-        if ((rc = read_frame(rx, b->data + off, d[k].len, seq, (uint32_t)k, st)) < 0) goto fail;
-        out[k] = (vf_frame){b->data + off, (size_t)d[k].len, rbuf_release, b};
-        off += (d[k].len + VF_BULK_ALIGN - 1) / VF_BULK_ALIGN * VF_BULK_ALIGN;
+        size_t len = out[k].len;
+        if ((rc = read_frame(rx, b->data + off, len, seq, (uint32_t)k, st)) < 0) goto fail;
+        out[k] = (vf_frame){b->data + off, len, rbuf_release, b};
+        off += (len + VF_BULK_ALIGN - 1) / VF_BULK_ALIGN * VF_BULK_ALIGN;
     }
     atomic_store(&b->refs, n);
     rx->next_seq++;
-    free(d);
     return 0;
 fail:
-    free(d);
+    for (int k = 0; k < n && k < VF_CODEC_MAX_COUNT; k++) out[k].release = NULL; /* nothing handed out */
     if (rc != VF_ESTOPPED) rx->broken = true; /* the stream is out of step with the messages now */
     if (b) {
         atomic_store(&b->refs, 1);

@@ -12,7 +12,7 @@
 -- (weights: optional; a .safetensors file, a sharded index or a diffusers directory)
 --   p:train { ..., lora = { rank = 32, alpha = 32, targets = {"self_attn.q", "cross_attn.*", "ffn.*"} },
 --             lora_init = "my_lora.safetensors" }
--- (lora: train adapters on a frozen base: the partitions hold the base weights once and
+-- (lora: train adapters on a frozen base (targets: a list, or "a,b,c"): the partitions hold the base weights once and
 -- the shards only the adapters; checkpoints write lora.safetensors. lora_init: start the
 -- adapters from an existing LoRA file)
 --   p:train { ..., sample = { prompts = {"cat.safetensors"}, every = 1, device = "cpu", steps = 20 } }
@@ -222,6 +222,11 @@ return function(vf)
     local alpha = l.alpha == nil and rank or l.alpha
     if type(alpha) ~= "number" or not (alpha > 0) then fail("p:train: lora.alpha must be a positive number") end
     local tg = l.targets
+    if type(tg) == "string" then -- "self_attn.*,ffn.*", as a --set value gives it
+      local list = {}
+      for v in tg:gmatch("[^,]+") do list[#list + 1] = v end
+      tg = list
+    end
     if type(tg) ~= "table" or #tg == 0 then
       fail("p:train: lora.targets must list patterns over Wan's names, e.g. {\"self_attn.q\", \"cross_attn.*\", \"ffn.*\"}")
     end

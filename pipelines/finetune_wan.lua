@@ -76,12 +76,8 @@ if a.offload ~= true and type(devices) == "table" and #devices > 1 then
 end
 local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
                                     model_shard_bytes = a.model_shard_bytes })
-local lora
-if a.lora_rank ~= nil and a.lora_rank ~= 0 then
-  local targets = {}
-  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
-  lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }
-end
+local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = a.lora_alpha,
+                                           targets = a.lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
           seed = a.seed or 0, weights = a.weights, lora = lora, lora_init = a.lora_init }
 return p

@@ -108,12 +108,8 @@ if nonempty(a.sample_prompts) or nonempty(a.sample_captions) then
     fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
   }
 end
-local lora
-if a.lora_rank ~= nil and a.lora_rank ~= 0 then
-  local targets = {}
-  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
-  lora = { rank = a.lora_rank, alpha = a.lora_alpha, targets = targets }
-end
+local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = a.lora_alpha,
+                                           targets = a.lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
           lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
 return p

@@ -210,6 +210,47 @@ fail:
     return rc;
 }
 
+/* The planner's admission (opts.shrink: smaller batches, or none) and `only` over the
+ * buckets with their batch sizes resolved: the one place either decides a bucket's batch
+ * or leaves it out, for an open cache and for the declared list alone (vf_lr_plan_buckets),
+ * so a plan before the cache exists and the run over it agree. `holder` names what holds
+ * the buckets, for the messages. */
+static int admit(vf_latent_reader *r, const char *holder, vf_status *st)
+{
+    int rc = 0;
+    for (const char *q = r->o.shrink; q && *q;) {
+        char name[VF_LR_BUCKET_NAME];
+        int nb = -1, used = -1;
+        if (sscanf(q, "%39[^:;]:%d%n", name, &nb, &used) != 2 || used < 0 || nb < 0)
+            VF_FAIL(st, VF_EUSAGE, "%s: shrink \"%s\" is not name:B;…", r->path, r->o.shrink);
+        int b = find_bucket(r, name);
+        if (b < 0) VF_FAIL(st, VF_EBADINPUT, "%s: shrink names bucket %s, which %s lacks", r->path, name, holder);
+        if (nb > r->bk[b].batch)
+            VF_FAIL(st, VF_EUSAGE, "%s: shrink raises bucket %s's batch %d to %d", r->path, name, r->bk[b].batch, nb);
+        if (nb) r->bk[b].batch = nb;
+        else r->bk[b].left_out = true;
+        q += used;
+        if (*q == ';') q++;
+    }
+    if (r->o.only && r->o.only[0]) { /* one bucket only: the others are left out of the schedule */
+        int keep = find_bucket(r, r->o.only);
+        if (keep < 0)
+            VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": %s has no such bucket", r->path, r->o.only, holder);
+        for (int b = 0; b < r->nbk; b++)
+            if (b != keep) r->bk[b].left_out = true;
+    }
+fail:
+    return rc;
+}
+
+/* Every bucket left out by the admission: nothing fits the budget (VF_EBUDGET, exit 2). */
+static int none_admitted(const vf_latent_reader *r, vf_status *st)
+{
+    return vf_status_set(st, VF_EBUDGET, __FILE__, __LINE__,
+                         "%s: admission = \"shrink\" left every bucket out (%s): none fits the budget", r->path,
+                         r->o.shrink);
+}
+
 static uint64_t fnv64(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *s = p;
@@ -251,27 +292,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     for (int b = 0; b < r->nbk; b++) remap[r->bk[b].scanned] = b;
     VF_TRY(vf_cache_meta_read(r->db, r->txn, &meta, st));
     VF_TRY(resolve_batches(r, meta, st));
-    for (const char *q = r->o.shrink; q && *q;) { /* the planner's admission: smaller batches, or none */
-        char name[VF_LR_BUCKET_NAME];
-        int nb = -1, used = -1;
-        if (sscanf(q, "%39[^:;]:%d%n", name, &nb, &used) != 2 || used < 0 || nb < 0)
-            VF_FAIL(st, VF_EUSAGE, "%s: shrink \"%s\" is not name:B;…", r->path, r->o.shrink);
-        int b = find_bucket(r, name);
-        if (b < 0) VF_FAIL(st, VF_EBADINPUT, "%s: shrink names bucket %s, which the cache lacks", r->path, name);
-        if (nb > r->bk[b].batch)
-            VF_FAIL(st, VF_EUSAGE, "%s: shrink raises bucket %s's batch %d to %d", r->path, name, r->bk[b].batch, nb);
-        if (nb) r->bk[b].batch = nb;
-        else r->bk[b].left_out = true;
-        q += used;
-        if (*q == ';') q++;
-    }
-    if (r->o.only && r->o.only[0]) { /* one bucket only: the others are left out of the schedule */
-        int keep = find_bucket(r, r->o.only);
-        if (keep < 0)
-            VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": the cache has no such bucket", r->path, r->o.only);
-        for (int b = 0; b < r->nbk; b++)
-            if (b != keep) r->bk[b].left_out = true;
-    }
+    VF_TRY(admit(r, "the cache", st));
     if (!(r->bidx = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)) ||
         !(r->bperm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
         VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the bucket lists", r->path);
@@ -316,9 +337,10 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     }
     vf_lr_geo_text(pb, np, r->geo, gn);
     free(pb);
-    if (r->NB == 0 && r->o.shrink && r->o.shrink[0])
-        VF_FAIL(st, VF_EBUDGET, "%s: admission = \"shrink\" left every bucket out (%s): none fits the budget",
-                r->path, r->o.shrink);
+    if (r->NB == 0 && r->o.shrink && r->o.shrink[0]) {
+        rc = none_admitted(r, st);
+        goto fail;
+    }
     if (r->NB == 0)
         VF_FAIL(st, VF_EUSAGE, "%s: no bucket has a full batch per rank and epoch (%d ranks%s)", r->path,
                 r->o.nshards, r->o.drop_last ? ", drop_last" : "");
@@ -594,20 +616,30 @@ int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_st
     }
     rc = 0;
     if (nd == 0) goto fail; /* no cache, no declared buckets: the single-shape rules decide */
+    /* the declared list as the buckets of a reader without a cache, admitted as an open
+     * cache's are: shrink's batches and left-out buckets, then `only` */
     int64_t z = vf_param_len(p, "latent_shape") == 4 ? vf_param_int_at(p, "latent_shape", 0) : 16;
-    for (int d = 0; d < nd; d++) {
-        char name[VF_LR_BUCKET_NAME];
-        snprintf(name, sizeof name, "%dx%dx%d", decl[d].w, decl[d].h, decl[d].frames);
-        const char *only = vf_param_str(p, "only");
-        if (only && only[0] && strcmp(only, name)) continue;
+    vf_latent_reader d = {.o = o, .path = (char *)"latent_reader", .nbk = nd};
+    if (!(d.bk = calloc((size_t)nd, sizeof *d.bk)))
+        VF_FAIL(st, VF_ENOMEM, "latent_reader: out of memory for the buckets");
+    for (int i = 0; i < nd; i++) {
+        vf_lr_bucket *x = &d.bk[i];
+        snprintf(x->name, sizeof x->name, "%dx%dx%d", decl[i].w, decl[i].h, decl[i].frames);
+        x->w = decl[i].w, x->h = decl[i].h, x->frames = decl[i].frames, x->batch = decl[i].batch;
+        x->shape[0] = z, x->shape[1] = (decl[i].frames - 1) / 4 + 1, x->shape[2] = decl[i].h / 8;
+        x->shape[3] = decl[i].w / 8;
+    }
+    rc = admit(&d, "the declared list", st);
+    for (int i = 0; rc == 0 && i < nd; i++) {
+        if (d.bk[i].left_out) continue;
         vf_lr_plan_bucket *y = &out[(*n)++];
-        snprintf(y->name, sizeof y->name, "%s", name);
-        y->batch = decl[d].batch;
-        y->shape[0] = z, y->shape[1] = (decl[d].frames - 1) / 4 + 1, y->shape[2] = decl[d].h / 8;
-        y->shape[3] = decl[d].w / 8;
+        snprintf(y->name, sizeof y->name, "%s", d.bk[i].name);
+        y->batch = d.bk[i].batch;
+        memcpy(y->shape, d.bk[i].shape, sizeof y->shape);
         y->entries = 0;
     }
-    if (*n == 0) VF_FAIL(st, VF_EBADINPUT, "latent_reader: only = \"%s\" names no declared bucket", vf_param_str(p, "only"));
+    if (rc == 0 && *n == 0) rc = none_admitted(&d, st); /* only shrink leaves out what `only` keeps */
+    free(d.bk);
 fail:
     vf_latent_reader_close(r);
     free(decl);

@@ -41,8 +41,11 @@
  * receiving end is the server, the sending end a client of the receiver's identity
  * (desc.peer), and a connection from anyone who is not a peer of the run is refused in
  * the handshake, before a byte of it reaches the edge.
+ *
+ * This file: the end (open, free, the per-process state), control frames, the sending
+ * side and the operations table; the receiving side is transport_zmq_recv.c.
  */
-#include "runtime/edge/transport_zmq.h"
+#include "runtime/edge/transport_zmq_internal.h"
 #include "runtime/edge/curve.h"
 #include "runtime/core/alloc.h"
 #include "runtime/core/item.h"
@@ -53,17 +56,10 @@
 #include <string.h>
 #include <zmq.h>
 
-#define CTL_SIZE 8
-#define CTL_CREDIT 'C'
-#define CTL_EOS 'E'
-#define CTL_ACK 'A'
-#define CTL_CLOSED 'X'
 /* Messages beyond the credited items: EOS or ack/closed, credit frames, margin. */
 #define HWM_EXTRA 4
 /* Bounded linger for the receiver's last control frame (ack / closed). */
 #define FINAL_LINGER_MS 1000
-
-#define Z vf_zmq_of
 
 #define ZFAIL(e, what)                                                                                      \
     VF_FAIL(st, VF_EEXTERNAL, "edge %s: %s(%s): %s", (e)->d.name, what, (e)->d.addr, zmq_strerror(zmq_errno()))
@@ -226,9 +222,7 @@ bool vf_zmq_peer_gone(vf_edge_end *e)
     return Z(e)->peer_down && vf_now_ns() - Z(e)->down_ns >= (int64_t)VF_PEER_GONE_MS * 1000000;
 }
 
-/* Sends a control frame. block: wait (stop-aware) for the socket to take it; else
- * return VF_EDGE_EMPTY when it cannot be queued now. */
-static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status *st)
+int vf_zmq_send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status *st)
 {
     unsigned char f[CTL_SIZE] = {'V', 'F', 'C', (unsigned char)type, (unsigned char)n, (unsigned char)(n >> 8),
                                  (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
@@ -251,7 +245,7 @@ static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status
     return 0;
 }
 
-static int parse_ctl(vf_edge_end *e, const unsigned char *p, size_t n, char *type, uint32_t *v, vf_status *st)
+int vf_zmq_parse_ctl(const vf_edge_end *e, const unsigned char *p, size_t n, char *type, uint32_t *v, vf_status *st)
 {
     if (n != CTL_SIZE || p[0] != 'V' || p[1] != 'F' || p[2] != 'C')
         return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
@@ -276,7 +270,7 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
         }
         char type;
         uint32_t v;
-        int rc = parse_ctl(e, f, (size_t)n, &type, &v, st);
+        int rc = vf_zmq_parse_ctl(e, f, (size_t)n, &type, &v, st);
         if (rc < 0) return rc;
         if (type == CTL_CREDIT) {
             if (v > (uint32_t)(e->d.capacity - Z(e)->credits))
@@ -413,185 +407,6 @@ fail:
     return rc;
 }
 
-/* A received message part kept alive by the item's tensors. */
-typedef struct rmsg {
-    zmq_msg_t msg;
-    vf_account *acct;
-    size_t size;     /* what the part holds: its own size, or a descriptor's payload */
-    vf_frame payload; /* a shared-memory or bulk-lane descriptor's payload (release NULL: none) */
-} rmsg;
-
-static void rmsg_release(void *data, void *hint)
-{
-    (void)data;
-    rmsg *r = hint;
-    if (r->payload.release) r->payload.release((void *)r->payload.data, r->payload.hint);
-    zmq_msg_close(&r->msg);
-    if (r->acct) vf_account_credit(r->acct, (int64_t)r->size);
-    free(r);
-}
-
-/* Receives one part (non-blocking) into a new rmsg; VF_EDGE_EMPTY when none is there. */
-static int recv_part(vf_edge_end *e, rmsg **out, vf_status *st)
-{
-    rmsg *r = malloc(sizeof *r);
-    if (!r) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
-    zmq_msg_init(&r->msg);
-    for (;;) {
-        if (zmq_msg_recv(&r->msg, Z(e)->sock, ZMQ_DONTWAIT) >= 0) break;
-        int err = zmq_errno();
-        if (err == EINTR) continue;
-        zmq_msg_close(&r->msg);
-        free(r);
-        if (err == EAGAIN) return VF_EDGE_EMPTY;
-        return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_msg_recv(%s): %s", e->d.name,
-                             e->endpoint, zmq_strerror(err));
-    }
-    r->acct = NULL;
-    r->size = zmq_msg_size(&r->msg);
-    r->payload = (vf_frame){0};
-    *out = r;
-    return 0;
-}
-
-/* The frames after a record: every part left of the message, read even past what a
- * record may name so the next message starts where it should. */
-static int recv_frames(vf_edge_end *e, rmsg ***frames, int *n, vf_status *st)
-{
-    int rc = 0, cap = 0, got = 0, extra = 0;
-    rmsg **f = NULL;
-    bool more = true;
-    while (more) {
-        rmsg *r = NULL;
-        rc = recv_part(e, &r, st);
-        if (rc == VF_EDGE_EMPTY) /* ZeroMQ delivers a message whole: never */
-            VF_FAIL(st, VF_ECORRUPT, "edge %s: message ended after %d frame(s), before its last", e->d.name, got);
-        if (rc < 0) goto fail;
-        more = zmq_msg_more(&r->msg);
-        if (got == VF_CODEC_MAX_COUNT) { /* refused below, once the message is read */
-            rmsg_release(NULL, r);
-            extra++;
-            continue;
-        }
-        if (got == cap) {
-            int nc = cap ? 2 * cap : 4;
-            rmsg **g = realloc(f, (size_t)nc * sizeof *g);
-            if (!g) {
-                rmsg_release(NULL, r);
-                VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-            }
-            f = g;
-            cap = nc;
-        }
-        f[got++] = r;
-    }
-    if (extra)
-        VF_FAIL(st, VF_ECORRUPT, "edge %s: a message of more than %d frames (an item has at most %d tensors)",
-                e->d.name, VF_CODEC_MAX_COUNT, VF_CODEC_MAX_COUNT);
-    *frames = f;
-    *n = got;
-    return 0;
-fail:
-    while (got > 0) rmsg_release(NULL, f[--got]);
-    free(f);
-    *frames = NULL;
-    *n = 0;
-    return rc;
-}
-
-int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
-{
-    int rc = 0, nf = 0;
-    rmsg *r = NULL, **fr = NULL;
-    vf_frame *frames = NULL;
-    vf_account *acct = vf_account_current();
-    int64_t charged = 0;
-    if ((rc = recv_part(e, &r, st)) != 0) return rc;
-    const unsigned char *p = zmq_msg_data(&r->msg);
-    size_t n = r->size;
-    if (zmq_msg_more(&r->msg)) {
-        VF_TRY(recv_frames(e, &fr, &nf, st));
-    } else if (n == CTL_SIZE && p[0] == 'V' && p[1] == 'F' && p[2] == 'C') {
-        char type;
-        uint32_t v;
-        VF_TRY(parse_ctl(e, p, n, &type, &v, st));
-        if (type != CTL_EOS) VF_FAIL(st, VF_ECORRUPT, "edge %s: unexpected control frame '%c' from the sender",
-                                     e->d.name, type);
-        rmsg_release(NULL, r);
-        e->ended = true;
-        /* Everything before the EOS was read: tell the sender it may close. */
-        rc = send_ctl(e, CTL_ACK, 0, true, st);
-        Z(e)->sent_final = true;
-        return rc < 0 ? rc : VF_EOS;
-    }
-    if (nf > 0 && !(frames = calloc((size_t)nf, sizeof *frames)))
-        VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-    for (int k = 0; k < nf; k++) frames[k] = (vf_frame){zmq_msg_data(&fr[k]->msg), fr[k]->size, NULL, NULL};
-    /* the lanes' descriptors become their payloads: a part replaced stands for its
-     * payload from here on (fr[k]->payload, released with the part) */
-    rc = vf_lanes_recv(&Z(e)->lanes, e, frames, nf, st);
-    for (int k = 0; k < nf; k++)
-        if (frames[k].release) {
-            fr[k]->payload = frames[k];
-            fr[k]->size = frames[k].len;
-        }
-    if (rc < 0) goto fail;
-    /* The message is now memory this stage holds: charge it to the consumer's account. */
-    int64_t total = (int64_t)n;
-    for (int k = 0; k < nf; k++) total += (int64_t)fr[k]->size;
-    rc = vf_account_charge(acct, total, st);
-    if (rc < 0) {
-        vf_status_prefix(st, "edge %s", e->d.name);
-        goto fail;
-    }
-    charged = total;
-    r->acct = acct;
-    for (int k = 0; k < nf; k++) {
-        fr[k]->acct = acct;
-        frames[k] = (vf_frame){frames[k].data, fr[k]->size, rmsg_release, fr[k]};
-    }
-    rc = vf_item_decode_split(p, n, rmsg_release, r, frames, nf, out, st);
-    if (rc < 0) {
-        vf_status_prefix(st, "edge %s", e->d.name);
-        goto fail;
-    }
-    free(frames);
-    free(fr); /* each part is its tensors' now */
-    return 0;
-fail:
-    /* nothing of the message was handed out: release every part, uncharged */
-    if (charged) vf_account_credit(acct, charged);
-    r->acct = NULL;
-    rmsg_release(NULL, r);
-    for (int k = 0; k < nf; k++) {
-        fr[k]->acct = NULL;
-        rmsg_release(NULL, fr[k]);
-    }
-    free(frames);
-    free(fr);
-    return rc;
-}
-
-int vf_zmq_flush_credits(vf_edge_end *e, vf_status *st)
-{
-    if (Z(e)->pending_credits == 0 || e->ended || e->closed) return 0;
-    /* Non-blocking: if the frame cannot be queued now, the next flush retries. The HWM
-     * leaves room for it, so this only happens while the sender reconnects. */
-    int rc = send_ctl(e, CTL_CREDIT, (uint32_t)Z(e)->pending_credits, false, st);
-    if (rc < 0) return rc;
-    if (rc == 0) Z(e)->pending_credits = 0;
-    atomic_store(&e->inflight, Z(e)->pending_credits);
-    return 0;
-}
-
-int vf_zmq_consumed(vf_edge_end *e, vf_status *st)
-{
-    Z(e)->pending_credits++;
-    atomic_store(&e->inflight, Z(e)->pending_credits);
-    if (Z(e)->pending_credits >= Z(e)->credit_batch) return vf_zmq_flush_credits(e, st);
-    return 0;
-}
-
 int vf_zmq_close_send(vf_edge_end *e, vf_status *st)
 {
     if (e->ended) return 0;
@@ -601,25 +416,15 @@ int vf_zmq_close_send(vf_edge_end *e, vf_status *st)
         e->ended = true; /* nobody reads: no EOS needed */
         return 0;
     }
-    rc = send_ctl(e, CTL_EOS, 0, true, st);
+    rc = vf_zmq_send_ctl(e, CTL_EOS, 0, true, st);
     if (rc == 0) e->ended = true;
     return rc;
-}
-
-int vf_zmq_close_recv(vf_edge_end *e, vf_status *st)
-{
-    if (e->ended || e->closed) return 0;
-    e->closed = true;
-    /* If the sender never connected there is nobody to tell: do not wait for one. */
-    int rc = send_ctl(e, CTL_CLOSED, 0, false, st);
-    if (rc == 0) Z(e)->sent_final = true;
-    return rc < 0 ? rc : 0;
 }
 
 static void zmq_end_free(vf_edge_end *e)
 {
     if (!Z(e)) return;
-    vf_lanes_close(&Z(e)->lanes, e); /* before the socket: the device lane's hook state first, as it opened */
+    vf_lanes_close(&Z(e)->lanes, e); /* the lanes first (the device hook's state among them), then the socket */
     /* LINGER 0 once nothing is owed to the peer (the sender after its EOS was acked);
      * a short bounded linger lets the receiver's final ack / closed frame leave. */
     int linger = e->side == VF_PORT_IN && Z(e)->sent_final ? FINAL_LINGER_MS : 0;
@@ -695,28 +500,6 @@ static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
     return 1;
 }
 
-int vf_zmq_recv_item(vf_edge_end *e, vf_item **it, vf_status *st)
-{
-    return vf_lanes_recv_item(&Z(e)->lanes, e, it, st);
-}
-
-static int zmq_try_recv_op(vf_edge_end *e, vf_item **out, int64_t *bytes, vf_status *st)
-{
-    int rc = vf_zmq_try_recv(e, out, st);
-    if (rc != 0) return rc;
-    *bytes = (int64_t)vf_item_encoded_size(*out);
-    /* Device tensors are copied into this side's memory before the credit (sent just
-     * below) lets the producer reuse its buffer. */
-    VF_TRY(vf_zmq_recv_item(e, out, st));
-    rc = vf_zmq_consumed(e, st);
-    if (rc < 0) {
-        vf_item_free(*out);
-        *out = NULL;
-    }
-fail:
-    return rc;
-}
-
 int64_t vf_zmq_refused(vf_chan_hub *h)
 {
     pthread_mutex_lock(&h->mu);
@@ -751,7 +534,7 @@ const vf_transport_ops vf_transport_zmq = {
     .send = zmq_send_op,
     .close_send = vf_zmq_close_send,
     .drain = zmq_drain_op,
-    .try_recv = zmq_try_recv_op,
+    .try_recv = vf_zmq_try_recv_op,
     .flush = vf_zmq_flush_credits,
     .close_recv = vf_zmq_close_recv,
     .socket = zmq_socket_op,

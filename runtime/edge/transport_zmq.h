@@ -1,4 +1,4 @@
-/* transport_zmq.h — the ZeroMQ transport's own API (transport_zmq.c): the state of one
+/* transport_zmq.h — the ZeroMQ transport's own API (transport_zmq*.c): the state of one
  * end and the single-end operations behind `vf_transport_zmq`, for tests that drive one
  * end directly. Ports go through vf_transport_ops (transport.h) instead; the payload
  * lanes (lane.h) never come here.

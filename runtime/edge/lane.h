@@ -28,8 +28,9 @@
  *
  * A lane is one file, runtime/edge/lane_<name>.c, defining a `vf_lane_ops`, and one line
  * in the registry. Its operations get the end (read only: its description and side) and
- * the lane's own state, never the channel's: a lane does not call the channel back (tests/unit/test_layering.py: a lane
- * file includes neither transport_zmq.h nor <zmq.h> and names no vf_zmq_ function).
+ * the lane's own state, never the channel's: a lane does not call the channel back
+ * (tests/unit/test_layering.py: a lane file includes neither transport_zmq.h nor <zmq.h>
+ * and names no vf_zmq_ function).
  */
 #ifndef VF_LANE_H
 #define VF_LANE_H
@@ -46,7 +47,8 @@
 
 /* What stands for one frame of the record in the message: the frame's own memory
  * (shared: sent without a copy, the record kept referenced until the socket wrote it),
- * or a lane's descriptor (copied into the message). */
+ * or a lane's descriptor (copied into the message). data is borrowed: the record's, or
+ * the scratch of the send. */
 typedef struct vf_lane_part {
     const void *data;
     size_t len;
@@ -64,8 +66,8 @@ typedef struct vf_lane_ops {
     /* Opens the lane on end e. A receiving end has bound: e->endpoint is its address, to
      * which the lane may append what its sender needs. A sending end is about to connect
      * to e->d.addr, from which the lane cuts what its receiver appended. 1: the lane
-     * serves the end, *lane its state (NULL: made on first use, or none); 0: it does not
-     * (nothing to close); or an error naming the edge. */
+     * serves the end, *lane its state (owned by the end until close; NULL: made on first
+     * use, or none); 0: it does not (nothing to close); or an error naming the edge. */
     int (*open)(vf_edge_end *e, const vf_lane_env *env, void **lane, vf_status *st);
     /* Frees the lane's state on an end it served (the state may be NULL). NULL: none. */
     void (*close)(void *lane, const vf_edge_end *e);
@@ -108,7 +110,8 @@ typedef struct vf_lane_ops {
     /* The bytes the lane holds on this end besides the items themselves (shared-memory
      * slots reserved, receive buffers pooled or lent): memory the plan counts in the
      * edge's own line, the items in flight on it and the one its consumer holds
-     * (runtime/plan/plan.c). NULL: none. */
+     * (runtime/plan/plan.c). Read on the end's thread, or once the end is idle. NULL:
+     * none. */
     int64_t (*held)(const void *lane, const vf_edge_end *e);
 } vf_lane_ops;
 

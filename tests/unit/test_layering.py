@@ -9,7 +9,10 @@ and bench/ and fails, naming file and line, when
   - a stage includes runtime internals (runtime/<folder>/), or one stage family
     (stages/decode/, stages/train/, the single-file stages in stages/) includes another;
   - an op family of kernels/ops_list.h lacks its file on a backend (kernels/cpu/<family>.c,
-    kernels/cuda/<family>.cu or .c: the two backends' file names mirror each other).
+    kernels/cuda/<family>.cu or .c: the two backends' file names mirror each other);
+  - a payload lane of the ZeroMQ channel (runtime/edge/lane*, the shared-memory and bulk
+    machinery behind them, the device hook's header) calls the channel back: includes
+    transport_zmq.h or <zmq.h>, or names a vf_zmq_ function outside a comment.
 The rules are data (ALLOWED below), so the table in docs/ARCHITECTURE.md and this test say
 the same thing. Run with a source dir argument or VFLOW_SRC; `--self-test` shows that
 each kind of violation is caught.
@@ -47,6 +50,13 @@ ALLOWED = {
 SCAN = ["runtime", "formats", "kernels", "models", "stages", "cli", "tests", "bench"]
 EXTS = (".c", ".h", ".cu", ".cuh")
 INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+# The payload lanes (runtime/edge/lane.h) sit below the ZeroMQ channel (transport_zmq.c):
+# the channel asks them through vf_lane_ops, they never call it back.
+LANE_FILE = re.compile(r"^runtime/edge/(lane[^/]*|edge_shm[^/]*|edge_bulk[^/]*|transport_dev\.h)$")
+LANE_NO_INC = ("runtime/edge/transport_zmq.h", "zmq.h")
+ANY_INC = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
 def rule_for(rel):
@@ -91,6 +101,23 @@ def check_file(src, rel, text):
             else:
                 why = f"{key} may not include {inc.rsplit('/', 1)[0]}/ (a lower layer including a higher one)"
             errs.append(f"{where}: #include \"{inc}\": {why}")
+    return errs + check_lane(rel, text)
+
+
+def check_lane(rel, text):
+    """A lane file includes neither the channel nor ZeroMQ and calls no vf_zmq_ function."""
+    if not LANE_FILE.match(rel):
+        return []
+    errs = []
+    why = "a payload lane calls the ZeroMQ channel back (lanes answer through vf_lane_ops, runtime/edge/lane.h)"
+    # comments blanked, their newlines kept, so line numbers stay those of the file
+    code = COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    for n, line in enumerate(code.splitlines(), 1):
+        m = ANY_INC.match(line)
+        if m and m.group(1) in LANE_NO_INC:
+            errs.append(f"{rel}:{n}: #include {m.group(1)}: {why}")
+        elif "vf_zmq_" in line:
+            errs.append(f"{rel}:{n}: {line.strip()}: {why}")
     return errs
 
 
@@ -137,6 +164,10 @@ def self_test(src):
         ("stages/train/x.c", '#include "vflow.h"\n', "repository root"),
         ("formats/x.c", '#include "../runtime/vflow.h"\n', "repository root"),
         ("models/x.c", '#include "models/nonexistent.h"\n', "no such file"),
+        ("runtime/edge/lane_x.c", '#include "runtime/edge/transport_zmq.h"\n', "calls the ZeroMQ channel back"),
+        ("runtime/edge/edge_bulk_x.c", '#include <zmq.h>\n', "calls the ZeroMQ channel back"),
+        ("runtime/edge/edge_shm.c", "/* unlike vf_zmq_send */\nint f(void) { return vf_zmq_flush_credits(0, 0); }\n",
+         "calls the ZeroMQ channel back"),
     ]
     bad = 0
     for rel, text, want in cases:
@@ -146,7 +177,9 @@ def self_test(src):
             bad += 1
     for rel, text in [("stages/train/x.c", '#include "stages/train/dit_train.h"\n#include "formats/ckpt.h"\n'),
                       ("cli/x.c", '#include "runtime/driver/launch.h"\n'),
-                      ("kernels/cuda/x.c", '#include "runtime/edge/transport_dev.h"\n')]:
+                      ("kernels/cuda/x.c", '#include "runtime/edge/transport_dev.h"\n'),
+                      ("runtime/edge/lane_x.c", '#include "runtime/edge/lane.h"\n/* vf_zmq_send, not here */\n'),
+                      ("runtime/edge/transport_zmq.c", '#include <zmq.h>\nint x = vf_zmq_consumed;\n')]:
         errs = check_file(src, rel, text)
         if errs:
             print(f"self-test: {rel}: expected no error, got {errs}")

@@ -21,6 +21,8 @@ file. Fields (README's GPU table is made from them by scripts/gen_gpu_table):
                                 vae_phases_ms per "op FxHxW"
   ratios, goals                 vflow over its peer, and whether each goal of the
                                 issue is met (null where a figure is missing)
+  ipc_gb_s, ipc_copy_gb_s, ipc_vs_copy   the CUDA IPC handoff between two processes per
+                                size (MiB), a device copy's, their ratio
   tests, sections, notes        each test's and section's status, what went wrong
 """
 import json
@@ -108,6 +110,9 @@ def assemble(rows, date=None):
                 if r.get("phases_ms"):
                     vae["vae_phases_ms"][tag] = r["phases_ms"]
     out.update(vae)
+    out["ipc_gb_s"] = {str(r["mib"]): r.get("ipc_gb_s") for r in by.get("ipc", []) if r.get("bench") == "ipc"}
+    out["ipc_copy_gb_s"] = {str(r["mib"]): r.get("copy_gb_s") for r in by.get("ipc", []) if r.get("bench") == "ipc"}
+    out["ipc_vs_copy"] = {str(r["mib"]): r.get("ratio") for r in by.get("ipc", []) if r.get("bench") == "ipc"}
 
     ratios = {
         "dit_vs_compile": ratio(out["dit_tokens_s"], out["torch_compile_tokens_s"]),

@@ -99,7 +99,7 @@ note() { # section key=value-json ...
   for kv in "$@"; do line="$line,\"${kv%%=*}\":${kv#*=}"; done
   echo "$line}" >> "$RES"
 }
-jstr() { printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g' | cut -c1-400)"; }
+jstr() { printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | cut -c1-400 | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 want() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]]; }
 
 # ---------------------------------------------------------------- the pack

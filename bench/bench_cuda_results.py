@@ -10,8 +10,9 @@ leaves its fields null and says why under "notes", so a run cut short still give
 file. Fields (README's GPU table is made from them by scripts/gen_gpu_table):
 
   device, date, versions        the GPU's name, the run's UTC date, what versions printed
-  attn_path                     the attention path vflow's benches reported (attn_path=…),
-                                "hand" when none did
+  attn_path, attn_paths         the attention path vflow's benches reported (attn_path=…),
+                                per section, and their distinct values joined by "+"
+                                ("hand" when none reported one)
   dit_tokens_s, mfu, peak_bytes vflow's DiT step; phases_ms: one step op by op
   torch_eager_tokens_s, torch_compile_tokens_s, torch_compile_peak_bytes (and the
                                 eager peak, both MFUs)
@@ -37,7 +38,7 @@ GOALS = {"dit_vs_compile": 1.2, "mfu": 0.40, "attn_self_vs_sdpa": 0.95, "attn_cr
 
 def load(path):
     rows = []
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # a log line cut inside a character stays readable
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -77,9 +78,11 @@ def assemble(rows, date=None):
         "date": date or time.strftime("%Y-%m-%d", time.gmtime()),
         "versions": versions,
     }
-    paths = [r["attn_path"] for s in ("dit_vflow", "attn_vflow", "xattn_vflow") for r in by.get(s, [])
-             if "attn_path" in r]
-    out["attn_path"] = paths[-1] if paths else "hand"
+    paths = {s: r["attn_path"] for s in ("dit_vflow", "attn_vflow", "xattn_vflow") for r in by.get(s, [])
+             if "attn_path" in r}
+    distinct = list(dict.fromkeys(paths.values()))
+    out["attn_path"] = "+".join(distinct) if distinct else "hand"
+    out["attn_paths"] = paths
     out["dit_tokens_s"] = bench("dit_vflow", "tokens_per_s")
     out["torch_eager_tokens_s"] = bench("dit_torch_eager", "tokens_per_s")
     out["torch_compile_tokens_s"] = bench("dit_torch_compile", "tokens_per_s")

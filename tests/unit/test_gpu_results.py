@@ -1,13 +1,13 @@
 """test_gpu_results.py — a GPU run's results as one JSON file (bench/bench_cuda_results.py)
 and README's GPU table made from it (scripts/gen_gpu_table), on a results file written
 here the way bench/bench_cuda.sh appends them: every figure lands in its field; the
-attention path comes from the attn_path line, "hand" without one; ratios and goals
-(met, missed, unknown) are vflow over its peer; a VAE measurement cut short by the
-budget, a failed test and skipped sections leave null figures and notes; the README
-block between the markers is replaced with the figures (thin-spaced, per clip shape,
-"n/a" where missing) and nothing outside the markers changes; a README without the
-markers and a results file that is no JSON are refused naming the file; the real
-README carries the markers.
+attention paths come from the attn_path lines (per section, joined by "+" where they
+differ), "hand" without one; ratios and goals (met, missed, unknown) are vflow over its
+peer; a VAE measurement cut short by the budget, a failed test, a timed-out section and
+a skipped one leave null figures and notes; the README block between the markers is
+replaced with the figures (thin-spaced, per clip shape, "n/a" where missing) and nothing
+outside the markers changes; a README without the markers and a results file that is no
+JSON are refused naming the file; the real README carries the markers.
 """
 import json
 import os
@@ -40,8 +40,10 @@ ROWS = [
     {"section": "dit_vflow", "attn_path": "cudnn"},
     {"section": "dit_vflow", "status": "ok", "rc": 0, "s": 40.2, "last": "idle"},
     {"section": "attn_vflow", "bench": "attention", "fwdbwd_tflops": 500.0},
+    {"section": "attn_vflow", "attn_path": "cudnn"},
     {"section": "attn_torch", "bench": "attention", "impl": "torch-sdpa", "fwdbwd_tflops": 520.0},
     {"section": "xattn_vflow", "bench": "attention", "fwdbwd_tflops": 170.0},
+    {"section": "xattn_vflow", "attn_path": "hand"},
     {"section": "xattn_torch", "bench": "attention", "fwdbwd_tflops": 172.0},
     {"section": "dit_torch_compile", "bench": "dit_step", "tokens_per_s": 22046.0, "mfu": 0.336,
      "peak_bytes": 25 * 2 ** 30},
@@ -81,7 +83,7 @@ def main():
         if not check(os.path.exists(path), "no %s (%s)" % (path, os.listdir(tmp))):
             return 1
         o = json.load(open(path))
-        want = {"device": "NVIDIA H200", "attn_path": "cudnn", "dit_tokens_s": 26455.5, "mfu": 0.4021,
+        want = {"device": "NVIDIA H200", "attn_path": "cudnn+hand", "dit_tokens_s": 26455.5, "mfu": 0.4021,
                 "torch_compile_tokens_s": 22046.0, "torch_eager_tokens_s": None, "peak_bytes": 20 * 2 ** 30,
                 "torch_compile_peak_bytes": 25 * 2 ** 30, "attn_self_tflops": 500.0, "sdpa_self_tflops": 520.0,
                 "attn_cross_tflops": 170.0, "sdpa_cross_tflops": 172.0,
@@ -90,6 +92,7 @@ def main():
                 "vae_decode_clips_s": {"17x256x256": 5.0}, "diffusers_vae_decode_clips_s": {"17x256x256": 10.0}}
         for k, v in want.items():
             check(o.get(k) == v, "%s: %r, want %r" % (k, o.get(k), v))
+        check(o["attn_paths"] == {"dit_vflow": "cudnn", "attn_vflow": "cudnn", "xattn_vflow": "hand"}, "attn_paths %r" % o["attn_paths"])
         check(o["phases_ms"]["attention"] == 600.0, "phases_ms: %r" % o.get("phases_ms"))
         check(o["ipc_gb_s"] == {"16": 900.0} and o["ipc_vs_copy"] == {"16": 0.75}, "ipc %r" % o.get("ipc_gb_s"))
         check(o["vae_rel_err"] == {"encode 17x256x256": 0.012, "decode 17x256x256": 0.02}, "vae_rel_err %r" % o["vae_rel_err"])
@@ -127,7 +130,7 @@ def main():
         text = open(readme).read()
         check(r.returncode == 0, "gen_gpu_table exit %d: %s" % (r.returncode, r.stderr))
         check(text.startswith(before) and text.endswith(after) and "| old | table |" not in text, "outside: %r" % text)
-        for part in ("NVIDIA H200, 2026-12-01", "attention path: cudnn", "26 456 tokens/s", "MFU 40.2 %",
+        for part in ("NVIDIA H200, 2026-12-01", "attention path: cudnn+hand", "26 456 tokens/s", "MFU 40.2 %",
                      "torch.compile 22 046 tokens/s", "1.20× (≥ 1.2×: met)", "500 TFLOP/s", "SDPA 520 TFLOP/s",
                      "VAE encode, Wan 2.1 widths, 17×256×256", "1.25× (≥ 1.0×: met)", "VAE decode",
                      "0.50× (≥ 1.0×: 50 % short)", "81×480×832, bf16 | n/a clips/s | diffusers 0.5 clips/s",

@@ -239,8 +239,10 @@ static int attn_bench(int argc, char **argv, vf_backend *be)
            "fwd+bwd %.0f TF/s\n",
            (long long)B, (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, ff / tf / 1e12, tb * 1e3,
            fb / tb / 1e12, (ff + fb) / (tf + tb) / 1e12);
-    printf("{\"bench\":\"attention\",\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f}\n",
-           tf * 1e3, tb * 1e3, ff / tf / 1e12, (ff + fb) / (tf + tb) / 1e12);
+    printf("{\"bench\":\"attention\",\"lq\":%lld,\"lk\":%lld,\"heads\":%lld,\"head_dim\":%lld,\"fwd_ms\":%.4f,"
+           "\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f}\n",
+           (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, tb * 1e3, ff / tf / 1e12,
+           (ff + fb) / (tf + tb) / 1e12);
     return 0;
 }
 

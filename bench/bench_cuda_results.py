@@ -94,6 +94,7 @@ def assemble(rows, date=None):
     out["torch_compile_peak_bytes"] = bench("dit_torch_compile", "peak_bytes")
     out["dit_tokens"] = bench("dit_vflow", "tokens") or bench("dit_torch_compile", "tokens")
     out["phases_ms"] = bench("dit_vflow", "phases_ms")
+    out["attn_tokens"] = bench("attn_vflow", "lq")
     out["attn_self_tflops"] = bench("attn_vflow", "fwdbwd_tflops")
     out["sdpa_self_tflops"] = bench("attn_torch", "fwdbwd_tflops")
     out["attn_cross_tflops"] = bench("xattn_vflow", "fwdbwd_tflops")

@@ -101,6 +101,12 @@ class Bench:
     def left(self):
         return self.t_end - time.monotonic()
 
+    def release(self):
+        """PyTorch's cached device memory back to the driver: vae_tool, another process,
+        runs next on the same GPU"""
+        if self.dev.type == "cuda":
+            torch.cuda.empty_cache()
+
     def sync(self):
         if self.dev.type == "cuda":
             torch.cuda.synchronize()
@@ -199,7 +205,8 @@ class Bench:
         emit(dict(base, side="diffusers", op="encode", s=s, clips_per_s=1 / s, timed_runs=n, peak_bytes=peak))
         mean_h = mean.float().cpu().numpy()
         save_file({"z": mean_h}, zpath)
-        xd = None  # the GPU memory back before vflow runs
+        xd = None
+        self.release()
         r, done = self.tool_run(["encode", "--weights", wpath, "--input", xpath, "--chunk", "4", "--out", out])
         r = dict(base, side="vflow", op="encode", clips_per_s=1 / r["s"] if r["s"] else None, **r)
         if done:
@@ -217,6 +224,7 @@ class Bench:
         emit(dict(base, side="diffusers", op="decode", s=s, clips_per_s=1 / s, timed_runs=n, peak_bytes=peak))
         frames_h = frames.float().cpu().numpy()
         frames = mean = None
+        self.release()
         r, done = self.tool_run(["decode", "--weights", wpath, "--input", zpath, "--chunk", "1", "--out", out])
         r = dict(base, side="vflow", op="decode", clips_per_s=1 / r["s"] if r["s"] else None, **r)
         if done:

@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build run test bench asan fuzz clean
+.PHONY: all setup build run test bench gpu-pack asan fuzz clean
 
 all: build
 
@@ -41,6 +41,12 @@ fuzz: setup
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+# What a lent GPU machine runs, brought up to date here: the CUDA build (build-cuda/,
+# incremental) packed into .cudapack/ and the wheels it installs into .whl/
+# (bench/bench_cuda_pack.sh); there, `bash bench/bench_cuda.sh` (docs/GPU_RUN.md).
+gpu-pack: setup
+	bash bench/bench_cuda_pack.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -270,6 +270,10 @@ static int bench(int argc, char **argv)
         waitpid(c, NULL, 0);
         double bytes = (double)n * 2;
         printf("%-10d %14.1f %14.1f %8.2f\n", sizes[i], bytes / t / 1e9, bytes / copy / 1e9, copy / t);
+        /* and as JSON, each size as it is measured (bench/bench_cuda.sh keeps these lines) */
+        printf("{\"bench\":\"ipc\",\"mib\":%d,\"ipc_gb_s\":%.3f,\"copy_gb_s\":%.3f,\"ratio\":%.4f}\n", sizes[i],
+               bytes / t / 1e9, bytes / copy / 1e9, copy / t);
+        fflush(stdout);
     }
     return 0;
 }

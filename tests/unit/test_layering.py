@@ -38,7 +38,8 @@ ALLOWED = {
     # and allocates through the memory accounts
     "kernels/cuda/": PUBLIC + ["kernels/", "runtime/core/alloc.h", "runtime/edge/chan.h",
                                "runtime/edge/transport.h", "runtime/edge/transport_dev.h"],
-    "kernels/": PUBLIC + ["kernels/ops.h", "kernels/ops_list.h", "kernels/cpu/"],
+    # phases.h: the per-phase op timer over any backend (benchmarks and tools use it)
+    "kernels/": PUBLIC + ["kernels/ops.h", "kernels/ops_list.h", "kernels/phases.h", "kernels/cpu/"],
     "models/": PUBLIC + ["formats/", "kernels/ops.h", "kernels/ops_list.h", "models/"],
     "stages/decode/": PUBLIC + ["formats/", "models/", "kernels/ops.h", "kernels/ops_list.h", "stages/decode/"],
     "stages/train/": PUBLIC + ["formats/", "models/", "kernels/ops.h", "kernels/ops_list.h", "stages/train/"],

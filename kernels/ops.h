@@ -14,6 +14,9 @@
  *  - Row-major, shapes in comments like llm.c: out (N, OC).
  *  - Every *_bwd ACCUMULATES (+=) into every gradient it writes (input and parameter
  *    gradients alike); the caller zeroes them once. This composes with residuals.
+ *    Exception: attention_bwd WRITES (=) dq, dk and dv. Its gradients are always the
+ *    first writer of fresh buffers in the models, and the fused library kernels it runs
+ *    on (cuDNN's SDPA backward) store their outputs; writing spares the caller a memset.
  *  - A NULL optional pointer (bias, weight, gradient) means "absent / not wanted".
  *  - Ops never allocate; workspace, where needed, comes from be->workspace.
  */
@@ -110,10 +113,13 @@ struct vf_backend {
 
     /* ---- attention, non-causal, softmax(q·kᵀ·scale)·v
      * q (B, Lq, H, D), k/v (B, Lk, H, D), out (B, Lq, H, D), lse (B, H, Lq) f32 saved
-     * (log-sum-exp of the scaled scores, flash-attention style) */
+     * (lse = ln Σ_j exp(scale·q·k_j), the natural-log log-sum-exp of the scaled scores:
+     * flash attention's and cuDNN's Stats convention; lse may be NULL) */
     void (*attention_fwd)(vf_backend *be, void *out, float *lse, const void *q, const void *k,
                           const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
                           int64_t D, float scale);
+    /* dq (B, Lq, H, D) = ∂/∂q, dk, dv (B, Lk, H, D) likewise: WRITTEN, not accumulated
+     * (zeros where no score reaches them: Lq or Lk = 0); each may be NULL. */
     void (*attention_bwd)(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *out,
                           const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,

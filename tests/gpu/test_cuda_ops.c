@@ -9,8 +9,9 @@
  * input rounding. Pass criteria: relative error ‖gpu − cpu‖ / ‖cpu‖ ≤ 2e-2
  * for bf16 outputs, ≤ 1e-5 for f32 outputs (lse, norm statistics, optimizer state, loss,
  * sum of squares); NaN or Inf never passes. Overwritten outputs are poisoned with NaN
- * before the op (an element the kernel forgets stays NaN and fails); accumulated
- * gradients start from the same random values on both sides (the += is tested).
+ * before the op (an element the kernel forgets stays NaN and fails), attention's
+ * gradients too (attention_bwd writes them); accumulated gradients start from the same
+ * random values on both sides (the += is tested).
  * Shapes are chosen to hit the fast paths (16-byte aligned rows, head dims 64 / 128)
  * and the slow ones (odd sizes, pointers 2 bytes off alignment, head dims that are
  * padded or above 128, cross-attention with a short key length, Lk = 0).
@@ -414,8 +415,9 @@ static void attention_case(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t
     }
     /* backward: both from the CPU's output and lse (bf16-rounded out, as stored) */
     for (int64_t i = 0; i < nq; i++) o[i] = bfr(o[i]);
-    float *g = rnd(nq, -1, 1), *gq = rnd(nq, -1, 1), *gk = rnd(nk, -1, 1), *gv = rnd(nk, -1, 1);
-    dbuf dg = dbf(g, nq, off), dgq = dbf(gq, nq, off), dgk = dbf(gk, nk, off), dgv = dbf(gv, nk, off);
+    /* the gradients are written (ops.h): NaN-poisoned on both sides */
+    float *g = rnd(nq, -1, 1), *gq = nanv(nq), *gk = nanv(nk), *gv = nanv(nk);
+    dbuf dg = dbf(g, nq, off), dgq = dbf(NULL, nq, off), dgk = dbf(NULL, nk, off), dgv = dbf(NULL, nk, off);
     dbuf do2 = dbf(o, nq, off), dl2 = dnew(lse, B * H * Lq, VF_DTYPE_F32, 0);
     C->attention_bwd(C, gq, gk, gv, g, q, k, v, o, lse, B, Lq, Lk, H, D, scale);
     G->attention_bwd(G, dgq.p, dgk.p, dgv.p, dg.p, dq.p, dk.p, dv.p, do2.p, dl2.p, B, Lq, Lk, H, D, scale);

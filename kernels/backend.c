@@ -299,6 +299,15 @@ vf_backend *vf_backend_for(vf_device dev, vf_status *st)
     return NULL;
 }
 
+/* ------------------------------------------------------------------ attention workspace */
+
+int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64_t Lk, int64_t H)
+{
+    if (dev.kind != VF_DEV_CUDA || B <= 0 || H <= 0 || Lq <= 0 || Lk <= 0) return 0;
+    const int64_t tq = (Lq + 127) / 128 * 128, tk = (Lk + 127) / 128 * 128;
+    return B * H * tq * tk * 2 + B * H * tq * 2 * 4 + ((int64_t)16 << 20);
+}
+
 /* ------------------------------------------------------------------ device peaks */
 
 double vf_device_bf16_peak(const char *model)

@@ -186,6 +186,17 @@ vf_backend *vf_backend_cuda(int index, vf_status *st);
 /* Backend for a device. */
 vf_backend *vf_backend_for(vf_device dev, vf_status *st);
 
+/* Device bytes of workspace the backend of dev may hold for one attention_fwd or
+ * attention_bwd with B·H heads of Lq queries and Lk keys: what the memory plan counts for
+ * cuDNN's fused attention (the CUDA backend grows one workspace to the largest a graph
+ * asks for). cuDNN's deterministic SDPA backward on Hopper keeps the bf16 score gradient
+ * of every (query, key) pair in its workspace; the bound is that matrix with both lengths
+ * rounded up to cuDNN's 128-row tiles, two f32 values per query row (the frontend's
+ * softmax sum, and room for one more of its row statistics), and 16 MiB for the engine's
+ * own scratch, which only a device can tell (the CUDA op test checks the bound there).
+ * 0 where dev is not a CUDA device. */
+int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64_t Lk, int64_t H);
+
 /* Dense bf16 tensor-core peak of a device by its product name (FLOP/s, no sparsity),
  * from a small table of NVIDIA's data-sheet numbers: H100 SXM and H200 989 T, H100 /
  * H200 NVL 835 T, H100 PCIe 756 T, A100 312 T. 0 for NULL (the CPU) or a name not

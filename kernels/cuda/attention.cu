@@ -1,4 +1,6 @@
-/* attention.cu — flash-style attention on CUDA (non-causal), forward and backward.
+/* attention.cu — flash-style attention on CUDA (non-causal), forward and backward: the
+ * hand kernels, which run what cuDNN's fused SDPA does not take and everything under
+ * VFLOW_ATTN=hand (attention_path.c chooses).
  *
  * q (B, Lq, H, D), k/v (B, Lk, H, D), out (B, Lq, H, D), lse (B, H, Lq) f32 — the
  * scores are never stored. FlashAttention-2's structure on mma.sync (bf16 tensor cores,
@@ -519,9 +521,9 @@ static bool rows_vec(int64_t D, int64_t H, const void *a, const void *b, const v
     return D % 8 == 0 && (H * D) % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c2) && (!d || aligned16(d));
 }
 
-extern "C" void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
-                                      const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
-                                      float scale)
+extern "C" void vf_cuda_attention_hand_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
+                                           const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
+                                           float scale)
 {
     if (B <= 0 || Lq <= 0 || H <= 0 || D <= 0) return;
     OpScope s(be);
@@ -547,10 +549,10 @@ extern "C" void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, con
     VF_CUDA_NOTE_LAUNCH(s.c);
 }
 
-extern "C" void vf_cuda_attention_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
-                                      const void *q, const void *k, const void *v, const void *out,
-                                      const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
-                                      float scale)
+extern "C" void vf_cuda_attention_hand_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                                           const void *q, const void *k, const void *v, const void *out,
+                                           const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                                           int64_t D, float scale)
 {
     if (B <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
     OpScope s(be);

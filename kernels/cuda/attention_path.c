@@ -47,6 +47,9 @@ static int setup(vf_status *st)
     const bool hand = e && strcmp(e, "hand") == 0, required = e && strcmp(e, "cudnn") == 0;
     if (e && *e && !hand && !required)
         VF_FAIL(st, VF_EUSAGE, "VFLOW_ATTN=%s: the attention path is \"cudnn\" or \"hand\"", e);
+    if (vf_attention_workspace_limit() < 0)
+        VF_FAIL(st, VF_EUSAGE, "VFLOW_ATTN_WORKSPACE_MB=%s: expected a positive number of MiB",
+                getenv("VFLOW_ATTN_WORKSPACE_MB"));
     if (hand) {
         fprintf(stderr, "vflow: VFLOW_ATTN=hand: attention runs on the hand kernels\n");
     } else {

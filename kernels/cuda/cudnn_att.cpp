@@ -8,9 +8,9 @@
  *
  * Per device (vf_cuda_ctx.cudnn, made on the first call cuDNN takes): one handle bound to
  * the backend's stream, the graphs built so far keyed by (kind, B, Lq, Lk, H, D) —
- * building one takes cuDNN's heuristics and kernel setup, tens of milliseconds, so each
- * shape is built once (a shape cuDNN refuses is remembered too, and logged once) — and
- * one workspace grown to the largest any graph asks for. The scale is a pass-by-value
+ * building one runs cuDNN's heuristics and plan setup, so each shape is built once (a
+ * shape cuDNN refuses is remembered too, and logged once) — and one workspace from the
+ * device pool, grown to the largest any graph asks for. The scale is a pass-by-value
  * operand, so it is not part of the key; the pointers are bound per call.
  *
  * Layout: q, k, v, out, dout, dq, dk, dv are BSHD (B, L, H, D) bf16, described to cuDNN
@@ -20,14 +20,17 @@
  * which is ops.h's lse, so the hand kernels and cuDNN read each other's lse.
  *
  * The backward is cuDNN's deterministic algorithm (set_deterministic_algorithm): on
- * Hopper the frontend then takes the path that keeps the score gradient for every
- * (query, key) pair in the workspace instead of adding dQ with atomics, which is what
- * vf_attention_workspace_bound (kernels/backend.c) counts for the planner.
+ * Hopper the frontend then keeps the score gradient for every (query, key) pair in the
+ * workspace instead of adding dQ with atomics, up to VFLOW_ATTN_WORKSPACE_MB; past it,
+ * cuDNN 9.25 and newer add dQ in a fixed order in an f32 buffer, and an older cuDNN's
+ * shape goes to the hand kernels. vf_attention_workspace_bound (kernels/ops.h) is what
+ * the memory plan counts for it.
  */
 #include <dlfcn.h>
 #include <pthread.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -102,8 +105,17 @@ extern "C" int vf_cudnn_load(vf_status *st)
             fe::cudnn_dlhandle = h; /* before any frontend call: it caches the symbols it finds */
             try {
                 g_version = fe::detail::get_backend_version();
-                if (g_version / 10000 == 9)
+                if (g_version / 10000 == 9) {
                     g_load_state = 1;
+                    /* The frontend takes cuDNN's ordered-dQ deterministic backward (9.25+:
+                     * workspace linear in the sequence) over the one that keeps the score
+                     * gradient for every (query, key) pair only where this caps the latter
+                     * below a shape's need; vflow's cap is VFLOW_ATTN_WORKSPACE_MB (a value
+                     * the user gave the variable wins). */
+                    char lim[32];
+                    snprintf(lim, sizeof lim, "%lld", (long long)vf_attention_workspace_limit());
+                    setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", lim, 0);
+                }
                 else
                     snprintf(g_load_err, sizeof g_load_err,
                              "libcudnn.so.9 reports version %zu; this build speaks cuDNN 9", g_version);
@@ -257,41 +269,39 @@ static vf_cudnn_att *state(vf_cuda_ctx *c)
     return c->cudnn->broken ? nullptr : c->cudnn;
 }
 
-/* Grows a's workspace to need bytes (the new block first, so the graphs built so far keep
- * a workspace if this one does not fit). false: refused (logged). */
+/* Grows a's workspace to need bytes, from the device pool: charged to the calling stage's
+ * account, as the memory plan counts it under the stage. The new block comes first, so the
+ * graphs built so far keep a workspace if this one does not fit; the old one goes back to
+ * the pool, whose next user is ordered after the work on the stream. false: refused. */
 static bool grow_ws(vf_cuda_ctx *c, vf_cudnn_att *a, const Shape &s, int64_t need)
 {
-    if ((size_t)need <= a->ws_bytes) return true;
     vf_device dev = {};
     dev.kind = VF_DEV_CUDA;
     dev.index = c->device;
-    const int64_t bound = vf_attention_workspace_bound(dev, s.B, s.Lq, s.Lk, s.H);
+    const int64_t bound = vf_attention_workspace_bound(dev, s.B, s.Lq, s.Lk, s.H, s.D);
+    const int64_t limit = vf_attention_workspace_limit();
+    if (need > bound && need > limit) { /* a cuDNN older than 9.25 past the limit (ops.h) */
+        char m[200];
+        snprintf(m, sizeof m,
+                 "cuDNN %zu asks %lld bytes of workspace, over VFLOW_ATTN_WORKSPACE_MB's %lld (cuDNN 9.25 and "
+                 "newer keep the deterministic backward's workspace linear in the sequence)",
+                 vf_cudnn_loaded_version(), (long long)need, (long long)limit);
+        refuse(c, a, s, m);
+        return false;
+    }
     if (need > bound)
         fprintf(stderr,
                 "vflow: %s: %s: cuDNN asks %lld bytes of workspace, above the %lld the memory plan counts "
                 "(vf_attention_workspace_bound)\n",
                 c->devname, shape_str(s).c_str(), (long long)need, (long long)bound);
+    if ((size_t)need <= a->ws_bytes) return true;
     vf_status st = {};
-    if (c->acct && vf_account_charge(c->acct, need, &st) < 0) {
+    void *p = vf_cuda_pool_alloc(c->device, (size_t)need, &st);
+    if (!p) {
         refuse(c, a, s, std::string("its workspace: ") + st.msg);
         return false;
     }
-    void *p = nullptr;
-    cudaError_t e = cudaMalloc(&p, (size_t)need);
-    if (e != cudaSuccess) {
-        cudaGetLastError(); /* not sticky: the hand kernels run instead */
-        if (c->acct) vf_account_credit(c->acct, need);
-        char m[160];
-        snprintf(m, sizeof m, "its workspace of %lld bytes does not fit on the device (%s)", (long long)need,
-                 cudaGetErrorString(e));
-        refuse(c, a, s, m);
-        return false;
-    }
-    if (a->ws) { /* the old block may still be read by work on the stream */
-        VF_CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
-        cudaFree(a->ws);
-        if (c->acct) vf_account_credit(c->acct, (int64_t)a->ws_bytes);
-    }
+    vf_cuda_pool_free(c->device, a->ws);
     a->ws = p;
     a->ws_bytes = (size_t)need;
     return true;
@@ -387,10 +397,7 @@ extern "C" void vf_cudnn_att_free(vf_cuda_ctx *c)
     } catch (const std::exception &) {
         /* tearing down: nothing left to tell */
     }
-    if (a->ws) {
-        cudaFree(a->ws);
-        if (c->acct) vf_account_credit(c->acct, (int64_t)a->ws_bytes);
-    }
+    vf_cuda_pool_free(c->device, a->ws);
     delete a;
     c->cudnn = nullptr;
 }

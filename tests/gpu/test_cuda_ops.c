@@ -580,7 +580,7 @@ static void wan_case(int64_t Lq, int64_t Lk)
     same_bits("  dv twice", gv[0], gv[1]);
 #ifdef VFLOW_HAVE_CUDA
     const size_t ws = vf_cuda_attn_workspace(G);
-    const int64_t bound = vf_attention_workspace_bound(G->device, B, Lq, Lk, H);
+    const int64_t bound = vf_attention_workspace_bound(G->device, B, Lq, Lk, H, D);
     fprintf(stderr, "  %s: cuDNN workspace %.1f MiB, the plan's bound %.1f MiB\n", nm, ws / 1048576.0,
             bound / 1048576.0);
     VF_CHECK_MSG((int64_t)ws <= bound, "%s: cuDNN holds %zu bytes of workspace, the plan counts %lld", nm, ws,

@@ -3,8 +3,9 @@
  * (kernels/cuda/cudnn_att.cpp) pass cuDNN's validate() for a Hopper device (sm_90, 132
  * SMs) at Wan-1.3B's self-attention shape (1 × 13 104 × 12 × 128), its cross-attention
  * (512 keys), a bucket with two samples and a query length no multiple of 64; shapes cuDNN
- * does not take are refused with its reason; the path choice (VFLOW_ATTN, vf_cuda_attn_use)
- * and the workspace the plan counts against the frontend's own estimate.
+ * does not take are refused with its reason; the path choice (VFLOW_ATTN, vf_cuda_attn_use,
+ * VFLOW_ATTN_WORKSPACE_MB) and the workspace the plan counts against what the frontend's
+ * source says it puts there.
  *
  * Exits 77 (skip) when the build has no cuDNN attention or libcudnn.so.9 cannot be loaded
  * here (the CUDA toolkit's cuDNN is on the loader's path on the development machine).
@@ -55,23 +56,44 @@ VF_TEST(refused_shapes_say_why)
     refuses(1, 64, 64, 1, 384, "256");          /* the VAE's single 384-wide head */
 }
 
-/* The plan's bound covers what the frontend itself says the deterministic Hopper backward
- * needs: the bf16 score gradient over (64-row query tiles) × (128-row key tiles) per
- * (batch, head), and its f32 softmax sum per query row. */
+/* The plan's bound covers what the frontend itself puts in the workspace of the
+ * deterministic Hopper backward (scaled_dot_product_flash_attention.h): the bf16 score
+ * gradient over (64-row query tiles) × (128-row key tiles) per (batch, head) and its f32
+ * softmax sum per query row while that fits VFLOW_ATTN_WORKSPACE_MB; past it (cuDNN 9.25+)
+ * an f32 dQ accumulator and the softmax sum instead. */
+static int64_t frontend_estimate(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D, int64_t limit)
+{
+    const int64_t dp = B * H * ((Lq + 63) / 64 * 64) * ((Lk + 127) / 128 * 128) * 2;
+    return (dp <= limit ? dp : B * H * Lq * D * 4) + B * H * Lq * 4;
+}
+
 VF_TEST(workspace_bound_covers_the_frontends_estimate)
 {
     const vf_device gpu = {VF_DEV_CUDA, 0}, cpu = {VF_DEV_CPU, 0};
-    const int64_t sh[][4] = {{1, 13104, 13104, 12}, {1, 13104, 512, 12}, {2, 6480, 6480, 12}, {1, 1000, 77, 4}};
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
-        const int64_t B = sh[i][0], Lq = sh[i][1], Lk = sh[i][2], H = sh[i][3];
-        const int64_t est = B * H * ((Lq + 63) / 64 * 64) * ((Lk + 127) / 128 * 128) * 2 + B * H * Lq * 4;
-        const int64_t bound = vf_attention_workspace_bound(gpu, B, Lq, Lk, H);
-        fprintf(stderr, "  B=%lld Lq=%lld Lk=%lld H=%lld: bound %.1f MiB, frontend's estimate %.1f MiB\n",
-                (long long)B, (long long)Lq, (long long)Lk, (long long)H, bound / 1048576.0, est / 1048576.0);
-        VF_CHECK(bound >= est);
-        VF_CHECK(bound <= est * 11 / 10 + ((int64_t)16 << 20)); /* and not wildly above it */
-        VF_CHECK_EQ_INT(vf_attention_workspace_bound(cpu, B, Lq, Lk, H), 0);
+    const int64_t sh[][4] = {{1, 13104, 13104, 12}, {1, 13104, 512, 12}, {2, 6480, 6480, 12},
+                             {1, 1000, 77, 4},      {1, 32760, 32760, 12}, {1, 32760, 32760, 40}};
+    const char *limits[] = {NULL, "64"};
+    for (int li = 0; li < 2; li++) {
+        if (limits[li]) setenv("VFLOW_ATTN_WORKSPACE_MB", limits[li], 1);
+        const int64_t limit = vf_attention_workspace_limit();
+        VF_CHECK_EQ_INT(limit, limits[li] ? (int64_t)64 << 20 : (int64_t)4096 << 20);
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+            const int64_t B = sh[i][0], Lq = sh[i][1], Lk = sh[i][2], H = sh[i][3], D = 128;
+            const int64_t est = frontend_estimate(B, Lq, Lk, H, D, limit);
+            const int64_t bound = vf_attention_workspace_bound(gpu, B, Lq, Lk, H, D);
+            fprintf(stderr, "  limit %lld MiB, B=%lld Lq=%lld Lk=%lld H=%lld: bound %.1f MiB, frontend's %.1f MiB\n",
+                    (long long)(limit >> 20), (long long)B, (long long)Lq, (long long)Lk, (long long)H,
+                    bound / 1048576.0, est / 1048576.0);
+            VF_CHECK(bound >= est);
+            VF_CHECK(bound <= est * 11 / 10 + ((int64_t)16 << 20)); /* and not wildly above it */
+            VF_CHECK_EQ_INT(vf_attention_workspace_bound(cpu, B, Lq, Lk, H, D), 0);
+        }
     }
+    /* Wan's 81-frame 480p sample (32 760 tokens): the quadratic form would not fit a GPU */
+    VF_CHECK(vf_attention_workspace_bound(gpu, 1, 32760, 32760, 40, 128) < ((int64_t)1 << 30));
+    setenv("VFLOW_ATTN_WORKSPACE_MB", "lots", 1);
+    VF_CHECK_EQ_INT(vf_attention_workspace_limit(), -1);
+    unsetenv("VFLOW_ATTN_WORKSPACE_MB");
 }
 
 VF_TEST(path_choice)
@@ -82,6 +104,11 @@ VF_TEST(path_choice)
     VF_CHECK_EQ_INT(vf_cuda_attn_use("cudnn", &st), VF_EUSAGE);
     VF_CHECK_MSG(strstr(st.msg, "VFLOW_ATTN=fast") != NULL, "%s", st.msg);
     unsetenv("VFLOW_ATTN");
+    vf_status_clear(&st);
+    setenv("VFLOW_ATTN_WORKSPACE_MB", "-5", 1);
+    VF_CHECK_EQ_INT(vf_cuda_attn_use("cudnn", &st), VF_EUSAGE);
+    VF_CHECK_MSG(strstr(st.msg, "VFLOW_ATTN_WORKSPACE_MB=-5") != NULL, "%s", st.msg);
+    unsetenv("VFLOW_ATTN_WORKSPACE_MB");
     vf_status_clear(&st);
     VF_CHECK_EQ_INT(vf_cuda_attn_use("hand", &st), 0);
     VF_CHECK_STR(vf_cuda_attn_path(), "hand");

@@ -115,6 +115,11 @@ extern "C" int vf_cudnn_load(vf_status *st)
                     char lim[32];
                     snprintf(lim, sizeof lim, "%lld", (long long)vf_attention_workspace_limit());
                     setenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT", lim, 0);
+                    /* the frontend reaches the CUDA runtime by dlopen too, taking the first
+                     * of libcudart.so.12 / .13 it finds: it must be the one vflow runs on */
+                    char rt[32];
+                    snprintf(rt, sizeof rt, "libcudart.so.%d", CUDART_VERSION / 1000);
+                    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", rt, 0);
                 }
                 else
                     snprintf(g_load_err, sizeof g_load_err,

@@ -17,6 +17,8 @@
 #include "tests/vf_test.h"
 
 #ifdef VFLOW_HAVE_CUDNN
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda/cudnn_att.h"
 #include "kernels/ops.h"
 
@@ -94,6 +96,19 @@ VF_TEST(workspace_bound_covers_the_frontends_estimate)
     setenv("VFLOW_ATTN_WORKSPACE_MB", "lots", 1);
     VF_CHECK_EQ_INT(vf_attention_workspace_limit(), -1);
     unsetenv("VFLOW_ATTN_WORKSPACE_MB");
+}
+
+/* What vf_cudnn_load tells the frontend through its environment: the workspace cap (the
+ * ordered-dQ backward past it) and the CUDA runtime it must dlopen (vflow's, not whichever
+ * of libcudart.so.12 / .13 it finds first). */
+VF_TEST(frontend_environment)
+{
+    const char *lim = getenv("CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT");
+    const char *rt = getenv("CUDNN_FRONTEND_CUDART_LIB_NAME");
+    char want[32];
+    snprintf(want, sizeof want, "libcudart.so.%d", CUDART_VERSION / 1000);
+    VF_CHECK_MSG(lim && strtoll(lim, NULL, 10) == vf_attention_workspace_limit(), "%s", lim ? lim : "(unset)");
+    VF_CHECK_MSG(rt && strcmp(rt, want) == 0, "%s, want %s", rt ? rt : "(unset)", want);
 }
 
 VF_TEST(path_choice)

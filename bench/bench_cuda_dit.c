@@ -19,8 +19,12 @@
  *       attention forward and forward+backward alone: TFLOP/s with the usual counts
  *       (forward 4·B·H·Lq·Lk·D, backward 2.5x that).
  *
- * The last line of each mode is one JSON object (what the script parses). Needs a GPU;
- * exits 77 without one (or without CUDA in the build).
+ * Both modes take attn=cudnn|hand (default: VFLOW_ATTN's choice, cuDNN where it can) and
+ * print, before the JSON, a line attn_path=<cudnn|hand|cudnn+hand|cpu> naming the attention
+ * path that ran (cudnn+hand: some shapes fell back to the hand kernels; the log says which).
+ * The last line of each mode is one JSON object (what the script parses), with the same
+ * attn_path and cudnn_version (0: none loaded). Needs a GPU; exits 77 without one (or
+ * without CUDA in the build).
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +38,7 @@
 #include "runtime/philox.h"
 #ifdef VFLOW_HAVE_CUDA
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cudnn_att.h"
 #endif
 
 static double now_s(void)
@@ -69,6 +74,30 @@ static float *randn(int64_t n, uint64_t seed, float scale)
 }
 
 #define DIE(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 1; } while (0)
+
+/* The attention path that ran on be, and the loaded cuDNN's version (0: none). */
+static const char *attn_path(const vf_backend *be, int *cudnn_version)
+{
+    *cudnn_version = 0;
+#ifdef VFLOW_HAVE_CUDA
+    if (be->device.kind == VF_DEV_CUDA) {
+        *cudnn_version = vf_cuda_cudnn_version();
+        return vf_cuda_attn_path();
+    }
+#endif
+    return "cpu";
+}
+
+/* Prints the attn_path line and returns the JSON fields naming it. */
+static const char *attn_report(const vf_backend *be)
+{
+    static char json[96];
+    int ver;
+    const char *path = attn_path(be, &ver);
+    printf("attn_path=%s\n", path);
+    snprintf(json, sizeof json, "\"attn_path\":\"%s\",\"cudnn_version\":%d", path, ver);
+    return json;
+}
 
 /* parameters applied once per video token / per text token (the FLOP model) */
 static void param_split(const vf_dit_layout *l, double *n_tok, double *n_txt)
@@ -192,9 +221,10 @@ static int step_bench(int argc, char **argv, vf_backend *be)
         int k = snprintf(phj, sizeof phj, ",\"phases_ms\":");
         vf_phase_times_json(&pt, phj + k, sizeof phj - (size_t)k);
     }
+    const char *aj = attn_report(be);
     printf("{\"bench\":\"dit_step\",\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.1f,\"mfu\":%.4f,"
-           "\"peak_bytes\":%.0f,\"tokens\":%lld,\"loss\":%.5f%s}\n",
-           ts * 1e3, d.B * S / ts, flops / ts / 1e12, flops / ts / 989e12, peak, (long long)L, loss, phj);
+           "\"peak_bytes\":%.0f,\"tokens\":%lld,\"loss\":%.5f%s,%s}\n",
+           ts * 1e3, d.B * S / ts, flops / ts / 1e12, flops / ts / 989e12, peak, (long long)L, loss, phj, aj);
     vf_dit_saved_free(sv);
     vf_dit_part_free(p);
     vf_dit_layout_free(l);
@@ -239,10 +269,11 @@ static int attn_bench(int argc, char **argv, vf_backend *be)
            "fwd+bwd %.0f TF/s\n",
            (long long)B, (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, ff / tf / 1e12, tb * 1e3,
            fb / tb / 1e12, (ff + fb) / (tf + tb) / 1e12);
+    const char *aj = attn_report(be);
     printf("{\"bench\":\"attention\",\"lq\":%lld,\"lk\":%lld,\"heads\":%lld,\"head_dim\":%lld,\"fwd_ms\":%.4f,"
-           "\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f}\n",
+           "\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f,%s}\n",
            (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, tb * 1e3, ff / tf / 1e12,
-           (ff + fb) / (tf + tb) / 1e12);
+           (ff + fb) / (tf + tb) / 1e12, aj);
     return 0;
 }
 
@@ -261,6 +292,12 @@ int main(int argc, char **argv)
     if (!be) {
         printf("skip: %s\n", st.msg);
         return 77;
+    }
+    const char *attn = arg(argc, argv, "attn", NULL);
+    if (attn && be->device.kind == VF_DEV_CUDA) {
+#ifdef VFLOW_HAVE_CUDA
+        if (vf_cuda_attn_use(attn, &st)) DIE("attn=%s: %s", attn, st.msg);
+#endif
     }
     return strcmp(argv[1], "step") == 0 ? step_bench(argc, argv, be) : attn_bench(argc, argv, be);
 }

@@ -207,6 +207,11 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
  * everything its backward reads, or with recompute only its input (B, L, dim). */
 int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
                                size_t act_size);
+/* Attention workspace of a micro-batch of geometry d on dev: the larger of its self- and
+ * cross-attention's vf_attention_workspace_bound (kernels/ops.h; 0 on the CPU). The
+ * backend holds one such workspace per device, outside the partition's buffers (the
+ * attention's lse is in them: the saved activations or, with recompute, the workspace). */
+int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_device dev);
 
 /* ------------------------------------------------------------------ partitions */
 

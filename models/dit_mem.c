@@ -211,3 +211,11 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, boo
     }
     return (int64_t)cv.off;
 }
+
+int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_device dev)
+{
+    const int64_t L = vf_dit_tokens(c, d);
+    const int64_t self = vf_attention_workspace_bound(dev, d->B, L, L, c->heads, c->head_dim);
+    const int64_t cross = vf_attention_workspace_bound(dev, d->B, L, c->text_len, c->heads, c->head_dim);
+    return self > cross ? self : cross;
+}

@@ -54,3 +54,37 @@ if ! "$REF/bin/python" -c 'import tensorboard.backend.event_processing.event_acc
   echo "setup: installing tensorboard and tbparse (PyPI, pinned) into $REF"
   $SUDO "$REF/bin/pip" install -q --no-deps "${tb_pins[@]}"
 fi
+
+# cuDNN's C++ graph API for the CUDA backend's fused attention (kernels/cuda/cudnn_att.cpp):
+# the header-only cudnn-frontend (MIT) from the include/ of PyPI's nvidia-cudnn-frontend
+# wheel, pinned, into .deps/ (git-ignored). Only where a CUDA toolkit is (nvcc); libcudnn
+# itself comes with the toolkit or PyTorch and is loaded at run time. A fetch that fails
+# is said and the build leaves cuDNN attention out (CMake says so too): the hand kernels
+# run attention then.
+FE_VER=1.32.0
+FE_DIR=$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn-frontend
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   [ "$(cat "$FE_DIR/VERSION" 2>/dev/null)" != "$FE_VER" ]; then
+  echo "setup: fetching the cudnn-frontend $FE_VER headers (PyPI nvidia-cudnn-frontend) into $FE_DIR"
+  fe_tmp=$(mktemp -d)
+  if /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: \
+       "nvidia-cudnn-frontend==$FE_VER" -d "$fe_tmp" &&
+     rm -rf "$FE_DIR" && mkdir -p "$FE_DIR" &&
+     /usr/bin/python3 - "$fe_tmp" "$FE_DIR" <<'PY'
+import glob, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/nvidia_cudnn_frontend-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.startswith("include/") and not n.endswith("/")]
+    if not any(n == "include/cudnn_frontend.h" for n in names):
+        sys.exit(whl + ": no include/cudnn_frontend.h")
+    z.extractall(sys.argv[2], names)
+PY
+  then
+    echo "$FE_VER" > "$FE_DIR/VERSION"
+  else
+    echo "setup: WARNING: could not fetch nvidia-cudnn-frontend==$FE_VER; the CUDA build leaves out" \
+         "cuDNN attention (the hand kernels run it)"
+    rm -rf "$FE_DIR"
+  fi
+  rm -rf "$fe_tmp"
+fi

@@ -319,7 +319,7 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
 /* ------------------------------------------------------------------ buckets */
 
 int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char *geo, vf_dit_dims *max,
-                      vf_status *st)
+                      vf_dit_dims *each, int *neach, vf_status *st)
 {
     vf_dit_dims d[VF_DIT_MAX_BUCKETS];
     int n = 0;
@@ -349,6 +349,10 @@ int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char
     }
     if (n == 0) return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: no bucket geometry", who);
     *max = vf_dit_dims_max(c, d, n);
+    if (each) {
+        memcpy(each, d, sizeof d[0] * (size_t)n);
+        *neach = n;
+    }
     return 0;
 }
 
@@ -378,7 +382,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
         snprintf(o->cursor, sizeof o->cursor, "%s", cur ? cur : "");
         vf_dit_dims mx = {(bd.B + h->M - 1) / h->M, bd.T, bd.H, bd.W};
         const char *geo = vf_item_str(batch, "geometries");
-        if (geo) VF_TRY(vf_dit_bucket_max(name, &h->cfg, h->M, geo, &mx, st));
+        if (geo) VF_TRY(vf_dit_bucket_max(name, &h->cfg, h->M, geo, &mx, NULL, NULL, st));
         if (!h->ready) {
             h->bucketed = geo != NULL;
             VF_TRY(vf_dit_stage_setup(h, &mx, st));

@@ -1,7 +1,7 @@
 /* latent_batch.c — one batch item of the latent reader from cache entries, bucketed or not:
  * the entries read into the batch's tensors (vf_lr_read_one), their keys, and the item
  * with its metadata (epoch, index, cursor, keys) around the tensors. */
-#include "stages/latent_reader_internal.h"
+#include "stages/reader/latent_reader_internal.h"
 #include "formats/cache_format.h"
 
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * shapes are checked as they are read); the reader then keeps per entry 4 bytes of bucket list and 4 of
  * permutation, and per batch of the epoch 8 bytes of schedule.
  */
-#include "stages/latent_reader_internal.h"
+#include "stages/reader/latent_reader_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

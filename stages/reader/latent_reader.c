@@ -15,7 +15,7 @@
  * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
  * serves caption bytes only, whatever the cache holds.
  */
-#include "stages/latent_reader_internal.h"
+#include "stages/reader/latent_reader_internal.h"
 #include "models/dit.h"
 #include "runtime/philox.h"
 
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* struct vf_latent_reader: stages/latent_reader_internal.h */
+/* struct vf_latent_reader: stages/reader/latent_reader_internal.h */
 
 /* ------------------------------------------------------------------ order */
 

@@ -2,7 +2,7 @@
  * (latent_reader.c) and the bucketed one (latent_buckets.c); included only by them. */
 #ifndef VF_LATENT_READER_INTERNAL_H
 #define VF_LATENT_READER_INTERNAL_H
-#include "stages/latent_reader.h"
+#include "stages/reader/latent_reader.h"
 
 #define VF_LR_MAX_BUCKETS 256
 

@@ -6,6 +6,10 @@
  * touched; each bucket's first record is decoded whole for its latent shape, the others'
  * shapes are checked as they are read); the reader then keeps per entry 4 bytes of bucket list and 4 of
  * permutation, and per batch of the epoch 8 bytes of schedule.
+ *
+ * Calls go one way in stages/reader/: latent_reader.c → latent_buckets.c →
+ * latent_batch.c. This file calls only latent_batch.c (the shuffle, the epoch rollover,
+ * batches); the reader calls it to open, read and resume a bucketed cache.
  */
 #include "stages/reader/latent_reader_internal.h"
 
@@ -536,82 +540,6 @@ int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int 
     return 0;
 fail:
     free(d);
-    return rc;
-}
-
-int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st)
-{
-    int rc = 0, nd = 0;
-    vf_latent_bucket_decl *decl = NULL;
-    vf_latent_reader *r = NULL;
-    char *shrink = NULL;
-    *n = 0;
-    VF_TRY(vf_lr_decl_from_params(p, &decl, &nd, st));
-    if (nd == 0) { /* a cache that is not bucketed keeps the single-shape rules */
-        vf_latent_reader tmp = {0};
-        vf_lmdb_opts ro = {.readonly = true};
-        bool yes = false;
-        vf_status probe;
-        vf_status_clear(&probe);
-        tmp.path = (char *)vf_param_str(p, "path");
-        if (vf_lmdb_open(tmp.path, &ro, &tmp.db, &probe) == 0 && vf_lmdb_read_begin(tmp.db, &tmp.txn, &probe) == 0)
-            vf_lr_is_bucketed(&tmp, &yes, &probe);
-        if (tmp.txn) mdb_txn_abort(tmp.txn);
-        vf_lmdb_close(tmp.db);
-        if (!yes) goto fail;
-    }
-    vf_latent_reader_opts o = {
-        .path = vf_param_str(p, "path"),
-        .batch = (int)vf_param_int(p, "batch"),
-        .nshards = (int)vf_param_int(p, "nshards"),
-        .drop_last = vf_param_bool(p, "drop_last"),
-        .text_len = (int)vf_param_int(p, "text_len"),
-        .skip_bad = true,
-        .buckets = decl,
-        .nbuckets = nd,
-        .only = vf_param_str(p, "only"),
-    };
-    shrink = vf_lr_shrink_text(p);
-    o.shrink = shrink;
-    vf_status probe;
-    vf_status_clear(&probe);
-    rc = vf_latent_reader_open(&o, &r, &probe);
-    if (rc == 0) {
-        for (int b = 0; b < r->nbk; b++) {
-            const vf_lr_bucket *x = &r->bk[b];
-            if (x->nb == 0) continue; /* never read (left out by only, or no full batch) */
-            vf_lr_plan_bucket *y = &out[(*n)++];
-            snprintf(y->name, sizeof y->name, "%s", x->name);
-            y->batch = x->batch;
-            memcpy(y->shape, x->shape, sizeof y->shape);
-            y->entries = x->n;
-        }
-        goto fail; /* done */
-    }
-    if (rc != VF_ENOTFOUND) { /* the cache is there and refuses to be read */
-        if (st) *st = probe;
-        goto fail;
-    }
-    rc = 0;
-    if (nd == 0) goto fail; /* no cache, no declared buckets: the single-shape rules decide */
-    int64_t z = vf_param_len(p, "latent_shape") == 4 ? vf_param_int_at(p, "latent_shape", 0) : 16;
-    for (int d = 0; d < nd; d++) {
-        char name[VF_LR_BUCKET_NAME];
-        snprintf(name, sizeof name, "%dx%dx%d", decl[d].w, decl[d].h, decl[d].frames);
-        const char *only = vf_param_str(p, "only");
-        if (only && only[0] && strcmp(only, name)) continue;
-        vf_lr_plan_bucket *y = &out[(*n)++];
-        snprintf(y->name, sizeof y->name, "%s", name);
-        y->batch = decl[d].batch;
-        y->shape[0] = z, y->shape[1] = (decl[d].frames - 1) / 4 + 1, y->shape[2] = decl[d].h / 8;
-        y->shape[3] = decl[d].w / 8;
-        y->entries = 0;
-    }
-    if (*n == 0) VF_FAIL(st, VF_EBADINPUT, "latent_reader: only = \"%s\" names no declared bucket", vf_param_str(p, "only"));
-fail:
-    vf_latent_reader_close(r);
-    free(decl);
-    free(shrink);
     return rc;
 }
 

@@ -12,6 +12,7 @@
  * batches); the reader calls it to open, read and resume a bucketed cache.
  */
 #include "stages/reader/latent_reader_internal.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,34 +395,32 @@ static void make_schedule(vf_latent_reader *r, uint64_t epoch)
 
 static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
 {
-    snprintf(buf, n, "v2;epoch=%llu;batch=%lld;n=%lld;seed=%llu;shard=%d/%d;buckets=%016llx",
-             (unsigned long long)r->epoch, (long long)r->pos, (long long)r->n, (unsigned long long)r->o.seed,
-             r->o.shard, r->o.nshards, (unsigned long long)r->layout);
+    const vf_lr_cursor c = {2, r->epoch, r->pos, r->n, r->o.seed, r->o.shard, r->o.nshards, r->layout};
+    vf_lr_cursor_print(&c, buf, n);
 }
 
-int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st)
+int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
 {
     int rc = 0;
-    unsigned long long e, seed, lay;
-    long long pos, n;
-    int k, K, end = -1;
-    if (sscanf(c, "v2;epoch=%llu;batch=%lld;n=%lld;seed=%llu;shard=%d/%d;buckets=%16llx%n", &e, &pos, &n, &seed, &k,
-               &K, &lay, &end) != 7 || end < 0 || c[end] != 0 || pos < 0)
+    vf_lr_cursor c;
+    if (vf_lr_cursor_parse(text, 2, &c))
         VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor "
-                "(v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H)", r->path, c);
-    if (n != r->n)
+                "(v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H)", r->path, text);
+    if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
-                "the order would differ, so the run cannot resume exactly", r->path, n, (long long)r->n);
-    if (seed != r->o.seed || k != r->o.shard || K != r->o.nshards)
+                "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
+    if (c.seed != r->o.seed || c.shard != r->o.shard || c.nshards != r->o.nshards)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
-                r->path, seed, k, K, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
-    if (lay != r->layout)
+                r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
+                r->o.nshards);
+    if (c.buckets != r->layout)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over other buckets (entries or batch sizes differ): "
                 "the order would differ, so the run cannot resume exactly", r->path);
-    if (pos > r->NB)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor batch %lld is past the epoch's %lld batches", r->path, pos, (long long)r->NB);
-    r->epoch = e;
-    r->pos = pos;
+    if (c.pos > r->NB)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor batch %lld is past the epoch's %lld batches", r->path, (long long)c.pos,
+                (long long)r->NB);
+    r->epoch = c.epoch;
+    r->pos = c.pos;
 fail:
     return rc;
 }
@@ -461,7 +460,7 @@ int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
             vf_lr_batch_free(&b);
             continue;
         }
-        char id[96], cur[200];
+        char id[96], cur[VF_LR_CURSOR_MAX];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)index);
         cursor_text(r, cur, sizeof cur);
         vf_item *it = NULL;

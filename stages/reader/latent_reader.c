@@ -22,6 +22,7 @@
  * latent_batch.c.
  */
 #include "stages/reader/latent_reader_internal.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,30 +61,29 @@ void vf_latent_reader_set_on_bad(vf_latent_reader *r, void (*fn)(void *, const c
 
 static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
 {
-    snprintf(buf, n, "v1;epoch=%llu;pos=%lld;n=%lld;seed=%llu;shard=%d/%d", (unsigned long long)r->epoch,
-             (long long)r->pos, (long long)r->n, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
+    const vf_lr_cursor c = {1, r->epoch, r->pos, r->n, r->o.seed, r->o.shard, r->o.nshards, 0};
+    vf_lr_cursor_print(&c, buf, n);
 }
 
-static int cursor_parse(vf_latent_reader *r, const char *c, vf_status *st)
+static int cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
 {
     int rc = 0;
-    unsigned long long e, seed;
-    long long pos, n;
-    int k, K, end = -1;
-    if (sscanf(c, "v1;epoch=%llu;pos=%lld;n=%lld;seed=%llu;shard=%d/%d%n", &e, &pos, &n, &seed, &k, &K, &end) != 6 ||
-        end < 0 || c[end] != 0 || pos < 0)
+    vf_lr_cursor c;
+    if (vf_lr_cursor_parse(text, 1, &c))
         VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS)",
-                r->path, c);
-    if (n != r->n)
+                r->path, text);
+    if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
-                "the order would differ, so the run cannot resume exactly", r->path, n, (long long)r->n);
-    if (seed != r->o.seed || k != r->o.shard || K != r->o.nshards)
+                "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
+    if (c.seed != r->o.seed || c.shard != r->o.shard || c.nshards != r->o.nshards)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
-                r->path, seed, k, K, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
-    if (pos > r->L)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor position %lld is past the epoch length %lld", r->path, pos, (long long)r->L);
-    r->epoch = e;
-    r->pos = pos;
+                r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
+                r->o.nshards);
+    if (c.pos > r->L)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor position %lld is past the epoch length %lld", r->path, (long long)c.pos,
+                (long long)r->L);
+    r->epoch = c.epoch;
+    r->pos = c.pos;
 fail:
     return rc;
 }
@@ -348,7 +348,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
             b.got = 0, b.keys[0] = 0;
             continue; /* epoch end reached with a partial batch: next epoch */
         }
-        char id[64], cur[160];
+        char id[64], cur[VF_LR_CURSOR_MAX];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
         cursor_text(r, cur, sizeof cur);
         return vf_lr_batch_item(r, &b, id, (double)(first / B), cur, out, st);

@@ -17,6 +17,7 @@
  * reference, so only x is new at each boundary.
  */
 #include "stages/train/dit_stage.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +202,7 @@ static int recv_batch(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_item **out
         const char *cur = vf_item_str(it, "cursor");
         if (h->skip_to[0]) {
             int cmp = 0;
-            if (cur && !vf_train_cursor_same_stream(cur, h->skip_to)) {
+            if (cur && !vf_lr_cursor_same_stream(cur, h->skip_to)) {
                 rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                                    "%s: the checkpoint's data cursor %s is of another stream than this "
                                    "reader's (%s): another cache, seed or shard layout", vf_stage_name(s),
@@ -209,7 +210,7 @@ static int recv_batch(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_item **out
                 vf_item_free(it);
                 return rc;
             }
-            if (!cur || vf_train_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
+            if (!cur || vf_lr_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
                 rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                                    "%s: batch cursor \"%s\" cannot be compared with the checkpoint's \"%s\"",
                                    vf_stage_name(s), cur ? cur : "", h->skip_to);

@@ -485,8 +485,7 @@ static int resume_cursor(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t st
                            "%s: the shards resume at step %lld but the newest checkpoint in %s is step %lld",
                            vf_stage_name(s), (long long)start, dir, (long long)ck.step);
     } else {
-        const vf_json *c = vf_json_at(vf_json_get(ck.state, "cursors"), h->r);
-        const char *cur = c && c->type == VF_JSON_STR ? c->s : "";
+        const char *cur = vf_ckpt_state_cursor(ck.state, h->r);
         snprintf(h->skip_to, sizeof h->skip_to, "%s", cur);
         if (!cur[0])
             rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: %s/state.json has no data cursor for replica %d",

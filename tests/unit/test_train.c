@@ -315,7 +315,7 @@ VF_TEST(checkpoint_commit_keep_fail_damage_and_read_back)
     for (int k = 0; k < 2; k++) {
         int64_t lo, hi, b0, b1;
         vf_train_shard_range(total, block, 2, k, &lo, &hi, &b0, &b1);
-        VF_CHECK(vf_adamw_load_moments(ck.path, lo, hi, m + lo, v + lo, &st) == 0);
+        VF_CHECK(vf_ckpt_read_moments(ck.path, lo, hi, m + lo, v + lo, &st) == 0);
         VF_CHECK(vf_adamw_load_master(ck.path, f.l, lo, hi, back + lo, &st) == 0);
     }
     bad = 0;

@@ -4,8 +4,8 @@
  * back to the reader (param `cursor`) and compares batches with (stages/train/).
  *
  * Two versions, one per order of the reader:
- *   plain     "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS"
- *   bucketed  "v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H"
+ *   plain     VF_LR_CURSOR_V1 "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS"
+ *   bucketed  VF_LR_CURSOR_V2 "v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H"
  * E the epoch, P the position in the rank's epoch list of entries (J: the place in the
  * epoch's list of batches) where the next batch starts, N the cache's entries the order
  * was drawn over, S the shuffle seed, K of NS the data-parallel rank, H (16 lower-case hex
@@ -16,6 +16,10 @@
 #ifndef VF_LR_CURSOR_H
 #define VF_LR_CURSOR_H
 #include "runtime/vflow.h"
+
+/* The grammar of each version, for messages that name it. */
+#define VF_LR_CURSOR_V1 "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS"
+#define VF_LR_CURSOR_V2 "v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H"
 
 /* Bytes the longest cursor text takes, its NUL included. */
 #define VF_LR_CURSOR_MAX 200

@@ -404,8 +404,8 @@ int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *text, vf_status *
     int rc = 0;
     vf_lr_cursor c;
     if (vf_lr_cursor_parse(text, 2, &c))
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor "
-                "(v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H)", r->path, text);
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor (" VF_LR_CURSOR_V2 ")",
+                r->path, text);
     if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
                 "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);

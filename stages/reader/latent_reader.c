@@ -70,8 +70,7 @@ static int cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
     int rc = 0;
     vf_lr_cursor c;
     if (vf_lr_cursor_parse(text, 1, &c))
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS)",
-                r->path, text);
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (" VF_LR_CURSOR_V1 ")", r->path, text);
     if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
                 "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);

@@ -195,7 +195,7 @@ static int geometry(const vf_dit_config *c, const vf_dit_video_opts *o, const ch
     if (o->width % (sf * c->patch[2]) || o->height % (sf * c->patch[1]))
         VF_FAIL(st, VF_EBADINPUT, "%ssize %dx%d: width and height must be multiples of %d and %d (VAE stride %d x patch)",
                 pre, o->width, o->height, sf * c->patch[2], sf * c->patch[1], sf);
-    *d = (vf_dit_dims){1, (int)*Tl, o->height / sf, o->width / sf};
+    *d = vf_dit_dims_of(c, 1, (int)*Tl, o->height / sf, o->width / sf);
 fail:
     return rc;
 }

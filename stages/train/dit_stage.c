@@ -132,7 +132,7 @@ static int upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx
         if (strcmp(t->name, g->p == 0 ? "latent" : "target") != 0 || t->ndim != 5) continue;
         int64_t B = t->dims[0];
         if (g->p == 0) B = (B + g->M - 1) / g->M;
-        *mx = (vf_dit_dims){(int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]};
+        *mx = vf_dit_dims_of(&g->cfg, (int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]);
         *Bmax = B;
     }
     return 0;
@@ -267,7 +267,7 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
                             vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mx, as, gs));
         /* latent values of the largest micro-batch: B·L tokens of z·patch values */
-        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * vf_dit_tokens(&g.cfg, &mx);
+        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * mx.L;
         int64_t per = ntok * g.cfg.z * g.cfg.patch[0] * g.cfg.patch[1] * g.cfg.patch[2];
         if (!last) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
         if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);

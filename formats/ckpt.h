@@ -146,9 +146,10 @@ const char *vf_ckpt_state_cursor(const vf_json *state, int r);
 
 /* ---- the optimizer shards */
 
-/* Host f32 moments of flat elements [lo, hi) from the optimizer-*.safetensors files of
- * step dir path, whatever the number of shards that wrote them. VF_ECORRUPT naming the
- * file when one is damaged or they do not cover the range. */
+/* Host f32 moments of flat elements [lo, hi) into m and v (the caller's, hi - lo floats
+ * each) from the optimizer-*.safetensors files of step dir path, whatever the number of
+ * shards that wrote them. VF_ECORRUPT naming the file when one is damaged or they do not
+ * cover the range. */
 int vf_ckpt_read_moments(const char *path, int64_t lo, int64_t hi, float *m, float *v, vf_status *st);
 
 /* ---- writing one checkpoint: vf_ckpt_writer */
@@ -172,7 +173,7 @@ int vf_ckpt_writer_text(vf_ckpt_writer *w, const char *name, const char *text, v
  * vector of `total` elements (borrowed, host f32). */
 int vf_ckpt_writer_optimizer(vf_ckpt_writer *w, int k, int S, int64_t off, int64_t n, int64_t total,
                              const float *m, const float *v, vf_status *st);
-/* Writes and lists state.json (its step is the writer's). */
+/* Writes and lists state.json of s (borrowed; its step is the writer's). */
 int vf_ckpt_writer_state(vf_ckpt_writer *w, const vf_ckpt_state_info *s, vf_status *st);
 /* Commits: manifest.json, then the rename to step-N, `latest`, and the removal of the
  * complete checkpoints beyond the newest `keep` (keep >= 1), in the order above. w is
@@ -195,7 +196,7 @@ int vf_ckpt_fsync_dir(const char *dir, vf_status *st);
  * Missing is fine. */
 int vf_ckpt_remove(const char *path, vf_status *st);
 
-/* ---- config */
+/* ---- the config in state.json (ckpt_state.c) */
 
 /* 16 hex digits naming a config: FNV-1a 64 of its canonical JSON. */
 void vf_ckpt_config_hash(const vf_json *config, char out[17]);

@@ -67,8 +67,8 @@ int vf_tb_open(vf_tb_writer *w, const char *dir, vf_status *st);
 void vf_tb_scalar(vf_tb_writer *w, int64_t step, const char *tag, double value);
 void vf_tb_image(vf_tb_writer *w, int64_t step, const char *tag, int width, int height, int colorspace,
                  const void *png, size_t n);
-/* A PNG file's bytes as one image event: width, height and colorspace from its IHDR
- * chunk (colour type grey 1, grey+alpha 2, RGBA 4, RGB and palette 3). VF_EBADINPUT
+/* A PNG file's bytes png[0..n) (borrowed; copied into the event) as one image event:
+ * width, height and colorspace from its IHDR chunk (colour type grey 1, grey+alpha 2, RGBA 4, RGB and palette 3). VF_EBADINPUT
  * (nothing written) when png[0..n) does not start as a PNG file does. */
 int vf_tb_png(vf_tb_writer *w, int64_t step, const char *tag, const void *png, size_t n);
 /* SessionLog START at step: TensorBoard's readers drop the points at step and after from

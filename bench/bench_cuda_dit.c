@@ -133,7 +133,7 @@ static int step_bench(int argc, char **argv, vf_backend *be)
     vf_status st = {0};
     vf_dit_config c;
     if (vf_dit_preset(arg(argc, argv, "preset", "wan-1.3b"), &c, &st)) DIE("%s", st.msg);
-    vf_dit_dims d = {IARG("B", "1"), IARG("T", "13"), IARG("H", "48"), IARG("W", "84")};
+    vf_dit_dims d = vf_dit_dims_of(&c, IARG("B", "1"), IARG("T", "13"), IARG("H", "48"), IARG("W", "84"));
     const bool recompute = IARG("recompute", "1") != 0, phases = IARG("phases", "1") != 0;
     const int steps = IARG("steps", "8"), warmup = IARG("warmup", "2");
     vf_dit_layout *l = NULL;
@@ -144,7 +144,7 @@ static int step_bench(int argc, char **argv, vf_backend *be)
     vf_backend *const dev = be; /* the CUDA context, for the peak figure */
     (void)dev;
     be = vf_phases_backend(ph);
-    const int64_t P = l->total, L = vf_dit_tokens(&c, &d), nlat = (int64_t)d.B * c.z * d.T * d.H * d.W;
+    const int64_t P = l->total, L = d.L, nlat = (int64_t)d.B * c.z * d.T * d.H * d.W;
     /* weights, grads, optimizer state on the GPU */
     const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
     void *w = be->alloc(be, (size_t)P * as, &st), *g = be->alloc(be, (size_t)P * gs, &st);

@@ -6,6 +6,7 @@
  * launched (no run dir, no worker). Exit codes: 0 done, 1 run failed, 2 bad usage.
  */
 #include "cli/cli.h"
+#include "cli/plan_cli.h"
 #include "runtime/core/params.h"
 #include "runtime/driver/cluster.h"
 #include "runtime/driver/launch.h"

@@ -1,7 +1,7 @@
-/* plan_cli.c — the planner as the CLI uses it (plan.h): `vflow plan`, the gate in front
+/* plan_cli.c — the planner as the CLI uses it (plan_cli.h): `vflow plan`, the gate in front
  * of `vflow run`, and plan vs measured once a run is over.
  */
-#include "runtime/plan/plan.h"
+#include "cli/plan_cli.h"
 #include "runtime/json.h"
 
 #include <errno.h>
@@ -314,32 +314,5 @@ fail:
     vf_mplan_free(&p);
     free(peak);
     free(rss);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ compat */
-
-int vf_plan_print(const vf_graph *g, FILE *out, bool json, vf_status *st)
-{
-    vf_mplan p;
-    int rc = vf_mplan_build(g, &p, st);
-    if (rc < 0) return rc;
-    rc = vf_mplan_print(&p, NULL, 0, out, json, st);
-    vf_mplan_free(&p);
-    return rc;
-}
-
-int vf_plan_check(const vf_graph *g, const char *budget, vf_status *st)
-{
-    if (!budget) return 0;
-    vf_budget b;
-    vf_mplan p;
-    int rc = vf_budget_parse(budget, &b, st);
-    if (rc < 0) return rc;
-    rc = vf_mplan_build(g, &p, st);
-    if (rc < 0) return rc;
-    vf_mplan_budget(&p, &b, NULL);
-    rc = vf_mplan_refusal(&p, st);
-    vf_mplan_free(&p);
     return rc;
 }

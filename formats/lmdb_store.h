@@ -1,5 +1,5 @@
 /* lmdb_store.h — the LMDB environment helper shared by the latent cache writer
- * (stages/latent_cache.c), the reader (stages/latent_reader.c) and `vflow cache`.
+ * (stages/latent_cache.c), the reader (stages/reader/latent_reader.c) and `vflow cache`.
  *
  * Layout: PATH is a DIRECTORY holding data.mdb and lock.mdb (LMDB's default, not
  * MDB_NOSUBDIR), so `mdb_stat PATH`, `mdb_dump PATH` and python-lmdb's

@@ -26,7 +26,7 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
     const size_t as = p->pl.as;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float eps = c->eps, scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
@@ -90,7 +90,7 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
     const size_t as = p->pl.as, gs = p->pl.gs;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;

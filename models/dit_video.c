@@ -67,7 +67,7 @@ int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st)
 {
     char p[PATH_MAX];
     struct stat sb;
-    snprintf(p, sizeof p, "%s/state.json", path);
+    snprintf(p, sizeof p, "%s/%s", path, VF_CKPT_STATE);
     if (stat(p, &sb) == 0) {
         /* a step dir itself: vf_ckpt_find over its parent would take the newest instead */
         memset(ck, 0, sizeof *ck);
@@ -86,7 +86,7 @@ int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st)
 int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st)
 {
     int rc = 0;
-    const vf_json *cfg = vf_json_get(ck->state, "config");
+    const vf_json *cfg = vf_ckpt_state_config(ck->state);
     if (!cfg || !vf_json_get(cfg, "model.dim"))
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s/state.json: no model config (not a DiT checkpoint)",
                              ck->path);
@@ -195,7 +195,7 @@ static int geometry(const vf_dit_config *c, const vf_dit_video_opts *o, const ch
     if (o->width % (sf * c->patch[2]) || o->height % (sf * c->patch[1]))
         VF_FAIL(st, VF_EBADINPUT, "%ssize %dx%d: width and height must be multiples of %d and %d (VAE stride %d x patch)",
                 pre, o->width, o->height, sf * c->patch[2], sf * c->patch[1], sf);
-    *d = (vf_dit_dims){1, (int)*Tl, o->height / sf, o->width / sf};
+    *d = vf_dit_dims_of(c, 1, (int)*Tl, o->height / sf, o->width / sf);
 fail:
     return rc;
 }
@@ -261,7 +261,7 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
             base = model;
         } else if (lora_ckpt) {
             VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
-            const vf_json *cfg = vf_json_get(ck.state, "config");
+            const vf_json *cfg = vf_ckpt_state_config(ck.state);
             const char *b = vf_json_get_str(cfg, "lora.base", "");
             snprintf(model, sizeof model, "%s", b);
             base = b[0] ? model : NULL;

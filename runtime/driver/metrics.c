@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *vf_phase_name(int phase)
+const char *vf_mon_phase_name(int phase)
 {
     switch (phase) {
     case VF_PHASE_NEW: return "new";
@@ -155,7 +155,7 @@ static void row_stage(vf_monitor *m, vf_obuf *b, int i, const char *type)
     vf_obuf_printf(b,
                    ",\"phase\":\"%s\",\"items\":%lld,\"items_in\":%lld,\"items_out\":%lld,"
                    "\"bytes\":%lld,\"items_s\":",
-                   vf_phase_name(s->phase), (long long)vf_mon_items(s), (long long)s->in,
+                   vf_mon_phase_name(s->phase), (long long)vf_mon_items(s), (long long)s->in,
                    (long long)s->out, (long long)mon_bytes(s));
     vf_obuf_json_num(b, s->items_s);
     vf_obuf_puts(b, ",\"bytes_s\":");

@@ -108,6 +108,6 @@ int vf_proc_mem(pid_t pid, int64_t *rss, int64_t *peak);
 void vf_fmt_bytes(double b, char *buf, size_t n);
 /* "1.23k", "45.6M": for rates. */
 void vf_fmt_count(double v, char *buf, size_t n);
-const char *vf_phase_name(int phase);
+const char *vf_mon_phase_name(int phase);
 
 #endif /* VF_METRICS_H */

@@ -44,7 +44,7 @@
 #include "stages/decode/decode_bucket.h"
 #include "stages/decode/decode_clip.h"
 #include "stages/decode/decode_guard.h"
-#include "stages/decode/decode_manifest.h"
+#include "formats/video_manifest.h"
 #include "stages/decode/decode_replan.h"
 #include "stages/decode/decode_text.h"
 

@@ -196,13 +196,13 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         }
     }
     if (found) {
-        VF_TRY(vf_ckpt_config_check(ck.path, vf_json_get(ck.state, "config"), h->config, st));
+        VF_TRY(vf_ckpt_config_check(ck.path, vf_ckpt_state_config(ck.state), h->config, st));
         VF_TRY(vf_adamw_load_master(ck.path, h->g.tl, h->g.lo, h->g.hi, host, st));
         be->upload(be, h->master, host, n, VF_DTYPE_F32);
         be->upload(be, h->wout, host, n, h->act);
         mv = vf_alloc(sizeof(float) * (size_t)(n ? n : 1), st);
         if (!mv) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
-        VF_TRY(vf_adamw_load_moments(ck.path, h->g.lo, h->g.hi, host, mv, st));
+        VF_TRY(vf_ckpt_read_moments(ck.path, h->g.lo, h->g.hi, host, mv, st));
         be->upload(be, h->m, host, n, VF_DTYPE_F32);
         be->upload(be, h->v, mv, n, VF_DTYPE_F32);
         h->t0 = ck.step;

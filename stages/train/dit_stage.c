@@ -134,7 +134,7 @@ static int upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx
         if (strcmp(t->name, g->p == 0 ? "latent" : "target") != 0 || t->ndim != 5) continue;
         int64_t B = t->dims[0];
         if (g->p == 0) B = (B + g->M - 1) / g->M;
-        *mx = (vf_dit_dims){(int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]};
+        *mx = vf_dit_dims_of(&g->cfg, (int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]);
         *Bmax = B;
         if (each) each[0] = *mx, *neach = 1;
     }
@@ -279,7 +279,7 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         }
         if (aws > 0) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "cuDNN attention workspace (bound)", aws);
         /* latent values of the largest micro-batch: B·L tokens of z·patch values */
-        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * vf_dit_tokens(&g.cfg, &mx);
+        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * mx.L;
         int64_t per = ntok * g.cfg.z * g.cfg.patch[0] * g.cfg.patch[1] * g.cfg.patch[2];
         if (!last) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
         if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
@@ -497,8 +497,7 @@ static int resume_cursor(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t st
                            "%s: the shards resume at step %lld but the newest checkpoint in %s is step %lld",
                            vf_stage_name(s), (long long)start, dir, (long long)ck.step);
     } else {
-        const vf_json *c = vf_json_at(vf_json_get(ck.state, "cursors"), h->r);
-        const char *cur = c && c->type == VF_JSON_STR ? c->s : "";
+        const char *cur = vf_ckpt_state_cursor(ck.state, h->r);
         snprintf(h->skip_to, sizeof h->skip_to, "%s", cur);
         if (!cur[0])
             rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: %s/state.json has no data cursor for replica %d",

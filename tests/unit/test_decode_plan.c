@@ -1,11 +1,11 @@
 /* test_decode_plan.c — the decode stage's pure parts: clip planner (stages/decode/decode_clip.h)
- * and manifests (stages/decode/decode_manifest.h): CSV quoting, JSONL escapes, globs, shards,
+ * and manifests (formats/video_manifest.h): CSV quoting, JSONL escapes, globs, shards,
  * and errors that name file:line. No videos needed.
  */
 #include "tests/vf_test.h"
 
 #include "stages/decode/decode_clip.h"
-#include "stages/decode/decode_manifest.h"
+#include "formats/video_manifest.h"
 
 #include <stdint.h>
 #include <sys/stat.h>

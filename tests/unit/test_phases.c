@@ -103,7 +103,7 @@ static double dit_step(vf_backend *be, const vf_dit_layout *l, float *w)
 {
     vf_status st = {0};
     const vf_dit_config *c = &l->cfg;
-    const vf_dit_dims d = {2, 3, 8, 8};
+    const vf_dit_dims d = vf_dit_dims_of(c, 2, 3, 8, 8);
     const int64_t P = l->total, nlat = (int64_t)d.B * c->z * d.T * d.H * d.W;
     float *g = calloc((size_t)P, 4), *master = malloc(sizeof(float) * (size_t)P);
     float *m = calloc((size_t)P, 4), *v = calloc((size_t)P, 4);

@@ -1,5 +1,5 @@
-/* decode_manifest.c — CSV / JSONL / glob video lists (see decode_manifest.h). */
-#include "stages/decode/decode_manifest.h"
+/* video_manifest.c — CSV / JSONL / glob video lists (see video_manifest.h). */
+#include "formats/video_manifest.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,4 +1,5 @@
-/* decode_manifest.h — the list of videos a decode instance reads.
+/* video_manifest.h — the list of videos a decode instance reads (stage kind `decode`,
+ * stages/decode/), as users write it.
  *
  * Three sources:
  *  - CSV with a header row (RFC 4180 quoting: "a, ""b""" and newlines inside quotes).
@@ -17,8 +18,8 @@
  * "a//b", "a/x/../b" -> "a/b"), so one file reached by two paths has one identity. Rows are dealt to instances round-robin: row i goes to shard
  * i % nshards, so each file is read by exactly one decode instance.
  */
-#ifndef VF_DECODE_MANIFEST_H
-#define VF_DECODE_MANIFEST_H
+#ifndef VF_VIDEO_MANIFEST_H
+#define VF_VIDEO_MANIFEST_H
 #include "runtime/vflow.h"
 
 typedef struct vf_manifest_extra {

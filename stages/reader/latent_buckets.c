@@ -6,8 +6,13 @@
  * touched; each bucket's first record is decoded whole for its latent shape, the others'
  * shapes are checked as they are read); the reader then keeps per entry 4 bytes of bucket list and 4 of
  * permutation, and per batch of the epoch 8 bytes of schedule.
+ *
+ * Calls go one way in stages/reader/: latent_reader.c → latent_buckets.c →
+ * latent_batch.c. This file calls only latent_batch.c (the shuffle, the epoch rollover,
+ * batches); the reader calls it to open, read and resume a bucketed cache.
  */
-#include "stages/latent_reader_internal.h"
+#include "stages/reader/latent_reader_internal.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,12 +215,8 @@ fail:
     return rc;
 }
 
-/* The planner's admission (opts.shrink: smaller batches, or none) and `only` over the
- * buckets with their batch sizes resolved: the one place either decides a bucket's batch
- * or leaves it out, for an open cache and for the declared list alone (vf_lr_plan_buckets),
- * so a plan before the cache exists and the run over it agree. `holder` names what holds
- * the buckets, for the messages. */
-static int admit(vf_latent_reader *r, const char *holder, vf_status *st)
+/* Admission (latent_reader_internal.h). */
+int vf_lr_admit(vf_latent_reader *r, const char *holder, vf_status *st)
 {
     int rc = 0;
     for (const char *q = r->o.shrink; q && *q;) {
@@ -243,8 +244,7 @@ fail:
     return rc;
 }
 
-/* Every bucket left out by the admission: nothing fits the budget (VF_EBUDGET, exit 2). */
-static int none_admitted(const vf_latent_reader *r, vf_status *st)
+int vf_lr_none_admitted(const vf_latent_reader *r, vf_status *st)
 {
     return vf_status_set(st, VF_EBUDGET, __FILE__, __LINE__,
                          "%s: admission = \"shrink\" left every bucket out (%s): none fits the budget", r->path,
@@ -292,7 +292,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     for (int b = 0; b < r->nbk; b++) remap[r->bk[b].scanned] = b;
     VF_TRY(vf_cache_meta_read(r->db, r->txn, &meta, st));
     VF_TRY(resolve_batches(r, meta, st));
-    VF_TRY(admit(r, "the cache", st));
+    VF_TRY(vf_lr_admit(r, "the cache", st));
     if (!(r->bidx = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)) ||
         !(r->bperm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
         VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the bucket lists", r->path);
@@ -338,7 +338,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     vf_lr_geo_text(pb, np, r->geo, gn);
     free(pb);
     if (r->NB == 0 && r->o.shrink && r->o.shrink[0]) {
-        rc = none_admitted(r, st);
+        rc = vf_lr_none_admitted(r, st);
         goto fail;
     }
     if (r->NB == 0)
@@ -412,34 +412,32 @@ static void make_schedule(vf_latent_reader *r, uint64_t epoch)
 
 static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
 {
-    snprintf(buf, n, "v2;epoch=%llu;batch=%lld;n=%lld;seed=%llu;shard=%d/%d;buckets=%016llx",
-             (unsigned long long)r->epoch, (long long)r->pos, (long long)r->n, (unsigned long long)r->o.seed,
-             r->o.shard, r->o.nshards, (unsigned long long)r->layout);
+    const vf_lr_cursor c = {2, r->epoch, r->pos, r->n, r->o.seed, r->o.shard, r->o.nshards, r->layout};
+    vf_lr_cursor_print(&c, buf, n);
 }
 
-int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st)
+int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
 {
     int rc = 0;
-    unsigned long long e, seed, lay;
-    long long pos, n;
-    int k, K, end = -1;
-    if (sscanf(c, "v2;epoch=%llu;batch=%lld;n=%lld;seed=%llu;shard=%d/%d;buckets=%16llx%n", &e, &pos, &n, &seed, &k,
-               &K, &lay, &end) != 7 || end < 0 || c[end] != 0 || pos < 0)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor "
-                "(v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H)", r->path, c);
-    if (n != r->n)
+    vf_lr_cursor c;
+    if (vf_lr_cursor_parse(text, 2, &c))
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor (" VF_LR_CURSOR_V2 ")",
+                r->path, text);
+    if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
-                "the order would differ, so the run cannot resume exactly", r->path, n, (long long)r->n);
-    if (seed != r->o.seed || k != r->o.shard || K != r->o.nshards)
+                "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
+    if (c.seed != r->o.seed || c.shard != r->o.shard || c.nshards != r->o.nshards)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
-                r->path, seed, k, K, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
-    if (lay != r->layout)
+                r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
+                r->o.nshards);
+    if (c.buckets != r->layout)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over other buckets (entries or batch sizes differ): "
                 "the order would differ, so the run cannot resume exactly", r->path);
-    if (pos > r->NB)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor batch %lld is past the epoch's %lld batches", r->path, pos, (long long)r->NB);
-    r->epoch = e;
-    r->pos = pos;
+    if (c.pos > r->NB)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor batch %lld is past the epoch's %lld batches", r->path, (long long)c.pos,
+                (long long)r->NB);
+    r->epoch = c.epoch;
+    r->pos = c.pos;
 fail:
     return rc;
 }
@@ -479,7 +477,7 @@ int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
             vf_lr_batch_free(&b);
             continue;
         }
-        char id[96], cur[200];
+        char id[96], cur[VF_LR_CURSOR_MAX];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)index);
         cursor_text(r, cur, sizeof cur);
         vf_item *it = NULL;
@@ -558,92 +556,6 @@ int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int 
     return 0;
 fail:
     free(d);
-    return rc;
-}
-
-int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st)
-{
-    int rc = 0, nd = 0;
-    vf_latent_bucket_decl *decl = NULL;
-    vf_latent_reader *r = NULL;
-    char *shrink = NULL;
-    *n = 0;
-    VF_TRY(vf_lr_decl_from_params(p, &decl, &nd, st));
-    if (nd == 0) { /* a cache that is not bucketed keeps the single-shape rules */
-        vf_latent_reader tmp = {0};
-        vf_lmdb_opts ro = {.readonly = true};
-        bool yes = false;
-        vf_status probe;
-        vf_status_clear(&probe);
-        tmp.path = (char *)vf_param_str(p, "path");
-        if (vf_lmdb_open(tmp.path, &ro, &tmp.db, &probe) == 0 && vf_lmdb_read_begin(tmp.db, &tmp.txn, &probe) == 0)
-            vf_lr_is_bucketed(&tmp, &yes, &probe);
-        if (tmp.txn) mdb_txn_abort(tmp.txn);
-        vf_lmdb_close(tmp.db);
-        if (!yes) goto fail;
-    }
-    vf_latent_reader_opts o = {
-        .path = vf_param_str(p, "path"),
-        .batch = (int)vf_param_int(p, "batch"),
-        .nshards = (int)vf_param_int(p, "nshards"),
-        .drop_last = vf_param_bool(p, "drop_last"),
-        .text_len = (int)vf_param_int(p, "text_len"),
-        .skip_bad = true,
-        .buckets = decl,
-        .nbuckets = nd,
-        .only = vf_param_str(p, "only"),
-    };
-    shrink = vf_lr_shrink_text(p);
-    o.shrink = shrink;
-    vf_status probe;
-    vf_status_clear(&probe);
-    rc = vf_latent_reader_open(&o, &r, &probe);
-    if (rc == 0) {
-        for (int b = 0; b < r->nbk; b++) {
-            const vf_lr_bucket *x = &r->bk[b];
-            if (x->nb == 0) continue; /* never read (left out by only, or no full batch) */
-            vf_lr_plan_bucket *y = &out[(*n)++];
-            snprintf(y->name, sizeof y->name, "%s", x->name);
-            y->batch = x->batch;
-            memcpy(y->shape, x->shape, sizeof y->shape);
-            y->entries = x->n;
-        }
-        goto fail; /* done */
-    }
-    if (rc != VF_ENOTFOUND) { /* the cache is there and refuses to be read */
-        if (st) *st = probe;
-        goto fail;
-    }
-    rc = 0;
-    if (nd == 0) goto fail; /* no cache, no declared buckets: the single-shape rules decide */
-    /* the declared list as the buckets of a reader without a cache, admitted as an open
-     * cache's are: shrink's batches and left-out buckets, then `only` */
-    int64_t z = vf_param_len(p, "latent_shape") == 4 ? vf_param_int_at(p, "latent_shape", 0) : 16;
-    vf_latent_reader d = {.o = o, .path = (char *)"latent_reader", .nbk = nd};
-    if (!(d.bk = calloc((size_t)nd, sizeof *d.bk)))
-        VF_FAIL(st, VF_ENOMEM, "latent_reader: out of memory for the buckets");
-    for (int i = 0; i < nd; i++) {
-        vf_lr_bucket *x = &d.bk[i];
-        snprintf(x->name, sizeof x->name, "%dx%dx%d", decl[i].w, decl[i].h, decl[i].frames);
-        x->w = decl[i].w, x->h = decl[i].h, x->frames = decl[i].frames, x->batch = decl[i].batch;
-        x->shape[0] = z, x->shape[1] = (decl[i].frames - 1) / 4 + 1, x->shape[2] = decl[i].h / 8;
-        x->shape[3] = decl[i].w / 8;
-    }
-    rc = admit(&d, "the declared list", st);
-    for (int i = 0; rc == 0 && i < nd; i++) {
-        if (d.bk[i].left_out) continue;
-        vf_lr_plan_bucket *y = &out[(*n)++];
-        snprintf(y->name, sizeof y->name, "%s", d.bk[i].name);
-        y->batch = d.bk[i].batch;
-        memcpy(y->shape, d.bk[i].shape, sizeof y->shape);
-        y->entries = 0;
-    }
-    if (rc == 0 && *n == 0) rc = none_admitted(&d, st); /* only shrink leaves out what `only` keeps */
-    free(d.bk);
-fail:
-    vf_latent_reader_close(r);
-    free(decl);
-    free(shrink);
     return rc;
 }
 

@@ -501,6 +501,13 @@ void vf_metric(vf_ctx *ctx, const char *key, double value);
 /* An event row (a JSON object text, e.g. a training step) appended to metrics.jsonl
  * with "stage" and "t" added. */
 void vf_metric_row(vf_ctx *ctx, const char *json_object);
+/* A line of the run's closing summary on the console, under the table of stages (what a
+ * short run has no progress line to show: the last loss, the checkpoint written, the files
+ * quarantined). key names the line within the stage: a later line of the same key
+ * replaces it, so a stage may keep one up to date as it goes. Also an event row
+ * {"event":"summary","key","line"} of metrics.jsonl. */
+#define VF_SUMMARY_LINE 512 /* longest summary line kept (bytes, with the NUL) */
+void vf_summary(vf_ctx *ctx, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Appends {"path","reason","stage","t"} to <run dir>/quarantine.jsonl. */
 void vf_quarantine(vf_ctx *ctx, const char *path, const char *reason);
 

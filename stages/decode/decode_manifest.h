@@ -10,8 +10,10 @@
  *    the items' metadata as text.
  *  - JSONL (`.jsonl`, or a first character `{`): one flat object per line with the same
  *    keys; string, number and boolean values; other keys pass through.
- *  - a glob pattern (`source`, with * ? [] {} wildcards; a directory means every file
- *    in it), matches sorted.
+ *  - a glob pattern (`source`, with * ? [] {} wildcards), matches sorted; or a folder
+ *    (`source` = a directory): its video files, recognised by extension
+ *    (decode_source.h), the other files skipped and counted. Either way a video's
+ *    caption is the same-stem `.txt` beside it (clip1.mp4 + clip1.txt), "" without one.
  * Relative paths in a manifest are relative to the manifest's directory; every path is
  * made absolute and normalised (realpath when the file exists, else lexically: "a/./b",
  * "a//b", "a/x/../b" -> "a/b"), so one file reached by two paths has one identity. Rows are dealt to instances round-robin: row i goes to shard
@@ -41,6 +43,8 @@ typedef struct vf_manifest {
     char *origin;             /* manifest path or glob pattern, for messages */
     int64_t total;            /* rows in the whole manifest (all shards) */
     int64_t n;                /* rows of this shard */
+    int64_t skipped;          /* a folder's files that are not videos (captions and others) */
+    int64_t captioned;        /* videos (all shards) with a same-stem .txt caption */
     vf_manifest_row *rows;
 } vf_manifest;
 
@@ -49,7 +53,8 @@ typedef struct vf_manifest {
  * *out and calls vf_manifest_fini, also after a failure. */
 int vf_manifest_load(const char *path, int shard, int nshards, vf_manifest *out,
                      vf_status *st);
-/* Same from a glob pattern or a directory; no match is VF_EBADINPUT. */
+/* Same from a glob pattern or a directory; no match (a directory: no video file) and a
+ * caption file that cannot be read are VF_EBADINPUT. */
 int vf_manifest_glob(const char *pattern, int shard, int nshards, vf_manifest *out,
                      vf_status *st);
 void vf_manifest_fini(vf_manifest *m);

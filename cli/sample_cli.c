@@ -183,6 +183,13 @@ int vf_cli_sample(int argc, char **argv)
     VF_TRY(vf_dit_video_open(&ck, &o, &v, &st));
     if (a.pos) VF_TRY(vf_dit_video_prompt(v, a.pos, "--prompt-embeds", a.neg, "--negative-embeds", &st));
     else VF_TRY(vf_dit_video_caption(v, a.caption, a.neg_caption, &st));
+    for (int i = 0; !a.pos && i < 2; i++) { /* what the model reads of a long caption */
+        const char *c = i ? a.neg_caption : a.caption;
+        int tl = vf_dit_video_text_len(v);
+        if (c && (int)strlen(c) > tl)
+            fprintf(stderr, "vflow sample: warning: %s is %zu bytes; the model reads its first %d (text_len)\n",
+                    i ? "--negative" : "--prompt", strlen(c), tl);
+    }
     VF_TRY(vf_dit_video_load(v, &st));
     vf_dit_video_out out = {a.out, a.png, NULL, a.lat_out, a.frames_out};
     vf_dit_video_stats s;

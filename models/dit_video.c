@@ -354,6 +354,8 @@ static int32_t caption_tokens(const char *text, int text_len, int32_t *tok)
     return n;
 }
 
+int vf_dit_video_text_len(const vf_dit_video *v) { return (int)v->c.text_len; }
+
 int vf_dit_video_caption(vf_dit_video *v, const char *pos, const char *neg, vf_status *st)
 {
     int rc = 0;

@@ -65,6 +65,11 @@ int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t p
 int64_t vf_latent_reader_entries(const vf_latent_reader *r) { return r->n; }
 int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r) { return r->L; }
 int64_t vf_latent_reader_bad(const vf_latent_reader *r) { return r->bad; }
+int64_t vf_latent_reader_cut(const vf_latent_reader *r, int64_t *seen)
+{
+    *seen = r->nseen;
+    return r->ncut;
+}
 const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i) { return r->keys + 32 * i; }
 void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]) { memcpy(shape, r->shape, sizeof r->shape); }
 
@@ -266,6 +271,7 @@ void vf_latent_reader_close(vf_latent_reader *r)
     vf_lmdb_close(r->db);
     vf_free(r->keys);
     vf_free(r->perm);
+    vf_free(r->seen);
     vf_lr_buckets_free(r);
     free(r->path);
     free(r);
@@ -301,6 +307,9 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     }
     VF_TRY(list_keys(r, st));
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
+    if (!(r->seen = vf_alloc((size_t)(r->n + 7) / 8, st)))
+        VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the entry bitmap", r->path);
+    memset(r->seen, 0, (size_t)(r->n + 7) / 8);
     if (bucketed) {
         VF_TRY(vf_lr_buckets_open(r, st));
         r->o.buckets = NULL, r->o.only = r->o.shrink = NULL; /* borrowed for the open only */
@@ -400,8 +409,14 @@ int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, 
         return 1;
     }
     memcpy(lat, vf_item_get(it, VF_CACHE_TENSOR)->data, sizeof(float) * (size_t)r->per);
-    int n = vf_dit_caption_tokens(vf_item_str(it, "caption"), r->o.text_len, text);
+    const char *caption = vf_item_str(it, "caption");
+    int n = vf_dit_caption_tokens(caption, r->o.text_len, text);
     *tlen = emb ? emb_len : n;
+    if (!emb && !(r->seen[idx >> 3] & (1u << (idx & 7)))) { /* each entry once, for the cut count */
+        r->seen[idx >> 3] |= (uint8_t)(1u << (idx & 7));
+        r->nseen++;
+        r->ncut += n == r->o.text_len && caption && caption[n];
+    }
     vf_item_free(it);
     return 0;
 }
@@ -606,7 +621,7 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     int64_t n = g.entries, D = g.text_dim;
     vf_device cpu = {VF_DEV_CPU, 0};
     int64_t B = g.B, per = g.per_most * 4;
-    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
+    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4) + (n + 7) / 8);
     if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
@@ -659,6 +674,16 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
     return 0;
 }
 
+/* One line for the run: how many captions training sees cut to text_len bytes. */
+static void warn_cut(vf_latent_reader *r, vf_ctx *ctx, int64_t text_len)
+{
+    int64_t seen = 0, cut = vf_latent_reader_cut(r, &seen);
+    if (cut)
+        vf_log(ctx, VF_LOG_WARN, "%lld of the %lld clips read have captions longer than text_len = %lld bytes: "
+               "training sees their first %lld (the model's text_len: --set text_len=N in pipelines/train_dit.lua)",
+               (long long)cut, (long long)seen, (long long)text_len, (long long)text_len);
+}
+
 static void log_bad(void *user, const char *msg)
 {
     vf_ctx *ctx = user;
@@ -682,7 +707,9 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
                    "(drop_last); give it a smaller batch or more clips", name, (long long)n, n == 1 ? "y" : "ies", batch,
                    ranks > 1 ? " per rank" : "");
     }
-    int64_t batches = 0;
+    int64_t batches = 0, text_len = vf_param_int(vf_stage_params(s), "text_len");
+    double epoch0 = -1;
+    bool cut_told = false;
     int rc = 0;
     while (!vf_stopping(ctx)) {
         vf_item *it = NULL;
@@ -692,6 +719,13 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_status_prefix(st, "%s", vf_stage_name(s));
             return rc;
         }
+        double epoch = 0;
+        vf_item_num(it, "epoch", &epoch);
+        if (epoch0 < 0) epoch0 = epoch;
+        if (!cut_told && epoch > epoch0) { /* a whole epoch read: the count is final */
+            warn_cut(r, ctx, text_len);
+            cut_told = true;
+        }
         rc = vf_send(out, it, st);
         if (rc == VF_EOS) break; /* the consumer has all it wants */
         if (rc) return rc;
@@ -699,6 +733,7 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         vf_metric(ctx, "batches", (double)batches);
         vf_metric(ctx, "bad", (double)vf_latent_reader_bad(r));
     }
+    if (!cut_told) warn_cut(r, ctx, text_len);
     vf_log(ctx, VF_LOG_INFO, "%lld batches, %lld damaged records skipped", (long long)batches,
            (long long)vf_latent_reader_bad(r));
     return 0;

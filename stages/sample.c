@@ -457,6 +457,13 @@ static int sample_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     vf_metric(ctx, "sample_skipped", 0);
     vf_metric(ctx, "sample_failed", 0);
     vf_metric(ctx, "sample_videos", 0);
+    if (c->captions) { /* what the model reads of them: one line for the run */
+        int64_t tl = vf_param_int(vf_param_table(c->p, "model"), "text_len"), cut = 0;
+        for (int i = 0; i < c->nprompts; i++) cut += (int64_t)strlen(vf_param_str_at(c->p, "captions", i)) > tl;
+        if (cut)
+            vf_log(ctx, VF_LOG_WARN, "%lld of the %d captions are longer than the model's text_len = %lld bytes: the "
+                   "videos are sampled from their first %lld", (long long)cut, c->nprompts, (long long)tl, (long long)tl);
+    }
     vf_port *in = vf_in(ctx, "ckpt");
     for (;;) {
         report(ctx, c);

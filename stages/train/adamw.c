@@ -207,6 +207,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         be->upload(be, h->v, mv, n, VF_DTYPE_F32);
         h->t0 = ck.step;
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
+        if (h->g.k == 0) vf_summary(ctx, "resume", "resumed from step %lld (%s)", (long long)ck.step, ck.path);
     } else {
         const char *wpath = vf_param_str(p, "weights"), *lpath = vf_param_str(p, "lora_init");
         if (h->g.lora && lpath[0]) { /* an existing adapter, in any of the namings users have */
@@ -531,6 +532,10 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     if (h->t0 >= h->steps) {
         vf_log(ctx, VF_LOG_INFO, "already at step %lld of %lld: nothing to train", (long long)h->t0,
                (long long)h->steps);
+        if (h->g.k == 0)
+            vf_summary(ctx, "train", "already at step %lld of %lld: nothing to train (steps is the run's total: "
+                       "--set steps=N with N > %lld trains on)", (long long)h->t0, (long long)h->steps,
+                       (long long)h->t0);
         return finish(ctx, h, st);
     }
     VF_TRY(send_weights(s, ctx, h, h->t0, st));
@@ -608,6 +613,9 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         done = step, last_lr = lr;
         if (ck) last_snap = step;
     }
+    if (h->g.k == 0 && done > h->t0) /* what a run too short for a progress line did */
+        vf_summary(ctx, "train", "trained steps %lld-%lld of %lld%s, last loss %.6g", (long long)h->t0 + 1,
+                   (long long)done, (long long)h->steps, done < h->steps ? " (stopped early)" : "", si.loss);
     rc = finish(ctx, h, st);
 fail:
     vf_json_free(si.cursors);

@@ -264,6 +264,7 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
         snprintf(row, sizeof row, "{\"event\":\"checkpoint\",\"step\":%lld,\"path\":\"%s\",\"bytes\":%lld,\"write_s\":%.6f}",
                  (long long)step, ws.path, (long long)ws.bytes, ws.seconds);
         vf_metric(ctx, "ckpt_step", (double)step);
+        vf_summary(ctx, "checkpoint", "checkpoint of step %lld: %s", (long long)step, ws.path);
     } else {
         c->failed++;
         if (c->in_row < (int)(sizeof c->fail_steps / sizeof c->fail_steps[0])) c->fail_steps[c->in_row] = step;

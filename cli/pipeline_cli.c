@@ -120,8 +120,9 @@ static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
     int rc = 0;
     vf_graph *g = NULL;
     bool *used = calloc((size_t)c->nsets + 1, sizeof *used);
-    if (!used) VF_FAIL(st, VF_ENOMEM, "out of memory");
-    VF_TRY(vf_lua_load_ex(c->script, c->sets, c->nsets, &g, used, st));
+    char **near = calloc((size_t)c->nsets + 1, sizeof *near);
+    if (!used || !near) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_lua_load_ex(c->script, c->sets, c->nsets, &g, used, near, st));
     for (int i = 0; i < c->nsets; i++) {
         const char *kv = c->sets[i], *eq = strchr(kv, '=');
         char key[256];
@@ -135,7 +136,11 @@ static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
              * read the key itself (then it is a typo of a stage name: say so). */
             if (stage || !used[i]) VF_TRY(vf_graph_override(g, key, eq + 1, st));
         } else if (!used[i]) {
-            fprintf(stderr, "vflow: warning: --set %s: the script does not read vf.args.%s\n", kv, key);
+            /* a knob the script never reads is a typo or a knob of another script: the run
+             * would silently go on without it */
+            VF_FAIL(st, VF_EUSAGE, "--set %s: %s does not read vf.args.%s%s%s%s", kv, c->script, key,
+                    near[i] ? "; did you mean '" : " (its knobs are listed at its top)", near[i] ? near[i] : "",
+                    near[i] ? "'?" : "");
         }
     }
     VF_TRY(vf_graph_validate(g, st));
@@ -146,6 +151,8 @@ static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
     g = NULL;
 fail:
     vf_graph_free(g);
+    for (int i = 0; near && i < c->nsets; i++) free(near[i]);
+    free(near);
     free(used);
     return rc;
 }

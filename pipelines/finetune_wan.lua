@@ -36,14 +36,15 @@ local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
 
 if a.weights == nil then vf.fail("finetune_wan.lua: --set weights=PATH (Wan 2.1 T2V's DiT checkpoint) is required") end
-local model = vf.models.dit(a.preset or a.model or "wan-1.3b")   -- preset= as in train_dit.lua
-local devices = a.devices
+local preset, model_name = a.preset, a.model
+local model = vf.models.dit(preset or model_name or "wan-1.3b")   -- preset= as in train_dit.lua
+local devices, device = a.devices, a.device
 if type(devices) == "string" then
   local list = {}
   for d in devices:gmatch("[^,]+") do list[#list + 1] = d end
   devices = list
 end
-devices = devices or (a.device or "cuda:0")
+devices = devices or (device or "cuda:0")
 local first_dev = type(devices) == "table" and devices[1] or devices
 local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
 local h, w = (a.height or 480) // 8, (a.width or 832) // 8
@@ -76,8 +77,10 @@ if a.offload ~= true and type(devices) == "table" and #devices > 1 then
 end
 local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
                                     model_shard_bytes = a.model_shard_bytes })
-local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = a.lora_alpha,
-                                           targets = a.lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
+-- every knob is read whether it applies or not: a knob the script never reads is refused
+local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
+local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,
+                                           targets = lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
           seed = a.seed or 0, weights = a.weights, lora = lora, lora_init = a.lora_init }
 return p

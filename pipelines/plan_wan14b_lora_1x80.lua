@@ -39,10 +39,11 @@ local dit = p:pipeline_parallel(model, {
 local opt = p:stage("adamw", { lr = 1e-4, shards = 1, device = dev })
 local ckpt = p:stage("checkpoint", { dir = "runs/wan14b_lora_1x80/ckpt", every = 250, keep = 2 })
 local lora
+local lora_targets, lora_alpha = a.lora_targets, a.lora_alpha -- read also for rank 0: knobs never read are refused
 if rank > 0 then
   local targets = {}
-  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
-  lora = { rank = rank, alpha = a.lora_alpha or rank, targets = targets }
+  for t in tostring(lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
+  lora = { rank = rank, alpha = lora_alpha or rank, targets = targets }
 end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000, weights = a.weights,
           lora = lora }

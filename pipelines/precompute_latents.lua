@@ -13,7 +13,7 @@ local p = vf.pipeline(a.name or "precompute", { tensorboard = a.tensorboard })
 
 local size = a.size or 64
 local clips = p:stage("decode", {
-  manifest = a.source == nil and (a.manifest or "data/samples/manifest.csv") or nil,
+  manifest = a.manifest or (a.source == nil and "data/samples/manifest.csv" or nil), -- both: refused
   source = a.source,
   frames = a.frames or 17,
   stride = a.stride or 1,

@@ -90,26 +90,31 @@ local ckpt = p:stage("checkpoint", {
   sync = a.sync == true,
   model_shard_bytes = a.model_shard_bytes,
 })
+-- every knob is read whether it applies or not: a knob the script never reads is refused
+local sk = {}
+for _, k in ipairs { "prompts", "captions", "negative", "frames", "size", "steps", "shift", "guidance", "seed",
+                     "fps", "every", "device", "cache" } do sk[k] = a["sample_" .. k] end
+local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
 local sample
 local function nonempty(v) return v ~= nil and v ~= "" end
-if nonempty(a.sample_prompts) or nonempty(a.sample_captions) then
+if nonempty(sk.prompts) or nonempty(sk.captions) then
   local prompts, captions = {}, {}
-  for f in tostring(a.sample_prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
-  for c in tostring(a.sample_captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
+  for f in tostring(sk.prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+  for c in tostring(sk.captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
   local size
-  if a.sample_size ~= nil then
-    local w, h = tostring(a.sample_size):match("^(%d+)x(%d+)$")
-    if not w then vf.fail("sample_size %s: expected WxH, e.g. 256x256", tostring(a.sample_size)) end
+  if sk.size ~= nil then
+    local w, h = tostring(sk.size):match("^(%d+)x(%d+)$")
+    if not w then vf.fail("sample_size %s: expected WxH, e.g. 256x256", tostring(sk.size)) end
     size = { tonumber(w), tonumber(h) }
   end
   sample = {
-    prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = a.sample_negative, frames = a.sample_frames, size = size,
-    steps = a.sample_steps, shift = a.sample_shift, guidance = a.sample_guidance, seed = a.sample_seed,
-    fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
+    prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = sk.negative,
+    frames = sk.frames, size = size, steps = sk.steps, shift = sk.shift, guidance = sk.guidance, seed = sk.seed,
+    fps = sk.fps, every = sk.every, device = sk.device, cache = sk.cache,
   }
 end
-local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = a.lora_alpha,
-                                           targets = a.lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
+local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,
+                                           targets = lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
           lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
 return p

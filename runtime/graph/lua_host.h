@@ -28,8 +28,10 @@
 int vf_lua_load(const char *path, const char *const *set_kv, int nset, vf_graph **out, vf_status *st);
 
 /* As vf_lua_load; also sets used[i] (nset entries, may be NULL) when the script read
- * vf.args[key of set_kv[i]], so the CLI can tell a script knob from a stage override. */
-int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_graph **out, bool *used,
+ * vf.args[key of set_kv[i]], so the CLI can tell a script knob from a stage override, and
+ * near[i] (nset entries, may be NULL) for a key it did not read: the key it read that is
+ * the likely typo's intent (a did-you-mean; a new string the caller frees), else NULL. */
+int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_graph **out, bool *used, char **near,
                    vf_status *st);
 
 #endif /* VF_LUA_HOST_H */

@@ -116,6 +116,9 @@ static char *state_text(int64_t step, vf_item *const *snaps, int S, int64_t tota
     bad |= vf_json_set(o, "config_hash", vf_json_str(hash));
     bad |= vf_json_set(o, "config", cfg);
     cfg = NULL;
+    const char *lb = vf_item_str(z, "lora_base"); /* a LoRA run's base: path and hash (models/dit_base.h) */
+    vf_json *base = lb ? vf_json_parse(lb, &ps) : NULL;
+    if (base) bad |= vf_json_set(o, "lora_base", base);
     bad |= vf_json_set(o, "time", vf_json_num((double)time(NULL)));
     text = bad ? NULL : vf_json_emit(o, false, 2);
     if (!text) vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "checkpoint: state.json: out of memory");

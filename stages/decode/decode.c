@@ -731,8 +731,8 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
                d->man.origin, (long long)d->man.total, (long long)d->man.captioned, (long long)d->man.skipped);
         char skipped[96] = "";
         if (d->man.skipped)
-            snprintf(skipped, sizeof skipped, "; %lld other file%s skipped (not videos by extension)",
-                     (long long)d->man.skipped, d->man.skipped == 1 ? "" : "s");
+            snprintf(skipped, sizeof skipped, "; %lld other file%s skipped (not %s by extension)",
+                     (long long)d->man.skipped, d->man.skipped == 1 ? "" : "s", d->man.skipped == 1 ? "a video" : "videos");
         vf_summary(ctx, "source", "source %s: %lld video%s, %lld with a .txt caption%s", d->man.origin,
                    (long long)d->man.total, d->man.total == 1 ? "" : "s", (long long)d->man.captioned, skipped);
     }

@@ -672,6 +672,7 @@ int vf_manifest_glob(const char *pattern, int shard, int nshards, vf_manifest *o
         }
     }
     out->total = row_no;
+    out->skipped -= out->captioned; /* the captions of its videos are used, not skipped */
     if (row_no == 0 && folder)
         VF_FAIL(st, VF_EBADINPUT, "source %s holds no video files (%lld other files; videos are recognised "
                 "by extension: .mp4, .mkv, .webm, .mov, .avi, ...)", pattern, (long long)out->skipped);

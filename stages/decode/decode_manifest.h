@@ -43,7 +43,7 @@ typedef struct vf_manifest {
     char *origin;             /* manifest path or glob pattern, for messages */
     int64_t total;            /* rows in the whole manifest (all shards) */
     int64_t n;                /* rows of this shard */
-    int64_t skipped;          /* a folder's files that are not videos (captions and others) */
+    int64_t skipped;          /* a folder's files that are neither videos nor their captions */
     int64_t captioned;        /* videos (all shards) with a same-stem .txt caption */
     vf_manifest_row *rows;
 } vf_manifest;

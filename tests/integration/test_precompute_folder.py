@@ -69,7 +69,7 @@ def main():
                    "--set", "frames=5", "--set", "size=32", "--set", "workers=2",
                    "--run-dir", os.path.join(tmp, "r1")], tmp)
     check(rc == 0, "one corrupt clip of five: exit %d, want 0\n%s" % (rc, out))
-    check("5 videos, 5 with a .txt caption; 6 other files skipped" in out,
+    check("5 videos, 5 with a .txt caption; 1 other file skipped (not a video by extension)" in out,
           "the summary counts the videos, captions and skipped files in one line:\n" + out)
     summary = [l for l in out.splitlines() if "quarantined (" in l]
     check(len(summary) == 1 and os.path.join(clips, "clip5.mp4") in summary[0],

@@ -191,7 +191,7 @@ VF_TEST(manifest_csv_jsonl_glob)
     snprintf(p, sizeof p, "%s/notes.md", d); write_file(p, "x");
     VF_CHECK_EQ_INT(vf_manifest_glob(d, 0, 1, &m, &st), 0);
     VF_CHECK_EQ_INT(m.n, 2);
-    VF_CHECK_EQ_INT(m.skipped, 3); /* a.txt, c.txt, notes.md */
+    VF_CHECK_EQ_INT(m.skipped, 2); /* c.txt (no c video), notes.md; a.txt is a.mp4's caption */
     VF_CHECK_EQ_INT(m.captioned, 1);
     if (m.n == 2) {
         VF_CHECK_STR(m.rows[0].caption, "a cat\non a mat");

@@ -26,7 +26,7 @@
 -- the optimizer shards on the devices, spread over them), device ("cuda:0") or devices (comma
 -- list, one per stage), every (250), keep (2), model_shard_bytes (1e10: above it the
 -- checkpoint's model is Hugging Face shards + model.safetensors.index.json; 0 = one file),
--- seed (0), frames / height / width (81 / 480 / 832: the latent shape to plan with before
+-- seed (0), frames / size (81 / 832x480, WxH: the latent shape to plan with before
 -- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
@@ -47,7 +47,8 @@ end
 devices = devices or (device or "cuda:0")
 local first_dev = type(devices) == "table" and devices[1] or devices
 local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 
 local data = p:stage("latent_reader", {
   path = a.cache or "cache/wan.lmdb",

@@ -11,13 +11,14 @@
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
 -- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),
--- offload (false), frames (81), height (480), width (832), cache.
+-- offload (false), frames (81), size (832x480, WxH), cache.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_8x80"
 
 local T = 1 + ((a.frames or 81) - 1) // 4
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 local model = vf.models.dit "wan-14b"
 local P, G = a.stages or 8, a.gpus or 8
 local M = a.micro_batches or 8

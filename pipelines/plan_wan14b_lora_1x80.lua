@@ -13,13 +13,14 @@
 -- run` needs the GPU, the cache and the base weights (`weights`).
 -- Knobs (vf.args): lora_rank (32; 0 = full fine-tune), lora_alpha (rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), recompute (true), micro_batches (1), batch (1),
--- frames (81), height (480), width (832), device ("cuda:0"), cache, weights.
+-- frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_lora_1x80"
 
 local T = 1 + ((a.frames or 81) - 1) // 4
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 local model = vf.models.dit "wan-14b"
 local dev = a.device or "cuda:0"
 local rank = a.lora_rank or 32

@@ -41,7 +41,7 @@
 --                  in <run dir>/samples/step-N/ (a model with text_dim)     (none)
 --   sample_captions captions as text, separated by '|', for a model trained on caption
 --                  bytes (no text_dim): a video of each per checkpoint       (none)
---   sample_negative sample_frames sample_size (WxH) sample_steps sample_shift sample_guidance
+--   sample_negative sample_frames sample_size (WxH or one number) sample_steps sample_shift sample_guidance
 --   sample_seed sample_fps sample_every sample_device sample_cache   the sample stage's params
 local vf = require "vflow"
 local a = vf.args
@@ -102,11 +102,7 @@ if nonempty(sk.prompts) or nonempty(sk.captions) then
   for f in tostring(sk.prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
   for c in tostring(sk.captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
   local size
-  if sk.size ~= nil then
-    local w, h = tostring(sk.size):match("^(%d+)x(%d+)$")
-    if not w then vf.fail("sample_size %s: expected WxH, e.g. 256x256", tostring(sk.size)) end
-    size = { tonumber(w), tonumber(h) }
-  end
+  if sk.size ~= nil then size = { vf.size(sk.size, "sample_size") } end
   sample = {
     prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = sk.negative,
     frames = sk.frames, size = size, steps = sk.steps, shift = sk.shift, guidance = sk.guidance, seed = sk.seed,

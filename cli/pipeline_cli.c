@@ -277,7 +277,10 @@ int vf_cli_pipeline(int argc, char **argv)
         }
         /* the plan is rank 0's to show: the others check the same graph quietly */
         FILE *report = rank.rank == 0 ? stdout : fopen("/dev/null", "we");
-        rc = vf_plan_gate(g, &req, c.force, report ? report : stdout, &st);
+        /* what the stages of this node read when they start is there (a manifest, a
+         * cache): else nothing is created or started */
+        rc = vf_graph_preflight(g, rank.world > 1 ? rank.rank : 0, &st);
+        if (rc == 0) rc = vf_plan_gate(g, &req, c.force, report ? report : stdout, &st);
         if (report && report != stdout) fclose(report);
         vf_status refusal = st;
         if (rc < 0 && rank.world > 1 && rank.rank > 0) {

@@ -143,7 +143,12 @@ static int cache_norm(const char *path, int z, float *mean, float *std, bool *fo
     vf_json *meta = NULL;
     vf_lmdb_opts ro = {.readonly = true};
     *found = false;
-    VF_TRY(vf_lmdb_open(path, &ro, &db, st));
+    rc = vf_lmdb_open(path, &ro, &db, st);
+    if (rc == VF_ENOTFOUND) { /* a cache the user named that is not there: bad input */
+        st->code = rc = VF_EBADINPUT;
+        vf_status_prefix(st, "cache");
+    }
+    if (rc) goto fail;
     if (mdb_txn_begin(vf_lmdb_env(db), NULL, MDB_RDONLY, &txn))
         VF_FAIL(st, VF_EEXTERNAL, "%s: cannot read", path);
     VF_TRY(vf_cache_meta_read(db, txn, &meta, st));

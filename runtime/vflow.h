@@ -432,6 +432,12 @@ typedef struct vf_stage_ops {
      * driver locks it as it locks the run dir, so that two runs never write it at once.
      * NULL: none. */
     void (*lock_dir)(const vf_params *p, const char *run_dir, char *out, size_t n);
+    /* What the stage reads when it starts is there (a manifest, a cache): checked by
+     * `vflow run` before it creates the run dir or starts a worker, on the node that runs
+     * the stage; never by `check` or `plan`, which work where the data are not. A
+     * failure (VF_EBADINPUT, st naming the file and what to do) exits 2 with nothing
+     * started. NULL: nothing to check. */
+    int (*preflight)(const vf_params *p, vf_status *st);
 } vf_stage_ops;
 
 /* Registers a stage kind (called from a constructor, see VF_REGISTER_STAGE). */

@@ -530,11 +530,27 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
         for (int i = 0; i < 4; i++) shape[i] = vf_param_int_at(p, "latent_shape", i);
         return 0;
     }
-    if (st) *st = probe;
+    if (rc != VF_ENOTFOUND && st) *st = probe;
     if (rc == VF_ENOTFOUND)
-        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w}, or buckets, to plan before the cache "
-                             "exists)");
+        vf_status_set(st, rc, __FILE__, __LINE__, "latent_reader: %s: no latent cache there: run the precompute "
+                      "first (vflow run pipelines/precompute_latents.lua --set cache=%s ...), or give latent_shape = "
+                      "{z, T, h, w} (or buckets) to plan before it exists", path, path);
     return rc;
+}
+
+/* `vflow run`: the cache is there (planning may go without it, training not). */
+static int reader_preflight(const vf_params *p, vf_status *st)
+{
+    int64_t shape[4], entries;
+    vf_status probe;
+    vf_status_clear(&probe);
+    const char *path = vf_param_str(p, "path");
+    int rc = vf_latent_cache_probe(path, shape, &entries, &probe);
+    if (rc == VF_ENOTFOUND)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "latent_reader: %s: no latent cache there: run the "
+                             "precompute first (vflow run pipelines/precompute_latents.lua --set cache=%s ...)", path,
+                             path);
+    return 0; /* a cache that is there but damaged: the reader's own errors name it */
 }
 
 /* What the plan sizes for: the batch and latent shape bounding every bucket (the
@@ -751,6 +767,7 @@ static const vf_stage_ops latent_reader_ops = {
     .doc = "batches from the LMDB latent cache: seeded per-epoch shuffle, data-parallel shards, exact resume cursor",
     .params = reader_params,
     .flags = VF_STAGE_SOURCE,
+    .preflight = reader_preflight,
     .ports = reader_ports,
     .memory = reader_memory,
     .init = reader_init,

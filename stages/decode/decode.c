@@ -53,6 +53,7 @@
 #include "stages/decode/decode_tally.h"
 #include "stages/decode/decode_text.h"
 
+#include <errno.h>
 #include <libavutil/log.h>
 #include <math.h>
 #include <stdio.h>
@@ -277,6 +278,30 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     const char *s = vf_param_has(p, "source") ? vf_param_str(p, "source") : NULL;
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "manifest", vf_manifest_bytes(m, s, (int)vf_param_int(p, "nshards")));
     return 0;
+fail:
+    return rc;
+}
+
+/* `vflow run`: the manifest or source is there before any worker starts (a missing one
+ * would leave an empty cache behind). */
+static int decode_preflight(const vf_params *p, vf_status *st)
+{
+    int rc = 0;
+    vf_manifest m;
+    int nshards = (int)vf_param_int(p, "nshards");
+    if (vf_param_has(p, "manifest")) {
+        const char *path = vf_param_str(p, "manifest");
+        struct stat sb;
+        if (stat(path, &sb) != 0) VF_FAIL(st, VF_EBADINPUT, "decode: manifest %s: %s", path, strerror(errno));
+        if (!S_ISREG(sb.st_mode)) VF_FAIL(st, VF_EBADINPUT, "decode: manifest %s: not a regular file", path);
+        FILE *f = fopen(path, "rb");
+        if (!f) VF_FAIL(st, VF_EBADINPUT, "decode: manifest %s: %s", path, strerror(errno));
+        fclose(f);
+    } else if (vf_param_has(p, "source")) { /* the listing an instance makes, for its share */
+        rc = vf_manifest_glob(vf_param_str(p, "source"), 0, nshards, &m, st);
+        vf_manifest_fini(&m);
+        if (rc < 0) vf_status_prefix(st, "decode");
+    }
 fail:
     return rc;
 }
@@ -784,5 +809,6 @@ static const vf_stage_ops decode_ops = {
     .init = decode_init,
     .run = decode_run,
     .fini = decode_fini,
+    .preflight = decode_preflight,
 };
 VF_REGISTER_STAGE(decode_ops)

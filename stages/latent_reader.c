@@ -154,7 +154,7 @@ static int cache_shape(vf_lmdb *db, MDB_txn *txn, int64_t shape[4], vf_status *s
     int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     while (m == 0 && !vf_cache_is_entry_key(k.mv_data, k.mv_size)) m = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
     if (m == MDB_NOTFOUND) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", vf_lmdb_path(db));
-    VF_MDB(st, db, m);
+    VF_MDB_RC(st, db, "mdb_cursor_get", m);
     VF_TRY(vf_cache_record_decode(vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &it, st));
     memcpy(shape, vf_item_get(it, VF_CACHE_TENSOR)->shape, 4 * sizeof(int64_t));
 fail:
@@ -254,7 +254,7 @@ static int list_keys(vf_latent_reader *r, vf_status *st)
     if (!r->keys) VF_FAIL(st, VF_ENOMEM, "%s: out of memory for %zu keys", r->path, ms.ms_entries);
     VF_MDB(st, db, mdb_cursor_open(r->txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
         if ((size_t)r->n >= ms.ms_entries) break; /* cannot happen within one txn */
         memcpy(r->keys + 32 * r->n++, k.mv_data, 32);

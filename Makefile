@@ -1,9 +1,11 @@
-# Front door: `make run`, `make test`, `make bench`. The real work is in scripts/ and CMake.
+# Front door: `make run`, `make test`, `make bench`, `make install`. The real work is in
+# scripts/ and CMake.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all setup build run test bench asan fuzz clean
+.PHONY: all setup build run test bench install asan fuzz clean
 
 all: build
 
@@ -41,6 +43,10 @@ fuzz: setup
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+# vflow into $(PREFIX)/bin (on PATH), the pipelines to copy into $(PREFIX)/share/vflow.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -14,6 +14,7 @@
 #include "runtime/graph/lua_host.h"
 #include "runtime/plan/plan.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,31 @@ static int usage_error(const char *fmt, const char *arg)
 }
 
 /* Parses the options of run/check/graph/plan. Returns 0 or an exit code. */
+/* A shipped script to name in an example, by a path that exists from here: the working
+ * directory's pipelines/ (a checkout), else the copy `make install` put beside the binary
+ * (<prefix>/share/vflow/pipelines), else the checkout the binary was built in. */
+static void example_script(const char *name, char *out, size_t n)
+{
+    char exe[PATH_MAX] = "", cand[PATH_MAX + 64];
+    snprintf(out, n, "pipelines/%s", name);
+    if (access(out, R_OK) == 0) return;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = 0; /* the binary's directory: <prefix>/bin, or <checkout>/build */
+    static const char *const rel[] = {"../share/vflow/pipelines", "../pipelines"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cand, sizeof cand, "%s/%s/%s", exe, rel[i], name);
+        char real[PATH_MAX];
+        if (realpath(cand, real)) {
+            snprintf(out, n, "%s", real);
+            return;
+        }
+    }
+}
+
 static int parse_args(int argc, char **argv, cli *c)
 {
     static const char *const opts[] = {"--set",   "--json",           "--budget", "--run-dir", "--resume",
@@ -108,7 +134,9 @@ static int parse_args(int argc, char **argv, cli *c)
         }
     }
     if (!c->script) {
-        fprintf(stderr, "vflow: %s: which pipeline? e.g. vflow %s pipelines/quickstart.lua\n", c->cmd, c->cmd);
+        char ex[PATH_MAX + 64];
+        example_script("train_dit.lua", ex, sizeof ex);
+        fprintf(stderr, "vflow: %s: which pipeline? e.g. vflow %s %s\n", c->cmd, c->cmd, ex);
         return 2;
     }
     return 0;

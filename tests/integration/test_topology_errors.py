@@ -255,7 +255,6 @@ def main():
             (["run", "x.lua", "--set", "novalue"], "vflow: --set novalue: expected KEY=VALUE"),
             (["check", "x.lua", "--forse"], "vflow: unknown option '--forse'; did you mean '--force'?"),
             (["chek", "x.lua"], "vflow: unknown command 'chek'; did you mean 'check'?"),
-            (["run"], "vflow: run: which pipeline? e.g. vflow run pipelines/quickstart.lua"),
         ]:
             r = vflow(args, tmp, env)
             got = r.stderr.splitlines()[0] if r.stderr else ""
@@ -263,6 +262,16 @@ def main():
                 fail("cli " + " ".join(args), f"rc {r.returncode}, stderr {r.stderr!r}, want {want!r}")
             else:
                 print(f"ok cli {' '.join(args)}")
+
+        # The usage's example names a script that exists, from any working directory (the
+        # checkout the binary was built in, or the installed copy).
+        r = vflow(["run"], tmp, env)
+        m = re.match(r"^vflow: run: which pipeline\? e\.g\. vflow run (\S+)\n", r.stderr)
+        if r.returncode != 2 or not m or not m.group(1).endswith("/train_dit.lua") or \
+                not os.path.isfile(os.path.join(tmp, m.group(1))):
+            fail("cli run", f"rc {r.returncode}, stderr {r.stderr!r}: the example names no script that exists")
+        else:
+            print("ok cli run")
 
         # Positive controls.
         with open(os.path.join(tmp, "ok.lua"), "w") as fh:

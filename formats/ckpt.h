@@ -2,7 +2,7 @@
  * (stages/train/checkpoint.c) and the stages that resume from them (adamw shards, the first
  * DiT partition).
  *
- * Layout (DESIGN §7) of a checkpoint dir D:
+ * Layout (docs/TRAINING.md, "Checkpoints") of a checkpoint dir D:
  *   D/step-N/            one complete checkpoint: model.safetensors (or, above the
  *                        writer's model_shard_bytes, model-0000k-of-0000N.safetensors and
  *                        model.safetensors.index.json: Hugging Face's sharded form; a

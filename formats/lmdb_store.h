@@ -5,7 +5,7 @@
  * MDB_NOSUBDIR), so `mdb_stat PATH`, `mdb_dump PATH` and python-lmdb's
  * `lmdb.open(PATH)` work without extra flags. Everything lives in the unnamed main DB.
  *
- * What it takes care of (REFERENCE.md "LMDB 0.9.24", DESIGN §8):
+ * What it takes care of (the behaviour of LMDB 0.9.24, the version Debian 12 ships):
  *  - durability: the writer uses LMDB's default durable commits (never MDB_NOSYNC,
  *    never MDB_WRITEMAP), so a writer killed with SIGKILL loses at most the batch it was
  *    committing and the environment needs no recovery;

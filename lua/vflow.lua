@@ -1,4 +1,4 @@
--- vflow.lua — the Lua side of the DSL (DESIGN §5): pipelines, stages, connections.
+-- vflow.lua — the Lua side of the DSL (README.md, "The Lua DSL"): pipelines, stages, connections.
 --
 -- A script describes a graph; it does not compute. Everything here records stages and
 -- edges in plain tables that the C host (runtime/graph/lua_host.c) converts into a vf_graph

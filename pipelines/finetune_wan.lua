@@ -5,7 +5,7 @@
 --        --out-dir emb/ --out-manifest clips_emb.csv
 --   vflow run pipelines/precompute_latents.lua --set manifest=clips_emb.csv \
 --        --set cache=cache/wan.lmdb --set vae=wan --set weights=wan_2.1_vae.safetensors \
---        --set text_dim=4096 --set text_len=512 --set frames=81 --set size=...
+--        --set text_dim=4096 --set text_len=512 --set frames=81 --set size=832x480
 --   # 2. check the weights against the preset, plan the memory, train
 --   vflow plan pipelines/finetune_wan.lua --set weights=Wan2.1-T2V-1.3B/ --budget cuda=80GiB
 --   vflow run  pipelines/finetune_wan.lua --set weights=Wan2.1-T2V-1.3B/ --set cache=cache/wan.lmdb

@@ -2,9 +2,11 @@
 -- GPU at Wan's 480p training size, 81 frames 480x832 -> latents (16, 21, 60, 104):
 -- 21·30·52 = 32,760 video tokens per sample, 512 caption tokens, batch 1.
 --
---   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=24GiB
---   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB --set recompute=false
+--   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=256GiB
+--   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=256GiB --set recompute=false   # exit 2: cuda:0 over
 --
+-- The host needs 64.2 GiB (the asynchronous checkpoint's copies of the optimizer state),
+-- so a 24 GiB host budget is refused: give the host the run's machine has.
 -- It names cuda:0 and a cache that need not exist (latent_shape plans without it):
 -- `vflow plan` works anywhere, `vflow run` needs the GPU and the cache.
 -- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), size

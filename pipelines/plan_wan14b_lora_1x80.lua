@@ -6,7 +6,7 @@
 -- shard holds only the adapters' master weights and moments.
 --
 --   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB
---   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0
+--   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0   # exit 2: over
 --
 -- lora_rank = 0 plans the full fine-tune of the same model on the same GPU, for comparison.
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow

@@ -2,7 +2,8 @@
 -- pipeline-parallel partitions in 1F1B, sharded AdamW, asynchronous atomic checkpoints.
 --
 --   vflow run pipelines/train_dit.lua --set cache=cache/latents.lmdb --set steps=300
---   vflow run pipelines/train_dit.lua ... --resume      # continue from the newest checkpoint
+--   vflow run pipelines/train_dit.lua --set cache=cache/latents.lmdb --set steps=400 --resume
+--                    (steps is the run's total: the resume trains steps 301-400)
 --
 -- Knobs (vf.args):
 --   run            pipeline name = run dir runs/<run>                      (train)

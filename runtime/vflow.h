@@ -6,7 +6,7 @@
  * accounted memory. Everything else (graph, transports, workers, supervision) lives
  * behind it in runtime/ and may change without touching a stage.
  *
- * Conventions (DESIGN §9): functions return int (0 ok, negative VF_E* on error) and fill
+ * Conventions: functions return int (0 ok, negative VF_E* on error) and fill
  * a vf_status with a message naming file/stage/key; ownership of every pointer argument
  * or result is stated in the comment above the declaration.
  */
@@ -360,7 +360,9 @@ typedef struct vf_mem_plan {
 } vf_mem_plan;
 
 /* Declares bytes on dev (the same device, category and `what` twice add up: a hook may
- * declare in pieces). _input and _lib name another holder (vf_mem_holder). */
+ * declare in pieces). _input and _lib name another holder (vf_mem_holder). An entry that
+ * is the bound a param sets rather than what the data will need ends its `what` with
+ * "(<param> bound)": plan-vs-measured says so beside the stage's ratio. */
 void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_input(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
@@ -438,6 +440,11 @@ typedef struct vf_stage_ops {
      * failure (VF_EBADINPUT, st naming the file and what to do) exits 2 with nothing
      * started. NULL: nothing to check. */
     int (*preflight)(const vf_params *p, vf_status *st);
+    /* Keys p:stage(kind, {...}) takes for this kind that its Lua expander (vf.expand,
+     * lua/<file>.lua) consumes before any stage exists — decode's `workers`, adamw's
+     * `isolate` — {0}-terminated, for `vflow help KIND` and the README table only: the
+     * stage never receives them. NULL: none. */
+    const vf_param_spec *expander_params;
 } vf_stage_ops;
 
 /* Registers a stage kind (called from a constructor, see VF_REGISTER_STAGE). */

@@ -89,7 +89,7 @@ int vf_graph_find(const vf_graph *g, const char *name); /* index or -1 */
  * with "file:line: message". Fills stage->ops, ports, mem. */
 int vf_graph_validate(vf_graph *g, vf_status *st);
 
-/* Placement (DESIGN §3): one worker per CUDA device, one per VF_STAGE_OWN_WORKER
+/* Placement (docs/run.md): one worker per CUDA device, one per VF_STAGE_OWN_WORKER
  * stage, the rest in one CPU worker; resolves edge transports. */
 int vf_graph_place(vf_graph *g, vf_status *st);
 

@@ -1,8 +1,8 @@
 /* lua_host.c — the C side of `require "vflow"`: a sandboxed Lua 5.4 that runs a
  * pipeline script once and converts the pipeline it returns into a vf_graph.
  *
- * Pattern of lua.c (pcall + message handler with traceback), with the sandbox of
- * DESIGN §5. Everything that can raise a Lua error — opening the libraries, running the
+ * Pattern of lua.c (pcall + message handler with traceback), with the sandbox README.md
+ * describes ("The Lua DSL"). Everything that can raise a Lua error — opening the libraries, running the
  * script, reading the returned tables — runs under lua_pcall, so a script (or a memory
  * cap hit while converting) can never reach Lua's panic handler and abort the driver.
  *

@@ -1,5 +1,5 @@
 /* lua_host.h — runs a pipeline script in a sandboxed Lua 5.4 and turns the pipeline it
- * returns into a plain vf_graph (DESIGN §5).
+ * returns into a plain vf_graph (README.md, "The Lua DSL").
  *
  * The sandbox: base (without dofile/loadfile; `load` of text chunks only), string
  * (without string.dump), table, math, utf8; no io, os, package, debug, coroutine;

@@ -260,7 +260,9 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_clip_opts clip;
     VF_TRY(read_opts(p, &av, &clip, &W, &H, st));
     vf_device cpu = {VF_DEV_CPU, 0};
-    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
+    /* what a frame of max_pixels needs, whatever the files hold: a bound, named as one */
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder, index, scaler (max_pixels bound)",
+                    vf_decode_budget_bytes(&av));
     /* the clip being filled before vf_send hands it to the edge */
     int64_t clip_bytes = (int64_t)clip.frames * H * W * 3;
     vf_buckets bk;
@@ -798,6 +800,14 @@ fail:
     return rc;
 }
 
+/* What lua/decode.lua takes and turns into instances (shard, nshards of each). */
+static const vf_param_spec decode_expander_params[] = {
+    {"workers", VF_P_INT, "1", VF_RANGE(1, 1024),
+     "decode processes: workers = N makes decode_0 .. decode_{N-1} (group decode), instance i reading files i, "
+     "i+N, …; 1 = one stage named decode (lua/decode.lua)"},
+    {0},
+};
+
 static const vf_stage_ops decode_ops = {
     .api_version = VF_API_VERSION,
     .kind = "decode",
@@ -810,5 +820,6 @@ static const vf_stage_ops decode_ops = {
     .run = decode_run,
     .fini = decode_fini,
     .preflight = decode_preflight,
+    .expander_params = decode_expander_params,
 };
 VF_REGISTER_STAGE(decode_ops)

@@ -1,4 +1,4 @@
-/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (DESIGN §7).
+/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (docs/TRAINING.md).
  *
  * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
  * dit_train.h) and holds for it the f32 master weights and both moments on its device.
@@ -662,6 +662,13 @@ static const vf_knob_spec adamw_knobs[] = {
     {0},
 };
 
+/* What lua/train.lua's adamw expander takes (besides `shards`, a param of each shard too). */
+static const vf_param_spec adamw_expander_params[] = {
+    {"isolate", VF_P_BOOL, "true", VF_ANY,
+     "one process per shard (worker = its name); false leaves placement to the default rules (lua/train.lua)"},
+    {0},
+};
+
 static const vf_stage_ops adamw_ops = {
     .api_version = VF_API_VERSION,
     .kind = "adamw",
@@ -674,5 +681,6 @@ static const vf_stage_ops adamw_ops = {
     .run = adamw_run,
     .fini = adamw_fini,
     .knobs = adamw_knobs,
+    .expander_params = adamw_expander_params,
 };
 VF_REGISTER_STAGE(adamw_ops)

@@ -1,5 +1,5 @@
 /* checkpoint.c — stage kind `checkpoint`: the asynchronous, atomic checkpoint writer
- * (DESIGN §7).
+ * (docs/TRAINING.md, "Checkpoints").
  *
  * The optimizer shards snapshot their slice (master weights and both moments, copied to
  * the host) at checkpoint steps and send it here over an edge of capacity 1: a shard has

@@ -16,7 +16,7 @@
  * tally (decode_tally.h). Once the run has tried bad_min_files files, more than
  * max_bad_fraction of those tried being bad stops it, naming the fraction, the knob and
  * the last reasons; a run of fewer files is never stopped by the fraction (one bad clip
- * of five is 0.2), only when none of its files is good. The closing summary names the
+ * of five is 0.2), only when none of its files is good (unless max_bad_fraction is 1). The closing summary names the
  * quarantined files.
  *
  * Buckets: with `buckets` (decode_bucket.h) each file goes to the bucket nearest its
@@ -84,7 +84,8 @@ static const vf_param_spec decode_params[] = {
     {"max_bad_fraction", VF_P_NUM, "0.1", VF_RANGE(0, 1),
      "stop the run when more than this fraction of the files it tried (all decode instances) are quarantined"},
     {"bad_min_files", VF_P_INT, "20", VF_RANGE(1, 1000000000),
-     "files the run tries before max_bad_fraction is judged; a run of fewer files fails only when every one is bad"},
+     "files the run tries before max_bad_fraction is judged; a run of fewer files fails only when every one is bad "
+     "(and max_bad_fraction < 1)"},
     {"threads", VF_P_INT, "2", VF_RANGE(0, 256), "libavcodec/libswscale threads per instance (0 = per core)"},
     {"shard", VF_P_INT, "0", VF_RANGE(0, 65535), "this instance's share: files i with i % nshards == shard"},
     {"nshards", VF_P_INT, "1", VF_RANGE(1, 65536), "number of decode instances sharing the list"},
@@ -693,7 +694,7 @@ static int judge_bad(dec_state *d, vf_stage *s, int64_t done, vf_status *st)
     vf_decode_tally_sum(&d->tally, &tried, &bad);
     const int64_t total = d->tally.shared ? d->man.total : d->man.n;
     bool over = tried >= d->bad_min && (double)bad > d->max_bad * (double)tried;
-    bool none = tried == total && bad == total;
+    bool none = d->max_bad < 1 && tried == total && bad == total; /* 1: any share of bad files is fine */
     if (!over && !none) return 0;
     char tail[3 * 520] = "", group[VF_NAME_MAX + 8];
     for (int k = 0; k < LAST_REASONS && k < d->nlast; k++) {

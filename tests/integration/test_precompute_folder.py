@@ -9,7 +9,8 @@
 #  - max_bad_fraction counts over the whole run's files once bad_min_files were tried: 4
 #    bad of 24 (0.17 > 0.1) stops the run with exit 1 and a line naming the knob
 #    (`--set max_bad_fraction=`), while a run of fewer files than bad_min_files is never
-#    stopped by the fraction, only when none of its files is good.
+#    stopped by the fraction, only when none of its files is good (not with
+#    max_bad_fraction=1, which accepts any share).
 # The clips are made with ffmpeg's testsrc; the expected clip counts come from ffprobe.
 # vflow-test: labels=precompute timeout=300
 import json
@@ -114,6 +115,10 @@ def main():
     rc, out = run(["--set", "source=" + bad, "--set", "cache=" + os.path.join(tmp, "bad.lmdb"),
                    "--set", "frames=5", "--set", "size=32", "--run-dir", os.path.join(tmp, "r4")], tmp)
     check(rc == 1 and "none of the run's 3 files gives a clip" in out, "all bad: exit %d\n%s" % (rc, out))
+    rc, out = run(["--set", "source=" + bad, "--set", "cache=" + os.path.join(tmp, "bad.lmdb"),
+                   "--set", "frames=5", "--set", "size=32", "--set", "max_bad_fraction=1",
+                   "--run-dir", os.path.join(tmp, "r5")], tmp)
+    check(rc == 0, "all bad with max_bad_fraction=1 (any share accepted): exit %d\n%s" % (rc, out))
 
     subprocess.run(["rm", "-rf", tmp])
     finish()

@@ -75,6 +75,13 @@ static void cpu_copy(vf_backend *be, void *dst, const void *src, size_t bytes)
     (void)be;
     if (bytes) memmove(dst, src, bytes);
 }
+static void cpu_copy2d(vf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                       size_t width, size_t rows)
+{
+    (void)be;
+    for (size_t r = 0; r < rows && width; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
 static int cpu_sync(vf_backend *be, vf_status *st) { return (void)be, (void)st, 0; }
 
 static void cpu_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *w,
@@ -191,18 +198,18 @@ static void cpu_permute(vf_backend *be, void *out, const void *inp, int ndim,
 static void cpu_conv3d_fwd(vf_backend *be, void *out, const void *inp, const void *w,
                            const void *bias, int64_t B, int64_t C, int64_t T, int64_t H,
                            int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw,
-                           int pt0, int pt1, int ph, int pw)
+                           int pt0, int pt1, int ph0, int ph1, int pw0, int pw1)
 {
     (void)be, vf_cpu_conv3d_fwd(out, inp, w, bias, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw,
-                                pt0, pt1, ph, pw);
+                                pt0, pt1, ph0, ph1, pw0, pw1);
 }
 static void cpu_conv3d_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                            const void *inp, const void *w, int64_t B, int64_t C, int64_t T,
                            int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st,
-                           int sh, int sw, int pt0, int pt1, int ph, int pw)
+                           int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0, int pw1)
 {
     (void)be, vf_cpu_conv3d_bwd(dinp, dw, dbias, dout, inp, w, B, C, T, H, W, OC, KT, KH, KW,
-                                st, sh, sw, pt0, pt1, ph, pw);
+                                st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1);
 }
 static void cpu_embed_fwd(vf_backend *be, void *out, const int32_t *tok, const void *table,
                           int64_t N, int64_t C)
@@ -243,6 +250,7 @@ static vf_backend cpu_backend = {
     .upload = cpu_upload,
     .download = cpu_download,
     .copy = cpu_copy,
+    .copy2d = cpu_copy2d,
     .sync = cpu_sync,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
@@ -323,6 +331,27 @@ int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64
     const int64_t dp_estimate = B * H * ((Lq + 63) / 64 * 64) * tk * 2;
     if (dp_estimate <= limit) return B * H * tq * tk * 2 + rows;
     return B * H * tq * D * 4 + rows;
+}
+
+/* ------------------------------------------------------------------ conv3d workspace */
+
+void vf_conv3d_out(const vf_conv3d_shape *s, int64_t *To, int64_t *Ho, int64_t *Wo)
+{
+    *To = (s->T + s->pt0 + s->pt1 - s->KT) / s->st + 1;
+    *Ho = (s->H + s->ph0 + s->ph1 - s->KH) / s->sh + 1;
+    *Wo = (s->W + s->pw0 + s->pw1 - s->KW) / s->sw + 1;
+}
+
+int64_t vf_conv3d_workspace_bound(vf_device dev, const vf_conv3d_shape *s)
+{
+    if (dev.kind != VF_DEV_CUDA || s->B <= 0 || s->C <= 0 || s->OC <= 0) return 0;
+    int64_t To, Ho, Wo;
+    vf_conv3d_out(s, &To, &Ho, &Wo);
+    const int64_t in = s->B * s->C * (s->T + s->pt0 + s->pt1) * (s->H + s->ph0 + s->ph1) *
+                       (s->W + s->pw0 + s->pw1);
+    const int64_t out = s->B * s->OC * To * Ho * Wo;
+    const int64_t w = s->OC * s->C * s->KT * s->KH * s->KW;
+    return 2 * (in + out + w) + ((int64_t)16 << 20);
 }
 
 /* ------------------------------------------------------------------ device peaks */

@@ -24,7 +24,7 @@
 
 #define VF_OPS(X)                                                                   \
     X(alloc, memory) X(free, memory) X(memset0, memory) X(upload, memory)          \
-    X(download, memory) X(copy, memory) X(sync, memory)                            \
+    X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(add, elementwise) X(axpy, elementwise) X(gelu_fwd, elementwise)              \
     X(gelu_bwd, elementwise) X(silu_fwd, elementwise) X(silu_bwd, elementwise)     \

@@ -111,6 +111,8 @@ WRAP(memset0, VF_PHASE_MEMSET, (vf_backend *be, void *d, size_t n), (IN, d, n))
 WRAP(upload, VF_PHASE_TRANSFER, (vf_backend *be, void *d, const float *s, int64_t n, vf_dtype t), (IN, d, s, n, t))
 WRAP(download, VF_PHASE_TRANSFER, (vf_backend *be, float *d, cv *s, int64_t n, vf_dtype t), (IN, d, s, n, t))
 WRAP(copy, VF_PHASE_TRANSFER, (vf_backend *be, void *d, cv *s, size_t n), (IN, d, s, n))
+WRAP(copy2d, VF_PHASE_TRANSFER, (vf_backend *be, void *d, size_t dp, cv *s, size_t sp, size_t w, size_t r),
+     (IN, d, dp, s, sp, w, r))
 WRAP(matmul_fwd, VF_PHASE_GEMM,
      (vf_backend *be, void *o, cv *x, cv *w, cv *b, int64_t N, int64_t C, int64_t OC), (IN, o, x, w, b, N, C, OC))
 WRAP(matmul_bwd, VF_PHASE_GEMM,
@@ -164,13 +166,14 @@ WRAP(permute, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *o, cv *x, int nd, const int64_t *shape, const int *perm), (IN, o, x, nd, shape, perm))
 WRAP(conv3d_fwd, VF_PHASE_CONV,
      (vf_backend *be, void *o, cv *x, cv *w, cv *b, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
-      int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw),
-     (IN, o, x, w, b, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw))
+      int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0,
+      int pw1),
+     (IN, o, x, w, b, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1))
 WRAP(conv3d_bwd, VF_PHASE_CONV,
      (vf_backend *be, void *dx, void *dw, void *db, cv *dy, cv *x, cv *w, int64_t B, int64_t C, int64_t T,
-      int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph,
-      int pw),
-     (IN, dx, dw, db, dy, x, w, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw))
+      int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0,
+      int ph1, int pw0, int pw1),
+     (IN, dx, dw, db, dy, x, w, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1))
 WRAP(embed_fwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *o, const int32_t *tok, cv *tab, int64_t N, int64_t C), (IN, o, tok, tab, N, C))
 WRAP(embed_bwd, VF_PHASE_ELEMENTWISE,

@@ -477,6 +477,7 @@ int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size
     vf_dit_part_memory(c, 0, c->depth, &d, true, elem, elem, &dm);
     m->acts = dm.saved + dm.workspace + (int64_t)c->z * Tl * d.H * d.W * (int64_t)elem;
     m->vae_weights = mi.weights, m->vae_caches = mi.caches, m->vae_workspace = mi.workspace, m->vae_host = mi.host;
+    m->vae_conv_workspace = mi.conv_workspace;
     /* decoded f32 clip, RGB24 frames, the latent, the two embeddings, the PNG strip */
     m->frames = 3 * T * plane * 4 + 3 * T * plane + (int64_t)c->z * Tl * d.H * d.W * 4 +
                 2 * (int64_t)c->text_len * c->text_dim * 4 + 4 * plane * 3;

@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build run test bench asan fuzz clean
+.PHONY: all setup build run test bench asan release fuzz clean
 
 all: build
 
@@ -30,6 +30,13 @@ asan: setup
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|fuzz'
 
+# Unit tests of a Release build (-O3) in their own build dir: no test may depend on the
+# optimisation level (the default build is -O2).
+release: setup
+	cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release -DVFLOW_CUDA=OFF -DVFLOW_BUILD_BENCH=OFF
+	cmake --build build-rel -j $(JOBS)
+	ctest --test-dir build-rel --output-on-failure -j $(JOBS) -L unit
+
 # libFuzzer targets (clang, ASan+UBSan) in their own build dir, each run FUZZ_SECONDS
 # (default 600) from its committed corpus; findings land in build-fuzz/findings/.
 FUZZ_TARGETS = $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
@@ -43,4 +50,4 @@ bench: build
 	bash scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-rel build-fuzz

@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build run test bench asan release fuzz clean
+.PHONY: all setup build run test bench asan release fuzz mutants clean
 
 all: build
 
@@ -45,6 +45,13 @@ fuzz: setup
 	  -DVFLOW_LIBFUZZER=ON -DVFLOW_CUDA=OFF -DVFLOW_BUILD_BENCH=OFF
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	bash scripts/fuzz.sh build-fuzz
+
+# Plants each one-line bug of scripts/mutants.txt in a scratch copy under /tmp and runs the
+# tests that must catch it; prints the survivors (minutes; not part of `make test`).
+# MUTANTS="name ..." plants only those; MUTANT_JOBS build jobs (default 2).
+MUTANT_JOBS ?= 2
+mutants: setup
+	/usr/bin/python3 scripts/mutants.py --jobs $(MUTANT_JOBS) $(MUTANTS)
 
 bench: build
 	bash scripts/bench.sh $(BUILD)

@@ -117,12 +117,15 @@ static int64_t fps_reference(const double *t, int64_t n, double dur, const vf_cl
 
 VF_TEST(clip_plan_fps_counts_against_brute_force)
 {
-    /* sources: constant rates and one with jittered frame times */
-    struct { double fps; int n; bool jitter; } src[] = {
-        {30, 120, false}, {25, 101, false}, {30000.0 / 1001, 90, false}, {24, 50, false}, {60, 37, false},
-        {30, 75, true},
+    /* sources: constant rates, one with jittered frame times, and one whose duration ends
+     * half a nanosecond after a sample time of the 100 fps grid (0.11 s: at 4 frames a clip
+     * the third clip's last sample lies within the planner's slack of the end, so it is
+     * not offered) */
+    struct { double fps; int n; bool jitter; double dur; } src[] = {
+        {30, 120, false, 0}, {25, 101, false, 0}, {30000.0 / 1001, 90, false, 0}, {24, 50, false, 0},
+        {60, 37, false, 0}, {30, 75, true, 0}, {200, 22, false, 0.1100000005},
     };
-    const double targets[] = {8, 12.5, 15, 24, 30000.0 / 1001};
+    const double targets[] = {8, 12.5, 15, 24, 30000.0 / 1001, 100};
     const int frames[] = {1, 4, 5, 10};
     const double win[][2] = {{0, 0}, {0.5, 0}, {0, 2.0}, {0.3, 2.6}, {0, 1.0 / 3}};
     int cases = 0, refused = 0;
@@ -134,7 +137,7 @@ VF_TEST(clip_plan_fps_counts_against_brute_force)
             x = x * 1664525u + 1013904223u;
             t[i] = (i + (src[si].jitter ? 0.4 * ((x >> 8) / 16777216.0 - 0.5) : 0)) / src[si].fps;
         }
-        double dur = src[si].n / src[si].fps;
+        double dur = src[si].dur > 0 ? src[si].dur : src[si].n / src[si].fps;
         for (size_t ti = 0; ti < sizeof targets / sizeof targets[0]; ti++)
             for (size_t fi = 0; fi < sizeof frames / sizeof frames[0]; fi++)
                 for (size_t wi = 0; wi < sizeof win / sizeof win[0]; wi++) {

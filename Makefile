@@ -1,9 +1,11 @@
-# Front door: `make run`, `make test`, `make bench`. The real work is in scripts/ and CMake.
+# Front door: `make run`, `make test`, `make bench`, `make install`. The real work is in
+# scripts/ and CMake.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all setup build run test bench asan release fuzz mutants clean
+.PHONY: all setup build run test bench gpu-pack install asan release fuzz mutants clean
 
 all: build
 
@@ -55,6 +57,16 @@ mutants: setup
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+# What a lent GPU machine runs, brought up to date here: the CUDA build (build-cuda/,
+# incremental) packed into .cudapack/ and the wheels it installs into .whl/
+# (bench/bench_cuda_pack.sh); there, `bash bench/bench_cuda.sh` (docs/GPU_RUN.md).
+gpu-pack: setup
+	bash bench/bench_cuda_pack.sh
+
+# vflow into $(PREFIX)/bin (on PATH), the pipelines to copy into $(PREFIX)/share/vflow.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) build-asan build-rel build-fuzz

@@ -2,7 +2,7 @@
  * it next to the PyTorch peer bench/bench_cuda_dit.py and prints the ratios).
  *
  *   bench_cuda_dit step [preset=wan-1.3b] [B=1] [T=13] [H=48] [W=84] [recompute=1]
- *                       [steps=8] [warmup=2] [device=cuda:0]
+ *                       [steps=8] [warmup=2] [phases=1] [device=cuda:0]
  *       one training step of the whole model on cuda:0 as one partition: zero grads,
  *       forward, rectified-flow loss, backward (recompute: only block inputs kept), AdamW
  *       over every parameter (f32 master and moments on the GPU, bf16 weights out).
@@ -11,13 +11,20 @@
  *       6·N·S + 12·L·d·S² + 12·L·d·S·S_txt, with the text K/V projections, over the
  *       989 TF/s dense bf16 peak of an H100 SXM), peak device memory (what the pool
  *       holds from the driver plus the backend's own scratch, like PyTorch's
- *       max_memory_reserved).
+ *       max_memory_reserved). phases=1 (the default) then times one more step op by op
+ *       (kernels/phases.h: CUDA events around each op) and reports where it went:
+ *       attention, GEMM, norm/elementwise, optimizer, transfers, memsets, and the idle
+ *       time between ops; the timed steps before it run with the timer off.
  *   bench_cuda_dit attn [B=1] [L=13104] [Lk=L] [H=12] [D=128] [iters=20]
  *       attention forward and forward+backward alone: TFLOP/s with the usual counts
  *       (forward 4·B·H·Lq·Lk·D, backward 2.5x that).
  *
- * The last line of each mode is one JSON object (what the script parses). Needs a GPU;
- * exits 77 without one (or without CUDA in the build).
+ * Both modes take attn=cudnn|hand (default: VFLOW_ATTN's choice, cuDNN where it can) and
+ * print, before the JSON, a line attn_path=<cudnn|hand|cudnn+hand|cpu> naming the attention
+ * path that ran (cudnn+hand: some shapes fell back to the hand kernels; the log says which).
+ * The last line of each mode is one JSON object (what the script parses), with the same
+ * attn_path and cudnn_version (0: none loaded). Needs a GPU; exits 77 without one (or
+ * without CUDA in the build).
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,10 +33,12 @@
 #include <time.h>
 
 #include "kernels/ops.h"
+#include "kernels/phases.h"
 #include "models/dit.h"
 #include "runtime/philox.h"
 #ifdef VFLOW_HAVE_CUDA
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cudnn_att.h"
 #endif
 
 static double now_s(void)
@@ -66,6 +75,30 @@ static float *randn(int64_t n, uint64_t seed, float scale)
 
 #define DIE(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 1; } while (0)
 
+/* The attention path that ran on be, and the loaded cuDNN's version (0: none). */
+static const char *attn_path(const vf_backend *be, int *cudnn_version)
+{
+    *cudnn_version = 0;
+#ifdef VFLOW_HAVE_CUDA
+    if (be->device.kind == VF_DEV_CUDA) {
+        *cudnn_version = vf_cuda_cudnn_version();
+        return vf_cuda_attn_path();
+    }
+#endif
+    return "cpu";
+}
+
+/* Prints the attn_path line and returns the JSON fields naming it. */
+static const char *attn_report(const vf_backend *be)
+{
+    static char json[96];
+    int ver;
+    const char *path = attn_path(be, &ver);
+    printf("attn_path=%s\n", path);
+    snprintf(json, sizeof json, "\"attn_path\":\"%s\",\"cudnn_version\":%d", path, ver);
+    return json;
+}
+
 /* parameters applied once per video token / per text token (the FLOP model) */
 static void param_split(const vf_dit_layout *l, double *n_tok, double *n_txt)
 {
@@ -79,17 +112,39 @@ static void param_split(const vf_dit_layout *l, double *n_tok, double *n_txt)
     }
 }
 
+/* One line per phase of the op-by-op step: its time, its share of the span from the
+ * first op to the last, its op count; idle = the span less the ops. */
+static void print_phases(const vf_phase_times *t)
+{
+    double sum = 0;
+    printf("phases of one step, op by op (%.1f ms from the first op to the last):\n", t->total_ms);
+    for (int i = 0; i < VF_PHASE_N; i++) {
+        sum += t->ms[i];
+        if (t->calls[i])
+            printf("  %-12s %9.1f ms %5.1f%%  (%lld ops)\n", vf_phase_name((vf_phase)i), t->ms[i],
+                   t->total_ms > 0 ? 100 * t->ms[i] / t->total_ms : 0, (long long)t->calls[i]);
+    }
+    printf("  %-12s %9.1f ms %5.1f%%\n", "idle", t->total_ms - sum,
+           t->total_ms > 0 ? 100 * (t->total_ms - sum) / t->total_ms : 0);
+}
+
 static int step_bench(int argc, char **argv, vf_backend *be)
 {
     vf_status st = {0};
     vf_dit_config c;
     if (vf_dit_preset(arg(argc, argv, "preset", "wan-1.3b"), &c, &st)) DIE("%s", st.msg);
-    vf_dit_dims d = {IARG("B", "1"), IARG("T", "13"), IARG("H", "48"), IARG("W", "84")};
-    const bool recompute = IARG("recompute", "1") != 0;
+    vf_dit_dims d = vf_dit_dims_of(&c, IARG("B", "1"), IARG("T", "13"), IARG("H", "48"), IARG("W", "84"));
+    const bool recompute = IARG("recompute", "1") != 0, phases = IARG("phases", "1") != 0;
     const int steps = IARG("steps", "8"), warmup = IARG("warmup", "2");
     vf_dit_layout *l = NULL;
     if (vf_dit_layout_new(&c, &l, &st)) DIE("%s", st.msg);
-    const int64_t P = l->total, L = vf_dit_tokens(&c, &d), nlat = (int64_t)d.B * c.z * d.T * d.H * d.W;
+    /* the model runs on the timer's table: off, it costs a branch per op */
+    vf_phases *ph = NULL;
+    if (vf_phases_new(be, &ph, &st)) DIE("%s", st.msg);
+    vf_backend *const dev = be; /* the CUDA context, for the peak figure */
+    (void)dev;
+    be = vf_phases_backend(ph);
+    const int64_t P = l->total, L = d.L, nlat = (int64_t)d.B * c.z * d.T * d.H * d.W;
     /* weights, grads, optimizer state on the GPU */
     const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
     void *w = be->alloc(be, (size_t)P * as, &st), *g = be->alloc(be, (size_t)P * gs, &st);
@@ -128,8 +183,11 @@ static int step_bench(int argc, char **argv, vf_backend *be)
     vf_dit_saved *sv = NULL;
     if (vf_dit_part_new(be, l, 0, c.depth, &d, recompute, w, g, &p, &st) || vf_dit_saved_new(p, &sv, &st))
         DIE("partition: %s", st.msg);
-    double *times = malloc(sizeof(double) * (size_t)(steps + warmup)), loss = 0;
-    for (int s = 0; s < steps + warmup; s++) {
+    double *times = malloc(sizeof(double) * (size_t)(steps + warmup + 1)), loss = 0;
+    vf_phase_times pt = {0};
+    for (int s = 0; s < steps + warmup + phases; s++) {
+        const bool timed = s == steps + warmup; /* the extra step, op by op */
+        vf_phases_enable(ph, timed);
         double t0 = now_s();
         be->memset0(be, g, (size_t)P * gs);
         if (vf_dit_part_forward(p, &b, NULL, NULL, sv, &st) || vf_dit_part_loss(p, &b, sv, 1.0f, &loss, &st) ||
@@ -138,7 +196,8 @@ static int step_bench(int argc, char **argv, vf_backend *be)
         be->adamw(be, master, m, v, g, w, P, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, s + 1);
         if (be->sync(be, &st)) DIE("step: %s", st.msg);
         times[s] = now_s() - t0;
-        fprintf(stderr, "step %d: %.1f ms, loss %.4f\n", s, times[s] * 1e3, loss);
+        fprintf(stderr, "step %d: %.1f ms, loss %.4f%s\n", s, times[s] * 1e3, loss, timed ? " (op by op)" : "");
+        if (timed && vf_phases_read(ph, &pt, &st)) DIE("phases: %s", st.msg);
     }
     qsort(times + warmup, (size_t)steps, sizeof *times, cmp_d);
     const double ts = times[warmup + steps / 2];
@@ -148,20 +207,28 @@ static int step_bench(int argc, char **argv, vf_backend *be)
     const double flops = d.B * (6 * n_tok * S + 6 * n_txt * St + 12 * Ly * dm * S * S + 12 * Ly * dm * S * St);
     double peak = 0;
 #ifdef VFLOW_HAVE_CUDA
-    vf_cuda_ctx *cc = be->device.kind == VF_DEV_CUDA ? vf_cuda_ctx_of(be) : NULL;
-    if (be->device.kind == VF_DEV_CUDA)
+    vf_cuda_ctx *cc = dev->device.kind == VF_DEV_CUDA ? vf_cuda_ctx_of(dev) : NULL;
+    if (dev->device.kind == VF_DEV_CUDA)
         peak = (double)vf_cuda_pool_reserved(cc->device) + (double)(VF_CUDA_LT_WS_BYTES + cc->scratch_bytes);
 #endif
     printf("vflow dit step: %s B=%d tokens=%lld params=%.3fB recompute=%d: %.1f ms, %.0f tokens/s, MFU %.1f%%, "
            "peak %.2f GiB\n",
            arg(argc, argv, "preset", "wan-1.3b"), d.B, (long long)L, (double)P / 1e9, (int)recompute, ts * 1e3, d.B * S / ts,
            100 * flops / ts / 989e12, peak / 1073741824.0);
+    char phj[1024] = "";
+    if (phases) {
+        print_phases(&pt);
+        int k = snprintf(phj, sizeof phj, ",\"phases_ms\":");
+        vf_phase_times_json(&pt, phj + k, sizeof phj - (size_t)k);
+    }
+    const char *aj = attn_report(be);
     printf("{\"bench\":\"dit_step\",\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.1f,\"mfu\":%.4f,"
-           "\"peak_bytes\":%.0f,\"tokens\":%lld,\"loss\":%.5f}\n",
-           ts * 1e3, d.B * S / ts, flops / ts / 1e12, flops / ts / 989e12, peak, (long long)L, loss);
+           "\"peak_bytes\":%.0f,\"tokens\":%lld,\"loss\":%.5f%s,%s}\n",
+           ts * 1e3, d.B * S / ts, flops / ts / 1e12, flops / ts / 989e12, peak, (long long)L, loss, phj, aj);
     vf_dit_saved_free(sv);
     vf_dit_part_free(p);
     vf_dit_layout_free(l);
+    vf_phases_free(ph);
     return 0;
 }
 
@@ -202,8 +269,11 @@ static int attn_bench(int argc, char **argv, vf_backend *be)
            "fwd+bwd %.0f TF/s\n",
            (long long)B, (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, ff / tf / 1e12, tb * 1e3,
            fb / tb / 1e12, (ff + fb) / (tf + tb) / 1e12);
-    printf("{\"bench\":\"attention\",\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f}\n",
-           tf * 1e3, tb * 1e3, ff / tf / 1e12, (ff + fb) / (tf + tb) / 1e12);
+    const char *aj = attn_report(be);
+    printf("{\"bench\":\"attention\",\"lq\":%lld,\"lk\":%lld,\"heads\":%lld,\"head_dim\":%lld,\"fwd_ms\":%.4f,"
+           "\"bwd_ms\":%.4f,\"fwd_tflops\":%.1f,\"fwdbwd_tflops\":%.1f,%s}\n",
+           (long long)L, (long long)Lk, (long long)H, (long long)D, tf * 1e3, tb * 1e3, ff / tf / 1e12,
+           (ff + fb) / (tf + tb) / 1e12, aj);
     return 0;
 }
 
@@ -222,6 +292,12 @@ int main(int argc, char **argv)
     if (!be) {
         printf("skip: %s\n", st.msg);
         return 77;
+    }
+    const char *attn = arg(argc, argv, "attn", NULL);
+    if (attn && be->device.kind == VF_DEV_CUDA) {
+#ifdef VFLOW_HAVE_CUDA
+        if (vf_cuda_attn_use(attn, &st)) DIE("attn=%s: %s", attn, st.msg);
+#endif
     }
     return strcmp(argv[1], "step") == 0 ? step_bench(argc, argv, be) : attn_bench(argc, argv, be);
 }

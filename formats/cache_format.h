@@ -1,5 +1,5 @@
 /* cache_format.h — the conventions of vflow's LMDB latent cache, shared by the writer
- * (stages/latent_cache.c), the reader (stages/latent_reader.c) and `vflow cache`.
+ * (stages/latent_cache.c), the reader (stages/reader/latent_reader.c) and `vflow cache`.
  *
  * Entries of the main DB:
  *   <32 lowercase hex chars>  the codec record (vf_item_encode) of one latent item

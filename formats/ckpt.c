@@ -1,6 +1,6 @@
-/* ckpt.c — checkpoint dirs on disk (ckpt.h): finding the newest complete one, verifying
- * it against its manifest, the config check, the small durable-write helpers of the
- * checkpoint writer, and vf_resuming (vflow.h).
+/* ckpt.c — checkpoint dirs on disk (ckpt.h), the reading side: finding the newest
+ * complete one, verifying it against its manifest, `latest`, the model file to open;
+ * and the small durable-write helpers the writer (ckpt_write.c) commits with.
  */
 #include "formats/ckpt.h"
 
@@ -355,6 +355,31 @@ void vf_ckpt_fini(vf_ckpt *c)
     c->state = NULL;
 }
 
+/* ------------------------------------------------------------------ files */
+
+void vf_ckpt_model_path(const char *path, char *out, size_t n)
+{
+    struct stat sb;
+    snprintf(out, n, "%s/%s", path, VF_CKPT_MODEL_INDEX);
+    if (stat(out, &sb) != 0) snprintf(out, n, "%s/%s", path, VF_CKPT_MODEL);
+    if (stat(out, &sb) != 0) snprintf(out, n, "%s/%s", path, VF_CKPT_LORA);
+}
+
+int vf_ckpt_remove_tmp(const char *dir, void (*each)(void *user, const char *path), void *user, vf_status *st)
+{
+    int64_t *tmp = NULL;
+    int n = 0;
+    int rc = vf_ckpt_list(dir, true, &tmp, &n, st);
+    for (int i = 0; i < n && !rc; i++) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/step-%lld.tmp", dir, (long long)tmp[i]);
+        if (each) each(user, p);
+        rc = vf_ckpt_remove(p, st);
+    }
+    free(tmp);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ writing */
 
 int vf_ckpt_write_text(const char *path, const char *text, uint32_t *crc, int64_t *bytes,
@@ -416,61 +441,4 @@ int vf_ckpt_remove(const char *path, vf_status *st)
     if (rmdir(path) != 0 && errno != ENOENT && !rc)
         rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
     return rc;
-}
-
-/* ------------------------------------------------------------------ config */
-
-void vf_ckpt_config_hash(const vf_json *config, char out[17])
-{
-    char *text = vf_json_emit(config, true, 0);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *c = text ? text : ""; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-    free(text);
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
-static void value_text(const vf_json *v, char *buf, size_t n)
-{
-    if (!v) {
-        snprintf(buf, n, "(absent)");
-        return;
-    }
-    char *t = vf_json_emit(v, true, 0);
-    snprintf(buf, n, "%s", t ? t : "?");
-    free(t);
-}
-
-static void add_diff(char *list, size_t cap, int *nd, const char *key, const vf_json *a,
-                     const vf_json *b)
-{
-    char va[128], vb[128];
-    value_text(a, va, sizeof va);
-    value_text(b, vb, sizeof vb);
-    size_t l = strlen(list);
-    snprintf(list + l, cap - l, "%s%s (checkpoint %s, now %s)", *nd ? "; " : "", key, va, vb);
-    (*nd)++;
-}
-
-int vf_ckpt_config_check(const char *ckpt_path, const vf_json *saved, const vf_json *now,
-                         vf_status *st)
-{
-    char list[1536] = "";
-    int nd = 0;
-    if (!saved || saved->type != VF_JSON_OBJ)
-        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                             "%s: state.json has no \"config\" to compare this run with", ckpt_path);
-    for (int i = 0; i < vf_json_len(now); i++) {
-        const char *k = vf_json_key_at(now, i);
-        const vf_json *a = vf_json_get(saved, k);
-        if (!a || !vf_json_equal(a, now->items[i])) add_diff(list, sizeof list, &nd, k, a, now->items[i]);
-    }
-    for (int i = 0; i < vf_json_len(saved); i++) {
-        const char *k = vf_json_key_at(saved, i);
-        if (!vf_json_get(now, k)) add_diff(list, sizeof list, &nd, k, saved->items[i], NULL);
-    }
-    if (!nd) return 0;
-    return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                         "%s: this run's config differs from the checkpoint's in %d key%s: %s; resume "
-                         "with the original settings, or start a new run dir",
-                         ckpt_path, nd, nd == 1 ? "" : "s", list);
 }

@@ -159,3 +159,27 @@ void vf_st_shard_name(const char *stem, int k, int n, char *out, size_t len)
 {
     snprintf(out, len, "%s-%05d-of-%05d.safetensors", stem, k + 1, n);
 }
+
+char *vf_st_index_text(const char *stem, const char *const *names, const int *shard_of, int n, int nshards,
+                       int64_t total_size, const char *const *meta, int nmeta)
+{
+    vf_json *o = vf_json_obj(), *md = vf_json_obj(), *map = vf_json_obj();
+    char *text = NULL;
+    int bad = !o || !md || !map;
+    bad |= vf_json_set(md, "total_size", vf_json_int(total_size));
+    for (int i = 0; i < nmeta && !bad; i++) bad |= vf_json_set(md, meta[2 * i], vf_json_str(meta[2 * i + 1]));
+    for (int j = 0; j < n && !bad; j++) {
+        char name[256];
+        vf_st_shard_name(stem, shard_of[j], nshards, name, sizeof name);
+        bad |= vf_json_set(map, names[j], vf_json_str(name));
+    }
+    bad |= vf_json_set(o, "metadata", md);
+    md = NULL;
+    bad |= vf_json_set(o, "weight_map", map);
+    map = NULL;
+    if (!bad) text = vf_json_emit(o, false, 2);
+    vf_json_free(o);
+    vf_json_free(md);
+    vf_json_free(map);
+    return text;
+}

@@ -1,5 +1,5 @@
 /* st_sharded.h — a model's safetensors read as one whether it is a single file or Hugging
- * Face's sharded form, and the names of that form for writers.
+ * Face's sharded form, and the names and index of that form for writers.
  *
  * The sharded form is what transformers' and diffusers' save_pretrained(max_shard_size=…)
  * write and what vflow's checkpoints write above `model_shard_bytes`:
@@ -41,5 +41,12 @@ int vf_st_sharded_files(const vf_st_sharded *s, const vf_st_file *const **files,
 /* The file name of shard k (0-based) of n: "<stem>-%05d-of-%05d.safetensors" with k + 1,
  * as save_pretrained numbers them. */
 void vf_st_shard_name(const char *stem, int k, int n, char *out, size_t len);
+
+/* The index's text: {"metadata": {"total_size": total_size, then the nmeta pairs
+ * meta[2i]: meta[2i + 1] (strings)}, "weight_map": {names[j]: the file name of shard
+ * shard_of[j] of nshards of stem}} with the tensors in the order given. Caller frees;
+ * NULL when out of memory. */
+char *vf_st_index_text(const char *stem, const char *const *names, const int *shard_of, int n, int nshards,
+                       int64_t total_size, const char *const *meta, int nmeta);
 
 #endif /* VF_ST_SHARDED_H */

@@ -7,6 +7,7 @@
  * fallback below says so.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/ops.h"
@@ -297,6 +298,31 @@ vf_backend *vf_backend_for(vf_device dev, vf_status *st)
     }
     vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "unknown device kind %d", (int)dev.kind);
     return NULL;
+}
+
+/* ------------------------------------------------------------------ attention workspace */
+
+int64_t vf_attention_workspace_limit(void)
+{
+    const char *e = getenv("VFLOW_ATTN_WORKSPACE_MB");
+    if (!e || !*e) return (int64_t)4096 << 20;
+    char *end = NULL;
+    long long mb = strtoll(e, &end, 10);
+    if (*end || mb <= 0 || mb > ((long long)1 << 40)) return -1;
+    return (int64_t)mb << 20;
+}
+
+int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                                     int64_t D)
+{
+    if (dev.kind != VF_DEV_CUDA || B <= 0 || H <= 0 || Lq <= 0 || Lk <= 0) return 0;
+    int64_t limit = vf_attention_workspace_limit();
+    if (limit < 0) limit = (int64_t)4096 << 20;
+    const int64_t tq = (Lq + 127) / 128 * 128, tk = (Lk + 127) / 128 * 128;
+    const int64_t rows = B * H * tq * 2 * 4 + ((int64_t)16 << 20);
+    const int64_t dp_estimate = B * H * ((Lq + 63) / 64 * 64) * tk * 2;
+    if (dp_estimate <= limit) return B * H * tq * tk * 2 + rows;
+    return B * H * tq * D * 4 + rows;
 }
 
 /* ------------------------------------------------------------------ device peaks */

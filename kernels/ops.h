@@ -14,6 +14,9 @@
  *  - Row-major, shapes in comments like llm.c: out (N, OC).
  *  - Every *_bwd ACCUMULATES (+=) into every gradient it writes (input and parameter
  *    gradients alike); the caller zeroes them once. This composes with residuals.
+ *    Exception: attention_bwd WRITES (=) dq, dk and dv. Its gradients are always the
+ *    first writer of fresh buffers in the models, and the fused library kernels it runs
+ *    on (cuDNN's SDPA backward) store their outputs; writing spares the caller a memset.
  *  - A NULL optional pointer (bias, weight, gradient) means "absent / not wanted".
  *  - Ops never allocate; workspace, where needed, comes from be->workspace.
  */
@@ -110,10 +113,13 @@ struct vf_backend {
 
     /* ---- attention, non-causal, softmax(q·kᵀ·scale)·v
      * q (B, Lq, H, D), k/v (B, Lk, H, D), out (B, Lq, H, D), lse (B, H, Lq) f32 saved
-     * (log-sum-exp of the scaled scores, flash-attention style) */
+     * (lse = ln Σ_j exp(scale·q·k_j), the natural-log log-sum-exp of the scaled scores:
+     * flash attention's and cuDNN's Stats convention; lse may be NULL) */
     void (*attention_fwd)(vf_backend *be, void *out, float *lse, const void *q, const void *k,
                           const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
                           int64_t D, float scale);
+    /* dq (B, Lq, H, D) = ∂/∂q, dk, dv (B, Lk, H, D) likewise: WRITTEN, not accumulated
+     * (zeros where no score reaches them: Lq or Lk = 0); each may be NULL. */
     void (*attention_bwd)(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
                           const void *q, const void *k, const void *v, const void *out,
                           const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
@@ -179,6 +185,26 @@ vf_backend *vf_backend_cpu(void);
 vf_backend *vf_backend_cuda(int index, vf_status *st);
 /* Backend for a device. */
 vf_backend *vf_backend_for(vf_device dev, vf_status *st);
+
+/* The most device memory one attention call may take as workspace on the CUDA backend:
+ * VFLOW_ATTN_WORKSPACE_MB (MiB; default 4096). -1 when the variable is set but is no
+ * positive integer (the CUDA backend then refuses to start, naming it). */
+int64_t vf_attention_workspace_limit(void);
+/* Device bytes of workspace the backend of dev may hold for one attention_fwd or
+ * attention_bwd with B·H heads of Lq queries and Lk keys of width D: what the memory plan
+ * counts for cuDNN's fused attention (the CUDA backend grows one workspace per device to
+ * the largest a graph asks for). cuDNN's deterministic SDPA backward on Hopper has two
+ * forms. One keeps the bf16 score gradient of every (query, key) pair in its workspace;
+ * the frontend takes it while that matrix (its estimate: queries in 64-row and keys in
+ * 128-row tiles) is within vf_attention_workspace_limit, and the bound is the matrix with
+ * both lengths in 128-row tiles. Past the limit, cuDNN 9.25 and newer accumulate dQ in
+ * order in an f32 buffer (B·H·Lq·D), which is the bound then; an older cuDNN's shape runs
+ * on the hand kernels, with no workspace. Both add two f32 per query row (the frontend's
+ * softmax sum, and room for one more row statistic) and 16 MiB for the engine's own
+ * scratch, which only a device can tell (the CUDA op test checks the bound there).
+ * 0 where dev is not a CUDA device. */
+int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                                     int64_t D);
 
 /* Dense bf16 tensor-core peak of a device by its product name (FLOP/s, no sparsity),
  * from a small table of NVIDIA's data-sheet numbers: H100 SXM and H200 989 T, H100 /

@@ -1,6 +1,6 @@
 /* dit.h — the video diffusion transformer (Wan/Open-Sora style), cut into pipeline partitions.
  *
- * Architecture (DESIGN §6; names and layout follow Wan 2.1's WanModel so its weights map 1:1):
+ * Architecture (names and layout follow Wan 2.1's WanModel so its weights map 1:1):
  *
  *   latent x_t (B, z, T, H, W) --patchify (pt,ph,pw)--> (B, L, z·pt·ph·pw), L = T'·H'·W'
  *     --patch_embedding (linear, = Wan's Conv3d with kernel = stride = patch)--> x (B, L, dim)
@@ -159,18 +159,26 @@ int vf_dit_st_load(const vf_st_file *f, const vf_dit_layout *l, float *dst, int6
 /* ------------------------------------------------------------------ geometry, memory */
 
 /* A micro-batch's geometry: B samples of latent (z, T, H, W); T, H, W divisible by the
- * patch. Tokens L = T/pt · H/ph · W/pw. As a maximum geometry (several buckets) N > 0
- * bounds B·L below max B × max L: buffers of B·L tokens are sized for N, those of B
- * samples for B, those of L tokens for L; 0 = B·L. Batches leave it 0. */
+ * patch. L, the tokens of one sample (T/pt · H/ph · W/pw), is computed once where the
+ * geometry is made (vf_dit_dims_of, vf_dit_dims_max) and read from here everywhere else;
+ * a partition refuses dims whose L does not match their T, H, W. As a maximum geometry
+ * (several buckets) N > 0 bounds B·L below max B × max L: buffers of B·L tokens are sized
+ * for N, those of B samples for B, those of L tokens for L; 0 = B·L. Batches leave it 0. */
 typedef struct vf_dit_dims {
     int B, T, H, W;
     int64_t N;
+    int64_t L;
 } vf_dit_dims;
 
-/* The maximum geometry over n geometries (each of its own B and T, H, W): B the largest
- * B, T, H, W those of the most tokens, N the largest B·L (N = 0 when that is B·L). */
-vf_dit_dims vf_dit_dims_max(const vf_dit_config *c, const vf_dit_dims *d, int n);
+/* B samples of latent (·, T, H, W) under c's patch: L set, N = 0. */
+vf_dit_dims vf_dit_dims_of(const vf_dit_config *c, int B, int T, int H, int W);
 
+/* The maximum geometry over n geometries (each of its own B and T, H, W): B the largest
+ * B, T, H, W and L those of the most tokens, N the largest B·L (N = 0 when that is B·L). */
+vf_dit_dims vf_dit_dims_max(const vf_dit_dims *d, int n);
+
+/* T/pt · H/ph · W/pw of d's T, H, W: what vf_dit_dims_of puts in L, and what a partition
+ * checks L against. */
 int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
 
 /* Model FLOPs (a multiply-add counts 2) by the standard per-layer count, for MFU. One
@@ -207,6 +215,11 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
  * everything its backward reads, or with recompute only its input (B, L, dim). */
 int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
                                size_t act_size);
+/* Attention workspace of a micro-batch of geometry d on dev: the larger of its self- and
+ * cross-attention's vf_attention_workspace_bound (kernels/ops.h; 0 on the CPU). The
+ * backend holds one such workspace per device, outside the partition's buffers (the
+ * attention's lse is in them: the saved activations or, with recompute, the workspace). */
+int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_device dev);
 
 /* ------------------------------------------------------------------ partitions */
 

@@ -9,7 +9,8 @@
  *
  * Backward accumulates straight into the caller's zeroed dx: the residual branches pass
  * the gradient through unchanged, so dx2, dx1 and dx0 are the same buffer at successive
- * moments. Scratch comes from the partition's workspace; the op sequence is fixed, which
+ * moments. Scratch gradients are zeroed before the ops that accumulate into them;
+ * attention_bwd writes its three (ops.h), so its outputs need no memset. Scratch comes from the partition's workspace; the op sequence is fixed, which
  * is what makes recompute and partitioning bit-exact.
  */
 #include "models/dit_internal.h"
@@ -25,7 +26,7 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
     const size_t as = p->pl.as;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float eps = c->eps, scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
@@ -89,7 +90,7 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
     const size_t as = p->pl.as, gs = p->pl.gs;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
@@ -126,9 +127,6 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     Z(g[0], nd);
     be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, s->ca, W(BT_CO_W), N, D, D);
     dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, s->ca, N, D, D);
-    Z(g[1], nd);
-    Z(gc0, ntd);
-    Z(gc1, ntd);
     be->attention_bwd(be, g[1], gc0, gc1, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
                       H, Dh, scale);
     Z(g[2], nd);
@@ -152,9 +150,6 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     Z(g[1], nd);
     be->matmul_bwd(be, g[1], G(BT_SO_W), G(BT_SO_B), g[0], s->a, W(BT_SO_W), N, D, D);
     dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
-    Z(g[2], nd);
-    Z(g[3], nd);
-    Z(g[4], nd);
     be->attention_bwd(be, g[2], g[3], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, L, H,
                       Dh, scale);
     Z(g[0], nd);

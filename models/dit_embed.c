@@ -124,7 +124,7 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     const vf_dit_config *c = &p->pl.c;
     const vf_dit_dims *d = &b->dims;
     dit_emb_saved *em = &sv->em;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Nt = B * c->text_len;
+    const int64_t B = d->B, L = d->L, N = B * L, Nt = B * c->text_len;
     const int64_t D = c->dim, zP = c->z * p->pl.P;
     if (!b->x_t || !b->t || (!c->text_emb && !b->text))
         VF_FAIL(st, VF_EINVAL, "dit partition 0: batch needs x_t, t and text");
@@ -162,7 +162,7 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     dit_emb_saved *em = &sv->em;
     dit_work *w = &p->w;
     const size_t gs = p->pl.gs;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, Nt = B * c->text_len;
+    const int64_t B = d->B, L = d->L, N = B * L, Nt = B * c->text_len;
     const int64_t D = c->dim, zP = c->z * p->pl.P;
 
     /* patches: no gradient for the input latent */
@@ -205,7 +205,7 @@ void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv)
     const vf_dit_config *c = &p->pl.c;
     dit_head_saved *h = &sv->hd;
     const size_t as = p->pl.as;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, D = c->dim, zP = c->z * p->pl.P;
+    const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
     const void *x = sv->xs[p->pl.nb];
 
     be->layernorm_fwd(be, h->hn, h->mean, h->rstd, x, NULL, NULL, N, D, c->eps);
@@ -225,7 +225,7 @@ void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *
     dit_head_saved *h = &sv->hd;
     dit_work *w = &p->w;
     const size_t as = p->pl.as, gs = p->pl.gs;
-    const int64_t B = d->B, L = vf_dit_tokens(c, d), N = B * L, D = c->dim, zP = c->z * p->pl.P;
+    const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
 
     be->memset0(be, w->dhm, (size_t)(N * D) * gs);
     be->matmul_bwd(be, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), N, D, zP);

@@ -20,7 +20,7 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->last = b1 == c->depth;
     pl->recompute = recompute;
     pl->B = max->B;
-    pl->L = vf_dit_tokens(c, max);
+    pl->L = max->L;
     pl->N = max->N > 0 && max->N < pl->B * pl->L ? max->N : pl->B * pl->L;
     pl->Nt = pl->B * c->text_len;
     pl->P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
@@ -33,16 +33,24 @@ int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d)
     return (int64_t)(d->T / c->patch[0]) * (d->H / c->patch[1]) * (d->W / c->patch[2]);
 }
 
-vf_dit_dims vf_dit_dims_max(const vf_dit_config *c, const vf_dit_dims *d, int n)
+vf_dit_dims vf_dit_dims_of(const vf_dit_config *c, int B, int T, int H, int W)
+{
+    vf_dit_dims d = {B, T, H, W, 0, 0};
+    d.L = vf_dit_tokens(c, &d);
+    return d;
+}
+
+vf_dit_dims vf_dit_dims_max(const vf_dit_dims *d, int n)
 {
     vf_dit_dims m = {0};
     int64_t L = -1, N = 0;
     for (int i = 0; i < n; i++) {
-        int64_t l = vf_dit_tokens(c, &d[i]);
+        int64_t l = d[i].L;
         if (d[i].B > m.B) m.B = d[i].B;
         if (l > L) L = l, m.T = d[i].T, m.H = d[i].H, m.W = d[i].W;
         if (d[i].B * l > N) N = d[i].B * l;
     }
+    m.L = L > 0 ? L : 0;
     m.N = N < (int64_t)m.B * L ? N : 0;
     return m;
 }
@@ -198,7 +206,7 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
 int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
                                size_t act_size)
 {
-    vf_dit_dims d = {(int)B, c->patch[0], c->patch[1], c->patch[2]};
+    vf_dit_dims d = vf_dit_dims_of(c, (int)B, c->patch[0], c->patch[1], c->patch[2]);
     dit_plan pl;
     dit_plan_init(&pl, c, 0, 1, &d, recompute, act_size, act_size);
     pl.L = L;
@@ -210,4 +218,12 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, boo
         dit_carve_blk_saved(&cv, &pl, &s);
     }
     return (int64_t)cv.off;
+}
+
+int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_device dev)
+{
+    const int64_t L = vf_dit_tokens(c, d);
+    const int64_t self = vf_attention_workspace_bound(dev, d->B, L, L, c->heads, c->head_dim);
+    const int64_t cross = vf_attention_workspace_bound(dev, d->B, L, c->text_len, c->heads, c->head_dim);
+    return self > cross ? self : cross;
 }

@@ -56,7 +56,7 @@ int vf_dit_config_from_params(const vf_params *m, vf_dit_config *c, vf_status *s
 void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims *max,
                       vf_dtype dt)
 {
-    const int64_t B = max->B, L = vf_dit_tokens(c, max), D = c->dim;
+    const int64_t B = max->B, L = max->L, D = c->dim;
     const char *const sx[3] = {"B", "L", ""}, *const sb[3] = {"B", "", ""};
     vf_port_tensor(p, "x", dt, 3, (const int64_t[]){B, L, D}, sx);
     vf_port_tensor(p, "e", dt, 2, (const int64_t[]){B, D}, sb);

@@ -148,12 +148,16 @@ static int check_dims(const vf_dit_part *p, const vf_dit_dims *d, vf_status *st)
                              "dit: batch geometry B=%d T=%d H=%d W=%d must be positive and "
                              "divisible by the patch (%d,%d,%d)", d->B, d->T, d->H, d->W,
                              c->patch[0], c->patch[1], c->patch[2]);
-    if (d->B > p->pl.B || vf_dit_tokens(c, d) > p->pl.L || d->B * vf_dit_tokens(c, d) > p->pl.N)
+    if (d->L != vf_dit_tokens(c, d))
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit: batch geometry T=%d H=%d W=%d makes %lld tokens a sample, its dims say %lld "
+                             "(make them with vf_dit_dims_of)", d->T, d->H, d->W, (long long)vf_dit_tokens(c, d),
+                             (long long)d->L);
+    if (d->B > p->pl.B || d->L > p->pl.L || d->B * d->L > p->pl.N)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit partition [%d, %d): batch of %d x %lld tokens exceeds the "
                              "geometry it was sized for (%lld x %lld, %lld tokens in all)", p->pl.b0, p->pl.b1,
-                             d->B, (long long)vf_dit_tokens(c, d), (long long)p->pl.B,
-                             (long long)p->pl.L, (long long)p->pl.N);
+                             d->B, (long long)d->L, (long long)p->pl.B, (long long)p->pl.L, (long long)p->pl.N);
     return 0;
 }
 
@@ -166,7 +170,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     const vf_dit_dims *d = &b->dims;
     VF_TRY(check_dims(p, d, st));
     if (sv->p != p) VF_FAIL(st, VF_EINVAL, "dit forward: saved store belongs to another partition");
-    int64_t L = vf_dit_tokens(&pl->c, d), N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
+    int64_t L = d->L, N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
     int64_t D = pl->c.dim;
     if (!pl->first && (!in || !in->x || !in->e || !in->e0 || !in->ctx))
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): forward needs x, e, e0, ctx from the "
@@ -220,7 +224,7 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     const vf_dit_dims *d = &sv->dims;
     if (memcmp(d, &b->dims, sizeof *d) != 0)
         VF_FAIL(st, VF_EINVAL, "dit loss: batch geometry differs from the forward's");
-    int64_t n = d->B * vf_dit_tokens(&p->pl.c, d) * p->pl.c.z * p->pl.P;
+    int64_t n = d->B * d->L * p->pl.c.z * p->pl.P;
     dit_patchify(p, d, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
     *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
@@ -243,7 +247,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward without %s", pl->b0, pl->b1,
                 pl->last ? "forward and loss" : "forward");
     const vf_dit_dims *d = &sv->dims;
-    int64_t L = vf_dit_tokens(&pl->c, d), N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
+    int64_t L = d->L, N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
     int64_t D = pl->c.dim;
     vf_dit_xfer *g = dx;
     if (!g) {

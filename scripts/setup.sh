@@ -45,12 +45,52 @@ if ! "$REF/bin/python" -c 'import diffusers, transformers, safetensors' 2>/dev/n
   $SUDO "$REF/bin/pip" install -q --no-deps "${ref_pins[@]}"
 fi
 
-# TensorBoard's own event reader and tbparse for tests/reference/test_tb_events.py, in the
-# same venv the same way (pinned, without dependencies: the pins are the whole closure
-# beside Debian's numpy).
+# TensorBoard — the server `make run` points at ($REF/bin/tensorboard --logdir …) and its
+# event reader for tests/reference/test_tb_events.py — and tbparse, in the same venv the
+# same way (pinned, without dependencies: the pins are the whole closure beside Debian's
+# numpy and the pins above; werkzeug, markdown, grpcio and the data server are what the
+# server itself imports).
 tb_pins=(tensorboard==2.20.0 tbparse==0.0.9 protobuf==5.29.5 absl-py==2.1.0 pandas==2.2.3
-         python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.16.0)
-if ! "$REF/bin/python" -c 'import tensorboard.backend.event_processing.event_accumulator, tbparse' 2>/dev/null; then
+         python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.16.0
+         werkzeug==3.1.3 markupsafe==3.0.2 markdown==3.7 grpcio==1.68.1 tensorboard-data-server==0.7.2)
+# (found without importing them: quick when everything is there)
+tb_mods="tensorboard tbparse werkzeug markdown markupsafe grpc tensorboard_data_server google.protobuf absl pandas"
+if ! "$REF/bin/python" -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in sys.argv[1].split()))' "$tb_mods" 2>/dev/null; then
   echo "setup: installing tensorboard and tbparse (PyPI, pinned) into $REF"
   $SUDO "$REF/bin/pip" install -q --no-deps "${tb_pins[@]}"
+fi
+
+# cuDNN's C++ graph API for the CUDA backend's fused attention (kernels/cuda/cudnn_att.cpp):
+# the header-only cudnn-frontend (MIT) from the include/ of PyPI's nvidia-cudnn-frontend
+# wheel, pinned, into .deps/ (git-ignored). Only where a CUDA toolkit is (nvcc); libcudnn
+# itself comes with the toolkit or PyTorch and is loaded at run time. A fetch that fails
+# is said and the build leaves cuDNN attention out (CMake says so too): the hand kernels
+# run attention then.
+FE_VER=1.32.0
+FE_DIR=$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn-frontend
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   [ "$(cat "$FE_DIR/VERSION" 2>/dev/null)" != "$FE_VER" ]; then
+  echo "setup: fetching the cudnn-frontend $FE_VER headers (PyPI nvidia-cudnn-frontend) into $FE_DIR"
+  fe_tmp=$(mktemp -d)
+  if /usr/bin/python3 -m pip download -q --no-deps --only-binary=:all: \
+       "nvidia-cudnn-frontend==$FE_VER" -d "$fe_tmp" &&
+     rm -rf "$FE_DIR" && mkdir -p "$FE_DIR" &&
+     /usr/bin/python3 - "$fe_tmp" "$FE_DIR" <<'PY'
+import glob, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/nvidia_cudnn_frontend-*.whl")[0]
+with zipfile.ZipFile(whl) as z:
+    names = [n for n in z.namelist() if n.startswith("include/") and not n.endswith("/")]
+    if not any(n == "include/cudnn_frontend.h" for n in names):
+        sys.exit(whl + ": no include/cudnn_frontend.h")
+    z.extractall(sys.argv[2], names)
+PY
+  then
+    echo "$FE_VER" > "$FE_DIR/VERSION"
+  else
+    echo "setup: WARNING: could not fetch nvidia-cudnn-frontend==$FE_VER; the CUDA build leaves out" \
+         "cuDNN attention (the hand kernels run it)"
+    rm -rf "$FE_DIR"
+  fi
+  rm -rf "$fe_tmp"
 fi

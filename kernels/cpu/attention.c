@@ -15,6 +15,8 @@
  * passes: per query block for dQ, per key block for dK and dV (where each key block sees
  * all Lq queries in one gemm, summed in f64 and rounded once). The scores are computed
  * twice; the products commute exactly, so both passes see the same probabilities.
+ * The gradients are written, not accumulated (ops.h): every element of a wanted dq, dk,
+ * dv has exactly one owner that stores it once, zeros where no score reaches it.
  */
 #include <math.h>
 #include <string.h>
@@ -95,7 +97,12 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
                           const float *k, const float *v, const float *out, const float *lse,
                           int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D, float scale)
 {
-    if (Lq == 0 || Lk == 0) return; /* no scores: nothing flows back */
+    if (Lq == 0 || Lk == 0) { /* no scores: nothing flows back, every gradient is zero */
+        if (dq) memset(dq, 0, sizeof(float) * (size_t)(B * Lq * H * D));
+        if (dk) memset(dk, 0, sizeof(float) * (size_t)(B * Lk * H * D));
+        if (dv) memset(dv, 0, sizeof(float) * (size_t)(B * Lk * H * D));
+        return;
+    }
     const double work = (double)B * H * Lq * Lk * D;
     const int64_t HD = H * D;
 
@@ -131,11 +138,10 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
                               .sbn = HD, .C = G, .ldc = Lk, .alpha = 1.0};
                 vf_cpu_gemm(&gp, 0);
                 dsoftmax(G, S, Dv + (b * H + h) * Lq + i0, nq, Lk);
-                /* dq += scale · dS · k */
+                /* dq = scale · dS · k */
                 vf_gemm gq = {.M = nq, .N = D, .K = Lk, .A = G, .sam = Lk, .sak = 1,
                               .B = k + (b * Lk * H + h) * D, .sbk = HD, .sbn = 1,
-                              .C = dq + ((b * Lq + i0) * H + h) * D, .ldc = HD,
-                              .accumulate = 1, .alpha = scale};
+                              .C = dq + ((b * Lq + i0) * H + h) * D, .ldc = HD, .alpha = scale};
                 vf_cpu_gemm(&gq, 0);
             }
             vf_cpu_scratch_free(S);
@@ -163,10 +169,10 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
                               .sbk = 1, .sbn = HD, .C = S, .ldc = Lq, .alpha = scale};
                 vf_cpu_gemm(&gs, 0);
                 for (int64_t j = 0; j < nk; j++) isa->exp_sub_f32(S + j * Lq, l, Lq);
-                if (dv) { /* dv_blk += Pᵀ · dO */
+                if (dv) { /* dv_blk = Pᵀ · dO */
                     vf_gemm g = {.M = nk, .N = D, .K = Lq, .A = S, .sam = Lq, .sak = 1, .B = gh,
                                  .sbk = HD, .sbn = 1, .C = dv + ((b * Lk + j0) * H + h) * D,
-                                 .ldc = HD, .accumulate = 1, .alpha = 1.0};
+                                 .ldc = HD, .alpha = 1.0};
                     vf_cpu_gemm(&g, 0);
                 }
                 if (!dk) continue;
@@ -179,10 +185,10 @@ void vf_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
                     for (int64_t i = 0; i < Lq; i++)
                         G[j * Lq + i] =
                             (float)((double)S[j * Lq + i] * ((double)G[j * Lq + i] - Dh[i]));
-                /* dk_blk += scale · dSᵀ · q */
+                /* dk_blk = scale · dSᵀ · q */
                 vf_gemm gk = {.M = nk, .N = D, .K = Lq, .A = G, .sam = Lq, .sak = 1, .B = qh,
                               .sbk = HD, .sbn = 1, .C = dk + ((b * Lk + j0) * H + h) * D,
-                              .ldc = HD, .accumulate = 1, .alpha = scale};
+                              .ldc = HD, .alpha = scale};
                 vf_cpu_gemm(&gk, 0);
             }
             vf_cpu_scratch_free(S);

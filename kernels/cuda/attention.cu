@@ -1,4 +1,6 @@
-/* attention.cu — flash-style attention on CUDA (non-causal), forward and backward.
+/* attention.cu — flash-style attention on CUDA (non-causal), forward and backward: the
+ * hand kernels, which run what cuDNN's fused SDPA does not take and everything under
+ * VFLOW_ATTN=hand (attention_path.c chooses).
  *
  * q (B, Lq, H, D), k/v (B, Lk, H, D), out (B, Lq, H, D), lse (B, H, Lq) f32 — the
  * scores are never stored. FlashAttention-2's structure on mma.sync (bf16 tensor cores,
@@ -15,11 +17,11 @@
  *    one is multiplied); S = Q·Kᵀ in registers, online softmax in the exp2 domain, the
  *    probabilities re-packed in registers as the A operand of O += P·V. Keys past Lk
  *    are masked to −inf, so any Lk (cross-attention's short text) works.
- *  - backward, two kernels and no atomics (deterministic, and dq accumulates straight
- *    into its bf16 buffer as ops.h's += requires): dK/dV per key tile, looping over all
- *    query tiles (Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ,
- *    dSᵀ = Pᵀ∘(dPᵀ − Δ), dK += dSᵀ·Q); and dQ per query tile, looping over key tiles
- *    (recomputing S and dP, dQ += dS·K). Δᵢ = Σ_d dOᵢ·Oᵢ comes from a first small kernel
+ *  - backward, two kernels and no atomics (deterministic, and each gradient row has one
+ *    owner that stores it once into its bf16 buffer: ops.h's attention_bwd writes): dK/dV
+ *    per key tile, looping over all query tiles (Sᵀ = K·Qᵀ, Pᵀ = exp(Sᵀ − lse),
+ *    dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ), dK += dSᵀ·Q, in registers); and dQ
+ *    per query tile, looping over key tiles (recomputing S and dP, dQ += dS·K). Δᵢ = Σ_d dOᵢ·Oᵢ comes from a first small kernel
  *    (in the scratch area, over chunks of (b, h) when it is short). Recomputing S and
  *    dP in the dQ pass costs two of the seven products; FA2 trades them for f32 atomics
  *    into a dQ accumulator, which gives up determinism and needs an Lq·H·D f32 buffer.
@@ -69,11 +71,11 @@ __device__ __forceinline__ void load_tile(bf16 *sm, const bf16 *g, int64_t r0, i
     }
 }
 
-/* Stores (or adds into) a warp's 16 x DP f32 tile acc, times mul, to rows
+/* Stores a warp's 16 x DP f32 tile acc, times mul, to rows
  * [r0, r0 + 16) of a bf16 matrix (row stride rs), skipping rows >= L and cols >= D. */
 template <int DP>
 __device__ __forceinline__ void store_tile(bf16 *g, const float (*acc)[4], int64_t r0, int64_t L, int64_t rs, int D,
-                                           float mul0, float mul1, bool add)
+                                           float mul0, float mul1)
 {
     const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -88,9 +90,7 @@ __device__ __forceinline__ void store_tile(bf16 *g, const float (*acc)[4], int64
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 if (col + e >= D) continue;
-                float v = acc[nt][hf * 2 + e] * mul;
-                if (add) v += __bfloat162float(p[e]);
-                p[e] = __float2bfloat16_rn(v);
+                p[e] = __float2bfloat16_rn(acc[nt][hf * 2 + e] * mul);
             }
         }
     }
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attn_fwd(bf16 *out, float *lse,
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     const int64_t rq = q0 + w * 16;
-    store_tile<DP>(out + (b * Lq * H + h) * D, o, rq, Lq, rs, D, 1.0f / l0, 1.0f / l1, false);
+    store_tile<DP>(out + (b * Lq * H + h) * D, o, rq, Lq, rs, D, 1.0f / l0, 1.0f / l1);
     if (lse && t == 0) {
         const int gq = lane >> 2;
         float *lb = lse + (b * H + h) * (int64_t)Lq;
@@ -293,8 +293,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
     const int64_t rk = k0 + w * 16;
-    if (dk) store_tile<DP>(dk + (b * Lk * H + h) * D, ak, rk, Lk, rs, D, scale, scale, true);
-    if (dv) store_tile<DP>(dv + (b * Lk * H + h) * D, av, rk, Lk, rs, D, 1.0f, 1.0f, true);
+    if (dk) store_tile<DP>(dk + (b * Lk * H + h) * D, ak, rk, Lk, rs, D, scale, scale);
+    if (dv) store_tile<DP>(dv + (b * Lk * H + h) * D, av, rk, Lk, rs, D, 1.0f, 1.0f);
 }
 
 /* ------------------------------------------------------------------ backward: dQ */
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         acc_to_a<4>(sa, dp);
         warp_mma_rn<4, T::NTD>(aq, sa, Kc, T::LDS);
     }
-    store_tile<DP>(dq + (b * Lq * H + h) * D, aq, q0 + w * 16, Lq, rs, D, scale, scale, true);
+    store_tile<DP>(dq + (b * Lq * H + h) * D, aq, q0 + w * 16, Lq, rs, D, scale, scale);
 }
 
 /* ------------------------------------------------------------------ generic (D > 128) */
@@ -470,17 +470,10 @@ __global__ void k_attn_bwd_gen(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q, cons
         const int64_t d = lane + 32 * r;
         if (d >= D) continue;
         if (QUERY) {
-            bf16 *p = dq + ((b * Lq + x) * H + h) * D + d;
-            *p = __float2bfloat16_rn(__bfloat162float(*p) + scale * acc0[r]);
+            dq[((b * Lq + x) * H + h) * D + d] = __float2bfloat16_rn(scale * acc0[r]);
         } else {
-            if (dk) {
-                bf16 *p = dk + ((b * Lk + x) * H + h) * D + d;
-                *p = __float2bfloat16_rn(__bfloat162float(*p) + scale * acc0[r]);
-            }
-            if (dv) {
-                bf16 *p = dv + ((b * Lk + x) * H + h) * D + d;
-                *p = __float2bfloat16_rn(__bfloat162float(*p) + acc1[r]);
-            }
+            if (dk) dk[((b * Lk + x) * H + h) * D + d] = __float2bfloat16_rn(scale * acc0[r]);
+            if (dv) dv[((b * Lk + x) * H + h) * D + d] = __float2bfloat16_rn(acc1[r]);
         }
     }
 }
@@ -528,9 +521,9 @@ static bool rows_vec(int64_t D, int64_t H, const void *a, const void *b, const v
     return D % 8 == 0 && (H * D) % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c2) && (!d || aligned16(d));
 }
 
-extern "C" void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
-                                      const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
-                                      float scale)
+extern "C" void vf_cuda_attention_hand_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
+                                           const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
+                                           float scale)
 {
     if (B <= 0 || Lq <= 0 || H <= 0 || D <= 0) return;
     OpScope s(be);
@@ -556,13 +549,19 @@ extern "C" void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, con
     VF_CUDA_NOTE_LAUNCH(s.c);
 }
 
-extern "C" void vf_cuda_attention_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
-                                      const void *q, const void *k, const void *v, const void *out,
-                                      const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
-                                      float scale)
+extern "C" void vf_cuda_attention_hand_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                                           const void *q, const void *k, const void *v, const void *out,
+                                           const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                                           int64_t D, float scale)
 {
-    if (B <= 0 || Lq <= 0 || Lk <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
+    if (B <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
     OpScope s(be);
+    if (Lq <= 0 || Lk <= 0) { /* no scores: the gradients are zero (written, ops.h) */
+        if (dq && Lq > 0) VF_CUDA_NOTE(s.c, cudaMemsetAsync(dq, 0, (size_t)(B * Lq * H * D) * 2, s.c->stream));
+        if (dk && Lk > 0) VF_CUDA_NOTE(s.c, cudaMemsetAsync(dk, 0, (size_t)(B * Lk * H * D) * 2, s.c->stream));
+        if (dv && Lk > 0) VF_CUDA_NOTE(s.c, cudaMemsetAsync(dv, 0, (size_t)(B * Lk * H * D) * 2, s.c->stream));
+        return;
+    }
     if (!args_ok(s.c, B, Lq, Lk, H, D)) return;
     float *Dv = vf_cuda_partials(s.c);
     const int64_t cap = (int64_t)(vf_cuda_partials_bytes(s.c) / sizeof(float));

@@ -1,9 +1,10 @@
 /* backend_cuda.c — the CUDA backend's op table and its per-device context.
  *
  * vf_backend_cuda(i) creates, once per process and device, a context (cuda_internal.h:
- * stream, cuBLASLt handle and workspace, scratch, pinned host area, enqueue lock) and a
- * table whose entries are the kernels of the other files of kernels/cuda/. Storage is
- * bf16 for activations, weights and all gradients (act_dtype = grad_dtype = BF16):
+ * stream, cuBLASLt handle and workspace, scratch, pinned host area, enqueue lock; the
+ * cuDNN state comes with the first attention) and a table whose entries are the kernels
+ * of the other files of kernels/cuda/. Storage is bf16 for activations, weights and all
+ * gradients (act_dtype = grad_dtype = BF16):
  * cuBLASLt takes no mixed bf16/f32 operands, and bf16 gradients are what mixed-precision
  * trainers keep (2 bytes/param, REFERENCE "Memory"); every sum inside an op is f32.
  *
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cudnn_att.h"
 
 /* ------------------------------------------------------------------ errors */
 
@@ -113,6 +115,9 @@ static void ctx_free(vf_cuda_ctx *c)
 {
     if (!c) return;
     cudaSetDevice(c->device);
+#ifdef VFLOW_HAVE_CUDNN
+    vf_cudnn_att_free(c);
+#endif
     vf_cuda_lt_free(c);
     if (c->lt) vf_cuda_lt_destroy(c->lt);
     if (c->lt_ws) cudaFree(c->lt_ws);
@@ -146,6 +151,7 @@ static vf_backend *backend_new(int index, vf_status *st)
                 "newer (this build targets sm_90)",
                 index, prop.name, prop.major, prop.minor);
     c->sm_count = prop.multiProcessorCount;
+    c->sm_version = prop.major * 10 + prop.minor;
     snprintf(g_model[index], sizeof g_model[index], "%s", prop.name);
     c->smem_optin = prop.sharedMemPerBlockOptin;
     VF_CUDA_TRY(st, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -165,6 +171,7 @@ static vf_backend *backend_new(int index, vf_status *st)
     VF_CUDA_TRY(st, cudaMalloc(&c->scratch, c->scratch_bytes));
     VF_CUDA_TRY(st, cudaMallocHost(&c->host, VF_CUDA_HOST_BYTES));
     VF_TRY(vf_cuda_attention_init(c, st));
+    VF_TRY(vf_cuda_attn_init(c, st));
     VF_TRY(vf_cuda_conv3d_init(c, st));
 
     if (!(be = calloc(1, sizeof *be))) VF_FAIL(st, VF_ENOMEM, "cuda:%d: out of memory (backend)", index);

@@ -42,6 +42,7 @@ extern "C" {
 #define VF_CUDA_PLAN_CACHE 256                    /* cuBLASLt plans kept per device */
 
 typedef struct vf_lt_plan vf_lt_plan; /* matmul.c */
+struct vf_cudnn_att;                  /* cudnn_att.cpp */
 
 typedef struct vf_cuda_ctx {
     int device;
@@ -54,6 +55,7 @@ typedef struct vf_cuda_ctx {
     void *host;                /* pinned host, VF_CUDA_HOST_BYTES */
     pthread_mutex_t mu;        /* held while an op enqueues (shared scratch, plan cache) */
     int sm_count;
+    int sm_version;            /* compute capability as major·10 + minor (90 on Hopper) */
     size_t smem_optin;         /* largest dynamic shared memory a block may opt into */
     /* first error of an op (returned by sync) */
     int err;
@@ -64,6 +66,8 @@ typedef struct vf_cuda_ctx {
     vf_lt_plan *plans;
     int nplans;
     int no_bgrad;              /* VFLOW_CUDA_NO_BGRAD=1: bias gradients by our own kernel */
+    struct vf_cudnn_att *cudnn; /* cuDNN handle, attention graphs, workspace (cudnn_att.cpp);
+                                   made on the first attention cuDNN takes */
     vf_account *acct;          /* the backend's own buffers ("cuda backend@cuda:N") */
 } vf_cuda_ctx;
 
@@ -217,8 +221,10 @@ void vf_cuda_rmsnorm_bwd(vf_backend *be, void *dinp, void *dw, const void *dout,
 void vf_cuda_rmsnorm_ch_fwd(vf_backend *be, void *out, const void *inp, const void *w, int64_t B,
                             int64_t C, int64_t S, float eps);
 
-/* attention.cu */
-int vf_cuda_attention_init(vf_cuda_ctx *c, vf_status *st);
+/* attention_path.c: the table's attention entries, which run cuDNN's fused SDPA
+ * (cudnn_att.cpp) where it takes the call and the hand kernels otherwise; init reads
+ * VFLOW_ATTN and loads libcudnn once per process (0, or VF_EUSAGE / VF_ECUDA). */
+int vf_cuda_attn_init(vf_cuda_ctx *c, vf_status *st);
 void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
                            const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
                            float scale);
@@ -226,6 +232,15 @@ void vf_cuda_attention_bwd(vf_backend *be, void *dq, void *dk, void *dv, const v
                            const void *q, const void *k, const void *v, const void *out,
                            const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
                            int64_t D, float scale);
+/* attention.cu: the hand kernels (ops.h's contract; they take the op bracket) */
+int vf_cuda_attention_init(vf_cuda_ctx *c, vf_status *st);
+void vf_cuda_attention_hand_fwd(vf_backend *be, void *out, float *lse, const void *q, const void *k,
+                                const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                                int64_t D, float scale);
+void vf_cuda_attention_hand_bwd(vf_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                                const void *q, const void *k, const void *v, const void *out,
+                                const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
+                                int64_t D, float scale);
 
 /* conv3d.cu */
 int vf_cuda_conv3d_init(vf_cuda_ctx *c, vf_status *st);

@@ -1,7 +1,7 @@
 /* tb_log.c — the monitor's rows and samples as TensorBoard scalars, and the images that
  * rows name. What and at which step: tb_log.h. */
 #include "runtime/driver/tb_log.h"
-#include "runtime/driver/tb_events.h"
+#include "formats/tb_events.h"
 #include "runtime/plan/plan.h"
 
 #include <dirent.h>
@@ -47,7 +47,7 @@ static void predecessors(vf_tb_log *t, bool remove, int64_t step)
     struct dirent *e;
     while ((e = readdir(d))) {
         char path[sizeof t->w.path + 300];
-        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
+        if (!vf_tb_is_event_file(e->d_name)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (strcmp(path, t->w.path) == 0) continue;
         vf_status st = {0};
@@ -120,17 +120,11 @@ static void warn(vf_tb_log *t, const char *fmt, ...)
     else fprintf(stderr, "%s\n", msg);
 }
 
-static uint32_t be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* The PNG file a row names as one image event: its bytes as they are, the size and
  * colour from its IHDR chunk. A file that is missing, too big or not a PNG is a WARN;
  * the run goes on. */
 static void log_image(vf_tb_log *t, const vf_json *row, const char *image)
 {
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     char path[sizeof t->run_dir + 4200], tag[600];
     unsigned char *data = NULL;
     int64_t step = vf_json_get_int(row, "step", -1);
@@ -171,23 +165,8 @@ static void log_image(vf_tb_log *t, const vf_json *row, const char *image)
         if (r <= 0) break;
         got += (size_t)r;
     }
-    /* signature, then the IHDR chunk: length 13, "IHDR", width, height (big-endian),
-     * bit depth, colour type */
-    if (got != n || n < 33 || memcmp(data, sig, 8) != 0 || be32(data + 8) != 13 || memcmp(data + 12, "IHDR", 4) != 0 ||
-        be32(data + 16) == 0 || be32(data + 16) > INT32_MAX || be32(data + 20) == 0 || be32(data + 20) > INT32_MAX) {
+    if (got != n || vf_tb_png(&t->w, step, tag, data, n) != 0)
         warn(t, "tensorboard: image %s: not a PNG file (%zu bytes); not logged", path, got);
-        goto out;
-    }
-    /* PNG colour type -> Summary.Image colorspace (1 grey, 2 grey+alpha, 3 RGB, 4 RGBA);
-     * a palette image decodes to RGB */
-    int colorspace;
-    switch (data[25]) {
-    case 0: colorspace = 1; break;
-    case 4: colorspace = 2; break;
-    case 6: colorspace = 4; break;
-    default: colorspace = 3; break;
-    }
-    vf_tb_image(&t->w, step, tag, (int)be32(data + 16), (int)be32(data + 20), colorspace, data, n);
 out:
     if (fd >= 0) close(fd);
     free(data);

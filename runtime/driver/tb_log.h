@@ -1,5 +1,5 @@
 /* tb_log.h — what the driver logs to TensorBoard: the monitor's picture of a run
- * (metrics.h) turned into scalars in <run dir>/tb/ (tb_events.h), and images.
+ * (metrics.h) turned into scalars in <run dir>/tb/ (formats/tb_events.h), and images.
  *
  * Per optimizer step, from the "train_step" event rows (the same numbers metrics.jsonl
  * holds): train/loss, train/lr, train/grad_norm, perf/step_s, perf/samples_s,

@@ -46,6 +46,8 @@
  * transfer of one item behind its ZeroMQ message), waiting stop-aware; a sender that
  * goes mid-item is an error naming the edge, never a hang. VFLOW_EDGE_BULK=0 in the
  * environment turns the lane off (frames go through ZeroMQ, benchmarks compare both).
+ *
+ * The channel reaches it as a payload lane (lane.h) through lane_bulk.c.
  */
 #ifndef VF_EDGE_BULK_H
 #define VF_EDGE_BULK_H
@@ -76,6 +78,8 @@ int vf_bulk_rx_new(const vf_edge_desc *d, char *endpoint, size_t n, const vf_cur
 int vf_bulk_rx_item(vf_bulk_rx *rx, const void *const *desc, int n, vf_frame *out, vf_status *st);
 /* Items read through the lane so far. */
 int64_t vf_bulk_rx_items(const vf_bulk_rx *rx);
+/* Bytes of the receive buffers the lane holds, pooled or lent to tensors (0 for NULL). */
+int64_t vf_bulk_rx_bytes(const vf_bulk_rx *rx);
 /* Drops the end's hold: each pooled buffer goes when its last tensor does. NULL is fine. */
 void vf_bulk_rx_free(vf_bulk_rx *rx);
 

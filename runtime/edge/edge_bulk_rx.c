@@ -57,6 +57,7 @@ struct vf_bulk_rx {
     rbuf *pool;
     int npool, pool_max;
     bool dropped;            /* the end is gone: buffers are freed, not pooled */
+    _Atomic int64_t bytes;   /* capacity of the buffers allocated and not freed (pooled or lent) */
 };
 
 static void rx_destroy(vf_bulk_rx *rx)
@@ -87,6 +88,8 @@ static void rbuf_release(void *data, void *hint)
         rx->pool = b;
         rx->npool++;
         b = NULL;
+    } else {
+        atomic_fetch_sub(&rx->bytes, (int64_t)b->cap); /* while this buffer still keeps rx */
     }
     last = --rx->refs == 0;
     pthread_mutex_unlock(&rx->mu);
@@ -117,6 +120,7 @@ static rbuf *rbuf_get(vf_bulk_rx *rx, size_t need)
     rx->refs++;
     pthread_mutex_unlock(&rx->mu);
     if (small) {
+        atomic_fetch_sub(&rx->bytes, (int64_t)small->cap);
         free(small->data);
         small->data = NULL;
         b = small;
@@ -129,6 +133,7 @@ static rbuf *rbuf_get(vf_bulk_rx *rx, size_t need)
             goto oom;
         }
         b->cap = cap;
+        atomic_fetch_add(&rx->bytes, (int64_t)cap);
     }
     b->rx = rx;
     atomic_store(&b->refs, 0);
@@ -402,6 +407,8 @@ fail:
 }
 
 int64_t vf_bulk_rx_items(const vf_bulk_rx *rx) { return (int64_t)rx->next_seq; }
+
+int64_t vf_bulk_rx_bytes(const vf_bulk_rx *rx) { return rx ? atomic_load(&rx->bytes) : 0; }
 
 void vf_bulk_rx_free(vf_bulk_rx *rx)
 {

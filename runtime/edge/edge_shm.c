@@ -183,6 +183,14 @@ void vf_shm_tx_counts(const vf_shm_tx *tx, int64_t *placed, int64_t *fallback)
     *fallback = tx ? tx->fallback : 0;
 }
 
+int64_t vf_shm_tx_bytes(const vf_shm_tx *tx)
+{
+    if (!tx || !tx->base) return 0;
+    size_t n = HDR_BYTES;
+    for (uint32_t k = 0; k < tx->nslots; k++) n += tx->reserved[k];
+    return (int64_t)n;
+}
+
 void vf_shm_tx_free(vf_shm_tx *tx)
 {
     if (!tx) return;

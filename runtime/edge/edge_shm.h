@@ -28,6 +28,8 @@
  * input item — moved into shared pages, reserved when the first item is sent. A
  * consumer that holds more than it declared runs the edge on plain frames.
  * VFLOW_EDGE_SHM=0 in the environment turns it off (benchmarks compare both).
+ *
+ * The channel reaches it as a payload lane (lane.h) through lane_shm.c.
  */
 #ifndef VF_EDGE_SHM_H
 #define VF_EDGE_SHM_H
@@ -52,6 +54,9 @@ int vf_shm_tx_place(vf_shm_tx *tx, vf_tensor *const *frames, int n, unsigned cha
                     bool *placed, vf_status *st);
 /* Items placed so far, and sent as data for want of a free slot (statistics). */
 void vf_shm_tx_counts(const vf_shm_tx *tx, int64_t *placed, int64_t *fallback);
+/* Bytes of shared memory the segment holds: its header page and the slot pages reserved
+ * so far (0 before the first item that fits, or for NULL). */
+int64_t vf_shm_tx_bytes(const vf_shm_tx *tx);
 void vf_shm_tx_free(vf_shm_tx *tx); /* NULL is fine; unlinks the name */
 
 /* Removes the names of the segments process `pid` made (/dev/shm/vflow-<pid>-*): the

@@ -5,8 +5,8 @@
  * ends, through end->ops, to wait for credit, send, try a receive, hand back credits,
  * close and drain. A transport is one file that defines a `vf_transport_ops` and one
  * line in the registry (transport.c); its own state hangs off the end (end->impl) and the
- * hub (vf_chan_hub_slot). Device tensors are not a transport of their own: a transport
- * that crosses processes hands them to the device hook (transport_dev.h).
+ * hub (vf_chan_hub_slot). Device tensors are not a transport of their own: the ZeroMQ
+ * transport carries them through its device lane (lane.h) and the hook (transport_dev.h).
  *
  * How the port drives a send to every edge of an output port (fan-out):
  *   1. wait_credit on every end that has it (credit first: an encoded record exists

@@ -14,7 +14,7 @@
  * device its thread works on (the one it last asked vf_backend_cuda for), or a host
  * tensor (same dtype) on a thread that never did (a CPU stage fed by a GPU stage).
  *
- * Buffer lifetime (DESIGN §3): the producer keeps every device tensor it sent on an
+ * Buffer lifetime: the producer keeps every device tensor it sent on an
  * edge referenced until that item's credit comes back; the consumer copies the data
  * into its own pool memory before vf_recv returns (so the credit, sent once vf_recv
  * hands the item over, is the release). A producer buffer is therefore reused only
@@ -23,12 +23,12 @@
  * Without CUDA (no hook registered) an item with a device tensor on a ZeroMQ edge fails
  * with a message naming the edge; "@host/" tensors are still unwrapped, as host tensors.
  *
- * Where the ZeroMQ transport (transport_zmq.c) calls these:
- *   send:     an item with a device tensor goes out with vf_devxfer_send_zmq(e, it, &bytes,
- *             st) instead of the shared record;
- *   try_recv: after vf_zmq_try_recv returned an item: vf_devxfer_recv_fixup(e, out, st)
- *             (before vf_zmq_consumed, so the credit follows the copy);
- *   free:     vf_devxfer_edge_free(e) first.
+ * The hook sits behind the device lane (lane_dev.c, one of the ZeroMQ channel's payload
+ * lanes, lane.h): the lane claims every item with a device tensor, calls `send` once the
+ * edge has a credit and `sent` once the wire item's record is queued, `recv` on every
+ * item that arrives with wire tensors (before its credit goes back, so the credit
+ * follows the copy), and `edge_free` when the end goes. The hook's per-edge state is
+ * the lane's state on that end.
  */
 #ifndef VF_TRANSPORT_DEV_H
 #define VF_TRANSPORT_DEV_H
@@ -71,17 +71,6 @@ const vf_devxfer_ops *vf_devxfer_get(void);
 bool vf_item_has_device(const vf_item *it);
 /* True when the item holds a wire placeholder ("@…" name). */
 bool vf_item_has_wire_device(const vf_item *it);
-
-/* Sends `it` (not consumed: the caller frees it) on one sending ZeroMQ edge end through
- * the hook: waits for a credit, builds and encodes the wire item, sends it. Returns as
- * vf_zmq_send (0, VF_EOS when the receiver stopped reading, VF_ESTOPPED, an error whose
- * message names the edge); *bytes = encoded bytes sent. */
-int vf_devxfer_send_zmq(vf_edge_end *e, const vf_item *it, int64_t *bytes, vf_status *st);
-/* On a receiving end, for an item just taken from ZeroMQ: unwraps wire tensors in place
- * (no-op for ordinary items). On failure *it is freed and set to NULL. */
-int vf_devxfer_recv_fixup(vf_edge_end *e, vf_item **it, vf_status *st);
-/* Drops the hook state of an edge end (call before freeing the end). */
-void vf_devxfer_edge_free(vf_edge_end *e);
 
 #ifdef __cplusplus
 }

@@ -27,27 +27,28 @@
  * is gone: it cannot consume anything more, so ending the wait loses nothing it could
  * still have read (a tcp blip that reconnects within the grace keeps the wait going).
  *
- * On an ipc edge the large tensors' frames go through a shared-memory segment of the
- * sending end when a slot is free (edge_shm.h): one copy into the slot, a 128-byte
- * descriptor in the message where the frame was, and the receiver's tensors alias the
- * slot. With every slot held by the consumer, frames go through the socket as above.
- *
- * On a tcp edge the large tensors' frames go through the edge's bulk lane (edge_bulk.h):
- * a descriptor in the message where the frame was, the bytes on a TCP connection of
- * their own (AES-256-GCM on a secured hub), read into buffers the receiver reuses.
+ * What goes in a message where a large tensor's frame was is the business of the
+ * payload lanes (lane.h), asked in the registry's order (lane.c): on an ipc edge the
+ * frames go through a shared-memory slot of the sending end when one is free (one copy
+ * into the slot, a 128-byte descriptor in the message, the receiver's tensors alias the
+ * slot); on a tcp edge through the edge's bulk lane (a descriptor in the message, the
+ * bytes on a TCP connection of their own, read into buffers the receiver reuses);
+ * otherwise, or with every slot held by the consumer, the frames themselves go through
+ * the socket as above. An item with device tensors goes whole through the device lane,
+ * as a record of its own for this edge.
  *
  * On a secured hub (vf_chan_hub_secure) every tcp socket uses CURVE (curve.h): the
  * receiving end is the server, the sending end a client of the receiver's identity
  * (desc.peer), and a connection from anyone who is not a peer of the run is refused in
  * the handshake, before a byte of it reaches the edge.
+ *
+ * This file: the end (open, free, the per-process state), control frames, the sending
+ * side and the operations table; the receiving side is transport_zmq_recv.c.
  */
-#include "runtime/edge/transport_zmq.h"
+#include "runtime/edge/transport_zmq_internal.h"
 #include "runtime/edge/curve.h"
-#include "runtime/edge/edge_bulk.h"
-#include "runtime/edge/edge_shm.h"
 #include "runtime/core/alloc.h"
 #include "runtime/core/item.h"
-#include "runtime/edge/transport_dev.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,17 +56,10 @@
 #include <string.h>
 #include <zmq.h>
 
-#define CTL_SIZE 8
-#define CTL_CREDIT 'C'
-#define CTL_EOS 'E'
-#define CTL_ACK 'A'
-#define CTL_CLOSED 'X'
 /* Messages beyond the credited items: EOS or ack/closed, credit frames, margin. */
 #define HWM_EXTRA 4
 /* Bounded linger for the receiver's last control frame (ack / closed). */
 #define FINAL_LINGER_MS 1000
-
-#define Z vf_zmq_of
 
 #define ZFAIL(e, what)                                                                                      \
     VF_FAIL(st, VF_EEXTERNAL, "edge %s: %s(%s): %s", (e)->d.name, what, (e)->d.addr, zmq_strerror(zmq_errno()))
@@ -76,7 +70,7 @@
 typedef struct zmq_hub {
     void *ctx;
     vf_zap *zap;
-    _Atomic int64_t bulk_refused; /* connections to bulk lanes that failed admission */
+    _Atomic int64_t lane_refused; /* connections the payload lanes refused (vf_lane_env.refused) */
 } zmq_hub;
 
 static int hub_state(vf_chan_hub *h, bool need_zap, vf_status *st)
@@ -121,6 +115,7 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
     zmq_hub *zh = *vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
     void *ctx = zh ? zh->ctx : NULL;
     pthread_mutex_unlock(&h->mu);
+    vf_lane_env env = {curve ? &h->curve : NULL, zh ? &zh->lane_refused : NULL};
     if (rc < 0) {
         vf_status_prefix(st, "edge %s", e->d.name);
         goto fail;
@@ -141,8 +136,7 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         size_t n = sizeof e->endpoint;
         if (zmq_getsockopt(Z(e)->sock, ZMQ_LAST_ENDPOINT, e->endpoint, &n) != 0) ZFAIL(e, "ZMQ_LAST_ENDPOINT");
         Z(e)->credit_batch = e->d.capacity / 4 > 1 ? e->d.capacity / 4 : 1;
-        VF_TRY(vf_bulk_rx_new(&e->d, e->endpoint, sizeof e->endpoint, curve ? &h->curve : NULL, &zh->bulk_refused,
-                              &Z(e)->bulk_rx, st));
+        VF_TRY(vf_lanes_open(&Z(e)->lanes, e, &env, st));
     } else {
         /* Only control frames come back; the limit also applies to the ZMTP handshake's
          * own commands (READY carries the socket metadata), hence not just CTL_SIZE. */
@@ -166,17 +160,14 @@ static int zmq_open(vf_chan_hub *h, vf_edge_end *e, vf_status *st)
         int zero = 0;
         zmq_setsockopt(Z(e)->mon, ZMQ_LINGER, &zero, sizeof zero);
         if (zmq_connect(Z(e)->mon, mon_ep) != 0) ZFAIL(e, "zmq_connect(monitor)");
-        if (e->d.transport == VF_TR_TCP)
-            VF_TRY(vf_bulk_tx_new(&e->d, e->d.addr, curve ? &h->curve : NULL, &Z(e)->bulk, st));
+        VF_TRY(vf_lanes_open(&Z(e)->lanes, e, &env, st)); /* a lane may cut its part off addr */
         if (zmq_connect(Z(e)->sock, addr) != 0) ZFAIL(e, "zmq_connect");
         Z(e)->credits = e->d.capacity;
-        VF_TRY(vf_shm_tx_new(&e->d, &Z(e)->shm, st));
     }
     return 0;
 fail:
     if (Z(e)) {
-        vf_bulk_tx_free(Z(e)->bulk);
-        vf_bulk_rx_free(Z(e)->bulk_rx);
+        vf_lanes_close(&Z(e)->lanes, e);
         if (Z(e)->mon) zmq_close(Z(e)->mon);
         if (Z(e)->sock) zmq_close(Z(e)->sock);
         free(e->impl);
@@ -231,9 +222,7 @@ bool vf_zmq_peer_gone(vf_edge_end *e)
     return Z(e)->peer_down && vf_now_ns() - Z(e)->down_ns >= (int64_t)VF_PEER_GONE_MS * 1000000;
 }
 
-/* Sends a control frame. block: wait (stop-aware) for the socket to take it; else
- * return VF_EDGE_EMPTY when it cannot be queued now. */
-static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status *st)
+int vf_zmq_send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status *st)
 {
     unsigned char f[CTL_SIZE] = {'V', 'F', 'C', (unsigned char)type, (unsigned char)n, (unsigned char)(n >> 8),
                                  (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
@@ -256,7 +245,7 @@ static int send_ctl(vf_edge_end *e, char type, uint32_t n, bool block, vf_status
     return 0;
 }
 
-static int parse_ctl(vf_edge_end *e, const unsigned char *p, size_t n, char *type, uint32_t *v, vf_status *st)
+int vf_zmq_parse_ctl(const vf_edge_end *e, const unsigned char *p, size_t n, char *type, uint32_t *v, vf_status *st)
 {
     if (n != CTL_SIZE || p[0] != 'V' || p[1] != 'F' || p[2] != 'C')
         return vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
@@ -281,7 +270,7 @@ int vf_zmq_poll_control(vf_edge_end *e, vf_status *st)
         }
         char type;
         uint32_t v;
-        int rc = parse_ctl(e, f, (size_t)n, &type, &v, st);
+        int rc = vf_zmq_parse_ctl(e, f, (size_t)n, &type, &v, st);
         if (rc < 0) return rc;
         if (type == CTL_CREDIT) {
             if (v > (uint32_t)(e->d.capacity - Z(e)->credits))
@@ -326,7 +315,8 @@ static int check_handshake(vf_edge_end *e, vf_status *st)
                                                                                       : "no detail");
 }
 
-int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
+/* send: waits (stop-aware) until the edge has a credit or its receiver closed. */
+static int wait_credit(vf_edge_end *e, vf_status *st)
 {
     int rc = 0;
     int64_t t0 = 0;
@@ -334,7 +324,7 @@ int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st)
     while (Z(e)->credits == 0 && !e->closed) {
         if (vf_runtime_stopping()) VF_FAIL(st, VF_ESTOPPED, "edge %s: stopped while waiting for credit", e->d.name);
         VF_TRY(check_handshake(e, st));
-        if (Z(e)->bulk) VF_TRY(vf_bulk_tx_check(Z(e)->bulk, st)); /* a lane that broke returns no credit */
+        VF_TRY(vf_lanes_check(&Z(e)->lanes, e, st));
         if (!t0) t0 = vf_now_ns();
         zmq_pollitem_t pi = {Z(e)->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&pi, 1, VF_STOP_POLL_MS);
@@ -353,7 +343,7 @@ static int send_part(vf_edge_end *e, vf_enc *enc, void *data, size_t len, bool f
 {
     int rc = 0;
     zmq_msg_t m;
-    if (!enc) { /* a small part (a shared-memory descriptor): copied into the message */
+    if (!enc) { /* a small part (a lane's descriptor): copied into the message */
         if (zmq_msg_init_size(&m, len) != 0) ZFAIL(e, "zmq_msg_init_size");
         memcpy(zmq_msg_data(&m), data, len);
     } else {
@@ -386,253 +376,35 @@ fail:
     return rc;
 }
 
-int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st)
+/* Sends a record and its frames as one message (takes one reference of enc). 0, VF_EOS
+ * receiver closed, VF_ESTOPPED, or an error. */
+static int send_record(vf_edge_end *e, vf_enc *enc, vf_status *st)
 {
-    int rc = 0;
+    int rc = 0, n = enc->nframes;
     int64_t t0 = 0;
-    bool placed = false, bulk = false;
-    unsigned char (*desc)[VF_SHM_DESC_SIZE] = NULL;
-    unsigned char (*bdesc)[VF_BULK_DESC_SIZE] = NULL;
-    VF_TRY(vf_zmq_wait_credit(e, st));
+    vf_lane_part *parts = NULL;
+    VF_TRY(wait_credit(e, st));
     if (e->closed) {
         rc = VF_EOS;
         goto fail;
     }
-    if (Z(e)->bulk && enc->nframes > 0) {
-        if (!(bdesc = malloc((size_t)enc->nframes * sizeof *bdesc)))
+    if (n > 0) {
+        /* the parts, then the lanes' room for a descriptor per frame */
+        if (!(parts = malloc((size_t)n * (sizeof *parts + VF_LANE_DESC_MAX))))
             VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-        VF_TRY(vf_bulk_tx_send(Z(e)->bulk, enc, bdesc, st));
-        bulk = true;
+        VF_TRY(vf_lanes_send(&Z(e)->lanes, e, enc, parts, (unsigned char *)(parts + n), st));
     }
-    if (Z(e)->shm && enc->nframes > 0) {
-        if (!(desc = malloc((size_t)enc->nframes * sizeof *desc)))
-            VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-        VF_TRY(vf_shm_tx_place(Z(e)->shm, enc->frames, enc->nframes, desc, &placed, st));
-    }
-    VF_TRY(send_part(e, enc, enc->data, enc->len, true, enc->nframes > 0, &t0, st));
-    for (int k = 0; k < enc->nframes; k++) {
-        if (placed)
-            VF_TRY(send_part(e, NULL, desc[k], VF_SHM_DESC_SIZE, false, k + 1 < enc->nframes, &t0, st));
-        else if (bulk)
-            VF_TRY(send_part(e, NULL, bdesc[k], VF_BULK_DESC_SIZE, false, k + 1 < enc->nframes, &t0, st));
-        else
-            VF_TRY(send_part(e, enc, enc->frames[k]->data, vf_tensor_nbytes(enc->frames[k]), false,
-                             k + 1 < enc->nframes, &t0, st));
-    }
+    VF_TRY(send_part(e, enc, enc->data, enc->len, true, n > 0, &t0, st));
+    for (int k = 0; k < n; k++)
+        VF_TRY(send_part(e, parts[k].shared ? enc : NULL, (void *)parts[k].data, parts[k].len, false, k + 1 < n, &t0,
+                         st));
     Z(e)->credits--;
     atomic_store(&e->inflight, e->d.capacity - Z(e)->credits);
 fail:
     if (t0) atomic_fetch_add(&e->blocked_ns, vf_now_ns() - t0);
-    free(desc);
-    free(bdesc);
-    vf_enc_unref(NULL, enc); /* the caller's reference: each part queued holds its own (and the bulk lane one) */
+    free(parts);
+    vf_enc_unref(NULL, enc); /* the caller's reference: each part queued holds its own (and a lane that keeps it one) */
     return rc;
-}
-
-/* A received message part kept alive by the item's tensors. */
-typedef struct rmsg {
-    zmq_msg_t msg;
-    vf_account *acct;
-    size_t size;     /* what the part holds: its own size, or a descriptor's payload */
-    vf_frame payload; /* a shared-memory or bulk-lane descriptor's payload (release NULL: none) */
-} rmsg;
-
-static void rmsg_release(void *data, void *hint)
-{
-    (void)data;
-    rmsg *r = hint;
-    if (r->payload.release) r->payload.release((void *)r->payload.data, r->payload.hint);
-    zmq_msg_close(&r->msg);
-    if (r->acct) vf_account_credit(r->acct, (int64_t)r->size);
-    free(r);
-}
-
-/* Receives one part (non-blocking) into a new rmsg; VF_EDGE_EMPTY when none is there. */
-static int recv_part(vf_edge_end *e, rmsg **out, vf_status *st)
-{
-    rmsg *r = malloc(sizeof *r);
-    if (!r) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
-    zmq_msg_init(&r->msg);
-    for (;;) {
-        if (zmq_msg_recv(&r->msg, Z(e)->sock, ZMQ_DONTWAIT) >= 0) break;
-        int err = zmq_errno();
-        if (err == EINTR) continue;
-        zmq_msg_close(&r->msg);
-        free(r);
-        if (err == EAGAIN) return VF_EDGE_EMPTY;
-        return vf_status_set(st, VF_EEXTERNAL, __FILE__, __LINE__, "edge %s: zmq_msg_recv(%s): %s", e->d.name,
-                             e->endpoint, zmq_strerror(err));
-    }
-    r->acct = NULL;
-    r->size = zmq_msg_size(&r->msg);
-    r->payload = (vf_frame){0};
-    *out = r;
-    return 0;
-}
-
-/* The frames after a record: every part left of the message, read even past what a
- * record may name so the next message starts where it should. */
-static int recv_frames(vf_edge_end *e, rmsg ***frames, int *n, vf_status *st)
-{
-    int rc = 0, cap = 0, got = 0, extra = 0;
-    rmsg **f = NULL;
-    bool more = true;
-    while (more) {
-        rmsg *r = NULL;
-        rc = recv_part(e, &r, st);
-        if (rc == VF_EDGE_EMPTY) /* ZeroMQ delivers a message whole: never */
-            VF_FAIL(st, VF_ECORRUPT, "edge %s: message ended after %d frame(s), before its last", e->d.name, got);
-        if (rc < 0) goto fail;
-        more = zmq_msg_more(&r->msg);
-        if (got == VF_CODEC_MAX_COUNT) { /* refused below, once the message is read */
-            rmsg_release(NULL, r);
-            extra++;
-            continue;
-        }
-        if (got == cap) {
-            int nc = cap ? 2 * cap : 4;
-            rmsg **g = realloc(f, (size_t)nc * sizeof *g);
-            if (!g) {
-                rmsg_release(NULL, r);
-                VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-            }
-            f = g;
-            cap = nc;
-        }
-        f[got++] = r;
-    }
-    if (extra)
-        VF_FAIL(st, VF_ECORRUPT, "edge %s: a message of more than %d frames (an item has at most %d tensors)",
-                e->d.name, VF_CODEC_MAX_COUNT, VF_CODEC_MAX_COUNT);
-    *frames = f;
-    *n = got;
-    return 0;
-fail:
-    while (got > 0) rmsg_release(NULL, f[--got]);
-    free(f);
-    *frames = NULL;
-    *n = 0;
-    return rc;
-}
-
-/* Replaces the bulk descriptors fr[0..nf) by the lane's payloads. */
-static int bulk_payloads(vf_edge_end *e, rmsg **fr, int nf, vf_status *st)
-{
-    int rc = 0;
-    const void **d = malloc((size_t)nf * sizeof *d);
-    vf_frame *pl = malloc((size_t)nf * sizeof *pl);
-    if (!d || !pl) VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-    if (!Z(e)->bulk_rx) VF_FAIL(st, VF_ECORRUPT, "edge %s: bulk descriptors on an edge without a bulk lane", e->d.name);
-    for (int k = 0; k < nf; k++) {
-        if (!vf_bulk_is_desc(zmq_msg_data(&fr[k]->msg), fr[k]->size))
-            VF_FAIL(st, VF_ECORRUPT, "edge %s: frame %d of an item sent through the bulk lane is not a descriptor",
-                    e->d.name, k);
-        d[k] = zmq_msg_data(&fr[k]->msg);
-    }
-    VF_TRY(vf_bulk_rx_item(Z(e)->bulk_rx, d, nf, pl, st));
-    for (int k = 0; k < nf; k++) {
-        fr[k]->payload = pl[k];
-        fr[k]->size = pl[k].len;
-    }
-fail:
-    free(d);
-    free(pl);
-    return rc;
-}
-
-int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st)
-{
-    int rc = 0, nf = 0;
-    rmsg *r = NULL, **fr = NULL;
-    vf_frame *frames = NULL;
-    vf_account *acct = vf_account_current();
-    int64_t charged = 0;
-    if ((rc = recv_part(e, &r, st)) != 0) return rc;
-    const unsigned char *p = zmq_msg_data(&r->msg);
-    size_t n = r->size;
-    if (zmq_msg_more(&r->msg)) {
-        VF_TRY(recv_frames(e, &fr, &nf, st));
-    } else if (n == CTL_SIZE && p[0] == 'V' && p[1] == 'F' && p[2] == 'C') {
-        char type;
-        uint32_t v;
-        VF_TRY(parse_ctl(e, p, n, &type, &v, st));
-        if (type != CTL_EOS) VF_FAIL(st, VF_ECORRUPT, "edge %s: unexpected control frame '%c' from the sender",
-                                     e->d.name, type);
-        rmsg_release(NULL, r);
-        e->ended = true;
-        /* Everything before the EOS was read: tell the sender it may close. */
-        rc = send_ctl(e, CTL_ACK, 0, true, st);
-        Z(e)->sent_final = true;
-        return rc < 0 ? rc : VF_EOS;
-    }
-    /* Shared-memory descriptors (ipc only: a segment is a thing of this node; over tcp a
-     * descriptor is a frame of the wrong size, which the decoder refuses): the part
-     * stands for the slot's payload from here on. */
-    for (int k = 0; k < nf && e->d.transport == VF_TR_IPC; k++) {
-        if (!vf_shm_is_desc(zmq_msg_data(&fr[k]->msg), fr[k]->size)) continue;
-        VF_TRY(vf_shm_rx_frame(&Z(e)->shm_rx, e->d.name, zmq_msg_data(&fr[k]->msg), &fr[k]->payload, st));
-        fr[k]->size = fr[k]->payload.len;
-    }
-    /* Bulk-lane descriptors (tcp only; all of an item's frames or none): the lane's
-     * bytes for this item, read now. */
-    if (nf > 0 && e->d.transport == VF_TR_TCP && vf_bulk_is_desc(zmq_msg_data(&fr[0]->msg), fr[0]->size))
-        VF_TRY(bulk_payloads(e, fr, nf, st));
-    /* The message is now memory this stage holds: charge it to the consumer's account. */
-    int64_t total = (int64_t)n;
-    for (int k = 0; k < nf; k++) total += (int64_t)fr[k]->size;
-    rc = vf_account_charge(acct, total, st);
-    if (rc < 0) {
-        vf_status_prefix(st, "edge %s", e->d.name);
-        goto fail;
-    }
-    charged = total;
-    r->acct = acct;
-    for (int k = 0; k < nf; k++) fr[k]->acct = acct;
-    if (nf > 0 && !(frames = calloc((size_t)nf, sizeof *frames)))
-        VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-    for (int k = 0; k < nf; k++)
-        frames[k] = (vf_frame){fr[k]->payload.release ? fr[k]->payload.data : zmq_msg_data(&fr[k]->msg), fr[k]->size,
-                               rmsg_release, fr[k]};
-    rc = vf_item_decode_split(p, n, rmsg_release, r, frames, nf, out, st);
-    if (rc < 0) {
-        vf_status_prefix(st, "edge %s", e->d.name);
-        goto fail;
-    }
-    free(frames);
-    free(fr); /* each part is its tensors' now */
-    return 0;
-fail:
-    /* nothing of the message was handed out: release every part, uncharged */
-    if (charged) vf_account_credit(acct, charged);
-    r->acct = NULL;
-    rmsg_release(NULL, r);
-    for (int k = 0; k < nf; k++) {
-        fr[k]->acct = NULL;
-        rmsg_release(NULL, fr[k]);
-    }
-    free(frames);
-    free(fr);
-    return rc;
-}
-
-int vf_zmq_flush_credits(vf_edge_end *e, vf_status *st)
-{
-    if (Z(e)->pending_credits == 0 || e->ended || e->closed) return 0;
-    /* Non-blocking: if the frame cannot be queued now, the next flush retries. The HWM
-     * leaves room for it, so this only happens while the sender reconnects. */
-    int rc = send_ctl(e, CTL_CREDIT, (uint32_t)Z(e)->pending_credits, false, st);
-    if (rc < 0) return rc;
-    if (rc == 0) Z(e)->pending_credits = 0;
-    atomic_store(&e->inflight, Z(e)->pending_credits);
-    return 0;
-}
-
-int vf_zmq_consumed(vf_edge_end *e, vf_status *st)
-{
-    Z(e)->pending_credits++;
-    atomic_store(&e->inflight, Z(e)->pending_credits);
-    if (Z(e)->pending_credits >= Z(e)->credit_batch) return vf_zmq_flush_credits(e, st);
-    return 0;
 }
 
 int vf_zmq_close_send(vf_edge_end *e, vf_status *st)
@@ -644,25 +416,15 @@ int vf_zmq_close_send(vf_edge_end *e, vf_status *st)
         e->ended = true; /* nobody reads: no EOS needed */
         return 0;
     }
-    rc = send_ctl(e, CTL_EOS, 0, true, st);
+    rc = vf_zmq_send_ctl(e, CTL_EOS, 0, true, st);
     if (rc == 0) e->ended = true;
     return rc;
-}
-
-int vf_zmq_close_recv(vf_edge_end *e, vf_status *st)
-{
-    if (e->ended || e->closed) return 0;
-    e->closed = true;
-    /* If the sender never connected there is nobody to tell: do not wait for one. */
-    int rc = send_ctl(e, CTL_CLOSED, 0, false, st);
-    if (rc == 0) Z(e)->sent_final = true;
-    return rc < 0 ? rc : 0;
 }
 
 static void zmq_end_free(vf_edge_end *e)
 {
     if (!Z(e)) return;
-    vf_devxfer_edge_free(e); /* the CUDA transports' state for this edge */
+    vf_lanes_close(&Z(e)->lanes, e); /* the lanes first (the device hook's state among them), then the socket */
     /* LINGER 0 once nothing is owed to the peer (the sender after its EOS was acked);
      * a short bounded linger lets the receiver's final ack / closed frame leave. */
     int linger = e->side == VF_PORT_IN && Z(e)->sent_final ? FINAL_LINGER_MS : 0;
@@ -672,33 +434,53 @@ static void zmq_end_free(vf_edge_end *e)
         zmq_close(Z(e)->mon);
     }
     zmq_close(Z(e)->sock);
-    vf_bulk_tx_free(Z(e)->bulk);
-    vf_bulk_rx_free(Z(e)->bulk_rx);
-    vf_shm_tx_free(Z(e)->shm);
-    vf_shm_rx_free(Z(e)->shm_rx);
     free(e->impl);
     e->impl = NULL;
 }
 
 /* ------------------------------------------------------------------ the ops (transport.h) */
 
+/* Sends `it` whole through lane k: its record for this edge, built once the edge has a
+ * credit. 0, VF_EOS receiver closed, VF_ESTOPPED, or an error naming the edge. */
+static int send_whole(vf_edge_end *e, int k, const vf_item *it, int64_t *bytes, vf_status *st)
+{
+    int rc = 0;
+    vf_enc *enc = NULL;
+    vf_lanes *l = &Z(e)->lanes;
+    VF_TRY(wait_credit(e, st));
+    if (e->closed) return VF_EOS; /* the receiver stopped reading: dropped */
+    VF_TRY(l->ops[k]->record(&l->state[k], e, e->d.capacity - Z(e)->credits, it, &enc, st));
+    *bytes = (int64_t)enc->bytes;
+    atomic_fetch_add(&enc->refs, 1);
+    if ((rc = send_record(e, enc, st)) != 0) goto fail;
+    if (l->ops[k]->sent) VF_TRY(l->ops[k]->sent(&l->state[k], e, st));
+fail:
+    if (enc) vf_enc_unref(NULL, enc);
+    if (rc < 0 && st && st->msg[0] && !strstr(st->msg, e->d.name)) vf_status_prefix(st, "edge %s", e->d.name);
+    return rc;
+}
+
 static int zmq_wait_credit_op(vf_edge_end *e, const vf_item *it, vf_status *st)
 {
-    /* device items wait for their credit inside the device hook */
-    return vf_item_has_device(it) ? 0 : vf_zmq_wait_credit(e, st);
+    /* an item a lane carries whole waits for its credit in the send, which also says
+     * why a lane that should carry it cannot */
+    int k;
+    if (vf_lanes_whole(&Z(e)->lanes, e, it, &k, NULL) < 0 || k >= 0) return 0;
+    return wait_credit(e, st);
 }
 
 static int zmq_send_op(vf_edge_end *e, vf_send_job *job, int64_t *bytes, vf_status *st)
 {
-    /* Device tensors cross through the CUDA transports (transport_dev.h), which build a
-     * wire item per edge; host items share one record. */
-    if (vf_item_has_device(job->it)) return vf_devxfer_send_zmq(e, job->it, bytes, st);
+    int k, rc;
+    *bytes = 0;
+    if ((rc = vf_lanes_whole(&Z(e)->lanes, e, job->it, &k, st)) < 0) return rc;
+    if (k >= 0) return send_whole(e, k, job->it, bytes, st);
+    /* the lanes of frames share one record among the ends of the port */
     vf_enc *enc;
-    int rc = vf_send_job_record(job, &enc, st);
-    if (rc < 0) return rc;
+    if ((rc = vf_send_job_record(job, &enc, st)) < 0) return rc;
     atomic_fetch_add(&enc->refs, 1);
     *bytes = (int64_t)enc->bytes;
-    return vf_zmq_send(e, enc, st);
+    return send_record(e, enc, st);
 }
 
 static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
@@ -707,7 +489,7 @@ static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
     if (rc < 0) return rc;
     if (!e->ended || Z(e)->acked || e->closed) return 0; /* only an EOS sent is awaited */
     if ((rc = check_handshake(e, st)) < 0) return rc;
-    if (Z(e)->bulk && (rc = vf_bulk_tx_check(Z(e)->bulk, st)) < 0) return rc;
+    if ((rc = vf_lanes_check(&Z(e)->lanes, e, st)) < 0) return rc;
     /* Everything it sent before it went was read (poll_control above): stop waiting for
      * a receiver that is gone, its ack / closed frame was lost. */
     if (vf_zmq_peer_gone(e)) {
@@ -718,28 +500,11 @@ static int zmq_drain_op(vf_edge_end *e, void **wait_sock, vf_status *st)
     return 1;
 }
 
-static int zmq_try_recv_op(vf_edge_end *e, vf_item **out, int64_t *bytes, vf_status *st)
-{
-    int rc = vf_zmq_try_recv(e, out, st);
-    if (rc != 0) return rc;
-    *bytes = (int64_t)vf_item_encoded_size(*out);
-    /* Device tensors are copied into this side's memory before the credit (sent just
-     * below) lets the producer reuse its buffer. */
-    VF_TRY(vf_devxfer_recv_fixup(e, out, st));
-    rc = vf_zmq_consumed(e, st);
-    if (rc < 0) {
-        vf_item_free(*out);
-        *out = NULL;
-    }
-fail:
-    return rc;
-}
-
 int64_t vf_zmq_refused(vf_chan_hub *h)
 {
     pthread_mutex_lock(&h->mu);
     zmq_hub *zh = *vf_chan_hub_slot(h, VF_HUB_SLOT_ZMQ);
-    int64_t n = zh ? vf_zap_refused(zh->zap) + atomic_load(&zh->bulk_refused) : 0;
+    int64_t n = zh ? vf_zap_refused(zh->zap) + atomic_load(&zh->lane_refused) : 0;
     pthread_mutex_unlock(&h->mu);
     return n;
 }
@@ -769,7 +534,7 @@ const vf_transport_ops vf_transport_zmq = {
     .send = zmq_send_op,
     .close_send = vf_zmq_close_send,
     .drain = zmq_drain_op,
-    .try_recv = zmq_try_recv_op,
+    .try_recv = vf_zmq_try_recv_op,
     .flush = vf_zmq_flush_credits,
     .close_recv = vf_zmq_close_recv,
     .socket = zmq_socket_op,

@@ -1,11 +1,12 @@
-/* transport_zmq.h — the ZeroMQ transport's own API (transport_zmq.c): the state of one
- * end and the single-end operations behind `vf_transport_zmq`, for the device hook
- * (transport_dev.c) and tests that drive one end directly. Ports go through
- * vf_transport_ops (transport.h) instead.
+/* transport_zmq.h — the ZeroMQ transport's own API (transport_zmq*.c): the state of one
+ * end and the single-end operations behind `vf_transport_zmq`, for tests that drive one
+ * end directly. Ports go through vf_transport_ops (transport.h) instead; the payload
+ * lanes (lane.h) never come here.
  */
 #ifndef VF_TRANSPORT_ZMQ_H
 #define VF_TRANSPORT_ZMQ_H
 #include "runtime/edge/chan_internal.h"
+#include "runtime/edge/lane.h"
 
 /* How long a disconnected receiver may take to reconnect before it counts as gone (ms). */
 #define VF_PEER_GONE_MS 1000
@@ -27,22 +28,19 @@ typedef struct vf_zmq_end {
     int handshakes_failed; /* send: failures in a row since the last success */
     int handshake_failed; /* send: the latest ZMQ_EVENT_HANDSHAKE_FAILED_* */
     unsigned handshake_status; /* its value (the ZAP status code for an auth failure) */
-    struct vf_shm_tx *shm;     /* send, ipc: large tensors through shared memory (edge_shm.h), or NULL */
-    struct vf_shm_rx *shm_rx;  /* recv: the senders' segments mapped so far, or NULL */
-    struct vf_bulk_tx *bulk;   /* send, tcp: the bulk lane's writer (edge_bulk.h), or NULL */
-    struct vf_bulk_rx *bulk_rx; /* recv, tcp: the bulk lane's listener and reader, or NULL */
+    vf_lanes lanes;       /* the payload lanes serving this end (lane.h) */
 } vf_zmq_end;
 
 static inline vf_zmq_end *vf_zmq_of(const vf_edge_end *e) { return (vf_zmq_end *)e->impl; }
 
 extern const vf_transport_ops vf_transport_zmq;
 
-/* send: waits (stop-aware) until the edge has a credit or its receiver closed. */
-int vf_zmq_wait_credit(vf_edge_end *e, vf_status *st);
-/* Sends the shared record (takes one reference of enc). 0, VF_EOS receiver closed,
- * VF_ESTOPPED, or an error. */
-int vf_zmq_send(vf_edge_end *e, vf_enc *enc, vf_status *st);
+/* Non-blocking receive of one item: 0 (*out: caller owns it, its lanes' payloads in
+ * place, not yet finished by vf_zmq_recv_item), VF_EOS, VF_EDGE_EMPTY, or an error. */
 int vf_zmq_try_recv(vf_edge_end *e, vf_item **out, vf_status *st);
+/* recv: each lane finishes an item vf_zmq_try_recv returned (device tensors into this
+ * side's memory). On an error *it is freed and set to NULL. */
+int vf_zmq_recv_item(vf_edge_end *e, vf_item **it, vf_status *st);
 /* recv: the stage took an item: count a credit, send the batch when full. */
 int vf_zmq_consumed(vf_edge_end *e, vf_status *st);
 /* recv: send every pending credit (before the consumer blocks). */
@@ -57,5 +55,4 @@ bool vf_zmq_peer_gone(vf_edge_end *e);
 /* Handshakes the hub's ZAP handler refused so far (0 on an unsecured hub), and
  * connections its bulk lanes refused. */
 int64_t vf_zmq_refused(vf_chan_hub *h);
-
 #endif /* VF_TRANSPORT_ZMQ_H */

@@ -1,5 +1,5 @@
 /* plan.h — `vflow plan`: every byte a run will hold, per worker and device, before
- * anything starts (DESIGN §3, §4, §10), the budget check `vflow run` applies, the search
+ * anything starts (docs/PLANNING.md), the budget check `vflow run` applies, the search
  * for knobs that make an over-budget run fit, and plan-vs-measured after a run.
  *
  * What is counted (one line of the plan each; lines carry a category):
@@ -212,7 +212,7 @@ int vf_plan_admission(const vf_plan_req *req, const vf_mplan *base, const vf_bud
                       const vf_plan_bucket *bk, int nbk, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
                       vf_status *st);
 
-/* ------------------------------------------------------------------ output, CLI */
+/* ------------------------------------------------------------------ output */
 
 /* Text (or JSON) of the plan, its verdict and the fixes (nfix may be 0). */
 int vf_mplan_print(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE *out, bool json,
@@ -223,29 +223,6 @@ char *vf_mplan_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix);
  * "SCRIPT: the plan needs X on DEV, over the budget of Y (see `vflow plan`; --force
  * runs anyway)". 0 when nothing is over. */
 int vf_mplan_refusal(const vf_mplan *p, vf_status *st);
-
-/* admission = "shrink" before `vflow plan` and `vflow run`: when the plan is over a budget,
- * the --set pairs that shrink its buckets to fit (vf_plan_admission; one line per bucket
- * on report). Returns their count: the caller loads the script again with them. */
-int vf_plan_admit(const vf_graph *g, const vf_plan_req *req, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
-                  vf_status *st);
-/* `vflow plan`: plan, budgets (explicit or the machine's), fixes when over; prints to
- * out. VF_EBUDGET (exit 2) when a device is over its budget. */
-int vf_plan_command(const vf_graph *g, const vf_plan_req *req, FILE *out, vf_status *st);
-/* `vflow run`, before launching: refuses (VF_EBUDGET; the plan, its verdict and fixes
- * printed on `report`) a plan over the budget of a device (--budget, else what this
- * machine has), and (VF_EUSAGE) stages on CUDA devices this machine lacks. force: a
- * budget refusal becomes a warning on stderr (missing devices still refuse). */
-int vf_plan_gate(const vf_graph *g, const vf_plan_req *req, bool force, FILE *report, vf_status *st);
-/* After a run: writes <run_dir>/plan.json, reads <run_dir>/metrics.jsonl (the last
- * "final" row of each stage) and prints the plan's per-stage account prediction next to
- * the measured peak. run_dir NULL = runs/<pipeline name>, as `vflow run` uses. */
-int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_status *st);
-
-/* Compat (the first plan.c): vf_plan_print prints vf_mplan_print of a fresh plan without
- * budgets; vf_plan_check refuses as vf_mplan_refusal with the explicit budget only. */
-int vf_plan_print(const vf_graph *g, FILE *out, bool json, vf_status *st);
-int vf_plan_check(const vf_graph *g, const char *budget, vf_status *st);
 
 /* "1.50 MiB" */
 void vf_bytes_str(int64_t bytes, char *buf, size_t n);

@@ -1,13 +1,12 @@
-/* adamw_io.c — run config and checkpoint reading for the adamw shard (adamw_io.h). */
+/* adamw_io.c — the run config and the master weights of a checkpoint for the adamw shard
+ * (adamw_io.h). */
 #include "stages/train/adamw_io.h"
 #include "formats/ckpt.h"
 #include "formats/st_sharded.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ config */
 
@@ -66,10 +65,7 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
             if (v) rc = put(o, key, vf_json_clone(v), st);
         }
         vf_json_free(lora);
-        VF_TRY(rc);
-        /* the frozen base the adapters belong to ("" = the seeded init): sampling a LoRA
-         * checkpoint rebuilds the model from it */
-        VF_TRY(put(o, "lora.base", vf_json_str(vf_param_str(p, "weights")), st));
+        VF_TRY(rc); /* the frozen base: by content in state.json's lora_base (models/dit_base.h) */
     }
 
     const char *dj = vf_param_str(p, "data");
@@ -106,12 +102,9 @@ int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t 
     int rc = 0;
     vf_st_sharded *f = NULL;
     char path[PATH_MAX + 64];
-    struct stat sb;
     /* one file, or the shards behind the index above the writer's model_shard_bytes; a
      * LoRA run's adapters (its config check has made sure the run is one) */
-    snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL_INDEX);
-    if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_MODEL);
-    if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/%s", ckpt_path, VF_CKPT_LORA);
+    vf_ckpt_model_path(ckpt_path, path, sizeof path);
     VF_TRY(vf_st_sharded_open(path, &f, st));
     int64_t covered = 0;
     for (int i = 0; i < l->n; i++) {
@@ -137,61 +130,5 @@ int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t 
                 path, (long long)covered, (long long)(hi - lo), (long long)lo, (long long)hi);
 fail:
     vf_st_sharded_close(f);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ moments */
-
-static int64_t meta_int(const vf_st_file *f, const char *key)
-{
-    const char *v = vf_st_meta_get(f, key);
-    if (!v || !v[0]) return -1;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    return *end ? -1 : x;
-}
-
-int vf_adamw_load_moments(const char *ckpt_path, int64_t lo, int64_t hi, float *m, float *v,
-                          vf_status *st)
-{
-    int rc = 0;
-    DIR *d = opendir(ckpt_path);
-    vf_st_file *f = NULL;
-    int64_t covered = 0;
-    if (!d) return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: cannot list", ckpt_path);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "optimizer-", 10) != 0 || len < 12 ||
-            strcmp(e->d_name + len - 12, ".safetensors") != 0)
-            continue;
-        char path[PATH_MAX + 256];
-        snprintf(path, sizeof path, "%s/%s", ckpt_path, e->d_name);
-        VF_TRY(vf_st_open(path, &f, st));
-        int64_t off = meta_int(f, "offset"), n = meta_int(f, "numel");
-        if (off < 0 || n < 0)
-            VF_FAIL(st, VF_ECORRUPT, "%s: metadata \"offset\"/\"numel\" missing or not integers", path);
-        int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
-        if (b > a) {
-            const int64_t shape[1] = {n};
-            const vf_st_tensor *tm, *tv;
-            VF_TRY(vf_st_expect(f, "exp_avg", 1, shape, &tm, st));
-            VF_TRY(vf_st_expect(f, "exp_avg_sq", 1, shape, &tv, st));
-            if (tm->dtype != VF_ST_F32 || tv->dtype != VF_ST_F32)
-                VF_FAIL(st, VF_ECORRUPT, "%s: moments must be F32", path);
-            memcpy(m + (a - lo), (const char *)tm->data + (size_t)(a - off) * 4, (size_t)(b - a) * 4);
-            memcpy(v + (a - lo), (const char *)tv->data + (size_t)(a - off) * 4, (size_t)(b - a) * 4);
-            covered += b - a;
-        }
-        vf_st_close(f);
-        f = NULL;
-    }
-    if (covered != hi - lo)
-        VF_FAIL(st, VF_ECORRUPT,
-                "%s: the optimizer files cover %lld of the %lld elements [%lld, %lld) of this shard",
-                ckpt_path, (long long)covered, (long long)(hi - lo), (long long)lo, (long long)hi);
-fail:
-    vf_st_close(f);
-    closedir(d);
     return rc;
 }

@@ -1,18 +1,8 @@
-/* adamw_io.h — the optimizer shard's side of checkpoints: the run config it vouches for,
- * and reading its slice of master weights and moments back from a checkpoint written
- * with any number of shards.
- *
- * File formats (written by stages/train/checkpoint.c):
- *   model.safetensors              every model tensor by name, F32 (the master weights);
- *                                  a LoRA run's lora.safetensors instead: the adapters;
- *                                  above the writer's model_shard_bytes instead
- *                                  model-0000k-of-0000N.safetensors and
- *                                  model.safetensors.index.json (formats/st_sharded.h)
- *   optimizer-kk-of-SS.safetensors "exp_avg", "exp_avg_sq": F32 (numel), the moments of
- *                                  the flat range [offset, offset + numel); metadata
- *                                  "offset", "numel", "shard", "shards", "step", "total"
- * A shard's slice may cut tensors and may span several optimizer files (a resume with
- * another S): readers take the overlapping pieces, and check that they cover the slice.
+/* adamw_io.h — the optimizer shard's side of checkpoints (formats/ckpt.h has their
+ * layout): the run config it vouches for, and its slice of the master weights read back
+ * from a checkpoint written with any number of shards (a slice may cut tensors; the
+ * reader takes the overlapping pieces and checks that they cover it). The moments come
+ * back through formats/ckpt.h's vf_ckpt_read_moments.
  */
 #ifndef VF_ADAMW_IO_H
 #define VF_ADAMW_IO_H
@@ -25,12 +15,9 @@
  * defaults filled from the latent_reader schema). Caller owns *out. */
 int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status *st);
 
-/* Host f32 master weights of flat elements [lo, hi) from ckpt_dir/model.safetensors or,
- * when the checkpoint is sharded, the files its model.safetensors.index.json maps. */
+/* Host f32 master weights of flat elements [lo, hi) from the model file of step dir
+ * ckpt_path (vf_ckpt_model_path: one file, or the files a sharded model's index maps). */
 int vf_adamw_load_master(const char *ckpt_path, const vf_dit_layout *l, int64_t lo, int64_t hi,
                          float *dst, vf_status *st);
-/* Host f32 moments of [lo, hi) from the optimizer-*.safetensors files of ckpt_path. */
-int vf_adamw_load_moments(const char *ckpt_path, int64_t lo, int64_t hi, float *m, float *v,
-                          vf_status *st);
 
 #endif /* VF_ADAMW_IO_H */

@@ -1,13 +1,13 @@
 /* checkpoint.c — stage kind `checkpoint`: the asynchronous, atomic checkpoint writer
- * (DESIGN §7).
+ * (docs/TRAINING.md, "Checkpoints").
  *
  * The optimizer shards snapshot their slice (master weights and both moments, copied to
  * the host) at checkpoint steps and send it here over an edge of capacity 1: a shard has
  * at most one snapshot in flight and goes on training while this stage writes. When the
  * S snapshots of one step are in, it commits them (checkpoint_write.c; the model as one
- * file, or as Hugging Face shards plus index above model_shard_bytes): step-N.tmp/ →
- * files fsynced → manifest with CRCs → rename to step-N/ → fsync dir → `latest` → only
- * then the checkpoints beyond the newest `keep` are removed. A failed commit (disk full,
+ * file, or as Hugging Face shards plus index above model_shard_bytes), atomically as
+ * formats/ckpt.h describes, and only then are the checkpoints beyond the newest `keep`
+ * removed. A failed commit (disk full,
  * I/O error) removes its .tmp, leaves the previous checkpoints intact, is reported (log,
  * metrics row "checkpoint_failed", gauges ckpt_failed and ckpt_failed_in_row) and
  * training continues, unless it is the `max_ckpt_failures`-th in a row: then this stage
@@ -166,6 +166,8 @@ static void ckpt_fini(vf_stage *s)
 
 static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_WARN, "%s", msg); }
 
+static void log_leftover(void *user, const char *path) { vf_log(user, VF_LOG_INFO, "removing the incomplete %s", path); }
+
 static bool fail_injected(int64_t step)
 {
     const char *e = getenv("VFLOW_CKPT_FAIL");
@@ -188,19 +190,10 @@ static double step_of(const vf_item *it)
 /* Start: leftovers of a killed writer go; with --resume, say where the run continues. */
 static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
 {
-    int64_t *tmp = NULL;
-    int n = 0;
     if (mkdir(c->dir, 0755) != 0 && errno != EEXIST)
         return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: mkdir %s: %s", vf_stage_name(s), c->dir,
                              strerror(errno));
-    int rc = vf_ckpt_list(c->dir, true, &tmp, &n, st);
-    for (int i = 0; i < n && !rc; i++) {
-        char p[4200];
-        snprintf(p, sizeof p, "%s/step-%lld.tmp", c->dir, (long long)tmp[i]);
-        vf_log(ctx, VF_LOG_INFO, "removing the incomplete %s", p);
-        rc = vf_ckpt_remove(p, st);
-    }
-    free(tmp);
+    int rc = vf_ckpt_remove_tmp(c->dir, log_leftover, ctx, st);
     if (rc || !vf_resuming(ctx)) return rc;
     vf_ckpt ck;
     vf_status fs;
@@ -264,6 +257,7 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
         snprintf(row, sizeof row, "{\"event\":\"checkpoint\",\"step\":%lld,\"path\":\"%s\",\"bytes\":%lld,\"write_s\":%.6f}",
                  (long long)step, ws.path, (long long)ws.bytes, ws.seconds);
         vf_metric(ctx, "ckpt_step", (double)step);
+        vf_summary(ctx, "checkpoint", "checkpoint of step %lld: %s", (long long)step, ws.path);
     } else {
         c->failed++;
         if (c->in_row < (int)(sizeof c->fail_steps / sizeof c->fail_steps[0])) c->fail_steps[c->in_row] = step;

@@ -15,16 +15,12 @@ typedef struct vf_ckpt_write_stats {
 /* Writes checkpoint `step` into dir from the S snapshot items of the optimizer shards
  * (snaps[k] from shard k: "master", "exp_avg", "exp_avg_sq" host f32 of its slice, meta
  * "off", "n", "lr", "shards", "replicas", "stages"; shard 0 also "cursors", "config",
- * "loss", "preset"): step-N.tmp/ with model.safetensors (Wan's original names, from l;
- * __metadata__ format "pt", step, preset) or, when the model's tensor bytes exceed
- * shard_bytes > 0, model-0000k-of-0000N.safetensors (each at most shard_bytes of tensor
- * data unless one tensor alone is larger; each with the same __metadata__) and
- * model.safetensors.index.json; optimizer-kk-of-SS.safetensors, state.json, each
- * fsynced, then manifest.json with their sizes and CRC32C, fsync, rename to step-N/,
- * fsync dir, `latest` updated, and only then the complete checkpoints beyond the newest
- * `keep` removed. On any failure the .tmp is removed, the previous checkpoints are
- * untouched, and st says what failed (the file and errno text). `fail_inject` (tests):
- * fail after the model files as a write error would. */
+ * "loss", "preset", and a LoRA run's "lora_alpha"): the files and the commit of
+ * formats/ckpt.h, the model (names from l) as one file or, when its tensor bytes exceed
+ * shard_bytes > 0, sharded; then the complete checkpoints beyond the newest `keep`
+ * removed. On any failure the .tmp is removed, the previous checkpoints are untouched,
+ * and st says what failed (the file and errno text). `fail_inject` (tests): fail after
+ * the model files as a write error would. */
 int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int S,
                        const vf_dit_layout *l, int keep, int64_t shard_bytes, bool fail_inject,
                        vf_ckpt_write_stats *out, vf_status *st);

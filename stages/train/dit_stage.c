@@ -1,4 +1,4 @@
-/* dit_stage.c — stage kind `dit`: one pipeline partition of the video DiT (DESIGN §7).
+/* dit_stage.c — stage kind `dit`: one pipeline partition of the video DiT (docs/TRAINING.md).
  *
  * Partition p of P runs blocks [splits[p], splits[p+1]) of the model (the first also the
  * embeddings, the last also the head and the loss) on its device. Per step:
@@ -117,13 +117,15 @@ static void dev_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
 /* Micro-batch geometry bound from what arrives: the reader's latent (first partition) or
  * the previous partition's target; over a bucketed reader's buckets, the largest B, L
  * and B·L. Zeros when not known yet; an error naming a bucket the model cannot take. */
-static int upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx, int64_t *Bmax, vf_status *st)
+static int upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx, int64_t *Bmax,
+                         vf_dit_dims *each, int *neach, vf_status *st)
 {
     memset(mx, 0, sizeof *mx);
     *Bmax = 0;
+    if (neach) *neach = 0;
     const vf_port_spec *in = up ? vf_port_find(up, g->p == 0 ? "batch" : "act_in") : NULL;
     if (in && in->geometries[0]) {
-        int rc = vf_dit_bucket_max("dit", &g->cfg, g->M, in->geometries, mx, st);
+        int rc = vf_dit_bucket_max("dit", &g->cfg, g->M, in->geometries, mx, each, neach, st);
         *Bmax = mx->B;
         return rc;
     }
@@ -132,8 +134,9 @@ static int upstream_dims(const pgeo *g, const vf_port_specs *up, vf_dit_dims *mx
         if (strcmp(t->name, g->p == 0 ? "latent" : "target") != 0 || t->ndim != 5) continue;
         int64_t B = t->dims[0];
         if (g->p == 0) B = (B + g->M - 1) / g->M;
-        *mx = (vf_dit_dims){(int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]};
+        *mx = vf_dit_dims_of(&g->cfg, (int)B, (int)t->dims[2], (int)t->dims[3], (int)t->dims[4]);
         *Bmax = B;
+        if (each) each[0] = *mx, *neach = 1;
     }
     return 0;
 }
@@ -170,7 +173,7 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
     dev_dtypes(dev, &act, &grad);
     vf_dit_dims mx;
     int64_t Bmax;
-    VF_TRY(upstream_dims(&g, upstream, &mx, &Bmax, st));
+    VF_TRY(upstream_dims(&g, upstream, &mx, &Bmax, NULL, NULL, st));
     const vf_port_spec *up = upstream ? vf_port_find(upstream, g.p == 0 ? "batch" : "act_in") : NULL;
     if (mx.T && (mx.T % g.cfg.patch[0] || mx.H % g.cfg.patch[1] || mx.W % g.cfg.patch[2]))
         VF_FAIL(st, VF_EUSAGE, "dit: latents of T=%d H=%d W=%d are not divisible by the patch (%d,%d,%d)",
@@ -233,9 +236,10 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     vf_dtype act, grad;
     dev_dtypes(dev, &act, &grad);
     size_t as = vf_dtype_size(act), gs = vf_dtype_size(grad);
-    vf_dit_dims mx;
+    vf_dit_dims mx, each[VF_DIT_MAX_BUCKETS];
     int64_t Bmax;
-    if (upstream_dims(&g, ports, &mx, &Bmax, st)) {
+    int neach = 0;
+    if (upstream_dims(&g, ports, &mx, &Bmax, each, &neach, st)) {
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
@@ -266,8 +270,16 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         if (g.lora)
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
                             vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mx, as, gs));
+        /* the CUDA backend's cuDNN attention workspace, grown to the largest micro-batch
+         * shape's (bucket by bucket: it scales with B·L², not with the largest B and L) */
+        int64_t aws = 0;
+        for (int i = 0; i < neach; i++) {
+            int64_t w = vf_dit_attn_workspace(&g.cfg, &each[i], dev);
+            aws = w > aws ? w : aws;
+        }
+        if (aws > 0) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "cuDNN attention workspace (bound)", aws);
         /* latent values of the largest micro-batch: B·L tokens of z·patch values */
-        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * vf_dit_tokens(&g.cfg, &mx);
+        int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * mx.L;
         int64_t per = ntok * g.cfg.z * g.cfg.patch[0] * g.cfg.patch[1] * g.cfg.patch[2];
         if (!last) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
         if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
@@ -485,8 +497,7 @@ static int resume_cursor(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t st
                            "%s: the shards resume at step %lld but the newest checkpoint in %s is step %lld",
                            vf_stage_name(s), (long long)start, dir, (long long)ck.step);
     } else {
-        const vf_json *c = vf_json_at(vf_json_get(ck.state, "cursors"), h->r);
-        const char *cur = c && c->type == VF_JSON_STR ? c->s : "";
+        const char *cur = vf_ckpt_state_cursor(ck.state, h->r);
         snprintf(h->skip_to, sizeof h->skip_to, "%s", cur);
         if (!cur[0])
             rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: %s/state.json has no data cursor for replica %d",

@@ -76,9 +76,10 @@ typedef struct dit_step_out {
 /* The largest micro-batch over a bucketed reader's buckets: geo is a batch's
  * "geometries" metadata, "name:B,z,T,H,W;…" (B the bucket's batch, z, T, H, W its
  * latent); M micro-batches. Each bucket is checked against the model (channels, patch,
- * B >= M) and named when it fails (VF_EBADINPUT). */
+ * B >= M) and named when it fails (VF_EBADINPUT). each (VF_DIT_MAX_BUCKETS entries; NULL
+ * if not wanted) receives every bucket's micro-batch and *neach their number. */
 int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char *geo, vf_dit_dims *max,
-                      vf_status *st);
+                      vf_dit_dims *each, int *neach, vf_status *st);
 
 /* Allocates what depends on the geometry (partition, saved stores, pools, staging) for
  * micro-batches up to max. */

@@ -20,6 +20,7 @@
  * reference, so only x is new at each boundary.
  */
 #include "stages/train/dit_stage.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@ const char *const vf_dit_xf_names[XF_N] = {"x", "e", "e0", "ctx", "target"};
 static void xf_shapes(const dit_part_state *h, const vf_dit_dims *d, int64_t shp[XF_N][5], int nd[XF_N])
 {
     const vf_dit_config *c = &h->cfg;
-    int64_t B = d->B, L = vf_dit_tokens(c, d), D = c->dim;
+    int64_t B = d->B, L = d->L, D = c->dim;
     nd[XF_X] = 3, shp[XF_X][0] = B, shp[XF_X][1] = L, shp[XF_X][2] = D;
     nd[XF_E] = 2, shp[XF_E][0] = B, shp[XF_E][1] = D;
     nd[XF_E0] = 3, shp[XF_E0][0] = B, shp[XF_E0][1] = 6, shp[XF_E0][2] = D;
@@ -70,7 +71,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     size_t elems[XF_N];
     for (int i = 0; i < XF_N; i++) elems[i] = numel(shp[i], nd[i]);
     /* over several buckets the B·L tokens of x and target are bounded by N */
-    int64_t ntok = max->N ? max->N : (int64_t)max->B * vf_dit_tokens(&h->cfg, max);
+    int64_t ntok = max->N ? max->N : (int64_t)max->B * max->L;
     int64_t zP = (int64_t)h->cfg.z * h->cfg.patch[0] * h->cfg.patch[1] * h->cfg.patch[2];
     elems[XF_X] = (size_t)(ntok * h->cfg.dim);
     elems[XF_TARGET] = (size_t)(ntok * zP);
@@ -204,7 +205,7 @@ static int recv_batch(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_item **out
         const char *cur = vf_item_str(it, "cursor");
         if (h->skip_to[0]) {
             int cmp = 0;
-            if (cur && !vf_train_cursor_same_stream(cur, h->skip_to)) {
+            if (cur && !vf_lr_cursor_same_stream(cur, h->skip_to)) {
                 rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                                    "%s: the checkpoint's data cursor %s is of another stream than this "
                                    "reader's (%s): another cache, seed or shard layout", vf_stage_name(s),
@@ -212,7 +213,7 @@ static int recv_batch(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_item **out
                 vf_item_free(it);
                 return rc;
             }
-            if (!cur || vf_train_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
+            if (!cur || vf_lr_cursor_cmp(cur, h->skip_to, &cmp) < 0) {
                 rc = vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                                    "%s: batch cursor \"%s\" cannot be compared with the checkpoint's \"%s\"",
                                    vf_stage_name(s), cur ? cur : "", h->skip_to);
@@ -280,7 +281,7 @@ static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, v
                                  (long long)te->shape[1], (long long)te->shape[2], h->cfg.text_len,
                                  h->cfg.text_dim);
     }
-    *d = (vf_dit_dims){(int)lat->shape[0], (int)lat->shape[2], (int)lat->shape[3], (int)lat->shape[4]};
+    *d = vf_dit_dims_of(&h->cfg, (int)lat->shape[0], (int)lat->shape[2], (int)lat->shape[3], (int)lat->shape[4]);
     if (d->B < h->M)
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                              "%s: a batch of %d samples cannot be cut into %d micro-batches (drop_last "
@@ -321,7 +322,7 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
 /* ------------------------------------------------------------------ buckets */
 
 int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char *geo, vf_dit_dims *max,
-                      vf_status *st)
+                      vf_dit_dims *each, int *neach, vf_status *st)
 {
     vf_dit_dims d[VF_DIT_MAX_BUCKETS];
     int n = 0;
@@ -345,12 +346,16 @@ int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char
             return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                                  "%s: bucket %s: batches of %lld samples cannot be cut into %d micro-batches", who,
                                  name, B, M);
-        d[n++] = (vf_dit_dims){(int)((B + M - 1) / M), (int)T, (int)H, (int)W};
+        d[n++] = vf_dit_dims_of(c, (int)((B + M - 1) / M), (int)T, (int)H, (int)W);
         g += used;
         if (*g == ';') g++;
     }
     if (n == 0) return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: no bucket geometry", who);
-    *max = vf_dit_dims_max(c, d, n);
+    *max = vf_dit_dims_max(d, n);
+    if (each) {
+        memcpy(each, d, sizeof d[0] * (size_t)n);
+        *neach = n;
+    }
     return 0;
 }
 
@@ -378,9 +383,9 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
         VF_TRY(batch_dims(s, h, batch, &bd, st));
         const char *cur = vf_item_str(batch, "cursor");
         snprintf(o->cursor, sizeof o->cursor, "%s", cur ? cur : "");
-        vf_dit_dims mx = {(bd.B + h->M - 1) / h->M, bd.T, bd.H, bd.W};
+        vf_dit_dims mx = vf_dit_dims_of(&h->cfg, (bd.B + h->M - 1) / h->M, bd.T, bd.H, bd.W);
         const char *geo = vf_item_str(batch, "geometries");
-        if (geo) VF_TRY(vf_dit_bucket_max(name, &h->cfg, h->M, geo, &mx, st));
+        if (geo) VF_TRY(vf_dit_bucket_max(name, &h->cfg, h->M, geo, &mx, NULL, NULL, st));
         if (!h->ready) {
             h->bucketed = geo != NULL;
             VF_TRY(vf_dit_stage_setup(h, &mx, st));
@@ -396,9 +401,8 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                     "partition was sized for (%lld)", name, (bd.B + h->M - 1) / h->M, (long long)h->per,
                     (long long)h->cap);
         o->samples = bd.B;
-        o->tokens = (int64_t)bd.B * vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W});
-        o->flops = bd.B * vf_dit_train_flops(&h->cfg, vf_dit_tokens(&h->cfg, &(vf_dit_dims){1, bd.T, bd.H, bd.W}),
-                                             h->cfg.text_len, h->recompute);
+        o->tokens = (int64_t)bd.B * bd.L;
+        o->flops = bd.B * vf_dit_train_flops(&h->cfg, bd.L, h->cfg.text_len, h->recompute);
     }
     mi = calloc((size_t)h->M, sizeof *mi);
     if (!mi) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", name);
@@ -419,7 +423,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             if (h->first) {
                 int f0, nb;
                 vf_train_mb_range(bd.B, h->M, m, &f0, &nb);
-                mi[m] = (mb_info){{nb, bd.T, bd.H, bd.W}, bd.B};
+                mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, nb, bd.T, bd.H, bd.W), bd.B};
                 t0 = vf_train_now_ns();
                 make_pairs(h, batch, step, f0, nb);
                 be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
@@ -445,11 +449,13 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 if ((int64_t)meta(it, "step") != step || (int)meta(it, "mb") != m)
                     VF_FAIL(st, VF_EINVAL, "%s: got activations of step %g micro-batch %g, expected %lld/%d",
                             name, meta(it, "step"), meta(it, "mb"), (long long)step, m);
-                mi[m] = (mb_info){{(int)meta(it, "B"), (int)meta(it, "T"), (int)meta(it, "H"), (int)meta(it, "W")},
+                mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, (int)meta(it, "B"), (int)meta(it, "T"), (int)meta(it, "H"),
+                                                 (int)meta(it, "W")),
                                   (int)meta(it, "Bg")};
                 if (!h->ready) {
-                    vf_dit_dims mx = {(int)meta(it, "Bmax"), (int)meta(it, "Tmax"), (int)meta(it, "Hmax"),
-                                      (int)meta(it, "Wmax"), (int64_t)meta(it, "Nmax")};
+                    vf_dit_dims mx = vf_dit_dims_of(&h->cfg, (int)meta(it, "Bmax"), (int)meta(it, "Tmax"),
+                                                    (int)meta(it, "Hmax"), (int)meta(it, "Wmax"));
+                    mx.N = (int64_t)meta(it, "Nmax");
                     VF_TRY(vf_dit_stage_setup(h, &mx, st));
                     op = h->ops[k];
                 }

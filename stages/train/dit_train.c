@@ -1,6 +1,6 @@
 /* dit_train.c — the arithmetic the training stages share (dit_train.h): ownership of the
- * flat parameter vector, the 1F1B order, the learning-rate schedule, micro-batch cuts,
- * cursor order, and the backend buffer pool behind hot items.
+ * flat parameter vector, the 1F1B order, the learning-rate schedule, micro-batch cuts
+ * and the backend buffer pool behind hot items.
  *
  * Everything here is a pure function of its arguments (except the pool), so a partition,
  * a shard and a test computing the same range or the same schedule always agree.
@@ -118,51 +118,6 @@ void vf_train_mb_range(int B, int M, int m, int *first, int *n)
     int a = (int)((int64_t)B * m / M), b = (int)((int64_t)B * (m + 1) / M);
     *first = a;
     *n = b - a;
-}
-
-/* Epoch and position of a reader cursor: "v1;…;pos=P" (entries) or, bucketed,
- * "v2;…;batch=J" (batches of the epoch's schedule). */
-static int cursor_pos(const char *c, long long *e, long long *p)
-{
-    if (!c || (strncmp(c, "v1;", 3) != 0 && strncmp(c, "v2;", 3) != 0)) return -1;
-    const char *key = c[1] == '1' ? ";pos=" : ";batch=";
-    const char *E = strstr(c, ";epoch="), *Q = strstr(c, key);
-    if (!E || !Q) return -1;
-    *e = strtoll(E + 7, NULL, 10);
-    *p = strtoll(Q + strlen(key), NULL, 10);
-    return 0;
-}
-
-int vf_train_cursor_cmp(const char *a, const char *b, int *cmp)
-{
-    long long ea, pa, eb, pb;
-    if (cursor_pos(a, &ea, &pa) || cursor_pos(b, &eb, &pb)) return VF_EINVAL;
-    *cmp = ea != eb ? (ea < eb ? -1 : 1) : (pa != pb ? (pa < pb ? -1 : 1) : 0);
-    return 0;
-}
-
-/* The cursor without its epoch= and pos= (batch=) fields. */
-static void cursor_rest(const char *c, char *out, size_t n)
-{
-    size_t k = 0;
-    while (*c && k + 1 < n) {
-        const char *end = strchr(c, ';');
-        size_t len = end ? (size_t)(end - c) : strlen(c);
-        if (strncmp(c, "epoch=", 6) != 0 && strncmp(c, "pos=", 4) != 0 && strncmp(c, "batch=", 6) != 0) {
-            for (size_t i = 0; i < len && k + 1 < n; i++) out[k++] = c[i];
-            if (k + 1 < n) out[k++] = ';';
-        }
-        c += len + (end ? 1 : 0);
-    }
-    out[k] = 0;
-}
-
-bool vf_train_cursor_same_stream(const char *a, const char *b)
-{
-    char ra[512], rb[512];
-    cursor_rest(a, ra, sizeof ra);
-    cursor_rest(b, rb, sizeof rb);
-    return strcmp(ra, rb) == 0;
 }
 
 int64_t vf_train_now_ns(void)

@@ -2,7 +2,7 @@
  * on: who owns which part of the flat parameter vector, the 1F1B order, the learning-rate
  * schedule, the item metadata keys, and a small pool of backend buffers for hot items.
  *
- * Ownership of the flat vector (DESIGN §6, §7):
+ * Ownership of the flat vector:
  *  - partition p of P owns the range of its blocks (vf_dit_layout_range over the block
  *    boundaries `splits`, P + 1 entries 0 = s0 < s1 < … < sP = depth);
  *  - the vector is cut into norm blocks of `block` elements, a function of the parameter
@@ -95,15 +95,6 @@ double vf_train_lr(const vf_lr_sched *s, int64_t step);
 
 /* Micro-batch m of M over a global batch of B samples: [*first, *first + *n). */
 void vf_train_mb_range(int B, int M, int m, int *first, int *n);
-
-/* Compares two latent_reader cursors ("v1;epoch=E;pos=P;…", bucketed "v2;epoch=E;batch=J;…")
- * by (epoch, pos or batch): <0, 0, >0;
- * VF_EINVAL (as *cmp unchanged, return < 0) when either is not a cursor. */
-int vf_train_cursor_cmp(const char *a, const char *b, int *cmp);
-
-/* True when two cursors describe the same stream (every field but epoch and pos equal:
- * format, entry count, seed, shard layout). */
-bool vf_train_cursor_same_stream(const char *a, const char *b);
 
 /* ------------------------------------------------------------------ buffers */
 

@@ -1,5 +1,5 @@
 /* fuzz_manifest.c — libFuzzer target for the decode stage's manifest reader
- * (stages/decode/decode_manifest.c): CSV (quotes, BOM, extra columns, start/end/fps) and
+ * (formats/video_manifest.c): CSV (quotes, BOM, extra columns, start/end/fps) and
  * JSONL, as users write them by hand or export them from other tools.
  *
  * The first input byte picks the file name's extension (.csv, .jsonl, none) and the
@@ -10,7 +10,7 @@
  *     of a split partition the rows (their counts add up to the whole).
  * In the normal build it is linked with replay_main.c and runs over corpus/fuzz_manifest/.
  */
-#include "stages/decode/decode_manifest.h"
+#include "formats/video_manifest.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -196,7 +196,7 @@ VF_TEST(dit_tiny)
     vf_status st = {0};
     vf_dit_config c;
     VF_CHECK(vf_dit_preset("tiny", &c, &st) == 0);
-    model_case(c, (vf_dit_dims){2, 4, 8, 8});
+    model_case(c, vf_dit_dims_of(&c, 2, 4, 8, 8));
 }
 
 VF_TEST(dit_head64)
@@ -205,7 +205,7 @@ VF_TEST(dit_head64)
     vf_dit_config c;
     VF_CHECK(vf_dit_preset("tiny", &c, &st) == 0);
     c.dim = 128, c.heads = 2, c.head_dim = 64, c.ffn = 256, c.text_len = 40;
-    model_case(c, (vf_dit_dims){1, 3, 16, 12});
+    model_case(c, vf_dit_dims_of(&c, 1, 3, 16, 12));
 }
 
 int main(void)

@@ -64,7 +64,7 @@ static void one_config(bool recompute, bool warm)
     VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
     if (!l) return;
     const int P = 2, M = 4, bounds[3] = {0, c.depth / 2, c.depth};
-    const vf_dit_dims d = {2, 8, 64, 64};
+    const vf_dit_dims d = vf_dit_dims_of(&c, 2, 8, 64, 64);
     const size_t as = vf_dtype_size(G->act_dtype), gs = vf_dtype_size(G->grad_dtype);
     const int64_t L = vf_dit_tokens(&c, &d), N = d.B * L, D = c.dim, Nt = (int64_t)d.B * c.text_len;
     const int64_t nlat = (int64_t)c.z * d.T * d.H * d.W * d.B;

@@ -17,7 +17,9 @@ sample at batches 4, 2 and 2; train_tool mkbucket) trained by pipelines/train_di
     to 4 (one line, and the run starts and trains those batches); a budget below its
     smallest batch leaves it out and the run trains the other bucket only;
   - bad buckets (exit 2 naming the bucket): a size the patch does not divide (8·patch),
-    frames not 1 + 4k, batch 0, a declared bucket the cache lacks.
+    frames not 1 + 4k, batch 0, a declared bucket the cache lacks;
+  - planned for cuda:0, each DiT partition counts the cuDNN attention workspace of the
+    bucket whose micro-batch needs the most (B·L², not the largest B with the largest L).
 vflow-test: labels=integration timeout=600
 """
 import json
@@ -35,6 +37,31 @@ SRC = tpm.SRC
 PIPE = os.path.join(SRC, "pipelines", "train_dit.lua")
 BUCKETS = [("64x64x1", 4, 0), ("128x64x5", 2, 100), ("128x128x9", 2, 200)]  # 16, 64, 192 tokens
 check = tpm.check
+
+
+def attn_ws(B, Lq, Lk, H):
+    """cuDNN's deterministic Hopper backward keeps the bf16 score gradient of every (query,
+    key) pair: in 128-row tiles, plus two f32 per query row and 16 MiB (kernels/ops.h)."""
+    tq, tk = -(-Lq // 128) * 128, -(-Lk // 128) * 128
+    return B * H * tq * tk * 2 + B * H * tq * 8 + (16 << 20)
+
+
+def cudnn_workspace(tmp, base):
+    """On a GPU the dit stage counts the cuDNN attention workspace of its largest
+    micro-batch shape, bucket by bucket (the tiny preset: 4 heads, 32 caption tokens; the
+    micro-batches: 2 x 16, 1 x 64, 1 x 192 tokens), not of the largest B with the largest L."""
+    r = tpm.vflow(["plan", PIPE, "--json", "--set", "device=cuda:0"] + base, tmp)
+    check(r.returncode == 0, "plan on cuda:0: exit %d %s" % (r.returncode, r.stderr))
+    lines = [x for x in json.loads(r.stdout)["lines"] if x["what"] == "cuDNN attention workspace (bound)"]
+    want = max(max(attn_ws(B, L, L, 4), attn_ws(B, L, 32, 4)) for B, L in ((2, 16), (1, 64), (1, 192)))
+    got = {x["stage"]: x["bytes"] for x in lines if x["device"] == "cuda:0"}
+    print("cuDNN attention workspace on cuda:0: %s (want %d per partition)" % (got, want))
+    check(sorted(got) == ["dit_0", "dit_1"] and all(v == want for v in got.values()),
+          "each partition counts the largest bucket's cuDNN workspace %d: %s" % (want, got))
+    check(want < attn_ws(2, 192, 192, 4), "the buckets' largest B and L together would be more")
+    cpu = tpm.vflow(["plan", PIPE, "--json"] + base, tmp)
+    check(not any(x["what"].startswith("cuDNN") for x in json.loads(cpu.stdout)["lines"]),
+          "no cuDNN workspace on the CPU")
 
 
 def main():
@@ -76,6 +103,7 @@ def main():
         text = tpm.vflow(["plan", PIPE] + base, tmp).stdout
         check(re.search(r"^buckets of 'latent_reader'", text, re.M) is not None and "128x128x9" in text,
               "text plan has the buckets' table")
+        cudnn_workspace(tmp, base)
 
         # each bucket alone: measured within 10 % of its plan, stage by stage
         for n, _, _ in BUCKETS:

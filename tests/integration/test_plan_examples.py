@@ -90,6 +90,15 @@ def wan13b():
     acts = line_sum(p, stage="dit_0", category="activations")
     kort = 2 * s * h * L  # bf16 block inputs, Korthikanti's full recompute
     check(kort <= acts <= 1.15 * kort, "recompute activations %.2f GiB vs 2sbh·L %.2f GiB" % (acts / GiB, kort / GiB))
+    # cuDNN's deterministic attention backward (kernels/ops.h): for the self-attention at
+    # 32 760 tokens the bf16 score gradient of every (query, key) pair would be 24 GiB, over
+    # the 4 GiB default cap, so an f32 dQ accumulator (32 768 rows in 128-row tiles, 12
+    # heads of 128); for the cross-attention the score gradient against 512 caption tokens
+    # (0.4 GB), the larger of the two; each with two f32 per query row and 16 MiB
+    ws = line_sum(p, stage="dit_0", what="cuDNN attention workspace")
+    t = -(-s // 128) * 128
+    self_ws, cross_ws = 12 * t * 128 * 4, 12 * t * 512 * 2
+    check(ws == max(self_ws, cross_ws) + 12 * t * 8 + (16 << 20), "cuDNN attention workspace %d bytes" % ws)
     st = next(x for x in p["stages"] if x["name"] == "dit_0")
     off = st["activations"]["recompute_off"]
     per_layer = off / (s * h * L)

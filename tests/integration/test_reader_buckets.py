@@ -2,7 +2,7 @@
 # test_reader_buckets.py — latent_reader over a cache of three buckets (entries with
 # "bucket" metadata and three latent shapes, written by tests/tools/cache_tool.c), read
 # back through cache_tool and checked against this file's own model of the documented
-# order (stages/latent_reader.h; Philox4x32-10 written here, not taken from the C code):
+# order (stages/reader/latent_reader.h; Philox4x32-10 written here, not taken from the C code):
 #  - every batch holds one bucket's entries, as many as that bucket's batch size (from
 #    the entries' "bucket_batch", the summary's "buckets", the declared list, else the
 #    reader's batch); its latent is (B, z, (F-1)/4+1, H/8, W/8) and holds the values the

@@ -12,7 +12,7 @@
 #   - gradients of the mean loss of the whole batch from dit_tool (the C model, whose
 #     gradients tests/reference/test_dit_parity.py checks against PyTorch).
 # Philox, the permutation and the pairs are written here from the documented rules
-# (runtime/philox.h, stages/latent_reader.h, models/dit.h), not taken from the C code.
+# (runtime/philox.h, stages/reader/latent_reader.h, models/dit.h), not taken from the C code.
 # Checked per step: vflow's loss, gradient norm, clip factor and lr against the reference;
 # at the end every weight of model.safetensors against the reference's (relative L2 ≤
 # 1e-5, max abs ≤ 1e-5) — which fails for a wrong sample order, noise, timestep, gradient

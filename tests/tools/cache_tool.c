@@ -1,5 +1,5 @@
 /* cache_tool.c — drives the latent cache writer/reader (stages/latent_cache.h,
- * stages/latent_reader.h) from scripts, without a graph: the Python cross-check
+ * stages/reader/latent_reader.h) from scripts, without a graph: the Python cross-check
  * (tests/reference/test_latent_cache_py.py) and the kill tests use it.
  *
  *   cache_tool write PATH FROM TO [--commit K] [--map BYTES] [--shape z,T,h,w]
@@ -24,7 +24,7 @@
  *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
  */
 #include "stages/latent_cache.h"
-#include "stages/latent_reader.h"
+#include "stages/reader/latent_reader.h"
 #include "cli/cli.h"
 #include "formats/safetensors.h"
 

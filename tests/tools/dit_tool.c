@@ -140,7 +140,7 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
     vf_dit_part *pp[64];
     vf_dit_saved *sv[64];
     vf_dit_xfer fx[64], gx[64];
-    int64_t L = vf_dit_tokens(c, &b->dims), N = b->dims.B * L, Nt = (int64_t)b->dims.B * c->text_len;
+    int64_t L = b->dims.L, N = b->dims.B * L, Nt = (int64_t)b->dims.B * c->text_len;
     for (int i = 0; i < parts; i++) {
         int b0 = c->depth * i / parts, b1 = c->depth * (i + 1) / parts;
         int64_t off, n;
@@ -211,13 +211,15 @@ static float *slurp_emb(const char *key, const char *path, int B, int text_len, 
     return slurp(path, (size_t)size);
 }
 
-static void parse_dims(int argc, char **argv, vf_dit_dims *d)
+static void parse_dims(int argc, char **argv, const vf_dit_config *c, vf_dit_dims *d)
 {
     const char *s = arg(argc, argv, "dims");
-    if (!s || sscanf(s, "%d,%d,%d,%d", &d->B, &d->T, &d->H, &d->W) != 4) {
+    int B, T, H, W;
+    if (!s || sscanf(s, "%d,%d,%d,%d", &B, &T, &H, &W) != 4) {
         fprintf(stderr, "dit_tool: dims=B,T,H,W required\n");
         exit(2);
     }
+    *d = vf_dit_dims_of(c, B, T, H, W);
 }
 
 static double clock_ms(clockid_t id)
@@ -309,7 +311,7 @@ int main(int argc, char **argv)
         vf_dit_lora_free(lo);
     } else if (strcmp(cmd, "grad") == 0 || strcmp(cmd, "bench") == 0) {
         vf_dit_batch b = {0};
-        parse_dims(argc, argv, &b.dims);
+        parse_dims(argc, argv, &c, &b.dims);
         int parts = (s = arg(argc, argv, "parts")) ? atoi(s) : 1;
         bool recompute = (s = arg(argc, argv, "recompute")) && atoi(s);
         if (parts < 1 || parts > c.depth || parts > 64) {
@@ -384,8 +386,8 @@ int main(int argc, char **argv)
             }
             double ms = (now_ms() - t0) / steps;
             double cpu = (clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps;
-            /* REFERENCE.md: 6·N·S + 12·L·d·S² + 12·L·d·S·S_txt per sample */
-            double S = (double)vf_dit_tokens(&c, &b.dims), St = c.text_len;
+            /* model FLOPs: 6·N·S + 12·L·d·S² + 12·L·d·S·S_txt per sample (weights, self- and cross-attention) */
+            double S = (double)b.dims.L, St = c.text_len;
             double flop = b.dims.B * (6.0 * (double)l->total * S +
                                       12.0 * c.depth * c.dim * S * (S + St));
             printf("params %lld tokens/sample %lld step_ms %.2f cpu_ms %.2f GFLOP/step %.3f "
@@ -396,7 +398,7 @@ int main(int argc, char **argv)
             free(pred), free(emb);
     } else if (strcmp(cmd, "sample") == 0) {
         vf_dit_dims d;
-        parse_dims(argc, argv, &d);
+        parse_dims(argc, argv, &c, &d);
         vf_dit_sample_cfg sc = {
             .steps = (s = arg(argc, argv, "steps")) ? atoi(s) : 50,
             .shift = (s = arg(argc, argv, "shift")) ? strtod(s, NULL) : 5.0,

@@ -8,8 +8,9 @@
  *       with W a diffusers directory whose config.json records latents_mean/latents_std,
  *       also "latent": mean normalised per channel (vf_vae_normalise).
  *       W may be a safetensors file (original or diffusers names) or a diffusers directory.
- *       The clip is encoded in chunks of C frames (default: T, i.e. whole). Prints the
- *       hash, then "encode_s S" (best of N repeats of the encode alone, for benchmarks).
+ *       The clip is encoded in chunks of C frames (default: T, i.e. whole). Prints
+ *       "encode_run_s S" as each of N repeats of the encode alone ends, then the hash and
+ *       "encode_s S" (the best of them, for benchmarks).
  *   vae_tool decode [CONFIG] (--weights W | --seed N) --input IN.safetensors [--chunk C]
  *                   [--device D] [--repeat N] --out OUT.safetensors
  *       IN holds "z" f32 (B, z, T', h, w), de-normalised (what the decoder takes), or
@@ -17,7 +18,7 @@
  *       recording latents_mean/latents_std) de-normalises first (vf_vae_denormalise).
  *       OUT gets "x" f32 (B, 3, 1 + 4(T'-1), 8h, 8w) in [-1, 1], metadata "vae" = the
  *       decoder's weights hash. Decoded in chunks of C latent frames (default 1, as Wan
- *       does). Prints the hash, then "decode_s S" (best of N repeats).
+ *       does). Prints "decode_run_s S" per repeat, the hash, then "decode_s S" (the best).
  *   vae_tool save [CONFIG] --seed N --out W.safetensors     seeded weights to a file
  *   vae_tool names [CONFIG]                                 tensor names and shapes
  *   vae_tool dec-names [CONFIG]                             the decoder's
@@ -26,11 +27,15 @@
  *
  *   CONFIG: --preset tiny|wan, then overrides --dim D --mult 1,2,4,4 --res R
  *           --tdown 0,1,1 --z Z --eps E
+ *   --phases 1 (encode, decode): after the timed repeats, one more pass op by op
+ *       (kernels/phases.h) and a line "phases {JSON}": the time of each phase of work
+ *       (attention, gemm, conv, elementwise, transfer, memset; ms) and the idle time.
  *
  * Exit 0 on success, 1 with the error on stderr, 2 on bad usage.
  */
 #include "models/vae.h"
 #include "formats/safetensors.h"
+#include "kernels/phases.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -51,13 +56,43 @@ static int usage(void)
                     "tiny|wan] [--dim D] "
                     "[--mult a,b,..] [--res R] [--tdown 0,1,..] [--z Z] [--eps E] "
                     "[--weights F | --seed N] [--input F] [--chunk C] [--device D] [--out F] "
-                    "[--batch B] [--size H W]\n");
+                    "[--batch B] [--size H W] [--repeat N] [--phases 1]\n");
     return 2;
+}
+
+/* With a timer: turns it on for one more run of `again`, then prints its phases. */
+static int phase_pass(vf_phases *ph, int (*again)(void *), void *arg, vf_status *st)
+{
+    if (!ph) return 0;
+    vf_phase_times t;
+    char json[1024];
+    vf_phases_enable(ph, true);
+    int rc = again(arg);
+    vf_phases_enable(ph, false);
+    if (rc < 0) return rc;
+    if ((rc = vf_phases_read(ph, &t, st)) < 0) return rc;
+    vf_phase_times_json(&t, json, sizeof json);
+    printf("phases %s\n", json);
+    return 0;
+}
+
+typedef struct dec_run {
+    vf_vae_dec *d;
+    int B;
+    int64_t Tl;
+    const float *z;
+    float *x;
+    vf_status *st;
+} dec_run;
+static int dec_again(void *a)
+{
+    dec_run *r = a;
+    return vf_vae_decode_f32(r->d, r->B, r->Tl, r->z, r->x, r->st);
 }
 
 /* The decode command: IN's "z" (or "latent", de-normalised) through the decoder. */
 static int decode(vf_vae *m, const char *weights, const char *input, const char *outp, int chunk,
-                  int repeat, vf_status *st)
+                  int repeat, vf_phases *ph, vf_status *st)
 {
     int rc = 0;
     const vf_vae_config *cfg = vf_vae_cfg(m);
@@ -98,8 +133,11 @@ static int decode(vf_vae *m, const char *weights, const char *input, const char 
         if ((rc = vf_vae_decode_f32(d, B, Tl, z, x, st)) < 0) goto fail;
         double dt = now_s() - t0;
         if (dt < best) best = dt;
+        printf("decode_run_s %.6f\n", dt); /* each run as it ends: a caller that stops us keeps them */
+        fflush(stdout);
     }
     rc = 0;
+    VF_TRY(phase_pass(ph, dec_again, &(dec_run){d, B, Tl, z, x, st}, st));
     if (!(w = vf_st_writer_new(st))) VF_FAIL(st, VF_ENOMEM, "out of memory");
     VF_TRY(vf_st_writer_add(w, "x", VF_ST_F32, 5, oshape, x, st));
     VF_TRY(vf_st_writer_meta(w, "vae", vf_vae_hash(m), st));
@@ -112,6 +150,20 @@ fail:
     free(z);
     free(x);
     return rc;
+}
+
+typedef struct enc_run {
+    vf_vae_enc *e;
+    int B;
+    int64_t T;
+    const float *x;
+    float *mean, *logvar;
+    vf_status *st;
+} enc_run;
+static int enc_again(void *a)
+{
+    enc_run *r = a;
+    return vf_vae_encode_f32(r->e, r->B, r->T, r->x, r->mean, r->logvar, r->st);
 }
 
 static int parse_list(const char *s, int *out, int max)
@@ -134,7 +186,7 @@ int main(int argc, char **argv)
     vf_vae_config_tiny(&cfg);
     const char *weights = NULL, *input = NULL, *outp = NULL, *device = "cpu";
     uint64_t seed = 0;
-    int chunk = 0, batch = 1, H = 0, W = 0, repeat = 1;
+    int chunk = 0, batch = 1, H = 0, W = 0, repeat = 1, phases = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -159,6 +211,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--repeat")) repeat = atoi(v) > 0 ? atoi(v) : 1;
+        else if (!strcmp(a, "--phases")) phases = atoi(v);
         else if (!strcmp(a, "--size")) {
             if (i + 2 >= argc) return usage();
             H = atoi(v), W = atoi(argv[i + 2]);
@@ -176,6 +229,7 @@ int main(int argc, char **argv)
     float *x = NULL, *mean = NULL, *logvar = NULL;
     vf_device dev;
     vf_backend *be;
+    vf_phases *ph = NULL;
 
     bool dec = !strcmp(cmd, "decode") || !strcmp(cmd, "dec-names") || !strcmp(cmd, "dec-mem");
     if (!strcmp(cmd, "mem") || !strcmp(cmd, "dec-mem")) {
@@ -191,6 +245,10 @@ int main(int argc, char **argv)
     if (!(be = vf_backend_for(dev, &st))) {
         rc = st.code ? st.code : VF_EINVAL;
         goto fail;
+    }
+    if (phases) { /* the model runs on the timer's table, timing off until the last pass */
+        VF_TRY(vf_phases_new(be, &ph, &st));
+        be = vf_phases_backend(ph);
     }
     if (dec) VF_TRY(vf_vae_dec_model_new(&cfg, be, &m, &st));
     else VF_TRY(vf_vae_new(&cfg, be, &m, &st));
@@ -214,7 +272,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "decode")) {
         if (!input || !outp) return usage();
-        rc = decode(m, weights, input, outp, chunk > 0 ? chunk : 1, repeat, &st);
+        rc = decode(m, weights, input, outp, chunk > 0 ? chunk : 1, repeat, ph, &st);
         goto done;
     }
     if (strcmp(cmd, "encode") || !input || !outp) return usage();
@@ -243,7 +301,10 @@ int main(int argc, char **argv)
         VF_TRY(vf_vae_encode_f32(e, B, T, x, mean, logvar, &st));
         double dt = now_s() - t0;
         if (dt < best) best = dt;
+        printf("encode_run_s %.6f\n", dt); /* each run as it ends: a caller that stops us keeps them */
+        fflush(stdout);
     }
+    VF_TRY(phase_pass(ph, enc_again, &(enc_run){e, B, T, x, mean, logvar, &st}, &st));
     if (!(w = vf_st_writer_new(&st))) VF_FAIL(&st, VF_ENOMEM, "out of memory");
     VF_TRY(vf_st_writer_add(w, "mean", VF_ST_F32, 5, oshape, mean, &st));
     VF_TRY(vf_st_writer_add(w, "logvar", VF_ST_F32, 5, oshape, logvar, &st));
@@ -269,6 +330,7 @@ fail:
     vf_st_close(in);
     vf_vae_enc_free(e);
     vf_vae_free(m);
+    vf_phases_free(ph);
     free(x);
     free(mean);
     free(logvar);

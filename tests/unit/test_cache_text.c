@@ -6,7 +6,7 @@
 #include "formats/safetensors.h"
 #include "stages/decode/decode_text.h"
 #include "stages/latent_cache.h"
-#include "stages/latent_reader.h"
+#include "stages/reader/latent_reader.h"
 #include "tests/vf_test.h"
 
 #include <math.h>

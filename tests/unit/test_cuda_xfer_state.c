@@ -2,13 +2,15 @@
  * device-tensor transports, on a machine without a GPU: pool_core.h (size classes,
  * reuse, accounts, limits, trim on driver OOM, exported blocks kept), xfer_state.h (the
  * IPC/NCCL descriptor codec and its strictness, the send ring's release by credit, the
- * import table's open-once refcounting) and runtime/edge/transport_dev.c (host-staged
- * tensors unwrapped without CUDA, the error naming the edge when a device tensor meets
- * a build without a device transport).
+ * import table's open-once refcounting) and the device lane, runtime/edge/lane_dev.c
+ * (host-staged tensors unwrapped without CUDA, the error naming the edge when a device
+ * tensor meets a build without a device transport).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/vf_test.h"
 
@@ -16,6 +18,7 @@
 #include "kernels/cuda/xfer_state.h"
 #include "runtime/core/alloc.h"
 #include "runtime/edge/chan_internal.h"
+#include "runtime/edge/lane.h"
 #include "runtime/edge/transport_dev.h"
 
 /* ------------------------------------------------------------------ a fake driver */
@@ -340,7 +343,7 @@ VF_TEST(import_open_once)
     free(k.k);
 }
 
-/* ------------------------------------------------------------------ transport_dev */
+/* ------------------------------------------------------------------ the device lane */
 
 static vf_edge_end fake_edge(const char *name)
 {
@@ -367,14 +370,15 @@ VF_TEST(devx_host_unwrap)
     VF_CHECK(!vf_item_has_device(it));
     /* this test thread never asked for a CUDA backend: with or without CUDA built, a
      * host-staged tensor arrives as a host tensor under its own name */
-    VF_CHECK_EQ_INT(vf_devxfer_recv_fixup(&e, &it, &st), 0);
+    void *lane = NULL;
+    VF_CHECK_EQ_INT(vf_lane_dev.recv_item(&lane, &e, &it, &st), 0);
     VF_CHECK(it != NULL);
     vf_tensor *x = it ? vf_item_get(it, "x") : NULL;
     VF_CHECK(x && x->dtype == VF_DTYPE_BF16 && x->device.kind == VF_DEV_CPU && x->shape[0] == 3);
     VF_CHECK(x && memcmp(x->data, "\x3f\x3f\x3f\x3f\x3f\x3f", 6) == 0);
     VF_CHECK(it && vf_item_get(it, "y") == plain && !vf_item_has_wire_device(it));
     vf_item_free(it);
-    vf_devxfer_edge_free(&e);
+    vf_lane_dev.close(lane, &e);
 }
 
 VF_TEST(devx_errors_name_the_edge)
@@ -389,23 +393,32 @@ VF_TEST(devx_errors_name_the_edge)
     vf_tensor *t = vf_tensor_wrap(VF_DTYPE_BF16, 1, &n, (vf_device){VF_DEV_CUDA, 1}, fake, NULL, NULL, &st);
     vf_item_put(it, "x", t, &st);
     VF_CHECK(vf_item_has_device(it));
+    /* through the channel's send, as a port sends it: a sending ipc end with a credit */
+    vf_chan_hub *h = vf_chan_hub_new(&st);
+    vf_edge_end *out = NULL;
+    snprintf(e.d.addr, sizeof e.d.addr, "ipc:///tmp/vf-devx-%d.sock", (int)getpid());
+    VF_CHECK_EQ_INT(vf_edge_open(h, &e.d, VF_PORT_OUT, &out, &st), 0);
+    vf_send_job job = {.it = it};
     int64_t bytes = -1;
-    int rc = vf_devxfer_send_zmq(&e, it, &bytes, &st);
+    int rc = out->ops->send(out, &job, &bytes, &st);
     VF_CHECK(rc < 0);
     VF_CHECK(strstr(st.msg, "dit0.act -> dit1.act") != NULL);
     VF_CHECK(strstr(st.msg, "'x'") != NULL && strstr(st.msg, "cuda:1") != NULL);
     VF_CHECK_EQ_INT(bytes, 0);
     vf_item_free(it);
+    vf_edge_end_free(out);
+    vf_chan_hub_free(h);
     /* a descriptor tensor reaching a build without CUDA */
     vf_status_clear(&st);
     it = vf_item_new("mb4", &st);
     int64_t nd = VF_XD_BYTES;
     vf_item_put(it, VF_DEVX_IPC "x", vf_tensor_zeros(VF_DTYPE_U8, 1, &nd, &st), &st);
-    rc = vf_devxfer_recv_fixup(&e, &it, &st);
+    void *lane = NULL;
+    rc = vf_lane_dev.recv_item(&lane, &e, &it, &st);
     VF_CHECK(rc < 0 && it == NULL);
     VF_CHECK(strstr(st.msg, "dit0.act -> dit1.act") != NULL);
     vf_devxfer_register(saved);
-    vf_devxfer_edge_free(&e);
+    vf_lane_dev.close(lane, &e);
 }
 
 int main(void) { return vf_test_main(); }

@@ -13,7 +13,7 @@
 
 #include "stages/decode/decode_av.h"
 #include "stages/decode/decode_clip.h"
-#include "stages/decode/decode_manifest.h"
+#include "formats/video_manifest.h"
 #include "stages/decode/decode_replan.h"
 
 #include <libavcodec/avcodec.h>

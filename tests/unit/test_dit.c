@@ -313,7 +313,7 @@ VF_TEST(text_embeddings_layout)
     vf_dit_layout_free(le);
 }
 
-/* Original -> diffusers names: WAN.md's table, as convert_wan_transformer_to_diffusers
+/* Original -> diffusers names: the table of docs/TRAINING.md's weights section, as convert_wan_transformer_to_diffusers
  * renames them (the reference test checks every name against diffusers itself). */
 VF_TEST(weight_names)
 {
@@ -351,7 +351,7 @@ VF_TEST(presets_and_sizes)
     for (int i = 0; i < 5; i++) {
         VF_CHECK(vf_dit_preset(names[i], &c, &st) == 0);
         VF_CHECK_MSG(vf_dit_config_check(&c, &st) == 0, "%s: %s", names[i], st.msg);
-        vf_dit_dims d = {1, 21, 60, 104}; /* 81 frames at 480x832 through Wan's VAE */
+        vf_dit_dims d = vf_dit_dims_of(&c, 1, 21, 60, 104); /* 81 frames at 480x832 through Wan's VAE */
         vf_dit_mem m;
         vf_dit_part_memory(&c, 0, c.depth, &d, false, 2, 4, &m);
         fprintf(stderr, "  %-9s params %7.3f M  per-block activations at B=1, %lld tokens: "
@@ -446,7 +446,7 @@ VF_TEST(model_params_and_ports)
     vf_port_specs ps;
     memset(&ps, 0, sizeof ps);
     vf_port_spec *p = vf_port_add(&ps, "act", VF_PORT_OUT, true);
-    vf_dit_dims max = {4, 5, 16, 16};
+    vf_dit_dims max = vf_dit_dims_of(&tiny, 4, 5, 16, 16);
     vf_dit_xfer_port(p, &tiny, &max, VF_DTYPE_F32);
     VF_CHECK_EQ_INT(p->ntensors, 4);
     VF_CHECK_STR(p->t[0].name, "x");
@@ -463,7 +463,7 @@ VF_TEST(memory_figures_are_the_allocations)
     vf_dit_layout *l = NULL;
     VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
     vf_backend *be = vf_backend_cpu();
-    vf_dit_dims d = {2, 2, 4, 6};
+    vf_dit_dims d = vf_dit_dims_of(&c, 2, 2, 4, 6);
     float *params = calloc((size_t)l->total, 4), *grads = calloc((size_t)l->total, 4);
     int bounds[3][2] = {{0, 1}, {1, 3}, {0, 4}};
     for (int r = 0; r < 2; r++) {
@@ -493,16 +493,38 @@ VF_TEST(memory_figures_are_the_allocations)
     VF_CHECK(vf_dit_part_new(be, l, 0, 4, &d, false, params, grads, &p, &st) == 0);
     VF_CHECK(vf_dit_saved_new(p, &s, &st) == 0);
     mb big;
-    mb_make(&big, &c, (vf_dit_dims){2, 4, 4, 6}, 1, 0);
+    mb_make(&big, &c, vf_dit_dims_of(&c, 2, 4, 4, 6), 1, 0);
     vf_status st2 = {0};
     VF_CHECK(vf_dit_part_forward(p, &big.b, NULL, NULL, s, &st2) == VF_EINVAL);
     VF_CHECK(strstr(st2.msg, "exceeds") != NULL);
     mb_free(&big);
+    /* dims whose token count is not their geometry's (made without vf_dit_dims_of) are refused */
+    mb odd;
+    mb_make(&odd, &c, (vf_dit_dims){2, 2, 4, 6}, 1, 0);
+    vf_status st3 = {0};
+    VF_CHECK(vf_dit_part_forward(p, &odd.b, NULL, NULL, s, &st3) == VF_EINVAL);
+    VF_CHECK_MSG(strstr(st3.msg, "vf_dit_dims_of") != NULL, "%s", st3.msg);
+    mb_free(&odd);
     vf_dit_saved_free(s);
     vf_dit_part_free(p);
     free(params);
     free(grads);
     vf_dit_layout_free(l);
+}
+
+VF_TEST(dims_carry_their_tokens)
+{
+    vf_dit_config c = small_cfg(); /* patch (1, 2, 2) */
+    VF_ASSERT(c.patch[0] == 1 && c.patch[1] == 2 && c.patch[2] == 2);
+    vf_dit_dims d = vf_dit_dims_of(&c, 3, 2, 4, 6);
+    VF_CHECK(d.B == 3 && d.T == 2 && d.H == 4 && d.W == 6 && d.N == 0);
+    VF_CHECK_EQ_INT(d.L, 2 * 2 * 3);
+    /* the maximum takes the tokens of its largest geometry, and bounds B·L by N */
+    vf_dit_dims bk[2] = {vf_dit_dims_of(&c, 4, 1, 2, 2), vf_dit_dims_of(&c, 1, 3, 8, 8)};
+    vf_dit_dims m = vf_dit_dims_max(bk, 2);
+    VF_CHECK(m.B == 4 && m.T == 3 && m.H == 8 && m.W == 8);
+    VF_CHECK_EQ_INT(m.L, 3 * 4 * 4);
+    VF_CHECK_EQ_INT(m.N, 48);
 }
 
 /* One micro-batch forward, loss and backward through partition [0, depth) sized for
@@ -539,8 +561,8 @@ VF_TEST(any_bucket_within_the_largest_geometry)
     VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
     float *params = random_params(l, 5);
     /* B·L = 3·1, 1·12, 2·8: the largest L and the largest B·L are other buckets' */
-    vf_dit_dims bk[3] = {{3, 1, 2, 2}, {1, 2, 4, 6}, {2, 2, 4, 4}};
-    vf_dit_dims max = vf_dit_dims_max(&c, bk, 3);
+    vf_dit_dims bk[3] = {vf_dit_dims_of(&c, 3, 1, 2, 2), vf_dit_dims_of(&c, 1, 2, 4, 6), vf_dit_dims_of(&c, 2, 2, 4, 4)};
+    vf_dit_dims max = vf_dit_dims_max(bk, 3);
     VF_CHECK(max.B == 3 && max.T == 2 && max.H == 4 && max.W == 6 && max.N == 16);
     float *ga = malloc(sizeof(float) * (size_t)l->total), *gb = malloc(sizeof(float) * (size_t)l->total);
     float *pa = malloc(4 * 3 * 4 * 2 * 4 * 6), *pb = malloc(4 * 3 * 4 * 2 * 4 * 6);
@@ -569,7 +591,7 @@ VF_TEST(any_bucket_within_the_largest_geometry)
     VF_CHECK_EQ_INT(mn.saved, vf_dit_saved_bytes(s));
     VF_CHECK_EQ_INT(mn.workspace, vf_dit_part_workspace_bytes(p));
     mb big;
-    mb_make(&big, &c, (vf_dit_dims){3, 2, 4, 6}, 1, 0);
+    mb_make(&big, &c, vf_dit_dims_of(&c, 3, 2, 4, 6), 1, 0);
     vf_status st2 = {0};
     VF_CHECK(vf_dit_part_forward(p, &big.b, NULL, NULL, s, &st2) == VF_EINVAL);
     VF_CHECK(strstr(st2.msg, "16 tokens in all") != NULL);
@@ -635,8 +657,8 @@ VF_TEST(partitions_and_recompute_are_bitwise_equal)
     float *params = random_params(l, 11);
     size_t gbytes = sizeof(float) * (size_t)l->total;
     mb mbs[2];
-    mb_make(&mbs[0], &c, (vf_dit_dims){2, 2, 4, 6}, 3, 0);
-    mb_make(&mbs[1], &c, (vf_dit_dims){3, 1, 4, 4}, 3, 10); /* other geometry, other RoPE grid */
+    mb_make(&mbs[0], &c, vf_dit_dims_of(&c, 2, 2, 4, 6), 3, 0);
+    mb_make(&mbs[1], &c, vf_dit_dims_of(&c, 3, 1, 4, 4), 3, 10); /* other geometry, other RoPE grid */
 
     float *ref = calloc((size_t)l->total, 4);
     double ref_loss[2];
@@ -680,7 +702,7 @@ VF_TEST(micro_batch_split_agrees_to_rounding)
     vf_dit_layout *l = NULL;
     VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
     float *params = random_params(l, 12);
-    vf_dit_dims d4 = {4, 2, 4, 4}, d2 = {2, 2, 4, 4};
+    vf_dit_dims d4 = vf_dit_dims_of(&c, 4, 2, 4, 4), d2 = vf_dit_dims_of(&c, 2, 2, 4, 4);
     mb whole, halves[2];
     mb_make(&whole, &c, d4, 9, 0);
     mb_make(&halves[0], &c, d2, 9, 0);
@@ -724,7 +746,7 @@ VF_TEST(gradient_matches_finite_differences)
     VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
     float *params = random_params(l, 13);
     mb m;
-    mb_make(&m, &c, (vf_dit_dims){2, 2, 4, 4}, 5, 0);
+    mb_make(&m, &c, vf_dit_dims_of(&c, 2, 2, 4, 4), 5, 0);
     float *g = calloc((size_t)l->total, 4);
     double loss;
     int one[2] = {0, 2};

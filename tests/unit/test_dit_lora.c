@@ -219,7 +219,7 @@ VF_TEST(init_starts_at_the_base_model)
     /* B = 0: the adapted model's loss is the base model's, bit for bit */
     float *params = perturbed(l->total, 3, 0.2f), *bg = calloc((size_t)l->total, 4), *lg = calloc((size_t)T, 4);
     mb m;
-    mb_make(&m, &c, (vf_dit_dims){2, 2, 4, 4}, 5);
+    mb_make(&m, &c, vf_dit_dims_of(&c, 2, 2, 4, 4), 5);
     int one[2] = {0, c.depth};
     double base = run(l, NULL, one, 1, false, params, bg, NULL, NULL, &m);
     double adapted = run(l, lo, one, 1, false, params, NULL, all, lg, &m);
@@ -252,7 +252,7 @@ VF_TEST(adapter_gradients_match_finite_differences)
     for (int64_t i = 0; i < T; i++) lp[i] += nb[i]; /* B off zero */
     free(nb);
     mb m;
-    mb_make(&m, &c, (vf_dit_dims){2, 2, 4, 4}, 5);
+    mb_make(&m, &c, vf_dit_dims_of(&c, 2, 2, 4, 4), 5);
     int one[2] = {0, c.depth};
     run(l, lo, one, 1, false, params, NULL, lp, g, &m);
     const char *names[] = {"blocks.0.self_attn.q.lora_A.weight", "blocks.0.self_attn.o.lora_B.weight",

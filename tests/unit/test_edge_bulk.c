@@ -5,7 +5,9 @@
  *   - items with two large tensors (neither a whole number of chunks) and a small one go
  *     through the lane intact, on an unsecured and on a secured hub, while the consumer
  *     holds three items at a time (held payloads stay intact as later ones arrive in
- *     reused buffers); every item went through the lane;
+ *     reused buffers); every item went through the lane; what the lane still holds once
+ *     the consumer let every item go (vf_lane_ops.held) is its pool of buffers, within the
+ *     plan's count for the edge (capacity + 1 items);
  *   - the endpoint names the lane's mode: plain on an unsecured hub, sealed on a secured
  *     one, authenticated only with VFLOW_EDGE_BULK=auth (items intact, an altered chunk
  *     refused); a secured sender refuses a lane that would send in clear;
@@ -187,7 +189,14 @@ static void roundtrip(bool secure)
     rx_open(&r, secure);
     VF_CHECK_MSG(strstr(r.endpoint, VF_BULK_SUFFIX) != NULL, "endpoint %s names a lane", r.endpoint);
     run_sender(&r, secure, 24);
-    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_zmq_of(r.e)->bulk_rx), 24);
+    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_lanes_state(&vf_zmq_of(r.e)->lanes, &vf_lane_bulk)), 24);
+    /* every item let go: what the lane holds is its pool, at most the items the plan
+     * counts for the edge (capacity in flight, one with the consumer), each of an item's
+     * lane bytes (its frames 64-byte aligned) rounded to a page */
+    int64_t item = ((A_LEN + 63) / 64 * 64 + (B_LEN * 4 + 63) / 64 * 64 + 4095) / 4096 * 4096;
+    int64_t held = vf_lanes_held(&vf_zmq_of(r.e)->lanes, r.e);
+    VF_CHECK_MSG(held >= item && held <= (desc("").capacity + 1) * item, "held %lld bytes, items of %lld",
+                 (long long)held, (long long)item);
     VF_CHECK_EQ_INT((int)vf_zmq_refused(r.h), 0);
     rx_close(&r);
 }
@@ -224,7 +233,7 @@ VF_TEST(lane_authenticated_only)
     rx_open(&r, true);
     VF_CHECK_MSG(!strcmp(r.endpoint + strlen(r.endpoint) - 2, ",a"), "%s", r.endpoint);
     run_sender(&r, true, 8);
-    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_zmq_of(r.e)->bulk_rx), 8);
+    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_lanes_state(&vf_zmq_of(r.e)->lanes, &vf_lane_bulk)), 8);
     rx_close(&r);
     int got;
     char msg[2048];
@@ -244,7 +253,8 @@ VF_TEST(lane_off)
     rx_open(&r, true);
     VF_CHECK_MSG(strstr(r.endpoint, VF_BULK_SUFFIX) == NULL, "endpoint %s names no lane", r.endpoint);
     run_sender(&r, true, 6);
-    VF_CHECK(vf_zmq_of(r.e)->bulk_rx == NULL);
+    VF_CHECK(vf_lanes_state(&vf_zmq_of(r.e)->lanes, &vf_lane_bulk) == NULL);
+    VF_CHECK_EQ_INT(vf_lanes_held(&vf_zmq_of(r.e)->lanes, r.e), 0);
     rx_close(&r);
     unsetenv("VFLOW_EDGE_BULK");
 }
@@ -532,7 +542,7 @@ VF_TEST(strangers_refused_sender_served)
     pthread_join(t1, NULL);
     for (int k = 0; k < 5; k++) pthread_join(t2[k], NULL);
     VF_CHECK_EQ_INT((int)vf_zmq_refused(r.h), 7);
-    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_zmq_of(r.e)->bulk_rx), 4);
+    VF_CHECK_EQ_INT((int)vf_bulk_rx_items(vf_lanes_state(&vf_zmq_of(r.e)->lanes, &vf_lane_bulk)), 4);
     /* the listener is closed once the sender is in: nothing else can connect */
     int s2 = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)l.port)};

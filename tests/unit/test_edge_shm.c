@@ -10,6 +10,8 @@
  *   - nothing is left in /dev/shm once the ends are gone, even with tensors outliving
  *     the edge (their mapping goes with the last of them);
  *   - VFLOW_EDGE_SHM=0 sends plain frames (no segment), with the same payloads;
+ *   - the shared memory the lane says it holds (vf_lane_ops.held) is what its items used,
+ *     within the plan's count for the edge: capacity + 1 of its largest items;
  *   - vf_shm_sweep removes the names a (dead) sender left;
  *   - a forged descriptor (a segment that does not exist, a slot or range outside a real
  *     one) is refused with VF_ECORRUPT naming the edge, never read.
@@ -18,6 +20,7 @@
 #include "runtime/core/alloc.h"
 #include "runtime/edge/chan_internal.h"
 #include "runtime/edge/edge_shm.h"
+#include "runtime/edge/lane.h"
 #include "runtime/edge/transport_zmq.h"
 #include "tests/vf_test.h"
 
@@ -125,6 +128,9 @@ static void close_edge(edge *E)
     unlink(E->addr + 6);
 }
 
+/* What the sending end's lanes held at the end of the last run (vf_lanes_held). */
+static int64_t g_held;
+
 /* Sends NITEMS; the consumer holds at most `hold` items, freeing the oldest before it
  * takes the next. Returns the sender's placed / fallback counts; *kept receives the items still
  * held (to outlive the edge) when not NULL. */
@@ -155,7 +161,8 @@ static void run(int hold, int64_t *placed, int64_t *fallback, vf_item **kept)
     VF_CHECK_EQ_INT(n, NITEMS);
     pthread_join(th, NULL);
     VF_CHECK_EQ_INT(a.rc, 0);
-    vf_shm_tx_counts(vf_zmq_of(E.s)->shm, placed, fallback);
+    vf_shm_tx_counts(vf_lanes_state(&vf_zmq_of(E.s)->lanes, &vf_lane_shm), placed, fallback);
+    g_held = vf_lanes_held(&vf_zmq_of(E.s)->lanes, E.s);
     close_edge(&E);
     for (int i = 0; i < NITEMS; i++) {
         if (!held[i]) continue;
@@ -173,6 +180,11 @@ VF_TEST(freed_items_all_go_through_slots)
     VF_CHECK_EQ_INT(placed, NITEMS);
     VF_CHECK_EQ_INT(fallback, 0);
     VF_CHECK_EQ_INT(leftovers(), 0);
+    /* one slot's pages at least; at most the plan's capacity + 1 declared items, a page
+     * of rounding each, and the segment's header page */
+    int64_t item = ELEMS * 4 + 4096; /* the port's declared largest item (open_edge) */
+    VF_CHECK_MSG(g_held >= (int64_t)ELEMS * 4 && g_held <= 4096 + (CAP + 1) * (item + 4096), "held %lld bytes",
+                 (long long)g_held);
 }
 
 VF_TEST(held_items_stay_intact_and_the_rest_go_as_frames)
@@ -199,6 +211,7 @@ VF_TEST(turned_off_sends_plain_frames)
     run(1, &placed, &fallback, NULL);
     VF_CHECK_EQ_INT(placed, 0);
     VF_CHECK_EQ_INT(fallback, 0);
+    VF_CHECK_EQ_INT(g_held, 0);
     unsetenv("VFLOW_EDGE_SHM");
 }
 

@@ -4,7 +4,7 @@
  * disjoint and covering, exact resume from a cursor, batch contents, damaged and
  * mixed-shape caches. */
 #include "stages/latent_cache.h"
-#include "stages/latent_reader.h"
+#include "stages/reader/latent_reader.h"
 #include "tests/vf_test.h"
 
 #include <unistd.h>

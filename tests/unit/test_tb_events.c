@@ -5,14 +5,13 @@
  * tests/reference/test_tb_events.py. */
 #include "tests/vf_test.h"
 
-#include "runtime/driver/tb_events.h"
-#include "runtime/core/obuf.h"
+#include "formats/tb_events.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-static bool same(const vf_obuf *b, const char *want, size_t n)
+static bool same(const vf_tb_buf *b, const char *want, size_t n)
 {
     if (b->len != n || memcmp(b->s, want, n) != 0) {
         fprintf(stderr, "got %zu bytes:", b->len);
@@ -49,26 +48,26 @@ static const char k_start[] = "\x09\x00\x00\x00\x00\x00\x00\xe0\x3f\x10\x0c\x3a\
 
 VF_TEST(events_match_tensorboard_protobuf)
 {
-    vf_obuf b;
-    vf_obuf_init(&b);
+    vf_tb_buf b;
+    vf_tb_buf_init(&b);
     vf_tb_encode_version(&b, 1795569741.25, 7);
     VF_CHECK(same(&b, k_version, sizeof k_version - 1));
-    vf_obuf_reset(&b);
+    vf_tb_buf_reset(&b);
     vf_tb_encode_scalar(&b, 1795569741.25, 300, "train/loss", 1.5f);
     VF_CHECK(same(&b, k_scalar, sizeof k_scalar - 1));
-    vf_obuf_reset(&b);
+    vf_tb_buf_reset(&b);
     vf_tb_encode_start(&b, 0.5, 12);
     VF_CHECK(same(&b, k_start, sizeof k_start - 1));
-    vf_obuf_reset(&b);
+    vf_tb_buf_reset(&b);
     vf_tb_encode_image(&b, 1795569741.25, 6, "sample/cat", 300, 48, 3, "\x89PNG\r\n\x1a\n\0IHDR", 13);
     VF_CHECK(same(&b, k_image, sizeof k_image - 1));
-    vf_obuf_fini(&b);
+    vf_tb_buf_fini(&b);
 }
 
 VF_TEST(frame_layout)
 {
-    vf_obuf b;
-    vf_obuf_init(&b);
+    vf_tb_buf b;
+    vf_tb_buf_init(&b);
     vf_tb_frame(&b, "123456789", 9);
     VF_CHECK_EQ_INT(b.len, 8 + 4 + 9 + 4);
     const unsigned char *u = (const unsigned char *)b.s;
@@ -76,7 +75,7 @@ VF_TEST(frame_layout)
     uint32_t c = (uint32_t)u[21] | (uint32_t)u[22] << 8 | (uint32_t)u[23] << 16 | (uint32_t)u[24] << 24;
     VF_CHECK(c == 0xc78ab0e5u); /* little-endian masked CRC of the data */
     VF_CHECK(memcmp(b.s + 12, "123456789", 9) == 0);
-    vf_obuf_fini(&b);
+    vf_tb_buf_fini(&b);
 }
 
 static uint64_t le(const unsigned char *p, int n)
@@ -205,8 +204,8 @@ VF_TEST(truncate_keeps_late_images)
     VF_CHECK_EQ_INT(count_records(path, &max), 1 + 2 + 1); /* steps 1-2, the step-2 image */
     VF_CHECK_EQ_INT(max, 2);
     /* the records that stay are whole: the last one is the step-2 image as encoded */
-    vf_obuf want;
-    vf_obuf_init(&want);
+    vf_tb_buf want;
+    vf_tb_buf_init(&want);
     FILE *f = fopen(path, "rb");
     unsigned char buf[8192];
     size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
@@ -219,7 +218,7 @@ VF_TEST(truncate_keeps_late_images)
     memcpy(&wall, buf + last + 13, 8); /* the Event's wall_time field, after its key byte */
     vf_tb_encode_image(&want, wall, 2, "sample/cat", 3, 2, 3, "\x89PNG two", 9);
     VF_CHECK(len == want.len && memcmp(buf + last + 12, want.s, want.len) == 0);
-    vf_obuf_fini(&want);
+    vf_tb_buf_fini(&want);
     unlink(path);
     rmdir(dir);
 }

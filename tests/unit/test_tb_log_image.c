@@ -7,7 +7,7 @@
 #include "tests/vf_test.h"
 
 #include "formats/video_write.h"
-#include "runtime/driver/tb_events.h"
+#include "formats/tb_events.h"
 #include "runtime/driver/tb_log.h"
 #include "runtime/json.h"
 
@@ -114,14 +114,14 @@ VF_TEST(image_rows)
         uint64_t len = le(b + off, 8);
         if (off + 16 + len > n) break;
         if (records >= 1 && records <= 2) {
-            vf_obuf e;
-            vf_obuf_init(&e);
+            vf_tb_buf e;
+            vf_tb_buf_init(&e);
             double wall;
             memcpy(&wall, b + off + 13, 8); /* the Event's wall_time, after its key byte */
             vf_tb_encode_image(&e, wall, want[records - 1].step, want[records - 1].tag, 6, 4, 3, png, pn);
             VF_CHECK_MSG(len == e.len && memcmp(b + off + 12, e.s, e.len) == 0, "record %d is not %s's image",
                          records, want[records - 1].tag);
-            vf_obuf_fini(&e);
+            vf_tb_buf_fini(&e);
         }
         off += 16 + len;
         records++;

@@ -20,6 +20,7 @@
 #include "tests/vf_test.h"
 
 #include "formats/ckpt.h"
+#include "formats/lr_cursor.h"
 #include "formats/st_sharded.h"
 #include "runtime/philox.h"
 #include "stages/train/adamw_io.h"
@@ -156,13 +157,13 @@ VF_TEST(micro_batch_cuts_and_cursor_order)
             VF_CHECK(next == B && hi - lo <= 1);
         }
     int c = 9;
-    VF_CHECK(vf_train_cursor_cmp("v1;epoch=0;pos=8;n=32", "v1;epoch=0;pos=12;n=32", &c) == 0 && c < 0);
-    VF_CHECK(vf_train_cursor_cmp("v1;epoch=1;pos=0;n=32", "v1;epoch=0;pos=28;n=32", &c) == 0 && c > 0);
-    VF_CHECK(vf_train_cursor_cmp("v1;epoch=2;pos=4;x", "v1;epoch=2;pos=4;y", &c) == 0 && c == 0);
-    VF_CHECK(vf_train_cursor_cmp("garbage", "v1;epoch=2;pos=4", &c) < 0);
-    VF_CHECK(vf_train_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=3;pos=12;n=32;seed=0;shard=0/1"));
-    VF_CHECK(!vf_train_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=0;pos=8;n=33;seed=0;shard=0/1"));
-    VF_CHECK(!vf_train_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=0;pos=8;n=32;seed=0;shard=1/2"));
+    VF_CHECK(vf_lr_cursor_cmp("v1;epoch=0;pos=8;n=32", "v1;epoch=0;pos=12;n=32", &c) == 0 && c < 0);
+    VF_CHECK(vf_lr_cursor_cmp("v1;epoch=1;pos=0;n=32", "v1;epoch=0;pos=28;n=32", &c) == 0 && c > 0);
+    VF_CHECK(vf_lr_cursor_cmp("v1;epoch=2;pos=4;x", "v1;epoch=2;pos=4;y", &c) == 0 && c == 0);
+    VF_CHECK(vf_lr_cursor_cmp("garbage", "v1;epoch=2;pos=4", &c) < 0);
+    VF_CHECK(vf_lr_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=3;pos=12;n=32;seed=0;shard=0/1"));
+    VF_CHECK(!vf_lr_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=0;pos=8;n=33;seed=0;shard=0/1"));
+    VF_CHECK(!vf_lr_cursor_same_stream("v1;epoch=0;pos=8;n=32;seed=0;shard=0/1", "v1;epoch=0;pos=8;n=32;seed=0;shard=1/2"));
 }
 
 /* ------------------------------------------------------------------ checkpoints */
@@ -314,7 +315,7 @@ VF_TEST(checkpoint_commit_keep_fail_damage_and_read_back)
     for (int k = 0; k < 2; k++) {
         int64_t lo, hi, b0, b1;
         vf_train_shard_range(total, block, 2, k, &lo, &hi, &b0, &b1);
-        VF_CHECK(vf_adamw_load_moments(ck.path, lo, hi, m + lo, v + lo, &st) == 0);
+        VF_CHECK(vf_ckpt_read_moments(ck.path, lo, hi, m + lo, v + lo, &st) == 0);
         VF_CHECK(vf_adamw_load_master(ck.path, f.l, lo, hi, back + lo, &st) == 0);
     }
     bad = 0;

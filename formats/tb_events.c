@@ -1,7 +1,7 @@
-/* tb_events.c — TensorBoard event files: protobuf encoding of the Event messages the
- * driver writes, TFRecord framing, and the buffered file writer. Formats: tb_events.h. */
-#include "runtime/driver/tb_events.h"
-#include "runtime/core/stage.h"
+/* tb_events.c — TensorBoard event files (tb_events.h): protobuf encoding of the Event
+ * messages the driver writes, TFRecord framing, the buffered file writer, and reading
+ * the records back to cut a file at a step. */
+#include "formats/tb_events.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +12,45 @@
 #include <time.h>
 #include <unistd.h>
 
+/* ------------------------------------------------------------------ bytes */
+
+void vf_tb_buf_init(vf_tb_buf *b) { memset(b, 0, sizeof *b); }
+
+void vf_tb_buf_fini(vf_tb_buf *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+void vf_tb_buf_reset(vf_tb_buf *b)
+{
+    b->len = 0;
+    b->oom = false;
+}
+
+static void buf_add(vf_tb_buf *b, const void *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n) cap *= 2;
+        char *q = realloc(b->s, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->s = q;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->s + b->len, s, n);
+    b->len += n;
+}
+
+/* What TensorBoard's readers look for in a run's dir. */
+#define FILE_PREFIX "events.out.tfevents."
+
+bool vf_tb_is_event_file(const char *name) { return strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) == 0; }
+
 uint32_t vf_tb_masked_crc(const void *data, size_t n)
 {
     uint32_t c = vf_crc32c(0, data, n);
@@ -20,7 +59,7 @@ uint32_t vf_tb_masked_crc(const void *data, size_t n)
 
 /* ------------------------------------------------------------------ protobuf */
 
-static void put_varint(vf_obuf *b, uint64_t v)
+static void put_varint(vf_tb_buf *b, uint64_t v)
 {
     char t[10];
     size_t n = 0;
@@ -28,27 +67,27 @@ static void put_varint(vf_obuf *b, uint64_t v)
         t[n++] = (char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
         v >>= 7;
     } while (v);
-    vf_obuf_add(b, t, n);
+    buf_add(b, t, n);
 }
 
-static void put_le(vf_obuf *b, uint64_t v, int bytes)
+static void put_le(vf_tb_buf *b, uint64_t v, int bytes)
 {
     char t[8];
     for (int i = 0; i < bytes; i++) t[i] = (char)(v >> (8 * i));
-    vf_obuf_add(b, t, (size_t)bytes);
+    buf_add(b, t, (size_t)bytes);
 }
 
-static void put_key(vf_obuf *b, int field, int wire) { put_varint(b, (uint64_t)(field << 3 | wire)); }
+static void put_key(vf_tb_buf *b, int field, int wire) { put_varint(b, (uint64_t)(field << 3 | wire)); }
 
-static void put_bytes(vf_obuf *b, int field, const void *s, size_t n)
+static void put_bytes(vf_tb_buf *b, int field, const void *s, size_t n)
 {
     put_key(b, field, 2);
     put_varint(b, n);
-    vf_obuf_add(b, s, n);
+    buf_add(b, s, n);
 }
 
 /* Event fields 1 (wall_time) and 2 (step), which every event carries. */
-static void put_head(vf_obuf *b, double wall, int64_t step)
+static void put_head(vf_tb_buf *b, double wall, int64_t step)
 {
     uint64_t bits;
     memcpy(&bits, &wall, sizeof bits);
@@ -58,19 +97,19 @@ static void put_head(vf_obuf *b, double wall, int64_t step)
     put_varint(b, (uint64_t)step); /* int64: negatives as ten-byte two's complement */
 }
 
-void vf_tb_encode_version(vf_obuf *b, double wall, int64_t step)
+void vf_tb_encode_version(vf_tb_buf *b, double wall, int64_t step)
 {
     put_head(b, wall, step);
     put_bytes(b, 3, "brain.Event:2", 13);
 }
 
-void vf_tb_encode_scalar(vf_obuf *b, double wall, int64_t step, const char *tag, float value)
+void vf_tb_encode_scalar(vf_tb_buf *b, double wall, int64_t step, const char *tag, float value)
 {
     /* Summary.Value {tag = 1, simple_value = 2 (fixed32)} inside Summary {value = 1} */
     size_t tl = strlen(tag);
-    vf_obuf val, sum;
-    vf_obuf_init(&val);
-    vf_obuf_init(&sum);
+    vf_tb_buf val, sum;
+    vf_tb_buf_init(&val);
+    vf_tb_buf_init(&sum);
     put_bytes(&val, 1, tag, tl);
     uint32_t bits;
     memcpy(&bits, &value, sizeof bits);
@@ -80,26 +119,26 @@ void vf_tb_encode_scalar(vf_obuf *b, double wall, int64_t step, const char *tag,
     put_head(b, wall, step);
     put_bytes(b, 5, sum.s, sum.len);
     if (val.oom || sum.oom) b->oom = true;
-    vf_obuf_fini(&val);
-    vf_obuf_fini(&sum);
+    vf_tb_buf_fini(&val);
+    vf_tb_buf_fini(&sum);
 }
 
-static void put_int(vf_obuf *b, int field, int64_t v)
+static void put_int(vf_tb_buf *b, int field, int64_t v)
 {
     if (!v) return; /* proto3: a zero scalar is not written */
     put_key(b, field, 0);
     put_varint(b, (uint64_t)v);
 }
 
-void vf_tb_encode_image(vf_obuf *b, double wall, int64_t step, const char *tag, int width, int height,
+void vf_tb_encode_image(vf_tb_buf *b, double wall, int64_t step, const char *tag, int width, int height,
                         int colorspace, const void *png, size_t n)
 {
     /* Summary.Image {height = 1, width = 2, colorspace = 3, encoded_image_string = 4}
      * as Summary.Value {tag = 1, image = 4} inside Summary {value = 1} */
-    vf_obuf img, val, sum;
-    vf_obuf_init(&img);
-    vf_obuf_init(&val);
-    vf_obuf_init(&sum);
+    vf_tb_buf img, val, sum;
+    vf_tb_buf_init(&img);
+    vf_tb_buf_init(&val);
+    vf_tb_buf_init(&sum);
     put_int(&img, 1, height);
     put_int(&img, 2, width);
     put_int(&img, 3, colorspace);
@@ -110,29 +149,36 @@ void vf_tb_encode_image(vf_obuf *b, double wall, int64_t step, const char *tag, 
     put_head(b, wall, step);
     put_bytes(b, 5, sum.s, sum.len);
     if (img.oom || val.oom || sum.oom) b->oom = true;
-    vf_obuf_fini(&img);
-    vf_obuf_fini(&val);
-    vf_obuf_fini(&sum);
+    vf_tb_buf_fini(&img);
+    vf_tb_buf_fini(&val);
+    vf_tb_buf_fini(&sum);
 }
 
-void vf_tb_encode_start(vf_obuf *b, double wall, int64_t step)
+void vf_tb_encode_start(vf_tb_buf *b, double wall, int64_t step)
 {
     static const char start[] = {0x08, 0x01}; /* SessionLog {status = START} */
     put_head(b, wall, step);
     put_bytes(b, 7, start, sizeof start);
 }
 
-void vf_tb_frame(vf_obuf *b, const void *data, size_t n)
+void vf_tb_frame(vf_tb_buf *b, const void *data, size_t n)
 {
     char len[8];
     for (int i = 0; i < 8; i++) len[i] = (char)((uint64_t)n >> (8 * i));
-    vf_obuf_add(b, len, 8);
+    buf_add(b, len, 8);
     put_le(b, vf_tb_masked_crc(len, 8), 4);
-    vf_obuf_add(b, data, n);
+    buf_add(b, data, n);
     put_le(b, vf_tb_masked_crc(data, n), 4);
 }
 
 /* ------------------------------------------------------------------ writer */
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static double wall_now(void)
 {
@@ -145,7 +191,7 @@ static void add_event(vf_tb_writer *w)
 {
     if (w->fd < 0) return;
     vf_tb_frame(&w->buf, w->ev.s, w->ev.len);
-    vf_obuf_reset(&w->ev);
+    vf_tb_buf_reset(&w->ev);
     vf_tb_flush(w, w->buf.len > (1u << 20));
 }
 
@@ -154,14 +200,14 @@ int vf_tb_open(vf_tb_writer *w, const char *dir, vf_status *st)
     int rc = 0;
     memset(w, 0, sizeof *w);
     w->fd = -1;
-    vf_obuf_init(&w->buf);
-    vf_obuf_init(&w->ev);
+    vf_tb_buf_init(&w->buf);
+    vf_tb_buf_init(&w->ev);
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) VF_FAIL(st, VF_EIO, "%s: %s", dir, strerror(errno));
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
     double now = wall_now();
-    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s", dir, (long long)now, host);
+    snprintf(w->path, sizeof w->path, "%s/" FILE_PREFIX "%lld.%s", dir, (long long)now, host);
     int fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && errno == EEXIST) { /* a resume within the same second */
         size_t l = strlen(w->path);
@@ -170,13 +216,13 @@ int vf_tb_open(vf_tb_writer *w, const char *dir, vf_status *st)
     }
     if (fd < 0) VF_FAIL(st, VF_EIO, "%s: %s", w->path, strerror(errno));
     w->fd = fd;
-    w->last_flush_ns = vf_now_ns();
+    w->last_flush_ns = mono_ns();
     vf_tb_encode_version(&w->ev, now, 0);
     add_event(w);
     return vf_tb_flush(w, true) < 0 ? vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: write failed", w->path) : 0;
 fail:
-    vf_obuf_fini(&w->buf);
-    vf_obuf_fini(&w->ev);
+    vf_tb_buf_fini(&w->buf);
+    vf_tb_buf_fini(&w->ev);
     return rc;
 }
 
@@ -195,6 +241,33 @@ void vf_tb_image(vf_tb_writer *w, int64_t step, const char *tag, int width, int 
     add_event(w);
 }
 
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+int vf_tb_png(vf_tb_writer *w, int64_t step, const char *tag, const void *png, size_t n)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    const unsigned char *d = png;
+    /* signature, then the IHDR chunk: length 13, "IHDR", width, height (big-endian),
+     * bit depth, colour type */
+    if (n < 33 || memcmp(d, sig, 8) != 0 || be32(d + 8) != 13 || memcmp(d + 12, "IHDR", 4) != 0 || be32(d + 16) == 0 ||
+        be32(d + 16) > INT32_MAX || be32(d + 20) == 0 || be32(d + 20) > INT32_MAX)
+        return VF_EBADINPUT;
+    /* PNG colour type -> Summary.Image colorspace (1 grey, 2 grey+alpha, 3 RGB, 4 RGBA);
+     * a palette image decodes to RGB */
+    int colorspace;
+    switch (d[25]) {
+    case 0: colorspace = 1; break;
+    case 4: colorspace = 2; break;
+    case 6: colorspace = 4; break;
+    default: colorspace = 3; break;
+    }
+    vf_tb_image(w, step, tag, (int)be32(d + 16), (int)be32(d + 20), colorspace, png, n);
+    return 0;
+}
+
 void vf_tb_start(vf_tb_writer *w, int64_t step)
 {
     if (w->fd < 0) return;
@@ -205,7 +278,7 @@ void vf_tb_start(vf_tb_writer *w, int64_t step)
 int vf_tb_flush(vf_tb_writer *w, bool now)
 {
     if (w->fd < 0) return 0;
-    int64_t t = vf_now_ns();
+    int64_t t = mono_ns();
     if (!now && (double)(t - w->last_flush_ns) < VF_TB_FLUSH_S * 1e9) return 0;
     w->last_flush_ns = t;
     if (w->buf.oom) w->failed = true;
@@ -217,8 +290,8 @@ int vf_tb_flush(vf_tb_writer *w, bool now)
         else off += (size_t)n;
     }
     /* A failed write drops what is buffered: the run goes on, metrics.jsonl has it all. */
-    vf_obuf_fini(&w->buf);
-    vf_obuf_init(&w->buf);
+    vf_tb_buf_fini(&w->buf);
+    vf_tb_buf_init(&w->buf);
     return w->failed ? VF_EIO : 0;
 }
 
@@ -229,8 +302,8 @@ void vf_tb_close(vf_tb_writer *w)
         close(w->fd);
     }
     w->fd = -1;
-    vf_obuf_fini(&w->buf);
-    vf_obuf_fini(&w->ev);
+    vf_tb_buf_fini(&w->buf);
+    vf_tb_buf_fini(&w->ev);
 }
 
 /* ------------------------------------------------------------------ cutting */

@@ -1,5 +1,9 @@
-/* tb_events.h — TensorBoard event files written by hand: TFRecord framing and the few
- * protobuf fields of an Event (tensorboard event.proto / summary.proto).
+/* tb_events.h — TensorBoard event files, both sides: the writer the driver logs a run
+ * with (runtime/driver/tb_log.c decides what and when), and the reader a resumed run cuts
+ * its predecessors' files with. Written by hand: TFRecord framing and the few protobuf
+ * fields of an Event (tensorboard event.proto / summary.proto).
+ *
+ * A file is <dir>/events.out.tfevents.<unix time>.<host>[.<pid>], a sequence of records.
  *
  * A record is u64 length (LE), u32 masked CRC32C of those 8 bytes, the data, u32 masked
  * CRC32C of the data; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. The data is an Event:
@@ -15,31 +19,43 @@
 #ifndef VF_TB_EVENTS_H
 #define VF_TB_EVENTS_H
 #include "runtime/vflow.h"
-#include "runtime/core/obuf.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 #define VF_TB_FLUSH_S 2.0
 
+/* The bytes the encoders append to. Running out of memory is sticky (`oom` set, further
+ * appends ignored), so an encoder needs no error path; the writer drops such a buffer. */
+typedef struct vf_tb_buf {
+    char *s;           /* owned; NULL until the first append */
+    size_t len, cap;
+    bool oom;
+} vf_tb_buf;
+void vf_tb_buf_init(vf_tb_buf *b);
+void vf_tb_buf_fini(vf_tb_buf *b);
+void vf_tb_buf_reset(vf_tb_buf *b); /* empty, keeping the memory */
+
 /* The masked CRC32C TFRecord stores. */
 uint32_t vf_tb_masked_crc(const void *data, size_t n);
+/* Whether a file name is an event file's (events.out.tfevents.*). */
+bool vf_tb_is_event_file(const char *name);
 
 /* Event encoders: append one Event's protobuf bytes to b (no framing). */
-void vf_tb_encode_version(vf_obuf *b, double wall, int64_t step);
-void vf_tb_encode_scalar(vf_obuf *b, double wall, int64_t step, const char *tag, float value);
+void vf_tb_encode_version(vf_tb_buf *b, double wall, int64_t step);
+void vf_tb_encode_scalar(vf_tb_buf *b, double wall, int64_t step, const char *tag, float value);
 /* An encoded image (PNG bytes png[0..n)) of width x height pixels. */
-void vf_tb_encode_image(vf_obuf *b, double wall, int64_t step, const char *tag, int width, int height,
+void vf_tb_encode_image(vf_tb_buf *b, double wall, int64_t step, const char *tag, int width, int height,
                         int colorspace, const void *png, size_t n);
-void vf_tb_encode_start(vf_obuf *b, double wall, int64_t step);
+void vf_tb_encode_start(vf_tb_buf *b, double wall, int64_t step);
 /* Appends the TFRecord framing of data[0..n) to b. */
-void vf_tb_frame(vf_obuf *b, const void *data, size_t n);
+void vf_tb_frame(vf_tb_buf *b, const void *data, size_t n);
 
 typedef struct vf_tb_writer {
     int fd;                  /* -1: closed (every call is then a no-op) */
     char path[4200];
-    vf_obuf buf;             /* framed records not written yet */
-    vf_obuf ev;              /* scratch: one event */
+    vf_tb_buf buf;             /* framed records not written yet */
+    vf_tb_buf ev;              /* scratch: one event */
     int64_t last_flush_ns;
     bool failed;             /* a write failed: logged once by the caller, then dropped */
 } vf_tb_writer;
@@ -51,6 +67,10 @@ int vf_tb_open(vf_tb_writer *w, const char *dir, vf_status *st);
 void vf_tb_scalar(vf_tb_writer *w, int64_t step, const char *tag, double value);
 void vf_tb_image(vf_tb_writer *w, int64_t step, const char *tag, int width, int height, int colorspace,
                  const void *png, size_t n);
+/* A PNG file's bytes png[0..n) (borrowed; copied into the event) as one image event:
+ * width, height and colorspace from its IHDR chunk (colour type grey 1, grey+alpha 2, RGBA 4, RGB and palette 3). VF_EBADINPUT
+ * (nothing written) when png[0..n) does not start as a PNG file does. */
+int vf_tb_png(vf_tb_writer *w, int64_t step, const char *tag, const void *png, size_t n);
 /* SessionLog START at step: TensorBoard's readers drop the points at step and after from
  * the files before this one (a resumed run restarting after its checkpoint). */
 void vf_tb_start(vf_tb_writer *w, int64_t step);

@@ -14,40 +14,23 @@
  * embedding longer than text_len, or entries without one are refused by `ports` (so at
  * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
  * serves caption bytes only, whatever the cache holds.
+ *
+ * Calls go one way in stages/reader/: latent_reader.c → latent_buckets.c →
+ * latent_batch.c. This file is the top: the stage, opening and closing a reader, the
+ * plain order; a bucketed cache's order and the plan's view of its buckets
+ * (plan_buckets opens a reader) go through latent_buckets.c, every batch through
+ * latent_batch.c.
  */
-#include "stages/latent_reader_internal.h"
-#include "models/dit.h"
-#include "runtime/philox.h"
+#include "stages/reader/latent_reader_internal.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* struct vf_latent_reader: stages/latent_reader_internal.h */
+/* struct vf_latent_reader: stages/reader/latent_reader_internal.h */
 
 /* ------------------------------------------------------------------ order */
-
-void vf_lr_shuffle(uint32_t *p, int64_t n, uint64_t seed, uint64_t epoch, uint64_t id)
-{
-    for (int64_t i = 0; i < n; i++) p[i] = (uint32_t)i;
-    vf_rng rng;
-    vf_rng_init(&rng, seed, epoch, id, VF_RNG_SHUFFLE);
-    enum { CH = 2048 };
-    uint32_t w[2 * CH];
-    for (int64_t hi = n - 1; hi >= 1;) {
-        int64_t lo = hi - CH + 1 < 1 ? 1 : hi - CH + 1;
-        vf_rng_u32(&rng, 2 * (uint64_t)lo, 2 * (hi - lo + 1), w);
-        for (int64_t i = hi; i >= lo; i--) {
-            const uint32_t *q = &w[2 * (i - lo)];
-            uint64_t rnd = (uint64_t)q[0] | (uint64_t)q[1] << 32;
-            uint64_t j = (uint64_t)(((unsigned __int128)rnd * (uint64_t)(i + 1)) >> 64);
-            uint32_t t = p[i];
-            p[i] = p[j];
-            p[j] = t;
-        }
-        hi = lo - 1;
-    }
-}
 
 static void make_perm(vf_latent_reader *r, uint64_t epoch)
 {
@@ -65,6 +48,11 @@ int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t p
 int64_t vf_latent_reader_entries(const vf_latent_reader *r) { return r->n; }
 int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r) { return r->L; }
 int64_t vf_latent_reader_bad(const vf_latent_reader *r) { return r->bad; }
+int64_t vf_latent_reader_cut(const vf_latent_reader *r, int64_t *seen)
+{
+    *seen = r->nseen;
+    return r->ncut;
+}
 const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i) { return r->keys + 32 * i; }
 void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]) { memcpy(shape, r->shape, sizeof r->shape); }
 
@@ -78,30 +66,28 @@ void vf_latent_reader_set_on_bad(vf_latent_reader *r, void (*fn)(void *, const c
 
 static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
 {
-    snprintf(buf, n, "v1;epoch=%llu;pos=%lld;n=%lld;seed=%llu;shard=%d/%d", (unsigned long long)r->epoch,
-             (long long)r->pos, (long long)r->n, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
+    const vf_lr_cursor c = {1, r->epoch, r->pos, r->n, r->o.seed, r->o.shard, r->o.nshards, 0};
+    vf_lr_cursor_print(&c, buf, n);
 }
 
-static int cursor_parse(vf_latent_reader *r, const char *c, vf_status *st)
+static int cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
 {
     int rc = 0;
-    unsigned long long e, seed;
-    long long pos, n;
-    int k, K, end = -1;
-    if (sscanf(c, "v1;epoch=%llu;pos=%lld;n=%lld;seed=%llu;shard=%d/%d%n", &e, &pos, &n, &seed, &k, &K, &end) != 6 ||
-        end < 0 || c[end] != 0 || pos < 0)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS)",
-                r->path, c);
-    if (n != r->n)
+    vf_lr_cursor c;
+    if (vf_lr_cursor_parse(text, 1, &c))
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (" VF_LR_CURSOR_V1 ")", r->path, text);
+    if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
-                "the order would differ, so the run cannot resume exactly", r->path, n, (long long)r->n);
-    if (seed != r->o.seed || k != r->o.shard || K != r->o.nshards)
+                "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
+    if (c.seed != r->o.seed || c.shard != r->o.shard || c.nshards != r->o.nshards)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
-                r->path, seed, k, K, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
-    if (pos > r->L)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor position %lld is past the epoch length %lld", r->path, pos, (long long)r->L);
-    r->epoch = e;
-    r->pos = pos;
+                r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
+                r->o.nshards);
+    if (c.pos > r->L)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor position %lld is past the epoch length %lld", r->path, (long long)c.pos,
+                (long long)r->L);
+    r->epoch = c.epoch;
+    r->pos = c.pos;
 fail:
     return rc;
 }
@@ -149,7 +135,7 @@ static int cache_shape(vf_lmdb *db, MDB_txn *txn, int64_t shape[4], vf_status *s
     int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     while (m == 0 && !vf_cache_is_entry_key(k.mv_data, k.mv_size)) m = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
     if (m == MDB_NOTFOUND) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", vf_lmdb_path(db));
-    VF_MDB(st, db, m);
+    VF_MDB_RC(st, db, "mdb_cursor_get", m);
     VF_TRY(vf_cache_record_decode(vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &it, st));
     memcpy(shape, vf_item_get(it, VF_CACHE_TENSOR)->shape, 4 * sizeof(int64_t));
 fail:
@@ -249,7 +235,7 @@ static int list_keys(vf_latent_reader *r, vf_status *st)
     if (!r->keys) VF_FAIL(st, VF_ENOMEM, "%s: out of memory for %zu keys", r->path, ms.ms_entries);
     VF_MDB(st, db, mdb_cursor_open(r->txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
         if ((size_t)r->n >= ms.ms_entries) break; /* cannot happen within one txn */
         memcpy(r->keys + 32 * r->n++, k.mv_data, 32);
@@ -266,6 +252,7 @@ void vf_latent_reader_close(vf_latent_reader *r)
     vf_lmdb_close(r->db);
     vf_free(r->keys);
     vf_free(r->perm);
+    vf_free(r->seen);
     vf_lr_buckets_free(r);
     free(r->path);
     free(r);
@@ -301,6 +288,9 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     }
     VF_TRY(list_keys(r, st));
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
+    if (!(r->seen = vf_alloc((size_t)(r->n + 7) / 8, st)))
+        VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the entry bitmap", r->path);
+    memset(r->seen, 0, (size_t)(r->n + 7) / 8);
     if (bucketed) {
         VF_TRY(vf_lr_buckets_open(r, st));
         r->o.buckets = NULL, r->o.only = r->o.shrink = NULL; /* borrowed for the open only */
@@ -330,94 +320,6 @@ fail:
 }
 
 /* ------------------------------------------------------------------ batches */
-
-/* Reads entry idx into slot b of the batch; 1 = damaged and skipped, 0 = ok, < 0 = fail */
-/* The text embedding entry `it` references, widened into emb (text_len × D, zero rows
- * past its length); *L gets its length. VF_ECORRUPT naming the entry and record. */
-static int read_text(vf_latent_reader *r, const char *key, const vf_item *it, float *emb, int32_t *L,
-                     vf_status *st)
-{
-    int rc = 0;
-    vf_item *rec = NULL;
-    const char *h = vf_item_str(it, "text_key");
-    char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
-    MDB_val v;
-    if (!h || strlen(h) != VF_CACHE_KEY_LEN)
-        VF_FAIL(st, VF_ECORRUPT, "%s: record \"%.32s\" references no text embedding (metadata \"text_key\")", r->path,
-                key);
-    snprintf(tkey, sizeof tkey, VF_CACHE_TEXT_PREFIX "%s", h);
-    rc = vf_lmdb_get(r->db, r->txn, tkey, VF_CACHE_TEXT_KEY_LEN, &v, st);
-    if (rc == VF_ENOTFOUND)
-        VF_FAIL(st, VF_ECORRUPT, "%s: record \"%.32s\" references text record \"%s\", which is missing", r->path, key,
-                tkey);
-    if (rc) goto fail;
-    VF_TRY(vf_cache_text_decode(r->path, tkey, VF_CACHE_TEXT_KEY_LEN, v.mv_data, v.mv_size, &rec, st));
-    const vf_tensor *t = vf_item_get(rec, VF_CACHE_TEXT_TENSOR);
-    int64_t n = t->shape[0], D = r->text_dim, TL = r->o.text_len;
-    if (t->shape[1] != D || n > TL)
-        VF_FAIL(st, VF_ECORRUPT, "%s: text record \"%s\" is (%lld, %lld); the cache's embeddings are (<= %lld, %lld)",
-                r->path, tkey, (long long)n, (long long)t->shape[1], (long long)TL, (long long)D);
-    const uint16_t *src = t->data;
-    for (int64_t i = 0; i < n * D; i++) emb[i] = vf_bf16_to_f32(src[i]);
-    memset(emb + n * D, 0, sizeof(float) * (size_t)((TL - n) * D));
-    *L = (int32_t)n;
-fail:
-    vf_item_free(rec);
-    return rc;
-}
-
-int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
-                    float *emb, vf_status *st)
-{
-    const char *key = r->keys + 32 * idx;
-    MDB_val v;
-    vf_item *it = NULL;
-    vf_status bad;
-    vf_status_clear(&bad);
-    int rc = vf_lmdb_get(r->db, r->txn, key, 32, &v, st);
-    if (rc == VF_ENOTFOUND)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s: entry %.32s vanished (cache changed under the reader)",
-                             r->path, key);
-    if (rc) return rc;
-    rc = vf_cache_record_decode(r->path, key, 32, v.mv_data, v.mv_size, &it, &bad);
-    if (rc == 0 && memcmp(vf_item_get(it, VF_CACHE_TENSOR)->shape, r->shape, sizeof r->shape) != 0) {
-        char a[96], b[96];
-        vf_shape_str(4, vf_item_get(it, VF_CACHE_TENSOR)->shape, a, sizeof a);
-        vf_shape_str(4, r->shape, b, sizeof b);
-        rc = vf_status_set(&bad, VF_ECORRUPT, __FILE__, __LINE__, "%s: record \"%.32s\" has latent shape %s; the cache's is %s",
-                           r->path, key, a, b);
-    }
-    int32_t emb_len = 0;
-    if (rc == 0 && emb) rc = read_text(r, key, it, emb, &emb_len, &bad);
-    if (rc) {
-        vf_item_free(it);
-        if (!r->o.skip_bad) {
-            *st = bad;
-            return rc;
-        }
-        r->bad++;
-        if (r->o.on_bad) r->o.on_bad(r->o.user, bad.msg);
-        return 1;
-    }
-    memcpy(lat, vf_item_get(it, VF_CACHE_TENSOR)->data, sizeof(float) * (size_t)r->per);
-    int n = vf_dit_caption_tokens(vf_item_str(it, "caption"), r->o.text_len, text);
-    *tlen = emb ? emb_len : n;
-    vf_item_free(it);
-    return 0;
-}
-
-int vf_lr_next_epoch(vf_latent_reader *r, vf_status *st)
-{
-    /* an epoch read whole from its start without one good record: every record is damaged */
-    if (r->epoch_from_start && r->good_in_epoch == 0)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "%s: no readable record in epoch %llu (%lld damaged)",
-                             r->path, (unsigned long long)r->epoch, (long long)r->bad);
-    r->epoch++;
-    r->pos = 0;
-    r->good_in_epoch = 0;
-    r->epoch_from_start = true;
-    return 0;
-}
 
 int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
 {
@@ -454,7 +356,7 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st)
             b.got = 0, b.keys[0] = 0;
             continue; /* epoch end reached with a partial batch: next epoch */
         }
-        char id[64], cur[160];
+        char id[64], cur[VF_LR_CURSOR_MAX];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)(first / B));
         cursor_text(r, cur, sizeof cur);
         return vf_lr_batch_item(r, &b, id, (double)(first / B), cur, out, st);
@@ -497,6 +399,96 @@ static const vf_param_spec reader_params[] = {
     {0},
 };
 
+/* The buckets a reader with params p reads (after `only`): the cache's when it exists
+ * (opened and checked against the declared list), else the declared list's at
+ * latent (z, (F-1)/4+1, H/8, W/8), z = latent_shape[0] or 16. *n = 0: not bucketed.
+ * out holds VF_LR_MAX_BUCKETS. */
+static int plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st)
+{
+    int rc = 0, nd = 0;
+    vf_latent_bucket_decl *decl = NULL;
+    vf_latent_reader *r = NULL;
+    char *shrink = NULL;
+    *n = 0;
+    VF_TRY(vf_lr_decl_from_params(p, &decl, &nd, st));
+    if (nd == 0) { /* a cache that is not bucketed keeps the single-shape rules */
+        vf_latent_reader tmp = {0};
+        vf_lmdb_opts ro = {.readonly = true};
+        bool yes = false;
+        vf_status probe;
+        vf_status_clear(&probe);
+        tmp.path = (char *)vf_param_str(p, "path");
+        if (vf_lmdb_open(tmp.path, &ro, &tmp.db, &probe) == 0 && vf_lmdb_read_begin(tmp.db, &tmp.txn, &probe) == 0)
+            vf_lr_is_bucketed(&tmp, &yes, &probe);
+        if (tmp.txn) mdb_txn_abort(tmp.txn);
+        vf_lmdb_close(tmp.db);
+        if (!yes) goto fail;
+    }
+    vf_latent_reader_opts o = {
+        .path = vf_param_str(p, "path"),
+        .batch = (int)vf_param_int(p, "batch"),
+        .nshards = (int)vf_param_int(p, "nshards"),
+        .drop_last = vf_param_bool(p, "drop_last"),
+        .text_len = (int)vf_param_int(p, "text_len"),
+        .skip_bad = true,
+        .buckets = decl,
+        .nbuckets = nd,
+        .only = vf_param_str(p, "only"),
+    };
+    shrink = vf_lr_shrink_text(p);
+    o.shrink = shrink;
+    vf_status probe;
+    vf_status_clear(&probe);
+    rc = vf_latent_reader_open(&o, &r, &probe);
+    if (rc == 0) {
+        for (int b = 0; b < r->nbk; b++) {
+            const vf_lr_bucket *x = &r->bk[b];
+            if (x->nb == 0) continue; /* never read (left out by only, or no full batch) */
+            vf_lr_plan_bucket *y = &out[(*n)++];
+            snprintf(y->name, sizeof y->name, "%s", x->name);
+            y->batch = x->batch;
+            memcpy(y->shape, x->shape, sizeof y->shape);
+            y->entries = x->n;
+        }
+        goto fail; /* done */
+    }
+    if (rc != VF_ENOTFOUND) { /* the cache is there and refuses to be read */
+        if (st) *st = probe;
+        goto fail;
+    }
+    rc = 0;
+    if (nd == 0) goto fail; /* no cache, no declared buckets: the single-shape rules decide */
+    /* the declared list as the buckets of a reader without a cache, admitted as an open
+     * cache's are: shrink's batches and left-out buckets, then `only` */
+    int64_t z = vf_param_len(p, "latent_shape") == 4 ? vf_param_int_at(p, "latent_shape", 0) : 16;
+    vf_latent_reader d = {.o = o, .path = (char *)"latent_reader", .nbk = nd};
+    if (!(d.bk = calloc((size_t)nd, sizeof *d.bk)))
+        VF_FAIL(st, VF_ENOMEM, "latent_reader: out of memory for the buckets");
+    for (int i = 0; i < nd; i++) {
+        vf_lr_bucket *x = &d.bk[i];
+        snprintf(x->name, sizeof x->name, "%dx%dx%d", decl[i].w, decl[i].h, decl[i].frames);
+        x->w = decl[i].w, x->h = decl[i].h, x->frames = decl[i].frames, x->batch = decl[i].batch;
+        x->shape[0] = z, x->shape[1] = (decl[i].frames - 1) / 4 + 1, x->shape[2] = decl[i].h / 8;
+        x->shape[3] = decl[i].w / 8;
+    }
+    rc = vf_lr_admit(&d, "the declared list", st);
+    for (int i = 0; rc == 0 && i < nd; i++) {
+        if (d.bk[i].left_out) continue;
+        vf_lr_plan_bucket *y = &out[(*n)++];
+        snprintf(y->name, sizeof y->name, "%s", d.bk[i].name);
+        y->batch = d.bk[i].batch;
+        memcpy(y->shape, d.bk[i].shape, sizeof y->shape);
+        y->entries = 0;
+    }
+    if (rc == 0 && *n == 0) rc = vf_lr_none_admitted(&d, st); /* only shrink leaves out what `only` keeps */
+    free(d.bk);
+fail:
+    vf_latent_reader_close(r);
+    free(decl);
+    free(shrink);
+    return rc;
+}
+
 /* Latent shape and entry count for ports/memory: the cache's, else the latent_shape param. */
 static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, int64_t *text_dim, vf_status *st)
 {
@@ -515,11 +507,27 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
         for (int i = 0; i < 4; i++) shape[i] = vf_param_int_at(p, "latent_shape", i);
         return 0;
     }
-    if (st) *st = probe;
+    if (rc != VF_ENOTFOUND && st) *st = probe;
     if (rc == VF_ENOTFOUND)
-        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w}, or buckets, to plan before the cache "
-                             "exists)");
+        vf_status_set(st, rc, __FILE__, __LINE__, "latent_reader: %s: no latent cache there: run the precompute "
+                      "first (vflow run pipelines/precompute_latents.lua --set cache=%s ...), or give latent_shape = "
+                      "{z, T, h, w} (or buckets) to plan before it exists", path, path);
     return rc;
+}
+
+/* `vflow run`: the cache is there (planning may go without it, training not). */
+static int reader_preflight(const vf_params *p, vf_status *st)
+{
+    int64_t shape[4], entries;
+    vf_status probe;
+    vf_status_clear(&probe);
+    const char *path = vf_param_str(p, "path");
+    int rc = vf_latent_cache_probe(path, shape, &entries, &probe);
+    if (rc == VF_ENOTFOUND)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "latent_reader: %s: no latent cache there: run the "
+                             "precompute first (vflow run pipelines/precompute_latents.lua --set cache=%s ...)", path,
+                             path);
+    return 0; /* a cache that is there but damaged: the reader's own errors name it */
 }
 
 /* What the plan sizes for: the batch and latent shape bounding every bucket (the
@@ -539,7 +547,7 @@ static int plan_geometry(const vf_params *p, plan_geo *g, vf_status *st)
     vf_lr_plan_bucket *bk = calloc(VF_LR_MAX_BUCKETS, sizeof *bk);
     if (!bk) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "latent_reader: out of memory");
     memset(g, 0, sizeof *g);
-    int rc = vf_lr_plan_buckets(p, bk, &g->nbk, st);
+    int rc = plan_buckets(p, bk, &g->nbk, st);
     if (rc == 0) rc = plan_shape(p, g->shape, &g->entries, &g->text_dim, g->nbk ? NULL : st);
     if (g->nbk) { /* plan_shape refuses several shapes; the buckets decide */
         rc = 0;
@@ -606,7 +614,7 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     int64_t n = g.entries, D = g.text_dim;
     vf_device cpu = {VF_DEV_CPU, 0};
     int64_t B = g.B, per = g.per_most * 4;
-    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
+    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4) + (n + 7) / 8);
     if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
@@ -659,6 +667,16 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
     return 0;
 }
 
+/* One line for the run: how many captions training sees cut to text_len bytes. */
+static void warn_cut(vf_latent_reader *r, vf_ctx *ctx, int64_t text_len)
+{
+    int64_t seen = 0, cut = vf_latent_reader_cut(r, &seen);
+    if (cut)
+        vf_log(ctx, VF_LOG_WARN, "%lld of the %lld clips read have captions longer than text_len = %lld bytes: "
+               "training sees their first %lld (the model's text_len: --set text_len=N in pipelines/train_dit.lua)",
+               (long long)cut, (long long)seen, (long long)text_len, (long long)text_len);
+}
+
 static void log_bad(void *user, const char *msg)
 {
     vf_ctx *ctx = user;
@@ -682,7 +700,9 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
                    "(drop_last); give it a smaller batch or more clips", name, (long long)n, n == 1 ? "y" : "ies", batch,
                    ranks > 1 ? " per rank" : "");
     }
-    int64_t batches = 0;
+    int64_t batches = 0, text_len = vf_param_int(vf_stage_params(s), "text_len");
+    double epoch0 = -1;
+    bool cut_told = false;
     int rc = 0;
     while (!vf_stopping(ctx)) {
         vf_item *it = NULL;
@@ -692,6 +712,13 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_status_prefix(st, "%s", vf_stage_name(s));
             return rc;
         }
+        double epoch = 0;
+        vf_item_num(it, "epoch", &epoch);
+        if (epoch0 < 0) epoch0 = epoch;
+        if (!cut_told && epoch > epoch0) { /* a whole epoch read: the count is final */
+            warn_cut(r, ctx, text_len);
+            cut_told = true;
+        }
         rc = vf_send(out, it, st);
         if (rc == VF_EOS) break; /* the consumer has all it wants */
         if (rc) return rc;
@@ -699,6 +726,7 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         vf_metric(ctx, "batches", (double)batches);
         vf_metric(ctx, "bad", (double)vf_latent_reader_bad(r));
     }
+    if (!cut_told) warn_cut(r, ctx, text_len);
     vf_log(ctx, VF_LOG_INFO, "%lld batches, %lld damaged records skipped", (long long)batches,
            (long long)vf_latent_reader_bad(r));
     return 0;
@@ -716,6 +744,7 @@ static const vf_stage_ops latent_reader_ops = {
     .doc = "batches from the LMDB latent cache: seeded per-epoch shuffle, data-parallel shards, exact resume cursor",
     .params = reader_params,
     .flags = VF_STAGE_SOURCE,
+    .preflight = reader_preflight,
     .ports = reader_ports,
     .memory = reader_memory,
     .init = reader_init,

@@ -6,8 +6,13 @@
  * touched; each bucket's first record is decoded whole for its latent shape, the others'
  * shapes are checked as they are read); the reader then keeps per entry 4 bytes of bucket list and 4 of
  * permutation, and per batch of the epoch 8 bytes of schedule.
+ *
+ * Calls go one way in stages/reader/: latent_reader.c → latent_buckets.c →
+ * latent_batch.c. This file calls only latent_batch.c (the shuffle, the epoch rollover,
+ * batches); the reader calls it to open, read and resume a bucketed cache.
  */
-#include "stages/latent_reader_internal.h"
+#include "stages/reader/latent_reader_internal.h"
+#include "formats/lr_cursor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +215,42 @@ fail:
     return rc;
 }
 
+/* Admission (latent_reader_internal.h). */
+int vf_lr_admit(vf_latent_reader *r, const char *holder, vf_status *st)
+{
+    int rc = 0;
+    for (const char *q = r->o.shrink; q && *q;) {
+        char name[VF_LR_BUCKET_NAME];
+        int nb = -1, used = -1;
+        if (sscanf(q, "%39[^:;]:%d%n", name, &nb, &used) != 2 || used < 0 || nb < 0)
+            VF_FAIL(st, VF_EUSAGE, "%s: shrink \"%s\" is not name:B;…", r->path, r->o.shrink);
+        int b = find_bucket(r, name);
+        if (b < 0) VF_FAIL(st, VF_EBADINPUT, "%s: shrink names bucket %s, which %s lacks", r->path, name, holder);
+        if (nb > r->bk[b].batch)
+            VF_FAIL(st, VF_EUSAGE, "%s: shrink raises bucket %s's batch %d to %d", r->path, name, r->bk[b].batch, nb);
+        if (nb) r->bk[b].batch = nb;
+        else r->bk[b].left_out = true;
+        q += used;
+        if (*q == ';') q++;
+    }
+    if (r->o.only && r->o.only[0]) { /* one bucket only: the others are left out of the schedule */
+        int keep = find_bucket(r, r->o.only);
+        if (keep < 0)
+            VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": %s has no such bucket", r->path, r->o.only, holder);
+        for (int b = 0; b < r->nbk; b++)
+            if (b != keep) r->bk[b].left_out = true;
+    }
+fail:
+    return rc;
+}
+
+int vf_lr_none_admitted(const vf_latent_reader *r, vf_status *st)
+{
+    return vf_status_set(st, VF_EBUDGET, __FILE__, __LINE__,
+                         "%s: admission = \"shrink\" left every bucket out (%s): none fits the budget", r->path,
+                         r->o.shrink);
+}
+
 static uint64_t fnv64(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *s = p;
@@ -229,7 +270,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     VF_MDB(st, r->db, mdb_cursor_open(r->txn, vf_lmdb_dbi(r->db), &cur));
     int64_t i = 0;
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, r->db, m);
+        VF_MDB_RC(st, r->db, "mdb_cursor_get", m);
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
         if (i >= r->n || memcmp(k.mv_data, r->keys + 32 * i, 32) != 0)
             VF_FAIL(st, VF_EBADINPUT, "%s: the cache changed under the reader", r->path);
@@ -251,27 +292,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     for (int b = 0; b < r->nbk; b++) remap[r->bk[b].scanned] = b;
     VF_TRY(vf_cache_meta_read(r->db, r->txn, &meta, st));
     VF_TRY(resolve_batches(r, meta, st));
-    for (const char *q = r->o.shrink; q && *q;) { /* the planner's admission: smaller batches, or none */
-        char name[VF_LR_BUCKET_NAME];
-        int nb = -1, used = -1;
-        if (sscanf(q, "%39[^:;]:%d%n", name, &nb, &used) != 2 || used < 0 || nb < 0)
-            VF_FAIL(st, VF_EUSAGE, "%s: shrink \"%s\" is not name:B;…", r->path, r->o.shrink);
-        int b = find_bucket(r, name);
-        if (b < 0) VF_FAIL(st, VF_EBADINPUT, "%s: shrink names bucket %s, which the cache lacks", r->path, name);
-        if (nb > r->bk[b].batch)
-            VF_FAIL(st, VF_EUSAGE, "%s: shrink raises bucket %s's batch %d to %d", r->path, name, r->bk[b].batch, nb);
-        if (nb) r->bk[b].batch = nb;
-        else r->bk[b].left_out = true;
-        q += used;
-        if (*q == ';') q++;
-    }
-    if (r->o.only && r->o.only[0]) { /* one bucket only: the others are left out of the schedule */
-        int keep = find_bucket(r, r->o.only);
-        if (keep < 0)
-            VF_FAIL(st, VF_EBADINPUT, "%s: only = \"%s\": the cache has no such bucket", r->path, r->o.only);
-        for (int b = 0; b < r->nbk; b++)
-            if (b != keep) r->bk[b].left_out = true;
-    }
+    VF_TRY(vf_lr_admit(r, "the cache", st));
     if (!(r->bidx = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)) ||
         !(r->bperm = vf_alloc(sizeof(uint32_t) * (size_t)r->n, st)))
         VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the bucket lists", r->path);
@@ -316,9 +337,10 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     }
     vf_lr_geo_text(pb, np, r->geo, gn);
     free(pb);
-    if (r->NB == 0 && r->o.shrink && r->o.shrink[0])
-        VF_FAIL(st, VF_EBUDGET, "%s: admission = \"shrink\" left every bucket out (%s): none fits the budget",
-                r->path, r->o.shrink);
+    if (r->NB == 0 && r->o.shrink && r->o.shrink[0]) {
+        rc = vf_lr_none_admitted(r, st);
+        goto fail;
+    }
     if (r->NB == 0)
         VF_FAIL(st, VF_EUSAGE, "%s: no bucket has a full batch per rank and epoch (%d ranks%s)", r->path,
                 r->o.nshards, r->o.drop_last ? ", drop_last" : "");
@@ -390,34 +412,32 @@ static void make_schedule(vf_latent_reader *r, uint64_t epoch)
 
 static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
 {
-    snprintf(buf, n, "v2;epoch=%llu;batch=%lld;n=%lld;seed=%llu;shard=%d/%d;buckets=%016llx",
-             (unsigned long long)r->epoch, (long long)r->pos, (long long)r->n, (unsigned long long)r->o.seed,
-             r->o.shard, r->o.nshards, (unsigned long long)r->layout);
+    const vf_lr_cursor c = {2, r->epoch, r->pos, r->n, r->o.seed, r->o.shard, r->o.nshards, r->layout};
+    vf_lr_cursor_print(&c, buf, n);
 }
 
-int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st)
+int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
 {
     int rc = 0;
-    unsigned long long e, seed, lay;
-    long long pos, n;
-    int k, K, end = -1;
-    if (sscanf(c, "v2;epoch=%llu;batch=%lld;n=%lld;seed=%llu;shard=%d/%d;buckets=%16llx%n", &e, &pos, &n, &seed, &k,
-               &K, &lay, &end) != 7 || end < 0 || c[end] != 0 || pos < 0)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor "
-                "(v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H)", r->path, c);
-    if (n != r->n)
+    vf_lr_cursor c;
+    if (vf_lr_cursor_parse(text, 2, &c))
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor (" VF_LR_CURSOR_V2 ")",
+                r->path, text);
+    if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
-                "the order would differ, so the run cannot resume exactly", r->path, n, (long long)r->n);
-    if (seed != r->o.seed || k != r->o.shard || K != r->o.nshards)
+                "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
+    if (c.seed != r->o.seed || c.shard != r->o.shard || c.nshards != r->o.nshards)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
-                r->path, seed, k, K, (unsigned long long)r->o.seed, r->o.shard, r->o.nshards);
-    if (lay != r->layout)
+                r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
+                r->o.nshards);
+    if (c.buckets != r->layout)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over other buckets (entries or batch sizes differ): "
                 "the order would differ, so the run cannot resume exactly", r->path);
-    if (pos > r->NB)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor batch %lld is past the epoch's %lld batches", r->path, pos, (long long)r->NB);
-    r->epoch = e;
-    r->pos = pos;
+    if (c.pos > r->NB)
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor batch %lld is past the epoch's %lld batches", r->path, (long long)c.pos,
+                (long long)r->NB);
+    r->epoch = c.epoch;
+    r->pos = c.pos;
 fail:
     return rc;
 }
@@ -457,7 +477,7 @@ int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st)
             vf_lr_batch_free(&b);
             continue;
         }
-        char id[96], cur[200];
+        char id[96], cur[VF_LR_CURSOR_MAX];
         snprintf(id, sizeof id, "e%llu.b%lld", (unsigned long long)r->epoch, (long long)index);
         cursor_text(r, cur, sizeof cur);
         vf_item *it = NULL;
@@ -536,82 +556,6 @@ int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int 
     return 0;
 fail:
     free(d);
-    return rc;
-}
-
-int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st)
-{
-    int rc = 0, nd = 0;
-    vf_latent_bucket_decl *decl = NULL;
-    vf_latent_reader *r = NULL;
-    char *shrink = NULL;
-    *n = 0;
-    VF_TRY(vf_lr_decl_from_params(p, &decl, &nd, st));
-    if (nd == 0) { /* a cache that is not bucketed keeps the single-shape rules */
-        vf_latent_reader tmp = {0};
-        vf_lmdb_opts ro = {.readonly = true};
-        bool yes = false;
-        vf_status probe;
-        vf_status_clear(&probe);
-        tmp.path = (char *)vf_param_str(p, "path");
-        if (vf_lmdb_open(tmp.path, &ro, &tmp.db, &probe) == 0 && vf_lmdb_read_begin(tmp.db, &tmp.txn, &probe) == 0)
-            vf_lr_is_bucketed(&tmp, &yes, &probe);
-        if (tmp.txn) mdb_txn_abort(tmp.txn);
-        vf_lmdb_close(tmp.db);
-        if (!yes) goto fail;
-    }
-    vf_latent_reader_opts o = {
-        .path = vf_param_str(p, "path"),
-        .batch = (int)vf_param_int(p, "batch"),
-        .nshards = (int)vf_param_int(p, "nshards"),
-        .drop_last = vf_param_bool(p, "drop_last"),
-        .text_len = (int)vf_param_int(p, "text_len"),
-        .skip_bad = true,
-        .buckets = decl,
-        .nbuckets = nd,
-        .only = vf_param_str(p, "only"),
-    };
-    shrink = vf_lr_shrink_text(p);
-    o.shrink = shrink;
-    vf_status probe;
-    vf_status_clear(&probe);
-    rc = vf_latent_reader_open(&o, &r, &probe);
-    if (rc == 0) {
-        for (int b = 0; b < r->nbk; b++) {
-            const vf_lr_bucket *x = &r->bk[b];
-            if (x->nb == 0) continue; /* never read (left out by only, or no full batch) */
-            vf_lr_plan_bucket *y = &out[(*n)++];
-            snprintf(y->name, sizeof y->name, "%s", x->name);
-            y->batch = x->batch;
-            memcpy(y->shape, x->shape, sizeof y->shape);
-            y->entries = x->n;
-        }
-        goto fail; /* done */
-    }
-    if (rc != VF_ENOTFOUND) { /* the cache is there and refuses to be read */
-        if (st) *st = probe;
-        goto fail;
-    }
-    rc = 0;
-    if (nd == 0) goto fail; /* no cache, no declared buckets: the single-shape rules decide */
-    int64_t z = vf_param_len(p, "latent_shape") == 4 ? vf_param_int_at(p, "latent_shape", 0) : 16;
-    for (int d = 0; d < nd; d++) {
-        char name[VF_LR_BUCKET_NAME];
-        snprintf(name, sizeof name, "%dx%dx%d", decl[d].w, decl[d].h, decl[d].frames);
-        const char *only = vf_param_str(p, "only");
-        if (only && only[0] && strcmp(only, name)) continue;
-        vf_lr_plan_bucket *y = &out[(*n)++];
-        snprintf(y->name, sizeof y->name, "%s", name);
-        y->batch = decl[d].batch;
-        y->shape[0] = z, y->shape[1] = (decl[d].frames - 1) / 4 + 1, y->shape[2] = decl[d].h / 8;
-        y->shape[3] = decl[d].w / 8;
-        y->entries = 0;
-    }
-    if (*n == 0) VF_FAIL(st, VF_EBADINPUT, "latent_reader: only = \"%s\" names no declared bucket", vf_param_str(p, "only"));
-fail:
-    vf_latent_reader_close(r);
-    free(decl);
-    free(shrink);
     return rc;
 }
 

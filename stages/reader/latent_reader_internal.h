@@ -1,8 +1,11 @@
-/* latent_reader_internal.h — the reader's state, shared by the plain order
- * (latent_reader.c) and the bucketed one (latent_buckets.c); included only by them. */
+/* latent_reader_internal.h — the reader's state and the functions its three files share:
+ * the plain order and the stage (latent_reader.c), the bucketed order (latent_buckets.c)
+ * and batches (latent_batch.c); included only by them. Calls go one way:
+ * latent_reader.c → latent_buckets.c → latent_batch.c; the declarations below are
+ * grouped by the file that defines them, lowest first. */
 #ifndef VF_LATENT_READER_INTERNAL_H
 #define VF_LATENT_READER_INTERNAL_H
-#include "stages/latent_reader.h"
+#include "stages/reader/latent_reader.h"
 
 #define VF_LR_MAX_BUCKETS 256
 
@@ -36,6 +39,8 @@ struct vf_latent_reader {
     uint64_t epoch;
     int64_t pos;    /* position in the epoch (bucketed: the batch's in the schedule) */
     int64_t bad, good_in_epoch;
+    uint8_t *seen;           /* n bits: entries whose caption was read (cut counting) */
+    int64_t nseen, ncut;     /* of those: entries read, captions longer than text_len */
     bool epoch_from_start;
     /* bucketed: nbk > 0 buckets, sorted by name */
     int nbk;
@@ -49,12 +54,17 @@ struct vf_latent_reader {
     char *geo;               /* every batch's "geometries": "name:B,z,T,h,w;…" */
 };
 
+/* ---- latent_batch.c: the bottom, called by both files above it */
+
 /* Fisher–Yates permutation of 0..n-1 from stream (seed, step = epoch, id, SHUFFLE). */
 void vf_lr_shuffle(uint32_t *p, int64_t n, uint64_t seed, uint64_t epoch, uint64_t id);
 /* Reads entry idx into the batch slots (r->shape must be its latent shape): 0, 1 when
  * it was damaged and skipped, or an error. */
 int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
                    float *emb, vf_status *st);
+/* The end of an epoch, in either schedule: the next one starts at its first batch; an epoch
+ * read from its start without one good record is VF_EBADINPUT. */
+int vf_lr_next_epoch(vf_latent_reader *r, vf_status *st);
 int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
                const char *keys, vf_item **out, vf_status *st);
 
@@ -75,7 +85,8 @@ int vf_lr_batch_item(vf_latent_reader *r, vf_lr_batch *b, const char *id, double
                      vf_item **out, vf_status *st);
 void vf_lr_batch_free(vf_lr_batch *b); /* what b still holds */
 
-/* latent_buckets.c */
+/* ---- latent_buckets.c: the bucketed order, called by latent_reader.c */
+
 /* Whether the cache is bucketed (declared buckets, a "buckets" summary, or a first
  * record with "bucket" metadata), read in txn. */
 int vf_lr_is_bucketed(vf_latent_reader *r, bool *yes, vf_status *st);
@@ -83,11 +94,15 @@ int vf_lr_is_bucketed(vf_latent_reader *r, bool *yes, vf_status *st);
  * against the summary and the declared list; after the key list, inside the open txn. */
 int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st);
 void vf_lr_buckets_free(vf_latent_reader *r);
+/* The planner's admission (o.shrink: smaller batches, or none) and `only` over r's buckets
+ * with their batches resolved: the one place either decides a bucket's batch or leaves it
+ * out, for an open cache and for the declared list alone, so a plan before the cache
+ * exists and the run over it agree. `holder` names what holds the buckets ("the cache"). */
+int vf_lr_admit(vf_latent_reader *r, const char *holder, vf_status *st);
+/* Every bucket left out by the admission: VF_EBUDGET (exit 2) naming the shrink. */
+int vf_lr_none_admitted(const vf_latent_reader *r, vf_status *st);
 int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st);
 int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st);
-/* The end of an epoch, in either schedule: the next one starts at its first batch; an epoch
- * read from its start without one good record is VF_EBADINPUT. */
-int vf_lr_next_epoch(vf_latent_reader *r, vf_status *st);
 
 /* The stage's side. A bucket as the plan sees it. */
 typedef struct vf_lr_plan_bucket {
@@ -101,12 +116,6 @@ typedef struct vf_lr_plan_bucket {
  * per (w, h, frames); B defaults to `batch`. Checked here (naming the bucket,
  * VF_EBADINPUT). Caller frees *out (NULL when there are none). */
 int vf_lr_decl_from_params(const vf_params *p, vf_latent_bucket_decl **out, int *n, vf_status *st);
-/* The buckets a reader with params p reads (after `only`): the cache's when it exists
- * (opened and checked against the declared list), else the declared list's at
- * latent (z, (F-1)/4+1, H/8, W/8), z = latent_shape[0] or 16. *n = 0: not bucketed.
- * out holds VF_LR_MAX_BUCKETS. */
-int vf_lr_plan_buckets(const vf_params *p, vf_lr_plan_bucket *out, int *n, vf_status *st);
-
 /* The param `shrink` (list of "name:B") as opts.shrink's "name:B;…" (caller frees). */
 char *vf_lr_shrink_text(const vf_params *p);
 /* "name:B,z,T',h',w';…" of n buckets into buf (the batches' "geometries"); -1 when it

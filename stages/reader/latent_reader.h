@@ -33,13 +33,13 @@
  * one whose payload is damaged is skipped when its batch is read (the batch is then
  * smaller, or dropped with drop_last).
  *
- * Cursor. "v1;epoch=E;pos=P;n=N;seed=S;shard=K/NS": where the next batch starts. Each
- * batch carries the cursor AFTER it, so a checkpoint that stores the cursor of the last
- * batch it trained on resumes with exactly the next batch. Resuming with another seed,
- * shard layout or number of entries is refused (the order would differ).
- * Bucketed: "v2;epoch=E;batch=J;n=N;seed=S;shard=K/NS;buckets=H", J the next batch's
- * place in the epoch's list, H a hash of the buckets' names, entries and batch sizes:
- * resuming over other buckets is refused too.
+ * Cursor (its text: formats/lr_cursor.h, version 1 plain, 2 bucketed): where the next
+ * batch starts, the position counting entries (bucketed: the next batch's place in the
+ * epoch's list). Each batch carries the cursor AFTER it, so a checkpoint that stores the
+ * cursor of the last batch it trained on resumes with exactly the next batch. Resuming
+ * with another seed, shard layout or number of entries is refused (the order would
+ * differ); bucketed, so is resuming over other buckets (the cursor's hash of the
+ * buckets' names, entries and batch sizes differs).
  */
 #ifndef VF_LATENT_READER_H
 #define VF_LATENT_READER_H
@@ -101,6 +101,9 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st);
 int64_t vf_latent_reader_entries(const vf_latent_reader *r);    /* N */
 int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r);  /* L = floor(N/K) */
 int64_t vf_latent_reader_bad(const vf_latent_reader *r);        /* records skipped */
+/* Captions (bytes, without text_dim) longer than text_len and cut to it, among the
+ * distinct entries read so far (*seen). */
+int64_t vf_latent_reader_cut(const vf_latent_reader *r, int64_t *seen);
 /* The latent shape (z, T', h, w) of the cache. */
 void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]);
 /* Key of entry index i (0..N-1, sorted order), 32 chars, not NUL-terminated. */

@@ -2,8 +2,11 @@
  *
  * The first partition cuts the replica's global batch (one latent_reader item of Bg
  * samples) into M micro-batches of ⌊Bg·(m+1)/M⌋ − ⌊Bg·m/M⌋ samples and builds each
- * sample's rectified-flow pair from Philox keyed by (seed, step, r·Bg + position in the
- * global batch): the noise and the timestep of a sample never depend on P or M. The
+ * sample's rectified-flow pair from Philox keyed by (seed, step, j·D + r), j the sample's
+ * position in replica r's batch: the readers deal the epoch's order to the D replicas
+ * round-robin (latent_reader.h), so j·D + r is the sample's position in the step's
+ * combined batch, and D replicas of batch b train on the same samples with the same
+ * noise and timesteps as one replica of batch D·b; they never depend on P or M. The
  * target travels forward with the activations to the last partition, which computes the
  * loss with grad_scale = B_m / (Bg · D), so the gradients accumulated over the M
  * micro-batches and summed over the D replicas are those of the global mean loss.
@@ -291,13 +294,12 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
 {
     vf_tensor *lat = vf_item_get(batch, "latent"), *tx = vf_item_get(batch, "text"),
               *tl = vf_item_get(batch, "text_len");
-    int Bg = (int)lat->shape[0];
     int64_t TLr = tx->shape[1], TL = h->cfg.text_len;
     const float *x0 = lat->data;
     const int32_t *text = tx->data, *len = tl->data;
     for (int i = 0; i < nb; i++) {
         int j = first + i;
-        uint64_t id = (uint64_t)h->r * (uint64_t)Bg + (uint64_t)j;
+        uint64_t id = (uint64_t)j * (uint64_t)h->D + (uint64_t)h->r;
         h->h_t[i] = vf_dit_rf_sample(&h->rf, (uint64_t)step, id, h->per, x0 + (int64_t)j * h->per,
                                      h->h_xt + (int64_t)i * h->per, h->h_target + (int64_t)i * h->per);
         for (int64_t k = 0; k < TL; k++) h->h_text[i * TL + k] = k < TLr ? text[(int64_t)j * TLr + k] : 0;

@@ -1,7 +1,8 @@
 /* dit_tool.c — drives models/dit from the command line for tests/reference/test_dit_parity.py
  * and for quick measurements.
  *
- *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
+ *   dit_tool layout CFG [lora_cfg=JSON]      one line per tensor: name offset numel d0,d1,…
+ *                 (with lora_cfg: the tensors of the LoRA adapter vector instead)
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
  *   dit_tool weights CFG weights=PATH [out=params.bin] [part=k/S]
@@ -244,13 +245,20 @@ int main(int argc, char **argv)
     const char *s;
 
     if (strcmp(cmd, "layout") == 0) {
-        for (int i = 0; i < l->n; i++) {
-            const vf_dit_tensor *t = &l->t[i];
+        vf_dit_lora *lo = NULL;
+        if ((s = arg(argc, argv, "lora_cfg"))) {
+            vf_dit_lora_cfg lc;
+            if (vf_dit_lora_cfg_parse(s, &lc, &st) || vf_dit_lora_new(l, &lc, &lo, &st)) die(&st);
+        }
+        const vf_dit_layout *ly = lo ? lo->l : l;
+        for (int i = 0; i < ly->n; i++) {
+            const vf_dit_tensor *t = &ly->t[i];
             if (t->numel == 0) continue;
             printf("%s %lld %lld ", t->name, (long long)t->offset, (long long)t->numel);
             for (int k = 0; k < t->ndim; k++) printf(k ? ",%lld" : "%lld", (long long)t->shape[k]);
             printf("\n");
         }
+        vf_dit_lora_free(lo);
     } else if (strcmp(cmd, "init") == 0) {
         float *p = malloc(sizeof(float) * (size_t)l->total);
         s = arg(argc, argv, "seed");

@@ -186,6 +186,19 @@ VF_TEST(plan_sums)
     VF_CHECK_EQ_INT(cpu->total, cats);
     VF_CHECK(cpu->total > decl && decl > 0);
     VF_CHECK_EQ_INT(cpu->total, vf_plan_device_total(g, (vf_device){VF_DEV_CPU, 0}));
+    /* an edge holds `capacity` items of its source port's largest size: the line named
+     * after it carries capacity x that size */
+    int edges = 0;
+    for (int i = 0; i < p.n; i++) {
+        const vf_pline *x = &p.l[i];
+        if (x->edge < 0 || strncmp(x->what, "edge ", 5) != 0) continue;
+        const vf_port_spec *sp = vf_graph_edge_src_spec(g, x->edge);
+        int64_t item = sp ? vf_port_max_item_bytes(sp) : 0, cap = g->edges[x->edge].capacity;
+        VF_CHECK_MSG(x->bytes == cap * item, "%s: %lld bytes, capacity %lld x item %lld", x->what,
+                     (long long)x->bytes, (long long)cap, (long long)item);
+        edges += cap > 1 && item > 0;
+    }
+    VF_CHECK(edges > 0);
     /* with recompute flipped the hook gives fewer activation bytes */
     int d = vf_graph_find(g, "dit_0");
     VF_CHECK(d >= 0 && p.acts_alt[d] > 0 && p.acts_alt[d] < cpu->cat[VF_MEM_ACTS]);

@@ -35,7 +35,7 @@ function(vf_test_meta file out_labels out_timeout)
   set(${out_timeout} "${timeout}" PARENT_SCOPE)
 endfunction()
 
-set(VF_TEST_ENV "OMP_WAIT_POLICY=PASSIVE;VFLOW_BIN=${CMAKE_BINARY_DIR}/vflow;VFLOW_BUILD=${CMAKE_BINARY_DIR};VFLOW_SRC=${CMAKE_SOURCE_DIR};VFLOW_PY=${VF_PY};VFLOW_REF_PY=/opt/vflow-ref/bin/python")
+set(VF_TEST_ENV "OMP_WAIT_POLICY=PASSIVE;VFLOW_BIN=${CMAKE_BINARY_DIR}/vflow;VFLOW_BUILD=${CMAKE_BINARY_DIR};VFLOW_SRC=${CMAKE_SOURCE_DIR};VFLOW_PY=${VF_PY};VFLOW_REF_PY=/opt/vflow-ref/bin/python;VFLOW_REF35_PY=/opt/vflow-ref35/bin/python")
 
 file(GLOB VF_TOOL_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/tools/*.c)
 foreach(src ${VF_TOOL_SRC})

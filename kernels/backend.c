@@ -110,6 +110,14 @@ static void cpu_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const voi
 {
     (void)be, vf_cpu_gelu_bwd(dinp, dout, inp, n);
 }
+static void cpu_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_gelu_erf_fwd(out, inp, n);
+}
+static void cpu_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_gelu_erf_bwd(dinp, dout, inp, n);
+}
 static void cpu_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
 {
     (void)be, vf_cpu_silu_fwd(out, inp, n);
@@ -258,6 +266,8 @@ static vf_backend cpu_backend = {
     .axpy = cpu_axpy,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
+    .gelu_erf_fwd = cpu_gelu_erf_fwd,
+    .gelu_erf_bwd = cpu_gelu_erf_bwd,
     .silu_fwd = cpu_silu_fwd,
     .silu_bwd = cpu_silu_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,

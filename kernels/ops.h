@@ -74,6 +74,9 @@ struct vf_backend {
     /* GELU, tanh approximation (as torch.nn.GELU(approximate="tanh")) */
     void (*gelu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
     void (*gelu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+    /* GELU, exact: 0.5·x·(1 + erf(x/√2)) (torch.nn.GELU(), Wan's image embedder) */
+    void (*gelu_erf_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
+    void (*gelu_erf_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
     void (*silu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
     void (*silu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 

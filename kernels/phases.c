@@ -122,6 +122,8 @@ WRAP(add, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *a, cv *b, int64_t 
 WRAP(axpy, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *y, cv *x, float al, int64_t n), (IN, y, x, al, n))
 WRAP(gelu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
 WRAP(gelu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
+WRAP(gelu_erf_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
+WRAP(gelu_erf_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
 WRAP(silu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
 WRAP(silu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
 WRAP(layernorm_fwd, VF_PHASE_ELEMENTWISE,

@@ -107,10 +107,17 @@ int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st)
     for (int k = 0; k < 3 && patch; k++)
         if (vf_json_at(patch, k)) c->patch[k] = (int)vf_json_as_num(vf_json_at(patch, k));
     c->text_emb = strcmp(vf_json_get_str(cfg, "model.text", "bytes"), "embeddings") == 0;
+    c->in_dim = (int)vf_json_get_int(cfg, "model.in_dim", 0);
+    c->img_dim = (int)vf_json_get_int(cfg, "model.img_dim", 0);
+    c->img_len = (int)vf_json_get_int(cfg, "model.img_len", 0);
     if (vf_dit_config_check(c, st)) {
         vf_status_prefix(st, "%s/state.json", ck->path);
         return VF_EBADINPUT;
     }
+    if (vf_dit_in_dim(c) != c->z || c->img_dim > 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "%s/state.json: an image-to-video model (in_dim %d, img_dim %d): sampling "
+                             "takes text-to-video models", ck->path, vf_dit_in_dim(c), c->img_dim);
 fail:
     return rc;
 }

@@ -49,6 +49,8 @@ void vf_cpu_add(float *out, const float *a, const float *b, int64_t n);
 void vf_cpu_axpy(float *y, const float *x, float alpha, int64_t n);
 void vf_cpu_gelu_fwd(float *out, const float *inp, int64_t n);
 void vf_cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
+void vf_cpu_gelu_erf_fwd(float *out, const float *inp, int64_t n);
+void vf_cpu_gelu_erf_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
 void vf_cpu_silu_fwd(float *out, const float *inp, int64_t n);
 void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
 

@@ -196,6 +196,8 @@ static vf_backend *backend_new(int index, vf_status *st)
         .axpy = vf_cuda_axpy,
         .gelu_fwd = vf_cuda_gelu_fwd,
         .gelu_bwd = vf_cuda_gelu_bwd,
+        .gelu_erf_fwd = vf_cuda_gelu_erf_fwd,
+        .gelu_erf_bwd = vf_cuda_gelu_erf_bwd,
         .silu_fwd = vf_cuda_silu_fwd,
         .silu_bwd = vf_cuda_silu_bwd,
         .layernorm_fwd = vf_cuda_layernorm_fwd,

@@ -176,6 +176,8 @@ void vf_cuda_add(vf_backend *be, void *out, const void *a, const void *b, int64_
 void vf_cuda_axpy(vf_backend *be, void *y, const void *x, float alpha, int64_t n);
 void vf_cuda_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+void vf_cuda_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
+void vf_cuda_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 /* rope.cu */

@@ -37,7 +37,7 @@ static void xf_shapes(const dit_part_state *h, const vf_dit_dims *d, int64_t shp
     nd[XF_X] = 3, shp[XF_X][0] = B, shp[XF_X][1] = L, shp[XF_X][2] = D;
     nd[XF_E] = 2, shp[XF_E][0] = B, shp[XF_E][1] = D;
     nd[XF_E0] = 3, shp[XF_E0][0] = B, shp[XF_E0][1] = 6, shp[XF_E0][2] = D;
-    nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = c->text_len, shp[XF_CTX][2] = D;
+    nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = vf_dit_ctx_len(c), shp[XF_CTX][2] = D;
     nd[XF_TARGET] = 5, shp[XF_TARGET][0] = B, shp[XF_TARGET][1] = c->z, shp[XF_TARGET][2] = d->T;
     shp[XF_TARGET][3] = d->H, shp[XF_TARGET][4] = d->W;
 }
@@ -261,6 +261,12 @@ static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, v
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                              "%s: latents have %lld channels, the model's z is %d", vf_stage_name(s),
                              (long long)lat->shape[1], h->cfg.z);
+    if (vf_dit_in_dim(&h->cfg) != h->cfg.z || h->cfg.img_dim > 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "%s: the model is image-to-video (in_dim %d, img_dim %d) and batch \"%s\" "
+                             "carries text-to-video data only (no first-frame conditioning): the "
+                             "training stages take text-to-video models", vf_stage_name(s),
+                             vf_dit_in_dim(&h->cfg), h->cfg.img_dim, vf_item_id(it));
     if (!tx || tx->ndim != 2 || tx->dtype != VF_DTYPE_I32 || tx->shape[0] != lat->shape[0] || !tl ||
         tl->dtype != VF_DTYPE_I32 || vf_tensor_numel(tl) != lat->shape[0])
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,

@@ -200,25 +200,30 @@ static void elementwise_case(int64_t n, int off)
     G->axpy(G, db.p, da.p, -0.75f, n);
     snprintf(nm, sizeof nm, "axpy n%lld off%d", (long long)n, off);
     cmpd(nm, db, y, BF);
-    for (int act = 0; act < 2; act++) {
+    static const char *const act_name[3] = {"gelu", "silu", "gelu_erf"};
+    for (int act = 0; act < 3; act++) {
         float *o = nanv(n), *gd = rnd(n, -1, 1), *gi = rnd(n, -1, 1);
         dbuf dgd = dbf(gd, n, off), dgi = dbf(gi, n, off), dout2 = dbf(NULL, n, off);
         if (act == 0) {
             C->gelu_fwd(C, o, a, n), G->gelu_fwd(G, dout2.p, da.p, n);
             C->gelu_bwd(C, gi, gd, a, n), G->gelu_bwd(G, dgi.p, dgd.p, da.p, n);
+        } else if (act == 2) {
+            C->gelu_erf_fwd(C, o, a, n), G->gelu_erf_fwd(G, dout2.p, da.p, n);
+            C->gelu_erf_bwd(C, gi, gd, a, n), G->gelu_erf_bwd(G, dgi.p, dgd.p, da.p, n);
         } else {
             C->silu_fwd(C, o, a, n), G->silu_fwd(G, dout2.p, da.p, n);
             C->silu_bwd(C, gi, gd, a, n), G->silu_bwd(G, dgi.p, dgd.p, da.p, n);
         }
-        snprintf(nm, sizeof nm, "%s_fwd n%lld off%d", act ? "silu" : "gelu", (long long)n, off);
+        snprintf(nm, sizeof nm, "%s_fwd n%lld off%d", act_name[act], (long long)n, off);
         cmpd(nm, dout2, o, BF);
-        snprintf(nm, sizeof nm, "%s_bwd n%lld off%d", act ? "silu" : "gelu", (long long)n, off);
+        snprintf(nm, sizeof nm, "%s_bwd n%lld off%d", act_name[act], (long long)n, off);
         cmpd(nm, dgi, gi, BF);
         /* in place forward (out == inp) */
         dbuf dip = dbf(a, n, off);
         if (act == 0) G->gelu_fwd(G, dip.p, dip.p, n);
+        else if (act == 2) G->gelu_erf_fwd(G, dip.p, dip.p, n);
         else G->silu_fwd(G, dip.p, dip.p, n);
-        snprintf(nm, sizeof nm, "%s_fwd in place n%lld", act ? "silu" : "gelu", (long long)n);
+        snprintf(nm, sizeof nm, "%s_fwd in place n%lld", act_name[act], (long long)n);
         cmpd(nm, dip, o, BF);
         dfree(dgd), dfree(dgi), dfree(dout2), dfree(dip);
         free(o), free(gd), free(gi);
@@ -864,7 +869,7 @@ VF_TEST(memory_ops)
 #define VF_CUDA_OP_CASES(X)                                                         \
     X(memory_ops, "alloc free memset0 upload download copy copy2d sync")            \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
-    X(elementwise, "add axpy gelu_fwd gelu_bwd silu_fwd silu_bwd")                  \
+    X(elementwise, "add axpy gelu_fwd gelu_bwd gelu_erf_fwd gelu_erf_bwd silu_fwd silu_bwd") \
     X(norms, "layernorm_fwd layernorm_bwd rmsnorm_fwd rmsnorm_bwd rmsnorm_ch_fwd")  \
     X(adaln, "modulate_fwd modulate_bwd gated_add_fwd gated_add_bwd")               \
     X(rope, "rope_fwd rope_bwd")                                                    \

@@ -5,6 +5,9 @@ numbers computed here by hand, independently of vflow's code:
   - activations with recompute: Korthikanti's 2·s·b·h per layer (bf16 block inputs) plus
     at most 15% for the embeddings' and head's saved tensors; 1F1B keeps P - p
     micro-batches in flight on partition p;
+  - the 14B's partition workspace, buffer by buffer: one block's recompute area and
+    the backward's scratch, what the backward can put in the block's dead activations
+    put there;
   - the precompute: edges = workers x capacity x (clip bytes + codec overhead), and the
     VAE's device memory independent of the clip length;
   - state per parameter (the partitions' bf16 weights and gradients lent to the shards,
@@ -168,6 +171,17 @@ def wan14b():
         extra = 3 * 2 * s * h * (8 - q) if q == 7 else 0
         check(want <= acts <= 1.15 * want + extra, "partition %d: %.2f GiB activations vs %.2f GiB" %
               (q, acts / GiB, want / GiB))
+    # a middle partition's workspace, by hand (bf16, s tokens of width h, ffn f): the one
+    # block recompute area (18 (s, h) activations and the two (s, f) of the MLP), the
+    # backward's three early (s, h) gradient scratch buffers, the dx ping-pong partner
+    # and the MLP's first (s, f) gradient; the forward scratch shares the first gradient
+    # buffer, and the late scratch lives in the block's own dead activations
+    f = 13824
+    hand = 2 * (s * h * (18 + 3 + 1) + s * f * (2 + 1))
+    for q in range(1, 7):
+        ws = line_sum(p, stage="dit_%d" % q, what="partition workspace")
+        check(hand <= ws <= 1.01 * hand, "partition %d: workspace %.2f GiB vs %.2f GiB by hand" %
+              (q, ws / GiB, hand / GiB))
     cpu = dev(p, "cpu")["total"]
     # the host holds the checkpoint's four 12-byte/param copies (staging, record, pipe,
     # the item being written) and little else

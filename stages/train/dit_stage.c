@@ -522,7 +522,7 @@ static const vf_stage_ops dit_ops = {
     .api_version = VF_API_VERSION,
     .kind = "dit",
     .doc = "one pipeline partition of the video DiT: 1F1B over micro-batches, rectified-flow loss, "
-           "gradient slices to the optimizer shards",
+           "its weights and gradients lent to the optimizer shards",
     .params = dit_params,
     .ports = dit_ports,
     .memory = dit_memory,

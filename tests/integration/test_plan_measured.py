@@ -48,8 +48,8 @@ LOOSE = {
 # 1.01 there.
 PAIRED = {"synthetic": "vae_encode"}
 # (run, stage kind) pairs whose peak is a matter of timing: none. (A dit partition lends
-# its weights and gradients to the shards instead of sending slices, so what it holds no
-# longer depends on when the shards take them.)
+# its weights and gradients to the shards, so what it holds does not depend on when the
+# shards take them.)
 LOOSE_RUNS = {}
 
 

@@ -61,6 +61,12 @@ static void *cpu_alloc(vf_backend *be, size_t bytes, vf_status *st)
     return vf_cpu_alloc(bytes, st);
 }
 static void cpu_free(vf_backend *be, void *p) { (void)be, vf_cpu_free(p); }
+static void *cpu_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)
+{
+    (void)be;
+    return vf_alloc_shared(bytes, st);
+}
+static void cpu_free_shared(vf_backend *be, void *p) { (void)be, vf_free_shared(p); }
 static void cpu_memset0(vf_backend *be, void *p, size_t bytes) { (void)be, memset(p, 0, bytes); }
 static void cpu_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt)
 {
@@ -254,6 +260,8 @@ static vf_backend cpu_backend = {
     .ctx = NULL,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .alloc_shared = cpu_alloc_shared,
+    .free_shared = cpu_free_shared,
     .memset0 = cpu_memset0,
     .upload = cpu_upload,
     .download = cpu_download,

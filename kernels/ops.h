@@ -46,6 +46,11 @@ struct vf_backend {
     /* ---- memory (device memory is accounted to the calling stage) */
     void *(*alloc)(vf_backend *be, size_t bytes, vf_status *st);
     void (*free)(vf_backend *be, void *p);
+    /* Memory that other processes of the node can map, so that views of it cross without a
+     * copy (vflow.h "lending memory"): a shared segment (vf_alloc_shared) on the CPU, pool
+     * memory (exported by CUDA IPC once) on a GPU. Freed with free_shared. */
+    void *(*alloc_shared)(vf_backend *be, size_t bytes, vf_status *st);
+    void (*free_shared)(vf_backend *be, void *p);
     void (*memset0)(vf_backend *be, void *p, size_t bytes);
     /* copies between host f32 and backend storage of act_dtype / grad_dtype */
     void (*upload)(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dst_dtype);

@@ -23,7 +23,8 @@
 #define VF_OPS_LIST_H
 
 #define VF_OPS(X)                                                                   \
-    X(alloc, memory) X(free, memory) X(memset0, memory) X(upload, memory)          \
+    X(alloc, memory) X(free, memory) X(alloc_shared, memory) X(free_shared, memory) \
+    X(memset0, memory) X(upload, memory)                                           \
     X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(add, elementwise) X(axpy, elementwise) X(gelu_fwd, elementwise)              \

@@ -188,9 +188,14 @@ WRAP(adamw, VF_PHASE_OPTIMIZER,
      (IN, ms, m, v, g, wo, n, lr, b1, b2, eps, wd, gs, t))
 WRAP_F64(sumsq, VF_PHASE_OPTIMIZER, (vf_backend *be, cv *g, int64_t n), (IN, g, n))
 
-/* alloc, free and sync pass through untimed: they enqueue no device work of a phase */
+/* the allocators and sync pass through untimed: they enqueue no device work of a phase */
 static void *w_alloc(vf_backend *be, size_t bytes, vf_status *st) { return PH(be)->inner->alloc(PH(be)->inner, bytes, st); }
 static void w_free(vf_backend *be, void *ptr) { PH(be)->inner->free(PH(be)->inner, ptr); }
+static void *w_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)
+{
+    return PH(be)->inner->alloc_shared(PH(be)->inner, bytes, st);
+}
+static void w_free_shared(vf_backend *be, void *ptr) { PH(be)->inner->free_shared(PH(be)->inner, ptr); }
 static int w_sync(vf_backend *be, vf_status *st) { return PH(be)->inner->sync(PH(be)->inner, st); }
 
 const char *vf_phase_name(vf_phase ph)

@@ -27,8 +27,10 @@
 --   edges    reader.out        -> dit_0.batch           capacity 2
 --            dit_q.act_out     -> dit_{q+1}.act_in      capacity M   activations, forward
 --            dit_{q+1}.grad_out -> dit_q.grad_in        capacity M   loop: their gradients
---            dit_q.grad_s<k>   -> adamw_k.grads         capacity 2   gradient slices (every q, k)
---            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: updated weights
+--            dit_q.grad_s<k>   -> adamw_k.grads         capacity 2   views of the weights and
+--                                                                    gradients the shard updates
+--                                                                    in place (every q, k)
+--            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: the shard's reply (done)
 --            adamw_k.norm_out  -> adamw_j.norm_in       capacity 2   loop: global-norm partials (k ≠ j)
 --            adamw_k.snap      -> checkpoint.snap       capacity 1   snapshots: one in flight per shard
 --            checkpoint.ack    -> adamw_k.ack           capacity 2   loop, only with sync = true
@@ -418,9 +420,15 @@ return function(vf)
       if type(t.weights) ~= "string" then fail("p:train: weights must be a path (a string)") end
       for _, a in ipairs(opt.members) do a.params.weights = t.weights end
     end
+    -- the partitions' devices: a shard plans chunk buffers for those not on its own
+    local part_devices = {}
+    for r = 1, m.D do
+      for q = 1, m.P do part_devices[#part_devices + 1] = m.parts[r][q].params.device or "cpu" end
+    end
     for _, a in ipairs(opt.members) do
       local s = a.params
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
+      s.part_devices = part_devices
       s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
     end
     if ck then

@@ -13,8 +13,10 @@
  * Backward accumulates straight into the caller's zeroed dx: the residual branches pass
  * the gradient through unchanged, so dx2, dx1 and dx0 are the same buffer at successive
  * moments. Scratch gradients are zeroed before the ops that accumulate into them;
- * attention_bwd writes its three (ops.h), so its outputs need no memset. Scratch comes from the partition's workspace; the op sequence is fixed, which
- * is what makes recompute and partitioning bit-exact.
+ * attention_bwd writes its three (ops.h), so its outputs need no memset. Scratch comes
+ * from the partition's workspace and, once the MLP's backward has read them, from the
+ * block's own dead activations (dit_bwd_place); the op sequence is fixed, which is what
+ * makes recompute and partitioning bit-exact.
  */
 #include "models/dit_internal.h"
 
@@ -101,7 +103,7 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
 
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
-                   const dit_blk_saved *s)
+                   dit_blk_saved *s)
 {
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
@@ -111,8 +113,13 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
-    void *const *g = p->w.g;
-    void *gf0 = p->w.gf[0], *gf1 = p->w.gf[1];
+    /* the late scratch in the block's dead activations (dit_bwd_place) */
+    dit_bwd_slots bs;
+    dit_bwd_place(&p->pl, &bs);
+    void *g[6], *dead[2] = {s->f1, s->g};
+    for (int i = 0; i < 6; i++)
+        g[i] = i < 3 || bs.buf[i - 3] < 0 ? p->w.g[i] : (char *)dead[bs.buf[i - 3]] + bs.at[i - 3];
+    void *gf0 = p->w.gf[0], *gf1 = bs.gf1 ? s->g : p->w.gf[1];
     void *gc0 = p->w.gc[0], *gc1 = p->w.gc[1], *gc2 = p->w.gc[2];
     void *deb = p->w.deb;
     const size_t nd = (size_t)(N * D) * gs, ntd = (size_t)(Nt * D) * gs, nf = (size_t)(N * F) * gs;

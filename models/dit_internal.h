@@ -142,11 +142,15 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s);
 
 /* Scratch owned by the partition (one micro-batch at a time uses it). */
 typedef struct dit_work {
-    void *fx;                       /* (N, dim) act: forward scratch (attention projections) */
+    void *fx;                       /* (N, dim) act: forward scratch (the cross-attention's
+                                       output projection), g[0] where it fits: the forward
+                                       of a block never overlaps a backward */
     void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging */
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
-    void *g[6];                     /* (N, dim) grad scratch */
-    void *gf[2];                    /* (N, ffn) grad scratch */
+    void *g[6];                     /* (N, dim) grad scratch; g[3..5] NULL where they live
+                                       in the block's dead activations (dit_bwd_slots) */
+    void *gf[2];                    /* (N, ffn) grad scratch; gf[1] NULL where it lives in
+                                       the block's dead GELU output */
     void *gc[3];                    /* (Nt, dim) grad scratch */
     void *gi[3];                    /* (Ni, dim) grad scratch of the image branch */
     void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
@@ -166,6 +170,21 @@ typedef struct dit_work {
 } dit_work;
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
+
+/* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
+ * block's activations (the saved ones die with it; the recompute area is rebuilt for the
+ * next block), and the MLP's come first: the saved GELU output g is dead once the second
+ * MLP matmul's backward read it, so the GELU's gradient (gf[1]) goes there; f1 and g are
+ * both dead after the MLP, so the scratch first used by the attention sections (g[3..5])
+ * goes there, slot by slot. What does not fit (a gradient dtype wider than the
+ * activations', an ffn below 1.5 x dim) has a buffer of its own. Pure function of the
+ * plan: the carving and the backward agree. */
+typedef struct dit_bwd_slots {
+    bool gf1;       /* gf[1] in the saved g */
+    int buf[3];     /* g[3 + i]: -1 its own buffer, 0 in the saved f1, 1 in the saved g */
+    size_t at[3];   /* its byte offset there */
+} dit_bwd_slots;
+void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o);
 
 struct vf_dit_part {
     vf_backend *be;
@@ -206,13 +225,14 @@ static inline void *dit_at(const void *base, int64_t elems, size_t es)
     return (char *)base + (size_t)elems * es;
 }
 
-/* dit_block.c: one block, forward into s, backward reading s. dx (zeroed by the caller)
- * receives the input gradient; de0 (B, 6, dim) and dctx (Nc, dim) accumulate. */
+/* dit_block.c: one block, forward into s, backward consuming s (it reads s, and its late
+ * scratch overwrites the activations it has read: dit_bwd_place). dx (zeroed by the
+ * caller) receives the input gradient; de0 (B, 6, dim) and dctx (Nc, dim) accumulate. */
 void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
                    const void *e0, const void *ctx, dit_blk_saved *s);
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
-                   const dit_blk_saved *s);
+                   dit_blk_saved *s);
 
 /* dit_lora.c: the adapter of block blk's linear k (a BT_*_W index), if targeted.
  * Forward: y (rows, out) += s · B (A x). Backward (after the base's matmul_bwd):

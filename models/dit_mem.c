@@ -156,15 +156,33 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     }
 }
 
+void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o)
+{
+    const size_t slot = ((size_t)(pl->N * pl->c.dim) * pl->gs + 63) & ~(size_t)63;
+    const size_t room = (size_t)(pl->N * pl->c.ffn) * pl->as; /* the saved f1 and g each */
+    size_t used[2] = {0, 0};
+    memset(o, 0, sizeof *o);
+    o->gf1 = (size_t)(pl->N * pl->c.ffn) * pl->gs <= room;
+    for (int i = 0; i < 3; i++) {
+        o->buf[i] = -1;
+        for (int b = 0; b < 2 && o->buf[i] < 0; b++)
+            if (used[b] + slot <= room) o->buf[i] = b, o->at[i] = used[b], used[b] += slot;
+    }
+}
+
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 {
     int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
     int64_t iP = (int64_t)pl->in_dim * pl->P, Ni = pl->Ni, Di = pl->c.img_dim;
-    w->fx = A(N * D);
+    dit_bwd_slots bs;
+    dit_bwd_place(pl, &bs);
+    w->g[0] = G(N * D);
+    w->fx = pl->as <= pl->gs ? w->g[0] : A(N * D);
     w->tmp = pl->first ? A(N * (iP > zP ? iP : zP)) : pl->last ? A(N * zP) : NULL;
     w->gx = G(N * D);
-    for (int i = 0; i < 6; i++) w->g[i] = G(N * D);
-    for (int i = 0; i < 2; i++) w->gf[i] = G(N * pl->c.ffn);
+    for (int i = 1; i < 6; i++) w->g[i] = i < 3 || bs.buf[i - 3] < 0 ? G(N * D) : NULL;
+    w->gf[0] = G(N * pl->c.ffn);
+    w->gf[1] = bs.gf1 ? NULL : G(N * pl->c.ffn);
     for (int i = 0; i < 3; i++) w->gc[i] = G(Nt * D);
     for (int i = 0; i < 3; i++) w->gi[i] = pl->img ? G(Ni * D) : NULL;
     w->deb = G(6 * B * D);

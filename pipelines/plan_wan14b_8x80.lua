@@ -4,13 +4,15 @@
 -- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
 -- partition k.
 --
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # exit 2: cuda:0, cuda:1 over; lists the fixes
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB --set micro_batches=4   # fits
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 44.5-54.9 GiB per GPU
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=40GiB,cpu=2TiB   # exit 2: over; lists the fixes
 --
+-- Each partition lends its bf16 weights and gradients to the shards, which update them in
+-- place: 16 bytes of state per parameter on every GPU (the plan's "state per parameter").
 -- offload = true would put the shards in host memory, leaving only bf16 weights, gradients
--- and activations on the GPUs; the adamw stage does not take bf16 gradients on the host
--- yet, so --set offload=true stops with that dtype error (exit 2), and the plan's fixes
--- list offload as refused with it.
+-- and activations on the GPUs; the adamw stage does not take bf16 gradients on the host,
+-- so --set offload=true stops with that dtype error (exit 2), and the plan's fixes list
+-- offload as refused with it.
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
 -- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),

@@ -184,6 +184,8 @@ static vf_backend *backend_new(int index, vf_status *st)
         .model = g_model[index],
         .alloc = cu_alloc,
         .free = cu_free,
+        .alloc_shared = cu_alloc, /* pool blocks are exported by CUDA IPC as they are */
+        .free_shared = cu_free,
         .memset0 = vf_cuda_memset0,
         .upload = vf_cuda_upload,
         .download = vf_cuda_download,

@@ -89,9 +89,6 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
             if (!h->gout_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
         }
     }
-    int64_t most = vf_train_most_overlap(h->off, h->off + h->n, h->slo, h->shi, h->S);
-    h->slice_pool = vf_bufpool_new(be, h->gs * (size_t)most, 2 * h->S, st);
-    if (!h->slice_pool) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
     if (h->first) {
         h->cap = ntok * zP;
         size_t nb = (size_t)max->B;
@@ -127,8 +124,6 @@ void vf_dit_stage_teardown(dit_part_state *h)
     h->part = NULL;
     for (int i = 0; i < XF_N; i++) vf_bufpool_unref(h->act_pool[i]), h->act_pool[i] = NULL;
     for (int i = 0; i <= XF_CTX; i++) vf_bufpool_unref(h->gout_pool[i]), h->gout_pool[i] = NULL;
-    vf_bufpool_unref(h->slice_pool);
-    h->slice_pool = NULL;
     vf_free(h->h_xt), vf_free(h->h_target), vf_free(h->h_t), vf_free(h->h_text), vf_free(h->h_len);
     vf_free(h->h_emb);
     h->h_xt = h->h_target = h->h_t = h->h_emb = NULL, h->h_text = h->h_len = NULL;

@@ -855,6 +855,18 @@ VF_TEST(memory_ops)
     float *z = calloc((size_t)n, sizeof(float));
     cmpd("memset0", b, z, 0);
     dfree(a), dfree(b);
+    /* shareable memory holds what is uploaded into it, as alloc's does */
+    vf_status sst = {0};
+    void *sh = G->alloc_shared(G, (size_t)n * 4, &sst);
+    VF_CHECK_MSG(sh != NULL, "alloc_shared: %s", sst.msg);
+    if (sh) {
+        float *back = calloc((size_t)n, sizeof(float));
+        G->upload(G, sh, x, n, VF_DTYPE_F32);
+        G->download(G, back, sh, n, VF_DTYPE_F32);
+        VF_CHECK_MSG(memcmp(x, back, sizeof(float) * n) == 0, "alloc_shared: upload/download round trip");
+        G->free_shared(G, sh);
+        free(back);
+    }
     free(x), free(z);
     /* sticky errors come back through sync with file:line */
     vf_status st = {0};
@@ -867,7 +879,7 @@ VF_TEST(memory_ops)
  * one (every_op_compared fails naming the op otherwise), and the first field names the
  * comparison's VF_TEST, so dropping a comparison without its entry breaks the build. */
 #define VF_CUDA_OP_CASES(X)                                                         \
-    X(memory_ops, "alloc free memset0 upload download copy copy2d sync")            \
+    X(memory_ops, "alloc free alloc_shared free_shared memset0 upload download copy copy2d sync") \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
     X(elementwise, "add axpy gelu_fwd gelu_bwd gelu_erf_fwd gelu_erf_bwd silu_fwd silu_bwd") \
     X(norms, "layernorm_fwd layernorm_bwd rmsnorm_fwd rmsnorm_bwd rmsnorm_ch_fwd")  \

@@ -147,12 +147,14 @@ VF_TEST(categories)
     VF_CHECK(vf_mplan_build(g, &p, &st) == 0);
     int opt = vf_graph_find(g, "adamw_0"), ck = vf_graph_find(g, "checkpoint");
     VF_CHECK(opt >= 0 && ck >= 0);
-    expect_line(g, &p, "dit_0", "weights + gradients", VF_MEM_WEIGHTS, vf_graph_find(g, "dit_0"));
+    expect_line(g, &p, "dit_0", "weights (lent to the shards)", VF_MEM_WEIGHTS, vf_graph_find(g, "dit_0"));
+    expect_line(g, &p, "dit_0", "gradients (lent to the shards)", VF_MEM_GRADS, vf_graph_find(g, "dit_0"));
     expect_line(g, &p, "dit_0", "saved activations (micro-batches in flight)", VF_MEM_ACTS, -2);
     expect_line(g, &p, "dit_0", "activation item being built", VF_MEM_ITEMS, -2);
     expect_line(g, &p, "dit_0", "partition workspace", VF_MEM_WORKSPACE, -2);
     expect_line(g, &p, "adamw_0", "master weights + moments (f32)", VF_MEM_OPTIM, opt);
-    expect_line(g, &p, "adamw_0", "gradient slice", VF_MEM_GRADS, opt);
+    /* the slice's norm blocks across the two partitions' boundary: one chunk gathers them */
+    expect_line(g, &p, "adamw_0", "gradient chunk (split blocks, other devices)", VF_MEM_GRADS, opt);
     expect_line(g, &p, "adamw_0", "host staging (init/resume, snapshot)", VF_MEM_CKPT, opt);
     /* received snapshots: the producer's allocations (adamw in the same worker) */
     if (g->stages[opt].worker == g->stages[ck].worker)

@@ -192,7 +192,8 @@ int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
  * Norms, modulation, RoPE, the embeddings and the head are left out. */
 double vf_dit_block_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt);
 /* One training step's FLOPs per sample: depth blocks × 3 (forward + backward, which
- * costs twice the forward), × 4 with full recompute (the forward runs twice). */
+ * costs twice the forward); with recompute the forward once more, less the
+ * self-attention's scores and AV, whose result the forward keeps for the backward. */
 double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, bool recompute);
 
 /* Bytes a partition holds, computed by the same code that carves its buffers. */
@@ -200,7 +201,8 @@ typedef struct vf_dit_mem {
     int64_t params;      /* its range of weights (act dtype) */
     int64_t grads;       /* its range of gradients (grad dtype) */
     int64_t saved;       /* one micro-batch's saved activations (vf_dit_saved) */
-    int64_t saved_block; /* of which per block (recompute: the block input only) */
+    int64_t saved_block; /* of which per block (recompute: the block input and its
+                            self-attention's output and lse, kept for the backward) */
     int64_t workspace;   /* scratch of the partition object (backward buffers, RoPE tables,
                             the one-block recompute area) */
     int64_t xfer;        /* one vf_dit_xfer (x, e, e0, ctx) as sent between partitions */
@@ -212,13 +214,15 @@ typedef struct vf_dit_mem {
 void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
                         bool recompute, size_t act_size, size_t grad_size, vf_dit_mem *out);
 /* Saved activation bytes of one block for B samples of L tokens (act_size per element):
- * everything its backward reads, or with recompute only its input (B, L, dim). */
+ * everything its backward reads, or with recompute its input (B, L, dim) and what the
+ * recompute does not redo: the self-attention's output (B, L, dim) and its log-sum-exp
+ * (B, heads, L) f32. */
 int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
                                size_t act_size);
 /* Attention workspace of a micro-batch of geometry d on dev: the larger of its self- and
  * cross-attention's vf_attention_workspace_bound (kernels/ops.h; 0 on the CPU). The
  * backend holds one such workspace per device, outside the partition's buffers (the
- * attention's lse is in them: the saved activations or, with recompute, the workspace). */
+ * attention's lse is in them: the saved activations). */
 int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_device dev);
 
 /* ------------------------------------------------------------------ partitions */

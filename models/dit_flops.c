@@ -15,5 +15,7 @@ double vf_dit_block_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt)
 
 double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, bool recompute)
 {
-    return vf_dit_block_flops(c, L, Ltxt) * c->depth * (recompute ? 4 : 3);
+    const double blk = vf_dit_block_flops(c, L, Ltxt);
+    const double kept = 2 * 2 * (double)L * (double)L * c->dim; /* QKᵀ and AV: kept, not rerun */
+    return (3 * blk + (recompute ? blk - kept : 0)) * c->depth;
 }

@@ -66,19 +66,35 @@ typedef struct dit_plan {
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
                    const vf_dit_dims *max, bool recompute, size_t as, size_t gs);
 
-/* Everything one block's backward reads (input x and output live in vf_dit_saved.xs). */
+/* Everything one block's backward reads (input x and output live in vf_dit_saved.xs).
+ * q, k, v are carved one after another with one stride (the q/k/v projections run as one
+ * batched GEMM), and so are ck, cv. The adaLN's normalised inputs are not kept: the fused
+ * LayerNorm+modulate backward forms them again from x and mean/rstd. */
 typedef struct dit_blk_saved {
     void *eb;                                   /* (6, B, dim) modulation + e0, chunk-major */
-    void *h1, *m1, *q, *k, *v, *qr, *kr, *a, *o;        /* (N, dim) self-attention path */
-    void *x1, *h3, *cq, *cqr, *ca, *x2, *h2, *m2, *f2;  /* (N, dim) cross-attn and MLP */
-    void *ck, *ckr, *cv;                        /* (Nt, dim) cross-attention keys/values */
+    void *m1, *q, *k, *v, *qr, *kr, *o;         /* (N, dim) self-attention path */
+    void *x1, *h3, *cq, *cqr, *ca, *x2, *m2, *f2;       /* (N, dim) cross-attn and MLP */
+    void *ck, *cv, *ckr;                        /* (Nt, dim) cross-attention keys/values */
     void *f1, *g;                               /* (N, ffn) MLP pre/post activation */
     float *mean1, *rstd1, *rstdq, *rstdk, *mean3, *rstd3, *rstdcq, *mean2, *rstd2; /* (N) */
     float *rstdck;                              /* (Nt) */
-    float *lse1, *lse2;                         /* (B, heads, L) */
+    float *lse2;                                /* (B, heads, L) */
+    void *a;                                    /* (N, dim) self-attention output */
+    float *lse1;                                /* (B, heads, L) its log-sum-exp */
 } dit_blk_saved;
 
-void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s);
+/* with_att: carve a and lse1 too (not for the recompute area, whose block takes them
+ * from the saved store's dit_att_kept) */
+void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s, bool with_att);
+
+/* What a recomputed block keeps of its forward besides its input: the self-attention's
+ * output and log-sum-exp, so the backward's recompute does not run the attention again
+ * (its backward reads both as they were). The cross-attention (a few hundred keys) is
+ * recomputed. */
+typedef struct dit_att_kept {
+    void *a;        /* (N, dim) */
+    float *lse;     /* (B, heads, L) */
+} dit_att_kept;
 
 /* Embedding activations (first partition). */
 typedef struct dit_emb_saved {
@@ -93,7 +109,7 @@ typedef struct dit_emb_saved {
 
 /* Head activations and loss (last partition). */
 typedef struct dit_head_saved {
-    void *hn, *hm;      /* (N, dim) LN(x), modulated */
+    void *hm;           /* (N, dim) LN(x), modulated */
     float *mean, *rstd; /* (N) */
     void *eh;           /* (2, B, dim) head modulation + e */
     void *pred_tok;     /* (N, P·z) head output, vector order (pt, ph, pw, z) */
@@ -111,6 +127,7 @@ struct vf_dit_saved {
     void **xs;              /* nb + 1 entries: (N, dim) input of block b0+i; xs[nb] = output */
     void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nt, dim) */
     dit_blk_saved *blk;     /* nb entries (NULL with recompute) */
+    dit_att_kept *att;      /* nb entries with recompute (NULL without) */
     dit_emb_saved em;
     dit_head_saved hd;
 };
@@ -128,10 +145,10 @@ typedef struct dit_work {
     void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
     /* first partition */
     void *dse, *dte1s, *dte1;       /* (B, dim) grad */
-    void *dt1g, *dt1;               /* (Nt, dim) grad */
+    void *dt1;                      /* (Nt, dim) grad */
     void *dtemb;                    /* (Nt, text_dim) grad; NULL with text embeddings */
     /* last partition */
-    void *dhm, *dhn;                /* (N, dim) grad */
+    void *dhm;                      /* (N, dim) grad */
     void *deh;                      /* (2, B, dim) grad */
     /* first and last: boundary gradients when no caller buffers are given */
     vf_dit_xfer dint;
@@ -180,10 +197,13 @@ static inline void *dit_at(const void *base, int64_t elems, size_t es)
     return (char *)base + (size_t)elems * es;
 }
 
-/* dit_block.c: one block, forward into s, backward reading s. dx (zeroed by the caller)
- * receives the input gradient; de0 (B, 6, dim) and dctx (Nt, dim) accumulate. */
+/* dit_block.c: one block, forward into s, backward reading s; each one unit of the
+ * backend's recording (ops.h graph_begin). att_kept: s->a and s->lse1 already hold the
+ * self-attention's result (the backward's recompute), which is then not run again. dx
+ * receives the input gradient (written: no memset needed); de0 (B, 6, dim) and dctx
+ * (Nt, dim) accumulate. */
 void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
-                   const void *e0, const void *ctx, dit_blk_saved *s);
+                   const void *e0, const void *ctx, dit_blk_saved *s, bool att_kept);
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
                    const dit_blk_saved *s);
@@ -196,6 +216,9 @@ void dit_lora_fwd(vf_dit_part *p, int blk, int k, void *y, const void *x, int64_
                   int64_t in, int64_t out);
 void dit_lora_bwd(vf_dit_part *p, int blk, int k, void *dx, const void *dy, const void *x,
                   int64_t rows, int64_t in, int64_t out);
+/* Whether block blk's linear k has an adapter (where one has, the block runs that linear
+ * unfused: the adapter's terms join its gradient between the fused op's steps). */
+bool dit_lora_on(const vf_dit_part *p, int blk, int k);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

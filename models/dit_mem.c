@@ -59,25 +59,34 @@ vf_dit_dims vf_dit_dims_max(const vf_dit_dims *d, int n)
 #define G(n) dit_carve(cv, (size_t)(n) * pl->gs)
 #define F(n) (float *)dit_carve(cv, (size_t)(n) * sizeof(float))
 
-void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s)
+void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s, bool with_att)
 {
     int64_t N = pl->N, Nt = pl->Nt, D = pl->c.dim, F = pl->c.ffn;
     int64_t lse = pl->c.heads * pl->N;
     s->eb = A(6 * pl->B * D);
-    void **nd[] = {&s->h1, &s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->a, &s->o,
-                   &s->x1, &s->h3, &s->cq, &s->cqr, &s->ca, &s->x2, &s->h2, &s->m2, &s->f2};
+    /* q, k, v in a row (one stride), as ck, cv: the batched projections write them */
+    void **nd[] = {&s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->o, &s->x1, &s->h3,
+                   &s->cq, &s->cqr, &s->ca, &s->x2, &s->m2, &s->f2};
     for (size_t i = 0; i < sizeof nd / sizeof nd[0]; i++) *nd[i] = A(N * D);
     s->ck = A(Nt * D);
-    s->ckr = A(Nt * D);
     s->cv = A(Nt * D);
+    s->ckr = A(Nt * D);
     s->f1 = A(N * F);
     s->g = A(N * F);
     float **nf[] = {&s->mean1, &s->rstd1, &s->rstdq, &s->rstdk, &s->mean3,
                     &s->rstd3, &s->rstdcq, &s->mean2, &s->rstd2};
     for (size_t i = 0; i < sizeof nf / sizeof nf[0]; i++) *nf[i] = F(N);
     s->rstdck = F(Nt);
-    s->lse1 = F(lse);
     s->lse2 = F(lse);
+    s->a = with_att ? A(N * D) : NULL;
+    s->lse1 = with_att ? F(lse) : NULL;
+}
+
+/* A recomputed block's kept self-attention result (dit_att_kept) */
+static void carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k)
+{
+    k->a = A(pl->N * pl->c.dim);
+    k->lse = F(pl->c.heads * pl->N);
 }
 
 void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
@@ -93,10 +102,13 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     s->e = A(B * D);
     s->e0 = A(6 * B * D);
     s->ctx = A(Nt * D);
-    if (!pl->recompute) {
-        for (int i = 0; i < pl->nb; i++) {
+    for (int i = 0; i < pl->nb; i++) {
+        if (pl->recompute) {
+            dit_att_kept tmp, *k = s->att ? &s->att[i] : &tmp;
+            carve_att_kept(cv, pl, k);
+        } else {
             dit_blk_saved tmp, *b = s->blk ? &s->blk[i] : &tmp;
-            dit_carve_blk_saved(cv, pl, b);
+            dit_carve_blk_saved(cv, pl, b, true);
         }
     }
     if (pl->first) {
@@ -113,7 +125,6 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     }
     if (pl->last) {
         dit_head_saved *h = &s->hd;
-        h->hn = A(N * D);
         h->hm = A(N * D);
         h->mean = F(N);
         h->rstd = F(N);
@@ -139,13 +150,11 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
         w->dse = G(B * D);
         w->dte1s = G(B * D);
         w->dte1 = G(B * D);
-        w->dt1g = G(Nt * D);
         w->dt1 = G(Nt * D);
         w->dtemb = pl->c.text_emb ? NULL : G(Nt * pl->c.text_dim); /* byte-table gradient */
     }
     if (pl->last) {
         w->dhm = G(N * D);
-        w->dhn = G(N * D);
         w->deh = G(2 * B * D);
     }
     if (pl->first && pl->last) {
@@ -156,7 +165,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     }
     w->rcos = F(pl->L * pl->c.head_dim / 2);
     w->rsin = F(pl->L * pl->c.head_dim / 2);
-    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc);
+    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc, false);
 }
 
 #undef A
@@ -213,9 +222,12 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, boo
     pl.N = B * L;
     dit_carver cv = {0};
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size); /* its input, in vf_dit_saved.xs */
-    if (!recompute) {
+    if (recompute) {
+        dit_att_kept k;
+        carve_att_kept(&cv, &pl, &k);
+    } else {
         dit_blk_saved s;
-        dit_carve_blk_saved(&cv, &pl, &s);
+        dit_carve_blk_saved(&cv, &pl, &s, true);
     }
     return (int64_t)cv.off;
 }

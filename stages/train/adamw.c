@@ -1,4 +1,4 @@
-/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (DESIGN §7).
+/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (docs/TRAINING.md).
  *
  * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
  * dit_train.h) and holds for it the f32 master weights and both moments on its device.
@@ -26,6 +26,7 @@
  */
 #include "stages/train/adamw_internal.h"
 #include "stages/train/adamw_io.h"
+#include "models/dit_base.h"
 #include "models/dit_lora.h"
 #include "models/dit_weights.h"
 #include "stages/train/dit_train.h"
@@ -63,8 +64,9 @@ static const vf_param_spec adamw_params[] = {
     {"sync", VF_P_BOOL, "false", VF_ANY, "wait for each checkpoint to be written (benchmark baseline)"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where master weights and moments live (cpu = offload)"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
-     "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json or a diffusers "
-     "directory; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); \"\" = init from seed (set by p:train)"},
+     "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json, a diffusers "
+     "directory or a vflow checkpoint step dir; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); "
+     "\"\" = init from seed (set by p:train)"},
     {"lora", VF_P_STR, "\"\"", VF_ANY,
      "LoRA adapters as JSON {rank, alpha, targets} (set by p:train): the shard holds a slice of the adapters "
      "only; \"\" = every weight"},
@@ -89,6 +91,7 @@ typedef struct shard {
     int64_t steps, every, t0;
     bool sync;
     vf_json *config;
+    char *base_json;       /* shard 0 of a LoRA run on given weights: state.json's "lora_base" */
     char preset[64];       /* the model's preset name, for model.safetensors' metadata */
     char ckdir[PATH_MAX];
     /* per step, from the partitions: [part][replica] */
@@ -159,6 +162,7 @@ static void adamw_fini(vf_stage *s)
     free(h->partials);
     vf_bufpool_unref(h->wpool);
     vf_json_free(h->config);
+    free(h->base_json);
     vf_adamw_geo_fini(&h->g);
     free(h);
     vf_stage_set_state(s, NULL);
@@ -167,6 +171,24 @@ static void adamw_fini(vf_stage *s)
 /* ------------------------------------------------------------------ start */
 
 static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_WARN, "%s", msg); }
+
+/* Shard 0 of a LoRA run: the identity of its base for state.json ("lora_base", models/
+ * dit_base.h), checked against the checkpoint it resumes from (ck; NULL: a fresh start). */
+static int lora_base_of_run(const vf_params *p, const vf_ckpt *ck, char **json, vf_status *st)
+{
+    int rc = 0;
+    const char *w = vf_param_str(p, "weights");
+    vf_dit_base b = {0};
+    vf_json *o = NULL;
+    if (ck) VF_TRY(vf_dit_base_verify(ck->path, ck->state, w, false, "--set weights=", &b, st));
+    if (!w[0]) return 0; /* the seeded init: nothing to record */
+    if (!b.sha256[0]) VF_TRY(vf_dit_base_id(w, &b, st));
+    if (!(o = vf_dit_base_json(&b)) || !(*json = vf_json_emit(o, false, 0)))
+        VF_FAIL(st, VF_ENOMEM, "adamw: out of memory");
+fail:
+    vf_json_free(o);
+    return rc;
+}
 
 /* Initial master weights and moments: the newest checkpoint with --resume, else init. */
 static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
@@ -181,6 +203,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
     const vf_params *p = vf_stage_params(s);
     vf_ckpt_dir(vf_param_str(p, "ckpt_dir"), vf_run_dir(ctx), h->ckdir, sizeof h->ckdir);
     bool found = false;
+    if (h->g.k == 0 && h->g.lora && !vf_resuming(ctx)) VF_TRY(lora_base_of_run(p, NULL, &h->base_json, st));
     if (vf_resuming(ctx)) {
         vf_status fs;
         vf_status_clear(&fs);
@@ -194,8 +217,14 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         } else {
             found = true;
         }
+        if (h->g.k == 0 && h->g.lora) VF_TRY(lora_base_of_run(p, found ? &ck : NULL, &h->base_json, st));
     }
     if (found) {
+        /* older LoRA checkpoints name their base in the config (the path as given); the
+         * base is checked by content instead (lora_base_of_run) */
+        const vf_json *old_base = vf_json_get(vf_ckpt_state_config(ck.state), "lora.base");
+        if (old_base && vf_json_set(h->config, "lora.base", vf_json_clone(old_base)))
+            VF_FAIL(st, VF_ENOMEM, "adamw %s: out of memory", vf_stage_name(s));
         VF_TRY(vf_ckpt_config_check(ck.path, vf_ckpt_state_config(ck.state), h->config, st));
         VF_TRY(vf_adamw_load_master(ck.path, h->g.tl, h->g.lo, h->g.hi, host, st));
         be->upload(be, h->master, host, n, VF_DTYPE_F32);
@@ -207,6 +236,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         be->upload(be, h->v, mv, n, VF_DTYPE_F32);
         h->t0 = ck.step;
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
+        if (h->g.k == 0) vf_summary(ctx, "resume", "resumed from step %lld (%s)", (long long)ck.step, ck.path);
     } else {
         const char *wpath = vf_param_str(p, "weights"), *lpath = vf_param_str(p, "lora_init");
         if (h->g.lora && lpath[0]) { /* an existing adapter, in any of the namings users have */
@@ -493,6 +523,7 @@ static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr,
         VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
         VF_TRY(vf_item_set_str(it, "preset", h->preset, st));
         if (h->g.lora) VF_TRY(vf_item_set_num(it, "lora_alpha", h->g.lora->cfg.alpha, st));
+        if (h->base_json) VF_TRY(vf_item_set_str(it, "lora_base", h->base_json, st));
     }
     rc = vf_send(out, it, st);
     it = NULL;
@@ -531,6 +562,10 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     if (h->t0 >= h->steps) {
         vf_log(ctx, VF_LOG_INFO, "already at step %lld of %lld: nothing to train", (long long)h->t0,
                (long long)h->steps);
+        if (h->g.k == 0)
+            vf_summary(ctx, "train", "already at step %lld of %lld: nothing to train (steps is the run's total: "
+                       "--set steps=N with N > %lld trains on)", (long long)h->t0, (long long)h->steps,
+                       (long long)h->t0);
         return finish(ctx, h, st);
     }
     VF_TRY(send_weights(s, ctx, h, h->t0, st));
@@ -608,6 +643,9 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         done = step, last_lr = lr;
         if (ck) last_snap = step;
     }
+    if (h->g.k == 0 && done > h->t0) /* what a run too short for a progress line did */
+        vf_summary(ctx, "train", "trained steps %lld-%lld of %lld%s, last loss %.6g", (long long)h->t0 + 1,
+                   (long long)done, (long long)h->steps, done < h->steps ? " (stopped early)" : "", si.loss);
     rc = finish(ctx, h, st);
 fail:
     vf_json_free(si.cursors);
@@ -624,6 +662,13 @@ static const vf_knob_spec adamw_knobs[] = {
     {0},
 };
 
+/* What lua/train.lua's adamw expander takes (besides `shards`, a param of each shard too). */
+static const vf_param_spec adamw_expander_params[] = {
+    {"isolate", VF_P_BOOL, "true", VF_ANY,
+     "one process per shard (worker = its name); false leaves placement to the default rules (lua/train.lua)"},
+    {0},
+};
+
 static const vf_stage_ops adamw_ops = {
     .api_version = VF_API_VERSION,
     .kind = "adamw",
@@ -636,5 +681,6 @@ static const vf_stage_ops adamw_ops = {
     .run = adamw_run,
     .fini = adamw_fini,
     .knobs = adamw_knobs,
+    .expander_params = adamw_expander_params,
 };
 VF_REGISTER_STAGE(adamw_ops)

@@ -1,5 +1,5 @@
 /* checkpoint.c — stage kind `checkpoint`: the asynchronous, atomic checkpoint writer
- * (DESIGN §7).
+ * (docs/TRAINING.md, "Checkpoints").
  *
  * The optimizer shards snapshot their slice (master weights and both moments, copied to
  * the host) at checkpoint steps and send it here over an edge of capacity 1: a shard has
@@ -257,6 +257,7 @@ static int commit_if_complete(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t s
         snprintf(row, sizeof row, "{\"event\":\"checkpoint\",\"step\":%lld,\"path\":\"%s\",\"bytes\":%lld,\"write_s\":%.6f}",
                  (long long)step, ws.path, (long long)ws.bytes, ws.seconds);
         vf_metric(ctx, "ckpt_step", (double)step);
+        vf_summary(ctx, "checkpoint", "checkpoint of step %lld: %s", (long long)step, ws.path);
     } else {
         c->failed++;
         if (c->in_row < (int)(sizeof c->fail_steps / sizeof c->fail_steps[0])) c->fail_steps[c->in_row] = step;

@@ -208,6 +208,7 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
         .shards = S,
         .replicas = (int)meta_num(z, "replicas", 1),
         .stages = (int)meta_num(z, "stages", 1),
+        .lora_base = vf_item_str(z, "lora_base"),
     };
     VF_TRY(vf_ckpt_writer_state(cw, &info, st));
     rc = vf_ckpt_writer_commit(cw, keep, out->path, sizeof out->path, &out->bytes, st);

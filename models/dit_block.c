@@ -68,8 +68,8 @@ static void key_put(unit_key *k, uint64_t v)
 static void key_ptr(unit_key *k, const void *q) { key_put(k, (uint64_t)(uintptr_t)q); }
 
 /* What every pass of block blk depends on: the pass, the block, the geometry, the
- * partition's buffers (weights, gradients, adapters, workspace, RoPE tables) and every
- * buffer of s. */
+ * partition (its uid; its configuration is fixed), its buffers (weights, gradients,
+ * adapters, workspace, RoPE tables) and every buffer of s. */
 static void key_block(unit_key *k, const vf_dit_part *p, int what, int blk, const vf_dit_dims *d,
                       const dit_blk_saved *s)
 {
@@ -77,7 +77,8 @@ static void key_block(unit_key *k, const vf_dit_part *p, int what, int blk, cons
     key_put(k, (uint64_t)blk);
     key_put(k, (uint64_t)d->B);
     key_put(k, (uint64_t)d->L);
-    const void *bufs[] = {p, p->params, p->grads, p->wmem, p->lora, p->lparams, p->lgrads, p->lmem,
+    key_put(k, p->uid);
+    const void *bufs[] = {p->params, p->grads, p->wmem, p->lora, p->lparams, p->lgrads, p->lmem,
                           p->w.rcos, p->w.rsin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) key_ptr(k, bufs[i]);
     uint64_t sw[sizeof *s / sizeof(uint64_t) + 1] = {0};

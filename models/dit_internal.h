@@ -160,6 +160,10 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
 
 struct vf_dit_part {
     vf_backend *be;
+    uint64_t uid;                   /* unique in the process: the blocks' recorded units
+                                       (ops.h graph_begin) name their partition by it, so a
+                                       recording of a freed partition never replays for a
+                                       new one made at its address */
     const vf_dit_layout *l;
     dit_plan pl;
     char *params, *grads;           /* at element layout offset `off0` */

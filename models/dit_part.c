@@ -38,6 +38,8 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
     p = vf_calloc(sizeof *p, st);
     if (!p) VF_FAIL(st, VF_ENOMEM, "dit partition: out of memory");
     p->be = be;
+    static uint64_t uids;
+    p->uid = __atomic_add_fetch(&uids, 1, __ATOMIC_RELAXED);
     p->l = l;
     dit_plan_init(&p->pl, c, b0, b1, max, recompute, vf_dtype_size(be->act_dtype),
                   vf_dtype_size(be->grad_dtype));

@@ -57,14 +57,16 @@ static inline void *dit_carve(dit_carver *c, size_t bytes)
 typedef struct dit_plan {
     vf_dit_config c;
     int b0, b1, nb;
-    bool first, last, recompute;
+    bool first, last;
+    int recompute;           /* vf_dit_recompute */
+    bool att_kept;           /* the self-attention's output and lse kept (VF_DIT_RECOMPUTE) */
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
     int64_t P;               /* patch volume pt·ph·pw */
     size_t as, gs;           /* element sizes: activations/weights, gradients */
 } dit_plan;
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
-                   const vf_dit_dims *max, bool recompute, size_t as, size_t gs);
+                   const vf_dit_dims *max, int recompute, size_t as, size_t gs);
 
 /* Everything one block's backward reads (input x and output live in vf_dit_saved.xs).
  * q, k, v are carved one after another with one stride (the q/k/v projections run as one
@@ -127,7 +129,7 @@ struct vf_dit_saved {
     void **xs;              /* nb + 1 entries: (N, dim) input of block b0+i; xs[nb] = output */
     void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nt, dim) */
     dit_blk_saved *blk;     /* nb entries (NULL with recompute) */
-    dit_att_kept *att;      /* nb entries with recompute (NULL without) */
+    dit_att_kept *att;      /* nb entries where att_kept (else NULL) */
     dit_emb_saved em;
     dit_head_saved hd;
 };

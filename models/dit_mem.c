@@ -9,7 +9,7 @@
 #include "models/dit_internal.h"
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
-                   const vf_dit_dims *max, bool recompute, size_t as, size_t gs)
+                   const vf_dit_dims *max, int recompute, size_t as, size_t gs)
 {
     memset(pl, 0, sizeof *pl);
     pl->c = *c;
@@ -19,6 +19,7 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->first = b0 == 0;
     pl->last = b1 == c->depth;
     pl->recompute = recompute;
+    pl->att_kept = recompute == VF_DIT_RECOMPUTE;
     pl->B = max->B;
     pl->L = max->L;
     pl->N = max->N > 0 && max->N < pl->B * pl->L ? max->N : pl->B * pl->L;
@@ -103,10 +104,10 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     s->e0 = A(6 * B * D);
     s->ctx = A(Nt * D);
     for (int i = 0; i < pl->nb; i++) {
-        if (pl->recompute) {
+        if (pl->att_kept) {
             dit_att_kept tmp, *k = s->att ? &s->att[i] : &tmp;
             carve_att_kept(cv, pl, k);
-        } else {
+        } else if (!pl->recompute) {
             dit_blk_saved tmp, *b = s->blk ? &s->blk[i] : &tmp;
             dit_carve_blk_saved(cv, pl, b, true);
         }
@@ -165,7 +166,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     }
     w->rcos = F(pl->L * pl->c.head_dim / 2);
     w->rsin = F(pl->L * pl->c.head_dim / 2);
-    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc, false);
+    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc, !pl->att_kept);
 }
 
 #undef A
@@ -173,7 +174,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 #undef F
 
 void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
-                        bool recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
+                        int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
 {
     dit_plan pl;
     dit_plan_init(&pl, c, b0, b1, max, recompute, act_size, grad_size);
@@ -212,7 +213,7 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
     out->xfer = (int64_t)cv.off;
 }
 
-int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
+int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, int recompute,
                                size_t act_size)
 {
     vf_dit_dims d = vf_dit_dims_of(c, (int)B, c->patch[0], c->patch[1], c->patch[2]);
@@ -222,10 +223,10 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, boo
     pl.N = B * L;
     dit_carver cv = {0};
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size); /* its input, in vf_dit_saved.xs */
-    if (recompute) {
+    if (pl.att_kept) {
         dit_att_kept k;
         carve_att_kept(&cv, &pl, &k);
-    } else {
+    } else if (!pl.recompute) {
         dit_blk_saved s;
         dit_carve_blk_saved(&cv, &pl, &s, true);
     }

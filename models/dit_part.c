@@ -8,8 +8,9 @@
  * contributes) are continued in place in the buffer received from the next partition
  * rather than formed separately and added, so the order of additions is that of a single
  * partition. Recompute reruns a block's forward from its saved input with the same ops,
- * so its internals, and hence the gradients, are bit-identical; the self-attention's
- * output and log-sum-exp are kept from the forward (dit_att_kept) rather than recomputed.
+ * so its internals, and hence the gradients, are bit-identical; with VF_DIT_RECOMPUTE the
+ * self-attention's output and log-sum-exp are kept from the forward (dit_att_kept)
+ * rather than recomputed.
  */
 #include "models/dit_internal.h"
 
@@ -19,7 +20,7 @@ static size_t bytes_a(const vf_dit_part *p, int64_t n) { return (size_t)n * p->p
 static size_t bytes_g(const vf_dit_part *p, int64_t n) { return (size_t)n * p->pl.gs; }
 
 int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
-                    const vf_dit_dims *max, bool recompute, void *params, void *grads,
+                    const vf_dit_dims *max, int recompute, void *params, void *grads,
                     vf_dit_part **out, vf_status *st)
 {
     int rc = 0;
@@ -102,11 +103,10 @@ int vf_dit_saved_new(vf_dit_part *p, vf_dit_saved **out, vf_status *st)
     s->p = p;
     s->xs = vf_calloc(sizeof *s->xs * (size_t)(p->pl.nb + 1), st);
     if (!s->xs) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
-    if (p->pl.recompute)
-        s->att = vf_calloc(sizeof *s->att * (size_t)p->pl.nb, st);
-    else
-        s->blk = vf_calloc(sizeof *s->blk * (size_t)p->pl.nb, st);
-    if (!s->blk && !s->att) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
+    if (p->pl.att_kept && !(s->att = vf_calloc(sizeof *s->att * (size_t)p->pl.nb, st)))
+        VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
+    if (!p->pl.recompute && !(s->blk = vf_calloc(sizeof *s->blk * (size_t)p->pl.nb, st)))
+        VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
     dit_carver cv = {0};
     dit_carve_saved(&cv, &p->pl, s);
     s->bytes = cv.off;
@@ -145,12 +145,15 @@ const void *vf_dit_saved_pred(const vf_dit_saved *sv)
 }
 
 /* With recompute: block i's activations in the partition's one-block area, its
- * self-attention result in the saved store (kept from the forward for the backward). */
+ * self-attention result in the saved store where it is kept from the forward for the
+ * backward (att_kept), else in that area too. */
 static dit_blk_saved *recompute_area(vf_dit_part *p, vf_dit_saved *sv, int i, dit_blk_saved *s)
 {
     *s = p->w.rc;
-    s->a = sv->att[i].a;
-    s->lse1 = sv->att[i].lse;
+    if (p->pl.att_kept) {
+        s->a = sv->att[i].a;
+        s->lse1 = sv->att[i].lse;
+    }
     return s;
 }
 
@@ -285,9 +288,9 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     for (int i = pl->nb - 1; i >= 0; i--) {
         void *nxt = cur == g->x ? p->w.gx : g->x;
         dit_blk_saved rs, *s;
-        if (pl->recompute) { /* all but the self-attention, whose result the forward kept */
+        if (pl->recompute) { /* all but a self-attention whose result the forward kept */
             s = recompute_area(p, sv, i, &rs);
-            dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s, true);
+            dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s, pl->att_kept);
         } else {
             s = &sv->blk[i];
         }

@@ -4,8 +4,8 @@
 -- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
 -- partition k.
 --
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # exit 2: cuda:0, cuda:1 over; lists the fixes
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB --set micro_batches=4   # fits
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # exit 2: cuda:0..5 over; lists the fixes
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB --set micro_batches=4 --set recompute_attention=true   # fits
 --
 -- offload = true would put the shards in host memory, leaving only bf16 weights, gradients
 -- and activations on the GPUs; the adamw stage does not take bf16 gradients on the host
@@ -13,8 +13,9 @@
 -- list offload as refused with it.
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
--- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),
--- offload (false), frames (81), size (832x480, WxH), cache.
+-- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true),
+-- recompute_attention (false), shards (8), offload (false), frames (81), size (832x480,
+-- WxH), cache.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_8x80"
@@ -39,6 +40,7 @@ local dit = p:pipeline_parallel(model, {
   stages = P,
   micro_batches = M,
   recompute = a.recompute ~= false,
+  recompute_attention = a.recompute_attention == true,
   devices = devices,
 })
 local S = a.shards or 8

@@ -34,6 +34,8 @@
 #   dit_vflow         DiT training step, Wan-1.3B dims, 13 104 tokens, bf16, recompute:
 #                     tokens/s, MFU, peak, and one step op by op (phases: attention,
 #                     GEMM, norm/elementwise, optimizer, transfers, memsets, idle)
+#   dit_vflow_graphs  the same step with VFLOW_CUDA_GRAPHS=1 (each block's passes
+#                     replayed as CUDA graphs), timed steps only: tokens/s
 #   attn_vflow attn_torch xattn_vflow xattn_torch
 #                     attention fwd+bwd TFLOP/s, self (13 104 tokens) and cross (512
 #                     keys), vflow and torch's SDPA
@@ -276,6 +278,7 @@ else
 fi
 B="$BUILD/bench/bench_cuda_dit"
 section dit_vflow 100 0 "$B" step preset=wan-1.3b recompute=1 $DIT
+section dit_vflow_graphs 60 0 env VFLOW_CUDA_GRAPHS=1 "$B" step preset=wan-1.3b recompute=1 phases=0 $DIT
 section attn_vflow 30 0 "$B" attn L=$L H=12 D=128 iters=10
 section attn_torch 40 1 "$PY" "$SRC/bench/bench_cuda_dit.py" attn --L $L --heads 12 --D 128 --iters 10
 section xattn_vflow 30 0 "$B" attn L=$L Lk=512 H=12 D=128 iters=10

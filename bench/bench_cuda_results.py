@@ -14,6 +14,7 @@ file. Fields (README's GPU table is made from them by scripts/gen_gpu_table):
                                 per section, and their distinct values joined by "+"
                                 ("hand" when none reported one)
   dit_tokens_s, mfu, peak_bytes vflow's DiT step; phases_ms: one step op by op
+  dit_graphs_tokens_s           the same step with its blocks replayed as CUDA graphs
   torch_eager_tokens_s, torch_compile_tokens_s, torch_compile_peak_bytes (and the
                                 eager peak, both MFUs)
   attn_self_tflops, sdpa_self_tflops, attn_cross_tflops, sdpa_cross_tflops  fwd+bwd
@@ -85,6 +86,7 @@ def assemble(rows, date=None):
     out["attn_path"] = "+".join(distinct) if distinct else "hand"
     out["attn_paths"] = paths
     out["dit_tokens_s"] = bench("dit_vflow", "tokens_per_s")
+    out["dit_graphs_tokens_s"] = bench("dit_vflow_graphs", "tokens_per_s")
     out["torch_eager_tokens_s"] = bench("dit_torch_eager", "tokens_per_s")
     out["torch_compile_tokens_s"] = bench("dit_torch_compile", "tokens_per_s")
     out["mfu"] = bench("dit_vflow", "mfu")

@@ -95,10 +95,41 @@ static void cpu_matmul_fwd(vf_backend *be, void *out, const void *inp, const voi
 {
     (void)be, vf_cpu_matmul_fwd(out, inp, w, bias, N, C, OC);
 }
-static void cpu_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
-                           const void *inp, const void *w, int64_t N, int64_t C, int64_t OC)
+static bool cpu_graph_begin(vf_backend *be, const uint64_t *key, int nkey)
 {
-    (void)be, vf_cpu_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    return (void)be, vf_cpu_graph_begin(key, nkey);
+}
+static bool cpu_graph_end(vf_backend *be) { return (void)be, vf_cpu_graph_end(); }
+static void cpu_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                           const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
+                           vf_grad_mode mode)
+{
+    (void)be, vf_cpu_matmul_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC, mode == VF_GRAD_ADD);
+}
+static void cpu_matmul_gelu_fwd(vf_backend *be, void *out, void *pre, const void *inp,
+                                const void *w, const void *bias, int64_t N, int64_t C, int64_t OC)
+{
+    (void)be, vf_cpu_matmul_gelu_fwd(out, pre, inp, w, bias, N, C, OC);
+}
+static void cpu_matmul_dgelu_bwd(vf_backend *be, void *dpre, void *dbias_pre, void *dw,
+                                 void *dbias, const void *dout, const void *inp, const void *w,
+                                 const void *pre, int64_t N, int64_t C, int64_t OC)
+{
+    (void)be, vf_cpu_matmul_dgelu_bwd(dpre, dbias_pre, dw, dbias, dout, inp, w, pre, N, C, OC);
+}
+static void cpu_matmul_batch_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                                 const void *bias, int64_t N, int64_t C, int64_t OC, int nb,
+                                 int64_t wstride, int64_t ostride)
+{
+    (void)be, vf_cpu_matmul_batch_fwd(out, inp, w, bias, N, C, OC, nb, wstride, ostride);
+}
+static void cpu_matmul_batch_bwd(vf_backend *be, void *dinp, void *dw, void *dbias,
+                                 const void *dout, const void *inp, const void *w, int64_t N,
+                                 int64_t C, int64_t OC, int nb, int64_t wstride, int64_t ostride,
+                                 vf_grad_mode mode)
+{
+    (void)be, vf_cpu_matmul_batch_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC, nb, wstride,
+                                      ostride, mode == VF_GRAD_ADD);
 }
 static void cpu_add(vf_backend *be, void *out, const void *a, const void *b, int64_t n)
 {
@@ -128,9 +159,10 @@ static void cpu_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
 {
     (void)be, vf_cpu_silu_fwd(out, inp, n);
 }
-static void cpu_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+static void cpu_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n,
+                         vf_grad_mode mode)
 {
-    (void)be, vf_cpu_silu_bwd(dinp, dout, inp, n);
+    (void)be, vf_cpu_silu_bwd(dinp, dout, inp, n, mode == VF_GRAD_ADD);
 }
 static void cpu_layernorm_fwd(vf_backend *be, void *out, float *mean, float *rstd,
                               const void *inp, const void *w, const void *b, int64_t N,
@@ -171,6 +203,20 @@ static void cpu_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscal
 {
     (void)be, vf_cpu_modulate_bwd(dx, dshift, dscale, dout, x, scale, B, L, C);
 }
+static void cpu_ln_modulate_fwd(vf_backend *be, void *out, float *mean, float *rstd,
+                                const void *x, const void *shift, const void *scale, int64_t B,
+                                int64_t L, int64_t C, float eps)
+{
+    (void)be, vf_cpu_ln_modulate_fwd(out, mean, rstd, x, shift, scale, B, L, C, eps);
+}
+static void cpu_ln_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale,
+                                const void *dout, const void *x, const float *mean,
+                                const float *rstd, const void *scale, int64_t B, int64_t L,
+                                int64_t C, float eps, vf_grad_mode mode)
+{
+    (void)be, vf_cpu_ln_modulate_bwd(dx, dshift, dscale, dout, x, mean, rstd, scale, B, L, C,
+                                     eps, mode == VF_GRAD_ADD);
+}
 static void cpu_gated_add_fwd(vf_backend *be, void *out, const void *x, const void *gate,
                               const void *y, int64_t B, int64_t L, int64_t C)
 {
@@ -190,6 +236,19 @@ static void cpu_rope_bwd(vf_backend *be, void *dinp, const void *dout, const flo
                          const float *sin, int64_t B, int64_t L, int64_t H, int64_t D)
 {
     (void)be, vf_cpu_rope_bwd(dinp, dout, cos, sin, B, L, H, D);
+}
+static void cpu_rmsnorm_rope_fwd(vf_backend *be, void *out, float *rstd, const void *inp,
+                                 const void *w, const float *cos, const float *sin, int64_t B,
+                                 int64_t L, int64_t H, int64_t D, float eps)
+{
+    (void)be, vf_cpu_rmsnorm_rope_fwd(out, rstd, inp, w, cos, sin, B, L, H, D, eps);
+}
+static void cpu_rmsnorm_rope_bwd(vf_backend *be, void *dinp, void *dw, const void *dout,
+                                 const void *inp, const void *w, const float *rstd,
+                                 const float *cos, const float *sin, int64_t B, int64_t L,
+                                 int64_t H, int64_t D)
+{
+    (void)be, vf_cpu_rmsnorm_rope_bwd(dinp, dw, dout, inp, w, rstd, cos, sin, B, L, H, D);
 }
 static void cpu_attention_fwd(vf_backend *be, void *out, float *lse, const void *q,
                               const void *k, const void *v, int64_t B, int64_t Lq, int64_t Lk,
@@ -268,8 +327,14 @@ static vf_backend cpu_backend = {
     .copy = cpu_copy,
     .copy2d = cpu_copy2d,
     .sync = cpu_sync,
+    .graph_begin = cpu_graph_begin,
+    .graph_end = cpu_graph_end,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
+    .matmul_gelu_fwd = cpu_matmul_gelu_fwd,
+    .matmul_dgelu_bwd = cpu_matmul_dgelu_bwd,
+    .matmul_batch_fwd = cpu_matmul_batch_fwd,
+    .matmul_batch_bwd = cpu_matmul_batch_bwd,
     .add = cpu_add,
     .axpy = cpu_axpy,
     .gelu_fwd = cpu_gelu_fwd,
@@ -285,10 +350,14 @@ static vf_backend cpu_backend = {
     .rmsnorm_ch_fwd = cpu_rmsnorm_ch_fwd,
     .modulate_fwd = cpu_modulate_fwd,
     .modulate_bwd = cpu_modulate_bwd,
+    .ln_modulate_fwd = cpu_ln_modulate_fwd,
+    .ln_modulate_bwd = cpu_ln_modulate_bwd,
     .gated_add_fwd = cpu_gated_add_fwd,
     .gated_add_bwd = cpu_gated_add_bwd,
     .rope_fwd = cpu_rope_fwd,
     .rope_bwd = cpu_rope_bwd,
+    .rmsnorm_rope_fwd = cpu_rmsnorm_rope_fwd,
+    .rmsnorm_rope_bwd = cpu_rmsnorm_rope_bwd,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .permute = cpu_permute,

@@ -12,11 +12,16 @@
  *
  * Conventions:
  *  - Row-major, shapes in comments like llm.c: out (N, OC).
- *  - Every *_bwd ACCUMULATES (+=) into every gradient it writes (input and parameter
- *    gradients alike); the caller zeroes them once. This composes with residuals.
- *    Exception: attention_bwd WRITES (=) dq, dk and dv. Its gradients are always the
- *    first writer of fresh buffers in the models, and the fused library kernels it runs
- *    on (cuDNN's SDPA backward) store their outputs; writing spares the caller a memset.
+ *  - Parameter gradients (dw, dbias, norm gains, the embedding table) ACCUMULATE (+=):
+ *    they sum over micro-batches, and the caller zeroes them once per step.
+ *  - Activation gradients are WRITTEN (=): in the models the op is their buffer's first
+ *    writer, so the buffer needs no memset before it (the library kernels under the
+ *    fused ops, cuBLASLt with beta = 0 and cuDNN's SDPA backward, store their outputs
+ *    too). Where some callers are first writers and others add a second path into the
+ *    same gradient, the op takes a vf_grad_mode (matmul_bwd, matmul_batch_bwd, silu_bwd,
+ *    ln_modulate_bwd). Two ops accumulate their input gradient: layernorm_bwd, which
+ *    closes a residual branch whose skip path already holds the gradient, and
+ *    conv3d_bwd. Each op's comment says which of its outputs are which.
  *  - A NULL optional pointer (bias, weight, gradient) means "absent / not wanted".
  *  - Ops never allocate; workspace, where needed, comes from be->workspace.
  */
@@ -33,6 +38,11 @@ extern "C" {
 #endif
 
 typedef struct vf_backend vf_backend;
+
+/* How a backward op stores an activation gradient that takes a mode: WRITE stores it (=,
+ * the op is the buffer's first writer), ADD adds it to what the buffer holds (+=, a
+ * second path into the same gradient). */
+typedef enum vf_grad_mode { VF_GRAD_WRITE = 0, VF_GRAD_ADD = 1 } vf_grad_mode;
 
 struct vf_backend {
     const char *name;          /* "cpu", "cuda" */
@@ -63,13 +73,57 @@ struct vf_backend {
                    size_t width, size_t rows);
     int (*sync)(vf_backend *be, vf_status *st);
 
+    /* ---- recorded units (CUDA graphs). The ops a caller enqueues between graph_begin and
+     * graph_end form one unit named by key[0..nkey): words that determine the unit's work
+     * completely (what it is, its shapes, every pointer its ops touch; nkey ≤ 128).
+     * graph_begin returns true when the caller is to enqueue the unit's ops now, false
+     * when the backend ran a recording of them instead (the caller enqueues nothing).
+     * graph_end closes the unit; it returns true when the ops must be enqueued once more
+     * (a recording failed: its ops did not run; the next graph_begin asks for them again
+     * and runs them as they come). So a unit is
+     *     do { if (be->graph_begin(be, key, n)) <ops>; } while (be->graph_end(be));
+     * Ops of a unit must not read host state that changes between runs with one key, nor
+     * wait for the device. The CUDA backend records units when VFLOW_CUDA_GRAPHS=1 (run
+     * eagerly the first time a key is seen, recorded the second, replayed after); by
+     * default, and on the CPU backend, every unit runs as it comes. */
+    bool (*graph_begin)(vf_backend *be, const uint64_t *key, int nkey);
+    bool (*graph_end)(vf_backend *be);
+
     /* ---- dense
      * out (N, OC) = inp (N, C) · w (OC, C)ᵀ + bias (OC) */
     void (*matmul_fwd)(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
                        int64_t N, int64_t C, int64_t OC);
-    /* dinp (N, C) += dout·w ; dw (OC, C) += doutᵀ·inp ; dbias (OC) += Σ_N dout */
+    /* dinp (N, C) = or += dout·w (mode) ; dw (OC, C) += doutᵀ·inp ; dbias (OC) += Σ_N dout */
     void (*matmul_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
-                       const void *inp, const void *w, int64_t N, int64_t C, int64_t OC);
+                       const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
+                       vf_grad_mode mode);
+    /* A dense layer followed by GELU (tanh), the pre-activation kept for the backward:
+     * pre (N, OC) = inp·wᵀ + bias ; out (N, OC) = gelu(pre). */
+    void (*matmul_gelu_fwd)(vf_backend *be, void *out, void *pre, const void *inp, const void *w,
+                            const void *bias, int64_t N, int64_t C, int64_t OC);
+    /* The backward of a dense layer whose input is gelu(pre) (pre the previous layer's
+     * output, kept by matmul_gelu_fwd), through the GELU as well:
+     *   dpre (N, C) = (dout·w) ⊙ gelu'(pre)   WRITTEN
+     *   dbias_pre (C) += Σ_N dpre             the previous layer's bias gradient (may be NULL)
+     *   dw (OC, C) += doutᵀ·inp ; dbias (OC) += Σ_N dout    inp = gelu(pre) */
+    void (*matmul_dgelu_bwd)(vf_backend *be, void *dpre, void *dbias_pre, void *dw, void *dbias,
+                             const void *dout, const void *inp, const void *w, const void *pre,
+                             int64_t N, int64_t C, int64_t OC);
+    /* nb dense layers over one input, as one call (the DiT's q, k, v projections):
+     * out_i (N, OC) = inp (N, C) · w_iᵀ + bias_i for i < nb, where w_i = w + i·wstride,
+     * bias_i = bias + i·wstride (a flat parameter layout keeps each bias right after its
+     * weight, so the two step alike; bias may be NULL) and out_i = out + i·ostride
+     * (strides in elements). */
+    void (*matmul_batch_fwd)(vf_backend *be, void *out, const void *inp, const void *w,
+                             const void *bias, int64_t N, int64_t C, int64_t OC, int nb,
+                             int64_t wstride, int64_t ostride);
+    /* Its backward: dinp (N, C) = or += Σ_i dout_i·w_i (mode; the sum in order i = 0, 1, …);
+     * dw_i += dout_iᵀ·inp, dbias_i += Σ_N dout_i with dw_i = dw + i·wstride, dbias_i =
+     * dbias + i·wstride (the gradients have the parameters' layout), dout_i = dout +
+     * i·ostride. */
+    void (*matmul_batch_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                             const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
+                             int nb, int64_t wstride, int64_t ostride, vf_grad_mode mode);
 
     /* ---- elementwise (n elements)
      * out = a + b */
@@ -78,23 +132,30 @@ struct vf_backend {
     void (*axpy)(vf_backend *be, void *y, const void *x, float alpha, int64_t n);
     /* GELU, tanh approximation (as torch.nn.GELU(approximate="tanh")) */
     void (*gelu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
+    /* dinp = gelu'(inp)·dout, WRITTEN */
     void (*gelu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
     /* GELU, exact: 0.5·x·(1 + erf(x/√2)) (torch.nn.GELU(), Wan's image embedder) */
     void (*gelu_erf_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
+    /* dinp = gelu_erf'(inp)·dout, WRITTEN */
     void (*gelu_erf_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
     void (*silu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
-    void (*silu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+    /* dinp = or += silu'(inp)·dout (mode) */
+    void (*silu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n,
+                     vf_grad_mode mode);
 
     /* ---- normalisation over the last dim C of (N, C)
      * LayerNorm: out = (x-mean)·rstd·w + b (w, b optional); mean, rstd (N) f32 saved */
     void (*layernorm_fwd)(vf_backend *be, void *out, float *mean, float *rstd, const void *inp,
                           const void *w, const void *b, int64_t N, int64_t C, float eps);
+    /* dinp += ∂/∂inp (ACCUMULATED: the residual's skip path already holds its share);
+     * dw, db += */
     void (*layernorm_bwd)(vf_backend *be, void *dinp, void *dw, void *db, const void *dout,
                           const void *inp, const void *w, const float *mean, const float *rstd,
                           int64_t N, int64_t C);
     /* RMSNorm: out = x·rstd·w (w optional); rstd (N) f32 saved */
     void (*rmsnorm_fwd)(vf_backend *be, void *out, float *rstd, const void *inp, const void *w,
                         int64_t N, int64_t C, float eps);
+    /* dinp = ∂/∂inp WRITTEN; dw += */
     void (*rmsnorm_bwd)(vf_backend *be, void *dinp, void *dw, const void *dout, const void *inp,
                         const void *w, const float *rstd, int64_t N, int64_t C);
     /* RMSNorm over channels of a channel-first tensor (B, C, S) (S = T·H·W), per
@@ -106,12 +167,30 @@ struct vf_backend {
      * out (B, L, C) = x·(1 + scale[b]) + shift[b];  shift, scale (B, C) */
     void (*modulate_fwd)(vf_backend *be, void *out, const void *x, const void *shift,
                          const void *scale, int64_t B, int64_t L, int64_t C);
+    /* dx = dout·(1 + scale) ; dshift = Σ_L dout ; dscale = Σ_L dout·x — all WRITTEN
+     * (shift and scale are per-sample activations, not parameters) */
     void (*modulate_bwd)(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
                          const void *x, const void *scale, int64_t B, int64_t L, int64_t C);
+    /* LayerNorm (no affine) and modulate as one op, the adaLN of a DiT block:
+     * out (B, L, C) = x̂·(1 + scale[b]) + shift[b], x̂ = (x − mean)·rstd per row over C;
+     * mean, rstd (B·L) f32 saved. The normalised x̂ is not stored: the backward recomputes
+     * it from x and the statistics. */
+    void (*ln_modulate_fwd)(vf_backend *be, void *out, float *mean, float *rstd, const void *x,
+                            const void *shift, const void *scale, int64_t B, int64_t L,
+                            int64_t C, float eps);
+    /* dx = or += LayerNorm's backward of dout·(1 + scale) (mode: ADD where dx is a residual
+     * stream's gradient); dshift = Σ_L dout ; dscale = Σ_L dout·x̂ WRITTEN. eps is the
+     * forward's (the CPU backend recomputes the forward's f64 statistics from x to get its
+     * x̂ bit for bit). */
+    void (*ln_modulate_bwd)(vf_backend *be, void *dx, void *dshift, void *dscale,
+                            const void *dout, const void *x, const float *mean,
+                            const float *rstd, const void *scale, int64_t B, int64_t L,
+                            int64_t C, float eps, vf_grad_mode mode);
     /* out (B, L, C) = x + gate[b]·y ;  gate (B, C).  out may alias x. */
     void (*gated_add_fwd)(vf_backend *be, void *out, const void *x, const void *gate,
                           const void *y, int64_t B, int64_t L, int64_t C);
-    /* dx += dout ; dgate += Σ_L dout·y ; dy += dout·gate */
+    /* dx = dout ; dgate = Σ_L dout·y ; dy = dout·gate — all WRITTEN (dx may be NULL: a
+     * caller whose dx is dout keeps dout) */
     void (*gated_add_bwd)(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
                           const void *gate, const void *y, int64_t B, int64_t L, int64_t C);
 
@@ -120,9 +199,20 @@ struct vf_backend {
      * frequencies are split across t, h, w). In place allowed. */
     void (*rope_fwd)(vf_backend *be, void *out, const void *inp, const float *cos,
                      const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
-    /* dinp += R(-angle)·dout */
+    /* dinp = R(-angle)·dout, WRITTEN */
     void (*rope_bwd)(vf_backend *be, void *dinp, const void *dout, const float *cos,
                      const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+    /* RMSNorm over the whole row (C = H·D, gain w (C) optional) and RoPE as one op (the
+     * DiT's q and k): out (B, L, H, D) = rope(rmsnorm(inp)·w); rstd (B·L) f32 saved. No
+     * aliasing. */
+    void (*rmsnorm_rope_fwd)(vf_backend *be, void *out, float *rstd, const void *inp,
+                             const void *w, const float *cos, const float *sin, int64_t B,
+                             int64_t L, int64_t H, int64_t D, float eps);
+    /* dinp = ∂/∂inp WRITTEN ; dw += */
+    void (*rmsnorm_rope_bwd)(vf_backend *be, void *dinp, void *dw, const void *dout,
+                             const void *inp, const void *w, const float *rstd,
+                             const float *cos, const float *sin, int64_t B, int64_t L,
+                             int64_t H, int64_t D);
 
     /* ---- attention, non-causal, softmax(q·kᵀ·scale)·v
      * q (B, Lq, H, D), k/v (B, Lk, H, D), out (B, Lq, H, D), lse (B, H, Lq) f32 saved
@@ -152,6 +242,7 @@ struct vf_backend {
                        int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
                        int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0,
                        int ph1, int pw0, int pw1);
+    /* dinp, dw, dbias += (the VAE is frozen: nothing trains through it) */
     void (*conv3d_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                        const void *inp, const void *w, int64_t B, int64_t C, int64_t T,
                        int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh,
@@ -160,6 +251,7 @@ struct vf_backend {
     /* ---- embedding: out (N, C) = table[tok[n]]; tok i32 on the device */
     void (*embed_fwd)(vf_backend *be, void *out, const int32_t *tok, const void *table,
                       int64_t N, int64_t C);
+    /* dtable += (a parameter) */
     void (*embed_bwd)(vf_backend *be, void *dtable, const void *dout, const int32_t *tok,
                       int64_t N, int64_t C);
 

@@ -3,7 +3,8 @@
  *
  * The family is the file an op lives in, the same name on both backends:
  * kernels/cpu/<family>.c and kernels/cuda/<family>.{cu,c}; its CPU finite-difference
- * test is tests/unit/test_ops_<family>.c (modulate shares test_ops_elementwise.c). Files
+ * test is tests/unit/test_ops_<family>.c (modulate shares test_ops_elementwise.c; graph,
+ * which computes nothing on the CPU, is checked in test_ops_backend.c). Files
  * that are backend infrastructure keep names of their own: cpu/gemm.c (the sgemm core
  * under matmul and conv3d), cpu/simd.c; cuda/backend_cuda.c (the table), pool.c,
  * xfer_cuda.c (device transports), common.cuh.
@@ -26,15 +27,20 @@
     X(alloc, memory) X(free, memory) X(alloc_shared, memory) X(free_shared, memory) \
     X(memset0, memory) X(upload, memory)                                           \
     X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
+    X(graph_begin, graph) X(graph_end, graph)                                      \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
+    X(matmul_gelu_fwd, matmul) X(matmul_dgelu_bwd, matmul)                         \
+    X(matmul_batch_fwd, matmul) X(matmul_batch_bwd, matmul)                        \
     X(add, elementwise) X(axpy, elementwise) X(gelu_fwd, elementwise)              \
     X(gelu_bwd, elementwise) X(gelu_erf_fwd, elementwise)                          \
     X(gelu_erf_bwd, elementwise) X(silu_fwd, elementwise) X(silu_bwd, elementwise) \
     X(layernorm_fwd, norm) X(layernorm_bwd, norm) X(rmsnorm_fwd, norm)             \
     X(rmsnorm_bwd, norm) X(rmsnorm_ch_fwd, norm)                                   \
     X(modulate_fwd, modulate) X(modulate_bwd, modulate)                            \
+    X(ln_modulate_fwd, modulate) X(ln_modulate_bwd, modulate)                      \
     X(gated_add_fwd, modulate) X(gated_add_bwd, modulate)                          \
     X(rope_fwd, rope) X(rope_bwd, rope)                                            \
+    X(rmsnorm_rope_fwd, rope) X(rmsnorm_rope_bwd, rope)                            \
     X(attention_fwd, attention) X(attention_bwd, attention)                        \
     X(permute, layout)                                                             \
     X(conv3d_fwd, conv3d) X(conv3d_bwd, conv3d)                                    \

@@ -19,6 +19,7 @@ struct vf_phases {
     bool on;
     bool cuda;           /* marks are events on inner's stream */
     vf_cuda_marks *marks;
+    bool unit_eager;     /* the recorded unit in progress runs op by op (timing was on) */
     int rc;              /* first mark failure of this round (reported by read) */
     vf_status err;
     int nops, cap;       /* ops timed this round; capacity of phase / host */
@@ -116,8 +117,24 @@ WRAP(copy2d, VF_PHASE_TRANSFER, (vf_backend *be, void *d, size_t dp, cv *s, size
 WRAP(matmul_fwd, VF_PHASE_GEMM,
      (vf_backend *be, void *o, cv *x, cv *w, cv *b, int64_t N, int64_t C, int64_t OC), (IN, o, x, w, b, N, C, OC))
 WRAP(matmul_bwd, VF_PHASE_GEMM,
-     (vf_backend *be, void *dx, void *dw, void *db, cv *dy, cv *x, cv *w, int64_t N, int64_t C, int64_t OC),
-     (IN, dx, dw, db, dy, x, w, N, C, OC))
+     (vf_backend *be, void *dx, void *dw, void *db, cv *dy, cv *x, cv *w, int64_t N, int64_t C, int64_t OC,
+      vf_grad_mode m),
+     (IN, dx, dw, db, dy, x, w, N, C, OC, m))
+WRAP(matmul_gelu_fwd, VF_PHASE_GEMM,
+     (vf_backend *be, void *o, void *pre, cv *x, cv *w, cv *b, int64_t N, int64_t C, int64_t OC),
+     (IN, o, pre, x, w, b, N, C, OC))
+WRAP(matmul_dgelu_bwd, VF_PHASE_GEMM,
+     (vf_backend *be, void *dpre, void *dbp, void *dw, void *db, cv *dy, cv *x, cv *w, cv *pre, int64_t N,
+      int64_t C, int64_t OC),
+     (IN, dpre, dbp, dw, db, dy, x, w, pre, N, C, OC))
+WRAP(matmul_batch_fwd, VF_PHASE_GEMM,
+     (vf_backend *be, void *o, cv *x, cv *w, cv *b, int64_t N, int64_t C, int64_t OC, int nb, int64_t ws,
+      int64_t os),
+     (IN, o, x, w, b, N, C, OC, nb, ws, os))
+WRAP(matmul_batch_bwd, VF_PHASE_GEMM,
+     (vf_backend *be, void *dx, void *dw, void *db, cv *dy, cv *x, cv *w, int64_t N, int64_t C, int64_t OC,
+      int nb, int64_t ws, int64_t os, vf_grad_mode m),
+     (IN, dx, dw, db, dy, x, w, N, C, OC, nb, ws, os, m))
 WRAP(add, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *a, cv *b, int64_t n), (IN, o, a, b, n))
 WRAP(axpy, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *y, cv *x, float al, int64_t n), (IN, y, x, al, n))
 WRAP(gelu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
@@ -125,7 +142,8 @@ WRAP(gelu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, i
 WRAP(gelu_erf_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
 WRAP(gelu_erf_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
 WRAP(silu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
-WRAP(silu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
+WRAP(silu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n, vf_grad_mode m),
+     (IN, dx, dy, x, n, m))
 WRAP(layernorm_fwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *o, float *mu, float *rs, cv *x, cv *w, cv *b, int64_t N, int64_t C, float eps),
      (IN, o, mu, rs, x, w, b, N, C, eps))
@@ -145,6 +163,14 @@ WRAP(modulate_fwd, VF_PHASE_ELEMENTWISE,
 WRAP(modulate_bwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *dx, void *dsh, void *dsc, cv *dy, cv *x, cv *sc, int64_t B, int64_t L, int64_t C),
      (IN, dx, dsh, dsc, dy, x, sc, B, L, C))
+WRAP(ln_modulate_fwd, VF_PHASE_ELEMENTWISE,
+     (vf_backend *be, void *o, float *mu, float *rs, cv *x, cv *sh, cv *sc, int64_t B, int64_t L, int64_t C,
+      float eps),
+     (IN, o, mu, rs, x, sh, sc, B, L, C, eps))
+WRAP(ln_modulate_bwd, VF_PHASE_ELEMENTWISE,
+     (vf_backend *be, void *dx, void *dsh, void *dsc, cv *dy, cv *x, const float *mu, const float *rs, cv *sc,
+      int64_t B, int64_t L, int64_t C, float eps, vf_grad_mode m),
+     (IN, dx, dsh, dsc, dy, x, mu, rs, sc, B, L, C, eps, m))
 WRAP(gated_add_fwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *o, cv *x, cv *g, cv *y, int64_t B, int64_t L, int64_t C), (IN, o, x, g, y, B, L, C))
 WRAP(gated_add_bwd, VF_PHASE_ELEMENTWISE,
@@ -156,6 +182,14 @@ WRAP(rope_fwd, VF_PHASE_ELEMENTWISE,
 WRAP(rope_bwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *dx, cv *dy, const float *c, const float *s, int64_t B, int64_t L, int64_t H, int64_t D),
      (IN, dx, dy, c, s, B, L, H, D))
+WRAP(rmsnorm_rope_fwd, VF_PHASE_ELEMENTWISE,
+     (vf_backend *be, void *o, float *rs, cv *x, cv *w, const float *c, const float *s, int64_t B, int64_t L,
+      int64_t H, int64_t D, float eps),
+     (IN, o, rs, x, w, c, s, B, L, H, D, eps))
+WRAP(rmsnorm_rope_bwd, VF_PHASE_ELEMENTWISE,
+     (vf_backend *be, void *dx, void *dw, cv *dy, cv *x, cv *w, const float *rs, const float *c, const float *s,
+      int64_t B, int64_t L, int64_t H, int64_t D),
+     (IN, dx, dw, dy, x, w, rs, c, s, B, L, H, D))
 WRAP(attention_fwd, VF_PHASE_ATTENTION,
      (vf_backend *be, void *o, float *lse, cv *q, cv *k, cv *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
       int64_t D, float sc),
@@ -188,7 +222,27 @@ WRAP(adamw, VF_PHASE_OPTIMIZER,
      (IN, ms, m, v, g, wo, n, lr, b1, b2, eps, wd, gs, t))
 WRAP_F64(sumsq, VF_PHASE_OPTIMIZER, (vf_backend *be, cv *g, int64_t n), (IN, g, n))
 
-/* the allocators and sync pass through untimed: they enqueue no device work of a phase */
+/* Recorded units: while timing is on a unit runs op by op, each op between its marks (the
+ * events of a recorded unit would be graph nodes, which have no timestamps); off, the
+ * calls go through to the backend, which may record and replay. */
+static bool w_graph_begin(vf_backend *be, const uint64_t *key, int nkey)
+{
+    vf_phases *p = PH(be);
+    p->unit_eager = p->on;
+    return p->unit_eager || p->inner->graph_begin(p->inner, key, nkey);
+}
+
+static bool w_graph_end(vf_backend *be)
+{
+    vf_phases *p = PH(be);
+    if (p->unit_eager) {
+        p->unit_eager = false;
+        return false;
+    }
+    return p->inner->graph_end(p->inner);
+}
+
+/* alloc, free and sync pass through untimed: they enqueue no device work of a phase */
 static void *w_alloc(vf_backend *be, size_t bytes, vf_status *st) { return PH(be)->inner->alloc(PH(be)->inner, bytes, st); }
 static void w_free(vf_backend *be, void *ptr) { PH(be)->inner->free(PH(be)->inner, ptr); }
 static void *w_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)

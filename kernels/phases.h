@@ -14,9 +14,10 @@
  * of a phase. A time between two ops (the device waiting for the host) belongs to no
  * phase: vf_phases_read's total minus the phases' sum is that idle time.
  *
- * One thread drives a wrapper at a time (the benchmarks are single-threaded). Ops that
- * are captured into a CUDA graph are not timed one by one: their events would become
- * graph nodes, which have no timestamps; time such steps whole.
+ * One thread drives a wrapper at a time (the benchmarks are single-threaded). While
+ * timing is on, a recorded unit (ops.h graph_begin) runs op by op instead of as a CUDA
+ * graph: the events of a recording would be graph nodes, which have no timestamps. Time a
+ * step that replays graphs whole, with timing off.
  */
 #ifndef VF_PHASES_H
 #define VF_PHASES_H

@@ -118,7 +118,8 @@ return function(vf)
     return out
   end
 
-  local PP_OPTS = { "stages", "micro_batches", "recompute", "devices", "replicas", "name", "isolate", "nodes" }
+  local PP_OPTS = { "stages", "micro_batches", "recompute", "recompute_attention", "devices", "replicas", "name",
+                    "isolate", "nodes" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -162,7 +163,8 @@ return function(vf)
         local dev = #devices == 1 and devices[1] or #devices == P and devices[q + 1] or devices[r * P + q + 1]
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
-          recompute = opts.recompute == true, device = dev, replicas = D, replica = r,
+          recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,
+          device = dev, replicas = D, replica = r,
           worker = isolate and name or nil, group = base,
           node = N > 1 and (r * P + q) * N // (P * D) or nil,
         })

@@ -219,16 +219,27 @@ int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
  *   image attention scores                  2 · 2·L·Limg·d
  * Norms, modulation, RoPE, the embeddings and the head are left out. */
 double vf_dit_block_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt);
+/* What a partition keeps of each block's forward for its backward: the `recompute`
+ * argument of the functions below (a bool true is VF_DIT_RECOMPUTE). */
+typedef enum vf_dit_recompute {
+    VF_DIT_KEEP = 0,          /* everything the backward reads: no recompute */
+    VF_DIT_RECOMPUTE = 1,     /* the block input, and the self-attention's output and
+                                 log-sum-exp: the backward reruns the rest of the forward */
+    VF_DIT_RECOMPUTE_ALL = 2, /* the block input only: the backward reruns the whole
+                                 forward, the self-attention included */
+} vf_dit_recompute;
+
 /* One training step's FLOPs per sample: depth blocks × 3 (forward + backward, which
- * costs twice the forward), × 4 with full recompute (the forward runs twice). */
-double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, bool recompute);
+ * costs twice the forward); with recompute the forward once more, less the
+ * self-attention's scores and AV where their result is kept (VF_DIT_RECOMPUTE). */
+double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, int recompute);
 
 /* Bytes a partition holds, computed by the same code that carves its buffers. */
 typedef struct vf_dit_mem {
     int64_t params;      /* its range of weights (act dtype) */
     int64_t grads;       /* its range of gradients (grad dtype) */
     int64_t saved;       /* one micro-batch's saved activations (vf_dit_saved) */
-    int64_t saved_block; /* of which per block (recompute: the block input only) */
+    int64_t saved_block; /* of which per block (vf_dit_block_act_bytes) */
     int64_t workspace;   /* scratch of the partition object (backward buffers, RoPE tables,
                             the one-block recompute area) */
     int64_t xfer;        /* one vf_dit_xfer (x, e, e0, ctx) as sent between partitions */
@@ -238,15 +249,17 @@ typedef struct vf_dit_mem {
  * activations) and grad_size (gradients). The total for M micro-batches in flight is
  * params + grads + M·saved + workspace. */
 void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
-                        bool recompute, size_t act_size, size_t grad_size, vf_dit_mem *out);
-/* Saved activation bytes of one block for B samples of L tokens (act_size per element):
- * everything its backward reads, or with recompute only its input (B, L, dim). */
-int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
+                        int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out);
+/* Saved activation bytes of one block for B samples of L tokens (act_size per element)
+ * as recompute (vf_dit_recompute) says: everything its backward reads; its input (B, L,
+ * dim) and what the recompute does not redo, the self-attention's output (B, L, dim) and
+ * its log-sum-exp (B, heads, L) f32; or its input only. */
+int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, int recompute,
                                size_t act_size);
 /* Attention workspace of a micro-batch of geometry d on dev: the larger of its self- and
  * cross-attention's vf_attention_workspace_bound (kernels/ops.h; 0 on the CPU). The
  * backend holds one such workspace per device, outside the partition's buffers (the
- * attention's lse is in them: the saved activations or, with recompute, the workspace). */
+ * attention's lse is in them: the saved activations). */
 int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_device dev);
 
 /* ------------------------------------------------------------------ partitions */
@@ -297,10 +310,10 @@ typedef struct vf_dit_saved vf_dit_saved;
  * running on backend be, for geometries up to `max`. params / grads point at the
  * partition's range of the flat weight / gradient vectors (element vf_dit_layout_range's
  * *off) in backend memory; borrowed: the caller (optimizer plumbing) owns and updates
- * them. recompute: keep only block inputs per micro-batch and recompute the rest in
- * backward. Caller owns *out (vf_dit_part_free). */
+ * them. recompute (vf_dit_recompute): what each micro-batch keeps of a block's forward
+ * for its backward. Caller owns *out (vf_dit_part_free). */
 int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
-                    const vf_dit_dims *max, bool recompute, void *params, void *grads,
+                    const vf_dit_dims *max, int recompute, void *params, void *grads,
                     vf_dit_part **out, vf_status *st);
 void vf_dit_part_free(vf_dit_part *p);          /* NULL is fine */
 bool vf_dit_part_is_first(const vf_dit_part *p);

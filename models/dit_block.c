@@ -10,13 +10,24 @@
  *        (ctx_img: the image rows of the context, after the text rows)
  *   x3 = x2 + m[5] · ffn2(gelu(ffn1(LN(x2)·(1+m[4]) + m[3])))
  *
- * Backward accumulates straight into the caller's zeroed dx: the residual branches pass
- * the gradient through unchanged, so dx2, dx1 and dx0 are the same buffer at successive
- * moments. Scratch gradients are zeroed before the ops that accumulate into them;
- * attention_bwd writes its three (ops.h), so its outputs need no memset. Scratch comes
- * from the partition's workspace and, once the MLP's backward has read them, from the
- * block's own dead activations (dit_bwd_place); the op sequence is fixed, which is what
- * makes recompute and partitioning bit-exact.
+ * The ops are the fused ones where a fusion exists: LayerNorm+modulate (h1', and the MLP's
+ * input), the q/k/v projections as one batched GEMM (ck/cv likewise), RMSNorm+RoPE, the
+ * GELU in the first MLP GEMM's epilogue and its derivative in the second's backward. A
+ * linear with a LoRA adapter runs unfused where the adapter's terms must join between the
+ * fused op's steps. On the CPU backend a fused op computes what its unfused sequence
+ * computes, bit for bit.
+ *
+ * Backward: the residual branches pass the gradient through unchanged, so dx3, dx2 and
+ * dx1 are the same buffer dx at successive moments: the MLP's gated_add_bwd writes it
+ * (its first writer), the LayerNorms' backwards add to it. Every scratch gradient is
+ * written by its first op (ops.h), so the block does no memset. Scratch comes from the
+ * partition's workspace and, once the MLP's backward has read them, from the block's own
+ * dead activations (dit_bwd_place); the op sequence is fixed, which is what makes
+ * recompute and partitioning bit-exact.
+ *
+ * Each pass is one unit of the backend's recording (ops.h graph_begin): on the CUDA
+ * backend with VFLOW_CUDA_GRAPHS=1 a block's pass at a geometry seen before replays as a
+ * CUDA graph. Its key is everything the ops depend on besides the data in the buffers.
  */
 #include "models/dit_internal.h"
 
@@ -25,8 +36,64 @@
 #define W(k) dit_w(p, dit_tidx_block(blk, (k)))
 #define G(k) dit_g(p, dit_tidx_block(blk, (k)))
 
-void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
-                   const void *e0, const void *ctx, dit_blk_saved *s)
+/* Stride in elements of es bytes from a to b, buffers the carver laid one after another
+ * with one size: the batched projections write and read them as one strided tensor. */
+static int64_t stride_of(const void *a, const void *b, const void *c, size_t es)
+{
+    const ptrdiff_t d = (const char *)b - (const char *)a;
+    VF_ASSERT(d > 0 && (const char *)c - (const char *)b == d && d % (ptrdiff_t)es == 0);
+    return (int64_t)(d / (ptrdiff_t)es);
+}
+
+/* Elements from linear k0's weight to linear k1's in the flat layout, where k0's bias
+ * lies as far from its weight as k1's does (the batched projections' weight stride) */
+static int64_t wstride_of(const vf_dit_part *p, int blk, int k0, int k1)
+{
+    const vf_dit_tensor *t = p->l->t;
+    const int a = dit_tidx_block(blk, k0), b = dit_tidx_block(blk, k1);
+    VF_ASSERT(t[a + 1].offset - t[a].offset == t[b + 1].offset - t[b].offset);
+    return t[b].offset - t[a].offset;
+}
+
+/* ------------------------------------------------------------------ the recording key */
+
+enum { KEY_MAX = 128, UNIT_FWD = 1, UNIT_FWD_KEPT, UNIT_BWD };
+
+typedef struct unit_key {
+    uint64_t w[KEY_MAX];
+    int n;
+} unit_key;
+
+static void key_put(unit_key *k, uint64_t v)
+{
+    VF_ASSERT(k->n < KEY_MAX);
+    k->w[k->n++] = v;
+}
+static void key_ptr(unit_key *k, const void *q) { key_put(k, (uint64_t)(uintptr_t)q); }
+
+/* What every pass of block blk depends on: the pass, the block, the geometry, the
+ * partition (its uid; its configuration is fixed), its buffers (weights, gradients,
+ * adapters, workspace, RoPE tables) and every buffer of s. */
+static void key_block(unit_key *k, const vf_dit_part *p, int what, int blk, const vf_dit_dims *d,
+                      const dit_blk_saved *s)
+{
+    key_put(k, (uint64_t)what);
+    key_put(k, (uint64_t)blk);
+    key_put(k, (uint64_t)d->B);
+    key_put(k, (uint64_t)d->L);
+    key_put(k, p->uid);
+    const void *bufs[] = {p->params, p->grads, p->wmem, p->lora, p->lparams, p->lgrads, p->lmem,
+                          p->w.rcos, p->w.rsin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) key_ptr(k, bufs[i]);
+    uint64_t sw[sizeof *s / sizeof(uint64_t) + 1] = {0};
+    memcpy(sw, s, sizeof *s);
+    for (size_t i = 0; i < (sizeof *s + sizeof(uint64_t) - 1) / sizeof(uint64_t); i++) key_put(k, sw[i]);
+}
+
+/* ------------------------------------------------------------------ forward */
+
+static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
+                      const void *e0, const void *ctx, dit_blk_saved *s, bool att_kept)
 {
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
@@ -46,19 +113,15 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
                *scale2 = dit_at(s->eb, 4 * B * D, as), *gate2 = dit_at(s->eb, 5 * B * D, as);
 
     /* self-attention */
-    be->layernorm_fwd(be, s->h1, s->mean1, s->rstd1, x, NULL, NULL, N, D, eps);
-    be->modulate_fwd(be, s->m1, s->h1, shift1, scale1, B, L, D);
-    be->matmul_fwd(be, s->q, s->m1, W(BT_SQ_W), W(BT_SQ_B), N, D, D);
+    be->ln_modulate_fwd(be, s->m1, s->mean1, s->rstd1, x, shift1, scale1, B, L, D, eps);
+    be->matmul_batch_fwd(be, s->q, s->m1, W(BT_SQ_W), W(BT_SQ_B), N, D, D, 3,
+                         wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(s->q, s->k, s->v, as));
     dit_lora_fwd(p, blk, BT_SQ_W, s->q, s->m1, N, D, D);
-    be->matmul_fwd(be, s->k, s->m1, W(BT_SK_W), W(BT_SK_B), N, D, D);
     dit_lora_fwd(p, blk, BT_SK_W, s->k, s->m1, N, D, D);
-    be->matmul_fwd(be, s->v, s->m1, W(BT_SV_W), W(BT_SV_B), N, D, D);
     dit_lora_fwd(p, blk, BT_SV_W, s->v, s->m1, N, D, D);
-    be->rmsnorm_fwd(be, s->qr, s->rstdq, s->q, W(BT_SNQ), N, D, eps);
-    be->rope_fwd(be, s->qr, s->qr, cs, sn, B, L, H, Dh);
-    be->rmsnorm_fwd(be, s->kr, s->rstdk, s->k, W(BT_SNK), N, D, eps);
-    be->rope_fwd(be, s->kr, s->kr, cs, sn, B, L, H, Dh);
-    be->attention_fwd(be, s->a, s->lse1, s->qr, s->kr, s->v, B, L, L, H, Dh, scale);
+    be->rmsnorm_rope_fwd(be, s->qr, s->rstdq, s->q, W(BT_SNQ), cs, sn, B, L, H, Dh, eps);
+    be->rmsnorm_rope_fwd(be, s->kr, s->rstdk, s->k, W(BT_SNK), cs, sn, B, L, H, Dh, eps);
+    if (!att_kept) be->attention_fwd(be, s->a, s->lse1, s->qr, s->kr, s->v, B, L, L, H, Dh, scale);
     be->matmul_fwd(be, s->o, s->a, W(BT_SO_W), W(BT_SO_B), N, D, D);
     dit_lora_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     be->gated_add_fwd(be, s->x1, x, gate1, s->o, B, L, D);
@@ -68,11 +131,11 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     be->matmul_fwd(be, s->cq, s->h3, W(BT_CQ_W), W(BT_CQ_B), N, D, D);
     dit_lora_fwd(p, blk, BT_CQ_W, s->cq, s->h3, N, D, D);
     be->rmsnorm_fwd(be, s->cqr, s->rstdcq, s->cq, W(BT_CNQ), N, D, eps);
-    be->matmul_fwd(be, s->ck, ctx, W(BT_CK_W), W(BT_CK_B), Nt, D, D);
+    be->matmul_batch_fwd(be, s->ck, ctx, W(BT_CK_W), W(BT_CK_B), Nt, D, D, 2,
+                         wstride_of(p, blk, BT_CK_W, BT_CV_W), stride_of(s->ck, s->cv, s->ckr, as));
     dit_lora_fwd(p, blk, BT_CK_W, s->ck, ctx, Nt, D, D);
-    be->rmsnorm_fwd(be, s->ckr, s->rstdck, s->ck, W(BT_CNK), Nt, D, eps);
-    be->matmul_fwd(be, s->cv, ctx, W(BT_CV_W), W(BT_CV_B), Nt, D, D);
     dit_lora_fwd(p, blk, BT_CV_W, s->cv, ctx, Nt, D, D);
+    be->rmsnorm_fwd(be, s->ckr, s->rstdck, s->ck, W(BT_CNK), Nt, D, eps);
     be->attention_fwd(be, s->ca, s->lse2, s->cqr, s->ckr, s->cv, B, L, Lt, H, Dh, scale);
     const void *co_in = s->ca;
     if (p->pl.img) { /* the image rows: own keys and values, the same queries */
@@ -91,19 +154,39 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     be->add(be, s->x2, s->x1, p->w.fx, N * D);
 
     /* MLP */
-    be->layernorm_fwd(be, s->h2, s->mean2, s->rstd2, s->x2, NULL, NULL, N, D, eps);
-    be->modulate_fwd(be, s->m2, s->h2, shift2, scale2, B, L, D);
-    be->matmul_fwd(be, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
-    dit_lora_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
-    be->gelu_fwd(be, s->g, s->f1, N * F);
+    be->ln_modulate_fwd(be, s->m2, s->mean2, s->rstd2, s->x2, shift2, scale2, B, L, D, eps);
+    if (dit_lora_on(p, blk, BT_F1_W)) { /* the adapter's term joins before the GELU */
+        be->matmul_fwd(be, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
+        dit_lora_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
+        be->gelu_fwd(be, s->g, s->f1, N * F);
+    } else {
+        be->matmul_gelu_fwd(be, s->g, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
+    }
     be->matmul_fwd(be, s->f2, s->g, W(BT_F2_W), W(BT_F2_B), N, F, D);
     dit_lora_fwd(p, blk, BT_F2_W, s->f2, s->g, N, F, D);
     if (out) be->gated_add_fwd(be, out, s->x2, gate2, s->f2, B, L, D);
 }
 
-void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
-                   void *de0, void *dctx, const void *x, const void *ctx,
-                   dit_blk_saved *s)
+void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
+                   const void *e0, const void *ctx, dit_blk_saved *s, bool att_kept)
+{
+    unit_key k = {.n = 0};
+    key_block(&k, p, att_kept ? UNIT_FWD_KEPT : UNIT_FWD, blk, d, s);
+    key_ptr(&k, x);
+    key_ptr(&k, out);
+    key_ptr(&k, e0);
+    key_ptr(&k, ctx);
+    vf_backend *be = p->be;
+    do {
+        if (be->graph_begin(be, k.w, k.n)) block_fwd(p, blk, d, x, out, e0, ctx, s, att_kept);
+    } while (be->graph_end(be));
+}
+
+/* ------------------------------------------------------------------ backward */
+
+static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
+                      void *de0, void *dctx, const void *x, const void *ctx,
+                      const dit_blk_saved *s)
 {
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
@@ -111,48 +194,46 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
     const int64_t Li = c->img_len, Ni = B * Li;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
-    const float scale = (float)(1.0 / sqrt((double)Dh));
+    const float eps = c->eps, scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
     /* the late scratch in the block's dead activations (dit_bwd_place) */
     dit_bwd_slots bs;
     dit_bwd_place(&p->pl, &bs);
     void *g[6], *dead[2] = {s->f1, s->g};
     for (int i = 0; i < 6; i++)
-        g[i] = i < 3 || bs.buf[i - 3] < 0 ? p->w.g[i] : (char *)dead[bs.buf[i - 3]] + bs.at[i - 3];
-    void *gf0 = p->w.gf[0], *gf1 = bs.gf1 ? s->g : p->w.gf[1];
+        g[i] = i < 2 || bs.buf[i - 2] < 0 ? p->w.g[i] : (char *)dead[bs.buf[i - 2]] + bs.at[i - 2];
+    void *gf0 = p->w.gf[0], *gf1 = p->w.gf[1];
     void *gc0 = p->w.gc[0], *gc1 = p->w.gc[1], *gc2 = p->w.gc[2];
     void *deb = p->w.deb;
-    const size_t nd = (size_t)(N * D) * gs, ntd = (size_t)(Nt * D) * gs, nf = (size_t)(N * F) * gs;
-#define Z(buf, bytes) be->memset0(be, (buf), (bytes))
+    const vf_grad_mode WR = VF_GRAD_WRITE, ADD = VF_GRAD_ADD;
 
     const void *scale1 = dit_at(s->eb, B * D, as), *gate1 = dit_at(s->eb, 2 * B * D, as),
                *scale2 = dit_at(s->eb, 4 * B * D, as), *gate2 = dit_at(s->eb, 5 * B * D, as);
-    Z(deb, (size_t)(6 * B * D) * gs);
     void *dshift1 = deb, *dscale1 = dit_at(deb, B * D, gs), *dgate1 = dit_at(deb, 2 * B * D, gs),
          *dshift2 = dit_at(deb, 3 * B * D, gs), *dscale2 = dit_at(deb, 4 * B * D, gs),
          *dgate2 = dit_at(deb, 5 * B * D, gs);
 
-    /* MLP: x3 = x2 + gate2 · f2 */
-    Z(g[0], nd);
+    /* MLP: x3 = x2 + gate2 · f2; dx = dx3 from here */
     be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, B, L, D);
-    Z(gf0, nf);
-    be->matmul_bwd(be, gf0, G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W), N, F, D);
-    dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
-    Z(gf1, nf);
-    be->gelu_bwd(be, gf1, gf0, s->f1, N * F);
-    Z(g[1], nd);
-    be->matmul_bwd(be, g[1], G(BT_F1_W), G(BT_F1_B), gf1, s->m2, W(BT_F1_W), N, D, F);
+    if (dit_lora_on(p, blk, BT_F2_W)) { /* the adapter's term joins before the GELU's backward */
+        be->matmul_bwd(be, gf0, G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W), N, F, D, WR);
+        dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
+        be->gelu_bwd(be, gf1, gf0, s->f1, N * F);
+        be->matmul_bwd(be, g[1], G(BT_F1_W), G(BT_F1_B), gf1, s->m2, W(BT_F1_W), N, D, F, WR);
+    } else {
+        be->matmul_dgelu_bwd(be, gf1, G(BT_F1_B), G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W),
+                             s->f1, N, F, D);
+        be->matmul_bwd(be, g[1], G(BT_F1_W), NULL, gf1, s->m2, W(BT_F1_W), N, D, F, WR);
+    }
     dit_lora_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F);
-    Z(g[2], nd);
-    be->modulate_bwd(be, g[2], dshift2, dscale2, g[1], s->h2, scale2, B, L, D);
-    be->layernorm_bwd(be, dx, NULL, NULL, g[2], s->x2, NULL, s->mean2, s->rstd2, N, D);
+    be->ln_modulate_bwd(be, dx, dshift2, dscale2, g[1], s->x2, s->mean2, s->rstd2, scale2, B, L, D,
+                        eps, ADD);
 
     /* cross-attention: x2 = x1 + co(ca [+ cia]); dx now holds dx2 = dco */
     const void *co_in = p->pl.img ? s->cs : s->ca;
-    Z(g[0], nd);
-    be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, co_in, W(BT_CO_W), N, D, D);
+    be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, co_in, W(BT_CO_W), N, D, D, WR);
     dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, co_in, N, D, D);
-    be->attention_bwd(be, g[1], gc0, gc1, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
+    be->attention_bwd(be, g[1], gc0, gc2, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
                       H, Dh, scale);
     if (p->pl.img) { /* the image attention: its dq joins the text's, its keys' and values'
                         gradients go to the image rows of dctx */
@@ -162,54 +243,51 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
         be->attention_bwd(be, g[4], gi0, gi1, g[0], s->cqr, s->cikr, s->civ, s->cia, s->lse3, B, L,
                           Li, H, Dh, scale);
         be->axpy(be, g[1], g[4], 1.0f, N * D);
-        Z(gi2, (size_t)(Ni * D) * gs);
         be->rmsnorm_bwd(be, gi2, G(BT_CNKI), gi0, s->cik, W(BT_CNKI), s->rstdcik, Ni, D);
-        be->matmul_bwd(be, dcimg, G(BT_CKI_W), G(BT_CKI_B), gi2, cimg, W(BT_CKI_W), Ni, D, D);
+        be->matmul_bwd(be, dcimg, G(BT_CKI_W), G(BT_CKI_B), gi2, cimg, W(BT_CKI_W), Ni, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CKI_W, dcimg, gi2, cimg, Ni, D, D);
-        be->matmul_bwd(be, dcimg, G(BT_CVI_W), G(BT_CVI_B), gi1, cimg, W(BT_CVI_W), Ni, D, D);
+        be->matmul_bwd(be, dcimg, G(BT_CVI_W), G(BT_CVI_B), gi1, cimg, W(BT_CVI_W), Ni, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CVI_W, dcimg, gi1, cimg, Ni, D, D);
     }
-    Z(g[2], nd);
     be->rmsnorm_bwd(be, g[2], G(BT_CNQ), g[1], s->cq, W(BT_CNQ), s->rstdcq, N, D);
-    Z(gc2, ntd);
-    be->rmsnorm_bwd(be, gc2, G(BT_CNK), gc0, s->ck, W(BT_CNK), s->rstdck, Nt, D);
-    Z(g[3], nd);
-    be->matmul_bwd(be, g[3], G(BT_CQ_W), G(BT_CQ_B), g[2], s->h3, W(BT_CQ_W), N, D, D);
+    be->rmsnorm_bwd(be, gc1, G(BT_CNK), gc0, s->ck, W(BT_CNK), s->rstdck, Nt, D); /* dck */
+    be->matmul_bwd(be, g[3], G(BT_CQ_W), G(BT_CQ_B), g[2], s->h3, W(BT_CQ_W), N, D, D, WR);
     dit_lora_bwd(p, blk, BT_CQ_W, g[3], g[2], s->h3, N, D, D);
-    be->matmul_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc2, ctx, W(BT_CK_W), Nt, D, D);
-    dit_lora_bwd(p, blk, BT_CK_W, dctx, gc2, ctx, Nt, D, D);
-    be->matmul_bwd(be, dctx, G(BT_CV_W), G(BT_CV_B), gc1, ctx, W(BT_CV_W), Nt, D, D);
-    dit_lora_bwd(p, blk, BT_CV_W, dctx, gc1, ctx, Nt, D, D);
+    if (dit_lora_on(p, blk, BT_CK_W) || dit_lora_on(p, blk, BT_CV_W)) {
+        be->matmul_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc1, ctx, W(BT_CK_W), Nt, D, D, ADD);
+        dit_lora_bwd(p, blk, BT_CK_W, dctx, gc1, ctx, Nt, D, D);
+        be->matmul_bwd(be, dctx, G(BT_CV_W), G(BT_CV_B), gc2, ctx, W(BT_CV_W), Nt, D, D, ADD);
+        dit_lora_bwd(p, blk, BT_CV_W, dctx, gc2, ctx, Nt, D, D);
+    } else { /* dck, dcv in gc1, gc2: one stride */
+        be->matmul_batch_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc1, ctx, W(BT_CK_W), Nt, D, D, 2,
+                             wstride_of(p, blk, BT_CK_W, BT_CV_W), stride_of(gc0, gc1, gc2, gs), ADD);
+    }
     be->layernorm_bwd(be, dx, G(BT_N3_W), G(BT_N3_B), g[3], s->x1, W(BT_N3_W), s->mean3,
                       s->rstd3, N, D);
 
     /* self-attention: x1 = x + gate1 · o; dx holds dx1, which already is the residual's
      * share of dx0, hence no dx argument to gated_add_bwd */
-    Z(g[0], nd);
     be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, B, L, D);
-    Z(g[1], nd);
-    be->matmul_bwd(be, g[1], G(BT_SO_W), G(BT_SO_B), g[0], s->a, W(BT_SO_W), N, D, D);
+    be->matmul_bwd(be, g[1], G(BT_SO_W), G(BT_SO_B), g[0], s->a, W(BT_SO_W), N, D, D, WR);
     dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
-    be->attention_bwd(be, g[2], g[3], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, L, H,
+    be->attention_bwd(be, g[0], g[5], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, L, H,
                       Dh, scale);
-    Z(g[0], nd);
-    be->rope_bwd(be, g[0], g[2], cs, sn, B, L, H, Dh);           /* dq after RMSNorm */
-    Z(g[1], nd);
-    be->rmsnorm_bwd(be, g[1], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, N, D); /* dq */
-    Z(g[5], nd);
-    be->rope_bwd(be, g[5], g[3], cs, sn, B, L, H, Dh);           /* dk after RMSNorm */
-    Z(g[0], nd);
-    be->rmsnorm_bwd(be, g[0], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, N, D); /* dk */
-    Z(g[2], nd);
-    be->matmul_bwd(be, g[2], G(BT_SQ_W), G(BT_SQ_B), g[1], s->m1, W(BT_SQ_W), N, D, D);
-    dit_lora_bwd(p, blk, BT_SQ_W, g[2], g[1], s->m1, N, D, D);
-    be->matmul_bwd(be, g[2], G(BT_SK_W), G(BT_SK_B), g[0], s->m1, W(BT_SK_W), N, D, D);
-    dit_lora_bwd(p, blk, BT_SK_W, g[2], g[0], s->m1, N, D, D);
-    be->matmul_bwd(be, g[2], G(BT_SV_W), G(BT_SV_B), g[4], s->m1, W(BT_SV_W), N, D, D);
-    dit_lora_bwd(p, blk, BT_SV_W, g[2], g[4], s->m1, N, D, D);
-    Z(g[3], nd);
-    be->modulate_bwd(be, g[3], dshift1, dscale1, g[2], s->h1, scale1, B, L, D);
-    be->layernorm_bwd(be, dx, NULL, NULL, g[3], x, NULL, s->mean1, s->rstd1, N, D);
+    /* dq, dk before RMSNorm+RoPE into g[2], g[3], beside dv in g[4]: one stride */
+    be->rmsnorm_rope_bwd(be, g[2], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, cs, sn, B, L, H, Dh);
+    be->rmsnorm_rope_bwd(be, g[3], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, cs, sn, B, L, H, Dh);
+    if (dit_lora_on(p, blk, BT_SQ_W) || dit_lora_on(p, blk, BT_SK_W) || dit_lora_on(p, blk, BT_SV_W)) {
+        be->matmul_bwd(be, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), N, D, D, WR);
+        dit_lora_bwd(p, blk, BT_SQ_W, g[1], g[2], s->m1, N, D, D);
+        be->matmul_bwd(be, g[1], G(BT_SK_W), G(BT_SK_B), g[3], s->m1, W(BT_SK_W), N, D, D, ADD);
+        dit_lora_bwd(p, blk, BT_SK_W, g[1], g[3], s->m1, N, D, D);
+        be->matmul_bwd(be, g[1], G(BT_SV_W), G(BT_SV_B), g[4], s->m1, W(BT_SV_W), N, D, D, ADD);
+        dit_lora_bwd(p, blk, BT_SV_W, g[1], g[4], s->m1, N, D, D);
+    } else {
+        be->matmul_batch_bwd(be, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), N, D, D, 3,
+                             wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(g[2], g[3], g[4], gs), WR);
+    }
+    be->ln_modulate_bwd(be, dx, dshift1, dscale1, g[1], x, s->mean1, s->rstd1, scale1, B, L, D, eps,
+                        ADD);
 
     /* modulation: m[k][b] = table[k] + e0[b][k] */
     for (int k = 0; k < 6; k++) {
@@ -219,5 +297,18 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
             if (p->grads) be->axpy(be, dit_at(G(BT_MOD), k * D, gs), src, 1.0f, D);
         }
     }
-#undef Z
+}
+
+void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
+                   void *de0, void *dctx, const void *x, const void *ctx,
+                   const dit_blk_saved *s)
+{
+    unit_key k = {.n = 0};
+    key_block(&k, p, UNIT_BWD, blk, d, s);
+    const void *ptrs[] = {dout, dx, de0, dctx, x, ctx};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) key_ptr(&k, ptrs[i]);
+    vf_backend *be = p->be;
+    do {
+        if (be->graph_begin(be, k.w, k.n)) block_bwd(p, blk, d, dout, dx, de0, dctx, x, ctx, s);
+    } while (be->graph_end(be));
 }

@@ -173,15 +173,14 @@ static void img_emb_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, 
     dit_work *w = &p->w;
     const size_t gs = p->pl.gs;
     const int64_t Ni = (int64_t)d->B * c->img_len, D = c->dim, Di = c->img_dim;
-    be->memset0(be, w->di3, (size_t)(Ni * D) * gs);
+    be->memset0(be, w->di3, (size_t)(Ni * D) * gs); /* layernorm_bwd adds */
     be->layernorm_bwd(be, w->di3, GE(ET_IMG4_W), GE(ET_IMG4_B), dctx_img, em->i3, WE(ET_IMG4_W),
                       em->imean4, em->irstd4, Ni, D);
-    be->memset0(be, w->dia, (size_t)(Ni * Di) * gs);
-    be->matmul_bwd(be, w->dia, GE(ET_IMG3_W), GE(ET_IMG3_B), w->di3, em->i1g, WE(ET_IMG3_W), Ni, Di, D);
-    be->memset0(be, w->dib, (size_t)(Ni * Di) * gs);
+    be->matmul_bwd(be, w->dia, GE(ET_IMG3_W), GE(ET_IMG3_B), w->di3, em->i1g, WE(ET_IMG3_W), Ni, Di, D,
+                   VF_GRAD_WRITE);
     be->gelu_erf_bwd(be, w->dib, w->dia, em->i1, Ni * Di);
-    be->memset0(be, w->dia, (size_t)(Ni * Di) * gs);
-    be->matmul_bwd(be, w->dia, GE(ET_IMG1_W), GE(ET_IMG1_B), w->dib, em->in0, WE(ET_IMG1_W), Ni, Di, Di);
+    be->matmul_bwd(be, w->dia, GE(ET_IMG1_W), GE(ET_IMG1_B), w->dib, em->in0, WE(ET_IMG1_W), Ni, Di, Di,
+                   VF_GRAD_WRITE);
     be->layernorm_bwd(be, NULL, GE(ET_IMG0_W), GE(ET_IMG0_B), w->dia, em->ii, WE(ET_IMG0_W), em->imean0,
                       em->irstd0, Ni, Di);
 }
@@ -220,8 +219,8 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
         VF_TRY(upload_tokens(p, b, em->tok, st));
         be->embed_fwd(be, em->temb, em->tok, WE(ET_TOK), Nt, c->text_dim);
     }
-    be->matmul_fwd(be, em->t1, em->temb, WE(ET_TXT1_W), WE(ET_TXT1_B), Nt, c->text_dim, D);
-    be->gelu_fwd(be, em->t1g, em->t1, Nt * D);
+    be->matmul_gelu_fwd(be, em->t1g, em->t1, em->temb, WE(ET_TXT1_W), WE(ET_TXT1_B), Nt,
+                        c->text_dim, D);
     be->matmul_fwd(be, sv->ctx, em->t1g, WE(ET_TXT2_W), WE(ET_TXT2_B), Nt, D, D);
     if (p->pl.img) VF_TRY(img_emb_fwd(p, b, sv, st));
     return 0;
@@ -236,44 +235,37 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     const vf_dit_config *c = &p->pl.c;
     dit_emb_saved *em = &sv->em;
     dit_work *w = &p->w;
-    const size_t gs = p->pl.gs;
     const int64_t B = d->B, L = d->L, N = B * L, Nt = B * c->text_len;
     const int64_t D = c->dim, iP = p->pl.in_dim * p->pl.P;
 
     /* patches: no gradient for the input latent */
     be->matmul_bwd(be, NULL, GE(ET_PATCH_W), GE(ET_PATCH_B), dx, em->patches, WE(ET_PATCH_W),
-                   N, iP, D);
+                   N, iP, D, VF_GRAD_WRITE);
 
     /* image features: ctx's rows after the text's */
-    if (p->pl.img) img_emb_bwd(p, d, sv, dit_at(dctx, Nt * D, gs));
+    if (p->pl.img) img_emb_bwd(p, d, sv, dit_at(dctx, Nt * D, p->pl.gs));
 
     /* time: e0 = proj(silu(e)), e = mlp(sinus); de already holds the head's share */
-    be->memset0(be, w->dse, (size_t)(B * D) * gs);
     be->matmul_bwd(be, w->dse, GE(ET_PROJ_W), GE(ET_PROJ_B), de0, em->se, WE(ET_PROJ_W), B, D,
-                   6 * D);
-    be->silu_bwd(be, de, w->dse, sv->e, B * D);
-    be->memset0(be, w->dte1s, (size_t)(B * D) * gs);
+                   6 * D, VF_GRAD_WRITE);
+    be->silu_bwd(be, de, w->dse, sv->e, B * D, VF_GRAD_ADD);
     be->matmul_bwd(be, w->dte1s, GE(ET_TIME2_W), GE(ET_TIME2_B), de, em->te1s, WE(ET_TIME2_W),
-                   B, D, D);
-    be->memset0(be, w->dte1, (size_t)(B * D) * gs);
-    be->silu_bwd(be, w->dte1, w->dte1s, em->te1, B * D);
+                   B, D, D, VF_GRAD_WRITE);
+    be->silu_bwd(be, w->dte1, w->dte1s, em->te1, B * D, VF_GRAD_WRITE);
     be->matmul_bwd(be, NULL, GE(ET_TIME1_W), GE(ET_TIME1_B), w->dte1, em->sinus, WE(ET_TIME1_W),
-                   B, c->freq_dim, D);
+                   B, c->freq_dim, D, VF_GRAD_WRITE);
 
-    /* text: ctx = mlp(table[tok]), or mlp(text_emb) whose input needs no gradient */
-    be->memset0(be, w->dt1g, (size_t)(Nt * D) * gs);
-    be->matmul_bwd(be, w->dt1g, GE(ET_TXT2_W), GE(ET_TXT2_B), dctx, em->t1g, WE(ET_TXT2_W), Nt,
-                   D, D);
-    be->memset0(be, w->dt1, (size_t)(Nt * D) * gs);
-    be->gelu_bwd(be, w->dt1, w->dt1g, em->t1, Nt * D);
+    /* text: ctx = mlp(table[tok]), or mlp(text_emb) whose input needs no gradient; the
+     * GELU's backward runs in the second linear's (its first's bias gradient with it) */
+    be->matmul_dgelu_bwd(be, w->dt1, GE(ET_TXT1_B), GE(ET_TXT2_W), GE(ET_TXT2_B), dctx, em->t1g,
+                         WE(ET_TXT2_W), em->t1, Nt, D, D);
     if (c->text_emb) {
-        be->matmul_bwd(be, NULL, GE(ET_TXT1_W), GE(ET_TXT1_B), w->dt1, em->temb, WE(ET_TXT1_W),
-                       Nt, c->text_dim, D);
+        be->matmul_bwd(be, NULL, GE(ET_TXT1_W), NULL, w->dt1, em->temb, WE(ET_TXT1_W), Nt,
+                       c->text_dim, D, VF_GRAD_WRITE);
         return;
     }
-    be->memset0(be, w->dtemb, (size_t)(Nt * c->text_dim) * gs);
-    be->matmul_bwd(be, w->dtemb, GE(ET_TXT1_W), GE(ET_TXT1_B), w->dt1, em->temb, WE(ET_TXT1_W),
-                   Nt, c->text_dim, D);
+    be->matmul_bwd(be, w->dtemb, GE(ET_TXT1_W), NULL, w->dt1, em->temb, WE(ET_TXT1_W), Nt,
+                   c->text_dim, D, VF_GRAD_WRITE);
     be->embed_bwd(be, GE(ET_TOK), w->dtemb, em->tok, Nt, c->text_dim);
 }
 
@@ -286,16 +278,17 @@ void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv)
     const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
     const void *x = sv->xs[p->pl.nb];
 
-    be->layernorm_fwd(be, h->hn, h->mean, h->rstd, x, NULL, NULL, N, D, c->eps);
     for (int k = 0; k < 2; k++)
         for (int64_t b = 0; b < B; b++)
             be->add(be, dit_at(h->eh, (k * B + b) * D, as), dit_at(WH(HT_MOD), k * D, as),
                     dit_at(sv->e, b * D, as), D);
-    be->modulate_fwd(be, h->hm, h->hn, h->eh, dit_at(h->eh, B * D, as), B, L, D);
+    be->ln_modulate_fwd(be, h->hm, h->mean, h->rstd, x, h->eh, dit_at(h->eh, B * D, as), B, L, D,
+                        c->eps);
     be->matmul_fwd(be, h->pred_tok, h->hm, WH(HT_W), WH(HT_B), N, D, zP);
     unpatchify(p, d, h->pred, h->pred_tok);
 }
 
+/* dx (N, dim) is written: the head is the first writer of the last block's gradient */
 void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de)
 {
     vf_backend *be = p->be;
@@ -305,13 +298,11 @@ void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *
     const size_t as = p->pl.as, gs = p->pl.gs;
     const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
 
-    be->memset0(be, w->dhm, (size_t)(N * D) * gs);
-    be->matmul_bwd(be, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), N, D, zP);
-    be->memset0(be, w->dhn, (size_t)(N * D) * gs);
-    be->memset0(be, w->deh, (size_t)(2 * B * D) * gs);
-    be->modulate_bwd(be, w->dhn, w->deh, dit_at(w->deh, B * D, gs), w->dhm, h->hn,
-                     dit_at(h->eh, B * D, as), B, L, D);
-    be->layernorm_bwd(be, dx, NULL, NULL, w->dhn, sv->xs[p->pl.nb], NULL, h->mean, h->rstd, N, D);
+    be->matmul_bwd(be, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), N, D, zP,
+                   VF_GRAD_WRITE);
+    be->ln_modulate_bwd(be, dx, w->deh, dit_at(w->deh, B * D, gs), w->dhm, sv->xs[p->pl.nb],
+                        h->mean, h->rstd, dit_at(h->eh, B * D, as), B, L, D, c->eps,
+                        VF_GRAD_WRITE);
     for (int k = 0; k < 2; k++) {
         for (int64_t b = 0; b < B; b++) {
             const void *src = dit_at(w->deh, (k * B + b) * D, gs);

@@ -16,7 +16,10 @@ double vf_dit_block_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt)
            + 2 * 2 * l * d * f;        /* MLP */
 }
 
-double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, bool recompute)
+double vf_dit_train_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt, int recompute)
 {
-    return vf_dit_block_flops(c, L, Ltxt) * c->depth * (recompute ? 4 : 3);
+    const double blk = vf_dit_block_flops(c, L, Ltxt);
+    /* QKᵀ and AV: kept, not rerun, with VF_DIT_RECOMPUTE */
+    const double kept = recompute == VF_DIT_RECOMPUTE ? 2 * 2 * (double)L * (double)L * c->dim : 0;
+    return (3 * blk + (recompute ? blk - kept : 0)) * c->depth;
 }

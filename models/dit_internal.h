@@ -65,7 +65,9 @@ static inline void *dit_carve(dit_carver *c, size_t bytes)
 typedef struct dit_plan {
     vf_dit_config c;
     int b0, b1, nb;
-    bool first, last, recompute;
+    bool first, last;
+    int recompute;           /* vf_dit_recompute */
+    bool att_kept;           /* the self-attention's output and lse kept (VF_DIT_RECOMPUTE) */
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
     int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
     bool img;                /* the image branch (img_dim > 0) */
@@ -75,18 +77,23 @@ typedef struct dit_plan {
 } dit_plan;
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
-                   const vf_dit_dims *max, bool recompute, size_t as, size_t gs);
+                   const vf_dit_dims *max, int recompute, size_t as, size_t gs);
 
-/* Everything one block's backward reads (input x and output live in vf_dit_saved.xs). */
+/* Everything one block's backward reads (input x and output live in vf_dit_saved.xs).
+ * q, k, v are carved one after another with one stride (the q/k/v projections run as one
+ * batched GEMM), and so are ck, cv. The adaLN's normalised inputs are not kept: the fused
+ * LayerNorm+modulate backward forms them again from x and mean/rstd. */
 typedef struct dit_blk_saved {
     void *eb;                                   /* (6, B, dim) modulation + e0, chunk-major */
-    void *h1, *m1, *q, *k, *v, *qr, *kr, *a, *o;        /* (N, dim) self-attention path */
-    void *x1, *h3, *cq, *cqr, *ca, *x2, *h2, *m2, *f2;  /* (N, dim) cross-attn and MLP */
-    void *ck, *ckr, *cv;                        /* (Nt, dim) cross-attention keys/values */
+    void *m1, *q, *k, *v, *qr, *kr, *o;         /* (N, dim) self-attention path */
+    void *x1, *h3, *cq, *cqr, *ca, *x2, *m2, *f2;       /* (N, dim) cross-attn and MLP */
+    void *ck, *cv, *ckr;                        /* (Nt, dim) cross-attention keys/values */
     void *f1, *g;                               /* (N, ffn) MLP pre/post activation */
     float *mean1, *rstd1, *rstdq, *rstdk, *mean3, *rstd3, *rstdcq, *mean2, *rstd2; /* (N) */
     float *rstdck;                              /* (Nt) */
-    float *lse1, *lse2;                         /* (B, heads, L) */
+    float *lse2;                                /* (B, heads, L) */
+    void *a;                                    /* (N, dim) self-attention output */
+    float *lse1;                                /* (B, heads, L) its log-sum-exp */
     /* image branch (NULL without): keys, values of the image rows, the image attention's
      * output and the sum of both attentions that `o` takes */
     void *cik, *cikr, *civ;                     /* (Ni, dim) */
@@ -95,7 +102,18 @@ typedef struct dit_blk_saved {
     float *lse3;                                /* (B, heads, L) */
 } dit_blk_saved;
 
-void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s);
+/* with_att: carve a and lse1 too (not for the recompute area, whose block takes them
+ * from the saved store's dit_att_kept) */
+void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s, bool with_att);
+
+/* What a recomputed block keeps of its forward besides its input: the self-attention's
+ * output and log-sum-exp, so the backward's recompute does not run the attention again
+ * (its backward reads both as they were). The cross-attention (a few hundred keys) is
+ * recomputed. */
+typedef struct dit_att_kept {
+    void *a;        /* (N, dim) */
+    float *lse;     /* (B, heads, L) */
+} dit_att_kept;
 
 /* Embedding activations (first partition). */
 typedef struct dit_emb_saved {
@@ -115,7 +133,7 @@ typedef struct dit_emb_saved {
 
 /* Head activations and loss (last partition). */
 typedef struct dit_head_saved {
-    void *hn, *hm;      /* (N, dim) LN(x), modulated */
+    void *hm;           /* (N, dim) LN(x), modulated */
     float *mean, *rstd; /* (N) */
     void *eh;           /* (2, B, dim) head modulation + e */
     void *pred_tok;     /* (N, P·z) head output, vector order (pt, ph, pw, z) */
@@ -134,6 +152,7 @@ struct vf_dit_saved {
     void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nc, dim): text rows, then
                                image rows */
     dit_blk_saved *blk;     /* nb entries (NULL with recompute) */
+    dit_att_kept *att;      /* nb entries where att_kept (else NULL) */
     dit_emb_saved em;
     dit_head_saved hd;
 };
@@ -147,21 +166,20 @@ typedef struct dit_work {
                                        of a block never overlaps a backward */
     void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging */
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
-    void *g[6];                     /* (N, dim) grad scratch; g[3..5] NULL where they live
+    void *g[6];                     /* (N, dim) grad scratch; g[2..5] NULL where they live
                                        in the block's dead activations (dit_bwd_slots) */
-    void *gf[2];                    /* (N, ffn) grad scratch; gf[1] NULL where it lives in
-                                       the block's dead GELU output */
+    void *gf[2];                    /* (N, ffn) grad scratch */
     void *gc[3];                    /* (Nt, dim) grad scratch */
     void *gi[3];                    /* (Ni, dim) grad scratch of the image branch */
     void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
     /* first partition */
     void *dse, *dte1s, *dte1;       /* (B, dim) grad */
-    void *dt1g, *dt1;               /* (Nt, dim) grad */
+    void *dt1;                      /* (Nt, dim) grad */
     void *dtemb;                    /* (Nt, text_dim) grad; NULL with text embeddings */
     void *di3;                      /* (Ni, dim) grad: img_emb's second Linear output */
     void *dia, *dib;                /* (Ni, img_dim) grad: img_emb's hidden gradients */
     /* last partition */
-    void *dhm, *dhn;                /* (N, dim) grad */
+    void *dhm;                      /* (N, dim) grad */
     void *deh;                      /* (2, B, dim) grad */
     /* first and last: boundary gradients when no caller buffers are given */
     vf_dit_xfer dint;
@@ -173,21 +191,25 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
 
 /* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
  * block's activations (the saved ones die with it; the recompute area is rebuilt for the
- * next block), and the MLP's come first: the saved GELU output g is dead once the second
- * MLP matmul's backward read it, so the GELU's gradient (gf[1]) goes there; f1 and g are
- * both dead after the MLP, so the scratch first used by the attention sections (g[3..5])
- * goes there, slot by slot. What does not fit (a gradient dtype wider than the
- * activations', an ffn below 1.5 x dim) has a buffer of its own. Pure function of the
- * plan: the carving and the backward agree. */
+ * next block), and the MLP's come first: f1 and g are dead once the MLP's backward has
+ * read them, so the scratch first used by the attention sections goes there: g[2..4] one
+ * after another in f1 (the batched q/k/v backward reads them with one stride), g[5] in g.
+ * The GELU's gradient (gf[1]) keeps a buffer of its own: the fused GELU backward writes
+ * it while it still reads g. What does not fit (a gradient dtype wider than the
+ * activations', an ffn below 3 x dim) has a buffer of its own. Pure function of the plan:
+ * the carving and the backward agree. */
 typedef struct dit_bwd_slots {
-    bool gf1;       /* gf[1] in the saved g */
-    int buf[3];     /* g[3 + i]: -1 its own buffer, 0 in the saved f1, 1 in the saved g */
-    size_t at[3];   /* its byte offset there */
+    int buf[4];     /* g[2 + i]: -1 its own buffer, 0 in the saved f1, 1 in the saved g */
+    size_t at[4];   /* its byte offset there */
 } dit_bwd_slots;
 void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o);
 
 struct vf_dit_part {
     vf_backend *be;
+    uint64_t uid;                   /* unique in the process: the blocks' recorded units
+                                       (ops.h graph_begin) name their partition by it, so a
+                                       recording of a freed partition never replays for a
+                                       new one made at its address */
     const vf_dit_layout *l;
     dit_plan pl;
     char *params, *grads;           /* at element layout offset `off0` */
@@ -226,13 +248,16 @@ static inline void *dit_at(const void *base, int64_t elems, size_t es)
 }
 
 /* dit_block.c: one block, forward into s, backward consuming s (it reads s, and its late
- * scratch overwrites the activations it has read: dit_bwd_place). dx (zeroed by the
- * caller) receives the input gradient; de0 (B, 6, dim) and dctx (Nc, dim) accumulate. */
+ * scratch overwrites the activations it has read: dit_bwd_place); each one unit of the
+ * backend's recording (ops.h graph_begin). att_kept: s->a and s->lse1 already hold the
+ * self-attention's result (the backward's recompute), which is then not run again. dx
+ * receives the input gradient (written: no memset needed); de0 (B, 6, dim) and dctx
+ * (Nc, dim) accumulate. */
 void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
-                   const void *e0, const void *ctx, dit_blk_saved *s);
+                   const void *e0, const void *ctx, dit_blk_saved *s, bool att_kept);
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
-                   dit_blk_saved *s);
+                   const dit_blk_saved *s);
 
 /* dit_lora.c: the adapter of block blk's linear k (a BT_*_W index), if targeted.
  * Forward: y (rows, out) += s · B (A x). Backward (after the base's matmul_bwd):
@@ -242,6 +267,9 @@ void dit_lora_fwd(vf_dit_part *p, int blk, int k, void *y, const void *x, int64_
                   int64_t in, int64_t out);
 void dit_lora_bwd(vf_dit_part *p, int blk, int k, void *dx, const void *dy, const void *x,
                   int64_t rows, int64_t in, int64_t out);
+/* Whether block blk's linear k has an adapter (where one has, the block runs that linear
+ * unfused: the adapter's terms join its gradient between the fused op's steps). */
+bool dit_lora_on(const vf_dit_part *p, int blk, int k);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

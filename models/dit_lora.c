@@ -241,6 +241,8 @@ static int lora_of(const vf_dit_part *p, int blk, int k)
     return p->lora ? p->lora->a_of[dit_tidx_block(blk, k)] : -1;
 }
 
+bool dit_lora_on(const vf_dit_part *p, int blk, int k) { return lora_of(p, blk, k) >= 0; }
+
 static void *lw(const vf_dit_part *p, int i)
 {
     return p->lparams + (size_t)(p->lora->l->t[i].offset - p->loff0) * p->pl.as;
@@ -273,7 +275,7 @@ void dit_lora_bwd(vf_dit_part *p, int blk, int k, void *dx, const void *dy, cons
     be->matmul_fwd(be, p->lu, x, lw(p, a), NULL, rows, in, R);          /* u = A x */
     be->memset0(be, p->lt, (size_t)(rows * out) * p->pl.gs);
     be->axpy(be, p->lt, dy, p->lora->scale, rows * out);                /* s · dy */
-    be->memset0(be, p->ldu, (size_t)(rows * R) * p->pl.gs);
-    be->matmul_bwd(be, p->ldu, lg(p, a + 1), NULL, p->lt, p->lu, lw(p, a + 1), rows, R, out);
-    be->matmul_bwd(be, dx, lg(p, a), NULL, p->ldu, x, lw(p, a), rows, in, R);
+    be->matmul_bwd(be, p->ldu, lg(p, a + 1), NULL, p->lt, p->lu, lw(p, a + 1), rows, R, out,
+                   VF_GRAD_WRITE);
+    be->matmul_bwd(be, dx, lg(p, a), NULL, p->ldu, x, lw(p, a), rows, in, R, VF_GRAD_ADD);
 }

@@ -9,7 +9,7 @@
 #include "models/dit_internal.h"
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
-                   const vf_dit_dims *max, bool recompute, size_t as, size_t gs)
+                   const vf_dit_dims *max, int recompute, size_t as, size_t gs)
 {
     memset(pl, 0, sizeof *pl);
     pl->c = *c;
@@ -19,6 +19,7 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->first = b0 == 0;
     pl->last = b1 == c->depth;
     pl->recompute = recompute;
+    pl->att_kept = recompute == VF_DIT_RECOMPUTE;
     pl->B = max->B;
     pl->L = max->L;
     pl->N = max->N > 0 && max->N < pl->B * pl->L ? max->N : pl->B * pl->L;
@@ -63,25 +64,27 @@ vf_dit_dims vf_dit_dims_max(const vf_dit_dims *d, int n)
 #define G(n) dit_carve(cv, (size_t)(n) * pl->gs)
 #define F(n) (float *)dit_carve(cv, (size_t)(n) * sizeof(float))
 
-void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s)
+void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s, bool with_att)
 {
     int64_t N = pl->N, Nt = pl->Nt, D = pl->c.dim, F = pl->c.ffn;
     int64_t lse = pl->c.heads * pl->N;
     s->eb = A(6 * pl->B * D);
-    void **nd[] = {&s->h1, &s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->a, &s->o,
-                   &s->x1, &s->h3, &s->cq, &s->cqr, &s->ca, &s->x2, &s->h2, &s->m2, &s->f2};
+    /* q, k, v in a row (one stride), as ck, cv: the batched projections write them */
+    void **nd[] = {&s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->o, &s->x1, &s->h3,
+                   &s->cq, &s->cqr, &s->ca, &s->x2, &s->m2, &s->f2};
     for (size_t i = 0; i < sizeof nd / sizeof nd[0]; i++) *nd[i] = A(N * D);
     s->ck = A(Nt * D);
-    s->ckr = A(Nt * D);
     s->cv = A(Nt * D);
+    s->ckr = A(Nt * D);
     s->f1 = A(N * F);
     s->g = A(N * F);
     float **nf[] = {&s->mean1, &s->rstd1, &s->rstdq, &s->rstdk, &s->mean3,
                     &s->rstd3, &s->rstdcq, &s->mean2, &s->rstd2};
     for (size_t i = 0; i < sizeof nf / sizeof nf[0]; i++) *nf[i] = F(N);
     s->rstdck = F(Nt);
-    s->lse1 = F(lse);
     s->lse2 = F(lse);
+    s->a = with_att ? A(N * D) : NULL;
+    s->lse1 = with_att ? F(lse) : NULL;
     if (pl->img) {
         s->cik = A(pl->Ni * D);
         s->cikr = A(pl->Ni * D);
@@ -94,6 +97,13 @@ void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s)
         s->cik = s->cikr = s->civ = s->cia = s->cs = NULL;
         s->rstdcik = s->lse3 = NULL;
     }
+}
+
+/* A recomputed block's kept self-attention result (dit_att_kept) */
+static void carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k)
+{
+    k->a = A(pl->N * pl->c.dim);
+    k->lse = F(pl->c.heads * pl->N);
 }
 
 void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
@@ -110,10 +120,13 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     s->e = A(B * D);
     s->e0 = A(6 * B * D);
     s->ctx = A(pl->Nc * D);
-    if (!pl->recompute) {
-        for (int i = 0; i < pl->nb; i++) {
+    for (int i = 0; i < pl->nb; i++) {
+        if (pl->att_kept) {
+            dit_att_kept tmp, *k = s->att ? &s->att[i] : &tmp;
+            carve_att_kept(cv, pl, k);
+        } else if (!pl->recompute) {
             dit_blk_saved tmp, *b = s->blk ? &s->blk[i] : &tmp;
-            dit_carve_blk_saved(cv, pl, b);
+            dit_carve_blk_saved(cv, pl, b, true);
         }
     }
     if (pl->first) {
@@ -144,7 +157,6 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     }
     if (pl->last) {
         dit_head_saved *h = &s->hd;
-        h->hn = A(N * D);
         h->hm = A(N * D);
         h->mean = F(N);
         h->rstd = F(N);
@@ -160,14 +172,14 @@ void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o)
 {
     const size_t slot = ((size_t)(pl->N * pl->c.dim) * pl->gs + 63) & ~(size_t)63;
     const size_t room = (size_t)(pl->N * pl->c.ffn) * pl->as; /* the saved f1 and g each */
-    size_t used[2] = {0, 0};
     memset(o, 0, sizeof *o);
-    o->gf1 = (size_t)(pl->N * pl->c.ffn) * pl->gs <= room;
+    /* g[2..4] one after another in f1 (the batched q/k/v backward reads them with one
+     * stride), g[5] in g; each where it fits */
     for (int i = 0; i < 3; i++) {
-        o->buf[i] = -1;
-        for (int b = 0; b < 2 && o->buf[i] < 0; b++)
-            if (used[b] + slot <= room) o->buf[i] = b, o->at[i] = used[b], used[b] += slot;
+        o->buf[i] = 3 * slot <= room ? 0 : -1;
+        o->at[i] = (size_t)i * slot;
     }
+    o->buf[3] = slot <= room ? 1 : -1;
 }
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
@@ -180,9 +192,9 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     w->fx = pl->as <= pl->gs ? w->g[0] : A(N * D);
     w->tmp = pl->first ? A(N * (iP > zP ? iP : zP)) : pl->last ? A(N * zP) : NULL;
     w->gx = G(N * D);
-    for (int i = 1; i < 6; i++) w->g[i] = i < 3 || bs.buf[i - 3] < 0 ? G(N * D) : NULL;
+    for (int i = 1; i < 6; i++) w->g[i] = i < 2 || bs.buf[i - 2] < 0 ? G(N * D) : NULL;
     w->gf[0] = G(N * pl->c.ffn);
-    w->gf[1] = bs.gf1 ? NULL : G(N * pl->c.ffn);
+    w->gf[1] = G(N * pl->c.ffn);
     for (int i = 0; i < 3; i++) w->gc[i] = G(Nt * D);
     for (int i = 0; i < 3; i++) w->gi[i] = pl->img ? G(Ni * D) : NULL;
     w->deb = G(6 * B * D);
@@ -190,7 +202,6 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
         w->dse = G(B * D);
         w->dte1s = G(B * D);
         w->dte1 = G(B * D);
-        w->dt1g = G(Nt * D);
         w->dt1 = G(Nt * D);
         w->dtemb = pl->c.text_emb ? NULL : G(Nt * pl->c.text_dim); /* byte-table gradient */
         w->di3 = pl->img ? G(Ni * D) : NULL;
@@ -199,7 +210,6 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     }
     if (pl->last) {
         w->dhm = G(N * D);
-        w->dhn = G(N * D);
         w->deh = G(2 * B * D);
     }
     if (pl->first && pl->last) {
@@ -210,7 +220,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     }
     w->rcos = F(pl->L * pl->c.head_dim / 2);
     w->rsin = F(pl->L * pl->c.head_dim / 2);
-    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc);
+    if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc, !pl->att_kept);
 }
 
 #undef A
@@ -218,7 +228,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 #undef F
 
 void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
-                        bool recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
+                        int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
 {
     dit_plan pl;
     dit_plan_init(&pl, c, b0, b1, max, recompute, act_size, grad_size);
@@ -257,7 +267,7 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
     out->xfer = (int64_t)cv.off;
 }
 
-int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, bool recompute,
+int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, int recompute,
                                size_t act_size)
 {
     vf_dit_dims d = vf_dit_dims_of(c, (int)B, c->patch[0], c->patch[1], c->patch[2]);
@@ -267,9 +277,12 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, boo
     pl.N = B * L;
     dit_carver cv = {0};
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size); /* its input, in vf_dit_saved.xs */
-    if (!recompute) {
+    if (pl.att_kept) {
+        dit_att_kept k;
+        carve_att_kept(&cv, &pl, &k);
+    } else if (!pl.recompute) {
         dit_blk_saved s;
-        dit_carve_blk_saved(&cv, &pl, &s);
+        dit_carve_blk_saved(&cv, &pl, &s, true);
     }
     return (int64_t)cv.off;
 }

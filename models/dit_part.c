@@ -8,7 +8,9 @@
  * contributes) are continued in place in the buffer received from the next partition
  * rather than formed separately and added, so the order of additions is that of a single
  * partition. Recompute reruns a block's forward from its saved input with the same ops,
- * so its internals, and hence the gradients, are bit-identical.
+ * so its internals, and hence the gradients, are bit-identical; with VF_DIT_RECOMPUTE the
+ * self-attention's output and log-sum-exp are kept from the forward (dit_att_kept)
+ * rather than recomputed.
  */
 #include "models/dit_internal.h"
 
@@ -18,7 +20,7 @@ static size_t bytes_a(const vf_dit_part *p, int64_t n) { return (size_t)n * p->p
 static size_t bytes_g(const vf_dit_part *p, int64_t n) { return (size_t)n * p->pl.gs; }
 
 int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
-                    const vf_dit_dims *max, bool recompute, void *params, void *grads,
+                    const vf_dit_dims *max, int recompute, void *params, void *grads,
                     vf_dit_part **out, vf_status *st)
 {
     int rc = 0;
@@ -37,6 +39,8 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
     p = vf_calloc(sizeof *p, st);
     if (!p) VF_FAIL(st, VF_ENOMEM, "dit partition: out of memory");
     p->be = be;
+    static uint64_t uids;
+    p->uid = __atomic_add_fetch(&uids, 1, __ATOMIC_RELAXED);
     p->l = l;
     dit_plan_init(&p->pl, c, b0, b1, max, recompute, vf_dtype_size(be->act_dtype),
                   vf_dtype_size(be->grad_dtype));
@@ -99,10 +103,10 @@ int vf_dit_saved_new(vf_dit_part *p, vf_dit_saved **out, vf_status *st)
     s->p = p;
     s->xs = vf_calloc(sizeof *s->xs * (size_t)(p->pl.nb + 1), st);
     if (!s->xs) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
-    if (!p->pl.recompute) {
-        s->blk = vf_calloc(sizeof *s->blk * (size_t)p->pl.nb, st);
-        if (!s->blk) VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
-    }
+    if (p->pl.att_kept && !(s->att = vf_calloc(sizeof *s->att * (size_t)p->pl.nb, st)))
+        VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
+    if (!p->pl.recompute && !(s->blk = vf_calloc(sizeof *s->blk * (size_t)p->pl.nb, st)))
+        VF_FAIL(st, VF_ENOMEM, "dit saved activations: out of memory");
     dit_carver cv = {0};
     dit_carve_saved(&cv, &p->pl, s);
     s->bytes = cv.off;
@@ -128,6 +132,7 @@ void vf_dit_saved_free(vf_dit_saved *s)
     if (s->mem) s->p->be->free(s->p->be, s->mem);
     vf_free(s->xs);
     vf_free(s->blk);
+    vf_free(s->att);
     vf_free(s);
 }
 
@@ -137,6 +142,19 @@ size_t vf_dit_part_workspace_bytes(const vf_dit_part *p) { return p->wbytes; }
 const void *vf_dit_saved_pred(const vf_dit_saved *sv)
 {
     return sv->p->pl.last && sv->state >= 1 ? sv->hd.pred : NULL;
+}
+
+/* With recompute: block i's activations in the partition's one-block area, its
+ * self-attention result in the saved store where it is kept from the forward for the
+ * backward (att_kept), else in that area too. */
+static dit_blk_saved *recompute_area(vf_dit_part *p, vf_dit_saved *sv, int i, dit_blk_saved *s)
+{
+    *s = p->w.rc;
+    if (p->pl.att_kept) {
+        s->a = sv->att[i].a;
+        s->lse1 = sv->att[i].lse;
+    }
+    return s;
 }
 
 static int check_dims(const vf_dit_part *p, const vf_dit_dims *d, vf_status *st)
@@ -193,9 +211,9 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     }
     dit_rope_prepare(p, d);
     for (int i = 0; i < pl->nb; i++) {
-        dit_blk_saved *s = pl->recompute ? &p->w.rc : &sv->blk[i];
+        dit_blk_saved rs, *s = pl->recompute ? recompute_area(p, sv, i, &rs) : &sv->blk[i];
         void *y = (i + 1 < pl->nb || pl->last) ? sv->xs[i + 1] : out->x;
-        dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], y, sv->e0, sv->ctx, s);
+        dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], y, sv->e0, sv->ctx, s, false);
     }
     if (pl->last) {
         dit_head_fwd(p, d, sv);
@@ -259,23 +277,23 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     if (!g->x || !g->e || !g->e0 || !g->ctx)
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward needs dx, de, de0, dctx buffers",
                 pl->b0, pl->b1);
-    if (pl->last) {
+    if (pl->last) { /* the sums every block adds to; the head writes dx */
         be->memset0(be, g->e, bytes_g(p, d->B * D));
         be->memset0(be, g->e0, bytes_g(p, 6 * d->B * D));
         be->memset0(be, g->ctx, bytes_g(p, Nc * D));
-        be->memset0(be, g->x, bytes_g(p, N * D));
         dit_head_bwd(p, d, sv, g->x, g->e);
     }
     dit_rope_prepare(p, d);
     void *cur = g->x;
     for (int i = pl->nb - 1; i >= 0; i--) {
         void *nxt = cur == g->x ? p->w.gx : g->x;
-        dit_blk_saved *s = &p->w.rc;
-        if (pl->recompute)
-            dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s);
-        else
+        dit_blk_saved rs, *s;
+        if (pl->recompute) { /* all but a self-attention whose result the forward kept */
+            s = recompute_area(p, sv, i, &rs);
+            dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s, pl->att_kept);
+        } else {
             s = &sv->blk[i];
-        be->memset0(be, nxt, bytes_g(p, N * D));
+        }
         dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, sv->xs[i], sv->ctx, s);
         cur = nxt;
     }

@@ -112,8 +112,8 @@ int vf_dit_sample(vf_backend *be, const vf_dit_layout *l, void *weights,
     if (cfg_on && !prompt_ok(c, neg))
         VF_FAIL(st, VF_EBADINPUT, "sample: guidance = %g > 1 needs negative %s", cfg->guidance, kind);
 
-    /* recompute: forward keeps only each block's input, the least a forward can keep */
-    VF_TRY(vf_dit_part_new(be, l, 0, c->depth, dims, true, weights, NULL, &p, st));
+    /* forward keeps only each block's input, the least a forward can keep */
+    VF_TRY(vf_dit_part_new(be, l, 0, c->depth, dims, VF_DIT_RECOMPUTE_ALL, weights, NULL, &p, st));
     VF_TRY(vf_dit_saved_new(p, &sv, st));
     x_dev = be->alloc(be, (size_t)n * vf_dtype_size(be->act_dtype), st);
     sigmas = vf_alloc(sizeof(float) * (size_t)(cfg->steps + 1), st);

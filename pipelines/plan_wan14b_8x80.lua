@@ -4,7 +4,7 @@
 -- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
 -- partition k.
 --
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 44.5-54.9 GiB per GPU
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 46.0-68.1 GiB per GPU
 --   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=40GiB,cpu=2TiB   # exit 2: over; lists the fixes
 --
 -- Each partition lends its bf16 weights and gradients to the shards, which update them in
@@ -15,8 +15,9 @@
 -- offload as refused with it.
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
--- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),
--- offload (false), frames (81), size (832x480, WxH), cache.
+-- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true),
+-- recompute_attention (false), shards (8), offload (false), frames (81), size (832x480,
+-- WxH), cache.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_8x80"
@@ -41,6 +42,7 @@ local dit = p:pipeline_parallel(model, {
   stages = P,
   micro_batches = M,
   recompute = a.recompute ~= false,
+  recompute_attention = a.recompute_attention == true,
   devices = devices,
 })
 local S = a.shards or 8

@@ -82,6 +82,34 @@ static inline double vf_cpu_exp(double x)
     return x > 709.0 ? (double)INFINITY : res;
 }
 
+/* ---- row statistics, shared by the norms (norm.c) and the fused ops that hold one
+ * (modulate.c, rope.c): the same f64 operations in the same order wherever a row's
+ * statistics are formed, so a fused op computes what its unfused sequence did, bit for
+ * bit (and a backward can form the forward's f64 statistics again from x). */
+
+/* LayerNorm over x[0..C): mean, and rstd = 1/sqrt(var + eps) with the mean-shifted
+ * two-pass variance */
+static inline void vf_cpu_ln_stats(const float *x, int64_t C, float eps, double *mu, double *r)
+{
+    double s = 0.0, ss = 0.0;
+    for (int64_t c = 0; c < C; c++) s += x[c];
+    const double m = s / (double)C;
+    for (int64_t c = 0; c < C; c++) {
+        double d = (double)x[c] - m;
+        ss += d * d;
+    }
+    *mu = m;
+    *r = 1.0 / sqrt(ss / (double)C + (double)eps);
+}
+
+/* RMSNorm over x[0..C): 1/sqrt(mean x² + eps) */
+static inline double vf_cpu_rms_rstd(const float *x, int64_t C, float eps)
+{
+    double ss = 0.0;
+    for (int64_t c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+    return 1.0 / sqrt(ss / (double)C + (double)eps);
+}
+
 /* ---- the GEMM engine (gemm.c): C = init + alpha · A·B with f64 accumulation.
  *
  * A(m,k) = A[m*sam + k*sak], B(k,n) = B[k*sbk + n*sbn]: any strides, so transposes
@@ -125,9 +153,10 @@ typedef struct vf_cpu_simd {
     /* p[i] = (float)exp(p[i] − shift[i]) */
     void (*exp_sub_f32)(float *p, const float *shift, int64_t n);
     void (*gelu_fwd)(float *out, const float *inp, int64_t n);
-    void (*gelu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n);
+    /* dinp = or += f'(inp)·dout (acc); dinp may be dout (each element read, then written) */
+    void (*gelu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n, int acc);
     void (*silu_fwd)(float *out, const float *inp, int64_t n);
-    void (*silu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n);
+    void (*silu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n, int acc);
 } vf_cpu_simd;
 
 const vf_cpu_simd *vf_cpu_simd_get(void);

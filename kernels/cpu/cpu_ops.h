@@ -1,9 +1,9 @@
 /* cpu_ops.h — the CPU reference backend as typed functions.
  *
  * One function per op of kernels/ops.h, with float * instead of void * (the backend
- * table in kernels/backend.c wraps them). Shapes, layouts and the accumulate-into-
- * gradients rule are those of ops.h; what is specific to the CPU implementation is
- * said here. Every function is thread-safe, allocates no memory that outlives the call,
+ * table in kernels/backend.c wraps them). Shapes, layouts and which gradients are
+ * written and which accumulated are those of ops.h; what is specific to the CPU
+ * implementation is said here. Every function is thread-safe, allocates no memory that outlives the call,
  * and returns the same bits for the same inputs on any OpenMP thread count and on every
  * ISA path (see vf_cpu_set_isa).
  *
@@ -38,27 +38,54 @@ void vf_cpu_free(void *p);
 void vf_cpu_upload(void *dst, const float *src, int64_t n, vf_dtype dst_dtype);
 void vf_cpu_download(float *dst, const void *src, int64_t n, vf_dtype src_dtype);
 
-/* ---- dense (matmul.c) */
+/* ---- recorded units (graph.c): nothing to record, every op runs as it comes. */
+bool vf_cpu_graph_begin(const uint64_t *key, int nkey); /* true */
+bool vf_cpu_graph_end(void);                            /* false */
+
+/* ---- dense (matmul.c). acc: 0 writes dinp, 1 adds to it (ops.h's vf_grad_mode). The
+ * fused forms compute exactly what their unfused sequences compute (same bits). */
 void vf_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias,
                        int64_t N, int64_t C, int64_t OC);
 void vf_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
-                       const float *inp, const float *w, int64_t N, int64_t C, int64_t OC);
+                       const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                       int acc);
+void vf_cpu_matmul_gelu_fwd(float *out, float *pre, const float *inp, const float *w,
+                            const float *bias, int64_t N, int64_t C, int64_t OC);
+void vf_cpu_matmul_dgelu_bwd(float *dpre, float *dbias_pre, float *dw, float *dbias,
+                             const float *dout, const float *inp, const float *w,
+                             const float *pre, int64_t N, int64_t C, int64_t OC);
+void vf_cpu_matmul_batch_fwd(float *out, const float *inp, const float *w, const float *bias,
+                             int64_t N, int64_t C, int64_t OC, int nb, int64_t wstride,
+                             int64_t ostride);
+void vf_cpu_matmul_batch_bwd(float *dinp, float *dw, float *dbias, const float *dout,
+                             const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                             int nb, int64_t wstride, int64_t ostride, int acc);
 
 /* ---- elementwise (elementwise.c) */
 void vf_cpu_add(float *out, const float *a, const float *b, int64_t n);
 void vf_cpu_axpy(float *y, const float *x, float alpha, int64_t n);
 void vf_cpu_gelu_fwd(float *out, const float *inp, int64_t n);
+/* dinp may be dout (in place) */
 void vf_cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
 void vf_cpu_gelu_erf_fwd(float *out, const float *inp, int64_t n);
 void vf_cpu_gelu_erf_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
 void vf_cpu_silu_fwd(float *out, const float *inp, int64_t n);
-void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
+void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n, int acc);
 
 /* ---- adaLN (modulate.c) */
 void vf_cpu_modulate_fwd(float *out, const float *x, const float *shift, const float *scale,
                          int64_t B, int64_t L, int64_t C);
 void vf_cpu_modulate_bwd(float *dx, float *dshift, float *dscale, const float *dout,
                          const float *x, const float *scale, int64_t B, int64_t L, int64_t C);
+/* LayerNorm + modulate: as layernorm_fwd (no affine) then modulate_fwd, same bits; the
+ * backward as modulate_bwd then layernorm_bwd (acc: 0 writes dx, 1 adds to it). */
+void vf_cpu_ln_modulate_fwd(float *out, float *mean, float *rstd, const float *x,
+                            const float *shift, const float *scale, int64_t B, int64_t L,
+                            int64_t C, float eps);
+void vf_cpu_ln_modulate_bwd(float *dx, float *dshift, float *dscale, const float *dout,
+                            const float *x, const float *mean, const float *rstd,
+                            const float *scale, int64_t B, int64_t L, int64_t C, float eps,
+                            int acc);
 void vf_cpu_gated_add_fwd(float *out, const float *x, const float *gate, const float *y,
                           int64_t B, int64_t L, int64_t C);
 void vf_cpu_gated_add_bwd(float *dx, float *dgate, float *dy, const float *dout,
@@ -91,6 +118,13 @@ void vf_cpu_rope_fwd(float *out, const float *inp, const float *cos, const float
                      int64_t B, int64_t L, int64_t H, int64_t D);
 void vf_cpu_rope_bwd(float *dinp, const float *dout, const float *cos, const float *sin,
                      int64_t B, int64_t L, int64_t H, int64_t D);
+/* RMSNorm + RoPE: as rmsnorm_fwd then rope_fwd, and rope_bwd then rmsnorm_bwd (same bits) */
+void vf_cpu_rmsnorm_rope_fwd(float *out, float *rstd, const float *inp, const float *w,
+                             const float *cos, const float *sin, int64_t B, int64_t L,
+                             int64_t H, int64_t D, float eps);
+void vf_cpu_rmsnorm_rope_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, const float *cos,
+                             const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
 
 /* ---- attention (attention.c): blocks of queries per (batch, head); scratch is
  * O(block · Lk), never Lq · Lk. Backward recomputes probabilities from lse; dq, dk, dv

@@ -1,4 +1,5 @@
-/* elementwise.c — add, axpy, GELU (tanh and exact) and SiLU on the CPU, forward and backward.
+/* elementwise.c — add, axpy, GELU (tanh and exact) and SiLU on the CPU, forward and backward
+ * (the backwards write their gradient, or add it where a mode says so: ops.h).
  *
  * Each element is computed in double from its float inputs and rounded once, so the
  * results are as close to the exact function as f32 storage allows and independent of
@@ -35,7 +36,7 @@ void vf_cpu_axpy(float *y, const float *x, float alpha, int64_t n)
 #define CHUNK 4096
 
 typedef void (*unary_fn)(float *out, const float *inp, int64_t n);
-typedef void (*unary_bwd_fn)(float *dinp, const float *dout, const float *inp, int64_t n);
+typedef void (*unary_bwd_fn)(float *dinp, const float *dout, const float *inp, int64_t n, int acc);
 
 static void unary(unary_fn f, float *out, const float *inp, int64_t n)
 {
@@ -47,13 +48,14 @@ static void unary(unary_fn f, float *out, const float *inp, int64_t n)
     }
 }
 
-static void unary_bwd(unary_bwd_fn f, float *dinp, const float *dout, const float *inp, int64_t n)
+static void unary_bwd(unary_bwd_fn f, float *dinp, const float *dout, const float *inp, int64_t n,
+                      int acc)
 {
     const int64_t nch = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
     for (int64_t c = 0; c < nch; c++) {
         int64_t i0 = c * CHUNK;
-        f(dinp + i0, dout + i0, inp + i0, n - i0 < CHUNK ? n - i0 : CHUNK);
+        f(dinp + i0, dout + i0, inp + i0, n - i0 < CHUNK ? n - i0 : CHUNK, acc);
     }
 }
 
@@ -64,7 +66,7 @@ void vf_cpu_gelu_fwd(float *out, const float *inp, int64_t n)
 
 void vf_cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, int64_t n)
 {
-    unary_bwd(vf_cpu_simd_get()->gelu_bwd, dinp, dout, inp, n);
+    unary_bwd(vf_cpu_simd_get()->gelu_bwd, dinp, dout, inp, n, 0);
 }
 
 /* Exact GELU: x·Φ(x), Φ(x) = (1 + erf(x/√2))/2; its derivative Φ(x) + x·φ(x). Every
@@ -85,7 +87,7 @@ void vf_cpu_gelu_erf_bwd(float *dinp, const float *dout, const float *inp, int64
     for (int64_t i = 0; i < n; i++) {
         double x = inp[i];
         double g = 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * inv_sqrt_2pi * exp(-0.5 * x * x);
-        dinp[i] = (float)((double)dinp[i] + g * (double)dout[i]);
+        dinp[i] = (float)(g * (double)dout[i]);
     }
 }
 
@@ -94,7 +96,7 @@ void vf_cpu_silu_fwd(float *out, const float *inp, int64_t n)
     unary(vf_cpu_simd_get()->silu_fwd, out, inp, n);
 }
 
-void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n)
+void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n, int acc)
 {
-    unary_bwd(vf_cpu_simd_get()->silu_bwd, dinp, dout, inp, n);
+    unary_bwd(vf_cpu_simd_get()->silu_bwd, dinp, dout, inp, n, acc);
 }

@@ -1,4 +1,5 @@
-/* matmul.c — the dense layer on the CPU: out = inp·wᵀ + bias and its backward.
+/* matmul.c — the dense layer on the CPU: out = inp·wᵀ + bias and its backward, with GELU
+ * fused on either side, and several layers over one input as one call.
  *
  * All three products go through the f64-accumulating gemm engine (gemm.c) with strides
  * standing in for the transposes. dbias is a column sum over N rows, done per column
@@ -38,11 +39,12 @@ static void bias_grad(float *dbias, const float *dout, int64_t N, int64_t OC)
 }
 
 void vf_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
-                       const float *inp, const float *w, int64_t N, int64_t C, int64_t OC)
+                       const float *inp, const float *w, int64_t N, int64_t C, int64_t OC, int acc)
 {
-    if (dinp) { /* dinp (N, C) += dout (N, OC) · w (OC, C) */
+    if (dinp) { /* dinp (N, C) = or += dout (N, OC) · w (OC, C); written it is the sum
+                   rounded from +0.0, what accumulating into zeros gave */
         vf_gemm g = {.M = N, .N = C, .K = OC, .A = dout, .sam = OC, .sak = 1, .B = w,
-                     .sbk = C, .sbn = 1, .C = dinp, .ldc = C, .accumulate = 1, .alpha = 1.0};
+                     .sbk = C, .sbn = 1, .C = dinp, .ldc = C, .accumulate = acc, .alpha = 1.0};
         vf_cpu_gemm(&g, 1);
     }
     if (dw) { /* dw (OC, C) += dout (N, OC)ᵀ · inp (N, C) */
@@ -51,4 +53,42 @@ void vf_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout,
         vf_cpu_gemm(&g, 1);
     }
     if (dbias) bias_grad(dbias, dout, N, OC);
+}
+
+/* The fused forms compute exactly what their unfused sequences compute (the GEMM into
+ * f32, then the activation; each bias gradient by bias_grad), so the CPU reference's
+ * bits do not depend on whether a model fuses. */
+
+void vf_cpu_matmul_gelu_fwd(float *out, float *pre, const float *inp, const float *w,
+                            const float *bias, int64_t N, int64_t C, int64_t OC)
+{
+    vf_cpu_matmul_fwd(pre, inp, w, bias, N, C, OC);
+    vf_cpu_gelu_fwd(out, pre, N * OC);
+}
+
+void vf_cpu_matmul_dgelu_bwd(float *dpre, float *dbias_pre, float *dw, float *dbias,
+                             const float *dout, const float *inp, const float *w,
+                             const float *pre, int64_t N, int64_t C, int64_t OC)
+{
+    vf_cpu_matmul_bwd(dpre, dw, dbias, dout, inp, w, N, C, OC, 0); /* dpre = dout·w */
+    vf_cpu_gelu_bwd(dpre, dpre, pre, N * C);                        /* ⊙ gelu'(pre), in place */
+    if (dbias_pre) bias_grad(dbias_pre, dpre, N, C);
+}
+
+void vf_cpu_matmul_batch_fwd(float *out, const float *inp, const float *w, const float *bias,
+                             int64_t N, int64_t C, int64_t OC, int nb, int64_t wstride,
+                             int64_t ostride)
+{
+    for (int i = 0; i < nb; i++)
+        vf_cpu_matmul_fwd(out + i * ostride, inp, w + i * wstride, bias ? bias + i * wstride : NULL,
+                          N, C, OC);
+}
+
+void vf_cpu_matmul_batch_bwd(float *dinp, float *dw, float *dbias, const float *dout,
+                             const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
+                             int nb, int64_t wstride, int64_t ostride, int acc)
+{
+    for (int i = 0; i < nb; i++)
+        vf_cpu_matmul_bwd(dinp, dw ? dw + i * wstride : NULL, dbias ? dbias + i * wstride : NULL,
+                          dout + i * ostride, inp, w + i * wstride, N, C, OC, i ? 1 : acc);
 }

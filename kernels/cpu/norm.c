@@ -21,14 +21,8 @@ void vf_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *o = out + n * C;
-        double s = 0.0, ss = 0.0;
-        for (int64_t c = 0; c < C; c++) s += x[c];
-        double mu = s / (double)C;
-        for (int64_t c = 0; c < C; c++) {
-            double d = (double)x[c] - mu;
-            ss += d * d;
-        }
-        double r = 1.0 / sqrt(ss / (double)C + (double)eps);
+        double mu, r;
+        vf_cpu_ln_stats(x, C, eps, &mu, &r);
         for (int64_t c = 0; c < C; c++) {
             double y = ((double)x[c] - mu) * r;
             if (w) y *= (double)w[c];
@@ -94,9 +88,7 @@ void vf_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *o = out + n * C;
-        double ss = 0.0;
-        for (int64_t c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
-        double r = 1.0 / sqrt(ss / (double)C + (double)eps);
+        const double r = vf_cpu_rms_rstd(x, C, eps);
         for (int64_t c = 0; c < C; c++) {
             double y = (double)x[c] * r;
             if (w) y *= (double)w[c];
@@ -120,7 +112,7 @@ void vf_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *
             m2 /= (double)C;
             for (int64_t c = 0; c < C; c++) {
                 double dxh = (double)g[c] * (w ? (double)w[c] : 1.0);
-                d[c] = (float)((double)d[c] + r * (dxh - (double)x[c] * r * m2));
+                d[c] = (float)(0.0 + r * (dxh - (double)x[c] * r * m2)); /* written (ops.h) */
             }
         }
     }

@@ -163,14 +163,30 @@ static void SFX(gelu_fwd)(float *out, const float *inp, int64_t n)
     }
 }
 
-static void SFX(gelu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n)
+/* GELU' (tanh) at x */
+static inline double SFX(gelu_grad)(double x)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double s = 1.0 / (1.0 + vf_cpu_exp(-2.0 * GELU_K * (x + GELU_C * x * x * x)));
-        double g = s + 2.0 * x * s * (1.0 - s) * (GELU_K * (1.0 + 3.0 * GELU_C * x * x));
-        dinp[i] = (float)((double)dinp[i] + g * (double)dout[i]);
-    }
+    double s = 1.0 / (1.0 + vf_cpu_exp(-2.0 * GELU_K * (x + GELU_C * x * x * x)));
+    return s + 2.0 * x * s * (1.0 - s) * (GELU_K * (1.0 + 3.0 * GELU_C * x * x));
+}
+
+/* SiLU' at x */
+static inline double SFX(silu_grad)(double x)
+{
+    double s = 1.0 / (1.0 + vf_cpu_exp(-x));
+    return s * (1.0 + x * (1.0 - s));
+}
+
+/* The written form adds the product to +0.0, as the accumulating form did into zeroed
+ * memory (a −0 product comes out +0), so writing gives the bits accumulating gave. */
+static void SFX(gelu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n, int acc)
+{
+    if (acc)
+        for (int64_t i = 0; i < n; i++)
+            dinp[i] = (float)((double)dinp[i] + SFX(gelu_grad)(inp[i]) * (double)dout[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dinp[i] = (float)(0.0 + SFX(gelu_grad)(inp[i]) * (double)dout[i]);
 }
 
 /* SiLU x·σ(x), σ(x) = 1/(1 + e^{−x}) (e^{−x} = inf gives σ = 0, no NaN) */
@@ -182,13 +198,14 @@ static void SFX(silu_fwd)(float *out, const float *inp, int64_t n)
     }
 }
 
-static void SFX(silu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n)
+static void SFX(silu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n, int acc)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double x = inp[i], s = 1.0 / (1.0 + vf_cpu_exp(-x));
-        double g = s * (1.0 + x * (1.0 - s));
-        dinp[i] = (float)((double)dinp[i] + g * (double)dout[i]);
-    }
+    if (acc)
+        for (int64_t i = 0; i < n; i++)
+            dinp[i] = (float)((double)dinp[i] + SFX(silu_grad)(inp[i]) * (double)dout[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dinp[i] = (float)(0.0 + SFX(silu_grad)(inp[i]) * (double)dout[i]);
 }
 
 static const vf_cpu_simd SFX(table) = {

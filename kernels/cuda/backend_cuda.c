@@ -85,12 +85,16 @@ static void cu_free(vf_backend *be, void *p) { vf_cuda_pool_free(vf_cuda_ctx_of(
 static int cu_sync(vf_backend *be, vf_status *st)
 {
     vf_cuda_ctx *c = vf_cuda_ctx_of(be);
-    int rc = 0, cur = -1;
-    /* no enqueue lock while waiting: other stage threads on this device keep launching */
-    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device) cudaSetDevice(c->device);
-    cudaError_t e = cudaStreamSynchronize(c->stream);
+    int rc = 0;
+    /* the event is recorded under the enqueue lock (never into another thread's recording
+     * in progress, graph.c), and waited for without it: other stage threads on this device
+     * keep launching */
+    vf_cuda_op_begin(c);
+    cudaError_t e = cudaEventRecord(c->sync_ev, c->stream);
+    vf_cuda_op_end(c);
+    if (e == cudaSuccess) e = cudaEventSynchronize(c->sync_ev);
     pthread_mutex_lock(&c->mu);
-    if (e != cudaSuccess) vf_cuda_note(c, e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    if (e != cudaSuccess) vf_cuda_note(c, e, "cudaEventSynchronize (be->sync)", __FILE__, __LINE__);
     if (c->err) rc = vf_status_set(st, c->err, c->err_file, c->err_line, "%s: %s", c->devname, c->err_msg);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -118,8 +122,10 @@ static void ctx_free(vf_cuda_ctx *c)
 #ifdef VFLOW_HAVE_CUDNN
     vf_cudnn_free(c);
 #endif
+    vf_cuda_graphs_free(c);
     vf_cuda_lt_free(c);
     if (c->lt) vf_cuda_lt_destroy(c->lt);
+    if (c->sync_ev) cudaEventDestroy(c->sync_ev);
     if (c->lt_ws) cudaFree(c->lt_ws);
     if (c->scratch) cudaFree(c->scratch);
     if (c->host) cudaFreeHost(c->host);
@@ -138,7 +144,13 @@ static vf_backend *backend_new(int index, vf_status *st)
         vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cuda:%d: out of memory (backend)", index);
         return NULL;
     }
-    pthread_mutex_init(&c->mu, NULL);
+    { /* recursive: a unit being recorded holds it while its ops take it (graph.c) */
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&c->mu, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
     c->device = index;
     snprintf(c->devname, sizeof c->devname, "cuda:%d", index);
     c->no_bgrad = getenv("VFLOW_CUDA_NO_BGRAD") && atoi(getenv("VFLOW_CUDA_NO_BGRAD")) != 0;
@@ -155,6 +167,7 @@ static vf_backend *backend_new(int index, vf_status *st)
     snprintf(g_model[index], sizeof g_model[index], "%s", prop.name);
     c->smem_optin = prop.sharedMemPerBlockOptin;
     VF_CUDA_TRY(st, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    VF_CUDA_TRY(st, cudaEventCreateWithFlags(&c->sync_ev, cudaEventDisableTiming));
     VF_TRY(vf_cuda_lt_load(st));
     {
         cublasStatus_t s = vf_cuda_lt_create(&c->lt);
@@ -192,8 +205,14 @@ static vf_backend *backend_new(int index, vf_status *st)
         .copy = vf_cuda_copy,
         .copy2d = vf_cuda_copy2d,
         .sync = cu_sync,
+        .graph_begin = vf_cuda_graph_begin,
+        .graph_end = vf_cuda_graph_end,
         .matmul_fwd = vf_cuda_matmul_fwd,
         .matmul_bwd = vf_cuda_matmul_bwd,
+        .matmul_gelu_fwd = vf_cuda_matmul_gelu_fwd,
+        .matmul_dgelu_bwd = vf_cuda_matmul_dgelu_bwd,
+        .matmul_batch_fwd = vf_cuda_matmul_batch_fwd,
+        .matmul_batch_bwd = vf_cuda_matmul_batch_bwd,
         .add = vf_cuda_add,
         .axpy = vf_cuda_axpy,
         .gelu_fwd = vf_cuda_gelu_fwd,
@@ -209,10 +228,14 @@ static vf_backend *backend_new(int index, vf_status *st)
         .rmsnorm_ch_fwd = vf_cuda_rmsnorm_ch_fwd,
         .modulate_fwd = vf_cuda_modulate_fwd,
         .modulate_bwd = vf_cuda_modulate_bwd,
+        .ln_modulate_fwd = vf_cuda_ln_modulate_fwd,
+        .ln_modulate_bwd = vf_cuda_ln_modulate_bwd,
         .gated_add_fwd = vf_cuda_gated_add_fwd,
         .gated_add_bwd = vf_cuda_gated_add_bwd,
         .rope_fwd = vf_cuda_rope_fwd,
         .rope_bwd = vf_cuda_rope_bwd,
+        .rmsnorm_rope_fwd = vf_cuda_rmsnorm_rope_fwd,
+        .rmsnorm_rope_bwd = vf_cuda_rmsnorm_rope_bwd,
         .attention_fwd = vf_cuda_attention_fwd,
         .attention_bwd = vf_cuda_attention_bwd,
         .permute = vf_cuda_permute,

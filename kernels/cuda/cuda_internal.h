@@ -43,6 +43,7 @@ extern "C" {
 
 typedef struct vf_lt_plan vf_lt_plan; /* matmul.c */
 struct vf_cudnn;                      /* cudnn_common.cpp */
+struct vf_cuda_graphs;                /* graph.c */
 
 typedef struct vf_cuda_ctx {
     int device;
@@ -53,7 +54,10 @@ typedef struct vf_cuda_ctx {
     void *scratch;             /* device: [staging VF_CUDA_STAGE_BYTES][partials …] */
     size_t scratch_bytes;
     void *host;                /* pinned host, VF_CUDA_HOST_BYTES */
-    pthread_mutex_t mu;        /* held while an op enqueues (shared scratch, plan cache) */
+    pthread_mutex_t mu;        /* held while an op enqueues (shared scratch, plan cache) and
+                                  while a unit is recorded (graph.c); recursive */
+    cudaEvent_t sync_ev;       /* what be->sync waits for: recorded under mu, so never into
+                                  a recording in progress */
     int sm_count;
     int sm_version;            /* compute capability as major·10 + minor (90 on Hopper) */
     size_t smem_optin;         /* largest dynamic shared memory a block may opt into */
@@ -68,6 +72,7 @@ typedef struct vf_cuda_ctx {
     int no_bgrad;              /* VFLOW_CUDA_NO_BGRAD=1: bias gradients by our own kernel */
     struct vf_cudnn *cudnn;    /* cuDNN handle, graphs, workspaces (cudnn_internal.h); made
                                   on the first attention or convolution cuDNN takes */
+    struct vf_cuda_graphs *graphs; /* recorded units (graph.c); made on the first recording */
     vf_account *acct;          /* the backend's own buffers ("cuda backend@cuda:N") */
 } vf_cuda_ctx;
 
@@ -139,6 +144,11 @@ size_t vf_cuda_pool_cached(int dev);
 /* ------------------------------------------------------------------ op entry points
  * (the .cu files; signatures as the table in ops.h) */
 
+/* graph.c: recorded units as CUDA graphs (VFLOW_CUDA_GRAPHS=1) */
+bool vf_cuda_graph_begin(vf_backend *be, const uint64_t *key, int nkey);
+bool vf_cuda_graph_end(vf_backend *be);
+void vf_cuda_graphs_free(vf_cuda_ctx *c);
+
 /* memory.cu */
 void vf_cuda_memset0(vf_backend *be, void *p, size_t bytes);
 void vf_cuda_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt);
@@ -159,7 +169,19 @@ void vf_cuda_embed_bwd(vf_backend *be, void *dtable, const void *dout, const int
 void vf_cuda_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *w,
                         const void *bias, int64_t N, int64_t C, int64_t OC);
 void vf_cuda_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
-                        const void *inp, const void *w, int64_t N, int64_t C, int64_t OC);
+                        const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
+                        vf_grad_mode mode);
+void vf_cuda_matmul_gelu_fwd(vf_backend *be, void *out, void *pre, const void *inp, const void *w,
+                             const void *bias, int64_t N, int64_t C, int64_t OC);
+void vf_cuda_matmul_dgelu_bwd(vf_backend *be, void *dpre, void *dbias_pre, void *dw, void *dbias,
+                              const void *dout, const void *inp, const void *w, const void *pre,
+                              int64_t N, int64_t C, int64_t OC);
+void vf_cuda_matmul_batch_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                              const void *bias, int64_t N, int64_t C, int64_t OC, int nb,
+                              int64_t wstride, int64_t ostride);
+void vf_cuda_matmul_batch_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
+                              const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
+                              int nb, int64_t wstride, int64_t ostride, vf_grad_mode mode);
 void vf_cuda_lt_free(vf_cuda_ctx *c);
 /* Opens cuBLASLt (dlopen, once per process): 0 or VF_ECUDA naming the library. */
 int vf_cuda_lt_load(vf_status *st);
@@ -179,12 +201,24 @@ void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *
 void vf_cuda_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
-void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n,
+                      vf_grad_mode mode);
+/* out = gelu(inp); dinp = gelu'(inp)·dout (dinp may be dout), n elements (caller holds the
+ * op bracket: the fused GEMMs' fallbacks) */
+void vf_cuda_gelu_apply(vf_cuda_ctx *c, void *out, const void *inp, int64_t n);
+void vf_cuda_dgelu_apply(vf_cuda_ctx *c, void *dinp, const void *dout, const void *inp, int64_t n);
 /* rope.cu */
 void vf_cuda_rope_fwd(vf_backend *be, void *out, const void *inp, const float *cos,
                       const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
 void vf_cuda_rope_bwd(vf_backend *be, void *dinp, const void *dout, const float *cos,
                       const float *sin, int64_t B, int64_t L, int64_t H, int64_t D);
+void vf_cuda_rmsnorm_rope_fwd(vf_backend *be, void *out, float *rstd, const void *inp,
+                              const void *w, const float *cos, const float *sin, int64_t B,
+                              int64_t L, int64_t H, int64_t D, float eps);
+void vf_cuda_rmsnorm_rope_bwd(vf_backend *be, void *dinp, void *dw, const void *dout,
+                              const void *inp, const void *w, const float *rstd,
+                              const float *cos, const float *sin, int64_t B, int64_t L,
+                              int64_t H, int64_t D);
 /* adamw.cu */
 void vf_cuda_adamw(vf_backend *be, float *master, float *m, float *v, const void *grad,
                    void *weights_out, int64_t n, float lr, float beta1, float beta2, float eps,
@@ -195,6 +229,13 @@ void vf_cuda_modulate_fwd(vf_backend *be, void *out, const void *x, const void *
                           const void *scale, int64_t B, int64_t L, int64_t C);
 void vf_cuda_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale, const void *dout,
                           const void *x, const void *scale, int64_t B, int64_t L, int64_t C);
+void vf_cuda_ln_modulate_fwd(vf_backend *be, void *out, float *mean, float *rstd, const void *x,
+                             const void *shift, const void *scale, int64_t B, int64_t L,
+                             int64_t C, float eps);
+void vf_cuda_ln_modulate_bwd(vf_backend *be, void *dx, void *dshift, void *dscale,
+                             const void *dout, const void *x, const float *mean,
+                             const float *rstd, const void *scale, int64_t B, int64_t L,
+                             int64_t C, float eps, vf_grad_mode mode);
 void vf_cuda_gated_add_fwd(vf_backend *be, void *out, const void *x, const void *gate,
                            const void *y, int64_t B, int64_t L, int64_t C);
 void vf_cuda_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, const void *dout,
@@ -216,6 +257,16 @@ void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float *src, int6
  * RMSNorm); either output may be NULL (norm.cu; caller holds the op bracket). */
 void vf_cuda_norm_wgrad(vf_cuda_ctx *c, void *dw, void *db, const void *dout, const void *x,
                         const float *mean, const float *rstd, int64_t N, int64_t C);
+
+/* norm.cu: LayerNorm of rows with adaLN's modulate in place of the affine (scale, shift
+ * (B, C) per sample of L rows), forward and the input gradient (= or += by acc); the
+ * caller holds the op bracket (modulate.cu's ln_modulate ops) */
+void vf_cuda_ln_mod_fwd(vf_cuda_ctx *c, void *out, float *mean, float *rstd, const void *x,
+                        const void *shift, const void *scale, int64_t B, int64_t L, int64_t C,
+                        float eps);
+void vf_cuda_ln_mod_dx(vf_cuda_ctx *c, void *dx, const void *dout, const void *x, const float *mean,
+                       const float *rstd, const void *scale, int64_t B, int64_t L, int64_t C,
+                       bool acc);
 
 /* norm.cu */
 void vf_cuda_layernorm_fwd(vf_backend *be, void *out, float *mean, float *rstd, const void *inp,

@@ -2,8 +2,8 @@
  * SiLU forward/backward (RoPE is rope.cu, the fused AdamW step adamw.cu).
  *
  * Each op is one pass over its tensors: 16-byte accesses (8 bf16) when every pointer is
- * 16-byte aligned and n is large, scalar otherwise (same formulas). Gradients
- * accumulate (+=) as ops.h requires; the sum is formed in f32 and rounded to bf16 once.
+ * 16-byte aligned and n is large, scalar otherwise (same formulas). Gradients are written
+ * or added as ops.h says; an added sum is formed in f32 and rounded to bf16 once.
  */
 #include "kernels/cuda/common.cuh"
 
@@ -126,34 +126,50 @@ struct ActF {
     }
 };
 
+/* dinp = or += (acc) f'(inp)·dout; dinp may be dout (each element read, then written) */
 template <int GELU>
 struct ActBwdF {
     bf16 *dinp;
     const bf16 *dout, *inp;
+    bool acc;
     __device__ static float g(float x) { return GELU == 1 ? gelu_g(x) : GELU == 2 ? gelu_erf_g(x) : silu_g(x); }
-    __device__ void one(int64_t i) { dinp[i] = tobf(bf(dinp[i]) + g(bf(inp[i])) * bf(dout[i])); }
+    __device__ void one(int64_t i)
+    {
+        const float v = g(bf(inp[i])) * bf(dout[i]);
+        dinp[i] = tobf(acc ? bf(dinp[i]) + v : v);
+    }
     __device__ void eight(int64_t i)
     {
         float d[8], go[8], x[8];
-        ld8(dinp + i, d);
+        if (acc) ld8(dinp + i, d);
         ld8(dout + i, go);
         ld8(inp + i, x);
 #pragma unroll
-        for (int j = 0; j < 8; j++) d[j] += g(x[j]) * go[j];
+        for (int j = 0; j < 8; j++) d[j] = acc ? d[j] + g(x[j]) * go[j] : g(x[j]) * go[j];
         st8(dinp + i, d);
     }
 };
 
+extern "C" void vf_cuda_gelu_apply(vf_cuda_ctx *c, void *out, const void *inp, int64_t n)
+{
+    run_map(c, n, ActF<1>{(bf16 *)out, (const bf16 *)inp}, aligned16(out) && aligned16(inp));
+}
+
+extern "C" void vf_cuda_dgelu_apply(vf_cuda_ctx *c, void *dinp, const void *dout, const void *inp, int64_t n)
+{
+    run_map(c, n, ActBwdF<1>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, false},
+            aligned16(dinp) && aligned16(dout) && aligned16(inp));
+}
+
 extern "C" void vf_cuda_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
 {
     OpScope s(be);
-    run_map(s.c, n, ActF<1>{(bf16 *)out, (const bf16 *)inp}, aligned16(out) && aligned16(inp));
+    vf_cuda_gelu_apply(s.c, out, inp, n);
 }
 extern "C" void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
 {
     OpScope s(be);
-    run_map(s.c, n, ActBwdF<1>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp},
-            aligned16(dinp) && aligned16(dout) && aligned16(inp));
+    vf_cuda_dgelu_apply(s.c, dinp, dout, inp, n);
 }
 extern "C" void vf_cuda_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
 {
@@ -163,7 +179,7 @@ extern "C" void vf_cuda_gelu_erf_fwd(vf_backend *be, void *out, const void *inp,
 extern "C" void vf_cuda_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
 {
     OpScope s(be);
-    run_map(s.c, n, ActBwdF<2>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp},
+    run_map(s.c, n, ActBwdF<2>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, false},
             aligned16(dinp) && aligned16(dout) && aligned16(inp));
 }
 extern "C" void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
@@ -171,9 +187,10 @@ extern "C" void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int
     OpScope s(be);
     run_map(s.c, n, ActF<0>{(bf16 *)out, (const bf16 *)inp}, aligned16(out) && aligned16(inp));
 }
-extern "C" void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+extern "C" void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n,
+                                 vf_grad_mode mode)
 {
     OpScope s(be);
-    run_map(s.c, n, ActBwdF<0>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp},
+    run_map(s.c, n, ActBwdF<0>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, mode == VF_GRAD_ADD},
             aligned16(dinp) && aligned16(dout) && aligned16(inp));
 }

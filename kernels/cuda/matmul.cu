@@ -17,7 +17,7 @@ struct BiasOp {
 
 extern "C" void vf_cuda_bias_grad(vf_cuda_ctx *c, void *dbias, const void *dout, int64_t N, int64_t OC)
 {
-    colsum(c, BiasOp{(const bf16 *)dout, OC}, 1, N, OC, (bf16 *)dbias, NULL);
+    colsum(c, BiasOp{(const bf16 *)dout, OC}, 1, N, OC, (bf16 *)dbias, NULL, true);
 }
 
 __global__ void k_add_f32(bf16 *d, const float *s, int64_t n)

@@ -1,15 +1,16 @@
 /* reduce.cuh — the deterministic reductions several CUDA op families share (header-only
- * templates, included by modulate.cu, matmul.cu, norm.cu, embed_loss.cu, adamw.cu):
- * column sums over rows with their broadcast forward partner, and f64 block sums.
+ * templates, included by modulate.cu, matmul.cu, norm.cu, rope.cu, embed_loss.cu,
+ * adamw.cu): column sums over rows with their broadcast forward partner, one warp's row
+ * statistics, and f64 block sums.
  *
  * Deterministic without atomics: a column sum over the L rows of (B, L, C) runs in two
  * launches. The first cuts the rows into `nch` fixed chunks (a function of the shape
  * and the device's SM count only); a block sums 32 columns of one chunk with 8 row
  * lanes, each lane walking its rows in order, and folds the 8 lanes in lane order into
  * one f32 partial per (chunk, column) in the scratch area. The second adds the chunks'
- * partials in chunk order and the result once into the bf16 gradient. The same
- * elements, visited once, also produce the elementwise gradients (dx, dy), so a
- * backward is one pass over its inputs.
+ * partials in chunk order and writes the result, or adds it, once into the bf16
+ * gradient. The same elements, visited once, also produce the elementwise gradients
+ * (dx, dy), so a backward is one pass over its inputs.
  *
  * mse / sumsq return f64 like the CPU: 256 fixed blocks (the CPU's split of [0, n)),
  * each reduced by a fixed tree in f64, the 256 partials added on the host in order.
@@ -53,10 +54,10 @@ __global__ void k_colsum_part(Op op, int64_t L, int64_t C, int nch, float *part)
     }
 }
 
-/* out1/out2 (B, C) bf16 (either NULL) += the chunk sums, in chunk order (a template
- * only so that every file including this header may leave it unused) */
+/* out1/out2 (B, C) bf16 (either NULL) = or += (acc) the chunk sums, in chunk order (a
+ * template only so that every file including this header may leave it unused) */
 template <int UNUSED = 0>
-__global__ void k_colsum_fin(const float *part, int64_t B, int64_t C, int nch, bf16 *out1, bf16 *out2)
+__global__ void k_colsum_fin(const float *part, int64_t B, int64_t C, int nch, bf16 *out1, bf16 *out2, bool acc)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * C; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = i / C, c = i % C;
@@ -66,14 +67,15 @@ __global__ void k_colsum_fin(const float *part, int64_t B, int64_t C, int nch, b
             a1 += p[0];
             a2 += p[1];
         }
-        if (out1) out1[i] = tobf(bf(out1[i]) + a1);
-        if (out2) out2[i] = tobf(bf(out2[i]) + a2);
+        if (out1) out1[i] = tobf(acc ? bf(out1[i]) + a1 : a1);
+        if (out2) out2[i] = tobf(acc ? bf(out2[i]) + a2 : a2);
     }
 }
 
-/* Runs both launches (caller holds the op bracket). */
+/* Runs both launches (caller holds the op bracket). acc: add the sums to out1/out2
+ * (parameter gradients) or write them (ops.h). */
 template <class Op>
-static inline void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C, bf16 *out1, bf16 *out2)
+static inline void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C, bf16 *out1, bf16 *out2, bool acc)
 {
     if (B <= 0 || C <= 0) return;
     const int64_t cblk = (C + CS_COLS - 1) / CS_COLS;
@@ -99,9 +101,48 @@ static inline void colsum(vf_cuda_ctx *c, Op op, int64_t B, int64_t L, int64_t C
     k_colsum_part<Op><<<grid, block, 0, c->stream>>>(op, L, C, (int)nch, part);
     VF_CUDA_NOTE_LAUNCH(c);
     if (out1 || out2) {
-        k_colsum_fin<0><<<grid_for(B * C, 256), 256, 0, c->stream>>>(part, B, C, (int)nch, out1, out2);
+        k_colsum_fin<0><<<grid_for(B * C, 256), 256, 0, c->stream>>>(part, B, C, (int)nch, out1, out2, acc);
         VF_CUDA_NOTE_LAUNCH(c);
     }
+}
+
+/* ------------------------------------------------------------------ row statistics */
+
+/* One warp's statistics of a row of C (norm.cu, and the fused ops that hold a norm):
+ * mean (LayerNorm; 0 for RMSNorm) and rstd = 1/sqrt(var + eps), f32 warp sums (xor
+ * butterflies: a fixed order), the variance two-pass and mean-shifted as in the CPU
+ * reference. VEC: 16-byte loads (C % 8 == 0 and x aligned). Every lane gets both. */
+template <int RMS, bool VEC>
+__device__ __forceinline__ void warp_row_stats(const bf16 *x, int64_t C, float eps, float &mu, float &r)
+{
+    const int lane = threadIdx.x & 31;
+    mu = 0.0f;
+    if (!RMS) {
+        float s = 0.0f;
+        if (VEC) {
+            for (int64_t c = lane * 8; c < C; c += 256) {
+                float v[8];
+                ld8(x + c, v);
+#pragma unroll
+                for (int j = 0; j < 8; j++) s += v[j];
+            }
+        } else {
+            for (int64_t c = lane; c < C; c += 32) s += bf(x[c]);
+        }
+        mu = warp_sum(s) / (float)C;
+    }
+    float ss = 0.0f;
+    if (VEC) {
+        for (int64_t c = lane * 8; c < C; c += 256) {
+            float v[8];
+            ld8(x + c, v);
+#pragma unroll
+            for (int j = 0; j < 8; j++) ss += (v[j] - mu) * (v[j] - mu);
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) ss += (bf(x[c]) - mu) * (bf(x[c]) - mu);
+    }
+    r = rsqrtf(warp_sum(ss) / (float)C + eps);
 }
 
 /* ------------------------------------------------------------------ broadcast forwards */

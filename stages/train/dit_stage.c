@@ -30,13 +30,23 @@
 #include <string.h>
 #include <unistd.h>
 
+/* What the partition keeps of a block's forward (models/dit.h vf_dit_recompute) */
+static int dit_recompute_of(const vf_params *prm)
+{
+    if (!vf_param_bool(prm, "recompute")) return VF_DIT_KEEP;
+    return vf_param_bool(prm, "recompute_attention") ? VF_DIT_RECOMPUTE_ALL : VF_DIT_RECOMPUTE;
+}
+
 static const vf_param_spec dit_params[] = {
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset (vf.models.dit \"tiny\")", NULL,
      vf_dit_model_fields},
     {"stage", VF_P_INT, "0", VF_RANGE(0, VF_TRAIN_MAX_PARTS - 1), "partition index p (set by pipeline_parallel)"},
     {"splits", VF_P_LIST_INT, "[]", VF_RANGE(0, 1 << 20), "block boundaries {0, …, depth} of the P partitions; [] = one"},
     {"micro_batches", VF_P_INT, "1", VF_RANGE(1, 4096), "micro-batches M per step (1F1B)"},
-    {"recompute", VF_P_BOOL, "false", VF_ANY, "keep only block inputs, recompute in backward"},
+    {"recompute", VF_P_BOOL, "false", VF_ANY,
+     "keep block inputs (and each self-attention's output and lse), recompute the rest in backward"},
+    {"recompute_attention", VF_P_BOOL, "false", VF_ANY,
+     "with recompute: rerun the self-attention in backward too, keeping only block inputs"},
     {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S (set by p:train)"},
     {"replicas", VF_P_INT, "1", VF_RANGE(1, 64), "data-parallel replicas D (set by p:train)"},
     {"replica", VF_P_INT, "0", VF_RANGE(0, 63), "this partition's replica r"},
@@ -269,8 +279,7 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     if (mx.B > 0) {
         vf_dit_mem m;
         bool last = g.p == g.P - 1, first = g.p == 0;
-        vf_dit_part_memory(&g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, vf_param_bool(prm, "recompute"), as,
-                           gs, &m);
+        vf_dit_part_memory(&g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, dit_recompute_of(prm), as, gs, &m);
         vf_1f1b_op *ops = calloc((size_t)(2 * g.M), sizeof *ops);
         int nsv = ops ? vf_train_1f1b(g.P, g.p, g.M, ops) : g.M;
         free(ops);
@@ -355,7 +364,7 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->D = (int)vf_param_int(prm, "replicas");
     h->r = (int)vf_param_int(prm, "replica");
     if (h->r >= h->D) VF_FAIL(st, VF_EUSAGE, "%s: replica %d is not below replicas %d", vf_stage_name(s), h->r, h->D);
-    h->recompute = vf_param_bool(prm, "recompute");
+    h->recompute = dit_recompute_of(prm);
     h->steps = vf_param_int(prm, "steps");
     h->rf = (vf_dit_rf){(uint64_t)vf_param_int(prm, "seed"), (float)vf_param_num(prm, "t_mean"),
                         (float)vf_param_num(prm, "t_std")};
@@ -507,10 +516,12 @@ static int64_t partitions(const vf_params *p)
     return n < 1 ? 1 : n;
 }
 
-/* What the planner may turn (vf_knob_spec): keep only block inputs; more, smaller
- * micro-batches (the 1F1B edges follow M, so only through the script); more partitions. */
+/* What the planner may turn (vf_knob_spec): keep only block inputs (and the
+ * self-attention's output, then not even that); more, smaller micro-batches (the 1F1B edges follow M, so only through the script); more partitions. */
 static const vf_knob_spec dit_knobs[] = {
     {.name = "recompute", .param = "recompute", .arg = "recompute", .move = VF_KNOB_SET, .value = "true", .rank = 10},
+    {.name = "recompute_attention", .param = "recompute_attention", .arg = "recompute_attention",
+     .move = VF_KNOB_SET, .value = "true", .rank = 15, .note = "one more self-attention forward per block in the backward"},
     {.name = "micro_batches", .param = "micro_batches", .arg = "micro_batches", .arg_only = true,
      .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
     {.name = "stages", .param = "splits", .arg = "stages", .arg_only = true, .move = VF_KNOB_STEP, .max = 24,

@@ -22,7 +22,8 @@ typedef struct dit_part_state {
     size_t as, gs;
     int p, P, M, S, D, r;
     int splits[VF_TRAIN_MAX_PARTS + 1];
-    bool first, last, recompute;
+    bool first, last;
+    int recompute;          /* vf_dit_recompute */
     int64_t off, n;                          /* this partition's range of the trainable vector
                                                 (the model's, or with LoRA the adapters') */
     vf_dit_lora *lora;                       /* NULL: full fine-tune */

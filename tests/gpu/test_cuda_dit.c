@@ -12,7 +12,9 @@
  * 2 partitions and recompute agree with 1 partition to 1e-3 (the kernels are
  * deterministic, so only the partition plumbing could make them differ). Two shapes: the
  * tiny preset (head dim 16, the padded attention path) and a head dim 64 model (the fast
- * path). Exits 77 without CUDA or a usable device.
+ * path). With VFLOW_CUDA_GRAPHS=1 three steps on one partition (each block's passes run
+ * eagerly, then recorded, then replayed as CUDA graphs) give the eager step's gradients
+ * bit for bit, with and without recompute. Exits 77 without CUDA or a usable device.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +26,9 @@
 #include "kernels/ops.h"
 #include "models/dit.h"
 #include "runtime/philox.h"
+#ifdef VFLOW_HAVE_CUDA
+#include "kernels/cuda/graph.h"
+#endif
 
 static vf_backend *G;
 
@@ -121,6 +126,49 @@ static int run(vf_backend *be, const vf_dit_layout *l, const int *bounds, int P,
     return rc;
 }
 
+/* nsteps training micro-batches through one partition made once (its buffers, hence the
+ * recorded units' keys, stay the same): the gradient of step s (zeroed before each) into
+ * grads[s], the losses into loss[s]. */
+static int run_steps(vf_backend *be, const vf_dit_layout *l, bool recompute, const float *params, const inputs *in,
+                     int nsteps, float **grads, double *loss)
+{
+    vf_status st = {0};
+    const vf_dit_config *c = &l->cfg;
+    const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
+    const int64_t L = vf_dit_tokens(c, &in->d), B = in->d.B, D = c->dim, Lt = c->text_len;
+    int rc = -1;
+    vf_dit_part *p = NULL;
+    vf_dit_saved *sv = NULL;
+    vf_dit_xfer gx = {0};
+    void *wp = be->alloc(be, (size_t)l->total * as, &st), *gp = be->alloc(be, (size_t)l->total * gs, &st);
+    void *xt = be->alloc(be, (size_t)in->nlat * as, &st), *tg = be->alloc(be, (size_t)in->nlat * as, &st);
+    gx.x = be->alloc(be, (size_t)(B * L * D) * gs, &st), gx.e = be->alloc(be, (size_t)(B * D) * gs, &st);
+    gx.e0 = be->alloc(be, (size_t)(6 * B * D) * gs, &st), gx.ctx = be->alloc(be, (size_t)(B * Lt * D) * gs, &st);
+    if (!wp || !gp || !xt || !tg || !gx.x || !gx.e || !gx.e0 || !gx.ctx) goto done;
+    be->upload(be, wp, params, l->total, be->act_dtype);
+    be->upload(be, xt, in->xt, in->nlat, be->act_dtype);
+    be->upload(be, tg, in->target, in->nlat, be->act_dtype);
+    vf_dit_batch b = {.dims = in->d, .x_t = xt, .t = in->t, .text = in->text, .text_len = in->len, .target = tg};
+    rc = vf_dit_part_new(be, l, 0, c->depth, &in->d, recompute, wp, gp, &p, &st);
+    if (rc == 0) rc = vf_dit_saved_new(p, &sv, &st);
+    for (int s = 0; s < nsteps && rc == 0; s++) {
+        be->memset0(be, gp, (size_t)l->total * gs);
+        rc = vf_dit_part_forward(p, &b, NULL, NULL, sv, &st);
+        if (rc == 0) rc = vf_dit_part_loss(p, &b, sv, 1.0f, &loss[s], &st);
+        if (rc == 0) rc = vf_dit_part_backward(p, &b, sv, &gx, &st);
+        if (rc == 0) rc = be->sync(be, &st);
+        if (rc == 0) be->download(be, grads[s], gp, l->total, be->grad_dtype);
+    }
+    if (rc < 0) fprintf(stderr, "dit steps on %s: %s\n", be->name, st.msg);
+done:
+    vf_dit_saved_free(sv);
+    vf_dit_part_free(p);
+    void *bufs[8] = {wp, gp, xt, tg, gx.x, gx.e, gx.e0, gx.ctx};
+    for (int k = 0; k < 8; k++)
+        if (bufs[k]) be->free(be, bufs[k]);
+    return rc;
+}
+
 static double rel(const float *a, const float *b, int64_t n)
 {
     double num = 0, den = 0;
@@ -186,6 +234,39 @@ static void model_case(vf_dit_config c, vf_dit_dims d)
     r2 = rel(g2, gg, l->total);
     fprintf(stderr, "  gpu 2 partitions + recompute vs 1: grads rel %.3e\n", r2);
     VF_CHECK(fabs(l2 - lg) <= 1e-3 * fabs(lg) && r2 <= 1e-3);
+    /* recorded units: eager, recorded, replayed, each the eager step's bits */
+    for (int rcmp = 0; rcmp < 2; rcmp++) {
+        float *gs[3];
+        double ls[3];
+        for (int k = 0; k < 3; k++) gs[k] = calloc((size_t)l->total, 4);
+        VF_CHECK(run(G, l, one, 1, rcmp, p, &in, g2, &l2) == 0); /* graphs off */
+        int64_t rec0 = 0, rep0 = 0, rec1 = 0, rep1 = 0;
+#ifdef VFLOW_HAVE_CUDA
+        if (G->device.kind == VF_DEV_CUDA) vf_cuda_graph_counts(&rec0, &rep0);
+#endif
+        setenv("VFLOW_CUDA_GRAPHS", "1", 1);
+        VF_CHECK(run_steps(G, l, rcmp, p, &in, 3, gs, ls) == 0);
+        unsetenv("VFLOW_CUDA_GRAPHS");
+#ifdef VFLOW_HAVE_CUDA
+        if (G->device.kind == VF_DEV_CUDA) vf_cuda_graph_counts(&rec1, &rep1);
+#endif
+        fprintf(stderr, "  recompute %d, VFLOW_CUDA_GRAPHS=1: units recorded %lld, replayed %lld; losses %.9g %.9g %.9g"
+                " (eager %.9g); grads rel to eager %.3e %.3e %.3e\n", rcmp, (long long)(rec1 - rec0),
+                (long long)(rep1 - rep0), ls[0], ls[1], ls[2], l2, rel(gs[0], g2, l->total), rel(gs[1], g2, l->total),
+                rel(gs[2], g2, l->total));
+        for (int k = 0; k < 3; k++)
+            VF_CHECK_MSG(memcmp(gs[k], g2, sizeof(float) * (size_t)l->total) == 0 && ls[k] == l2,
+                         "recompute %d, step %d (%s): not the eager step's bits", rcmp, k,
+                         k == 0 ? "eager" : k == 1 ? "recorded" : "replayed");
+#ifdef VFLOW_HAVE_CUDA
+        /* every block's forward and backward (and recompute) recorded once and replayed once */
+        if (G->device.kind == VF_DEV_CUDA)
+            VF_CHECK_MSG(rec1 - rec0 == (rcmp ? 3 : 2) * c.depth && rep1 - rep0 == rec1 - rec0,
+                         "%lld units recorded, %lld replayed, for %d blocks", (long long)(rec1 - rec0),
+                         (long long)(rep1 - rep0), c.depth);
+#endif
+        for (int k = 0; k < 3; k++) free(gs[k]);
+    }
     free(p), free(gc), free(gg), free(g2);
     inputs_free(&in);
     vf_dit_layout_free(l);

@@ -9,9 +9,11 @@
  * input rounding. Pass criteria: relative error ‖gpu − cpu‖ / ‖cpu‖ ≤ 2e-2
  * for bf16 outputs, ≤ 1e-5 for f32 outputs (lse, norm statistics, optimizer state, loss,
  * sum of squares); NaN or Inf never passes. Overwritten outputs are poisoned with NaN
- * before the op (an element the kernel forgets stays NaN and fails), attention's
- * gradients too (attention_bwd writes them); accumulated gradients start from the same
- * random values on both sides (the += is tested).
+ * before the op (an element the kernel forgets stays NaN and fails), the gradients the
+ * ops write too (ops.h); accumulated gradients start from the same random values on both
+ * sides (the += is tested), and an op with a vf_grad_mode runs in both. Recorded units
+ * (graph_begin/graph_end) run a sequence of ops eagerly, recorded and replayed on new
+ * data, each time against the CPU.
  * Shapes are chosen to hit the fast paths (16-byte aligned rows, head dims 64 / 128)
  * and the slow ones (odd sizes, pointers 2 bytes off alignment, head dims that are
  * padded or above 128, cross-attention with a short key length, Lk = 0).
@@ -30,6 +32,7 @@
 #ifdef VFLOW_HAVE_CUDA
 #include "kernels/cuda/cudnn_att.h"
 #include "kernels/cuda/cudnn_conv.h"
+#include "kernels/cuda/graph.h"
 #endif
 
 static vf_backend *G, *C;
@@ -146,6 +149,96 @@ static void cmpd(const char *what, dbuf d, const float *want, double tol)
     free(g);
 }
 
+/* ------------------------------------------------------------------ recorded units */
+
+/* A GEMM with the GELU epilogue, a norm, and a backward with column sums (the scratch
+ * partials): ops of the kinds a DiT block's unit holds */
+static void unit_ops(vf_backend *be, void *y, void *pre, float *rstd, void *z, void *dz, void *dsh,
+                     void *dsc, const void *x, const void *w, const void *b, const void *gw,
+                     const void *sc, int64_t N, int64_t Cc, int64_t OC)
+{
+    be->matmul_gelu_fwd(be, y, pre, x, w, b, N, Cc, OC);
+    be->rmsnorm_fwd(be, z, rstd, y, gw, N, OC, 1e-6f);
+    be->modulate_bwd(be, dz, dsh, dsc, z, y, sc, 1, N, OC);
+}
+
+/* Runs the unit named key; returns how many times its ops were enqueued. */
+static int unit_run(vf_backend *be, const uint64_t *key, int nkey, void *const *o, const void *const *in,
+                    int64_t N, int64_t Cc, int64_t OC)
+{
+    int n = 0;
+    do {
+        if (be->graph_begin(be, key, nkey)) {
+            unit_ops(be, o[0], o[1], o[2], o[3], o[4], o[5], o[6], in[0], in[1], in[2], in[3], in[4], N, Cc, OC);
+            n++;
+        }
+    } while (be->graph_end(be));
+    return n;
+}
+
+/* With VFLOW_CUDA_GRAPHS=1 the CUDA backend runs a unit eagerly the first time its key is
+ * seen, records it the second and replays the recording after: each run here on new
+ * input data in the same buffers must match the CPU, a unit of another key (other
+ * output buffers) must not replay the first's recording, and the counts must show the
+ * recordings and replays. */
+VF_TEST(graph)
+{
+    const int64_t N = 96, Cc = 64, OC = 128;
+    setenv("VFLOW_CUDA_GRAPHS", "1", 1);
+    float *w = rnd(OC * Cc, -0.5, 0.5), *b = rnd(OC, -1, 1), *gw = rnd(OC, 0.5, 1.5), *sc = rnd(OC, -1, 1);
+    dbuf dw = dbf(w, OC * Cc, 0), db = dbf(b, OC, 0), dgw = dbf(gw, OC, 0), dsc = dbf(sc, OC, 0);
+    dbuf dx = dbf(NULL, N * Cc, 0);
+    dbuf out[2][7];
+    for (int k = 0; k < 2; k++) {
+        out[k][0] = dbf(NULL, N * OC, 0), out[k][1] = dbf(NULL, N * OC, 0);
+        out[k][2] = dnew(NULL, N, VF_DTYPE_F32, 0), out[k][3] = dbf(NULL, N * OC, 0);
+        out[k][4] = dbf(NULL, N * OC, 0), out[k][5] = dbf(NULL, OC, 0), out[k][6] = dbf(NULL, OC, 0);
+    }
+    const int64_t sz[7] = {N * OC, N * OC, N, N * OC, N * OC, OC, OC};
+    float *h[7];
+    for (int i = 0; i < 7; i++) h[i] = nanv(sz[i]);
+    int64_t rec0 = 0, rep0 = 0, rec1 = 0, rep1 = 0;
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind == VF_DEV_CUDA) vf_cuda_graph_counts(&rec0, &rep0);
+#endif
+    int enq[2] = {0, 0};
+    for (int run = 0; run < 5; run++) {
+        const int k = run == 3; /* run 3: the other key */
+        float *x = rnd(N * Cc, -1, 1);
+        G->upload(G, dx.p, x, N * Cc, G->act_dtype);
+        unit_ops(C, h[0], h[1], (float *)h[2], h[3], h[4], h[5], h[6], x, w, b, gw, sc, N, Cc, OC);
+        void *o[7];
+        for (int i = 0; i < 7; i++) o[i] = out[k][i].p;
+        const void *in[5] = {dx.p, dw.p, db.p, dgw.p, dsc.p};
+        uint64_t key[9] = {0x756e6974, (uint64_t)k};
+        for (int i = 0; i < 7; i++) key[2 + i] = (uint64_t)(uintptr_t)o[i];
+        enq[k] += unit_run(G, key, 9, o, in, N, Cc, OC);
+        char nm[64];
+        static const char *const names[7] = {"gelu out", "pre", "rstd (f32)", "rmsnorm", "dz", "dshift", "dscale"};
+        for (int i = 0; i < 7; i++) {
+            snprintf(nm, sizeof nm, "unit run %d key %d: %s", run, k, names[i]);
+            cmpd(nm, out[k][i], h[i], i == 2 ? F32 : BF);
+        }
+        free(x);
+    }
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind == VF_DEV_CUDA) {
+        vf_cuda_graph_counts(&rec1, &rep1);
+        fprintf(stderr, "  units recorded %lld, replayed %lld; ops enqueued by key 0: %d runs, key 1: %d\n",
+                (long long)(rec1 - rec0), (long long)(rep1 - rep0), enq[0], enq[1]);
+        VF_CHECK_MSG(rec1 - rec0 == 1 && rep1 - rep0 == 2 && enq[0] == 2 && enq[1] == 1,
+                     "key 0 should run eagerly, be recorded, be replayed twice; key 1 run eagerly once");
+    }
+#endif
+    (void)rec0, (void)rep0, (void)rec1, (void)rep1;
+    unsetenv("VFLOW_CUDA_GRAPHS");
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 7; i++) dfree(out[k][i]);
+    for (int i = 0; i < 7; i++) free(h[i]);
+    dfree(dw), dfree(db), dfree(dgw), dfree(dsc), dfree(dx);
+    free(w), free(b), free(gw), free(sc);
+}
+
 /* ------------------------------------------------------------------ dense */
 
 static void matmul_case(int64_t N, int64_t Cc, int64_t OC, int off, int with_bias)
@@ -159,13 +252,16 @@ static void matmul_case(int64_t N, int64_t Cc, int64_t OC, int off, int with_bia
     snprintf(nm, sizeof nm, "matmul_fwd %lldx%lldx%lld off%d b%d", (long long)N, (long long)Cc, (long long)OC, off,
              with_bias);
     cmpd(nm, dout, out, BF);
-    /* backward into preset gradients */
-    float *g = rnd(N * OC, -1, 1), *gx = rnd(N * Cc, -1, 1), *gw = rnd(OC * Cc, -1, 1), *gb = rnd(OC, -1, 1);
-    dbuf dg = dbf(g, N * OC, off), dgx = dbf(gx, N * Cc, off), dgw = dbf(gw, OC * Cc, off), dgb = dbf(gb, OC, off);
-    C->matmul_bwd(C, gx, gw, with_bias ? gb : NULL, g, x, w, N, Cc, OC);
-    G->matmul_bwd(G, dgx.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, Cc, OC);
+    /* backward: dinp written (NaN-poisoned), then added (preset); dw, dbias accumulate */
+    float *g = rnd(N * OC, -1, 1), *gx = nanv(N * Cc), *gw = rnd(OC * Cc, -1, 1), *gb = rnd(OC, -1, 1);
+    dbuf dg = dbf(g, N * OC, off), dgx = dbf(NULL, N * Cc, off), dgw = dbf(gw, OC * Cc, off), dgb = dbf(gb, OC, off);
+    C->matmul_bwd(C, gx, gw, with_bias ? gb : NULL, g, x, w, N, Cc, OC, VF_GRAD_WRITE);
+    G->matmul_bwd(G, dgx.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, dx.p, dw.p, N, Cc, OC, VF_GRAD_WRITE);
     snprintf(nm, sizeof nm, "matmul_bwd dinp %lldx%lldx%lld off%d", (long long)N, (long long)Cc, (long long)OC, off);
     cmpd(nm, dgx, gx, BF);
+    C->matmul_bwd(C, gx, NULL, NULL, g, x, w, N, Cc, OC, VF_GRAD_ADD);
+    G->matmul_bwd(G, dgx.p, NULL, NULL, dg.p, dx.p, dw.p, N, Cc, OC, VF_GRAD_ADD);
+    cmpd("  matmul_bwd dinp added", dgx, gx, BF);
     snprintf(nm, sizeof nm, "matmul_bwd dw   %lldx%lldx%lld off%d", (long long)N, (long long)Cc, (long long)OC, off);
     cmpd(nm, dgw, gw, BF);
     snprintf(nm, sizeof nm, "matmul_bwd dbias %lldx%lldx%lld off%d", (long long)N, (long long)Cc, (long long)OC, off);
@@ -182,6 +278,91 @@ VF_TEST(matmul)
     matmul_case(19, 13, 7, 1, 1);
     matmul_case(64, 64, 64, 0, 0);
     matmul_case(1, 96, 33, 0, 1);
+}
+
+/* GELU fused into a GEMM's epilogue (cuBLASLt GELU_AUX_BIAS, DGELU_BGRAD where it takes
+ * the shape, the separate kernels where not): pre and out of the forward; the backward of
+ * a layer over gelu(pre), dpre written, the biases' and weight's gradients accumulated */
+static void matmul_gelu_case(int64_t N, int64_t Cc, int64_t OC, int off, int with_bias_pre)
+{
+    char nm[96];
+    /* forward: (N, OC) -> pre, out (N, Cc) */
+    float *x = rnd(N * OC, -1, 1), *w1 = rnd(Cc * OC, -0.5, 0.5), *b1 = rnd(Cc, -1, 1);
+    float *pre = nanv(N * Cc), *out = nanv(N * Cc);
+    dbuf dx = dbf(x, N * OC, off), dw1 = dbf(w1, Cc * OC, off), db1 = dbf(b1, Cc, off);
+    dbuf dpre = dbf(NULL, N * Cc, off), dout = dbf(NULL, N * Cc, off);
+    C->matmul_gelu_fwd(C, out, pre, x, w1, b1, N, OC, Cc);
+    G->matmul_gelu_fwd(G, dout.p, dpre.p, dx.p, dw1.p, db1.p, N, OC, Cc);
+    snprintf(nm, sizeof nm, "matmul_gelu_fwd %lldx%lldx%lld off%d", (long long)N, (long long)OC, (long long)Cc, off);
+    cmpd(nm, dout, out, BF);
+    cmpd("  pre-activation", dpre, pre, BF);
+    /* backward of y = gelu(pre)·w2ᵀ + b2, from the CPU's (bf16-rounded) pre and out */
+    for (int64_t i = 0; i < N * Cc; i++) pre[i] = bfr(pre[i]), out[i] = bfr(out[i]);
+    float *w2 = rnd(OC * Cc, -0.5, 0.5), *g = rnd(N * OC, -1, 1), *gp = nanv(N * Cc);
+    float *gbp = rnd(Cc, -1, 1), *gw = rnd(OC * Cc, -1, 1), *gb = rnd(OC, -1, 1);
+    dbuf dpre2 = dbf(pre, N * Cc, off), dout2 = dbf(out, N * Cc, off), dw2 = dbf(w2, OC * Cc, off);
+    dbuf dg = dbf(g, N * OC, off), dgp = dbf(NULL, N * Cc, off), dgbp = dbf(gbp, Cc, off);
+    dbuf dgw = dbf(gw, OC * Cc, off), dgb = dbf(gb, OC, off);
+    C->matmul_dgelu_bwd(C, gp, with_bias_pre ? gbp : NULL, gw, gb, g, out, w2, pre, N, Cc, OC);
+    G->matmul_dgelu_bwd(G, dgp.p, with_bias_pre ? dgbp.p : NULL, dgw.p, dgb.p, dg.p, dout2.p, dw2.p, dpre2.p, N, Cc,
+                        OC);
+    snprintf(nm, sizeof nm, "matmul_dgelu_bwd dpre %lldx%lldx%lld off%d", (long long)N, (long long)Cc, (long long)OC,
+             off);
+    cmpd(nm, dgp, gp, BF);
+    if (with_bias_pre) cmpd("  dbias_pre", dgbp, gbp, BF);
+    cmpd("  dw", dgw, gw, BF);
+    cmpd("  dbias", dgb, gb, BF);
+    dfree(dx), dfree(dw1), dfree(db1), dfree(dpre), dfree(dout), dfree(dpre2), dfree(dout2), dfree(dw2), dfree(dg);
+    dfree(dgp), dfree(dgbp), dfree(dgw), dfree(dgb);
+    free(x), free(w1), free(b1), free(pre), free(out), free(w2), free(g), free(gp), free(gbp), free(gw), free(gb);
+}
+
+/* nb layers over one input in one call, weights and biases at one stride as in a flat
+ * parameter vector, outputs at another */
+static void matmul_batch_case(int64_t N, int64_t Cc, int64_t OC, int nb, int64_t gap, int off)
+{
+    char nm[96];
+    const int64_t ws = OC * Cc + OC + gap, os = N * OC + gap, nw = nb * ws, no = nb * os;
+    float *x = rnd(N * Cc, -1, 1), *wf = rnd(nw, -0.5, 0.5), *o = nanv(no);
+    dbuf dx = dbf(x, N * Cc, off), dwf = dbf(wf, nw, off), dout = dbf(NULL, no, off);
+    for (int i = 0; i < nb; i++) /* the gaps between outputs stay NaN on both sides */
+        C->matmul_fwd(C, o + i * os, x, wf + i * ws, wf + i * ws + OC * Cc, N, Cc, OC);
+    const size_t es = vf_dtype_size(G->act_dtype);
+    G->matmul_batch_fwd(G, dout.p, dx.p, dwf.p, (char *)dwf.p + OC * Cc * es, N, Cc, OC, nb, ws, os);
+    snprintf(nm, sizeof nm, "matmul_batch_fwd %dx %lldx%lldx%lld gap%lld off%d", nb, (long long)N, (long long)Cc,
+             (long long)OC, (long long)gap, off);
+    if (sync_ok(nm)) { /* compare the outputs only */
+        float *got = dget(dout), *a = malloc(sizeof(float) * nb * N * OC), *b = malloc(sizeof(float) * nb * N * OC);
+        for (int i = 0; i < nb; i++) {
+            memcpy(a + i * N * OC, got + i * os, sizeof(float) * N * OC);
+            memcpy(b + i * N * OC, o + i * os, sizeof(float) * N * OC);
+        }
+        CLOSE(nm, a, b, nb * N * OC, BF);
+        free(got), free(a), free(b);
+    }
+    float *g = rnd(no, -1, 1), *gx = nanv(N * Cc), *gwf = rnd(nw, -1, 1);
+    dbuf dg = dbf(g, no, off), dgx = dbf(NULL, N * Cc, off), dgwf = dbf(gwf, nw, off);
+    C->matmul_batch_bwd(C, gx, gwf, gwf + OC * Cc, g, x, wf, N, Cc, OC, nb, ws, os, VF_GRAD_WRITE);
+    G->matmul_batch_bwd(G, dgx.p, dgwf.p, (char *)dgwf.p + OC * Cc * es, dg.p, dx.p, dwf.p, N, Cc, OC, nb, ws, os,
+                        VF_GRAD_WRITE);
+    cmpd("  matmul_batch_bwd dinp", dgx, gx, BF);
+    cmpd("  matmul_batch_bwd dw, dbias (and the gaps untouched)", dgwf, gwf, BF);
+    C->matmul_batch_bwd(C, gx, NULL, NULL, g, x, wf, N, Cc, OC, nb, ws, os, VF_GRAD_ADD);
+    G->matmul_batch_bwd(G, dgx.p, NULL, NULL, dg.p, dx.p, dwf.p, N, Cc, OC, nb, ws, os, VF_GRAD_ADD);
+    cmpd("  matmul_batch_bwd dinp added", dgx, gx, BF);
+    dfree(dx), dfree(dwf), dfree(dout), dfree(dg), dfree(dgx), dfree(dgwf);
+    free(x), free(wf), free(o), free(g), free(gx), free(gwf);
+}
+
+VF_TEST(matmul_fused)
+{
+    matmul_gelu_case(256, 192, 128, 0, 1); /* aligned: the epilogues */
+    matmul_gelu_case(64, 64, 64, 0, 0);    /* DGELU without the bias gradient */
+    matmul_gelu_case(37, 72, 40, 1, 1);    /* unaligned: the separate kernels */
+    matmul_gelu_case(19, 13, 7, 0, 1);     /* a width cuBLASLt's aux cannot take */
+    matmul_batch_case(300, 128, 128, 3, 0, 0); /* the DiT's q, k, v: flat layout, no gap */
+    matmul_batch_case(70, 64, 64, 2, 8, 0);    /* k, v; strides with a gap */
+    matmul_batch_case(37, 72, 40, 3, 3, 1);    /* unaligned strides: layer by layer */
 }
 
 /* ------------------------------------------------------------------ elementwise */
@@ -204,6 +385,8 @@ static void elementwise_case(int64_t n, int off)
     for (int act = 0; act < 3; act++) {
         float *o = nanv(n), *gd = rnd(n, -1, 1), *gi = rnd(n, -1, 1);
         dbuf dgd = dbf(gd, n, off), dgi = dbf(gi, n, off), dout2 = dbf(NULL, n, off);
+        for (int64_t i = 0; i < n; i++) gi[i] = NAN; /* written */
+        G->upload(G, dgi.p, gi, n, G->act_dtype);
         if (act == 0) {
             C->gelu_fwd(C, o, a, n), G->gelu_fwd(G, dout2.p, da.p, n);
             C->gelu_bwd(C, gi, gd, a, n), G->gelu_bwd(G, dgi.p, dgd.p, da.p, n);
@@ -212,12 +395,16 @@ static void elementwise_case(int64_t n, int off)
             C->gelu_erf_bwd(C, gi, gd, a, n), G->gelu_erf_bwd(G, dgi.p, dgd.p, da.p, n);
         } else {
             C->silu_fwd(C, o, a, n), G->silu_fwd(G, dout2.p, da.p, n);
-            C->silu_bwd(C, gi, gd, a, n), G->silu_bwd(G, dgi.p, dgd.p, da.p, n);
+            C->silu_bwd(C, gi, gd, a, n, VF_GRAD_WRITE), G->silu_bwd(G, dgi.p, dgd.p, da.p, n, VF_GRAD_WRITE);
         }
         snprintf(nm, sizeof nm, "%s_fwd n%lld off%d", act_name[act], (long long)n, off);
         cmpd(nm, dout2, o, BF);
         snprintf(nm, sizeof nm, "%s_bwd n%lld off%d", act_name[act], (long long)n, off);
         cmpd(nm, dgi, gi, BF);
+        if (act == 1) {
+            C->silu_bwd(C, gi, gd, a, n, VF_GRAD_ADD), G->silu_bwd(G, dgi.p, dgd.p, da.p, n, VF_GRAD_ADD);
+            cmpd("  silu_bwd added", dgi, gi, BF);
+        }
         /* in place forward (out == inp) */
         dbuf dip = dbf(a, n, off);
         if (act == 0) G->gelu_fwd(G, dip.p, dip.p, n);
@@ -279,8 +466,8 @@ static void norm_case(int64_t N, int64_t Cc, int off)
         snprintf(nm, sizeof nm, "rmsnorm_fwd %lldx%lld off%d aff%d", (long long)N, (long long)Cc, off, affine);
         cmpd(nm, dout, o, BF);
         cmpd("  rstd (f32)", drstd, rstd, F32);
-        float *g = rnd(N * Cc, -1, 1), *gx = rnd(N * Cc, -1, 1), *gw = rnd(Cc, -1, 1);
-        dbuf dg = dbf(g, N * Cc, off), dgx = dbf(gx, N * Cc, off), dgw = dbf(gw, Cc, off);
+        float *g = rnd(N * Cc, -1, 1), *gx = nanv(N * Cc), *gw = rnd(Cc, -1, 1); /* dinp written */
+        dbuf dg = dbf(g, N * Cc, off), dgx = dbf(NULL, N * Cc, off), dgw = dbf(gw, Cc, off);
         dbuf dr2 = dnew(rstd, N, VF_DTYPE_F32, 0);
         C->rmsnorm_bwd(C, gx, affine ? gw : NULL, g, x, affine ? w : NULL, rstd, N, Cc);
         G->rmsnorm_bwd(G, dgx.p, affine ? dgw.p : NULL, dg.p, dx.p, affine ? dw.p : NULL, dr2.p, N, Cc);
@@ -329,15 +516,16 @@ static void adaln_case(int64_t B, int64_t L, int64_t Cc, int off)
     G->gated_add_fwd(G, dout.p, dx.p, dsc.p, dy.p, B, L, Cc);
     snprintf(nm, sizeof nm, "gated_add_fwd %lldx%lldx%lld off%d", (long long)B, (long long)L, (long long)Cc, off);
     cmpd(nm, dout, o, BF);
-    float *g = rnd(n, -1, 1), *gx = rnd(n, -1, 1), *gsh = rnd(B * Cc, -1, 1), *gsc = rnd(B * Cc, -1, 1);
-    float *gy = rnd(n, -1, 1);
-    dbuf dg = dbf(g, n, off), dgx = dbf(gx, n, off), dgsh = dbf(gsh, B * Cc, off), dgsc = dbf(gsc, B * Cc, off);
-    dbuf dgy = dbf(gy, n, off);
+    /* the backwards write every gradient: NaN-poisoned */
+    float *g = rnd(n, -1, 1), *gx = nanv(n), *gsh = nanv(B * Cc), *gsc = nanv(B * Cc), *gy = nanv(n);
+    dbuf dg = dbf(g, n, off), dgx = dbf(NULL, n, off), dgsh = dbf(NULL, B * Cc, off), dgsc = dbf(NULL, B * Cc, off);
+    dbuf dgy = dbf(NULL, n, off);
     C->modulate_bwd(C, gx, gsh, gsc, g, x, sc, B, L, Cc);
     G->modulate_bwd(G, dgx.p, dgsh.p, dgsc.p, dg.p, dx.p, dsc.p, B, L, Cc);
     cmpd("modulate_bwd dx", dgx, gx, BF);
     cmpd("modulate_bwd dshift", dgsh, gsh, BF);
     cmpd("modulate_bwd dscale", dgsc, gsc, BF);
+    G->upload(G, dgx.p, gy, n, G->act_dtype); /* NaN again */
     C->gated_add_bwd(C, gx, gsc, gy, g, sc, y, B, L, Cc);
     G->gated_add_bwd(G, dgx.p, dgsc.p, dgy.p, dg.p, dsc.p, dy.p, B, L, Cc);
     cmpd("gated_add_bwd dx", dgx, gx, BF);
@@ -346,9 +534,33 @@ static void adaln_case(int64_t B, int64_t L, int64_t Cc, int off)
     C->gated_add_bwd(C, NULL, gsc, gy, g, sc, y, B, L, Cc); /* dx absent, as the DiT block does */
     G->gated_add_bwd(G, NULL, dgsc.p, dgy.p, dg.p, dsc.p, dy.p, B, L, Cc);
     cmpd("gated_add_bwd (dx NULL) dy", dgy, gy, BF);
+
+    /* LayerNorm + modulate: forward (and its statistics), backward from the CPU's
+     * statistics with dx written, then added; dshift, dscale written */
+    const float eps = 1e-6f;
+    float *mean = nanv(B * L), *rstd = nanv(B * L);
+    dbuf dmean = dnew(NULL, B * L, VF_DTYPE_F32, 0), drstd = dnew(NULL, B * L, VF_DTYPE_F32, 0);
+    C->ln_modulate_fwd(C, o, mean, rstd, x, sh, sc, B, L, Cc, eps);
+    G->ln_modulate_fwd(G, dout.p, dmean.p, drstd.p, dx.p, dsh.p, dsc.p, B, L, Cc, eps);
+    snprintf(nm, sizeof nm, "ln_modulate_fwd %lldx%lldx%lld off%d", (long long)B, (long long)L, (long long)Cc, off);
+    cmpd(nm, dout, o, BF);
+    cmpd("  mean (f32)", dmean, mean, F32);
+    cmpd("  rstd (f32)", drstd, rstd, F32);
+    dbuf dm2 = dnew(mean, B * L, VF_DTYPE_F32, 0), dr2 = dnew(rstd, B * L, VF_DTYPE_F32, 0);
+    float *lx = nanv(n), *lsh = nanv(B * Cc), *lsc = nanv(B * Cc);
+    dbuf dlx = dbf(NULL, n, off), dlsh = dbf(NULL, B * Cc, off), dlsc = dbf(NULL, B * Cc, off);
+    C->ln_modulate_bwd(C, lx, lsh, lsc, g, x, mean, rstd, sc, B, L, Cc, eps, VF_GRAD_WRITE);
+    G->ln_modulate_bwd(G, dlx.p, dlsh.p, dlsc.p, dg.p, dx.p, dm2.p, dr2.p, dsc.p, B, L, Cc, eps, VF_GRAD_WRITE);
+    cmpd("  ln_modulate_bwd dx", dlx, lx, BF);
+    cmpd("  ln_modulate_bwd dshift", dlsh, lsh, BF);
+    cmpd("  ln_modulate_bwd dscale", dlsc, lsc, BF);
+    C->ln_modulate_bwd(C, lx, NULL, NULL, g, x, mean, rstd, sc, B, L, Cc, eps, VF_GRAD_ADD);
+    G->ln_modulate_bwd(G, dlx.p, NULL, NULL, dg.p, dx.p, dm2.p, dr2.p, dsc.p, B, L, Cc, eps, VF_GRAD_ADD);
+    cmpd("  ln_modulate_bwd dx added", dlx, lx, BF);
     dfree(dx), dfree(dsh), dfree(dsc), dfree(dy), dfree(dout), dfree(dg), dfree(dgx), dfree(dgsh), dfree(dgsc),
-        dfree(dgy);
-    free(x), free(sh), free(sc), free(y), free(o), free(g), free(gx), free(gsh), free(gsc), free(gy);
+        dfree(dgy), dfree(dmean), dfree(drstd), dfree(dm2), dfree(dr2), dfree(dlx), dfree(dlsh), dfree(dlsc);
+    free(x), free(sh), free(sc), free(y), free(o), free(g), free(gx), free(gsh), free(gsc), free(gy), free(mean);
+    free(rstd), free(lx), free(lsh), free(lsc);
 }
 
 VF_TEST(adaln)
@@ -380,14 +592,34 @@ static void rope_case(int64_t B, int64_t L, int64_t H, int64_t D)
     cmpd(nm, dout, o, BF);
     G->rope_fwd(G, dx.p, dx.p, dcs.p, dsn.p, B, L, H, D); /* in place */
     cmpd("  rope_fwd in place", dx, o, BF);
-    float *g = rnd(n, -1, 1), *gx = rnd(n, -1, 1);
-    dbuf dg = dbf(g, n, 0), dgx = dbf(gx, n, 0);
+    float *g = rnd(n, -1, 1), *gx = nanv(n); /* written */
+    dbuf dg = dbf(g, n, 0), dgx = dbf(NULL, n, 0);
     C->rope_bwd(C, gx, g, cs, sn, B, L, H, D);
     G->rope_bwd(G, dgx.p, dg.p, dcs.p, dsn.p, B, L, H, D);
     snprintf(nm, sizeof nm, "rope_bwd %lldx%lldx%lldx%lld", (long long)B, (long long)L, (long long)H, (long long)D);
     cmpd(nm, dgx, gx, BF);
-    dfree(dx), dfree(dout), dfree(dcs), dfree(dsn), dfree(dg), dfree(dgx);
-    free(x), free(cs), free(sn), free(o), free(g), free(gx);
+
+    /* RMSNorm over the row (H·D, with gain) then RoPE, as one op */
+    const int64_t N = B * L, Cc = H * D;
+    float *xr = rnd(n, -2, 2), *w = rnd(Cc, 0.5, 1.5), *rstd = nanv(N);
+    dbuf dxr = dbf(xr, n, 0), dw = dbf(w, Cc, 0), drstd = dnew(NULL, N, VF_DTYPE_F32, 0);
+    C->rmsnorm_rope_fwd(C, o, rstd, xr, w, cs, sn, B, L, H, D, 1e-6f);
+    G->rmsnorm_rope_fwd(G, dout.p, drstd.p, dxr.p, dw.p, dcs.p, dsn.p, B, L, H, D, 1e-6f);
+    snprintf(nm, sizeof nm, "rmsnorm_rope_fwd %lldx%lldx%lldx%lld", (long long)B, (long long)L, (long long)H,
+             (long long)D);
+    cmpd(nm, dout, o, BF);
+    cmpd("  rstd (f32)", drstd, rstd, F32);
+    float *gw = rnd(Cc, -1, 1);
+    dbuf dr2 = dnew(rstd, N, VF_DTYPE_F32, 0), dgw = dbf(gw, Cc, 0);
+    for (int64_t i = 0; i < n; i++) gx[i] = NAN;
+    G->upload(G, dgx.p, gx, n, G->act_dtype);
+    C->rmsnorm_rope_bwd(C, gx, gw, g, xr, w, rstd, cs, sn, B, L, H, D);
+    G->rmsnorm_rope_bwd(G, dgx.p, dgw.p, dg.p, dxr.p, dw.p, dr2.p, dcs.p, dsn.p, B, L, H, D);
+    cmpd("  rmsnorm_rope_bwd dinp", dgx, gx, BF);
+    cmpd("  rmsnorm_rope_bwd dw", dgw, gw, BF);
+    dfree(dx), dfree(dout), dfree(dcs), dfree(dsn), dfree(dg), dfree(dgx), dfree(dxr), dfree(dw), dfree(drstd);
+    dfree(dr2), dfree(dgw);
+    free(x), free(cs), free(sn), free(o), free(g), free(gx), free(xr), free(w), free(rstd), free(gw);
 }
 
 VF_TEST(rope)
@@ -395,6 +627,7 @@ VF_TEST(rope)
     rope_case(2, 30, 3, 16);
     rope_case(1, 11, 2, 7);
     rope_case(1, 64, 4, 128);
+    rope_case(1, 50, 12, 128); /* the DiT's heads: 1536 wide rows */
 }
 
 /* ------------------------------------------------------------------ attention
@@ -880,11 +1113,13 @@ VF_TEST(memory_ops)
  * comparison's VF_TEST, so dropping a comparison without its entry breaks the build. */
 #define VF_CUDA_OP_CASES(X)                                                         \
     X(memory_ops, "alloc free alloc_shared free_shared memset0 upload download copy copy2d sync") \
+    X(graph, "graph_begin graph_end")                                               \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
+    X(matmul_fused, "matmul_gelu_fwd matmul_dgelu_bwd matmul_batch_fwd matmul_batch_bwd") \
     X(elementwise, "add axpy gelu_fwd gelu_bwd gelu_erf_fwd gelu_erf_bwd silu_fwd silu_bwd") \
     X(norms, "layernorm_fwd layernorm_bwd rmsnorm_fwd rmsnorm_bwd rmsnorm_ch_fwd")  \
-    X(adaln, "modulate_fwd modulate_bwd gated_add_fwd gated_add_bwd")               \
-    X(rope, "rope_fwd rope_bwd")                                                    \
+    X(adaln, "modulate_fwd modulate_bwd ln_modulate_fwd ln_modulate_bwd gated_add_fwd gated_add_bwd") \
+    X(rope, "rope_fwd rope_bwd rmsnorm_rope_fwd rmsnorm_rope_bwd")                  \
     X(attention, "attention_fwd attention_bwd")                                     \
     X(permute, "permute")                                                           \
     X(conv3d, "conv3d_fwd conv3d_bwd")                                              \

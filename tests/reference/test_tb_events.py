@@ -336,7 +336,11 @@ def model_flops(run_dir, recompute):
     attn = 4 * 2 * L * d * d + 2 * 2 * L * L * d
     cross = 2 * 2 * L * d * d + 2 * 2 * Lt * d * d + 2 * 2 * L * Lt * d
     mlp = 2 * 2 * L * d * f
-    return B * (attn + cross + mlp) * m["depth"] * (4 if recompute else 3)
+    blk = attn + cross + mlp
+    # recompute reruns the forward but the self-attention's scores and AV, whose output the
+    # forward keeps (recompute_attention = false, the default)
+    rerun = blk - 2 * 2 * L * L * d if recompute else 0
+    return B * (3 * blk + rerun) * m["depth"]
 
 
 def mfu_run(tmp, cache):

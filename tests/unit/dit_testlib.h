@@ -129,7 +129,7 @@ static inline void xfer_free(vf_dit_xfer *x)
  * backwards, so M saved stores per partition are in flight at once (as in 1F1B) and
  * micro-batches may differ in geometry. grads (zeroed by the caller) accumulate; losses[m]
  * receives each loss. */
-static inline void run_parts(const vf_dit_layout *l, const int *bounds, int P, bool recompute,
+static inline void run_parts(const vf_dit_layout *l, const int *bounds, int P, int recompute,
                       float *params, float *grads, mb *mbs, int M, float grad_scale,
                       double *losses)
 {
@@ -222,7 +222,7 @@ static inline void check_splits_bitwise(const vf_dit_layout *l, float *params, m
                                         int nsplit, const float *ref, const double *ref_loss)
 {
     for (int s = 0; s < nsplit; s++) {
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 3; r++) { /* vf_dit_recompute: none, keeping the attention, all */
             if (s == 0 && r == 0) continue;
             float *g = calloc((size_t)l->total, 4);
             double loss[2];

@@ -4,7 +4,8 @@
  *  - Philox4x32-10 known answers (Random123 kat_vectors) and call-order independence;
  *  - layout: names, offsets, partition ranges, init of a range alone == slice of the whole;
  *  - memory figures == the bytes actually allocated;
- *  - P = 2 and 3 partitions over depth 4, with and without recompute, and two micro-batches
+ *  - P = 2 and 3 partitions over depth 4, without recompute and with both kinds (the
+ *    self-attention kept or rerun), and two micro-batches
  *    of different geometry in flight at once: loss and every gradient bitwise equal to one
  *    partition without recompute;
  *  - two micro-batches (grad_scale 1/2) == one batch of both, to rounding (1e-5);
@@ -343,7 +344,7 @@ VF_TEST(memory_figures_are_the_allocations)
     vf_dit_dims d = vf_dit_dims_of(&c, 2, 2, 4, 6);
     float *params = calloc((size_t)l->total, 4), *grads = calloc((size_t)l->total, 4);
     int bounds[3][2] = {{0, 1}, {1, 3}, {0, 4}};
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 3; r++) { /* vf_dit_recompute: keep all, keep the attention, neither */
         for (int k = 0; k < 3; k++) {
             vf_dit_part *p = NULL;
             vf_dit_saved *s = NULL;
@@ -362,7 +363,10 @@ VF_TEST(memory_figures_are_the_allocations)
             vf_dit_part_free(p);
         }
     }
-    VF_CHECK(vf_dit_block_act_bytes(&c, 2, 12, true, 4) == 2 * 12 * 32 * 4);
+    /* recompute: the block input, the self-attention output and its lse (2 heads) kept;
+     * or the block input only */
+    VF_CHECK(vf_dit_block_act_bytes(&c, 2, 12, VF_DIT_RECOMPUTE, 4) == 2 * (2 * 12 * 32 * 4) + 2 * 2 * 12 * 4);
+    VF_CHECK(vf_dit_block_act_bytes(&c, 2, 12, VF_DIT_RECOMPUTE_ALL, 4) == 2 * 12 * 32 * 4);
     VF_CHECK(vf_dit_block_act_bytes(&c, 2, 12, false, 4) > 20 * 2 * 12 * 32 * 4);
     /* a batch larger than the partition was sized for is refused */
     vf_dit_part *p = NULL;

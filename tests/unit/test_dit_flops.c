@@ -5,7 +5,9 @@
  * forward: self-attention projections 4·2·16·64² = 524288, scores 2·2·16²·64 = 65536,
  * cross q, o 2·2·16·64² = 262144, cross k, v 2·2·8·64² = 131072, cross scores
  * 2·2·16·8·64 = 32768, MLP 2·2·16·64·256 = 1048576: 2064384 per block, 8257536 for the
- * 4 blocks, 24772608 for a training step (×3), 33030144 with recompute (×4).
+ * 4 blocks, 24772608 for a training step (×3); with recompute the forward once more
+ * without the self-attention scores (kept from the forward): 4·(2064384 − 65536) =
+ * 7995392 more, 32768000; recomputing those too, 33030144 (×4).
  */
 #include "tests/vf_test.h"
 
@@ -19,7 +21,8 @@ VF_TEST(flops_by_hand)
     c.dim = 64, c.ffn = 256, c.depth = 4;
     VF_CHECK(vf_dit_block_flops(&c, 16, 8) == 2064384.0);
     VF_CHECK(vf_dit_train_flops(&c, 16, 8, false) == 24772608.0);
-    VF_CHECK(vf_dit_train_flops(&c, 16, 8, true) == 33030144.0);
+    VF_CHECK(vf_dit_train_flops(&c, 16, 8, VF_DIT_RECOMPUTE) == 32768000.0);
+    VF_CHECK(vf_dit_train_flops(&c, 16, 8, VF_DIT_RECOMPUTE_ALL) == 33030144.0);
     /* no text: the cross-attention keeps its q, o projections only */
     VF_CHECK(vf_dit_block_flops(&c, 16, 0) == 2064384.0 - 131072 - 32768);
 }

@@ -1,6 +1,7 @@
 /* test_ops_backend.c — the CPU op table: every entry present, dtypes and device, the
  * wrappers forward to the typed kernels (same bits through the table), memory entries,
- * vf_backend_for, and the "built without CUDA" answer of a build without CUDA. */
+ * recorded units (run as they come), vf_backend_for, and the "built without CUDA" answer
+ * of a build without CUDA. */
 #include "kernels/ops.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/unit/ops_testlib.h"
@@ -29,6 +30,26 @@ VF_TEST(cpu_table_complete)
                     (int)sizeof(vf_backend));
     VF_CHECK(vf_op_find("no_such_op") == NULL);
     fprintf(stderr, "  %d ops\n", vf_nops);
+}
+
+/* Recorded units on the CPU: nothing is recorded, every unit's ops run as they come, once
+ * (the loop of ops.h's graph_begin comment enqueues them exactly once). */
+VF_TEST(cpu_units_run_as_they_come)
+{
+    vf_backend *be = vf_backend_cpu();
+    const uint64_t key[3] = {1, 2, 3};
+    float y[4] = {0, 0, 0, 0}, x[4] = {1, 2, 3, 4};
+    for (int run = 0; run < 3; run++) {
+        int n = 0;
+        do {
+            if (be->graph_begin(be, key, 3)) {
+                be->axpy(be, y, x, 1.0f, 4);
+                n++;
+            }
+        } while (be->graph_end(be));
+        VF_CHECK_EQ_INT(n, 1);
+    }
+    VF_CHECK(y[0] == 3 && y[3] == 12);
 }
 
 VF_TEST(backend_for_device)

@@ -29,7 +29,7 @@ static void run_all(bufs *o)
     o->nb = 0;
     float *mo = out_buf(o, N * OC), *dx = out_buf(o, N * C), *dw = out_buf(o, OC * C);
     vf_cpu_matmul_fwd(mo, X, W, W, N, C, OC);
-    vf_cpu_matmul_bwd(dx, dw, NULL, R, X, W, N, C, OC);
+    vf_cpu_matmul_bwd(dx, dw, NULL, R, X, W, N, C, OC, 0);
     float *ao = out_buf(o, B * LQ * H * D), *lse = out_buf(o, B * H * LQ);
     float *dq = out_buf(o, B * LQ * H * D), *dk = out_buf(o, B * LK * H * D);
     float *dv = out_buf(o, B * LK * H * D);
@@ -39,7 +39,10 @@ static void run_all(bufs *o)
     vf_cpu_gelu_fwd(g1, X, NE);
     vf_cpu_gelu_bwd(g2, R, X, NE);
     vf_cpu_silu_fwd(s1, X, NE);
-    vf_cpu_silu_bwd(s2, R, X, NE);
+    vf_cpu_silu_bwd(s2, R, X, NE, 0);
+    float *s3 = out_buf(o, NE); /* the accumulating loops too */
+    vf_cpu_gelu_bwd(s3, R, X, NE);
+    vf_cpu_silu_bwd(s3, R, X, NE, 1);
     /* conv3d (B=1, C=5, T=3, H=W=9, OC=4, causal 3x3x3) */
     float *co = out_buf(o, 4 * 3 * 81), *cdw = out_buf(o, 4 * 5 * 27), *cdx = out_buf(o, 5 * 3 * 81);
     vf_cpu_conv3d_fwd(co, X, W, NULL, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1, 1, 1);

@@ -99,7 +99,7 @@ VF_TEST(ops_counted_in_their_phase)
 }
 
 /* One training step of the tiny DiT on be: the loss, and the new weights in w. */
-static double dit_step(vf_backend *be, const vf_dit_layout *l, float *w)
+static double dit_step_rc(vf_backend *be, const vf_dit_layout *l, float *w, bool recompute)
 {
     vf_status st = {0};
     const vf_dit_config *c = &l->cfg;
@@ -116,7 +116,7 @@ static double dit_step(vf_backend *be, const vf_dit_layout *l, float *w)
     vf_dit_part *part = NULL;
     vf_dit_saved *sv = NULL;
     double loss = -1;
-    VF_CHECK(vf_dit_part_new(be, l, 0, c->depth, &d, true, w, g, &part, &st) == 0);
+    VF_CHECK(vf_dit_part_new(be, l, 0, c->depth, &d, recompute, w, g, &part, &st) == 0);
     VF_CHECK(vf_dit_saved_new(part, &sv, &st) == 0);
     VF_CHECK_MSG(vf_dit_part_forward(part, &b, NULL, NULL, sv, &st) == 0, "%s", st.msg);
     VF_CHECK(vf_dit_part_loss(part, &b, sv, 1.0f, &loss, &st) == 0);
@@ -127,6 +127,8 @@ static double dit_step(vf_backend *be, const vf_dit_layout *l, float *w)
     free(g), free(master), free(m), free(v), free(x), free(y), free(text);
     return loss;
 }
+
+static double dit_step(vf_backend *be, const vf_dit_layout *l, float *w) { return dit_step_rc(be, l, w, true); }
 
 VF_TEST(dit_step_same_bits_through_the_timer)
 {
@@ -149,8 +151,9 @@ VF_TEST(dit_step_same_bits_through_the_timer)
     VF_CHECK(vf_phases_read(p, &t, &st) == 0);
     VF_CHECK_MSG(memcmp(&plain, &timed, sizeof plain) == 0, "loss %.17g vs %.17g", plain, timed);
     VF_CHECK(memcmp(w1, w2, sizeof(float) * (size_t)l->total) == 0);
-    /* forward with recompute twice, backward once: attention both ways, GEMMs, norms */
-    VF_CHECK(t.calls[VF_PHASE_ATTENTION] >= 3 * 2 * c.depth);
+    /* per block: the forward's self- and cross-attention, the recompute's cross-attention
+     * only (the self-attention's output and lse are kept), both backwards */
+    VF_CHECK_EQ_INT(t.calls[VF_PHASE_ATTENTION], 5 * c.depth);
     VF_CHECK(t.calls[VF_PHASE_GEMM] > t.calls[VF_PHASE_ATTENTION]);
     VF_CHECK(t.calls[VF_PHASE_ELEMENTWISE] > 0 && t.calls[VF_PHASE_OPTIMIZER] == 1);
     VF_CHECK(t.calls[VF_PHASE_CONV] == 0);
@@ -160,6 +163,42 @@ VF_TEST(dit_step_same_bits_through_the_timer)
     vf_phases_free(p);
     free(noise), free(w1), free(w2);
     vf_dit_layout_free(l);
+}
+
+/* Memsets of one DiT training step, counted by the timer on the CPU backend: none per
+ * block (every backward op writes the gradient it is the first writer of: ops.h), so a
+ * deeper model does not do more, and a handful per step (the loss gradient and the three
+ * sums every block adds to: de, de0, dctx). */
+VF_TEST(dit_step_memsets_do_not_grow_with_depth)
+{
+    vf_status st = {0};
+    int64_t n[2][2];
+    for (int rc = 0; rc < 2; rc++)
+        for (int k = 0; k < 2; k++) {
+            vf_dit_config c;
+            VF_CHECK(vf_dit_preset("tiny", &c, &st) == 0);
+            c.depth = 2 + 3 * k;
+            vf_dit_layout *l = NULL;
+            VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
+            float *w = malloc(sizeof(float) * (size_t)l->total);
+            vf_dit_init(l, 1, 0, l->total, w);
+            vf_phases *p = wrap(vf_backend_cpu());
+            vf_phases_enable(p, true);
+            dit_step_rc(vf_phases_backend(p), l, w, rc);
+            vf_phase_times t;
+            VF_CHECK(vf_phases_read(p, &t, &st) == 0);
+            n[rc][k] = t.calls[VF_PHASE_MEMSET];
+            vf_phases_free(p);
+            free(w);
+            vf_dit_layout_free(l);
+        }
+    for (int rc = 0; rc < 2; rc++) {
+        fprintf(stderr, "  recompute %d: %lld memsets a step at depth 2, %lld at depth 5\n", rc,
+                (long long)n[rc][0], (long long)n[rc][1]);
+        VF_CHECK_MSG(n[rc][1] == n[rc][0], "recompute %d: memsets grow with depth (%lld per block)", rc,
+                     (long long)(n[rc][1] - n[rc][0]) / 3);
+        VF_CHECK_MSG(n[rc][0] <= 4, "recompute %d: %lld memsets a step", rc, (long long)n[rc][0]);
+    }
 }
 
 /* Encodes and decodes a tiny clip on be; returns the frames decoded from the latent mean. */

@@ -5,6 +5,7 @@
  */
 #include "tests/vf_test.h"
 
+#include "runtime/edge/edge_view.h"
 #include "runtime/plan/plan.h"
 
 #include <unistd.h>
@@ -189,13 +190,18 @@ VF_TEST(plan_sums)
     VF_CHECK(cpu->total > decl && decl > 0);
     VF_CHECK_EQ_INT(cpu->total, vf_plan_device_total(g, (vf_device){VF_DEV_CPU, 0}));
     /* an edge holds `capacity` items of its source port's largest size: the line named
-     * after it carries capacity x that size */
+     * after it carries capacity x that size, where a tensor lent as a view (not over TCP)
+     * travels as its descriptor */
     int edges = 0;
     for (int i = 0; i < p.n; i++) {
         const vf_pline *x = &p.l[i];
         if (x->edge < 0 || strncmp(x->what, "edge ", 5) != 0) continue;
         const vf_port_spec *sp = vf_graph_edge_src_spec(g, x->edge);
-        int64_t item = sp ? vf_port_max_item_bytes(sp) : 0, cap = g->edges[x->edge].capacity;
+        vf_port_spec q;
+        if (sp) q = *sp;
+        for (int t = 0; sp && g->edges[x->edge].transport != VF_TR_TCP && t < q.ntensors; t++)
+            if (q.t[t].view) q.t[t].dtype = VF_DTYPE_U8, q.t[t].ndim = 1, q.t[t].dims[0] = VF_VIEW_WIRE_BYTES;
+        int64_t item = sp ? vf_port_max_item_bytes(&q) : 0, cap = g->edges[x->edge].capacity;
         VF_CHECK_MSG(x->bytes == cap * item, "%s: %lld bytes, capacity %lld x item %lld", x->what,
                      (long long)x->bytes, (long long)cap, (long long)item);
         edges += cap > 1 && item > 0;

@@ -30,7 +30,7 @@
 --            dit_q.grad_s<k>   -> adamw_k.grads         capacity 2   gradient slices (every q, k)
 --            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: updated weights
 --            adamw_k.norm_out  -> adamw_j.norm_in       capacity 2   loop: global-norm partials (k ≠ j)
---            adamw_k.snap      -> checkpoint.snap       capacity 1   snapshots: one in flight per shard
+--            adamw_k.snap      -> checkpoint.snap       capacity 2   snapshot chunks (checkpoint.chunk bytes each)
 --            checkpoint.ack    -> adamw_k.ack           capacity 2   loop, only with sync = true
 --            checkpoint.done   -> sample.ckpt           capacity 2   only with sample = {...}
 -- Every partition talks to every shard (an item with no tensor where their ranges do not
@@ -41,7 +41,8 @@
 -- "adamw" (their `name`), so `--set adamw.lr=2e-3` or `--set dit.recompute=true` reaches
 -- every member. Values p:train copies into several stages are linked: the checkpoint
 -- dir (checkpoint.dir = the partitions' and shards' ckpt_dir), the interval
--- (checkpoint.every = the shards' every), steps, seed, t_mean, t_std and micro_batches
+-- (checkpoint.every = the shards' every), the snapshot chunk (checkpoint.chunk = the
+-- shards' ckpt_chunk), steps, seed, t_mean, t_std and micro_batches
 -- are one value each, and `--set` of any copy (stage or group) sets them all; copies
 -- whose value shapes the graph (model, splits, shards, sync, …) refuse an override and
 -- say where to set them. The shards decide when to snapshot from `every`.
@@ -345,6 +346,7 @@ return function(vf)
       for _, k in ipairs { "steps", "seed", "t_mean", "t_std" } do link(a, k, "=train." .. k) end
       link(a, "ckpt_dir", "=ckpt.dir")
       link(a, "every", "=ckpt.every")
+      link(a, "ckpt_chunk", "=ckpt.chunk")
       link(a, "model", fixed_model)
       link(a, "splits", fixed_pp)
       link(a, "replicas", fixed_pp)
@@ -357,6 +359,7 @@ return function(vf)
     if ck then
       link(ck, "dir", "=ckpt.dir")
       link(ck, "every", "=ckpt.every")
+      link(ck, "chunk", "=ckpt.chunk")
       link(ck, "model", fixed_model)
       link(ck, "shards", fixed_shards)
       link(ck, "sync", fixed_sync)
@@ -376,6 +379,9 @@ return function(vf)
     local dir = ck and ck.params.dir or ""
     local every = ck and (ck.params.every == nil and 50 or ck.params.every) or 0
     local sync = ck ~= nil and ck.params.sync == true
+    -- the checkpoint stage's default chunk (stages/train/checkpoint.c), when it has none
+    local chunk = ck and (ck.params.chunk == nil and 67108864 or ck.params.chunk) or 67108864
+    if ck then ck.params.chunk = chunk end
     local model_params = m.model
 
     for r = 1, m.D do
@@ -422,6 +428,7 @@ return function(vf)
       local s = a.params
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
       s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
+      s.ckpt_chunk = chunk
     end
     if ck then
       ck.params.model, ck.params.shards = model_params, opt.S
@@ -457,7 +464,7 @@ return function(vf)
         if j ~= k then p:connect({ a, "norm_out" }, { b, "norm_in" }, { capacity = 2, loop = true }) end
       end
       if ck then
-        p:connect({ a, "snap" }, { ck, "snap" }, { capacity = 1 })
+        p:connect({ a, "snap" }, { ck, "snap" }, { capacity = 2 })
         if sync then p:connect({ ck, "ack" }, { a, "ack" }, { capacity = 2, loop = true }) end
       end
     end

@@ -129,12 +129,19 @@ int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_sp
     }
     vf_port_spec *sn = vf_port_add(out, "snap", VF_PORT_OUT, false);
     static const char *const snames[3] = {"master", "exp_avg", "exp_avg_sq"};
-    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &n1, sN);
+    int64_t ce = vf_adamw_chunk(&g, vf_param_int(p, "ckpt_chunk"));
+    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &ce, sN);
     sn->meta_bytes = 16384; /* cursors, config */
     vf_port_spec *ack = vf_port_add(out, "ack", VF_PORT_IN, false);
     ack->meta_bytes = 256;
     vf_adamw_geo_fini(&g);
     return 0;
+}
+
+int64_t vf_adamw_chunk(const vf_adamw_geo *g, int64_t ckpt_chunk)
+{
+    int64_t e = vf_train_ckpt_chunk_elems(ckpt_chunk);
+    return e < g->n ? e : (g->n > 0 ? g->n : 1);
 }
 
 int64_t vf_adamw_weight_piece_most(const vf_adamw_geo *g)
@@ -160,7 +167,10 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
      * counts there: the pool allocates only when none has come back) */
     vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "weight item being built", as * vf_adamw_weight_piece_most(&g));
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
-    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
+    /* the start reads and uploads chunk by chunk (master, then both moments), and a
+     * snapshot copies one chunk at a time into the item it sends */
+    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot chunk)",
+                    12 * vf_adamw_chunk(&g, vf_param_int(p, "ckpt_chunk")));
     int64_t largest = 0;
     /* with LoRA the partitions load the base, the shards never read the file */
     if (!g.lora && vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {

@@ -29,6 +29,8 @@ void vf_adamw_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad);
 /* Elements of the largest piece of this shard one partition receives: the size of every
  * weight item buffer (adamw_init's pool and the memory hook share it). */
 int64_t vf_adamw_weight_piece_most(const vf_adamw_geo *g);
+/* Elements of one snapshot chunk of the shard (ckpt_chunk bytes, at most its slice). */
+int64_t vf_adamw_chunk(const vf_adamw_geo *g, int64_t ckpt_chunk);
 /* The stage's ports and memory hooks (vf_stage_ops). */
 int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out, vf_status *st);
 int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan *out, vf_status *st);

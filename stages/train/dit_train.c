@@ -24,6 +24,11 @@ int64_t vf_train_norm_block(int64_t total)
     return b < 4096 ? 4096 : b;
 }
 
+int64_t vf_train_ckpt_chunk_elems(int64_t bytes)
+{
+    return bytes >= 24 ? bytes / 12 : 1;
+}
+
 void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *lo, int64_t *hi,
                           int64_t *b0, int64_t *b1)
 {

@@ -47,6 +47,10 @@
  * has at most ~4096 blocks (one sumsq call each) and tiny models keep fine blocks. */
 int64_t vf_train_norm_block(int64_t total);
 
+/* Elements of one snapshot chunk of `bytes` (the checkpoint's `chunk`, the shards'
+ * ckpt_chunk): master weights and both moments, 12 bytes an element; at least 1. */
+int64_t vf_train_ckpt_chunk_elems(int64_t bytes);
+
 /* Shard k of S: elements [*lo, *hi) and norm blocks [*b0, *b1). */
 void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *lo, int64_t *hi,
                           int64_t *b0, int64_t *b1);

@@ -424,8 +424,26 @@ return function(vf)
       if type(t.weights) ~= "string" then fail("p:train: weights must be a path (a string)") end
       for _, a in ipairs(opt.members) do a.params.weights = t.weights end
     end
+    -- the shards take the partitions' weight and gradient dtype: bf16 on GPUs, f32 on the
+    -- CPU; a shard in host memory next to GPU partitions (offload) converts to its f32 state
+    local part_dtype
+    for r = 1, m.D do
+      for q = 1, m.P do
+        local dev = tostring(m.parts[r][q].params.device or "cpu")
+        local dt = dev:match("^cuda") and "bf16" or "f32"
+        if part_dtype and dt ~= part_dtype then
+          fail("p:train: the partitions mix CPU and GPU devices (%s is %s, another %s): they exchange tensors of one dtype",
+               m.parts[r][q].name, dev, part_dtype == "bf16" and "a GPU" or "the CPU")
+        end
+        part_dtype = dt
+      end
+    end
+    local fixed_dtype = "is the partitions' dtype, derived by p:train at " .. where ..
+                        " from their devices; set those in p:pipeline_parallel"
     for _, a in ipairs(opt.members) do
       local s = a.params
+      s.dtype = part_dtype
+      link(a, "dtype", fixed_dtype)
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
       s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
       s.ckpt_chunk = chunk

@@ -1,7 +1,11 @@
 /* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (DESIGN §7).
  *
  * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
- * dit_train.h) and holds for it the f32 master weights and both moments on its device.
+ * dit_train.h) and holds for it the f32 master weights and both moments on its device:
+ * a GPU, or host memory (`offload`). In host memory next to bf16 partitions (param dtype)
+ * it keeps their gradient slice and new weights in bf16 too, through the CPU backend's
+ * bf16 form: gradients read exactly as f32, the step in f64 per element as on the GPU,
+ * the new weights rounded to bf16 for sending (kernels/cpu/adamw.c).
  * Per step s:
  *   1. receive one gradient slice from every partition of every data-parallel replica
  *      ("grads", P·D items; empty for a partition that does not overlap the slice) and
@@ -70,6 +74,9 @@ static const vf_param_spec adamw_params[] = {
     {"ckpt_chunk", VF_P_INT, "67108864", VF_RANGE(12, 9e15),
      "bytes of each snapshot chunk sent to the checkpoint stage (its `chunk`; set by p:train)"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where master weights and moments live (cpu = offload)"},
+    {"dtype", VF_P_STR, "\"auto\"", VF_ANY,
+     "the partitions' weight and gradient dtype (set by p:train from their devices); auto = the shard device's",
+     "auto|f32|bf16"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
      "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json or a diffusers "
      "directory; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); \"\" = init from seed (set by p:train)"},
@@ -110,7 +117,12 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (!h) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: out of memory");
     vf_stage_set_state(s, h);
     VF_TRY(vf_adamw_geo_init(p, &h->g, st));
-    h->be = vf_backend_for(vf_param_device(p, "device"), st);
+    /* in host memory the shard keeps the partitions' dtype for their gradients and new
+     * weights (the bf16 CPU backend converts to and from the f32 state) */
+    vf_device dev = vf_param_device(p, "device");
+    vf_dtype act, grad;
+    vf_adamw_dtypes(p, &act, &grad);
+    h->be = dev.kind == VF_DEV_CPU ? vf_backend_cpu_for(act, st) : vf_backend_for(dev, st);
     if (!h->be) {
         rc = st && st->code ? st->code : VF_EINVAL;
         goto fail;

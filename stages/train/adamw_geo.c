@@ -49,9 +49,12 @@ fail:
     return rc;
 }
 
-void vf_adamw_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
+void vf_adamw_dtypes(const vf_params *p, vf_dtype *act, vf_dtype *grad)
 {
-    *act = d.kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
+    const char *dt = vf_param_str(p, "dtype");
+    if (!strcmp(dt, "bf16")) *act = VF_DTYPE_BF16;
+    else if (!strcmp(dt, "f32")) *act = VF_DTYPE_F32;
+    else *act = vf_param_device(p, "device").kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
     *grad = *act;
 }
 
@@ -96,7 +99,26 @@ int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_sp
     }
     vf_device dev = vf_param_device(p, "device");
     vf_dtype act, grad;
-    vf_adamw_dtypes(dev, &act, &grad);
+    vf_adamw_dtypes(p, &act, &grad);
+    /* the ports take the partitions' dtypes (param dtype, which p:train sets from their
+     * devices): a shard in host memory next to bf16 partitions reads bf16 gradients and
+     * sends bf16 weights, converting to and from its f32 state itself */
+    if (dev.kind != VF_DEV_CPU && act != VF_DTYPE_BF16) {
+        vf_adamw_geo_fini(&g);
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "adamw: param dtype = %s: a shard on a GPU keeps the partitions' weights in bf16; "
+                             "put it on the host (device = \"cpu\") next to f32 partitions", vf_dtype_name(act));
+    }
+    const vf_port_spec *up = upstream ? vf_port_find(upstream, "grads") : NULL;
+    for (int i = 0; up && i < up->ntensors; i++)
+        if (!strcmp(up->t[i].name, "g") && up->t[i].dtype != grad) {
+            vf_dtype sent = up->t[i].dtype;
+            vf_adamw_geo_fini(&g);
+            return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                                 "adamw: the partitions send %s gradients, but param dtype = %s makes this shard "
+                                 "take %s (p:train sets it from the partitions' devices)",
+                                 vf_dtype_name(sent), vf_param_str(p, "dtype"), vf_dtype_name(grad));
+        }
     static const char *const sN[1] = {"N"};
     int64_t n1 = g.n > 0 ? g.n : 1;
 
@@ -157,7 +179,7 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
     if (rc) return rc;
     vf_device dev = vf_param_device(p, "device"), cpu = {VF_DEV_CPU, 0};
     vf_dtype act, grad;
-    vf_adamw_dtypes(dev, &act, &grad);
+    vf_adamw_dtypes(p, &act, &grad);
     int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
     vf_mem_plan_add(out, dev, VF_MEM_OPTIM, "master weights + moments (f32)", 12 * g.n);
     vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient slice", gs * g.n);

@@ -24,8 +24,9 @@ typedef struct vf_adamw_geo {
  * (vf_adamw_geo_fini). */
 int vf_adamw_geo_init(const vf_params *p, vf_adamw_geo *g, vf_status *st);
 void vf_adamw_geo_fini(vf_adamw_geo *g);
-/* Device dtypes the stages exchange (the CPU backend keeps everything in f32). */
-void vf_adamw_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad);
+/* The dtypes of the weights the shard sends and the gradients it takes: the partitions'
+ * (param dtype; "auto" = the shard device's own: f32 on the CPU, bf16 on a GPU). */
+void vf_adamw_dtypes(const vf_params *p, vf_dtype *act, vf_dtype *grad);
 /* Elements of the largest piece of this shard one partition receives: the size of every
  * weight item buffer (adamw_init's pool and the memory hook share it). */
 int64_t vf_adamw_weight_piece_most(const vf_adamw_geo *g);

@@ -246,6 +246,12 @@ int vf_train_tensor_in(vf_backend *be, void *dst, vf_dtype dst_dt, const vf_tens
         be->upload(be, dst, (const float *)p, n, dst_dt);
         return 0;
     }
+    if (src->device.kind == VF_DEV_CPU && src->dtype == dst_dt) {
+        /* host bytes of the backend's own dtype (a host optimizer shard's bf16 weights
+         * for a GPU partition): one copy onto the device */
+        be->copy(be, dst, p, (size_t)n * es);
+        return 0;
+    }
     char dev[32];
     vf_device_str(src->device, dev, sizeof dev);
     return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,

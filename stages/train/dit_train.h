@@ -121,7 +121,8 @@ vf_tensor *vf_bufpool_tensor(vf_bufpool *p, vf_dtype dt, int ndim, const int64_t
 
 /* Copies n elements starting at element `off` of item tensor src into backend memory dst
  * (dtype dst_dt) of be: a device copy when src lives on be's device in dst_dt, an upload
- * when src is host f32. Other combinations are VF_EINVAL naming `what`. */
+ * when src is host f32, a host-to-device copy when src is host memory in dst_dt. Other
+ * combinations are VF_EINVAL naming `what`. */
 int vf_train_tensor_in(vf_backend *be, void *dst, vf_dtype dst_dt, const vf_tensor *src,
                        int64_t off, int64_t n, const char *what, vf_status *st);
 

@@ -1,9 +1,11 @@
-# Front door: `make run`, `make test`, `make bench`. The real work is in scripts/ and CMake.
+# Front door: `make run`, `make test`, `make bench`, `make install`. The real work is in
+# scripts/ and CMake.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all setup build run test bench gpu-pack asan fuzz clean
+.PHONY: all setup build run test bench gpu-pack install asan fuzz clean
 
 all: build
 
@@ -47,6 +49,10 @@ bench: build
 # (bench/bench_cuda_pack.sh); there, `bash bench/bench_cuda.sh` (docs/GPU_RUN.md).
 gpu-pack: setup
 	bash bench/bench_cuda_pack.sh
+
+# vflow into $(PREFIX)/bin (on PATH), the pipelines to copy into $(PREFIX)/share/vflow.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

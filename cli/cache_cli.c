@@ -75,7 +75,7 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
     MDB_val k, v;
     VF_MDB(st, db, mdb_cursor_open(txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (vf_cache_is_entry_key(k.mv_data, k.mv_size)) {
             entries++;
             bytes += (int64_t)v.mv_size;
@@ -138,7 +138,7 @@ static int cmd_ls(vf_lmdb *db, MDB_txn *txn, int64_t limit, vf_status *st)
     printf("key\tid\tshape\tcaption\n");
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND && (limit <= 0 || n < limit);
          m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
         n++;
         vf_item *it = NULL;
@@ -184,7 +184,7 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
     if (!(count = vf_cache_meta_new(keying))) VF_FAIL(st, VF_ENOMEM, "out of memory");
     VF_MDB(st, db, mdb_cursor_open(txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (k.mv_size == strlen(VF_CACHE_META_KEY) && !memcmp(k.mv_data, VF_CACHE_META_KEY, k.mv_size)) continue;
         n++;
         if (vf_cache_is_text_key(k.mv_data, k.mv_size)) {

@@ -98,6 +98,13 @@ int vf_cli_help(int argc, char **argv)
             printf("| param | type | default | range / choices | meaning |\n|---|---|---|---|---|\n");
             params_md(kinds[i]->params, "");
             printf("\n");
+            if (kinds[i]->expander_params) {
+                printf("Taken by `p:stage(\"%s\", {...})` and consumed by its Lua expander (not a param of the "
+                       "stages it makes):\n\n| key | type | default | range / choices | meaning |\n"
+                       "|---|---|---|---|---|\n", kinds[i]->kind);
+                params_md(kinds[i]->expander_params, "");
+                printf("\n");
+            }
         }
         return 0;
     }
@@ -118,5 +125,10 @@ int vf_cli_help(int argc, char **argv)
     printf("%s — %s\n\n", ops->kind, ops->doc ? ops->doc : "");
     printf("%-18s %-15s %-14s %-14s %s\n", "param", "type", "default", "range", "meaning");
     params_text(ops->params, 0);
+    if (ops->expander_params) {
+        printf("\np:stage(\"%s\", {...}) also takes (its Lua expander consumes them; the stages it makes "
+               "never see them):\n", ops->kind);
+        params_text(ops->expander_params, 0);
+    }
     return 0;
 }

@@ -58,7 +58,7 @@ int vf_cli_launch(int argc, char **argv)
         return 2;
     }
     /* the script as `vflow run` resolves it: --set NAME.PARAM overrides need no nodes */
-    if (vf_lua_load_ex(script, sets, nsets, &g, NULL, &st) < 0) {
+    if (vf_lua_load_ex(script, sets, nsets, &g, NULL, NULL, &st) < 0) {
         fprintf(stderr, "vflow: %s\n", st.msg);
         free(sets);
         return 2;

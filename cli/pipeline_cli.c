@@ -15,6 +15,7 @@
 #include "runtime/graph/lua_host.h"
 #include "runtime/plan/plan.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,31 @@ static int usage_error(const char *fmt, const char *arg)
 }
 
 /* Parses the options of run/check/graph/plan. Returns 0 or an exit code. */
+/* A shipped script to name in an example, by a path that exists from here: the working
+ * directory's pipelines/ (a checkout), else the copy `make install` put beside the binary
+ * (<prefix>/share/vflow/pipelines), else the checkout the binary was built in. */
+static void example_script(const char *name, char *out, size_t n)
+{
+    char exe[PATH_MAX] = "", cand[PATH_MAX + 64];
+    snprintf(out, n, "pipelines/%s", name);
+    if (access(out, R_OK) == 0) return;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    *slash = 0; /* the binary's directory: <prefix>/bin, or <checkout>/build */
+    static const char *const rel[] = {"../share/vflow/pipelines", "../pipelines"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cand, sizeof cand, "%s/%s/%s", exe, rel[i], name);
+        char real[PATH_MAX];
+        if (realpath(cand, real)) {
+            snprintf(out, n, "%s", real);
+            return;
+        }
+    }
+}
+
 static int parse_args(int argc, char **argv, cli *c)
 {
     static const char *const opts[] = {"--set",   "--json",           "--budget", "--run-dir", "--resume",
@@ -109,7 +135,9 @@ static int parse_args(int argc, char **argv, cli *c)
         }
     }
     if (!c->script) {
-        fprintf(stderr, "vflow: %s: which pipeline? e.g. vflow %s pipelines/quickstart.lua\n", c->cmd, c->cmd);
+        char ex[PATH_MAX + 64];
+        example_script("train_dit.lua", ex, sizeof ex);
+        fprintf(stderr, "vflow: %s: which pipeline? e.g. vflow %s %s\n", c->cmd, c->cmd, ex);
         return 2;
     }
     return 0;
@@ -121,8 +149,9 @@ static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
     int rc = 0;
     vf_graph *g = NULL;
     bool *used = calloc((size_t)c->nsets + 1, sizeof *used);
-    if (!used) VF_FAIL(st, VF_ENOMEM, "out of memory");
-    VF_TRY(vf_lua_load_ex(c->script, c->sets, c->nsets, &g, used, st));
+    char **near = calloc((size_t)c->nsets + 1, sizeof *near);
+    if (!used || !near) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    VF_TRY(vf_lua_load_ex(c->script, c->sets, c->nsets, &g, used, near, st));
     for (int i = 0; i < c->nsets; i++) {
         const char *kv = c->sets[i], *eq = strchr(kv, '=');
         char key[256];
@@ -136,7 +165,11 @@ static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
              * read the key itself (then it is a typo of a stage name: say so). */
             if (stage || !used[i]) VF_TRY(vf_graph_override(g, key, eq + 1, st));
         } else if (!used[i]) {
-            fprintf(stderr, "vflow: warning: --set %s: the script does not read vf.args.%s\n", kv, key);
+            /* a knob the script never reads is a typo or a knob of another script: the run
+             * would silently go on without it */
+            VF_FAIL(st, VF_EUSAGE, "--set %s: %s does not read vf.args.%s%s%s%s", kv, c->script, key,
+                    near[i] ? "; did you mean '" : " (its knobs are listed at its top)", near[i] ? near[i] : "",
+                    near[i] ? "'?" : "");
         }
     }
     VF_TRY(vf_graph_validate(g, st));
@@ -147,6 +180,8 @@ static int load_graph(const cli *c, int nnodes, vf_graph **out, vf_status *st)
     g = NULL;
 fail:
     vf_graph_free(g);
+    for (int i = 0; near && i < c->nsets; i++) free(near[i]);
+    free(near);
     free(used);
     return rc;
 }
@@ -271,7 +306,10 @@ int vf_cli_pipeline(int argc, char **argv)
         }
         /* the plan is rank 0's to show: the others check the same graph quietly */
         FILE *report = rank.rank == 0 ? stdout : fopen("/dev/null", "we");
-        rc = vf_plan_gate(g, &req, c.force, report ? report : stdout, &st);
+        /* what the stages of this node read when they start is there (a manifest, a
+         * cache): else nothing is created or started */
+        rc = vf_graph_preflight(g, rank.world > 1 ? rank.rank : 0, &st);
+        if (rc == 0) rc = vf_plan_gate(g, &req, c.force, report ? report : stdout, &st);
         if (report && report != stdout) fclose(report);
         vf_status refusal = st;
         if (rc < 0 && rank.world > 1 && rank.rank > 0) {

@@ -232,6 +232,23 @@ static int write_file(const char *path, const char *text)
     return 0;
 }
 
+/* "  (plan: the max_pixels bound)" when the largest line of stage i's host account is a
+ * bound a param sets ("… (max_pixels bound)", vf_mem_plan_add), not what the data need:
+ * a low ratio there is the bound's headroom. "" otherwise. */
+static void bound_note(const vf_mplan *p, int i, char *out, size_t n)
+{
+    int best = -1;
+    out[0] = 0;
+    for (int k = 0; k < p->n; k++)
+        if (p->l[k].account == i && p->l[k].dev.kind == VF_DEV_CPU && (best < 0 || p->l[k].bytes > p->l[best].bytes))
+            best = k;
+    if (best < 0) return;
+    const char *w = p->l[best].what, *open = strrchr(w, '(');
+    size_t len = strlen(w);
+    if (!open || len < 8 || strcmp(w + len - 7, " bound)") != 0) return;
+    snprintf(out, n, "  (plan: the %.*s bound)", (int)(w + len - 7 - open - 1), open + 1);
+}
+
 int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_status *st)
 {
     int rc = 0;
@@ -285,12 +302,13 @@ int vf_plan_vs_measured(const vf_graph *g, const char *run_dir, FILE *out, vf_st
     fprintf(out, "plan vs measured (per-stage host accounts, %s):\n", path);
     fprintf(out, "  %-22s %-14s %14s %14s %8s\n", "stage", "kind", "plan", "measured", "ratio");
     for (int i = 0; i < g->nstages; i++) {
-        char a[32], b[32], r[16] = "-";
+        char a[32], b[32], r[16] = "-", note[96] = "";
         vf_bytes_str(p.account[i], a, sizeof a);
         if (peak[i] >= 0) vf_bytes_str(peak[i], b, sizeof b);
         else snprintf(b, sizeof b, "-");
         if (peak[i] >= 0 && p.account[i] > 0) snprintf(r, sizeof r, "%.2f", (double)peak[i] / (double)p.account[i]);
-        fprintf(out, "  %-22s %-14s %14s %14s %8s\n", g->stages[i].name, g->stages[i].kind, a, b, r);
+        bound_note(&p, i, note, sizeof note);
+        fprintf(out, "  %-22s %-14s %14s %14s %8s%s\n", g->stages[i].name, g->stages[i].kind, a, b, r, note);
     }
     /* worker processes: their resident peak against their lines (+ the shared code, which
      * every process's RSS counts) */

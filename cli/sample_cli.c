@@ -52,7 +52,7 @@ typedef struct sample_args {
 static const char USAGE[] =
     "usage: vflow sample CKPT (--prompt-embeds F [--negative-embeds F] | --prompt TEXT [--negative TEXT])\n"
     "         --out x.mp4 [--frames 17]\n"
-    "         [--size WxH] [--steps 30] [--shift 3] [--guidance 5] [--seed 0] [--fps 16]\n"
+    "         [--size WxH|S] [--steps 30] [--shift 3] [--guidance 5] [--seed 0] [--fps 16]\n"
     "         [--device cpu] [--chunk 1] [--png F] [--vae PATH] [--vae-preset tiny|wan]\n"
     "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n"
     "         [--weights F] [--lora F]\n";
@@ -114,9 +114,11 @@ static int parse(int argc, char **argv, sample_args *a)
         else if (!strcmp(flag, "--latent-out")) a->lat_out = v;
         else if (!strcmp(flag, "--frames-out")) a->frames_out = v;
         else if (!strcmp(flag, "--size")) {
-            char *e1, *e2;
-            long w = strtol(v, &e1, 10), h = *e1 == 'x' ? strtol(e1 + 1, &e2, 10) : -1;
-            if (h <= 0 || w <= 0 || w > 8192 || h > 8192 || *e2) return bad("--size %s: expected WxH, e.g. 256x256%s", v, "");
+            /* WxH, or one number for a square: as every size knob spells it */
+            char *e1, *e2 = NULL;
+            long w = strtol(v, &e1, 10), h = *e1 == 'x' ? strtol(e1 + 1, &e2, 10) : !*e1 && e1 != v ? w : -1;
+            if (h <= 0 || w <= 0 || w > 8192 || h > 8192 || (e2 && *e2))
+                return bad("--size %s: expected WxH (e.g. 832x480) or one number for a square (e.g. 256)%s", v, "");
             a->width = (int)w, a->height = (int)h;
         } else if (!strcmp(flag, "--frames")) {
             if (num(flag, v, 1, 100000, &x)) return 2;
@@ -183,6 +185,13 @@ int vf_cli_sample(int argc, char **argv)
     VF_TRY(vf_dit_video_open(&ck, &o, &v, &st));
     if (a.pos) VF_TRY(vf_dit_video_prompt(v, a.pos, "--prompt-embeds", a.neg, "--negative-embeds", &st));
     else VF_TRY(vf_dit_video_caption(v, a.caption, a.neg_caption, &st));
+    for (int i = 0; !a.pos && i < 2; i++) { /* what the model reads of a long caption */
+        const char *c = i ? a.neg_caption : a.caption;
+        int tl = vf_dit_video_text_len(v);
+        if (c && (int)strlen(c) > tl)
+            fprintf(stderr, "vflow sample: warning: %s is %zu bytes; the model reads its first %d (text_len)\n",
+                    i ? "--negative" : "--prompt", strlen(c), tl);
+    }
     VF_TRY(vf_dit_video_load(v, &st));
     vf_dit_video_out out = {a.out, a.png, NULL, a.lat_out, a.frames_out};
     vf_dit_video_stats s;

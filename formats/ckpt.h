@@ -134,6 +134,8 @@ typedef struct vf_ckpt_state_info {
     double loss;
     int64_t params;      /* elements of the flat vector */
     int shards, replicas, stages;
+    const char *lora_base; /* a LoRA run's base (path, hash: models/dit_base.h) as a JSON
+                            * object's text, recorded as "lora_base"; NULL: none */
 } vf_ckpt_state_info;
 
 /* state.json's text (caller frees). NULL with st set when config or cursors are not

@@ -52,6 +52,8 @@ char *vf_ckpt_state_text(const vf_ckpt_state_info *s, vf_status *st)
     bad |= vf_json_set(o, "config_hash", vf_json_str(hash));
     bad |= vf_json_set(o, "config", cfg);
     cfg = NULL;
+    vf_json *base = s->lora_base ? vf_json_parse(s->lora_base, &ps) : NULL;
+    if (base) bad |= vf_json_set(o, "lora_base", base);
     bad |= vf_json_set(o, "time", vf_json_num((double)time(NULL)));
     text = bad ? NULL : vf_json_emit(o, false, 2);
     if (!text) vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "checkpoint: state.json: out of memory");

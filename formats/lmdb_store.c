@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define DEFAULT_MAP (64ull << 20)
@@ -47,6 +48,23 @@ struct vf_lmdb_batch {
 
 /* ------------------------------------------------------------------ errors */
 
+/* A write that failed for want of room: LMDB reports a short write as EIO, so the file
+ * system holding the environment says whether it is full. 1 when the failure is a full
+ * disk (ENOSPC, EDQUOT, or EIO with less than a megabyte left), with " (… bytes free)" in
+ * why when the free space is known. */
+static int disk_full(const char *path, int err, char *why, size_t n)
+{
+    struct statvfs fs;
+    why[0] = 0;
+    bool known = path && statvfs(path, &fs) == 0;
+    unsigned long long free_bytes = known ? (unsigned long long)fs.f_bavail * fs.f_frsize : 0;
+    if (err != ENOSPC && err != EDQUOT && !(err == EIO && known && free_bytes < (1ull << 20))) return 0;
+    if (err == EIO || known)
+        snprintf(why, n, " (%s%sthe file system holding it has %llu bytes free)",
+                 err == EIO ? "LMDB's short write, reported as " : "", err == EIO ? "Input/output error; " : "", free_bytes);
+    return 1;
+}
+
 int vf_lmdb_status(vf_status *st, int mdb_rc, const char *file, int line, const char *path,
                    const char *what, const void *key, size_t klen)
 {
@@ -72,7 +90,13 @@ int vf_lmdb_status(vf_status *st, int mdb_rc, const char *file, int line, const 
             o += (size_t)snprintf(k + o, sizeof k - o, p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"' ? "%c" : "\\x%02x", p[i]);
         snprintf(k + o, sizeof k - o, "\")");
     }
-    return vf_status_set(st, code, file, line, "%s: %s: %s%s", path ? path : "(lmdb)", what,
+    /* the call's name without its arguments: "mdb_txn_commit(txn)" -> "mdb_txn_commit" */
+    int wl = (int)strcspn(what ? what : "", "(");
+    char why[160];
+    if (mdb_rc > 0 && disk_full(path, mdb_rc, why, sizeof why))
+        return vf_status_set(st, code, file, line, "%s: %.*s: no space left on device%s%s", path ? path : "(lmdb)", wl,
+                             what, why, k);
+    return vf_status_set(st, code, file, line, "%s: %.*s: %s%s", path ? path : "(lmdb)", wl, what ? what : "",
                          mdb_strerror(mdb_rc), k);
 }
 
@@ -184,7 +208,7 @@ static int open_env(vf_lmdb *db, const vf_lmdb_opts *o, vf_status *st)
     VF_MDB(st, db, mdb_dbi_open(txn, NULL, 0, &db->dbi));
     rc = mdb_txn_commit(txn);
     txn = NULL;
-    if (rc) VF_MDB(st, db, rc);
+    if (rc) VF_MDB_RC(st, db, "mdb_txn_commit", rc);
     return 0;
 fail:
     if (txn) mdb_txn_abort(txn);
@@ -238,7 +262,7 @@ int vf_lmdb_read_begin(vf_lmdb *db, MDB_txn **txn, vf_status *st)
             VF_TRY(adopt_new_size(db, st));
             continue;
         }
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_txn_begin", m);
         return 0;
     }
 fail:
@@ -255,7 +279,7 @@ int vf_lmdb_read_renew(vf_lmdb *db, MDB_txn *txn, vf_status *st)
             VF_TRY(adopt_new_size(db, st));
             continue;
         }
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_txn_renew", m);
         return 0;
     }
 fail:
@@ -269,7 +293,7 @@ int vf_lmdb_get(vf_lmdb *db, MDB_txn *txn, const void *key, size_t klen, MDB_val
     MDB_val k = {klen, (void *)key};
     int m = mdb_get(txn, db->dbi, &k, val);
     if (m == MDB_NOTFOUND) return VF_ENOTFOUND;
-    VF_MDB_KEY(st, db, key, klen, m);
+    VF_MDB_KEY(st, db, "mdb_get", key, klen, m);
 fail:
     return rc;
 }
@@ -306,7 +330,7 @@ int vf_lmdb_put(vf_lmdb *db, MDB_txn *txn, const void *key, size_t klen, const v
     MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
     int m = mdb_put(txn, db->dbi, &k, &v, flags);
     if (m == MDB_MAP_FULL) return VF_LMDB_RETRY;
-    VF_MDB_KEY(st, db, key, klen, m);
+    VF_MDB_KEY(st, db, "mdb_put", key, klen, m);
 fail:
     return rc;
 }
@@ -435,7 +459,7 @@ int vf_lmdb_batch_commit(vf_lmdb *db, vf_lmdb_batch *b, vf_lmdb_txn_fn fn, void 
             VF_TRY(adopt_new_size(db, st));
             continue;
         }
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_txn_begin", m);
         bool full = false;
         nw = 0;
         for (int i = 0; i < b->n && !full; i++) {
@@ -444,7 +468,7 @@ int vf_lmdb_batch_commit(vf_lmdb *db, vf_lmdb_batch *b, vf_lmdb_txn_fn fn, void 
             m = mdb_put(txn, db->dbi, &k, &v, MDB_NOOVERWRITE);
             if (m == MDB_KEYEXIST) { b->written[i] = 0; continue; }
             if (m == MDB_MAP_FULL) { full = true; break; }
-            VF_MDB_KEY(st, db, k.mv_data, k.mv_size, m);
+            VF_MDB_KEY(st, db, "mdb_put", k.mv_data, k.mv_size, m);
             b->written[i] = 1;
             nw++;
         }
@@ -458,7 +482,7 @@ int vf_lmdb_batch_commit(vf_lmdb *db, vf_lmdb_batch *b, vf_lmdb_txn_fn fn, void 
             m = mdb_txn_commit(txn); /* frees txn whatever it returns */
             txn = NULL;
             if (m == MDB_SUCCESS) break;
-            if (m != MDB_MAP_FULL) VF_MDB(st, db, m);
+            if (m != MDB_MAP_FULL) VF_MDB_RC(st, db, "mdb_txn_commit", m);
         } else {
             mdb_txn_abort(txn);
             txn = NULL;

@@ -5,7 +5,7 @@
  * MDB_NOSUBDIR), so `mdb_stat PATH`, `mdb_dump PATH` and python-lmdb's
  * `lmdb.open(PATH)` work without extra flags. Everything lives in the unnamed main DB.
  *
- * What it takes care of (REFERENCE.md "LMDB 0.9.24", DESIGN §8):
+ * What it takes care of (the behaviour of LMDB 0.9.24, the version Debian 12 ships):
  *  - durability: the writer uses LMDB's default durable commits (never MDB_NOSYNC,
  *    never MDB_WRITEMAP), so a writer killed with SIGKILL loses at most the batch it was
  *    committing and the environment needs no recovery;
@@ -17,8 +17,11 @@
  *    (set_mapsize(0)) and retries;
  *  - batched commits: a vf_lmdb_batch collects (key, value) pairs in one arena and
  *    commits them in a single write txn, skipping keys that already exist;
- *  - errors: every LMDB call goes through VF_MDB / VF_MDB_KEY, which turn its code into
- *    a vf_status naming the C file:line, the call, the environment path and the key.
+ *  - errors: every LMDB call goes through VF_MDB / VF_MDB_KEY (or, for a code a call
+ *    already returned, VF_MDB_RC naming that call), which turn its code into a
+ *    vf_status naming the C file:line, the call, the environment path, the key and the
+ *    cause: a write that fails for want of room says "no space left on device" with
+ *    the bytes free, also when LMDB reports the short write as EIO.
  *
  * Threads and processes: LMDB forbids opening one env twice in a process, so
  * vf_lmdb_open keeps a process-wide registry: opening a path that is already open
@@ -55,8 +58,11 @@ size_t vf_lmdb_map_size(const vf_lmdb *db);    /* current map size */
 int vf_lmdb_growths(const vf_lmdb *db);        /* times the map was doubled */
 int vf_lmdb_stale_readers(const vf_lmdb *db);  /* slots mdb_reader_check cleared at open */
 
-/* Turns an LMDB return code into st: message "<path>: <what>: <mdb_strerror>[ (key
- * "<key>")]" with file:line; returns the vf code (MDB_NOTFOUND -> VF_ENOTFOUND, corrupt
+/* Turns an LMDB return code into st: message "<path>: <call>: <mdb_strerror>[ (key
+ * "<key>")]" with file:line, <call> being `what` up to its "(" (VF_MDB passes the call's
+ * text); a write that failed for want of room (ENOSPC, EDQUOT, or EIO with under a
+ * megabyte free on the file system holding path: LMDB's short write) reads "<path>:
+ * <call>: no space left on device (… the bytes free)". Returns the vf code (MDB_NOTFOUND -> VF_ENOTFOUND, corrupt
  * pages / invalid file -> VF_ECORRUPT, version mismatch -> VF_EVERSION, ENOMEM ->
  * VF_ENOMEM, other errno values and MDB_MAP_FULL -> VF_EIO, MDB_BAD_VALSIZE ->
  * VF_EINVAL, the rest VF_EEXTERNAL).
@@ -75,12 +81,23 @@ int vf_lmdb_status(vf_status *st, int mdb_rc, const char *file, int line, const 
             goto fail;                                                              \
         }                                                                           \
     } while (0)
-#define VF_MDB_KEY(st, db, key, klen, call)                                         \
+/* A code `mrc` that the mdb_* function named `call` (a string) returned. */
+#define VF_MDB_RC(st, db, call, mrc)                                                \
     do {                                                                            \
-        int mrc_ = (call);                                                          \
+        int mrc_ = (mrc);                                                           \
         if (mrc_ != MDB_SUCCESS) {                                                  \
             rc = vf_lmdb_status((st), mrc_, __FILE__, __LINE__, vf_lmdb_path(db),   \
-                                #call, (key), (klen));                              \
+                                (call), NULL, 0);                                   \
+            goto fail;                                                              \
+        }                                                                           \
+    } while (0)
+/* As VF_MDB_RC, for a call about one key (shown in the message). */
+#define VF_MDB_KEY(st, db, call, key, klen, mrc)                                    \
+    do {                                                                            \
+        int mrc_ = (mrc);                                                           \
+        if (mrc_ != MDB_SUCCESS) {                                                  \
+            rc = vf_lmdb_status((st), mrc_, __FILE__, __LINE__, vf_lmdb_path(db),   \
+                                (call), (key), (klen));                             \
             goto fail;                                                              \
         }                                                                           \
     } while (0)

@@ -1,5 +1,6 @@
 /* video_manifest.c — CSV / JSONL / glob video lists (see video_manifest.h). */
 #include "formats/video_manifest.h"
+#include "formats/video_source.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -620,7 +621,7 @@ int vf_manifest_glob(const char *pattern, int shard, int nshards, vf_manifest *o
 {
     int rc = 0;
     glob_t g;
-    bool have_g = false;
+    bool have_g = false, folder = false;
     char *pat = NULL, cwd[PATH_MAX];
     int64_t cap = 0;
     memset(out, 0, sizeof *out);
@@ -632,6 +633,7 @@ int vf_manifest_glob(const char *pattern, int shard, int nshards, vf_manifest *o
         size_t n = strlen(pattern) + 3;
         pat = malloc(n);
         if (pat) snprintf(pat, n, "%s/*", pattern);
+        folder = true;
     } else {
         pat = xstrdup(pattern);
     }
@@ -646,18 +648,34 @@ int vf_manifest_glob(const char *pattern, int shard, int nshards, vf_manifest *o
         const char *p = g.gl_pathv[i];
         size_t n = strlen(p);
         if (n && p[n - 1] == '/') continue; /* directories (GLOB_MARK) */
+        /* a folder holds videos and their captions: only the videos are rows */
+        if (folder && !vf_source_is_video(p)) {
+            out->skipped++;
+            continue;
+        }
         bool mine = row_no % nshards == shard;
         row_no++;
-        if (!mine) continue;
+        char *caption = NULL;
+        int cr = vf_source_caption(p, &caption, st);
+        if (cr < 0) { rc = cr; goto fail; }
+        out->captioned += cr;
+        if (!mine) {
+            free(caption);
+            continue;
+        }
         vf_manifest_row r = {0};
         r.path = abs_path(cwd, p);
-        r.caption = xstrdup("");
+        r.caption = caption ? caption : xstrdup("");
         if (!r.path || !r.caption || push_row(out, &r, &cap) < 0) {
             row_fini(&r);
             VF_FAIL(st, VF_ENOMEM, "decode: out of memory");
         }
     }
     out->total = row_no;
+    out->skipped -= out->captioned; /* the captions of its videos are used, not skipped */
+    if (row_no == 0 && folder)
+        VF_FAIL(st, VF_EBADINPUT, "source %s holds no video files (%lld other files; videos are recognised "
+                "by extension: .mp4, .mkv, .webm, .mov, .avi, ...)", pattern, (long long)out->skipped);
     if (row_no == 0) VF_FAIL(st, VF_EBADINPUT, "source %s matches no files (only directories)", pattern);
 fail:
     if (have_g) globfree(&g);
@@ -694,12 +712,31 @@ int64_t vf_manifest_bytes(const char *manifest, const char *glob_pattern, int ns
             if (pat) snprintf(pat, l, "%s/*", glob_pattern);
         }
         if (glob(pat ? pat : glob_pattern, GLOB_BRACE, NULL, &g) == 0) {
-            for (size_t i = 0; i < g.gl_pathc; i++) total += strlen(g.gl_pathv[i]) + 1;
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                const char *f = g.gl_pathv[i];
+                total += strlen(f) + 1;
+                /* captions: every .txt of the listing, at most the caption bound each */
+                if (ends_with(f, ".txt") && stat(f, &sb) == 0)
+                    total += (sb.st_size < VF_CAPTION_FILE_MAX ? sb.st_size : VF_CAPTION_FILE_MAX) + 1;
+            }
             n = g.gl_pathc;
             globfree(&g);
         }
         free(pat);
         return 2 * total + (n / nshards + 1) * (per_row + PATH_MAX);
     }
+    return 0;
+}
+
+int vf_manifest_check(const char *path, vf_status *st)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "manifest %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "manifest %s: not a regular file", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "manifest %s: %s", path, strerror(errno));
+    fclose(f);
     return 0;
 }

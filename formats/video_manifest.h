@@ -11,8 +11,10 @@
  *    the items' metadata as text.
  *  - JSONL (`.jsonl`, or a first character `{`): one flat object per line with the same
  *    keys; string, number and boolean values; other keys pass through.
- *  - a glob pattern (`source`, with * ? [] {} wildcards; a directory means every file
- *    in it), matches sorted.
+ *  - a glob pattern (`source`, with * ? [] {} wildcards), matches sorted; or a folder
+ *    (`source` = a directory): its video files, recognised by extension
+ *    (video_source.h), the other files skipped and counted. Either way a video's
+ *    caption is the same-stem `.txt` beside it (clip1.mp4 + clip1.txt), "" without one.
  * Relative paths in a manifest are relative to the manifest's directory; every path is
  * made absolute and normalised (realpath when the file exists, else lexically: "a/./b",
  * "a//b", "a/x/../b" -> "a/b"), so one file reached by two paths has one identity. Rows are dealt to instances round-robin: row i goes to shard
@@ -42,6 +44,8 @@ typedef struct vf_manifest {
     char *origin;             /* manifest path or glob pattern, for messages */
     int64_t total;            /* rows in the whole manifest (all shards) */
     int64_t n;                /* rows of this shard */
+    int64_t skipped;          /* a folder's files that are neither videos nor their captions */
+    int64_t captioned;        /* videos (all shards) with a same-stem .txt caption */
     vf_manifest_row *rows;
 } vf_manifest;
 
@@ -50,10 +54,16 @@ typedef struct vf_manifest {
  * *out and calls vf_manifest_fini, also after a failure. */
 int vf_manifest_load(const char *path, int shard, int nshards, vf_manifest *out,
                      vf_status *st);
-/* Same from a glob pattern or a directory; no match is VF_EBADINPUT. */
+/* Same from a glob pattern or a directory; no match (a directory: no video file) and a
+ * caption file that cannot be read are VF_EBADINPUT. */
 int vf_manifest_glob(const char *pattern, int shard, int nshards, vf_manifest *out,
                      vf_status *st);
 void vf_manifest_fini(vf_manifest *m);
+
+/* The manifest at `path` is a regular file this process can read; otherwise VF_EBADINPUT
+ * "manifest PATH: why". A check before any worker starts, so a missing manifest does not
+ * leave an empty cache behind. */
+int vf_manifest_check(const char *path, vf_status *st);
 
 /* Heap bytes vf_manifest_load / _glob will hold for `src` (an estimate from the file
  * size and line count, or the matches of the glob), for the memory hook. */

@@ -1,5 +1,5 @@
 -- vflow extension
--- decode.lua — `workers = N` for the decode stage (DESIGN §3, §8).
+-- decode.lua — `workers = N` for the decode stage (docs/PRECOMPUTE.md).
 --
 -- p:stage("decode", {..., workers = N}) becomes N decode stages, decode_0 .. decode_{N-1}
 -- (or NAME_0 .. with name = NAME), each with shard = i, nshards = N: instance i reads the

@@ -1,5 +1,5 @@
 -- vflow extension
--- train.lua — training sugar (DESIGN §5, §7): p:pipeline_parallel(model, opts), the
+-- train.lua — training sugar (docs/TRAINING.md, "The DSL"): p:pipeline_parallel(model, opts), the
 -- `adamw` shard expander, and p:train{...}. Everything here expands into plain stages and
 -- edges; the C stages (stages/train/dit_stage.c, adamw.c, checkpoint.c) never see the sugar.
 --

@@ -1,4 +1,4 @@
--- vflow.lua — the Lua side of the DSL (DESIGN §5): pipelines, stages, connections.
+-- vflow.lua — the Lua side of the DSL (README.md, "The Lua DSL"): pipelines, stages, connections.
 --
 -- A script describes a graph; it does not compute. Everything here records stages and
 -- edges in plain tables that the C host (runtime/graph/lua_host.c) converts into a vf_graph
@@ -40,6 +40,26 @@ local fail = vf.fail
 
 --- "path:line" of the user's call being executed (through any sugar).
 function vf.where() return host.where() end
+
+--- vf.size(v, knob) -> W, H: a frame size as every knob spells it, "WxH" (832x480) or one
+-- number for a square (64 or "64"); a {W, H} or {S} table too. Anything else fails at the
+-- user's line naming the knob.
+function vf.size(v, knob)
+  local w, h
+  if type(v) == "number" then
+    w, h = v, v
+  elseif type(v) == "string" then
+    local a, b = v:match("^%s*(%d+)%s*[xX]%s*(%d+)%s*$")
+    if a then w, h = tonumber(a), tonumber(b) else w = tonumber(v:match("^%s*(%d+)%s*$")); h = w end
+  elseif type(v) == "table" and (#v == 1 or #v == 2) then
+    w, h = v[1], v[#v]
+  end
+  if math.type(w) ~= "integer" and w and w == math.floor(w) then w, h = math.tointeger(w), math.tointeger(h) end
+  if not (math.type(w) == "integer" and math.type(h) == "integer" and w > 0 and h > 0) then
+    fail("%s %s: expected WxH (e.g. 832x480) or one number for a square (e.g. 256)", knob or "size", tostring(v))
+  end
+  return w, h
+end
 
 --- vf.did_you_mean(word, list) -> the closest plausible name in list, or nil.
 vf.did_you_mean = host.did_you_mean

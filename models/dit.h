@@ -1,6 +1,6 @@
 /* dit.h — the video diffusion transformer (Wan/Open-Sora style), cut into pipeline partitions.
  *
- * Architecture (DESIGN §6; names and layout follow Wan 2.1's WanModel so its weights map 1:1):
+ * Architecture (names and layout follow Wan 2.1's WanModel so its weights map 1:1):
  *
  *   latent x_t (B, z, T, H, W) --patchify (pt,ph,pw)--> (B, L, z·pt·ph·pw), L = T'·H'·W'
  *     --patch_embedding (linear, = Wan's Conv3d with kernel = stride = patch)--> x (B, L, dim)

@@ -7,6 +7,7 @@
  * the mp4 and PNG appear by rename when complete.
  */
 #include "models/dit_video.h"
+#include "models/dit_base.h"
 #include "formats/cache_format.h"
 #include "formats/lmdb_store.h"
 #include "formats/safetensors.h"
@@ -142,7 +143,12 @@ static int cache_norm(const char *path, int z, float *mean, float *std, bool *fo
     vf_json *meta = NULL;
     vf_lmdb_opts ro = {.readonly = true};
     *found = false;
-    VF_TRY(vf_lmdb_open(path, &ro, &db, st));
+    rc = vf_lmdb_open(path, &ro, &db, st);
+    if (rc == VF_ENOTFOUND) { /* a cache the user named that is not there: bad input */
+        st->code = rc = VF_EBADINPUT;
+        vf_status_prefix(st, "cache");
+    }
+    if (rc) goto fail;
     if (mdb_txn_begin(vf_lmdb_env(db), NULL, MDB_RDONLY, &txn))
         VF_FAIL(st, VF_EEXTERNAL, "%s: cannot read", path);
     VF_TRY(vf_cache_meta_read(db, txn, &meta, st));
@@ -254,22 +260,28 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
     snprintf(lora, sizeof lora, "%s/%s", v->ckpt, VF_CKPT_LORA);
     bool lora_ckpt = stat(lora, &sb) == 0;
     uint64_t seed = 0;
-    if (!base) {
-        snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL);
-        if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL_INDEX);
-        if (stat(model, &sb) == 0) {
-            base = model;
-        } else if (lora_ckpt) {
-            VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
-            const vf_json *cfg = vf_ckpt_state_config(ck.state);
-            const char *b = vf_json_get_str(cfg, "lora.base", "");
-            snprintf(model, sizeof model, "%s", b);
-            base = b[0] ? model : NULL;
-            seed = (uint64_t)vf_json_get_int(cfg, "train.seed", 0);
-        } else {
-            VF_FAIL(st, VF_EBADINPUT, "%s: neither %s, %s nor %s", v->ckpt, VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX,
-                    VF_CKPT_LORA);
-        }
+    snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL);
+    if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL_INDEX);
+    bool own_model = stat(model, &sb) == 0;
+    if (!own_model && lora_ckpt && !(v->o.lora && v->o.lora[0])) {
+        /* the checkpoint's adapters go on the base they were trained on: the one recorded,
+         * or --weights, either checked against the record */
+        vf_dit_base b;
+        char how[32];
+        snprintf(how, sizeof how, "%sweights ", pf(v));
+        VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
+        VF_TRY(vf_dit_base_verify(v->ckpt, ck.state, base, true, how, &b, st));
+        snprintf(model, sizeof model, "%s", b.path);
+        base = model[0] ? model : NULL;
+        seed = (uint64_t)vf_json_get_int(vf_ckpt_state_config(ck.state), "train.seed", 0);
+    } else if (!base && own_model) {
+        base = model;
+    } else if (!base && !lora_ckpt) {
+        VF_FAIL(st, VF_EBADINPUT, "%s: neither %s, %s nor %s", v->ckpt, VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX,
+                VF_CKPT_LORA);
+    } else if (!base) { /* --lora on a LoRA checkpoint of the seeded init */
+        VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
+        seed = (uint64_t)vf_json_get_int(vf_ckpt_state_config(ck.state), "train.seed", 0);
     }
     if (!(host_w = malloc(sizeof(float) * (size_t)l->total))) VF_FAIL(st, VF_ENOMEM, "out of memory");
     if (base) {
@@ -353,6 +365,8 @@ static int32_t caption_tokens(const char *text, int text_len, int32_t *tok)
     for (int j = n; j < text_len; j++) tok[j] = VF_DIT_PAD_TOKEN;
     return n;
 }
+
+int vf_dit_video_text_len(const vf_dit_video *v) { return (int)v->c.text_len; }
 
 int vf_dit_video_caption(vf_dit_video *v, const char *pos, const char *neg, vf_status *st)
 {

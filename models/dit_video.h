@@ -74,6 +74,8 @@ int vf_dit_video_prompt(vf_dit_video *v, const char *pos, const char *pos_what, 
  * "" is the empty caption. VF_EBADINPUT for a model with text embeddings, and
  * vf_dit_video_prompt's for a byte model. */
 int vf_dit_video_caption(vf_dit_video *v, const char *pos, const char *neg, vf_status *st);
+/* The model's text_len: caption bytes (or embedding rows) it reads. */
+int vf_dit_video_text_len(const vf_dit_video *v);
 
 typedef struct vf_dit_video_out {
     const char *mp4;    /* the video (written as .part, renamed when complete) */

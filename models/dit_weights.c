@@ -10,6 +10,7 @@
  */
 #include "models/dit_weights.h"
 
+#include "formats/ckpt.h"
 #include "formats/st_sharded.h"
 #include "runtime/json.h"
 
@@ -159,11 +160,49 @@ static int open_set(vf_dit_wsrc *w, const char *path, vf_status *st)
     return 0;
 }
 
+/* A vflow checkpoint's step dir (state.json beside the model) or checkpoint dir (its newest
+ * complete step): 1 when dir is one (*rc: 0 opened, or the error in st), 0 when not. */
+static int open_ckpt(vf_dit_wsrc *w, const char *dir, int *rc, vf_status *st)
+{
+    char p[PATH_MAX + 64], step[PATH_MAX];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (is_file(p)) {
+        snprintf(step, sizeof step, "%s", dir);
+    } else {
+        snprintf(p, sizeof p, "%s/latest", dir);
+        if (!is_file(p)) return 0;
+        vf_ckpt ck = {0};
+        vf_status fs;
+        vf_status_clear(&fs);
+        int e = vf_ckpt_find(dir, NULL, NULL, &ck, &fs);
+        if (e == 0) snprintf(step, sizeof step, "%s", ck.path);
+        vf_ckpt_fini(&ck);
+        if (e) {
+            *rc = bad(st, "weights: %s: a checkpoint dir without a complete step: %s", dir, fs.msg);
+            return 1;
+        }
+    }
+    snprintf(p, sizeof p, "%s/" VF_CKPT_MODEL_INDEX, step);
+    if (!is_file(p)) snprintf(p, sizeof p, "%s/" VF_CKPT_MODEL, step);
+    if (is_file(p)) {
+        *rc = open_set(w, p, st);
+        return 1;
+    }
+    snprintf(p, sizeof p, "%s/" VF_CKPT_LORA, step);
+    bool lora = is_file(p);
+    *rc = bad(st, "weights: %s: a %s checkpoint step without %s: not a model%s", step, lora ? "LoRA run's" : "vflow",
+              VF_CKPT_MODEL,
+              lora ? " (its adapters belong to the base its state.json names as lora_base: give that base, and "
+                     "these adapters as lora_init to continue them)" : "");
+    return 1;
+}
+
 /* A diffusers directory: its config must be a WanTransformer3DModel's when it says. */
 static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
 {
     int rc = 0;
     char p[4096];
+    if (open_ckpt(w, dir, &rc, st)) return rc;
     snprintf(p, sizeof p, "%s/config.json", dir);
     if (is_file(p)) {
         char *text = slurp_text(p, 1 << 20, st);
@@ -302,6 +341,12 @@ void vf_dit_wsrc_close(vf_dit_wsrc *w)
 vf_dit_naming vf_dit_wsrc_naming(const vf_dit_wsrc *w) { return w->naming; }
 int vf_dit_wsrc_count(const vf_dit_wsrc *w) { return w->ntensors; }
 int64_t vf_dit_wsrc_largest(const vf_dit_wsrc *w) { return w->largest; }
+
+int vf_dit_wsrc_files(const vf_dit_wsrc *w, const char *const **paths)
+{
+    *paths = w->fname;
+    return w->nf;
+}
 
 /* ------------------------------------------------------------------ check, read */
 

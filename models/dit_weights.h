@@ -8,6 +8,9 @@
  *     .index.json): diffusers' WanTransformer3DModel.save_pretrained, or Wan-AI's own
  *     (a WanModel config.json, original names); the config must describe the model
  *     (heads, head_dim, layers, widths, patch) and a text-to-video one,
+ *   - a vflow checkpoint: a step dir (its model.safetensors or the index of its shards),
+ *     or a checkpoint dir (its newest complete step, formats/ckpt.h); a LoRA run's step
+ *     holds adapters, not a model, and is refused saying so,
  * under one of three namings, recognised by its keys:
  *   original   Wan 2.1's WanModel state dict ("blocks.0.self_attn.q.weight"), the names of
  *              the layout (dit_layout.c) and of vflow's own checkpoints;
@@ -63,6 +66,9 @@ vf_dit_naming vf_dit_wsrc_naming(const vf_dit_wsrc *w);
 /* Tensors in the source (all files) and the bytes of the largest one. */
 int vf_dit_wsrc_count(const vf_dit_wsrc *w);
 int64_t vf_dit_wsrc_largest(const vf_dit_wsrc *w);
+/* The files the weights are read from, in order (one, or an index's shards): returns their
+ * count; (*paths)[i] borrowed until vf_dit_wsrc_close. */
+int vf_dit_wsrc_files(const vf_dit_wsrc *w, const char *const **paths);
 
 /* The source holds exactly the tensors of l (none missing, none extra) with l's shapes
  * and readable dtypes; a directory's config.json agrees with l's config. */

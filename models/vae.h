@@ -1,6 +1,6 @@
 /* vae.h — the causal 3D VAE (Wan-2.1 style): encoder and decoder, their streaming APIs.
  *
- * Architecture (DESIGN §6), identical in structure, tensor names and shapes to the
+ * Architecture, identical in structure, tensor names and shapes to the
  * encoder half of Wan-2.1's `WanVAE_` (wan/modules/vae.py), so a Wan-2.1 VAE state dict
  * saved as safetensors loads directly into the `wan` preset:
  *

@@ -5,7 +5,7 @@
 --        --out-dir emb/ --out-manifest clips_emb.csv
 --   vflow run pipelines/precompute_latents.lua --set manifest=clips_emb.csv \
 --        --set cache=cache/wan.lmdb --set vae=wan --set weights=wan_2.1_vae.safetensors \
---        --set text_dim=4096 --set text_len=512 --set frames=81 --set size=...
+--        --set text_dim=4096 --set text_len=512 --set frames=81 --set size=832x480
 --   # 2. check the weights against the preset, plan the memory, train
 --   vflow plan pipelines/finetune_wan.lua --set weights=Wan2.1-T2V-1.3B/ --budget cuda=80GiB
 --   vflow run  pipelines/finetune_wan.lua --set weights=Wan2.1-T2V-1.3B/ --set cache=cache/wan.lmdb
@@ -26,7 +26,7 @@
 -- the optimizer shards on the devices, spread over them), device ("cuda:0") or devices (comma
 -- list, one per stage), every (250), keep (2), model_shard_bytes (1e10: above it the
 -- checkpoint's model is Hugging Face shards + model.safetensors.index.json; 0 = one file),
--- seed (0), frames / height / width (81 / 480 / 832: the latent shape to plan with before
+-- seed (0), frames / size (81 / 832x480, WxH: the latent shape to plan with before
 -- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
@@ -36,17 +36,19 @@ local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
 
 if a.weights == nil then vf.fail("finetune_wan.lua: --set weights=PATH (Wan 2.1 T2V's DiT checkpoint) is required") end
-local model = vf.models.dit(a.preset or a.model or "wan-1.3b")   -- preset= as in train_dit.lua
-local devices = a.devices
+local preset, model_name = a.preset, a.model
+local model = vf.models.dit(preset or model_name or "wan-1.3b")   -- preset= as in train_dit.lua
+local devices, device = a.devices, a.device
 if type(devices) == "string" then
   local list = {}
   for d in devices:gmatch("[^,]+") do list[#list + 1] = d end
   devices = list
 end
-devices = devices or (a.device or "cuda:0")
+devices = devices or (device or "cuda:0")
 local first_dev = type(devices) == "table" and devices[1] or devices
 local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 
 local data = p:stage("latent_reader", {
   path = a.cache or "cache/wan.lmdb",
@@ -76,8 +78,10 @@ if a.offload ~= true and type(devices) == "table" and #devices > 1 then
 end
 local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
                                     model_shard_bytes = a.model_shard_bytes })
-local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = a.lora_alpha,
-                                           targets = a.lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
+-- every knob is read whether it applies or not: a knob the script never reads is refused
+local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
+local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,
+                                           targets = lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
           seed = a.seed or 0, weights = a.weights, lora = lora, lora_init = a.lora_init }
 return p

@@ -9,7 +9,7 @@
 -- The encoder's memory is set by `chunk` (frames per causal chunk) and micro_batch,
 -- never by the clip length. It names cuda:0 and a manifest that need not exist:
 -- `vflow plan` works anywhere, `vflow run` needs both.
--- Knobs (vf.args): frames (129), height (480), width (832), workers (4), micro_batch (1),
+-- Knobs (vf.args): frames (129), size (832x480, WxH), workers (4), micro_batch (1),
 -- chunk (8), capacity (4), device ("cuda:0"), manifest, cache.
 local vf = require "vflow"
 local a = vf.args
@@ -18,7 +18,7 @@ local p = vf.pipeline "precompute_129f_480p"
 local clips = p:stage("decode", {
   manifest = a.manifest or "data/videos.csv",
   frames = a.frames or 129,
-  size = { a.width or 832, a.height or 480 },
+  size = { vf.size(a.size or "832x480", "size") },
   workers = a.workers or 4,
 })
 local vae = p:stage("vae_encode", {

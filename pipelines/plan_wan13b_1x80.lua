@@ -2,13 +2,15 @@
 -- GPU at Wan's 480p training size, 81 frames 480x832 -> latents (16, 21, 60, 104):
 -- 21·30·52 = 32,760 video tokens per sample, 512 caption tokens, batch 1.
 --
---   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=24GiB
---   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB --set recompute=false
+--   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=256GiB
+--   vflow plan pipelines/plan_wan13b_1x80.lua --budget cuda=80GiB,cpu=256GiB --set recompute=false   # exit 2: cuda:0 over
 --
+-- The host needs 64.2 GiB (the asynchronous checkpoint's copies of the optimizer state),
+-- so a 24 GiB host budget is refused: give the host the run's machine has.
 -- It names cuda:0 and a cache that need not exist (latent_shape plans without it):
 -- `vflow plan` works anywhere, `vflow run` needs the GPU and the cache.
--- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), height
--- (480), width (832), offload (false: the optimizer shard on the GPU), shards (1),
+-- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), size
+-- (832x480, WxH), offload (false: the optimizer shard on the GPU), shards (1),
 -- device ("cuda:0"), cache, weights (Wan's checkpoint to start from: the plan checks it
 -- against the model and counts its largest tensor); model (preset, "wan-1.3b") and dim
 -- depth heads head_dim ffn text_len to plan another DiT shape on one GPU
@@ -18,7 +20,8 @@ local a = vf.args
 local p = vf.pipeline "wan13b_1x80"
 
 local T = 1 + ((a.frames or 81) - 1) // 4          -- the VAE's 4x causal time compression
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 local overrides = {}
 for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len" } do
   if a[k] ~= nil then overrides[k] = a[k] end

@@ -2,22 +2,26 @@
 -- 8 x 80 GB GPUs: 8 pipeline partitions (5 of the 40 blocks each, one per GPU), 1F1B
 -- over 8 micro-batches of one 81x480x832 clip (32,760 video tokens), recompute, and the
 -- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
--- partition k; offload = true puts the shards in host memory (DESIGN §7), so that only
--- bf16 weights, gradients and activations stay on the GPUs.
+-- partition k.
 --
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB --set offload=true
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # exit 2: cuda:0, cuda:1 over; lists the fixes
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB --set micro_batches=4   # fits
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=512GiB --set offload=true   # fits
 --
+-- offload = true puts the shards in host memory, leaving only bf16 weights, gradients and
+-- activations on the GPUs: the shards take the partitions' bf16 gradients and send bf16
+-- weights, their f32 master and moments on the host.
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
 -- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true), shards (8),
--- offload (false), frames (81), height (480), width (832), cache.
+-- offload (false), frames (81), size (832x480, WxH), cache.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_8x80"
 
 local T = 1 + ((a.frames or 81) - 1) // 4
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 local model = vf.models.dit "wan-14b"
 local P, G = a.stages or 8, a.gpus or 8
 local M = a.micro_batches or 8

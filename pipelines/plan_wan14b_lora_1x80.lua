@@ -6,20 +6,21 @@
 -- shard holds only the adapters' master weights and moments.
 --
 --   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB
---   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0
+--   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0   # exit 2: over
 --
 -- lora_rank = 0 plans the full fine-tune of the same model on the same GPU, for comparison.
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
 -- run` needs the GPU, the cache and the base weights (`weights`).
 -- Knobs (vf.args): lora_rank (32; 0 = full fine-tune), lora_alpha (rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), recompute (true), micro_batches (1), batch (1),
--- frames (81), height (480), width (832), device ("cuda:0"), cache, weights.
+-- frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_lora_1x80"
 
 local T = 1 + ((a.frames or 81) - 1) // 4
-local h, w = (a.height or 480) // 8, (a.width or 832) // 8
+local W, H = vf.size(a.size or "832x480", "size")
+local h, w = H // 8, W // 8
 local model = vf.models.dit "wan-14b"
 local dev = a.device or "cuda:0"
 local rank = a.lora_rank or 32
@@ -39,10 +40,11 @@ local dit = p:pipeline_parallel(model, {
 local opt = p:stage("adamw", { lr = 1e-4, shards = 1, device = dev })
 local ckpt = p:stage("checkpoint", { dir = "runs/wan14b_lora_1x80/ckpt", every = 250, keep = 2 })
 local lora
+local lora_targets, lora_alpha = a.lora_targets, a.lora_alpha -- read also for rank 0: knobs never read are refused
 if rank > 0 then
   local targets = {}
-  for t in tostring(a.lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
-  lora = { rank = rank, alpha = a.lora_alpha or rank, targets = targets }
+  for t in tostring(lora_targets or "self_attn.*,cross_attn.*,ffn.*"):gmatch("[^,]+") do targets[#targets + 1] = t end
+  lora = { rank = rank, alpha = lora_alpha or rank, targets = targets }
 end
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = 10000, weights = a.weights,
           lora = lora }

@@ -44,7 +44,7 @@ for spec in tostring(a.buckets or "256x144,144x256,192x192"):gmatch("[^,%s]+") d
 end
 
 local clips = p:stage("decode", {
-  manifest = a.source == nil and (a.manifest or "data/samples/manifest.csv") or nil,
+  manifest = a.manifest or (a.source == nil and "data/samples/manifest.csv" or nil), -- both: refused
   source = a.source,
   buckets = config == nil and buckets or nil,
   bucket_config = config,

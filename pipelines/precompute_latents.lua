@@ -11,14 +11,14 @@ local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.name or "precompute", { tensorboard = a.tensorboard })
 
-local size = a.size or 64
+local W, H = vf.size(a.size or 64, "size")
 local clips = p:stage("decode", {
-  manifest = a.source == nil and (a.manifest or "data/samples/manifest.csv") or nil,
+  manifest = a.manifest or (a.source == nil and "data/samples/manifest.csv" or nil), -- both: refused
   source = a.source,
   frames = a.frames or 17,
   stride = a.stride or 1,
   fps = a.fps, -- target frame rate: sample by timestamp instead of stride
-  size = { size, size },
+  size = { W, H },
   clips_per_video = a.clips_per_video or 0,
   max_bad_fraction = a.max_bad_fraction, -- per decode instance (default 0.1)
   workers = a.workers or 2,

@@ -4,8 +4,12 @@
 -- lists every bucket's own peak and refuses one that does not fit the budget.
 --
 --   vflow plan pipelines/train_buckets.lua --set cache=cache/buckets.lmdb
---   vflow run  pipelines/train_buckets.lua --set cache=cache/buckets.lmdb --set steps=300
---   vflow run  pipelines/train_buckets.lua ... --set admission=shrink   # shrink what does not fit
+--   vflow run  pipelines/train_buckets.lua --set cache=cache/buckets.lmdb --set steps=10
+--   vflow run  pipelines/train_buckets.lua --set cache=cache/buckets.lmdb --set steps=10 --set admission=shrink --run-dir runs/shrink
+--
+-- (5 s a step on the CPU backend of a shared 2-core VM, 2026-11-27: the buckets' clips are
+-- 256x144 and 144x256 at 17 and 33 frames; a GPU, --set device=cuda:0, is where such a
+-- run belongs)
 --
 -- Knobs (vf.args), beside train_dit.lua's model, steps, stages, micro_batches, recompute,
 -- shards, lr, every, keep, seed, device:

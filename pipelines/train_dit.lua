@@ -2,7 +2,8 @@
 -- pipeline-parallel partitions in 1F1B, sharded AdamW, asynchronous atomic checkpoints.
 --
 --   vflow run pipelines/train_dit.lua --set cache=cache/latents.lmdb --set steps=300
---   vflow run pipelines/train_dit.lua ... --resume      # continue from the newest checkpoint
+--   vflow run pipelines/train_dit.lua --set cache=cache/latents.lmdb --set steps=400 --resume
+--                    (steps is the run's total: the resume trains steps 301-400)
 --
 -- Knobs (vf.args):
 --   run            pipeline name = run dir runs/<run>                      (train)
@@ -42,7 +43,7 @@
 --                  in <run dir>/samples/step-N/ (a model with text_dim)     (none)
 --   sample_captions captions as text, separated by '|', for a model trained on caption
 --                  bytes (no text_dim): a video of each per checkpoint       (none)
---   sample_negative sample_frames sample_size (WxH) sample_steps sample_shift sample_guidance
+--   sample_negative sample_frames sample_size (WxH or one number) sample_steps sample_shift sample_guidance
 --   sample_seed sample_fps sample_every sample_device sample_cache   the sample stage's params
 local vf = require "vflow"
 local a = vf.args
@@ -92,26 +93,27 @@ local ckpt = p:stage("checkpoint", {
   chunk = a.ckpt_chunk,
   model_shard_bytes = a.model_shard_bytes,
 })
+-- every knob is read whether it applies or not: a knob the script never reads is refused
+local sk = {}
+for _, k in ipairs { "prompts", "captions", "negative", "frames", "size", "steps", "shift", "guidance", "seed",
+                     "fps", "every", "device", "cache" } do sk[k] = a["sample_" .. k] end
+local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
 local sample
 local function nonempty(v) return v ~= nil and v ~= "" end
-if nonempty(a.sample_prompts) or nonempty(a.sample_captions) then
+if nonempty(sk.prompts) or nonempty(sk.captions) then
   local prompts, captions = {}, {}
-  for f in tostring(a.sample_prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
-  for c in tostring(a.sample_captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
+  for f in tostring(sk.prompts or ""):gmatch("[^,]+") do prompts[#prompts + 1] = f end
+  for c in tostring(sk.captions or ""):gmatch("[^|]+") do captions[#captions + 1] = c end
   local size
-  if a.sample_size ~= nil then
-    local w, h = tostring(a.sample_size):match("^(%d+)x(%d+)$")
-    if not w then vf.fail("sample_size %s: expected WxH, e.g. 256x256", tostring(a.sample_size)) end
-    size = { tonumber(w), tonumber(h) }
-  end
+  if sk.size ~= nil then size = { vf.size(sk.size, "sample_size") } end
   sample = {
-    prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = a.sample_negative, frames = a.sample_frames, size = size,
-    steps = a.sample_steps, shift = a.sample_shift, guidance = a.sample_guidance, seed = a.sample_seed,
-    fps = a.sample_fps, every = a.sample_every, device = a.sample_device, cache = a.sample_cache,
+    prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = sk.negative,
+    frames = sk.frames, size = size, steps = sk.steps, shift = sk.shift, guidance = sk.guidance, seed = sk.seed,
+    fps = sk.fps, every = sk.every, device = sk.device, cache = sk.cache,
   }
 end
-local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = a.lora_alpha,
-                                           targets = a.lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
+local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,
+                                           targets = lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
           lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
 return p

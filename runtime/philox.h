@@ -3,7 +3,7 @@
  * Every random number vflow draws is a pure function of (seed, step, id, purpose,
  * index): no generator state advances, so the value does not depend on which thread,
  * partition, shard or micro-batch asks for it, nor on the order of the calls. That is
- * what makes noise and timesteps identical for any pipeline split (DESIGN §6, §7).
+ * what makes noise and timesteps identical for any pipeline split (docs/TRAINING.md).
  *
  * A stream is keyed by (seed, step, purpose): its 64-bit Philox key is the first two
  * words of philox(ctr = {purpose, step_lo, step_hi, "vfrg"}, key = {seed_lo, seed_hi}),

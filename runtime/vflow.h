@@ -6,7 +6,7 @@
  * accounted memory. Everything else (graph, transports, workers, supervision) lives
  * behind it in runtime/ and may change without touching a stage.
  *
- * Conventions (DESIGN §9): functions return int (0 ok, negative VF_E* on error) and fill
+ * Conventions: functions return int (0 ok, negative VF_E* on error) and fill
  * a vf_status with a message naming file/stage/key; ownership of every pointer argument
  * or result is stated in the comment above the declaration.
  */
@@ -362,7 +362,9 @@ typedef struct vf_mem_plan {
 } vf_mem_plan;
 
 /* Declares bytes on dev (the same device, category and `what` twice add up: a hook may
- * declare in pieces). _input and _lib name another holder (vf_mem_holder). */
+ * declare in pieces). _input and _lib name another holder (vf_mem_holder). An entry that
+ * is the bound a param sets rather than what the data will need ends its `what` with
+ * "(<param> bound)": plan-vs-measured says so beside the stage's ratio. */
 void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_input(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
@@ -434,6 +436,17 @@ typedef struct vf_stage_ops {
      * driver locks it as it locks the run dir, so that two runs never write it at once.
      * NULL: none. */
     void (*lock_dir)(const vf_params *p, const char *run_dir, char *out, size_t n);
+    /* What the stage reads when it starts is there (a manifest, a cache): checked by
+     * `vflow run` before it creates the run dir or starts a worker, on the node that runs
+     * the stage; never by `check` or `plan`, which work where the data are not. A
+     * failure (VF_EBADINPUT, st naming the file and what to do) exits 2 with nothing
+     * started. NULL: nothing to check. */
+    int (*preflight)(const vf_params *p, vf_status *st);
+    /* Keys p:stage(kind, {...}) takes for this kind that its Lua expander (vf.expand,
+     * lua/<file>.lua) consumes before any stage exists — decode's `workers`, adamw's
+     * `isolate` — {0}-terminated, for `vflow help KIND` and the README table only: the
+     * stage never receives them. NULL: none. */
+    const vf_param_spec *expander_params;
 } vf_stage_ops;
 
 /* Registers a stage kind (called from a constructor, see VF_REGISTER_STAGE). */
@@ -503,6 +516,13 @@ void vf_metric(vf_ctx *ctx, const char *key, double value);
 /* An event row (a JSON object text, e.g. a training step) appended to metrics.jsonl
  * with "stage" and "t" added. */
 void vf_metric_row(vf_ctx *ctx, const char *json_object);
+/* A line of the run's closing summary on the console, under the table of stages (what a
+ * short run has no progress line to show: the last loss, the checkpoint written, the files
+ * quarantined). key names the line within the stage: a later line of the same key
+ * replaces it, so a stage may keep one up to date as it goes. Also an event row
+ * {"event":"summary","key","line"} of metrics.jsonl. */
+#define VF_SUMMARY_LINE 512 /* longest summary line kept (bytes, with the NUL) */
+void vf_summary(vf_ctx *ctx, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Appends {"path","reason","stage","t"} to <run dir>/quarantine.jsonl. */
 void vf_quarantine(vf_ctx *ctx, const char *path, const char *reason);
 

@@ -100,5 +100,6 @@ else
   exit 1
 fi
 echo "TensorBoard event files: $ROOT/runs/quickstart/tb/ (precompute: $ROOT/runs/precompute/tb/)"
-echo "  tensorboard --logdir runs/quickstart/tb"
+# the TensorBoard scripts/setup.sh installs (any other reads the same files)
+echo "  ${VFLOW_REF_VENV:-/opt/vflow-ref}/bin/tensorboard --logdir runs/quickstart/tb"
 echo "make run: done in $(( $(date +%s) - t0 )) s"

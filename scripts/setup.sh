@@ -45,12 +45,18 @@ if ! "$REF/bin/python" -c 'import diffusers, transformers, safetensors' 2>/dev/n
   $SUDO "$REF/bin/pip" install -q --no-deps "${ref_pins[@]}"
 fi
 
-# TensorBoard's own event reader and tbparse for tests/reference/test_tb_events.py, in the
-# same venv the same way (pinned, without dependencies: the pins are the whole closure
-# beside Debian's numpy).
+# TensorBoard — the server `make run` points at ($REF/bin/tensorboard --logdir …) and its
+# event reader for tests/reference/test_tb_events.py — and tbparse, in the same venv the
+# same way (pinned, without dependencies: the pins are the whole closure beside Debian's
+# numpy and the pins above; werkzeug, markdown, grpcio and the data server are what the
+# server itself imports).
 tb_pins=(tensorboard==2.20.0 tbparse==0.0.9 protobuf==5.29.5 absl-py==2.1.0 pandas==2.2.3
-         python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.16.0)
-if ! "$REF/bin/python" -c 'import tensorboard.backend.event_processing.event_accumulator, tbparse' 2>/dev/null; then
+         python-dateutil==2.9.0.post0 pytz==2025.2 tzdata==2025.2 six==1.16.0
+         werkzeug==3.1.3 markupsafe==3.0.2 markdown==3.7 grpcio==1.68.1 tensorboard-data-server==0.7.2)
+# (found without importing them: quick when everything is there)
+tb_mods="tensorboard tbparse werkzeug markdown markupsafe grpc tensorboard_data_server google.protobuf absl pandas"
+if ! "$REF/bin/python" -c 'import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in sys.argv[1].split()))' "$tb_mods" 2>/dev/null; then
   echo "setup: installing tensorboard and tbparse (PyPI, pinned) into $REF"
   $SUDO "$REF/bin/pip" install -q --no-deps "${tb_pins[@]}"
 fi

@@ -457,6 +457,13 @@ static int sample_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     vf_metric(ctx, "sample_skipped", 0);
     vf_metric(ctx, "sample_failed", 0);
     vf_metric(ctx, "sample_videos", 0);
+    if (c->captions) { /* what the model reads of them: one line for the run */
+        int64_t tl = vf_param_int(vf_param_table(c->p, "model"), "text_len"), cut = 0;
+        for (int i = 0; i < c->nprompts; i++) cut += (int64_t)strlen(vf_param_str_at(c->p, "captions", i)) > tl;
+        if (cut)
+            vf_log(ctx, VF_LOG_WARN, "%lld of the %d captions are longer than the model's text_len = %lld bytes: the "
+                   "videos are sampled from their first %lld", (long long)cut, c->nprompts, (long long)tl, (long long)tl);
+    }
     vf_port *in = vf_in(ctx, "ckpt");
     for (;;) {
         report(ctx, c);
@@ -503,6 +510,29 @@ static int sample_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     return rc;
 }
 
+/* `vflow run`: the files the videos are made from are there before training starts, not
+ * found missing at the first checkpoint. */
+static int sample_preflight(const vf_params *p, vf_status *st)
+{
+    struct stat sb;
+    for (int i = 0; i < vf_param_len(p, "prompts"); i++) {
+        const char *f = vf_param_str_at(p, "prompts", i);
+        if (stat(f, &sb) != 0)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "sample: prompt %s: %s", f, strerror(errno));
+    }
+    static const char *const files[] = {"cache", "vae"};
+    for (int i = 0; i < 2; i++) {
+        const char *f = vf_param_str(p, files[i]);
+        if (f[0] && stat(f, &sb) != 0)
+            return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "sample: %s %s: %s", files[i], f, strerror(errno));
+    }
+    if (vf_param_len(p, "captions") == 0 && vf_param_str(p, "negative")[0] &&
+        stat(vf_param_str(p, "negative"), &sb) != 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "sample: negative %s: %s",
+                             vf_param_str(p, "negative"), strerror(errno));
+    return 0;
+}
+
 static const vf_stage_ops sample_ops = {
     .api_version = VF_API_VERSION,
     .kind = "sample",
@@ -514,5 +544,6 @@ static const vf_stage_ops sample_ops = {
     .init = sample_init,
     .run = sample_run,
     .fini = sample_fini,
+    .preflight = sample_preflight,
 };
 VF_REGISTER_STAGE(sample_ops)

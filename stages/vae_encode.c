@@ -82,6 +82,9 @@ static const vf_param_spec vae_params[] = {
      "per-channel latent mean (z values; default: a diffusers VAE's config.json, else the model's)"},
     {"latents_std", VF_P_LIST_NUM, "null", VF_ANY,
      "per-channel latent std (z values; default: a diffusers VAE's config.json, else the model's)"},
+    {"patch", VF_P_INT, "2", VF_RANGE(1, 64),
+     "spatial patch of the DiT that trains on these latents: frame sides must be multiples of the VAE's spatial "
+     "stride x patch (1 = of the stride only)"},
     {"skip_cached", VF_P_STR, "null", VF_ANY,
      "LMDB latent cache: drop clips whose key (source, clip, transform, this VAE) it holds, "
      "before encoding (a rerun redoes only what is missing)"},
@@ -144,6 +147,22 @@ static void upstream_geom(const vf_port_specs *ports, geom *g)
     }
 }
 
+/* Frame sides W x H against what training on the latents needs: multiples of the VAE's
+ * spatial stride sf times the DiT's patch (a side of 0 is not known yet). VF_EBADINPUT
+ * naming both factors and the nearest sizes that fit. */
+static int size_check(int64_t W, int64_t H, int sf, int patch, const char *what, vf_status *st)
+{
+    const int64_t m = (int64_t)sf * patch;
+    if (W % m == 0 && H % m == 0 && W >= 0 && H >= 0) return 0;
+    /* the nearest sizes below and above (a side that fits stays) */
+    int64_t w0 = W / m * m > 0 ? W / m * m : m, h0 = H / m * m > 0 ? H / m * m : m;
+    int64_t w1 = W % m ? w0 + m : w0, h1 = H % m ? h0 + m : h0;
+    return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                         "vae_encode: %s of %" PRId64 "x%" PRId64 " (WxH): training needs sides that are multiples "
+                         "of %" PRId64 " = the VAE's spatial stride %d x the DiT's patch %d (vae_encode.patch); e.g. "
+                         "%" PRId64 "x%" PRId64 " or %" PRId64 "x%" PRId64, what, W, H, m, sf, patch, w0, h0, w1, h1);
+}
+
 static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_specs *out,
                      vf_status *st)
 {
@@ -160,10 +179,10 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
                 "vae_encode: clips of %" PRId64 " frames: the causal VAE encodes 1 + %d·k frames "
                 "(e.g. %" PRId64 " or %" PRId64 "); set the decoder's frames accordingly",
                 g.T, tf, 1 + (g.T - 1) / tf * tf, 1 + ((g.T - 1) / tf + 1) * tf);
-    if ((g.H && g.H % sf) || (g.W && g.W % sf))
-        VF_FAIL(st, VF_EUSAGE,
-                "vae_encode: frames of %" PRId64 "x%" PRId64 " (HxW): both must be multiples of %d",
-                g.H, g.W, sf);
+    if (size_check(g.W, g.H, sf, (int)vf_param_int(p, "patch"), "frames", st)) {
+        st->code = rc = VF_EUSAGE;
+        goto fail;
+    }
     vf_port_spec *in = vf_port_add(out, "in", VF_PORT_IN, true);
     in->multi = true; /* several decode workers feed one encoder */
     int64_t fd[4] = {g.T, g.H, g.W, 3};
@@ -250,6 +269,7 @@ typedef struct vae_state {
     vf_vae *m;
     vf_vae_enc *enc;
     int micro_batch, chunk, enc_H, enc_W;
+    int patch;                   /* the DiT's spatial patch the frame sides must allow */
     bool logvar;
     vf_item **batch;
     int nb;
@@ -359,6 +379,7 @@ static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
     VF_TRY(config_from_params(p, &v->cfg, st));
     v->micro_batch = (int)vf_param_int(p, "micro_batch");
     v->chunk = (int)vf_param_int(p, "chunk");
+    v->patch = (int)vf_param_int(p, "patch");
     v->logvar = vf_param_bool(p, "logvar");
     if (!(v->batch = vf_calloc(sizeof *v->batch * (size_t)v->micro_batch, st)))
         VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
@@ -517,10 +538,9 @@ static int clip_shape(vae_state *v, const vf_item *it, int64_t *T, int64_t *H, i
         VF_FAIL(st, VF_EBADINPUT,
                 "vae_encode: item '%s' has %" PRId64 " frames: the causal VAE encodes 1 + %d·k frames",
                 vf_item_id(it), *T, tf);
-    if (*H < sf || *W < sf || *H % sf || *W % sf)
-        VF_FAIL(st, VF_EBADINPUT,
-                "vae_encode: item '%s': frames of %" PRId64 "x%" PRId64 " (HxW) are not multiples of %d",
-                vf_item_id(it), *H, *W, sf);
+    char what[300];
+    snprintf(what, sizeof what, "item '%s': frames", vf_item_id(it));
+    VF_TRY(size_check(*W, *H, sf, v->patch, what, st));
 fail:
     return rc;
 }

@@ -5,7 +5,7 @@
  * live and peak bytes (atomics: a block freed on any thread credits the account that
  * paid for it) and an optional limit: an allocation that would take it over fails with
  * VF_ENOMEM naming the account. Metrics walk all accounts with vf_account_each to report
- * the measured peak per stage next to what the stage declared (DESIGN §4).
+ * the measured peak per stage next to what the stage declared (docs/PLANNING.md).
  *
  * Device pools (the CUDA backend) reuse the type: an account has a device, and
  * vf_account_charge / vf_account_credit book bytes allocated elsewhere.

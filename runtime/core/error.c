@@ -1,5 +1,5 @@
 /* error.c — vf_status: the first error's code, a message with context, and the C
- * source location that raised it (DESIGN §9, LMDB style). Also the CLI exit-code
+ * source location that raised it (LMDB style). Also the CLI exit-code
  * mapping and the abort path for broken invariants. */
 #include "runtime/vflow.h"
 

@@ -183,22 +183,26 @@ char *vf_params_json(const vf_params *p) { return vf_json_emit(J(p), true, 0); }
 
 int vf_edit_distance(const char *a, const char *b)
 {
+    /* optimal string alignment: insertions, deletions, substitutions and swaps of two
+     * neighbours ("stpes" -> "steps") cost 1 each */
     size_t n = strlen(a), m = strlen(b);
     if (n > 128 || m > 128) return (int)(n > m ? n : m);
-    int row[129];
-    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+    int rows[3][129], *pp = rows[0], *prev = rows[1], *row = rows[2];
+    for (size_t j = 0; j <= m; j++) prev[j] = (int)j;
     for (size_t i = 1; i <= n; i++) {
-        int diag = row[0];
         row[0] = (int)i;
         for (size_t j = 1; j <= m; j++) {
-            int up = row[j];
-            int sub = diag + (a[i - 1] != b[j - 1]);
-            int best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
-            row[j] = sub < best ? sub : best;
-            diag = up;
+            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pp[j - 2] + 1 < best)
+                best = pp[j - 2] + 1;
+            row[j] = best;
         }
+        int *t = pp;
+        pp = prev, prev = row, row = t;
     }
-    return row[m];
+    return prev[m];
 }
 
 const char *vf_did_you_mean(const char *word, const char *const *cands, int n)

@@ -39,8 +39,9 @@ const vf_param_spec *vf_param_spec_find(const vf_param_spec *schema, const char 
 /* Type name for messages and docs: "int", "number", "list of int", … */
 const char *vf_param_type_name(vf_param_type t);
 
-/* Did-you-mean: Levenshtein distance, and the closest of cands[0..n) if it is near
- * enough to be a plausible typo of word (NULL otherwise). Borrowed from cands. */
+/* Did-you-mean: edit distance (Levenshtein, with a swap of two neighbours as one edit),
+ * and the closest of cands[0..n) if it is near enough to be a plausible typo of word
+ * (NULL otherwise). Borrowed from cands. */
 int vf_edit_distance(const char *a, const char *b);
 const char *vf_did_you_mean(const char *word, const char *const *cands, int n);
 #endif

@@ -14,6 +14,7 @@
 #include "runtime/core/params.h"
 #include "runtime/core/stop.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,24 @@ void vf_metric_row(vf_ctx *ctx, const char *json_object)
         ctx->hooks->row(ctx->hooks->user, ctx->stage, json_object);
     else
         fprintf(stderr, "ROW [%s] %s\n", ctx->stage->name, json_object);
+}
+
+void vf_summary(vf_ctx *ctx, const char *key, const char *fmt, ...)
+{
+    char line[VF_SUMMARY_LINE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    vf_obuf b;
+    vf_obuf_init(&b);
+    vf_obuf_puts(&b, "{\"event\":\"summary\",\"key\":");
+    vf_obuf_json_str(&b, key ? key : "");
+    vf_obuf_puts(&b, ",\"line\":");
+    vf_obuf_json_str(&b, line);
+    vf_obuf_puts(&b, "}");
+    if (vf_obuf_ok(&b)) vf_metric_row(ctx, vf_obuf_str(&b));
+    vf_obuf_fini(&b);
 }
 
 static double wall_time(void)

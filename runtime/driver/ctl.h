@@ -1,4 +1,4 @@
-/* ctl.h — the control plane between the driver and its workers (DESIGN §3).
+/* ctl.h — the control plane between the driver and its workers (docs/run.md).
  *
  * The driver binds one ROUTER socket (ZMQ_ROUTER_MANDATORY, so a message to a worker
  * that is gone fails instead of vanishing); each worker connects one DEALER whose

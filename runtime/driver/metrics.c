@@ -300,6 +300,20 @@ void vf_monitor_sample(vf_monitor *m, int worker, const char *payload)
     vf_tb_log_sample(m->tb, m, touched);
 }
 
+/* The newest summary line of (stage, key) replaces the older one in place. */
+static void keep_line(vf_monitor *m, int stage, const char *key, const char *line)
+{
+    int i = 0;
+    while (i < m->nlines && !(m->lines[i].stage == stage && strcmp(m->lines[i].key, key) == 0)) i++;
+    if (i == m->nlines) {
+        if (m->nlines == VF_MON_SUMMARY) return;
+        m->nlines++;
+        m->lines[i].stage = stage;
+        snprintf(m->lines[i].key, sizeof m->lines[i].key, "%s", key);
+    }
+    snprintf(m->lines[i].line, sizeof m->lines[i].line, "%s", line);
+}
+
 void vf_monitor_event(vf_monitor *m, int stage, const char *json_object)
 {
     if (stage < 0 || stage >= m->nstages) return;
@@ -321,6 +335,7 @@ void vf_monitor_event(vf_monitor *m, int stage, const char *json_object)
         }
         m->nfailures++;
     }
+    if (strcmp(ev, "summary") == 0) keep_line(m, stage, vf_json_get_str(j, "key", ""), vf_json_get_str(j, "line", ""));
     if (j && j->type == VF_JSON_OBJ) {
         const char *p = strchr(json_object, '{') + 1;
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
@@ -392,6 +407,7 @@ void vf_monitor_summary(const vf_monitor *m, FILE *out, const char *title)
                 s->worker >= 0 && s->worker < m->nworkers ? m->worker_names[s->worker] : "-",
                 (long long)vf_mon_items(s), t, rate, data, peak, rss);
     }
+    for (int i = 0; i < m->nlines; i++) fprintf(out, "  %s\n", m->lines[i].line);
     if (!m->nfailures) return;
     fprintf(out, "  failed (%d):\n", m->nfailures);
     for (int i = 0; i < m->nfailures && i < VF_MON_FAILURES; i++) fprintf(out, "    %s\n", m->failures[i]);

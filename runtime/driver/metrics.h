@@ -60,6 +60,14 @@ typedef struct vf_mon_stage {
 
 typedef struct vf_tb_log vf_tb_log; /* tb_log.h */
 #define VF_MON_FAILURES 12
+#define VF_MON_SUMMARY 32
+
+/* A stage's line for the closing summary (vf_summary): the newest of its key. */
+typedef struct vf_mon_line {
+    int stage;
+    char key[32];
+    char line[VF_SUMMARY_LINE];
+} vf_mon_line;
 
 typedef struct vf_monitor {
     int nstages;
@@ -78,6 +86,9 @@ typedef struct vf_monitor {
      * summary, and their count */
     char failures[VF_MON_FAILURES][320];
     int nfailures;
+    /* event rows "event":"summary": the newest line per (stage, key), in first-seen order */
+    vf_mon_line lines[VF_MON_SUMMARY];
+    int nlines;
 } vf_monitor;
 
 /* Sets up the picture of placed graph g; rows go to metrics_fd. */
@@ -89,13 +100,14 @@ void vf_monitor_sample(vf_monitor *m, int worker, const char *payload);
 /* Writes an event row of stage `stage`. A text that is not a JSON object is written as
  * {"stage","t","bad_row":"<text>"} so that metrics.jsonl stays parseable. A row whose
  * "event" ends in "_failed" (with "step" and "error" when it has them) is also kept for
- * the summary. */
+ * the summary, and so is the "line" of an "event":"summary" row (the newest per stage and
+ * "key"; vf_summary). */
 void vf_monitor_event(vf_monitor *m, int stage, const char *json_object);
 /* Final rows: one per stage and the end-of-run row. */
 void vf_monitor_final(vf_monitor *m, const char *status, const char *message);
-/* The end-of-run table (per stage: items, time, rate, peak memory, worker RSS), then
- * the failures the stages reported as "_failed" events (the first VF_MON_FAILURES and
- * their count). */
+/* The end-of-run table (per stage: items, time, rate, peak memory, worker RSS), the
+ * stages' summary lines, then the failures the stages reported as "_failed" events (the
+ * first VF_MON_FAILURES and their count). */
 void vf_monitor_summary(const vf_monitor *m, FILE *out, const char *title);
 double vf_monitor_elapsed(const vf_monitor *m);
 

@@ -1,4 +1,4 @@
-/* rundir.h — the run directory of `vflow run` (DESIGN §1): runs/<name>/ with the
+/* rundir.h — the run directory of `vflow run` (docs/run.md): runs/<name>/ with the
  * resolved graph (graph.json), the run log (run.log), metrics (metrics.jsonl), the
  * quarantine list (quarantine.jsonl, created by the first vf_quarantine), worker
  * stdout/stderr (workers/<worker>.log) and the ipc sockets of the run (sock/).

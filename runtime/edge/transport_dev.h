@@ -14,7 +14,7 @@
  * device its thread works on (the one it last asked vf_backend_cuda for), or a host
  * tensor (same dtype) on a thread that never did (a CPU stage fed by a GPU stage).
  *
- * Buffer lifetime (DESIGN §3): the producer keeps every device tensor it sent on an
+ * Buffer lifetime: the producer keeps every device tensor it sent on an
  * edge referenced until that item's credit comes back; the consumer copies the data
  * into its own pool memory before vf_recv returns (so the credit, sent once vf_recv
  * hands the item over, is the release). A producer buffer is therefore reused only

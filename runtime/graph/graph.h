@@ -89,7 +89,7 @@ int vf_graph_find(const vf_graph *g, const char *name); /* index or -1 */
  * with "file:line: message". Fills stage->ops, ports, mem. */
 int vf_graph_validate(vf_graph *g, vf_status *st);
 
-/* Placement (DESIGN §3): one worker per CUDA device, one per VF_STAGE_OWN_WORKER
+/* Placement (docs/run.md): one worker per CUDA device, one per VF_STAGE_OWN_WORKER
  * stage, the rest in one CPU worker; resolves edge transports. */
 int vf_graph_place(vf_graph *g, vf_status *st);
 
@@ -98,6 +98,9 @@ int vf_graph_nodes(const vf_graph *g);
 /* A topology naming more nodes than the run has (nnodes from the launcher or --nodes)
  * is VF_EUSAGE naming the first stage placed beyond it, with its file:line. */
 int vf_graph_check_nodes(const vf_graph *g, int nnodes, vf_status *st);
+/* The preflight of every stage placed on node `node` (vf_stage_ops.preflight): the first
+ * failure, prefixed with the stage's Lua line and name. */
+int vf_graph_preflight(const vf_graph *g, int node, vf_status *st);
 
 /* Resolved graph as JSON (for the run dir and for workers) and back. */
 char *vf_graph_to_json(const vf_graph *g);                     /* caller frees */

@@ -1,8 +1,8 @@
 /* lua_host.c — the C side of `require "vflow"`: a sandboxed Lua 5.4 that runs a
  * pipeline script once and converts the pipeline it returns into a vf_graph.
  *
- * Pattern of lua.c (pcall + message handler with traceback), with the sandbox of
- * DESIGN §5. Everything that can raise a Lua error — opening the libraries, running the
+ * Pattern of lua.c (pcall + message handler with traceback), with the sandbox README.md
+ * describes ("The Lua DSL"). Everything that can raise a Lua error — opening the libraries, running the
  * script, reading the returned tables — runs under lua_pcall, so a script (or a memory
  * cap hit while converting) can never reach Lua's panic handler and abort the driver.
  *
@@ -542,7 +542,36 @@ static int lua_failure(lua_State *L, host *h, int status, vf_status *st)
     return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "%s", msg);
 }
 
-int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_graph **out, bool *used,
+/* For each --set key the script did not read, the key it read nearest to it (the args_used
+ * table at the top of the stack). */
+static void near_keys(lua_State *L, const char *const *set_kv, int nset, const bool *used, char **near)
+{
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        n += lua_type(L, -2) == LUA_TSTRING;
+        lua_pop(L, 1);
+    }
+    const char **cands = calloc((size_t)n + 1, sizeof *cands);
+    if (!cands) return;
+    n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_type(L, -2) == LUA_TSTRING) cands[n++] = lua_tostring(L, -2); /* alive: the table holds it */
+        lua_pop(L, 1);
+    }
+    for (int i = 0; i < nset; i++) {
+        const char *eq = strchr(set_kv[i], '=');
+        if (used[i] || !eq) continue;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - set_kv[i]), set_kv[i]);
+        const char *m = vf_did_you_mean(key, cands, n);
+        near[i] = m ? strdup(m) : NULL;
+    }
+    free(cands);
+}
+
+int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_graph **out, bool *used, char **near,
                    vf_status *st)
 {
     int rc = 0;
@@ -552,8 +581,10 @@ int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_gra
     host *h = calloc(1, sizeof *h);
     char *buf = NULL;
     *out = NULL;
-    if (used)
-        for (int i = 0; i < nset; i++) used[i] = false;
+    for (int i = 0; i < nset; i++) {
+        if (used) used[i] = false;
+        if (near) near[i] = NULL;
+    }
     if (!h) VF_FAIL(st, VF_ENOMEM, "out of memory");
     if (!(buf = read_script(path, &n, st))) {
         rc = st ? st->code : VF_EUSAGE;
@@ -628,6 +659,7 @@ int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_gra
             used[i] = lua_toboolean(L, -1);
             lua_pop(L, 1);
         }
+        if (near) near_keys(L, set_kv, nset, used, near);
         lua_pop(L, 1);
     }
 
@@ -660,5 +692,5 @@ fail:
 
 int vf_lua_load(const char *path, const char *const *set_kv, int nset, vf_graph **out, vf_status *st)
 {
-    return vf_lua_load_ex(path, set_kv, nset, out, NULL, st);
+    return vf_lua_load_ex(path, set_kv, nset, out, NULL, NULL, st);
 }

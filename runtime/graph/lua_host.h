@@ -1,5 +1,5 @@
 /* lua_host.h — runs a pipeline script in a sandboxed Lua 5.4 and turns the pipeline it
- * returns into a plain vf_graph (DESIGN §5).
+ * returns into a plain vf_graph (README.md, "The Lua DSL").
  *
  * The sandbox: base (without dofile/loadfile; `load` of text chunks only), string
  * (without string.dump), table, math, utf8; no io, os, package, debug, coroutine;
@@ -28,8 +28,10 @@
 int vf_lua_load(const char *path, const char *const *set_kv, int nset, vf_graph **out, vf_status *st);
 
 /* As vf_lua_load; also sets used[i] (nset entries, may be NULL) when the script read
- * vf.args[key of set_kv[i]], so the CLI can tell a script knob from a stage override. */
-int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_graph **out, bool *used,
+ * vf.args[key of set_kv[i]], so the CLI can tell a script knob from a stage override, and
+ * near[i] (nset entries, may be NULL) for a key it did not read: the key it read that is
+ * the likely typo's intent (a did-you-mean; a new string the caller frees), else NULL. */
+int vf_lua_load_ex(const char *path, const char *const *set_kv, int nset, vf_graph **out, bool *used, char **near,
                    vf_status *st);
 
 #endif /* VF_LUA_HOST_H */

@@ -1,5 +1,5 @@
 /* place.c — vf_graph_place: which worker process hosts each stage, and which transport
- * each edge uses (DESIGN §3).
+ * each edge uses (docs/run.md).
  *
  * Rules, in order of precedence:
  *   1. stages with the same `worker` hint share a worker (the user said so);

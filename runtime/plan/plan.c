@@ -158,7 +158,7 @@ static int add_runtime(vf_mplan *p, vf_status *st)
             const vf_pline *x = &p->l[i];
             if (x->worker != w) continue;
             /* big blocks freed while running: items, records, staging (state is
-             * allocated once and freed at the end, DESIGN §3: pools, no per-item malloc) */
+             * allocated once and freed at the end: pools, no per-item malloc) */
             bool transient = x->cat == VF_MEM_ITEMS || x->cat == VF_MEM_EDGES || x->cat == VF_MEM_CKPT ||
                              x->cat == VF_MEM_DECODE;
             if (x->dev.kind == VF_DEV_CPU && transient && x->bytes >= (int64_t)VF_ALLOC_BIG) churn += x->bytes;

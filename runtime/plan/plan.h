@@ -1,5 +1,5 @@
 /* plan.h — `vflow plan`: every byte a run will hold, per worker and device, before
- * anything starts (DESIGN §3, §4, §10), the budget check `vflow run` applies, the search
+ * anything starts (docs/PLANNING.md), the budget check `vflow run` applies, the search
  * for knobs that make an over-budget run fit, and plan-vs-measured after a run.
  *
  * What is counted (one line of the plan each; lines carry a category):

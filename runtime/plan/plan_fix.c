@@ -70,7 +70,7 @@ static int load_ex(const char *script, const char *const *sets, int nsets, const
     vf_graph *g = NULL;
     bool *u = used ? used : calloc((size_t)nsets + 1, sizeof *u);
     if (!u) VF_FAIL(st, VF_ENOMEM, "plan: out of memory");
-    VF_TRY(vf_lua_load_ex(script, sets, nsets, &g, u, st));
+    VF_TRY(vf_lua_load_ex(script, sets, nsets, &g, u, NULL, st));
     for (int i = 0; i < nsets; i++) {
         const char *kv = sets[i], *eq = strchr(kv, '=');
         if (!eq) continue;

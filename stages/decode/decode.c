@@ -11,9 +11,13 @@
  * A file that cannot give its clips (corrupt, truncated, empty, not a video, audio only,
  * too short, over max_pixels, past its deadline) goes to <run dir>/quarantine.jsonl with
  * the reason and the run goes on. If a file fails after some of its clips were sent,
- * those clips stand (their frames were decoded correctly) and the reason says so. When
- * more than max_bad_fraction of this instance's files are bad, the stage fails, naming
- * the fraction and the last reasons.
+ * those clips stand (their frames were decoded correctly) and the reason says so. The
+ * bad files are counted over the whole run: every instance of the group adds to one
+ * tally (run_tally.h). Once the run has tried bad_min_files files, more than
+ * max_bad_fraction of those tried being bad stops it, naming the fraction, the knob and
+ * the last reasons; a run of fewer files is never stopped by the fraction (one bad clip
+ * of five is 0.2), only when none of its files is good (unless max_bad_fraction is 1). The closing summary names the
+ * quarantined files.
  *
  * Buckets: with `buckets` (decode_bucket.h) each file goes to the bucket nearest its
  * display aspect ratio and gets the longest of that bucket's lengths its frames allow;
@@ -46,8 +50,10 @@
 #include "stages/decode/decode_guard.h"
 #include "formats/video_manifest.h"
 #include "stages/decode/decode_replan.h"
+#include "formats/run_tally.h"
 #include "stages/decode/decode_text.h"
 
+#include <errno.h>
 #include <libavutil/log.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,7 +82,10 @@ static const vf_param_spec decode_params[] = {
     {"stall_s", VF_P_NUM, "10", VF_RANGE(0, 604800),
      "quarantine a file when the decoder delivers no frame for this long (0 = only deadline_s)"},
     {"max_bad_fraction", VF_P_NUM, "0.1", VF_RANGE(0, 1),
-     "fail when more than this fraction of the instance's files are quarantined"},
+     "stop the run when more than this fraction of the files it tried (all decode instances) are quarantined"},
+    {"bad_min_files", VF_P_INT, "20", VF_RANGE(1, 1000000000),
+     "files the run tries before max_bad_fraction is judged; a run of fewer files fails only when every one is bad "
+     "(and max_bad_fraction < 1)"},
     {"threads", VF_P_INT, "2", VF_RANGE(0, 256), "libavcodec/libswscale threads per instance (0 = per core)"},
     {"shard", VF_P_INT, "0", VF_RANGE(0, 65535), "this instance's share: files i with i % nshards == shard"},
     {"nshards", VF_P_INT, "1", VF_RANGE(1, 65536), "number of decode instances sharing the list"},
@@ -107,6 +116,10 @@ typedef struct dec_state {
     vf_clip_opts clip;
     vf_manifest man;
     double max_bad;
+    int64_t bad_min;              /* files tried before max_bad is judged */
+    vf_decode_tally tally;        /* files tried and bad, over the group's instances */
+    int64_t nbad;                 /* this instance's quarantined files */
+    char bad_names[512];          /* the first ones, for the summary */
     int T, W, H;
     vf_buckets bk;                /* bk.n == 0: one fixed size and length */
     int64_t bclips[VF_BUCKET_MAX][VF_BUCKET_MAX_LENS]; /* clips made per bucket length */
@@ -248,7 +261,9 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_clip_opts clip;
     VF_TRY(read_opts(p, &av, &clip, &W, &H, st));
     vf_device cpu = {VF_DEV_CPU, 0};
-    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder frames + index + scaler", vf_decode_budget_bytes(&av));
+    /* what a frame of max_pixels needs, whatever the files hold: a bound, named as one */
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "decoder, index, scaler (max_pixels bound)",
+                    vf_decode_budget_bytes(&av));
     /* the clip being filled before vf_send hands it to the edge */
     int64_t clip_bytes = (int64_t)clip.frames * H * W * 3;
     vf_buckets bk;
@@ -267,6 +282,24 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "manifest", vf_manifest_bytes(m, s, (int)vf_param_int(p, "nshards")));
     return 0;
 fail:
+    return rc;
+}
+
+/* `vflow run`: the manifest or source is there before any worker starts (a missing one
+ * would leave an empty cache behind). */
+static int decode_preflight(const vf_params *p, vf_status *st)
+{
+    int rc = 0;
+    vf_manifest m;
+    int nshards = (int)vf_param_int(p, "nshards");
+    if (vf_param_has(p, "manifest")) {
+        rc = vf_manifest_check(vf_param_str(p, "manifest"), st);
+        if (rc < 0) vf_status_prefix(st, "decode");
+    } else if (vf_param_has(p, "source")) { /* the listing an instance makes, for its share */
+        rc = vf_manifest_glob(vf_param_str(p, "source"), 0, nshards, &m, st);
+        vf_manifest_fini(&m);
+        if (rc < 0) vf_status_prefix(st, "decode");
+    }
     return rc;
 }
 
@@ -289,6 +322,7 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
     VF_TRY(read_buckets(p, &d->bk, st));
     d->T = d->clip.frames;
     d->max_bad = vf_param_num(p, "max_bad_fraction");
+    d->bad_min = vf_param_int(p, "bad_min_files");
     d->seed = (uint64_t)vf_param_int(p, "seed");
     int shard = (int)vf_param_int(p, "shard"), nshards = (int)vf_param_int(p, "nshards");
     if (vf_param_has(p, "manifest")) rc = vf_manifest_load(vf_param_str(p, "manifest"), shard, nshards, &d->man, st);
@@ -323,6 +357,7 @@ static void decode_fini(vf_stage *s)
     dec_state *d = vf_stage_state(s);
     if (!d) return;
     vf_manifest_fini(&d->man);
+    vf_decode_tally_close(&d->tally);
     free(d);
     vf_stage_set_state(s, NULL);
 }
@@ -636,24 +671,93 @@ fail:
     return rc;
 }
 
+/* The name `--set NAME.PARAM=` reaches every instance by: the group's ("decode" of
+ * decode_0 … decode_{N-1}, lua/decode.lua), or the stage's own when it is alone. */
+static void group_name(const char *stage, int nshards, char *out, size_t n)
+{
+    snprintf(out, n, "%s", stage);
+    char *u = strrchr(out, '_');
+    if (nshards > 1 && u && u[1] && strspn(u + 1, "0123456789") == strlen(u + 1)) *u = 0;
+}
+
+/* Whether the run's bad files stop it now (the rule in the header): 0 or VF_EINVAL. */
+static int judge_bad(dec_state *d, vf_stage *s, int64_t done, vf_status *st)
+{
+    int rc = 0;
+    int64_t tried, bad;
+    vf_decode_tally_sum(&d->tally, &tried, &bad);
+    const int64_t total = d->tally.shared ? d->man.total : d->man.n;
+    bool over = tried >= d->bad_min && (double)bad > d->max_bad * (double)tried;
+    bool none = d->max_bad < 1 && tried == total && bad == total; /* 1: any share of bad files is fine */
+    if (!over && !none) return 0;
+    char tail[3 * 520] = "", group[VF_NAME_MAX + 8];
+    for (int k = 0; k < LAST_REASONS && k < d->nlast; k++) {
+        size_t l = strlen(tail);
+        snprintf(tail + l, sizeof tail - l, "%s%s", k ? "; " : "", d->last[(d->nlast - 1 - k) % LAST_REASONS]);
+    }
+    group_name(vf_stage_name(s), d->tally.nshards, group, sizeof group);
+    /* the run failed on its data, not on its command line: exit 1 */
+    if (none)
+        VF_FAIL(st, VF_EINVAL, "decode '%s': none of the run's %lld files gives a clip; last reasons: %s",
+                vf_stage_name(s), (long long)total, tail);
+    VF_FAIL(st, VF_EINVAL,
+            "decode '%s': %lld of the %lld files the run tried are bad (%.3g > max_bad_fraction %.3g, judged once "
+            "%lld files are tried), stopping after this instance's %lld files; to accept more bad files: --set "
+            "max_bad_fraction=F (the precompute scripts' knob) or --set %s.max_bad_fraction=F; last reasons: %s",
+            vf_stage_name(s), (long long)bad, (long long)tried, (double)bad / (double)tried, d->max_bad,
+            (long long)d->bad_min, (long long)done, group, tail);
+fail:
+    return rc;
+}
+
+/* A quarantined file: recorded, its reason kept for the failure message, its name for
+ * the summary. */
+static void note_bad(dec_state *d, vf_ctx *ctx, const char *path, const char *why)
+{
+    vf_quarantine(ctx, path, why); /* also logs it */
+    snprintf(d->last[d->nlast % LAST_REASONS], sizeof d->last[0], "%s: %s", path, why);
+    d->nlast++;
+    d->nbad++;
+    size_t l = strlen(d->bad_names);
+    if (d->nbad <= 3) snprintf(d->bad_names + l, sizeof d->bad_names - l, "%s%s", d->nbad > 1 ? ", " : "", path);
+    else if (d->nbad == 4) snprintf(d->bad_names + l, sizeof d->bad_names - l, ", …");
+    vf_summary(ctx, "quarantined", "%s: %lld of %lld file%s quarantined (%s/quarantine.jsonl): %s",
+               vf_stage_name(vf_ctx_stage(ctx)), (long long)d->nbad, (long long)d->man.n, d->man.n == 1 ? "" : "s",
+               vf_run_dir(ctx), d->bad_names);
+}
+
 static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
 {
     int rc = 0;
     dec_state *d = vf_stage_state(s);
     vf_port *out = vf_out(ctx, "out");
-    int64_t bad = 0, nclips = 0, done = 0;
+    int64_t nclips = 0, done = 0;
     char why[1536];
     const int64_t nfiles = d->man.n;
+    const vf_params *p = vf_stage_params(s);
     if (!out) VF_FAIL(st, VF_EUSAGE, "decode: output port 'out' is not connected");
     /* libav stuck inside one call for the deadline plus this grace = a hung decoder */
     double grace = d->av.deadline_s * 0.25 > 5 ? d->av.deadline_s * 0.25 : 5;
     VF_TRY(vf_decode_guard_start(vf_run_dir(ctx), vf_stage_name(s), grace, st));
+    vf_decode_tally_open(&d->tally, vf_run_dir(ctx), d->man.origin, (int)vf_param_int(p, "shard"),
+                         (int)vf_param_int(p, "nshards"), why, sizeof why);
+    if (why[0]) vf_log(ctx, VF_LOG_WARN, "%s", why);
     if (d->bk.n)
         vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%d buckets)", (long long)nfiles,
                (long long)d->man.total, d->man.origin, d->bk.n);
     else
         vf_log(ctx, VF_LOG_INFO, "%lld of %lld files from %s (%dx%d, %d frames)", (long long)nfiles,
                (long long)d->man.total, d->man.origin, d->W, d->H, d->T);
+    if (vf_param_has(p, "source") && vf_param_int(p, "shard") == 0) { /* one line for the group */
+        vf_log(ctx, VF_LOG_INFO, "source %s: %lld videos, %lld with a .txt caption; %lld other files skipped",
+               d->man.origin, (long long)d->man.total, (long long)d->man.captioned, (long long)d->man.skipped);
+        char skipped[96] = "";
+        if (d->man.skipped)
+            snprintf(skipped, sizeof skipped, "; %lld other file%s skipped (not %s by extension)",
+                     (long long)d->man.skipped, d->man.skipped == 1 ? "" : "s", d->man.skipped == 1 ? "a video" : "videos");
+        vf_summary(ctx, "source", "source %s: %lld video%s, %lld with a .txt caption%s", d->man.origin,
+                   (long long)d->man.total, d->man.total == 1 ? "" : "s", (long long)d->man.captioned, skipped);
+    }
     for (int64_t i = 0; i < nfiles; i++) {
         /* drain (first SIGINT): stop producing; returning 0 ends the stream cleanly */
         if (vf_stopping(ctx)) break;
@@ -673,34 +777,16 @@ static int decode_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_metric(ctx, "dropped_small", (double)d->dropped_small);
         }
         if (d->bk.nres) vf_metric(ctx, "dropped_keep", (double)d->dropped_keep);
-        if (rc == 1) {
-            bad++;
-            vf_quarantine(ctx, r->path, why); /* also logs it */
-            snprintf(d->last[d->nlast % LAST_REASONS], sizeof d->last[0], "%s: %s", r->path, why);
-            d->nlast++;
-            /* Fail as soon as the final fraction is certain to exceed the bound. */
-            if ((double)bad > d->max_bad * (double)nfiles) {
-                char tail[3 * 520] = "";
-                for (int k = 0; k < LAST_REASONS && k < d->nlast; k++) {
-                    size_t l = strlen(tail);
-                    snprintf(tail + l, sizeof tail - l, "%s%s", k ? "; " : "",
-                             d->last[(d->nlast - 1 - k) % LAST_REASONS]);
-                }
-                /* the run failed on its data, not on its command line: exit 1 */
-                VF_FAIL(st, VF_EINVAL,
-                        "decode '%s': %lld of %lld files bad (%.3g > max_bad_fraction %.3g), "
-                        "stopping after %lld files; last reasons: %s",
-                        vf_stage_name(s), (long long)bad, (long long)nfiles, (double)bad / nfiles,
-                        d->max_bad, (long long)done, tail);
-            }
-        }
+        vf_decode_tally_add(&d->tally, rc == 1);
+        if (rc == 1) note_bad(d, ctx, r->path, why);
         vf_metric(ctx, "files", (double)done);
         vf_metric(ctx, "clips", (double)nclips);
-        vf_metric(ctx, "bad", (double)bad);
+        vf_metric(ctx, "bad", (double)d->nbad);
         vf_metric(ctx, "damaged", (double)d->damaged);
+        VF_TRY(judge_bad(d, s, done, st));
     }
     vf_log(ctx, VF_LOG_INFO, "done: %lld files, %lld clips, %lld quarantined, %lld damaged (clips kept)",
-           (long long)done, (long long)nclips, (long long)bad, (long long)d->damaged);
+           (long long)done, (long long)nclips, (long long)d->nbad, (long long)d->damaged);
     if (d->bk.n) VF_TRY(report_buckets(d, ctx, st));
     vf_decode_guard_stop();
     return 0;
@@ -708,6 +794,14 @@ fail:
     vf_decode_guard_stop();
     return rc;
 }
+
+/* What lua/decode.lua takes and turns into instances (shard, nshards of each). */
+static const vf_param_spec decode_expander_params[] = {
+    {"workers", VF_P_INT, "1", VF_RANGE(1, 1024),
+     "decode processes: workers = N makes decode_0 .. decode_{N-1} (group decode), instance i reading files i, "
+     "i+N, …; 1 = one stage named decode (lua/decode.lua)"},
+    {0},
+};
 
 static const vf_stage_ops decode_ops = {
     .api_version = VF_API_VERSION,
@@ -720,5 +814,7 @@ static const vf_stage_ops decode_ops = {
     .init = decode_init,
     .run = decode_run,
     .fini = decode_fini,
+    .preflight = decode_preflight,
+    .expander_params = decode_expander_params,
 };
 VF_REGISTER_STAGE(decode_ops)

@@ -109,8 +109,14 @@ int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, 
         return 1;
     }
     memcpy(lat, vf_item_get(it, VF_CACHE_TENSOR)->data, sizeof(float) * (size_t)r->per);
-    int n = vf_dit_caption_tokens(vf_item_str(it, "caption"), r->o.text_len, text);
+    const char *caption = vf_item_str(it, "caption");
+    int n = vf_dit_caption_tokens(caption, r->o.text_len, text);
     *tlen = emb ? emb_len : n;
+    if (!emb && !(r->seen[idx >> 3] & (1u << (idx & 7)))) { /* each entry once, for the cut count */
+        r->seen[idx >> 3] |= (uint8_t)(1u << (idx & 7));
+        r->nseen++;
+        r->ncut += n == r->o.text_len && caption && caption[n];
+    }
     vf_item_free(it);
     return 0;
 }

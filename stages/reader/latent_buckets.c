@@ -270,7 +270,7 @@ int vf_lr_buckets_open(vf_latent_reader *r, vf_status *st)
     VF_MDB(st, r->db, mdb_cursor_open(r->txn, vf_lmdb_dbi(r->db), &cur));
     int64_t i = 0;
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, r->db, m);
+        VF_MDB_RC(st, r->db, "mdb_cursor_get", m);
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
         if (i >= r->n || memcmp(k.mv_data, r->keys + 32 * i, 32) != 0)
             VF_FAIL(st, VF_EBADINPUT, "%s: the cache changed under the reader", r->path);

@@ -48,6 +48,11 @@ int64_t vf_latent_reader_index_at(vf_latent_reader *r, uint64_t epoch, int64_t p
 int64_t vf_latent_reader_entries(const vf_latent_reader *r) { return r->n; }
 int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r) { return r->L; }
 int64_t vf_latent_reader_bad(const vf_latent_reader *r) { return r->bad; }
+int64_t vf_latent_reader_cut(const vf_latent_reader *r, int64_t *seen)
+{
+    *seen = r->nseen;
+    return r->ncut;
+}
 const char *vf_latent_reader_key(const vf_latent_reader *r, int64_t i) { return r->keys + 32 * i; }
 void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]) { memcpy(shape, r->shape, sizeof r->shape); }
 
@@ -130,7 +135,7 @@ static int cache_shape(vf_lmdb *db, MDB_txn *txn, int64_t shape[4], vf_status *s
     int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     while (m == 0 && !vf_cache_is_entry_key(k.mv_data, k.mv_size)) m = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
     if (m == MDB_NOTFOUND) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", vf_lmdb_path(db));
-    VF_MDB(st, db, m);
+    VF_MDB_RC(st, db, "mdb_cursor_get", m);
     VF_TRY(vf_cache_record_decode(vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &it, st));
     memcpy(shape, vf_item_get(it, VF_CACHE_TENSOR)->shape, 4 * sizeof(int64_t));
 fail:
@@ -230,7 +235,7 @@ static int list_keys(vf_latent_reader *r, vf_status *st)
     if (!r->keys) VF_FAIL(st, VF_ENOMEM, "%s: out of memory for %zu keys", r->path, ms.ms_entries);
     VF_MDB(st, db, mdb_cursor_open(r->txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        VF_MDB(st, db, m);
+        VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (!vf_cache_is_entry_key(k.mv_data, k.mv_size)) continue;
         if ((size_t)r->n >= ms.ms_entries) break; /* cannot happen within one txn */
         memcpy(r->keys + 32 * r->n++, k.mv_data, 32);
@@ -247,6 +252,7 @@ void vf_latent_reader_close(vf_latent_reader *r)
     vf_lmdb_close(r->db);
     vf_free(r->keys);
     vf_free(r->perm);
+    vf_free(r->seen);
     vf_lr_buckets_free(r);
     free(r->path);
     free(r);
@@ -282,6 +288,9 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     }
     VF_TRY(list_keys(r, st));
     if (r->n == 0) VF_FAIL(st, VF_EBADINPUT, "%s: the cache is empty", r->path);
+    if (!(r->seen = vf_alloc((size_t)(r->n + 7) / 8, st)))
+        VF_FAIL(st, VF_ENOMEM, "%s: out of memory for the entry bitmap", r->path);
+    memset(r->seen, 0, (size_t)(r->n + 7) / 8);
     if (bucketed) {
         VF_TRY(vf_lr_buckets_open(r, st));
         r->o.buckets = NULL, r->o.only = r->o.shrink = NULL; /* borrowed for the open only */
@@ -498,11 +507,27 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
         for (int i = 0; i < 4; i++) shape[i] = vf_param_int_at(p, "latent_shape", i);
         return 0;
     }
-    if (st) *st = probe;
+    if (rc != VF_ENOTFOUND && st) *st = probe;
     if (rc == VF_ENOTFOUND)
-        vf_status_prefix(st, "latent_reader (give latent_shape = {z, T, h, w}, or buckets, to plan before the cache "
-                             "exists)");
+        vf_status_set(st, rc, __FILE__, __LINE__, "latent_reader: %s: no latent cache there: run the precompute "
+                      "first (vflow run pipelines/precompute_latents.lua --set cache=%s ...), or give latent_shape = "
+                      "{z, T, h, w} (or buckets) to plan before it exists", path, path);
     return rc;
+}
+
+/* `vflow run`: the cache is there (planning may go without it, training not). */
+static int reader_preflight(const vf_params *p, vf_status *st)
+{
+    int64_t shape[4], entries;
+    vf_status probe;
+    vf_status_clear(&probe);
+    const char *path = vf_param_str(p, "path");
+    int rc = vf_latent_cache_probe(path, shape, &entries, &probe);
+    if (rc == VF_ENOTFOUND)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__, "latent_reader: %s: no latent cache there: run the "
+                             "precompute first (vflow run pipelines/precompute_latents.lua --set cache=%s ...)", path,
+                             path);
+    return 0; /* a cache that is there but damaged: the reader's own errors name it */
 }
 
 /* What the plan sizes for: the batch and latent shape bounding every bucket (the
@@ -589,7 +614,7 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     int64_t n = g.entries, D = g.text_dim;
     vf_device cpu = {VF_DEV_CPU, 0};
     int64_t B = g.B, per = g.per_most * 4;
-    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4));
+    vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "key list + permutation", n * (32 + 4) + (n + 7) / 8);
     if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
@@ -642,6 +667,16 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
     return 0;
 }
 
+/* One line for the run: how many captions training sees cut to text_len bytes. */
+static void warn_cut(vf_latent_reader *r, vf_ctx *ctx, int64_t text_len)
+{
+    int64_t seen = 0, cut = vf_latent_reader_cut(r, &seen);
+    if (cut)
+        vf_log(ctx, VF_LOG_WARN, "%lld of the %lld clips read have captions longer than text_len = %lld bytes: "
+               "training sees their first %lld (the model's text_len: --set text_len=N in pipelines/train_dit.lua)",
+               (long long)cut, (long long)seen, (long long)text_len, (long long)text_len);
+}
+
 static void log_bad(void *user, const char *msg)
 {
     vf_ctx *ctx = user;
@@ -665,7 +700,9 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
                    "(drop_last); give it a smaller batch or more clips", name, (long long)n, n == 1 ? "y" : "ies", batch,
                    ranks > 1 ? " per rank" : "");
     }
-    int64_t batches = 0;
+    int64_t batches = 0, text_len = vf_param_int(vf_stage_params(s), "text_len");
+    double epoch0 = -1;
+    bool cut_told = false;
     int rc = 0;
     while (!vf_stopping(ctx)) {
         vf_item *it = NULL;
@@ -675,6 +712,13 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_status_prefix(st, "%s", vf_stage_name(s));
             return rc;
         }
+        double epoch = 0;
+        vf_item_num(it, "epoch", &epoch);
+        if (epoch0 < 0) epoch0 = epoch;
+        if (!cut_told && epoch > epoch0) { /* a whole epoch read: the count is final */
+            warn_cut(r, ctx, text_len);
+            cut_told = true;
+        }
         rc = vf_send(out, it, st);
         if (rc == VF_EOS) break; /* the consumer has all it wants */
         if (rc) return rc;
@@ -682,6 +726,7 @@ static int reader_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         vf_metric(ctx, "batches", (double)batches);
         vf_metric(ctx, "bad", (double)vf_latent_reader_bad(r));
     }
+    if (!cut_told) warn_cut(r, ctx, text_len);
     vf_log(ctx, VF_LOG_INFO, "%lld batches, %lld damaged records skipped", (long long)batches,
            (long long)vf_latent_reader_bad(r));
     return 0;
@@ -699,6 +744,7 @@ static const vf_stage_ops latent_reader_ops = {
     .doc = "batches from the LMDB latent cache: seeded per-epoch shuffle, data-parallel shards, exact resume cursor",
     .params = reader_params,
     .flags = VF_STAGE_SOURCE,
+    .preflight = reader_preflight,
     .ports = reader_ports,
     .memory = reader_memory,
     .init = reader_init,

@@ -101,6 +101,9 @@ int vf_latent_reader_next(vf_latent_reader *r, vf_item **out, vf_status *st);
 int64_t vf_latent_reader_entries(const vf_latent_reader *r);    /* N */
 int64_t vf_latent_reader_epoch_len(const vf_latent_reader *r);  /* L = floor(N/K) */
 int64_t vf_latent_reader_bad(const vf_latent_reader *r);        /* records skipped */
+/* Captions (bytes, without text_dim) longer than text_len and cut to it, among the
+ * distinct entries read so far (*seen). */
+int64_t vf_latent_reader_cut(const vf_latent_reader *r, int64_t *seen);
 /* The latent shape (z, T', h, w) of the cache. */
 void vf_latent_reader_shape(const vf_latent_reader *r, int64_t shape[4]);
 /* Key of entry index i (0..N-1, sorted order), 32 chars, not NUL-terminated. */

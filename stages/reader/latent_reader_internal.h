@@ -39,6 +39,8 @@ struct vf_latent_reader {
     uint64_t epoch;
     int64_t pos;    /* position in the epoch (bucketed: the batch's in the schedule) */
     int64_t bad, good_in_epoch;
+    uint8_t *seen;           /* n bits: entries whose caption was read (cut counting) */
+    int64_t nseen, ncut;     /* of those: entries read, captions longer than text_len */
     bool epoch_from_start;
     /* bucketed: nbk > 0 buckets, sorted by name */
     int nbk;

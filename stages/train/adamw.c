@@ -1,4 +1,4 @@
-/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (DESIGN §7).
+/* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (docs/TRAINING.md).
  *
  * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
  * dit_train.h) and holds for it the f32 master weights and both moments on its device:
@@ -36,6 +36,7 @@
  */
 #include "stages/train/adamw_internal.h"
 #include "stages/train/adamw_io.h"
+#include "models/dit_base.h"
 #include "models/dit_lora.h"
 #include "models/dit_weights.h"
 #include "stages/train/dit_train.h"
@@ -78,8 +79,9 @@ static const vf_param_spec adamw_params[] = {
      "the partitions' weight and gradient dtype (set by p:train from their devices); auto = the shard device's",
      "auto|f32|bf16"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
-     "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json or a diffusers "
-     "directory; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); \"\" = init from seed (set by p:train)"},
+     "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json, a diffusers "
+     "directory or a vflow checkpoint step dir; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); "
+     "\"\" = init from seed (set by p:train)"},
     {"lora", VF_P_STR, "\"\"", VF_ANY,
      "LoRA adapters as JSON {rank, alpha, targets} (set by p:train): the shard holds a slice of the adapters "
      "only; \"\" = every weight"},
@@ -105,6 +107,7 @@ typedef struct shard {
     int64_t chunk;         /* elements of a snapshot chunk and of the start's host staging */
     bool sync;
     vf_json *config;
+    char *base_json;       /* shard 0 of a LoRA run on given weights: state.json's "lora_base" */
     char ckdir[PATH_MAX];
     /* per step, from the partitions: [part][replica] */
     vf_item **got;
@@ -179,6 +182,7 @@ static void adamw_fini(vf_stage *s)
     free(h->partials);
     vf_bufpool_unref(h->wpool);
     vf_json_free(h->config);
+    free(h->base_json);
     vf_adamw_geo_fini(&h->g);
     free(h);
     vf_stage_set_state(s, NULL);
@@ -187,6 +191,24 @@ static void adamw_fini(vf_stage *s)
 /* ------------------------------------------------------------------ start */
 
 static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_WARN, "%s", msg); }
+
+/* Shard 0 of a LoRA run: the identity of its base for state.json ("lora_base", models/
+ * dit_base.h), checked against the checkpoint it resumes from (ck; NULL: a fresh start). */
+static int lora_base_of_run(const vf_params *p, const vf_ckpt *ck, char **json, vf_status *st)
+{
+    int rc = 0;
+    const char *w = vf_param_str(p, "weights");
+    vf_dit_base b = {0};
+    vf_json *o = NULL;
+    if (ck) VF_TRY(vf_dit_base_verify(ck->path, ck->state, w, false, "--set weights=", &b, st));
+    if (!w[0]) return 0; /* the seeded init: nothing to record */
+    if (!b.sha256[0]) VF_TRY(vf_dit_base_id(w, &b, st));
+    if (!(o = vf_dit_base_json(&b)) || !(*json = vf_json_emit(o, false, 0)))
+        VF_FAIL(st, VF_ENOMEM, "adamw: out of memory");
+fail:
+    vf_json_free(o);
+    return rc;
+}
 
 /* The start's values of elements [lo + a, lo + a + cnt) of the slice into host (and, on
  * a resume, the moments into m, v): the checkpoint's, or the init's. */
@@ -224,6 +246,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
     const vf_params *p = vf_stage_params(s);
     vf_ckpt_dir(vf_param_str(p, "ckpt_dir"), vf_run_dir(ctx), h->ckdir, sizeof h->ckdir);
     bool found = false;
+    if (h->g.k == 0 && h->g.lora && !vf_resuming(ctx)) VF_TRY(lora_base_of_run(p, NULL, &h->base_json, st));
     if (vf_resuming(ctx)) {
         vf_status fs;
         vf_status_clear(&fs);
@@ -237,12 +260,18 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         } else {
             found = true;
         }
+        if (h->g.k == 0 && h->g.lora) VF_TRY(lora_base_of_run(p, found ? &ck : NULL, &h->base_json, st));
     }
     host = vf_alloc(sizeof(float) * (size_t)ce, st);
     mv = found ? vf_alloc(2 * sizeof(float) * (size_t)ce, st) : NULL;
     if (!host || (found && !mv)) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
     const char *wpath = vf_param_str(p, "weights");
     if (found) {
+        /* older LoRA checkpoints name their base in the config (the path as given); the
+         * base is checked by content instead (lora_base_of_run) */
+        const vf_json *old_base = vf_json_get(vf_ckpt_state_config(ck.state), "lora.base");
+        if (old_base && vf_json_set(h->config, "lora.base", vf_json_clone(old_base)))
+            VF_FAIL(st, VF_ENOMEM, "adamw %s: out of memory", vf_stage_name(s));
         VF_TRY(vf_ckpt_config_check(ck.path, vf_ckpt_state_config(ck.state), h->config, st));
     } else if (!h->g.lora && wpath[0]) {
         VF_TRY(vf_dit_wsrc_open(wpath, &w, st));
@@ -261,6 +290,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
     if (found) {
         h->t0 = ck.step;
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
+        if (h->g.k == 0) vf_summary(ctx, "resume", "resumed from step %lld (%s)", (long long)ck.step, ck.path);
     } else {
         be->memset0(be, h->m, 4 * (size_t)n);
         be->memset0(be, h->v, 4 * (size_t)n);
@@ -501,7 +531,7 @@ static int global_norm(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double 
 
 /* One snapshot chunk: master, m, v of slice elements [a, a + cnt) copied to the host,
  * tagged with the step; the first chunk carries the step's numbers, shard 0's also the
- * config, the data cursors and the loss (state.json). */
+ * config, the data cursors, the loss and a LoRA run's base (state.json). */
 static vf_item *snap_chunk(vf_stage *s, shard *h, int64_t step, double lr, const step_info *si, int64_t a,
                            int64_t cnt, vf_status *st)
 {
@@ -530,6 +560,7 @@ static vf_item *snap_chunk(vf_stage *s, shard *h, int64_t step, double lr, const
         free(cur);
         VF_TRY(rc);
         VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
+        if (h->base_json) VF_TRY(vf_item_set_str(it, "lora_base", h->base_json, st));
     }
     return it;
 fail:
@@ -585,6 +616,10 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     if (h->t0 >= h->steps) {
         vf_log(ctx, VF_LOG_INFO, "already at step %lld of %lld: nothing to train", (long long)h->t0,
                (long long)h->steps);
+        if (h->g.k == 0)
+            vf_summary(ctx, "train", "already at step %lld of %lld: nothing to train (steps is the run's total: "
+                       "--set steps=N with N > %lld trains on)", (long long)h->t0, (long long)h->steps,
+                       (long long)h->t0);
         return finish(ctx, h, st);
     }
     VF_TRY(send_weights(s, ctx, h, h->t0, st));
@@ -662,6 +697,9 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         done = step, last_lr = lr;
         if (ck) last_snap = step;
     }
+    if (h->g.k == 0 && done > h->t0) /* what a run too short for a progress line did */
+        vf_summary(ctx, "train", "trained steps %lld-%lld of %lld%s, last loss %.6g", (long long)h->t0 + 1,
+                   (long long)done, (long long)h->steps, done < h->steps ? " (stopped early)" : "", si.loss);
     rc = finish(ctx, h, st);
 fail:
     vf_json_free(si.cursors);
@@ -678,6 +716,13 @@ static const vf_knob_spec adamw_knobs[] = {
     {0},
 };
 
+/* What lua/train.lua's adamw expander takes (besides `shards`, a param of each shard too). */
+static const vf_param_spec adamw_expander_params[] = {
+    {"isolate", VF_P_BOOL, "true", VF_ANY,
+     "one process per shard (worker = its name); false leaves placement to the default rules (lua/train.lua)"},
+    {0},
+};
+
 static const vf_stage_ops adamw_ops = {
     .api_version = VF_API_VERSION,
     .kind = "adamw",
@@ -690,5 +735,6 @@ static const vf_stage_ops adamw_ops = {
     .run = adamw_run,
     .fini = adamw_fini,
     .knobs = adamw_knobs,
+    .expander_params = adamw_expander_params,
 };
 VF_REGISTER_STAGE(adamw_ops)

@@ -2,6 +2,7 @@
  * vector (the model's, or with LoRA the adapters'), the partitions' pieces of it, the ports
  * it declares and the memory it declares for the plan (adamw.c runs it). */
 #include "stages/train/adamw_internal.h"
+#include "models/dit_base.h"
 #include "models/dit_weights.h"
 #include "stages/train/dit_train.h"
 
@@ -199,6 +200,9 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
         vf_adamw_geo_fini(&g);
         return rc;
     }
+    /* shard 0 of a LoRA run reads the base once, hashing it for state.json's lora_base */
+    if (g.lora && vf_param_int(p, "shard") == 0 && vf_param_str(p, "weights")[0])
+        vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "LoRA base hash buffer", VF_DIT_BASE_CHUNK);
     /* loading reads the file tensor by tensor into the staging above: what is resident
      * of the file at a time is about its largest tensor's pages */
     if (largest) vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "weights file: its largest tensor (loading)", largest);

@@ -65,10 +65,7 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
             if (v) rc = put(o, key, vf_json_clone(v), st);
         }
         vf_json_free(lora);
-        VF_TRY(rc);
-        /* the frozen base the adapters belong to ("" = the seeded init): sampling a LoRA
-         * checkpoint rebuilds the model from it */
-        VF_TRY(put(o, "lora.base", vf_json_str(vf_param_str(p, "weights")), st));
+        VF_TRY(rc); /* the frozen base: by content in state.json's lora_base (models/dit_base.h) */
     }
 
     const char *dj = vf_param_str(p, "data");

@@ -1,5 +1,5 @@
 /* checkpoint.c — stage kind `checkpoint`: the asynchronous, atomic checkpoint writer
- * (DESIGN §7).
+ * (docs/TRAINING.md, "Checkpoints").
  *
  * The optimizer shards snapshot their slice (master weights and both moments) at
  * checkpoint steps and send it here in chunks of at most `chunk` bytes, copied out of
@@ -148,7 +148,7 @@ typedef struct open_step {
     int64_t *got;                  /* elements received per shard */
     bool failed;
     char err[sizeof ((vf_status *)0)->msg];
-    char *config, *cursors;
+    char *config, *cursors, *lora_base;
     double lr, loss;
     int replicas, stages;
 } open_step;
@@ -214,6 +214,7 @@ static void close_step(open_step *o)
     free(o->got);
     free(o->config);
     free(o->cursors);
+    free(o->lora_base);
     memset(o, 0, sizeof *o);
 }
 
@@ -307,6 +308,7 @@ static int report(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t step, int rc,
         snprintf(row, sizeof row, "{\"event\":\"checkpoint\",\"step\":%lld,\"path\":\"%s\",\"bytes\":%lld,\"write_s\":%.6f}",
                  (long long)step, ws->path, (long long)ws->bytes, ws->seconds);
         vf_metric(ctx, "ckpt_step", (double)step);
+        vf_summary(ctx, "checkpoint", "checkpoint of step %lld: %s", (long long)step, ws->path);
     } else {
         c->failed++;
         if (c->in_row < (int)(sizeof c->fail_steps / sizeof c->fail_steps[0])) c->fail_steps[c->in_row] = step;
@@ -423,9 +425,11 @@ static int take_chunk(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_item *it, vf_s
                              vf_stage_name(s), k, (long long)step);
     if (k == 0 && a == c->lo[0]) { /* shard 0's first chunk: the step's metadata */
         const char *cf = vf_item_str(it, "config"), *cu = vf_item_str(it, "cursors");
+        const char *lb = vf_item_str(it, "lora_base");
         o->config = cf ? strdup(cf) : NULL;
         o->cursors = cu ? strdup(cu) : NULL;
-        if ((cf && !o->config) || (cu && !o->cursors))
+        o->lora_base = lb ? strdup(lb) : NULL;
+        if ((cf && !o->config) || (cu && !o->cursors) || (lb && !o->lora_base))
             return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", vf_stage_name(s));
         o->lr = num_or(it, "lr", 0), o->loss = num_or(it, "loss", 0);
         o->replicas = (int)num_or(it, "replicas", 1), o->stages = (int)num_or(it, "stages", 1);
@@ -454,7 +458,8 @@ static int take_chunk(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_item *it, vf_s
         snprintf(cst.msg, sizeof cst.msg, "%s", o->err);
     } else {
         const vf_ckpt_state_info info = {.step = step, .config = o->config, .cursors = o->cursors, .lr = o->lr,
-                                         .loss = o->loss, .replicas = o->replicas, .stages = o->stages};
+                                         .loss = o->loss, .replicas = o->replicas, .stages = o->stages,
+                                         .lora_base = o->lora_base};
         rc = vf_ckpt_stream_commit(o->cs, &info, c->keep, fail_injected(step), &ws, &cst);
         o->cs = NULL;
     }

@@ -333,6 +333,7 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
         .loss = meta_num(z, "loss", 0),
         .replicas = (int)meta_num(z, "replicas", 1),
         .stages = (int)meta_num(z, "stages", 1),
+        .lora_base = vf_item_str(z, "lora_base"),
     };
     rc = vf_ckpt_stream_commit(c, &info, keep, fail_inject, out, st);
     c = NULL;

@@ -1,4 +1,4 @@
-/* dit_stage.c — stage kind `dit`: one pipeline partition of the video DiT (DESIGN §7).
+/* dit_stage.c — stage kind `dit`: one pipeline partition of the video DiT (docs/TRAINING.md).
  *
  * Partition p of P runs blocks [splits[p], splits[p+1]) of the model (the first also the
  * embeddings, the last also the head and the loss) on its device. Per step:

@@ -2,7 +2,7 @@
  * on: who owns which part of the flat parameter vector, the 1F1B order, the learning-rate
  * schedule, the item metadata keys, and a small pool of backend buffers for hot items.
  *
- * Ownership of the flat vector (DESIGN §6, §7):
+ * Ownership of the flat vector:
  *  - partition p of P owns the range of its blocks (vf_dit_layout_range over the block
  *    boundaries `splits`, P + 1 entries 0 = s0 < s1 < … < sP = depth);
  *  - the vector is cut into norm blocks of `block` elements, a function of the parameter

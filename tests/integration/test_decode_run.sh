@@ -49,7 +49,7 @@ local a = vf.args
 local p = vf.pipeline "decode_run"
 local d = p:stage("decode", {
   source = a.source, manifest = a.manifest, frames = 8, size = { 40, 32 },
-  workers = a.workers or 1, max_bad_fraction = a.max_bad or 1.0, stride = a.stride, fps = a.fps,
+  workers = a.workers or 1, max_bad_fraction = a.max_bad or 1.0, bad_min_files = a.bad_min, stride = a.stride, fps = a.fps,
   deadline_s = a.deadline,
 })
 if (a.workers or 1) > 1 then
@@ -114,9 +114,10 @@ grep -q '"stage":"decode_0"' "$tmp/r2/quarantine.jsonl" && grep -q '"stage":"dec
 clips=$(grep -E '^ +decode_[01] ' "$tmp/out2" | awk '{ s += $4 } END { print s }')
 [ "$clips" = $total ] || { cat "$tmp/out2"; fail "workers=2: $clips clips, want $total"; }
 
-# 3. max_bad_fraction: 4 of 9 bad > 0.3 -> exit 1 with the fraction in the message
+# 3. max_bad_fraction: 4 of 9 bad > 0.3 -> exit 1 with the fraction in the message (judged
+# from the first file on: bad_min_files=1; the default waits for 20)
 rc=0
-"$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set max_bad=0.3 --run-dir "$tmp/r3" >"$tmp/out3" 2>&1 || rc=$?
+"$VFLOW_BIN" run "$tmp/p.lua" --set source="$v" --set max_bad=0.3 --set bad_min=1 --run-dir "$tmp/r3" >"$tmp/out3" 2>&1 || rc=$?
 [ $rc -eq 1 ] || { cat "$tmp/out3"; fail "max_bad_fraction: exit $rc, want 1"; }
 grep -q "max_bad_fraction 0.3" "$tmp/out3" || { cat "$tmp/out3"; fail "message lacks the fraction"; }
 grep -q "last reasons:" "$tmp/out3" || fail "message lacks the last reasons"

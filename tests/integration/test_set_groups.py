@@ -9,9 +9,10 @@
 #  - typos keep the one-line exit-2 errors with a did-you-mean (group names included);
 #    a value out of range names the member and the Lua line;
 #  - pipelines/precompute_latents.lua reads max_bad_fraction and fps from vf.args;
-#  - a real run over a folder of only bad files with workers = 2 fails on the default
+#  - a real run over a folder of three bad files and a good one with workers = 2 (and
+#    decode.bad_min_files=1, so that so few files are judged) fails on the default
 #    max_bad_fraction and, with --set decode.max_bad_fraction=1 (the QA case that said
-#    "no stage named 'decode'"), quarantines every file and exits 0.
+#    "no stage named 'decode'"), quarantines every bad file and exits 0.
 import json
 import os
 import subprocess
@@ -149,8 +150,10 @@ def main():
             fh.write("not a video\n")
         with open(os.path.join(bad, "short.mkv"), "wb") as fh:
             fh.write(b"\x1a\x45\xdf\xa3" + b"\0" * 60)
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=32x32:rate=10:duration=1",
+                        "-c:v", "mpeg4", os.path.join(bad, "good.mp4")], check=True)
         base = ["run", pipe, "--set", "source=" + bad, "--set", "workers=2", "--set", "frames=5",
-                "--set", "size=32"]
+                "--set", "size=32", "--set", "decode.bad_min_files=1"]
         r = vflow(base + ["--run-dir", "r1", "--set", "cache=c1.lmdb"], tmp)
         if r.returncode != 1 or "max_bad_fraction 0.1" not in r.stderr:
             fail("run_default_fails", f"rc {r.returncode}: {r.stderr[-600:]}")

@@ -1,7 +1,7 @@
 #!/bin/bash
 # test_train_determinism.sh — `vflow run pipelines/train_dit.lua` on the CPU backend
 # gives BITWISE the same weights after 20 steps for P ∈ {1, 2, 4} pipeline partitions and
-# S ∈ {1, 3} optimizer shards (DESIGN §7): model.safetensors of the final checkpoint is
+# S ∈ {1, 3} optimizer shards (docs/TRAINING.md): model.safetensors of the final checkpoint is
 # byte-identical across all six runs (each partition and shard a process of its own,
 # talking over ZeroMQ ipc). The same global batch cut into M = 1, 2 or 4 micro-batches
 # gives the same losses and weights to rounding (≤ 1e-5 relative), but not necessarily

@@ -2,7 +2,7 @@
 # against diffusers' own WanPipeline denoising loop: WanPipeline.__call__ with
 # FlowMatchEulerDiscreteScheduler(shift=s) driving WanTransformer3DModel in f32 on the CPU,
 # given the prompt / negative embeddings and the initial latents (output_type="latent", so
-# no text encoder or VAE is involved). The model is WAN.md's tiny config with every
+# no text encoder or VAE is involved). The model is a tiny Wan config (below) with every
 # parameter perturbed, its weights handed to vflow as diffusers' safetensors file; the
 # text embeddings have rows past each caption's length which vflow receives with the
 # lengths (WanPipeline gets them zero-padded). Checked:

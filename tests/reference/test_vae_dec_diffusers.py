@@ -6,7 +6,7 @@
 #    made here from the diffusers names and checked to map back exactly through
 #    diffusers' own convert_wan_vae_to_diffusers; also the decoder half alone and under
 #    a prefix ("first_stage_model.").
-# The model is WAN.md's tiny config with every parameter perturbed after init (norm
+# The model is a tiny Wan config (below) with every parameter perturbed after init (norm
 # gains and biases too). vflow decodes one latent frame per call (as Wan does), two, and
 # whole through build/tools/vae_tool; the frames must match AutoencoderKLWan.decode(z)
 # (float64) to a relative error <= 1e-5 (max abs difference over max abs reference), and
@@ -44,7 +44,7 @@ RES = CONFIG["num_res_blocks"]
 
 
 def original_name(k):
-    """diffusers name -> original Wan name, written from WAN.md's table."""
+    """diffusers name -> original Wan name, written from diffusers' naming of AutoencoderKLWan."""
     for a, b in [("quant_conv.", "conv1."), ("post_quant_conv.", "conv2.")]:
         if k.startswith(a):
             return b + k[len(a):]

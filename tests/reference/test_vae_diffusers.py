@@ -5,7 +5,7 @@
 #  - the original Wan names (ComfyUI's wan_2.1_vae.safetensors form), made here from
 #    the diffusers names and checked to map back exactly through diffusers' own
 #    convert_wan_vae_to_diffusers; also under a prefix ("first_stage_model.").
-# The model is WAN.md's tiny config with every parameter perturbed after init (norm
+# The model is a tiny Wan config (below) with every parameter perturbed after init (norm
 # gains and biases too). vflow encodes whole and in chunks of 1, 4 and 5 frames through
 # build/tools/vae_tool; each latent mean must match AutoencoderKLWan.encode(x)'s
 # latent_dist.mode() (float64) to a relative error <= 1e-5 (max abs difference over max
@@ -40,7 +40,7 @@ TOOL_CFG = ["--dim", "8", "--mult", "1,2,4,4", "--res", "2", "--tdown", "0,1,1",
 
 
 def original_name(k):
-    """diffusers name -> original Wan name (encoder half), written from WAN.md's table."""
+    """diffusers name -> original Wan name (encoder half), written from diffusers' naming of AutoencoderKLWan."""
     if k.startswith("quant_conv."):
         return "conv1." + k[len("quant_conv."):]
     for a, b in [("encoder.conv_in.", "encoder.conv1."), ("encoder.norm_out.", "encoder.head.0."),

@@ -25,7 +25,7 @@ TOL = 1e-4
 
 
 # ---------------------------------------------------------------- the reference model
-# Written from the architecture description (DESIGN §6, models/vae.h), not from the C code.
+# Written from the architecture description (models/vae.h), not from the C code.
 
 def rms(x, g, eps):
     """RMSNorm over dim 1 (channels) at every other position, gain g (C, 1, ...)."""

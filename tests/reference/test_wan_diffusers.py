@@ -2,11 +2,11 @@
 # WanTransformer3DModel on the same weights, loaded by vflow from each form users have:
 #  - diffusers names: one safetensors file, and the directory save_pretrained writes;
 #  - the original Wan names, made here from the diffusers names with the inverse of
-#    WAN.md's table and checked to map back exactly through diffusers' own
+#    the name table (as convert_wan_transformer_to_diffusers renames) and checked to map back exactly through diffusers' own
 #    convert_wan_transformer_to_diffusers; as one file and as a sharded checkpoint
 #    (two files + diffusion_pytorch_model.safetensors.index.json);
 #  - the original names under ComfyUI's prefix "model.diffusion_model.".
-# The model is WAN.md's tiny config with every parameter perturbed after init (norm
+# The model is a tiny Wan config (below) with every parameter perturbed after init (norm
 # gains, biases and the modulation tables too). The inputs: latents (B, z, T, H, W),
 # timesteps sigma·1000, text embeddings of two lengths which vflow receives with
 # non-zero rows past each length (the pipeline zero-pads them; diffusers gets the padded
@@ -45,7 +45,7 @@ DIMS = (2, 3, 4, 6)
 FWD_TOL, GRAD_TOL = 1e-5, 1e-4
 PREFIX = "model.diffusion_model."
 
-# diffusers name -> original name: WAN.md's table read backwards (applied in this order)
+# diffusers name -> original name: the renames read backwards (applied in this order)
 TO_ORIGINAL = [
     ("condition_embedder.time_embedder.linear_1", "time_embedding.0"),
     ("condition_embedder.time_embedder.linear_2", "time_embedding.2"),

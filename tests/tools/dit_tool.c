@@ -378,7 +378,7 @@ int main(int argc, char **argv)
             }
             double ms = (now_ms() - t0) / steps;
             double cpu = (clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps;
-            /* REFERENCE.md: 6·N·S + 12·L·d·S² + 12·L·d·S·S_txt per sample */
+            /* model FLOPs: 6·N·S + 12·L·d·S² + 12·L·d·S·S_txt per sample (weights, self- and cross-attention) */
             double S = (double)b.dims.L, St = c.text_len;
             double flop = b.dims.B * (6.0 * (double)l->total * S +
                                       12.0 * c.depth * c.dim * S * (S + St));

@@ -1,14 +1,17 @@
 /* test_decode_plan.c — the decode stage's pure parts: clip planner (stages/decode/decode_clip.h)
- * and manifests (formats/video_manifest.h): CSV quoting, JSONL escapes, globs, shards,
- * and errors that name file:line. No videos needed.
+ * and manifests (formats/video_manifest.h): CSV quoting, JSONL escapes, globs, folders
+ * with .txt captions, shards, and errors that name file:line; the decode group's tally of bad
+ * files across instance processes (formats/run_tally.h). No videos needed.
  */
 #include "tests/vf_test.h"
 
 #include "stages/decode/decode_clip.h"
 #include "formats/video_manifest.h"
+#include "formats/run_tally.h"
 
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char g_dir[200];
@@ -182,9 +185,34 @@ VF_TEST(manifest_csv_jsonl_glob)
     VF_CHECK_EQ_INT(m.n, 2);
     if (m.n == 2) { snprintf(q, sizeof q, "%s/a.mp4", d); VF_CHECK_STR(m.rows[0].path, q); }
     vf_manifest_fini(&m);
+    /* a folder: its videos by extension, each caption from the same-stem .txt, the other
+     * files skipped and counted */
+    snprintf(p, sizeof p, "%s/a.txt", d); write_file(p, "  a cat\non a mat \n\n");
+    snprintf(p, sizeof p, "%s/notes.md", d); write_file(p, "x");
     VF_CHECK_EQ_INT(vf_manifest_glob(d, 0, 1, &m, &st), 0);
-    VF_CHECK_EQ_INT(m.n, 3);
+    VF_CHECK_EQ_INT(m.n, 2);
+    VF_CHECK_EQ_INT(m.skipped, 2); /* c.txt (no c video), notes.md; a.txt is a.mp4's caption */
+    VF_CHECK_EQ_INT(m.captioned, 1);
+    if (m.n == 2) {
+        VF_CHECK_STR(m.rows[0].caption, "a cat\non a mat");
+        VF_CHECK_STR(m.rows[1].caption, "");
+    }
     vf_manifest_fini(&m);
+    /* the same folder split over two instances: each counts the whole folder */
+    VF_CHECK_EQ_INT(vf_manifest_glob(d, 1, 2, &m, &st), 0);
+    VF_CHECK_EQ_INT(m.n, 1);
+    VF_CHECK_EQ_INT(m.total, 2);
+    VF_CHECK_EQ_INT(m.captioned, 1);
+    vf_manifest_fini(&m);
+    /* a folder without a video names what it holds */
+    char e[400];
+    path_in_dir(e, sizeof e, "novideo");
+    mkdir(e, 0755);
+    snprintf(p, sizeof p, "%s/a.txt", e); write_file(p, "x");
+    VF_CHECK_EQ_INT(vf_manifest_glob(e, 0, 1, &m, &st), VF_EBADINPUT);
+    VF_CHECK_MSG(strstr(st.msg, "holds no video files (1 other files") != NULL, "%s", st.msg);
+    vf_manifest_fini(&m);
+    vf_status_clear(&st);
     snprintf(p, sizeof p, "%s/*.avi", d);
     VF_CHECK_EQ_INT(vf_manifest_glob(p, 0, 1, &m, &st), VF_EBADINPUT);
     VF_CHECK_MSG(strstr(st.msg, "matches no files") != NULL, "%s", st.msg);
@@ -272,6 +300,70 @@ VF_TEST(manifest_paths_normalised)
     VF_CHECK_EQ_INT(m.n, 1);
     if (m.n == 1) VF_CHECK_STR(m.rows[0].path, real);
     vf_manifest_fini(&m);
+}
+
+/* ------------------------------------------------------------ the group's tally */
+
+/* A child process as a decode instance: opens the tally as shard k of 2, adds `files`
+ * tried of which `bad` are bad, exits 0 when the tally was shared, else 1. */
+static int tally_child(const char *dir, int k, int files, int bad)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        vf_decode_tally t;
+        char why[512];
+        vf_decode_tally_open(&t, dir, "clips/", k, 2, why, sizeof why);
+        for (int i = 0; i < files; i++) vf_decode_tally_add(&t, i < bad);
+        int ok = t.shared;
+        vf_decode_tally_close(&t);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+VF_TEST(decode_tally_across_processes)
+{
+    setup();
+    char dir[400];
+    path_in_dir(dir, sizeof dir, "tally");
+    mkdir(dir, 0755);
+    /* two instances of one run (children of this process) add to one tally */
+    VF_CHECK_EQ_INT(tally_child(dir, 0, 5, 1), 0);
+    VF_CHECK_EQ_INT(tally_child(dir, 1, 7, 2), 0);
+    vf_decode_tally t;
+    char why[512];
+    pid_t pid = fork();
+    if (pid == 0) { /* a third instance of the same run reads the sums */
+        int64_t tried = -1, bad = -1;
+        vf_decode_tally_open(&t, dir, "clips/", 0, 2, why, sizeof why);
+        vf_decode_tally_sum(&t, &tried, &bad);
+        vf_decode_tally_close(&t);
+        _exit(tried == 12 && bad == 3 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    VF_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the run's instances sum to 12 tried, 3 bad");
+    /* this process is another run's instance (another parent): its tally starts at zero */
+    int64_t tried = -1, bad = -1;
+    vf_decode_tally_open(&t, dir, "clips/", 1, 2, why, sizeof why);
+    VF_CHECK(t.shared);
+    vf_decode_tally_sum(&t, &tried, &bad);
+    VF_CHECK_EQ_INT(tried, 0);
+    VF_CHECK_EQ_INT(bad, 0);
+    vf_decode_tally_add(&t, true);
+    vf_decode_tally_sum(&t, &tried, &bad);
+    VF_CHECK_EQ_INT(tried, 1);
+    VF_CHECK_EQ_INT(bad, 1);
+    vf_decode_tally_close(&t);
+    /* a run dir it cannot write: this instance's own counts, and why */
+    vf_decode_tally_open(&t, "/proc/nonexistent", "clips/", 1, 2, why, sizeof why);
+    VF_CHECK(!t.shared && strstr(why, "this instance's files only"));
+    vf_decode_tally_add(&t, true);
+    vf_decode_tally_sum(&t, &tried, &bad);
+    VF_CHECK_EQ_INT(tried, 1);
+    vf_decode_tally_close(&t);
 }
 
 int main(void)

@@ -313,7 +313,7 @@ VF_TEST(text_embeddings_layout)
     vf_dit_layout_free(le);
 }
 
-/* Original -> diffusers names: WAN.md's table, as convert_wan_transformer_to_diffusers
+/* Original -> diffusers names: the table of docs/TRAINING.md's weights section, as convert_wan_transformer_to_diffusers
  * renames them (the reference test checks every name against diffusers itself). */
 VF_TEST(weight_names)
 {

@@ -311,6 +311,12 @@ VF_TEST(did_you_mean)
     VF_CHECK_EQ_INT(vf_edit_distance("kitten", "sitting"), 3);
     VF_CHECK_EQ_INT(vf_edit_distance("", "abc"), 3);
     VF_CHECK_EQ_INT(vf_edit_distance("same", "same"), 0);
+    /* two letters swapped is one typo: "stpes" is 1 from "steps", 2 by plain Levenshtein */
+    VF_CHECK_EQ_INT(vf_edit_distance("stpes", "steps"), 1);
+    VF_CHECK_EQ_INT(vf_edit_distance("ca", "abc"), 3); /* no swap reuses a letter twice */
+    const char *k[] = {"steps", "batch", "stages", "shards", "lr"};
+    VF_CHECK_STR(vf_did_you_mean("stpes", k, 5), "steps");
+    VF_CHECK_STR(vf_did_you_mean("bacth", k, 5), "batch");
 }
 
 int main(void) { return vf_test_main(); }

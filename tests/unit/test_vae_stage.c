@@ -108,7 +108,23 @@ VF_TEST(ports_refuse_bad_clips)
     memset(&out, 0, sizeof out);
     upstream(&up, 17, "", 60, 64);
     VF_CHECK(ops()->ports(p, &up, &out, &st) == VF_EUSAGE);
-    VF_CHECK_MSG(strstr(st.msg, "multiples of 8") != NULL, "%s", st.msg);
+    VF_CHECK_MSG(strstr(st.msg, "frames of 64x60 (WxH): training needs sides that are multiples of 16 = the VAE's "
+                                "spatial stride 8 x the DiT's patch 2 (vae_encode.patch); e.g. 64x48 or 64x64") != NULL,
+                 "%s", st.msg);
+    vf_params_free(p);
+    /* 72 is a multiple of the stride but not of stride x patch: training could not take it */
+    p = params("{}", &st);
+    vf_status_clear(&st);
+    memset(&out, 0, sizeof out);
+    upstream(&up, 17, "", 72, 72);
+    VF_CHECK(ops()->ports(p, &up, &out, &st) == VF_EUSAGE);
+    VF_CHECK_MSG(strstr(st.msg, "72x72 (WxH): training needs sides that are multiples of 16") != NULL, "%s", st.msg);
+    vf_params_free(p);
+    /* a DiT with patch 1 takes any multiple of the stride */
+    p = params("{\"patch\":1}", &st);
+    vf_status_clear(&st);
+    memset(&out, 0, sizeof out);
+    VF_CHECK_MSG(ops()->ports(p, &up, &out, &st) == 0, "%s", st.msg);
     vf_params_free(p);
 }
 

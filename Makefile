@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 
-.PHONY: all setup build run test bench gpu-pack install asan fuzz clean
+.PHONY: all setup build run test bench gpu-pack install asan release fuzz mutants clean
 
 all: build
 
@@ -32,6 +32,13 @@ asan: setup
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|fuzz'
 
+# Unit tests of a Release build (-O3) in their own build dir: no test may depend on the
+# optimisation level (the default build is -O2).
+release: setup
+	cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release -DVFLOW_CUDA=OFF -DVFLOW_BUILD_BENCH=OFF
+	cmake --build build-rel -j $(JOBS)
+	ctest --test-dir build-rel --output-on-failure -j $(JOBS) -L unit
+
 # libFuzzer targets (clang, ASan+UBSan) in their own build dir, each run FUZZ_SECONDS
 # (default 600) from its committed corpus; findings land in build-fuzz/findings/.
 FUZZ_TARGETS = $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
@@ -40,6 +47,13 @@ fuzz: setup
 	  -DVFLOW_LIBFUZZER=ON -DVFLOW_CUDA=OFF -DVFLOW_BUILD_BENCH=OFF
 	cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	bash scripts/fuzz.sh build-fuzz
+
+# Plants each one-line bug of scripts/mutants.txt in a scratch copy under /tmp and runs the
+# tests that must catch it; prints the survivors (minutes; not part of `make test`).
+# MUTANTS="name ..." plants only those; MUTANT_JOBS build jobs (default 2).
+MUTANT_JOBS ?= 2
+mutants: setup
+	/usr/bin/python3 scripts/mutants.py --jobs $(MUTANT_JOBS) $(MUTANTS)
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
@@ -55,4 +69,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-rel build-fuzz

@@ -213,7 +213,8 @@ nvidia-smi -L > /dev/null 2>&1 && GPU_OK=1
 # ---------------------------------------------------------------- sections
 # section NAME CAP NEEDS_TORCH CMD...: runs CMD under `timeout` (CAP seconds or what the
 # deadline leaves), keeps its log, appends every JSON line it printed (tagged with the
-# section) and an attn_path line if it printed one, then the section's status.
+# section), an attn_path line if it printed one and the conv paths it printed (the VAE
+# sections: conv_path=cudnn, hand or cudnn+hand per encode and decode), then the status.
 section() {
   local name=$1 cap=$2 torch=$3
   shift 3
@@ -238,9 +239,11 @@ section() {
   local ms=$((($(date +%s%N) - t0) / 1000000)) dt
   dt=$((ms / 1000)).$(((ms % 1000) / 100))
   grep '^{' "$log" | sed "s/^{/{\"section\":\"$name\",/" >> "$RES"
-  local ap
-  ap=$(grep -o 'attn_path=[A-Za-z0-9_.-]*' "$log" | tail -1)
+  local ap cp
+  ap=$(grep -o 'attn_path=[A-Za-z0-9_.+-]*' "$log" | tail -1)
   [ -n "$ap" ] && note "$name" attn_path="$(jstr "${ap#attn_path=}")"
+  cp=$(grep -o 'conv_path=[A-Za-z0-9_.+-]*' "$log" | sort -u | sed 's/^conv_path=//' | paste -sd, -)
+  [ -n "$cp" ] && note "$name" conv_path="$(jstr "$cp")"
   case $rc in
     0) status=ok ;;
     77) status=skipped ;;

@@ -18,8 +18,9 @@ file. Fields (README's GPU table is made from them by scripts/gen_gpu_table):
                                 eager peak, both MFUs)
   attn_self_tflops, sdpa_self_tflops, attn_cross_tflops, sdpa_cross_tflops  fwd+bwd
   vae_encode_clips_s, diffusers_vae_encode_clips_s, vae_decode_clips_s,
-  diffusers_vae_decode_clips_s  {"FxHxW": clips/s} per clip shape; vae_rel_err and
-                                vae_phases_ms per "op FxHxW"
+  diffusers_vae_decode_clips_s  {"FxHxW": clips/s} per clip shape; vae_rel_err,
+                                vae_phases_ms, vae_conv_path and vae_attn_path (what ran
+                                the convolutions and the mid-block attention) per "op FxHxW"
   ratios, goals                 vflow over its peer, and whether each goal of the
                                 issue is met (null where a figure is missing)
   ipc_gb_s, ipc_copy_gb_s, ipc_vs_copy   the CUDA IPC handoff between two processes per
@@ -100,7 +101,8 @@ def assemble(rows, date=None):
     out["attn_cross_tflops"] = bench("xattn_vflow", "fwdbwd_tflops")
     out["sdpa_cross_tflops"] = bench("xattn_torch", "fwdbwd_tflops")
     vae = {k: {} for k in ("vae_encode_clips_s", "diffusers_vae_encode_clips_s", "vae_decode_clips_s",
-                           "diffusers_vae_decode_clips_s", "vae_rel_err", "vae_phases_ms")}
+                           "diffusers_vae_decode_clips_s", "vae_rel_err", "vae_phases_ms", "vae_conv_path",
+                           "vae_attn_path")}
     for s in ("vae_small", "vae_large"):
         for r in by.get(s, []):
             if r.get("bench") != "vae" or "op" not in r or "side" not in r:
@@ -113,6 +115,9 @@ def assemble(rows, date=None):
                     vae["vae_rel_err"][tag] = r["rel_err"]
                 if r.get("phases_ms"):
                     vae["vae_phases_ms"][tag] = r["phases_ms"]
+                for k in ("conv_path", "attn_path"):
+                    if r.get(k):
+                        vae["vae_" + k][tag] = r[k]
     out.update(vae)
     out["ipc_gb_s"] = {str(r["mib"]): r.get("ipc_gb_s") for r in by.get("ipc", []) if r.get("bench") == "ipc"}
     out["ipc_copy_gb_s"] = {str(r["mib"]): r.get("copy_gb_s") for r in by.get("ipc", []) if r.get("bench") == "ipc"}
@@ -187,9 +192,10 @@ def summary(o):
                  fmt(o["attn_cross_tflops"]), fmt(o["sdpa_cross_tflops"]), fmt(r["attn_cross_vs_sdpa"], "%.2f"))]
     for op in ("encode", "decode"):
         for sh, x in r["vae_%s_vs_diffusers" % op].items():
-            lines.append("VAE %s %-11s vflow %s clips/s, diffusers %s: %s x (goal >= 1.0)" % (
+            lines.append("VAE %s %-11s vflow %s clips/s, diffusers %s: %s x (goal >= 1.0); conv %s" % (
                 op, sh, fmt(o["vae_%s_clips_s" % op].get(sh), "%.3g"),
-                fmt(o["diffusers_vae_%s_clips_s" % op].get(sh), "%.3g"), fmt(x, "%.3f")))
+                fmt(o["diffusers_vae_%s_clips_s" % op].get(sh), "%.3g"), fmt(x, "%.3f"),
+                o.get("vae_conv_path", {}).get("%s %s" % (op, sh), "n/a")))
     if o["phases_ms"]:
         p = o["phases_ms"]
         span = p.get("span") or 1

@@ -18,7 +18,7 @@ vflow's times include its host-to-device copy of the f32 clip (latent); diffuser
 from a bf16 clip on the GPU. vae_tool also prints the phases of one more pass (kernels/
 phases.h), which are passed on. Each measurement prints one JSON line as soon as it is
 made ({"bench": "vae", "side": "vflow"|"diffusers", "op": "encode"|"decode", "shape",
-"s", "clips_per_s", ...}), so a run cut short keeps what it measured; --budget bounds the
+"s", "clips_per_s", "conv_path", "attn_path", ...}), so a run cut short keeps what it measured; --budget bounds the
 whole run (a vae_tool call that would outlast it is stopped and reported with "s": null).
 
 --device cpu --tiny runs the same comparison with a tiny config on the CPU (a check of
@@ -134,7 +134,8 @@ class Bench:
     def tool_run(self, args):
         """vae_tool within the time left: (result, finished). result: "s" (its best run, or
         the best of those that ended before it had to be stopped; None if none did),
-        "timed_runs", "phases_ms", "error" when it failed or was stopped."""
+        "timed_runs", "phases_ms", "conv_path" and "attn_path" (what ran the convolutions and the
+        mid-block attention: cudnn, hand, gemm, joined by '+'), "error" when it failed or was stopped."""
         limit = max(5.0, self.left())
         cmd = [self.tool] + args + self.tool_cfg + ["--device", self.tool_dev, "--repeat", str(self.a["repeat"]),
                                                     "--phases", "1"]
@@ -152,6 +153,9 @@ class Bench:
         for line in out.splitlines():
             if line.startswith("phases "):
                 r["phases_ms"] = json.loads(line[len("phases "):])
+            for key in ("conv_path", "attn_path"):  # what ran the convolutions / the mid-block attention
+                if line.startswith(key + "="):
+                    r[key] = line[len(key) + 1:].strip()
         r["s"] = min(runs) if runs else None
         r["timed_runs"] = len(runs)
         if not done:
@@ -212,6 +216,7 @@ class Bench:
         if done:
             r["rel_err"] = rel_err(load_file(out)["mean"], mean_h)
         emit(r)
+        say_paths(r)
 
         # decode diffusers' latent: diffusers, then vflow
         if self.left() <= 0:
@@ -230,6 +235,14 @@ class Bench:
         if done:
             r["rel_err"] = rel_err(load_file(out)["x"], frames_h)
         emit(r)
+        say_paths(r)
+
+
+def say_paths(r):
+    """the paths of a vflow run as lines bench_cuda.sh notes for the section (conv_path=…)"""
+    for key in ("conv_path", "attn_path"):
+        if r.get(key):
+            print("%s %s %s=%s" % (r["op"], r["shape"], key, r[key]), flush=True)
 
 
 def main():

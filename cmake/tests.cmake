@@ -1,9 +1,21 @@
 # Tests are files: tests/<dir>/test_*.{c,sh,py}. The directory gives the ctest label
 # (unit, integration, reference, corpus, gpu); a line "vflow-test: labels=slow timeout=900" in the
-# first lines of a test adds labels / sets the timeout. C tests link everything
-# (stages register from constructors); scripts get VFLOW_BIN, VFLOW_BUILD, VFLOW_SRC.
+# first lines of a test adds labels / sets the timeout (times VFLOW_TEST_TIMEOUT_SCALE). C tests
+# link everything (stages register from constructors); scripts get VFLOW_BIN, VFLOW_BUILD,
+# VFLOW_SRC.
 # Helper programs the script tests drive live in tests/tools/*.c.
 set(VF_PY /usr/bin/python3)
+
+# A test's timeout guards against hangs and is sized for optimised code: unoptimised code
+# (Debug, -O0) runs the CPU kernels several times slower (the VAE and DiT tests most), so
+# there the timeouts scale, and whether a test passes does not depend on the build type.
+if(CMAKE_BUILD_TYPE STREQUAL "Debug")
+  set(VF_TEST_TIMEOUT_SCALE_DEFAULT 5)
+else()
+  set(VF_TEST_TIMEOUT_SCALE_DEFAULT 1)
+endif()
+set(VFLOW_TEST_TIMEOUT_SCALE ${VF_TEST_TIMEOUT_SCALE_DEFAULT} CACHE STRING
+    "Factor on every test's timeout (default 5 for Debug builds, else 1)")
 
 function(vf_test_meta file out_labels out_timeout)
   file(STRINGS ${file} meta LIMIT_COUNT 15 REGEX "vflow-test:")
@@ -18,11 +30,12 @@ function(vf_test_meta file out_labels out_timeout)
       set(timeout ${CMAKE_MATCH_1})
     endif()
   endforeach()
+  math(EXPR timeout "${timeout} * ${VFLOW_TEST_TIMEOUT_SCALE}")
   set(${out_labels} "${labels}" PARENT_SCOPE)
   set(${out_timeout} "${timeout}" PARENT_SCOPE)
 endfunction()
 
-set(VF_TEST_ENV "OMP_WAIT_POLICY=PASSIVE;VFLOW_BIN=${CMAKE_BINARY_DIR}/vflow;VFLOW_BUILD=${CMAKE_BINARY_DIR};VFLOW_SRC=${CMAKE_SOURCE_DIR};VFLOW_PY=${VF_PY};VFLOW_REF_PY=/opt/vflow-ref/bin/python")
+set(VF_TEST_ENV "OMP_WAIT_POLICY=PASSIVE;VFLOW_BIN=${CMAKE_BINARY_DIR}/vflow;VFLOW_BUILD=${CMAKE_BINARY_DIR};VFLOW_SRC=${CMAKE_SOURCE_DIR};VFLOW_PY=${VF_PY};VFLOW_REF_PY=/opt/vflow-ref/bin/python;VFLOW_REF35_PY=/opt/vflow-ref35/bin/python")
 
 file(GLOB VF_TOOL_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/tools/*.c)
 foreach(src ${VF_TOOL_SRC})
@@ -74,6 +87,7 @@ foreach(src ${VF_FUZZ_SRC})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   if(NOT VFLOW_LIBFUZZER)
     add_test(NAME fuzz.${name} COMMAND ${name} ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${name})
-    set_tests_properties(fuzz.${name} PROPERTIES LABELS "fuzz" TIMEOUT 300 ENVIRONMENT "${VF_TEST_ENV}")
+    math(EXPR timeout "300 * ${VFLOW_TEST_TIMEOUT_SCALE}")
+    set_tests_properties(fuzz.${name} PROPERTIES LABELS "fuzz" TIMEOUT ${timeout} ENVIRONMENT "${VF_TEST_ENV}")
   endif()
 endforeach()

@@ -64,6 +64,12 @@ static void *cpu_alloc(vf_backend *be, size_t bytes, vf_status *st)
     return vf_cpu_alloc(bytes, st);
 }
 static void cpu_free(vf_backend *be, void *p) { (void)be, vf_cpu_free(p); }
+static void *cpu_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)
+{
+    (void)be;
+    return vf_alloc_shared(bytes, st);
+}
+static void cpu_free_shared(vf_backend *be, void *p) { (void)be, vf_free_shared(p); }
 static void cpu_memset0(vf_backend *be, void *p, size_t bytes) { (void)be, memset(p, 0, bytes); }
 static void cpu_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt)
 {
@@ -77,6 +83,13 @@ static void cpu_copy(vf_backend *be, void *dst, const void *src, size_t bytes)
 {
     (void)be;
     if (bytes) memmove(dst, src, bytes);
+}
+static void cpu_copy2d(vf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                       size_t width, size_t rows)
+{
+    (void)be;
+    for (size_t r = 0; r < rows && width; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
 }
 static int cpu_sync(vf_backend *be, vf_status *st) { return (void)be, (void)st, 0; }
 
@@ -105,6 +118,14 @@ static void cpu_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
 static void cpu_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
 {
     (void)be, vf_cpu_gelu_bwd(dinp, dout, inp, n);
+}
+static void cpu_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_gelu_erf_fwd(out, inp, n);
+}
+static void cpu_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+{
+    (void)be, vf_cpu_gelu_erf_bwd(dinp, dout, inp, n);
 }
 static void cpu_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
 {
@@ -194,18 +215,18 @@ static void cpu_permute(vf_backend *be, void *out, const void *inp, int ndim,
 static void cpu_conv3d_fwd(vf_backend *be, void *out, const void *inp, const void *w,
                            const void *bias, int64_t B, int64_t C, int64_t T, int64_t H,
                            int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw,
-                           int pt0, int pt1, int ph, int pw)
+                           int pt0, int pt1, int ph0, int ph1, int pw0, int pw1)
 {
     (void)be, vf_cpu_conv3d_fwd(out, inp, w, bias, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw,
-                                pt0, pt1, ph, pw);
+                                pt0, pt1, ph0, ph1, pw0, pw1);
 }
 static void cpu_conv3d_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                            const void *inp, const void *w, int64_t B, int64_t C, int64_t T,
                            int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st,
-                           int sh, int sw, int pt0, int pt1, int ph, int pw)
+                           int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0, int pw1)
 {
     (void)be, vf_cpu_conv3d_bwd(dinp, dw, dbias, dout, inp, w, B, C, T, H, W, OC, KT, KH, KW,
-                                st, sh, sw, pt0, pt1, ph, pw);
+                                st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1);
 }
 static void cpu_embed_fwd(vf_backend *be, void *out, const int32_t *tok, const void *table,
                           int64_t N, int64_t C)
@@ -242,10 +263,13 @@ static vf_backend cpu_backend = {
     .ctx = NULL,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .alloc_shared = cpu_alloc_shared,
+    .free_shared = cpu_free_shared,
     .memset0 = cpu_memset0,
     .upload = cpu_upload,
     .download = cpu_download,
     .copy = cpu_copy,
+    .copy2d = cpu_copy2d,
     .sync = cpu_sync,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
@@ -253,6 +277,8 @@ static vf_backend cpu_backend = {
     .axpy = cpu_axpy,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
+    .gelu_erf_fwd = cpu_gelu_erf_fwd,
+    .gelu_erf_bwd = cpu_gelu_erf_bwd,
     .silu_fwd = cpu_silu_fwd,
     .silu_bwd = cpu_silu_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,
@@ -380,6 +406,27 @@ int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64
     const int64_t dp_estimate = B * H * ((Lq + 63) / 64 * 64) * tk * 2;
     if (dp_estimate <= limit) return B * H * tq * tk * 2 + rows;
     return B * H * tq * D * 4 + rows;
+}
+
+/* ------------------------------------------------------------------ conv3d workspace */
+
+void vf_conv3d_out(const vf_conv3d_shape *s, int64_t *To, int64_t *Ho, int64_t *Wo)
+{
+    *To = (s->T + s->pt0 + s->pt1 - s->KT) / s->st + 1;
+    *Ho = (s->H + s->ph0 + s->ph1 - s->KH) / s->sh + 1;
+    *Wo = (s->W + s->pw0 + s->pw1 - s->KW) / s->sw + 1;
+}
+
+int64_t vf_conv3d_workspace_bound(vf_device dev, const vf_conv3d_shape *s)
+{
+    if (dev.kind != VF_DEV_CUDA || s->B <= 0 || s->C <= 0 || s->OC <= 0) return 0;
+    int64_t To, Ho, Wo;
+    vf_conv3d_out(s, &To, &Ho, &Wo);
+    const int64_t in = s->B * s->C * (s->T + s->pt0 + s->pt1) * (s->H + s->ph0 + s->ph1) *
+                       (s->W + s->pw0 + s->pw1);
+    const int64_t out = s->B * s->OC * To * Ho * Wo;
+    const int64_t w = s->OC * s->C * s->KT * s->KH * s->KW;
+    return 2 * (in + out + w) + ((int64_t)16 << 20);
 }
 
 /* ------------------------------------------------------------------ device peaks */

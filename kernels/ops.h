@@ -46,11 +46,21 @@ struct vf_backend {
     /* ---- memory (device memory is accounted to the calling stage) */
     void *(*alloc)(vf_backend *be, size_t bytes, vf_status *st);
     void (*free)(vf_backend *be, void *p);
+    /* Memory that other processes of the node can map, so that views of it cross without a
+     * copy (vflow.h "lending memory"): a shared segment (vf_alloc_shared) on the CPU, pool
+     * memory (exported by CUDA IPC once) on a GPU. Freed with free_shared. */
+    void *(*alloc_shared)(vf_backend *be, size_t bytes, vf_status *st);
+    void (*free_shared)(vf_backend *be, void *p);
     void (*memset0)(vf_backend *be, void *p, size_t bytes);
     /* copies between host f32 and backend storage of act_dtype / grad_dtype */
     void (*upload)(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dst_dtype);
     void (*download)(vf_backend *be, float *dst, const void *src, int64_t n, vf_dtype src_dtype);
     void (*copy)(vf_backend *be, void *dst, const void *src, size_t bytes);
+    /* rows blocks of width bytes: block r from src + r·spitch to dst + r·dpitch, in one
+     * device call (the same frames of every (b, c) plane of a channel-first tensor: a
+     * causal cache and its chunk side by side). The two regions do not overlap. */
+    void (*copy2d)(vf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                   size_t width, size_t rows);
     int (*sync)(vf_backend *be, vf_status *st);
 
     /* ---- dense
@@ -69,6 +79,9 @@ struct vf_backend {
     /* GELU, tanh approximation (as torch.nn.GELU(approximate="tanh")) */
     void (*gelu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
     void (*gelu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+    /* GELU, exact: 0.5·x·(1 + erf(x/√2)) (torch.nn.GELU(), Wan's image embedder) */
+    void (*gelu_erf_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
+    void (*gelu_erf_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
     void (*silu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
     void (*silu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 
@@ -131,16 +144,18 @@ struct vf_backend {
                     const int *perm);
 
     /* ---- conv3d, channel-first: inp (B, C, T, H, W), w (OC, C, KT, KH, KW), bias (OC),
-     * out (B, OC, To, Ho, Wo), To = (T + pt0 + pt1 - KT)/st + 1 etc. pt0/pt1 are the
-     * front/back zero padding in time (causal: pt0 = KT-1, pt1 = 0), ph/pw symmetric. */
+     * out (B, OC, To, Ho, Wo), To = (T + pt0 + pt1 - KT)/st + 1, Ho = (H + ph0 + ph1 -
+     * KH)/sh + 1, Wo likewise. Zero padding before (pt0, ph0, pw0) and after (pt1, ph1,
+     * pw1) each axis, so no padded copy is ever made: causal time is pt0 = KT-1, pt1 = 0;
+     * the VAE's spatial downsample pads (ph, pw) = (0, 1), (0, 1). */
     void (*conv3d_fwd)(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
                        int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
-                       int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph,
-                       int pw);
+                       int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0,
+                       int ph1, int pw0, int pw1);
     void (*conv3d_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                        const void *inp, const void *w, int64_t B, int64_t C, int64_t T,
                        int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh,
-                       int sw, int pt0, int pt1, int ph, int pw);
+                       int sw, int pt0, int pt1, int ph0, int ph1, int pw0, int pw1);
 
     /* ---- embedding: out (N, C) = table[tok[n]]; tok i32 on the device */
     void (*embed_fwd)(vf_backend *be, void *out, const int32_t *tok, const void *table,
@@ -211,6 +226,24 @@ int64_t vf_attention_workspace_limit(void);
  * 0 where dev is not a CUDA device. */
 int64_t vf_attention_workspace_bound(vf_device dev, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
                                      int64_t D);
+
+/* One conv3d_fwd call's geometry: the op's arguments but the pointers (what the memory
+ * plan and the checks of cuDNN's graphs list per layer). */
+typedef struct vf_conv3d_shape {
+    int64_t B, C, T, H, W, OC;
+    int KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1;
+} vf_conv3d_shape;
+/* Its output frames, rows and columns (ops.h's formulas). */
+void vf_conv3d_out(const vf_conv3d_shape *s, int64_t *To, int64_t *Ho, int64_t *Wo);
+/* Device bytes of workspace the backend of dev lets cuDNN take for one conv3d_fwd of s:
+ * room for a channels-last copy of the padded input, of the output and of the weights in
+ * bf16 (what an engine that runs NCDHW operands on channels-last tensor-core kernels
+ * converts them into) and 16 MiB for an engine's own scratch. The CUDA backend takes only
+ * plans within it (the next of cuDNN's heuristic list where the first wants more; the
+ * hand kernel where none fits) and grows one workspace per device to the largest a graph
+ * asks for, so the largest layer's bound is what the memory plan counts for a model's
+ * convolutions. 0 where dev is not a CUDA device. */
+int64_t vf_conv3d_workspace_bound(vf_device dev, const vf_conv3d_shape *s);
 
 /* Dense bf16 tensor-core peak of a device by its product name (FLOP/s, no sparsity),
  * from a small table of NVIDIA's data-sheet numbers: H100 SXM and H200 989 T, H100 /

@@ -23,11 +23,13 @@
 #define VF_OPS_LIST_H
 
 #define VF_OPS(X)                                                                   \
-    X(alloc, memory) X(free, memory) X(memset0, memory) X(upload, memory)          \
-    X(download, memory) X(copy, memory) X(sync, memory)                            \
+    X(alloc, memory) X(free, memory) X(alloc_shared, memory) X(free_shared, memory) \
+    X(memset0, memory) X(upload, memory)                                           \
+    X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(add, elementwise) X(axpy, elementwise) X(gelu_fwd, elementwise)              \
-    X(gelu_bwd, elementwise) X(silu_fwd, elementwise) X(silu_bwd, elementwise)     \
+    X(gelu_bwd, elementwise) X(gelu_erf_fwd, elementwise)                          \
+    X(gelu_erf_bwd, elementwise) X(silu_fwd, elementwise) X(silu_bwd, elementwise) \
     X(layernorm_fwd, norm) X(layernorm_bwd, norm) X(rmsnorm_fwd, norm)             \
     X(rmsnorm_bwd, norm) X(rmsnorm_ch_fwd, norm)                                   \
     X(modulate_fwd, modulate) X(modulate_bwd, modulate)                            \

@@ -111,6 +111,8 @@ WRAP(memset0, VF_PHASE_MEMSET, (vf_backend *be, void *d, size_t n), (IN, d, n))
 WRAP(upload, VF_PHASE_TRANSFER, (vf_backend *be, void *d, const float *s, int64_t n, vf_dtype t), (IN, d, s, n, t))
 WRAP(download, VF_PHASE_TRANSFER, (vf_backend *be, float *d, cv *s, int64_t n, vf_dtype t), (IN, d, s, n, t))
 WRAP(copy, VF_PHASE_TRANSFER, (vf_backend *be, void *d, cv *s, size_t n), (IN, d, s, n))
+WRAP(copy2d, VF_PHASE_TRANSFER, (vf_backend *be, void *d, size_t dp, cv *s, size_t sp, size_t w, size_t r),
+     (IN, d, dp, s, sp, w, r))
 WRAP(matmul_fwd, VF_PHASE_GEMM,
      (vf_backend *be, void *o, cv *x, cv *w, cv *b, int64_t N, int64_t C, int64_t OC), (IN, o, x, w, b, N, C, OC))
 WRAP(matmul_bwd, VF_PHASE_GEMM,
@@ -120,6 +122,8 @@ WRAP(add, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *a, cv *b, int64_t 
 WRAP(axpy, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *y, cv *x, float al, int64_t n), (IN, y, x, al, n))
 WRAP(gelu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
 WRAP(gelu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
+WRAP(gelu_erf_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
+WRAP(gelu_erf_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
 WRAP(silu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))
 WRAP(silu_bwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *dx, cv *dy, cv *x, int64_t n), (IN, dx, dy, x, n))
 WRAP(layernorm_fwd, VF_PHASE_ELEMENTWISE,
@@ -164,13 +168,14 @@ WRAP(permute, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *o, cv *x, int nd, const int64_t *shape, const int *perm), (IN, o, x, nd, shape, perm))
 WRAP(conv3d_fwd, VF_PHASE_CONV,
      (vf_backend *be, void *o, cv *x, cv *w, cv *b, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
-      int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw),
-     (IN, o, x, w, b, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw))
+      int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0,
+      int pw1),
+     (IN, o, x, w, b, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1))
 WRAP(conv3d_bwd, VF_PHASE_CONV,
      (vf_backend *be, void *dx, void *dw, void *db, cv *dy, cv *x, cv *w, int64_t B, int64_t C, int64_t T,
-      int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph,
-      int pw),
-     (IN, dx, dw, db, dy, x, w, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw))
+      int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0,
+      int ph1, int pw0, int pw1),
+     (IN, dx, dw, db, dy, x, w, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1))
 WRAP(embed_fwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *o, const int32_t *tok, cv *tab, int64_t N, int64_t C), (IN, o, tok, tab, N, C))
 WRAP(embed_bwd, VF_PHASE_ELEMENTWISE,
@@ -183,9 +188,14 @@ WRAP(adamw, VF_PHASE_OPTIMIZER,
      (IN, ms, m, v, g, wo, n, lr, b1, b2, eps, wd, gs, t))
 WRAP_F64(sumsq, VF_PHASE_OPTIMIZER, (vf_backend *be, cv *g, int64_t n), (IN, g, n))
 
-/* alloc, free and sync pass through untimed: they enqueue no device work of a phase */
+/* the allocators and sync pass through untimed: they enqueue no device work of a phase */
 static void *w_alloc(vf_backend *be, size_t bytes, vf_status *st) { return PH(be)->inner->alloc(PH(be)->inner, bytes, st); }
 static void w_free(vf_backend *be, void *ptr) { PH(be)->inner->free(PH(be)->inner, ptr); }
+static void *w_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)
+{
+    return PH(be)->inner->alloc_shared(PH(be)->inner, bytes, st);
+}
+static void w_free_shared(vf_backend *be, void *ptr) { PH(be)->inner->free_shared(PH(be)->inner, ptr); }
 static int w_sync(vf_backend *be, vf_status *st) { return PH(be)->inner->sync(PH(be)->inner, st); }
 
 const char *vf_phase_name(vf_phase ph)

@@ -14,6 +14,12 @@
 --   freq_dim   sinusoidal timestep features
 --   t_scale    timestep fed to the sinusoid = t * t_scale (t in [0, 1])
 --   eps        LayerNorm / RMSNorm epsilon
+--   in_dim     channels patch_embedding takes: z plus image-to-video conditioning (Wan I2V:
+--              36 = 16 noisy + 4 first-frame mask + 16 first-frame latent); 0 = z
+--   img_dim    width of the image features img_emb takes (Wan 2.1 I2V: CLIP ViT-H/14 1280);
+--              0 = no image branch
+--   img_len    image feature rows per sample (Wan 2.1 I2V: 257)
+--   (in_dim, img_dim and img_len default to 0: the text-to-video presets leave them out)
 --
 -- The same numbers are compiled into models/dit_layout.c (vf_dit_preset, used by tools
 -- and tests); tests/unit/test_dit.c checks the two agree.
@@ -42,4 +48,16 @@ return {
   ["wan-14b"] = preset { name = "wan-14b", dim = 5120, depth = 40, heads = 40, head_dim = 128,
                          ffn = 13824, z = 16, text_dim = 4096, text_len = 512, freq_dim = 256,
                          text = "embeddings" },
+  -- Wan 2.1 I2V 14B (the 480p and the 720p checkpoint): 36 input channels and the CLIP
+  -- image branch (img_emb, cross_attn.k_img / v_img)
+  ["wan-i2v-14b"] = preset { name = "wan-i2v-14b", dim = 5120, depth = 40, heads = 40,
+                             head_dim = 128, ffn = 13824, z = 16, text_dim = 4096, text_len = 512,
+                             freq_dim = 256, text = "embeddings", in_dim = 36, img_dim = 1280,
+                             img_len = 257 },
+  -- Wan 2.2 I2V-A14B, one expert (high- and low-noise have this shape): 36 input channels,
+  -- no CLIP
+  ["wan2.2-i2v-a14b"] = preset { name = "wan2.2-i2v-a14b", dim = 5120, depth = 40, heads = 40,
+                                 head_dim = 128, ffn = 13824, z = 16, text_dim = 4096,
+                                 text_len = 512, freq_dim = 256, text = "embeddings",
+                                 in_dim = 36 },
 }

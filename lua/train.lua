@@ -27,8 +27,10 @@
 --   edges    reader.out        -> dit_0.batch           capacity 2
 --            dit_q.act_out     -> dit_{q+1}.act_in      capacity M   activations, forward
 --            dit_{q+1}.grad_out -> dit_q.grad_in        capacity M   loop: their gradients
---            dit_q.grad_s<k>   -> adamw_k.grads         capacity 2   gradient slices (every q, k)
---            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: updated weights
+--            dit_q.grad_s<k>   -> adamw_k.grads         capacity 2   views of the weights and
+--                                                                    gradients the shard updates
+--                                                                    in place (every q, k)
+--            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: the shard's reply (done)
 --            adamw_k.norm_out  -> adamw_j.norm_in       capacity 2   loop: global-norm partials (k ≠ j)
 --            adamw_k.snap      -> checkpoint.snap       capacity 2   snapshot chunks (checkpoint.chunk bytes each)
 --            checkpoint.ack    -> adamw_k.ack           capacity 2   loop, only with sync = true
@@ -426,10 +428,13 @@ return function(vf)
     end
     -- the shards take the partitions' weight and gradient dtype: bf16 on GPUs, f32 on the
     -- CPU; a shard in host memory next to GPU partitions (offload) converts to its f32 state
-    local part_dtype
+    -- (param dtype); and a shard plans chunk buffers for the partitions not on its device
+    -- (param part_devices)
+    local part_dtype, part_devices = nil, {}
     for r = 1, m.D do
       for q = 1, m.P do
         local dev = tostring(m.parts[r][q].params.device or "cpu")
+        part_devices[#part_devices + 1] = dev
         local dt = dev:match("^cuda") and "bf16" or "f32"
         if part_dtype and dt ~= part_dtype then
           fail("p:train: the partitions mix CPU and GPU devices (%s is %s, another %s): they exchange tensors of one dtype",
@@ -445,6 +450,7 @@ return function(vf)
       s.dtype = part_dtype
       link(a, "dtype", fixed_dtype)
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
+      s.part_devices = part_devices
       s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
       s.ckpt_chunk = chunk
     end

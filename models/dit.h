@@ -6,14 +6,21 @@
  *     --patch_embedding (linear, = Wan's Conv3d with kernel = stride = patch)--> x (B, L, dim)
  *   t (B) in [0,1] --sinusoid(t·t_scale, freq_dim)--> time_embedding: Linear-SiLU-Linear
  *     --> e (B, dim) ; time_projection: SiLU-Linear --> e0 (B, 6, dim)      [shared by all blocks]
+ *   image-to-video (in_dim > z): the channels of cond (B, in_dim − z, T, H, W) follow x_t's
+ *     before patchify (Wan I2V: 4-channel first-frame mask ‖ 16-channel latent of the first
+ *     frame followed by zeros), so patch_embedding takes in_dim·pt·ph·pw features a token
  *   caption: text embeddings (B, Ltxt, text_dim) (text = embeddings: umT5 states, rows past a
  *     caption's length zero, as Wan's pipeline pads them), or caption bytes (B, Ltxt)
  *     --text_tokens (257 × text_dim: 256 bytes + pad)--> (B, Ltxt, text_dim) (text = bytes);
  *     then text_embedding: Linear-GELU(tanh)-Linear --> ctx (B, Ltxt, dim)   [shared by all blocks]
+ *   image features (img_dim > 0, Wan 2.1 I2V): CLIP states (B, Limg, img_dim) --img_emb:
+ *     LN_affine-Linear-GELU(erf)-Linear-LN_affine (LayerNorm eps 1e-5)--> ctx_img (B, Limg, dim)
  *   block i (x, e0, ctx):
  *     m = modulation_i (6, dim) + e0            (Wan: one shared projection + a learned table per block)
  *     x += m[2] · self_attn(LN(x)·(1+m[1]) + m[0])     q,k: RMSNorm over dim (learned gain), 3D RoPE
- *     x += cross_attn(LN_affine(x), ctx)              q from x, k/v from ctx, RMSNorm on q and k
+ *     x += cross_attn(LN_affine(x), ctx)              q from x, k/v from ctx, RMSNorm on q and k;
+ *                                                     with images o(attn(q, k, v) + attn(q, k_img,
+ *                                                     v_img)), k_img/v_img from ctx_img, own RMSNorm
  *     x += m[5] · ffn(LN(x)·(1+m[4]) + m[3])          ffn: Linear-GELU(tanh)-Linear
  *   head: (shift, scale) = head.modulation (2, dim) + e ;  v = Linear(LN(x)·(1+scale)+shift)
  *     --> (B, L, pt·ph·pw·z) --unpatchify--> (B, z, T, H, W)
@@ -81,10 +88,26 @@ typedef struct vf_dit_config {
     float eps;        /* LayerNorm / RMSNorm epsilon (Wan: 1e-6) */
     int text_emb;     /* 1: condition on text embeddings (B, text_len, text_dim), no
                          text_tokens table (Wan); 0: on caption bytes (the tiny presets) */
+    int in_dim;       /* channels patch_embedding takes: z plus the conditioning channels of
+                         image-to-video (Wan I2V: 36 = 16 noisy + 4 mask + 16 first-frame
+                         latent); 0 = z (no conditioning channels) */
+    int img_dim;      /* width of the image features img_emb takes (CLIP ViT-H/14: 1280); 0 =
+                         no image branch (img_emb, cross_attn.k_img/v_img/norm_k_img) */
+    int img_len;      /* image feature rows per sample (Wan 2.1 I2V: 257); 0 without images */
 } vf_dit_config;
 
-/* Fills a built-in preset: "tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b" (the same
- * numbers as lua/model_dit.lua). VF_ENOTFOUND for another name. */
+/* The channels patch_embedding takes (in_dim, or z when in_dim is 0). */
+static inline int vf_dit_in_dim(const vf_dit_config *c) { return c->in_dim > 0 ? c->in_dim : c->z; }
+/* Rows of the cross-attention context of one sample: text_len, then img_len image rows. */
+static inline int64_t vf_dit_ctx_len(const vf_dit_config *c)
+{
+    return (int64_t)c->text_len + (c->img_dim > 0 ? c->img_len : 0);
+}
+
+/* Fills a built-in preset: "tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b", and the
+ * image-to-video "wan-i2v-14b" (Wan 2.1 I2V 480p and 720p: 36 input channels, CLIP image
+ * branch) and "wan2.2-i2v-a14b" (one Wan 2.2 I2V-A14B expert: 36 input channels, no
+ * CLIP) (the same numbers as lua/model_dit.lua). VF_ENOTFOUND for another name. */
 int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st);
 /* Checks ranges and consistency; VF_EINVAL naming the field. */
 int vf_dit_config_check(const vf_dit_config *c, vf_status *st);
@@ -131,6 +154,8 @@ int vf_dit_layout_new(const vf_dit_config *c, vf_dit_layout **out, vf_status *st
 void vf_dit_layout_free(vf_dit_layout *l);      /* NULL is fine */
 /* Index of tensor `name`, or -1. */
 int vf_dit_layout_find(const vf_dit_layout *l, const char *name);
+/* Tensors the config has (entries with numel > 0): what a file of its weights holds. */
+int vf_dit_layout_count(const vf_dit_layout *l);
 /* The contiguous element range [*off, *off + *n) owned by the partition of blocks
  * [b0, b1): embeddings too when b0 == 0, the head too when b1 == depth. */
 void vf_dit_layout_range(const vf_dit_layout *l, int b0, int b1, int64_t *off, int64_t *n);
@@ -189,6 +214,9 @@ int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d);
  *   cross-attention k, v projections        2 · 2·Ltxt·d²
  *   cross-attention scores                  2 · 2·L·Ltxt·d
  *   MLP (two matmuls)                       2 · 2·L·d·ffn
+ * and with an image branch (img_dim > 0, Limg = img_len)
+ *   image k_img, v_img projections          2 · 2·Limg·d²
+ *   image attention scores                  2 · 2·L·Limg·d
  * Norms, modulation, RoPE, the embeddings and the head are left out. */
 double vf_dit_block_flops(const vf_dit_config *c, int64_t L, int64_t Ltxt);
 /* One training step's FLOPs per sample: depth blocks × 3 (forward + backward, which
@@ -228,7 +256,9 @@ int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_d
  *   x   (B, L, dim)     hidden state after the sender's last block
  *   e   (B, dim)        time embedding: input of the head's adaLN
  *   e0  (B, 6, dim)     time projection: input of every block's adaLN
- *   ctx (B, Ltxt, dim)  caption tokens after text_embedding: cross-attention k/v input
+ *   ctx (B, Lctx, dim)  cross-attention k/v input: the caption tokens after text_embedding,
+ *                       B·text_len rows, then (img_dim > 0) the image tokens after img_emb,
+ *                       B·img_len rows (Lctx = vf_dit_ctx_len)
  * Backward (grad dtype): the gradients of the same four, flowing from partition p+1 to p.
  * e, e0 and ctx are produced by partition 0 and read by every later partition unchanged,
  * so a middle partition forwards the tensors it received; in backward each partition
@@ -239,7 +269,7 @@ typedef struct vf_dit_xfer {
 } vf_dit_xfer;
 
 /* Adds the four tensors of a vf_dit_xfer item to port spec p, named "x", "e", "e0",
- * "ctx", of dtype dt, shaped (B, L, dim), (B, dim), (B, 6, dim), (B, text_len, dim) with
+ * "ctx", of dtype dt, shaped (B, L, dim), (B, dim), (B, 6, dim), (B, Lctx, dim) with
  * B and L symbolic, bounded by `max` (the same names serve forward and gradient edges). */
 void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims *max,
                       vf_dtype dt);
@@ -254,6 +284,10 @@ typedef struct vf_dit_batch {
     const void *target;       /* (B, z, T, H, W) backend memory, act dtype; last partition */
     const float *text_emb;    /* (B, text_len, text_dim) host f32; partition 0 (text =
                                  embeddings): rows at and past text_len[b] are taken as zero */
+    const void *cond;         /* (B, in_dim − z, T, H, W) backend memory, act dtype: the
+                                 conditioning channels after x_t's; partition 0, in_dim > z */
+    const float *img;         /* (B, img_len, img_dim) host f32 image features (Wan 2.1 I2V:
+                                 CLIP ViT-H/14 penultimate states); partition 0, img_dim > 0 */
 } vf_dit_batch;
 
 typedef struct vf_dit_part vf_dit_part;
@@ -287,7 +321,8 @@ size_t vf_dit_part_workspace_bytes(const vf_dit_part *p);
 const void *vf_dit_saved_pred(const vf_dit_saved *sv);
 
 /* Forward of one micro-batch.
- *  - first partition: reads b->x_t, t, text or text_emb, text_len; `in` is ignored (may be NULL).
+ *  - first partition: reads b->x_t, t, text or text_emb, text_len, cond, img; `in` is ignored
+ *    (may be NULL).
  *  - other partitions: reads in->x, in->e, in->e0, in->ctx (copied into sv).
  *  - not last: writes out->x; and e, e0, ctx into out's buffers when they are non-NULL
  *    and differ from in's (partition 0 must be given them; later ones may forward the

@@ -5,13 +5,18 @@
  *   x1 = x  + m[2] · o(attn(rope(rms(q(h1'))), rope(rms(k(h1'))), v(h1'))),
  *        h1' = LN(x)·(1+m[1]) + m[0]
  *   x2 = x1 + co(attn(rms(cq(LN3(x1))), rms(ck(ctx)), cv(ctx)))       LN3 with affine
+ *        with an image branch co takes attn(q, rms(ck(ctx)), cv(ctx))
+ *                                 + attn(q, rms(k_img(ctx_img)), v_img(ctx_img)), q as above
+ *        (ctx_img: the image rows of the context, after the text rows)
  *   x3 = x2 + m[5] · ffn2(gelu(ffn1(LN(x2)·(1+m[4]) + m[3])))
  *
  * Backward accumulates straight into the caller's zeroed dx: the residual branches pass
  * the gradient through unchanged, so dx2, dx1 and dx0 are the same buffer at successive
  * moments. Scratch gradients are zeroed before the ops that accumulate into them;
- * attention_bwd writes its three (ops.h), so its outputs need no memset. Scratch comes from the partition's workspace; the op sequence is fixed, which
- * is what makes recompute and partitioning bit-exact.
+ * attention_bwd writes its three (ops.h), so its outputs need no memset. Scratch comes
+ * from the partition's workspace and, once the MLP's backward has read them, from the
+ * block's own dead activations (dit_bwd_place); the op sequence is fixed, which is what
+ * makes recompute and partitioning bit-exact.
  */
 #include "models/dit_internal.h"
 
@@ -27,6 +32,7 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     const vf_dit_config *c = &p->pl.c;
     const size_t as = p->pl.as;
     const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t Li = c->img_len, Ni = B * Li;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float eps = c->eps, scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
@@ -68,8 +74,20 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
     be->matmul_fwd(be, s->cv, ctx, W(BT_CV_W), W(BT_CV_B), Nt, D, D);
     dit_lora_fwd(p, blk, BT_CV_W, s->cv, ctx, Nt, D, D);
     be->attention_fwd(be, s->ca, s->lse2, s->cqr, s->ckr, s->cv, B, L, Lt, H, Dh, scale);
-    be->matmul_fwd(be, p->w.fx, s->ca, W(BT_CO_W), W(BT_CO_B), N, D, D);
-    dit_lora_fwd(p, blk, BT_CO_W, p->w.fx, s->ca, N, D, D);
+    const void *co_in = s->ca;
+    if (p->pl.img) { /* the image rows: own keys and values, the same queries */
+        const void *cimg = dit_at(ctx, Nt * D, as);
+        be->matmul_fwd(be, s->cik, cimg, W(BT_CKI_W), W(BT_CKI_B), Ni, D, D);
+        dit_lora_fwd(p, blk, BT_CKI_W, s->cik, cimg, Ni, D, D);
+        be->rmsnorm_fwd(be, s->cikr, s->rstdcik, s->cik, W(BT_CNKI), Ni, D, eps);
+        be->matmul_fwd(be, s->civ, cimg, W(BT_CVI_W), W(BT_CVI_B), Ni, D, D);
+        dit_lora_fwd(p, blk, BT_CVI_W, s->civ, cimg, Ni, D, D);
+        be->attention_fwd(be, s->cia, s->lse3, s->cqr, s->cikr, s->civ, B, L, Li, H, Dh, scale);
+        be->add(be, s->cs, s->ca, s->cia, N * D);
+        co_in = s->cs;
+    }
+    be->matmul_fwd(be, p->w.fx, co_in, W(BT_CO_W), W(BT_CO_B), N, D, D);
+    dit_lora_fwd(p, blk, BT_CO_W, p->w.fx, co_in, N, D, D);
     be->add(be, s->x2, s->x1, p->w.fx, N * D);
 
     /* MLP */
@@ -85,17 +103,23 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
 
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
-                   const dit_blk_saved *s)
+                   dit_blk_saved *s)
 {
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
     const size_t as = p->pl.as, gs = p->pl.gs;
     const int64_t B = d->B, L = d->L, N = B * L, Lt = c->text_len, Nt = B * Lt;
+    const int64_t Li = c->img_len, Ni = B * Li;
     const int64_t D = c->dim, H = c->heads, Dh = c->head_dim, F = c->ffn;
     const float scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
-    void *const *g = p->w.g;
-    void *gf0 = p->w.gf[0], *gf1 = p->w.gf[1];
+    /* the late scratch in the block's dead activations (dit_bwd_place) */
+    dit_bwd_slots bs;
+    dit_bwd_place(&p->pl, &bs);
+    void *g[6], *dead[2] = {s->f1, s->g};
+    for (int i = 0; i < 6; i++)
+        g[i] = i < 3 || bs.buf[i - 3] < 0 ? p->w.g[i] : (char *)dead[bs.buf[i - 3]] + bs.at[i - 3];
+    void *gf0 = p->w.gf[0], *gf1 = bs.gf1 ? s->g : p->w.gf[1];
     void *gc0 = p->w.gc[0], *gc1 = p->w.gc[1], *gc2 = p->w.gc[2];
     void *deb = p->w.deb;
     const size_t nd = (size_t)(N * D) * gs, ntd = (size_t)(Nt * D) * gs, nf = (size_t)(N * F) * gs;
@@ -123,12 +147,28 @@ void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *do
     be->modulate_bwd(be, g[2], dshift2, dscale2, g[1], s->h2, scale2, B, L, D);
     be->layernorm_bwd(be, dx, NULL, NULL, g[2], s->x2, NULL, s->mean2, s->rstd2, N, D);
 
-    /* cross-attention: x2 = x1 + co(ca); dx now holds dx2 = dco */
+    /* cross-attention: x2 = x1 + co(ca [+ cia]); dx now holds dx2 = dco */
+    const void *co_in = p->pl.img ? s->cs : s->ca;
     Z(g[0], nd);
-    be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, s->ca, W(BT_CO_W), N, D, D);
-    dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, s->ca, N, D, D);
+    be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, co_in, W(BT_CO_W), N, D, D);
+    dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, co_in, N, D, D);
     be->attention_bwd(be, g[1], gc0, gc1, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
                       H, Dh, scale);
+    if (p->pl.img) { /* the image attention: its dq joins the text's, its keys' and values'
+                        gradients go to the image rows of dctx */
+        void *gi0 = p->w.gi[0], *gi1 = p->w.gi[1], *gi2 = p->w.gi[2];
+        const void *cimg = dit_at(ctx, Nt * D, as);
+        void *dcimg = dit_at(dctx, Nt * D, gs);
+        be->attention_bwd(be, g[4], gi0, gi1, g[0], s->cqr, s->cikr, s->civ, s->cia, s->lse3, B, L,
+                          Li, H, Dh, scale);
+        be->axpy(be, g[1], g[4], 1.0f, N * D);
+        Z(gi2, (size_t)(Ni * D) * gs);
+        be->rmsnorm_bwd(be, gi2, G(BT_CNKI), gi0, s->cik, W(BT_CNKI), s->rstdcik, Ni, D);
+        be->matmul_bwd(be, dcimg, G(BT_CKI_W), G(BT_CKI_B), gi2, cimg, W(BT_CKI_W), Ni, D, D);
+        dit_lora_bwd(p, blk, BT_CKI_W, dcimg, gi2, cimg, Ni, D, D);
+        be->matmul_bwd(be, dcimg, G(BT_CVI_W), G(BT_CVI_B), gi1, cimg, W(BT_CVI_W), Ni, D, D);
+        dit_lora_bwd(p, blk, BT_CVI_W, dcimg, gi1, cimg, Ni, D, D);
+    }
     Z(g[2], nd);
     be->rmsnorm_bwd(be, g[2], G(BT_CNQ), g[1], s->cq, W(BT_CNQ), s->rstdcq, N, D);
     Z(gc2, ntd);

@@ -1,5 +1,5 @@
-/* dit_embed.c — the ends of the DiT: patch/time/text embeddings (first partition), the
- * adaLN head (last partition), patchify/unpatchify and the RoPE tables.
+/* dit_embed.c — the ends of the DiT: patch/time/text/image embeddings (first partition),
+ * the adaLN head (last partition), patchify/unpatchify and the RoPE tables.
  *
  * Token order is (t', h', w') row-major. A patch vector fed to patch_embedding is ordered
  * (z, pt, ph, pw) — Wan's Conv3d kernel flattened — and the head emits (pt, ph, pw, z) —
@@ -14,17 +14,17 @@
 #define WH(k) dit_w(p, dit_tidx_head(p->pl.c.depth, (k)))
 #define GH(k) dit_g(p, dit_tidx_head(p->pl.c.depth, (k)))
 
-void dit_patchify(vf_dit_part *p, const vf_dit_dims *d, void *out, const void *lat,
+void dit_patchify(vf_dit_part *p, const vf_dit_dims *d, int ch, void *out, const void *lat,
                   bool head_order)
 {
     vf_backend *be = p->be;
     const vf_dit_config *c = &p->pl.c;
     int64_t Tp = d->T / c->patch[0], Hp = d->H / c->patch[1], Wp = d->W / c->patch[2];
     int64_t L = Tp * Hp * Wp, P = p->pl.P;
-    int64_t s6[6] = {(int64_t)d->B * c->z * Tp, c->patch[0], Hp, c->patch[1], Wp, c->patch[2]};
+    int64_t s6[6] = {(int64_t)d->B * ch * Tp, c->patch[0], Hp, c->patch[1], Wp, c->patch[2]};
     static const int perm6[6] = {0, 2, 4, 1, 3, 5};
     be->permute(be, p->w.tmp, lat, 6, s6, perm6);             /* (B, z, L, P) */
-    int64_t s4[4] = {d->B, c->z, L, P};
+    int64_t s4[4] = {d->B, ch, L, P};
     static const int perm_embed[4] = {0, 2, 1, 3};             /* (B, L, z, P) */
     static const int perm_head[4] = {0, 2, 3, 1};              /* (B, L, P, z) */
     be->permute(be, out, p->w.tmp, 4, s4, head_order ? perm_head : perm_embed);
@@ -117,6 +117,75 @@ static int upload_text_emb(vf_dit_part *p, const vf_dit_batch *b, void *dst, vf_
     return 0;
 }
 
+/* x_t with cond's channels after it, sample by sample: (B, in_dim, T, H, W) into dst. */
+static int concat_cond(vf_dit_part *p, const vf_dit_batch *b, void *dst, vf_status *st)
+{
+    vf_backend *be = p->be;
+    const vf_dit_dims *d = &b->dims;
+    const int64_t V = (int64_t)d->T * d->H * d->W, z = p->pl.c.z, in = p->pl.in_dim, ci = in - z;
+    const size_t as = p->pl.as;
+    if (!b->cond)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit: the model takes %lld input channels (in_dim): the batch needs cond "
+                             "(B, %lld, T, H, W), the conditioning channels after x_t's %lld",
+                             (long long)in, (long long)ci, (long long)z);
+    for (int64_t i = 0; i < d->B; i++) {
+        be->copy(be, dit_at(dst, i * in * V, as), dit_at(b->x_t, i * z * V, as), (size_t)(z * V) * as);
+        be->copy(be, dit_at(dst, (i * in + z) * V, as), dit_at(b->cond, i * ci * V, as),
+                 (size_t)(ci * V) * as);
+    }
+    return 0;
+}
+
+/* img_emb (Wan's MLPProj): LayerNorm-Linear-GELU(erf)-Linear-LayerNorm, the LayerNorms
+ * torch's default eps 1e-5 with affine, into the image rows of sv->ctx. */
+#define IMG_LN_EPS 1e-5f
+
+static int img_emb_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    dit_emb_saved *em = &sv->em;
+    const int64_t B = b->dims.B, Ni = B * c->img_len, Nt = B * c->text_len, D = c->dim,
+                  Di = c->img_dim;
+    if (!b->img)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "dit: the model has an image branch (img_dim %d): the batch needs img "
+                             "(B, %d, %d), the image features", c->img_dim, c->img_len, c->img_dim);
+    be->upload(be, em->ii, b->img, Ni * Di, be->act_dtype);
+    be->layernorm_fwd(be, em->in0, em->imean0, em->irstd0, em->ii, WE(ET_IMG0_W), WE(ET_IMG0_B), Ni,
+                      Di, IMG_LN_EPS);
+    be->matmul_fwd(be, em->i1, em->in0, WE(ET_IMG1_W), WE(ET_IMG1_B), Ni, Di, Di);
+    be->gelu_erf_fwd(be, em->i1g, em->i1, Ni * Di);
+    be->matmul_fwd(be, em->i3, em->i1g, WE(ET_IMG3_W), WE(ET_IMG3_B), Ni, Di, D);
+    be->layernorm_fwd(be, dit_at(sv->ctx, Nt * D, p->pl.as), em->imean4, em->irstd4, em->i3,
+                      WE(ET_IMG4_W), WE(ET_IMG4_B), Ni, D, IMG_LN_EPS);
+    return 0;
+}
+
+/* Backward of img_emb from dctx_img (Ni, dim): its weights' gradients (the features need
+ * none). */
+static void img_emb_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, const void *dctx_img)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    dit_emb_saved *em = &sv->em;
+    dit_work *w = &p->w;
+    const size_t gs = p->pl.gs;
+    const int64_t Ni = (int64_t)d->B * c->img_len, D = c->dim, Di = c->img_dim;
+    be->memset0(be, w->di3, (size_t)(Ni * D) * gs);
+    be->layernorm_bwd(be, w->di3, GE(ET_IMG4_W), GE(ET_IMG4_B), dctx_img, em->i3, WE(ET_IMG4_W),
+                      em->imean4, em->irstd4, Ni, D);
+    be->memset0(be, w->dia, (size_t)(Ni * Di) * gs);
+    be->matmul_bwd(be, w->dia, GE(ET_IMG3_W), GE(ET_IMG3_B), w->di3, em->i1g, WE(ET_IMG3_W), Ni, Di, D);
+    be->memset0(be, w->dib, (size_t)(Ni * Di) * gs);
+    be->gelu_erf_bwd(be, w->dib, w->dia, em->i1, Ni * Di);
+    be->memset0(be, w->dia, (size_t)(Ni * Di) * gs);
+    be->matmul_bwd(be, w->dia, GE(ET_IMG1_W), GE(ET_IMG1_B), w->dib, em->in0, WE(ET_IMG1_W), Ni, Di, Di);
+    be->layernorm_bwd(be, NULL, GE(ET_IMG0_W), GE(ET_IMG0_B), w->dia, em->ii, WE(ET_IMG0_W), em->imean0,
+                      em->irstd0, Ni, Di);
+}
+
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
 {
     int rc = 0;
@@ -125,12 +194,17 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     const vf_dit_dims *d = &b->dims;
     dit_emb_saved *em = &sv->em;
     const int64_t B = d->B, L = d->L, N = B * L, Nt = B * c->text_len;
-    const int64_t D = c->dim, zP = c->z * p->pl.P;
+    const int64_t D = c->dim, iP = p->pl.in_dim * p->pl.P;
     if (!b->x_t || !b->t || (!c->text_emb && !b->text))
         VF_FAIL(st, VF_EINVAL, "dit partition 0: batch needs x_t, t and text");
 
-    dit_patchify(p, d, em->patches, b->x_t, false);
-    be->matmul_fwd(be, sv->xs[0], em->patches, WE(ET_PATCH_W), WE(ET_PATCH_B), N, zP, D);
+    if (em->xin) {
+        VF_TRY(concat_cond(p, b, em->xin, st));
+        dit_patchify(p, d, p->pl.in_dim, em->patches, em->xin, false);
+    } else {
+        dit_patchify(p, d, c->z, em->patches, b->x_t, false);
+    }
+    be->matmul_fwd(be, sv->xs[0], em->patches, WE(ET_PATCH_W), WE(ET_PATCH_B), N, iP, D);
 
     vf_dit_timestep_features(c, b->t, (int)B, p->host);
     be->upload(be, em->sinus, p->host, B * c->freq_dim, be->act_dtype);
@@ -149,6 +223,7 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     be->matmul_fwd(be, em->t1, em->temb, WE(ET_TXT1_W), WE(ET_TXT1_B), Nt, c->text_dim, D);
     be->gelu_fwd(be, em->t1g, em->t1, Nt * D);
     be->matmul_fwd(be, sv->ctx, em->t1g, WE(ET_TXT2_W), WE(ET_TXT2_B), Nt, D, D);
+    if (p->pl.img) VF_TRY(img_emb_fwd(p, b, sv, st));
     return 0;
 fail:
     return rc;
@@ -163,11 +238,14 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     dit_work *w = &p->w;
     const size_t gs = p->pl.gs;
     const int64_t B = d->B, L = d->L, N = B * L, Nt = B * c->text_len;
-    const int64_t D = c->dim, zP = c->z * p->pl.P;
+    const int64_t D = c->dim, iP = p->pl.in_dim * p->pl.P;
 
     /* patches: no gradient for the input latent */
     be->matmul_bwd(be, NULL, GE(ET_PATCH_W), GE(ET_PATCH_B), dx, em->patches, WE(ET_PATCH_W),
-                   N, zP, D);
+                   N, iP, D);
+
+    /* image features: ctx's rows after the text's */
+    if (p->pl.img) img_emb_bwd(p, d, sv, dit_at(dctx, Nt * D, gs));
 
     /* time: e0 = proj(silu(e)), e = mlp(sinus); de already holds the head's share */
     be->memset0(be, w->dse, (size_t)(B * D) * gs);

@@ -12,13 +12,18 @@
 
 /* Tensors of the embeddings, in flat order (indices 0..ET_COUNT-1). */
 enum {
-    ET_PATCH_W, ET_PATCH_B,          /* patch_embedding (dim, z, pt, ph, pw), (dim) */
+    ET_PATCH_W, ET_PATCH_B,          /* patch_embedding (dim, in_dim, pt, ph, pw), (dim) */
     ET_TOK,                          /* text_tokens (257, text_dim) */
     ET_TXT1_W, ET_TXT1_B,            /* text_embedding.0 (dim, text_dim) */
     ET_TXT2_W, ET_TXT2_B,            /* text_embedding.2 (dim, dim) */
     ET_TIME1_W, ET_TIME1_B,          /* time_embedding.0 (dim, freq_dim) */
     ET_TIME2_W, ET_TIME2_B,          /* time_embedding.2 (dim, dim) */
     ET_PROJ_W, ET_PROJ_B,            /* time_projection.1 (6·dim, dim) */
+    /* img_emb (img_dim > 0; empty otherwise): LayerNorm, Linear, GELU, Linear, LayerNorm */
+    ET_IMG0_W, ET_IMG0_B,            /* img_emb.proj.0 (img_dim) LayerNorm */
+    ET_IMG1_W, ET_IMG1_B,            /* img_emb.proj.1 (img_dim, img_dim) */
+    ET_IMG3_W, ET_IMG3_B,            /* img_emb.proj.3 (dim, img_dim) */
+    ET_IMG4_W, ET_IMG4_B,            /* img_emb.proj.4 (dim) LayerNorm */
     ET_COUNT
 };
 
@@ -29,6 +34,9 @@ enum {
     BT_N3_W, BT_N3_B,                                                       /* norm3 */
     BT_CQ_W, BT_CQ_B, BT_CK_W, BT_CK_B, BT_CV_W, BT_CV_B, BT_CO_W, BT_CO_B, /* cross_attn */
     BT_CNQ, BT_CNK,
+    BT_CKI_W, BT_CKI_B, BT_CVI_W, BT_CVI_B, BT_CNKI,                        /* k_img, v_img,
+                                                                               norm_k_img (img_dim
+                                                                               > 0; else empty) */
     BT_F1_W, BT_F1_B, BT_F2_W, BT_F2_B,                                     /* ffn.0, ffn.2 */
     BT_MOD,                                                                 /* (1, 6, dim) */
     BT_COUNT
@@ -59,6 +67,9 @@ typedef struct dit_plan {
     int b0, b1, nb;
     bool first, last, recompute;
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
+    int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
+    bool img;                /* the image branch (img_dim > 0) */
+    int in_dim;              /* channels patch_embedding takes */
     int64_t P;               /* patch volume pt·ph·pw */
     size_t as, gs;           /* element sizes: activations/weights, gradients */
 } dit_plan;
@@ -76,6 +87,12 @@ typedef struct dit_blk_saved {
     float *mean1, *rstd1, *rstdq, *rstdk, *mean3, *rstd3, *rstdcq, *mean2, *rstd2; /* (N) */
     float *rstdck;                              /* (Nt) */
     float *lse1, *lse2;                         /* (B, heads, L) */
+    /* image branch (NULL without): keys, values of the image rows, the image attention's
+     * output and the sum of both attentions that `o` takes */
+    void *cik, *cikr, *civ;                     /* (Ni, dim) */
+    float *rstdcik;                             /* (Ni) */
+    void *cia, *cs;                             /* (N, dim) */
+    float *lse3;                                /* (B, heads, L) */
 } dit_blk_saved;
 
 void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s);
@@ -89,6 +106,11 @@ typedef struct dit_emb_saved {
     void *se;           /* (B, dim) SiLU(e) */
     void *temb;         /* (Nt, text_dim) text embeddings (zero-padded) or byte-token rows */
     void *t1, *t1g;     /* (Nt, dim) text MLP pre/post GELU */
+    void *xin;          /* (B, in_dim, T, H, W) x_t with cond's channels after it (in_dim > z) */
+    /* img_emb (image branch): its input, LN, Linear, GELU, Linear; the LN into ctx */
+    void *ii, *in0, *i1, *i1g;  /* (Ni, img_dim) */
+    void *i3;                   /* (Ni, dim) */
+    float *imean0, *irstd0, *imean4, *irstd4; /* (Ni) */
 } dit_emb_saved;
 
 /* Head activations and loss (last partition). */
@@ -109,7 +131,8 @@ struct vf_dit_saved {
     vf_dit_dims dims;       /* geometry of the micro-batch held */
     int state;              /* 0 empty, 1 forward done, 2 loss done */
     void **xs;              /* nb + 1 entries: (N, dim) input of block b0+i; xs[nb] = output */
-    void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nt, dim) */
+    void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nc, dim): text rows, then
+                               image rows */
     dit_blk_saved *blk;     /* nb entries (NULL with recompute) */
     dit_emb_saved em;
     dit_head_saved hd;
@@ -119,17 +142,24 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s);
 
 /* Scratch owned by the partition (one micro-batch at a time uses it). */
 typedef struct dit_work {
-    void *fx;                       /* (N, dim) act: forward scratch (attention projections) */
-    void *tmp;                      /* (N, z·P) act: patchify staging */
+    void *fx;                       /* (N, dim) act: forward scratch (the cross-attention's
+                                       output projection), g[0] where it fits: the forward
+                                       of a block never overlaps a backward */
+    void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging */
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
-    void *g[6];                     /* (N, dim) grad scratch */
-    void *gf[2];                    /* (N, ffn) grad scratch */
+    void *g[6];                     /* (N, dim) grad scratch; g[3..5] NULL where they live
+                                       in the block's dead activations (dit_bwd_slots) */
+    void *gf[2];                    /* (N, ffn) grad scratch; gf[1] NULL where it lives in
+                                       the block's dead GELU output */
     void *gc[3];                    /* (Nt, dim) grad scratch */
+    void *gi[3];                    /* (Ni, dim) grad scratch of the image branch */
     void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
     /* first partition */
     void *dse, *dte1s, *dte1;       /* (B, dim) grad */
     void *dt1g, *dt1;               /* (Nt, dim) grad */
     void *dtemb;                    /* (Nt, text_dim) grad; NULL with text embeddings */
+    void *di3;                      /* (Ni, dim) grad: img_emb's second Linear output */
+    void *dia, *dib;                /* (Ni, img_dim) grad: img_emb's hidden gradients */
     /* last partition */
     void *dhm, *dhn;                /* (N, dim) grad */
     void *deh;                      /* (2, B, dim) grad */
@@ -140,6 +170,21 @@ typedef struct dit_work {
 } dit_work;
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
+
+/* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
+ * block's activations (the saved ones die with it; the recompute area is rebuilt for the
+ * next block), and the MLP's come first: the saved GELU output g is dead once the second
+ * MLP matmul's backward read it, so the GELU's gradient (gf[1]) goes there; f1 and g are
+ * both dead after the MLP, so the scratch first used by the attention sections (g[3..5])
+ * goes there, slot by slot. What does not fit (a gradient dtype wider than the
+ * activations', an ffn below 1.5 x dim) has a buffer of its own. Pure function of the
+ * plan: the carving and the backward agree. */
+typedef struct dit_bwd_slots {
+    bool gf1;       /* gf[1] in the saved g */
+    int buf[3];     /* g[3 + i]: -1 its own buffer, 0 in the saved f1, 1 in the saved g */
+    size_t at[3];   /* its byte offset there */
+} dit_bwd_slots;
+void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o);
 
 struct vf_dit_part {
     vf_backend *be;
@@ -180,13 +225,14 @@ static inline void *dit_at(const void *base, int64_t elems, size_t es)
     return (char *)base + (size_t)elems * es;
 }
 
-/* dit_block.c: one block, forward into s, backward reading s. dx (zeroed by the caller)
- * receives the input gradient; de0 (B, 6, dim) and dctx (Nt, dim) accumulate. */
+/* dit_block.c: one block, forward into s, backward consuming s (it reads s, and its late
+ * scratch overwrites the activations it has read: dit_bwd_place). dx (zeroed by the
+ * caller) receives the input gradient; de0 (B, 6, dim) and dctx (Nc, dim) accumulate. */
 void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
                    const void *e0, const void *ctx, dit_blk_saved *s);
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
                    void *de0, void *dctx, const void *x, const void *ctx,
-                   const dit_blk_saved *s);
+                   dit_blk_saved *s);
 
 /* dit_lora.c: the adapter of block blk's linear k (a BT_*_W index), if targeted.
  * Forward: y (rows, out) += s · B (A x). Backward (after the base's matmul_bwd):
@@ -203,9 +249,9 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
                    void *de0, void *dctx);
 void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv);
 void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de);
-/* (B, z, T, H, W) -> (N, z·P) tokens; head_order: vector order (pt, ph, pw, z) instead of
- * (z, pt, ph, pw). Uses p->w.tmp. */
-void dit_patchify(vf_dit_part *p, const vf_dit_dims *d, void *out, const void *lat,
+/* (B, ch, T, H, W) -> (N, ch·P) tokens; head_order: vector order (pt, ph, pw, ch) instead
+ * of (ch, pt, ph, pw). Uses p->w.tmp. */
+void dit_patchify(vf_dit_part *p, const vf_dit_dims *d, int ch, void *out, const void *lat,
                   bool head_order);
 /* Makes sure p->w.rcos/rsin hold the tables of grid d. */
 void dit_rope_prepare(vf_dit_part *p, const vf_dit_dims *d);

@@ -30,6 +30,14 @@ static const dit_preset presets[] = {
     /* Wan 2.1 T2V: conditioned on umT5-xxl embeddings (text_emb = 1) */
     {"wan-1.3b", {1536, 30, 12, 128, 8960, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
     {"wan-14b", {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
+    /* Wan 2.1 I2V 14B (480p and 720p share the architecture): noisy 16 + mask 4 + first-frame
+     * latent 16 = 36 input channels, CLIP ViT-H/14 features (257 × 1280) through img_emb */
+    {"wan-i2v-14b",
+     {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1, 36, 1280, 257}},
+    /* Wan 2.2 I2V-A14B, one expert (high- and low-noise have this shape): 36 input channels,
+     * no image branch */
+    {"wan2.2-i2v-a14b",
+     {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1, 36, 0, 0}},
 };
 
 int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
@@ -41,7 +49,8 @@ int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
         }
     }
     return vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__,
-                         "dit: unknown preset '%s' (tiny, small, dit-xl-2, wan-1.3b, wan-14b)",
+                         "dit: unknown preset '%s' (tiny, small, dit-xl-2, wan-1.3b, wan-14b, "
+                         "wan-i2v-14b, wan2.2-i2v-a14b)",
                          name);
 }
 
@@ -74,19 +83,35 @@ int vf_dit_config_check(const vf_dit_config *c, vf_status *st)
     CHECK(c->eps > 0 && c->eps < 1, "dit config: eps = %g out of (0, 1)", (double)c->eps);
     CHECK(c->text_emb == 0 || c->text_emb == 1, "dit config: text_emb = %d is not 0 or 1",
           c->text_emb);
+    CHECK(c->in_dim == 0 || (c->in_dim >= c->z && c->in_dim <= 1024),
+          "dit config: in_dim = %d: 0 (= z) or z (%d) plus the conditioning channels, at most 1024",
+          c->in_dim, c->z);
+    CHECK(c->img_dim >= 0 && c->img_dim <= 65536, "dit config: img_dim = %d out of range [0, 65536]",
+          c->img_dim);
+    CHECK(c->img_dim == 0 ? c->img_len == 0 : c->img_len >= 1 && c->img_len <= 65536,
+          "dit config: img_len = %d with img_dim = %d: image rows in [1, 65536] with an image branch, "
+          "0 without", c->img_len, c->img_dim);
+    CHECK(c->img_dim == 0 || c->text_emb,
+          "dit config: an image branch (img_dim = %d) needs text = embeddings (Wan 2.1 I2V)",
+          c->img_dim);
 #undef CHECK
     return 0;
 }
 
 int vf_dit_config_str(const vf_dit_config *c, char *buf, size_t n)
 {
-    /* text=embeddings only when set, so the text of a byte-token model is unchanged */
+    /* text=embeddings, in_dim and the image branch only when set, so the text of a
+     * text-to-video model is unchanged */
+    char extra[96] = "";
+    if (vf_dit_in_dim(c) != c->z || c->img_dim > 0)
+        snprintf(extra, sizeof extra, " in_dim=%d img_dim=%d img_len=%d", vf_dit_in_dim(c),
+                 c->img_dim, c->img_len);
     return snprintf(buf, n,
                     "dim=%d depth=%d heads=%d head_dim=%d ffn=%d z=%d patch=%d,%d,%d "
-                    "text_dim=%d text_len=%d freq_dim=%d t_scale=%g eps=%g%s",
+                    "text_dim=%d text_len=%d freq_dim=%d t_scale=%g eps=%g%s%s",
                     c->dim, c->depth, c->heads, c->head_dim, c->ffn, c->z, c->patch[0],
                     c->patch[1], c->patch[2], c->text_dim, c->text_len, c->freq_dim,
-                    (double)c->t_scale, (double)c->eps, c->text_emb ? " text=embeddings" : "");
+                    (double)c->t_scale, (double)c->eps, c->text_emb ? " text=embeddings" : "", extra);
 }
 
 /* ------------------------------------------------------------------ layout */
@@ -100,10 +125,15 @@ typedef struct tdesc {
 
 static void embed_desc(const vf_dit_config *c, int k, tdesc *d)
 {
-    int64_t D = c->dim;
+    int64_t D = c->dim, Di = c->img_dim;
+    if (k >= ET_IMG0_W && Di == 0) { /* no image branch: empty entries keep the indices */
+        *d = (tdesc){"", 1, {0}};
+        return;
+    }
     switch (k) {
     case ET_PATCH_W: *d = (tdesc){"patch_embedding.weight", 5,
-                                  {D, c->z, c->patch[0], c->patch[1], c->patch[2]}}; break;
+                                  {D, vf_dit_in_dim(c), c->patch[0], c->patch[1], c->patch[2]}};
+        break;
     case ET_PATCH_B: *d = (tdesc){"patch_embedding.bias", 1, {D}}; break;
     case ET_TOK: /* text embeddings: no table (an empty entry keeps the indices) */
         if (c->text_emb) *d = (tdesc){"", 1, {0}};
@@ -119,6 +149,14 @@ static void embed_desc(const vf_dit_config *c, int k, tdesc *d)
     case ET_TIME2_B: *d = (tdesc){"time_embedding.2.bias", 1, {D}}; break;
     case ET_PROJ_W: *d = (tdesc){"time_projection.1.weight", 2, {6 * D, D}}; break;
     case ET_PROJ_B: *d = (tdesc){"time_projection.1.bias", 1, {6 * D}}; break;
+    case ET_IMG0_W: *d = (tdesc){"img_emb.proj.0.weight", 1, {Di}}; break;
+    case ET_IMG0_B: *d = (tdesc){"img_emb.proj.0.bias", 1, {Di}}; break;
+    case ET_IMG1_W: *d = (tdesc){"img_emb.proj.1.weight", 2, {Di, Di}}; break;
+    case ET_IMG1_B: *d = (tdesc){"img_emb.proj.1.bias", 1, {Di}}; break;
+    case ET_IMG3_W: *d = (tdesc){"img_emb.proj.3.weight", 2, {D, Di}}; break;
+    case ET_IMG3_B: *d = (tdesc){"img_emb.proj.3.bias", 1, {D}}; break;
+    case ET_IMG4_W: *d = (tdesc){"img_emb.proj.4.weight", 1, {D}}; break;
+    case ET_IMG4_B: *d = (tdesc){"img_emb.proj.4.bias", 1, {D}}; break;
     default: VF_ASSERT(0);
     }
 }
@@ -130,6 +168,10 @@ static void block_desc(const vf_dit_config *c, int k, tdesc *d)
                                        "norm_q.weight", "norm_k.weight"};
     int64_t D = c->dim;
     d->sub = NULL;
+    if (k >= BT_CKI_W && k <= BT_CNKI && c->img_dim == 0) {
+        *d = (tdesc){"", 1, {0}};
+        return;
+    }
     if (k <= BT_SNK || (k >= BT_CQ_W && k <= BT_CNK)) {
         int cross = k > BT_SNK;
         int j = cross ? k - BT_CQ_W : k;
@@ -145,6 +187,11 @@ static void block_desc(const vf_dit_config *c, int k, tdesc *d)
     switch (k) {
     case BT_N3_W: *d = (tdesc){"blocks.%d.norm3.weight", 1, {D}}; break;
     case BT_N3_B: *d = (tdesc){"blocks.%d.norm3.bias", 1, {D}}; break;
+    case BT_CKI_W: *d = (tdesc){"blocks.%d.cross_attn.k_img.weight", 2, {D, D}}; break;
+    case BT_CKI_B: *d = (tdesc){"blocks.%d.cross_attn.k_img.bias", 1, {D}}; break;
+    case BT_CVI_W: *d = (tdesc){"blocks.%d.cross_attn.v_img.weight", 2, {D, D}}; break;
+    case BT_CVI_B: *d = (tdesc){"blocks.%d.cross_attn.v_img.bias", 1, {D}}; break;
+    case BT_CNKI: *d = (tdesc){"blocks.%d.cross_attn.norm_k_img.weight", 1, {D}}; break;
     case BT_F1_W: *d = (tdesc){"blocks.%d.ffn.0.weight", 2, {c->ffn, D}}; break;
     case BT_F1_B: *d = (tdesc){"blocks.%d.ffn.0.bias", 1, {c->ffn}}; break;
     case BT_F2_W: *d = (tdesc){"blocks.%d.ffn.2.weight", 2, {D, c->ffn}}; break;
@@ -246,6 +293,13 @@ int vf_dit_layout_find(const vf_dit_layout *l, const char *name)
     return -1;
 }
 
+int vf_dit_layout_count(const vf_dit_layout *l)
+{
+    int n = 0;
+    for (int i = 0; i < l->n; i++) n += l->t[i].numel > 0;
+    return n;
+}
+
 void vf_dit_layout_range(const vf_dit_layout *l, int b0, int b1, int64_t *off, int64_t *n)
 {
     VF_ASSERT(0 <= b0 && b0 < b1 && b1 <= l->cfg.depth);
@@ -274,9 +328,10 @@ static void init_rule(const vf_dit_layout *l, int i, int *kind, double *arg)
         case ET_TXT1_W: case ET_TXT2_W: case ET_TIME1_W: case ET_TIME2_W:
             *kind = INIT_NORMAL, *arg = 0.02;
             return;
-        case ET_PROJ_W:
+        case ET_PROJ_W: case ET_IMG1_W: case ET_IMG3_W:
             *kind = INIT_XAVIER, *arg = sqrt(6.0 / (double)(t->shape[0] + t->shape[1]));
             return;
+        case ET_IMG0_W: case ET_IMG4_W: *kind = INIT_ONE; return; /* LayerNorm gains */
         default: *kind = INIT_ZERO; return; /* biases */
         }
     }
@@ -284,10 +339,10 @@ static void init_rule(const vf_dit_layout *l, int i, int *kind, double *arg)
         int k = (i - ET_COUNT) % BT_COUNT;
         switch (k) {
         case BT_SQ_W: case BT_SK_W: case BT_SV_W: case BT_SO_W: case BT_CQ_W: case BT_CK_W:
-        case BT_CV_W: case BT_CO_W: case BT_F1_W: case BT_F2_W:
+        case BT_CV_W: case BT_CO_W: case BT_F1_W: case BT_F2_W: case BT_CKI_W: case BT_CVI_W:
             *kind = INIT_XAVIER, *arg = sqrt(6.0 / (double)(t->shape[0] + t->shape[1]));
             return;
-        case BT_SNQ: case BT_SNK: case BT_CNQ: case BT_CNK: case BT_N3_W:
+        case BT_SNQ: case BT_SNK: case BT_CNQ: case BT_CNK: case BT_N3_W: case BT_CNKI:
             *kind = INIT_ONE;
             return;
         case BT_MOD: *kind = INIT_NORMAL, *arg = 1.0 / sqrt((double)c->dim); return;

@@ -23,7 +23,7 @@ static const struct {
     {BT_SQ_W, "self_attn.q"},  {BT_SK_W, "self_attn.k"},  {BT_SV_W, "self_attn.v"},
     {BT_SO_W, "self_attn.o"},  {BT_CQ_W, "cross_attn.q"}, {BT_CK_W, "cross_attn.k"},
     {BT_CV_W, "cross_attn.v"}, {BT_CO_W, "cross_attn.o"}, {BT_F1_W, "ffn.0"},
-    {BT_F2_W, "ffn.2"},
+    {BT_F2_W, "ffn.2"},        {BT_CKI_W, "cross_attn.k_img"}, {BT_CVI_W, "cross_attn.v_img"},
 };
 enum { NLIN = sizeof lin / sizeof lin[0] };
 
@@ -95,13 +95,14 @@ int vf_dit_lora_new(const vf_dit_layout *base, const vf_dit_lora_cfg *c, vf_dit_
     bool picked[NLIN] = {0};
     for (int t = 0; t < c->ntargets; t++) {
         bool any = false;
-        for (int j = 0; j < NLIN; j++)
-            if (glob(c->targets[t], lin[j].name)) picked[j] = any = true;
+        for (int j = 0; j < NLIN; j++) /* a linear the model lacks (k_img of a T2V model) is none */
+            if (glob(c->targets[t], lin[j].name) && base->t[dit_tidx_block(0, lin[j].k)].numel > 0)
+                picked[j] = any = true;
         if (!any)
             VF_FAIL(st, VF_EUSAGE,
                     "lora: target \"%s\" matches no linear of the model (self_attn.{q,k,v,o}, "
-                    "cross_attn.{q,k,v,o}, ffn.{0,2}; names without \"blocks.N.\")",
-                    c->targets[t]);
+                    "cross_attn.{q,k,v,o}, ffn.{0,2}%s; names without \"blocks.N.\")",
+                    c->targets[t], mc->img_dim > 0 ? ", cross_attn.{k_img,v_img}" : "");
     }
     int per = 0;
     for (int j = 0; j < NLIN; j++) per += picked[j];
@@ -193,7 +194,11 @@ void vf_dit_lora_init(const vf_dit_lora *lo, uint64_t seed, int64_t off, int64_t
 
 /* ------------------------------------------------------------------ in a partition */
 
-static int64_t rows_max(const dit_plan *pl) { return pl->N > pl->Nt ? pl->N : pl->Nt; }
+static int64_t rows_max(const dit_plan *pl)
+{
+    int64_t r = pl->N > pl->Nt ? pl->N : pl->Nt;
+    return r > pl->Ni ? r : pl->Ni;
+}
 
 static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
 

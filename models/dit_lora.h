@@ -5,9 +5,10 @@
  * A targeted linear y = W x + b (W (out, in)) becomes y = W x + b + s · B (A x) with
  * A (rank, in), B (out, rank), s = alpha / rank. Targets are glob patterns (`*` matches
  * any run of characters) over the original Wan module names with the "blocks.N." prefix
- * and the ".weight" suffix removed: "self_attn.q", "cross_attn.*", "ffn.0". Only the ten
+ * and the ".weight" suffix removed: "self_attn.q", "cross_attn.*", "ffn.0". Only the
  * linears of a block are candidates (self_attn.{q,k,v,o}, cross_attn.{q,k,v,o},
- * ffn.{0,2}); a pattern that matches none of them is bad input.
+ * ffn.{0,2}, and with an image branch cross_attn.{k_img,v_img}); a pattern that matches
+ * none of the model's is bad input.
  *
  * The adapter vector is laid out like the model's flat vector (a vf_dit_layout: tensors
  * in block order, block_start per block, embeddings and head empty), so the partition and

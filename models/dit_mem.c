@@ -23,6 +23,10 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->L = max->L;
     pl->N = max->N > 0 && max->N < pl->B * pl->L ? max->N : pl->B * pl->L;
     pl->Nt = pl->B * c->text_len;
+    pl->img = c->img_dim > 0;
+    pl->Ni = pl->img ? pl->B * c->img_len : 0;
+    pl->Nc = pl->Nt + pl->Ni;
+    pl->in_dim = vf_dit_in_dim(c);
     pl->P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
     pl->as = as;
     pl->gs = gs;
@@ -78,11 +82,24 @@ void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s)
     s->rstdck = F(Nt);
     s->lse1 = F(lse);
     s->lse2 = F(lse);
+    if (pl->img) {
+        s->cik = A(pl->Ni * D);
+        s->cikr = A(pl->Ni * D);
+        s->civ = A(pl->Ni * D);
+        s->rstdcik = F(pl->Ni);
+        s->cia = A(N * D);
+        s->cs = A(N * D);
+        s->lse3 = F(lse);
+    } else {
+        s->cik = s->cikr = s->civ = s->cia = s->cs = NULL;
+        s->rstdcik = s->lse3 = NULL;
+    }
 }
 
 void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
 {
     int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
+    int64_t iP = (int64_t)pl->in_dim * pl->P, Ni = pl->Ni, Di = pl->c.img_dim;
     /* xs/blk pointer arrays are host memory owned by vf_dit_saved (dit_part.c). The
      * output of the last block is kept only where the head needs it; elsewhere it is
      * written straight into the caller's xfer buffer. */
@@ -92,7 +109,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     }
     s->e = A(B * D);
     s->e0 = A(6 * B * D);
-    s->ctx = A(Nt * D);
+    s->ctx = A(pl->Nc * D);
     if (!pl->recompute) {
         for (int i = 0; i < pl->nb; i++) {
             dit_blk_saved tmp, *b = s->blk ? &s->blk[i] : &tmp;
@@ -101,7 +118,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     }
     if (pl->first) {
         dit_emb_saved *e = &s->em;
-        e->patches = A(N * zP);
+        e->patches = A(N * iP);
         e->tok = pl->c.text_emb ? NULL : (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
         e->sinus = A(B * pl->c.freq_dim);
         e->te1 = A(B * D);
@@ -110,6 +127,20 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         e->temb = A(Nt * pl->c.text_dim);
         e->t1 = A(Nt * D);
         e->t1g = A(Nt * D);
+        e->xin = pl->in_dim > pl->c.z ? A(N * iP) : NULL;
+        e->ii = e->in0 = e->i1 = e->i1g = e->i3 = NULL;
+        e->imean0 = e->irstd0 = e->imean4 = e->irstd4 = NULL;
+        if (pl->img) {
+            e->ii = A(Ni * Di);
+            e->in0 = A(Ni * Di);
+            e->i1 = A(Ni * Di);
+            e->i1g = A(Ni * Di);
+            e->i3 = A(Ni * D);
+            e->imean0 = F(Ni);
+            e->irstd0 = F(Ni);
+            e->imean4 = F(Ni);
+            e->irstd4 = F(Ni);
+        }
     }
     if (pl->last) {
         dit_head_saved *h = &s->hd;
@@ -125,15 +156,35 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
     }
 }
 
+void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o)
+{
+    const size_t slot = ((size_t)(pl->N * pl->c.dim) * pl->gs + 63) & ~(size_t)63;
+    const size_t room = (size_t)(pl->N * pl->c.ffn) * pl->as; /* the saved f1 and g each */
+    size_t used[2] = {0, 0};
+    memset(o, 0, sizeof *o);
+    o->gf1 = (size_t)(pl->N * pl->c.ffn) * pl->gs <= room;
+    for (int i = 0; i < 3; i++) {
+        o->buf[i] = -1;
+        for (int b = 0; b < 2 && o->buf[i] < 0; b++)
+            if (used[b] + slot <= room) o->buf[i] = b, o->at[i] = used[b], used[b] += slot;
+    }
+}
+
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 {
     int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
-    w->fx = A(N * D);
-    w->tmp = (pl->first || pl->last) ? A(N * zP) : NULL;
+    int64_t iP = (int64_t)pl->in_dim * pl->P, Ni = pl->Ni, Di = pl->c.img_dim;
+    dit_bwd_slots bs;
+    dit_bwd_place(pl, &bs);
+    w->g[0] = G(N * D);
+    w->fx = pl->as <= pl->gs ? w->g[0] : A(N * D);
+    w->tmp = pl->first ? A(N * (iP > zP ? iP : zP)) : pl->last ? A(N * zP) : NULL;
     w->gx = G(N * D);
-    for (int i = 0; i < 6; i++) w->g[i] = G(N * D);
-    for (int i = 0; i < 2; i++) w->gf[i] = G(N * pl->c.ffn);
+    for (int i = 1; i < 6; i++) w->g[i] = i < 3 || bs.buf[i - 3] < 0 ? G(N * D) : NULL;
+    w->gf[0] = G(N * pl->c.ffn);
+    w->gf[1] = bs.gf1 ? NULL : G(N * pl->c.ffn);
     for (int i = 0; i < 3; i++) w->gc[i] = G(Nt * D);
+    for (int i = 0; i < 3; i++) w->gi[i] = pl->img ? G(Ni * D) : NULL;
     w->deb = G(6 * B * D);
     if (pl->first) {
         w->dse = G(B * D);
@@ -142,6 +193,9 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
         w->dt1g = G(Nt * D);
         w->dt1 = G(Nt * D);
         w->dtemb = pl->c.text_emb ? NULL : G(Nt * pl->c.text_dim); /* byte-table gradient */
+        w->di3 = pl->img ? G(Ni * D) : NULL;
+        w->dia = pl->img ? G(Ni * Di) : NULL;
+        w->dib = pl->img ? G(Ni * Di) : NULL;
     }
     if (pl->last) {
         w->dhm = G(N * D);
@@ -152,7 +206,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
         w->dint.x = G(N * D);
         w->dint.e = G(B * D);
         w->dint.e0 = G(6 * B * D);
-        w->dint.ctx = G(Nt * D);
+        w->dint.ctx = G(pl->Nc * D);
     }
     w->rcos = F(pl->L * pl->c.head_dim / 2);
     w->rsin = F(pl->L * pl->c.head_dim / 2);
@@ -199,7 +253,7 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size);
     dit_carve(&cv, (size_t)(pl.B * c->dim) * act_size);
     dit_carve(&cv, (size_t)(6 * pl.B * c->dim) * act_size);
-    dit_carve(&cv, (size_t)(pl.Nt * c->dim) * act_size);
+    dit_carve(&cv, (size_t)(pl.Nc * c->dim) * act_size);
     out->xfer = (int64_t)cv.off;
 }
 
@@ -225,5 +279,7 @@ int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_d
     const int64_t L = vf_dit_tokens(c, d);
     const int64_t self = vf_attention_workspace_bound(dev, d->B, L, L, c->heads, c->head_dim);
     const int64_t cross = vf_attention_workspace_bound(dev, d->B, L, c->text_len, c->heads, c->head_dim);
-    return self > cross ? self : cross;
+    const int64_t img = c->img_dim > 0 ? vf_attention_workspace_bound(dev, d->B, L, c->img_len, c->heads, c->head_dim) : 0;
+    const int64_t m = self > cross ? self : cross;
+    return m > img ? m : img;
 }

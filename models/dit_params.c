@@ -26,6 +26,11 @@ const vf_param_spec vf_dit_model_fields[] = {
     {"text", VF_P_STR, "\"bytes\"", VF_ANY,
      "caption conditioning: text embeddings (B, text_len, text_dim) from the data (Wan), or "
      "caption bytes through a learned table", "bytes|embeddings"},
+    {"in_dim", VF_P_INT, "0", VF_RANGE(0, 1024),
+     "channels patch_embedding takes: z plus image-to-video conditioning (Wan I2V 36); 0 = z"},
+    {"img_dim", VF_P_INT, "0", VF_RANGE(0, 65536),
+     "width of the image features img_emb takes (Wan 2.1 I2V: CLIP 1280); 0 = no image branch"},
+    {"img_len", VF_P_INT, "0", VF_RANGE(0, 65536), "image feature rows per sample (Wan 2.1 I2V: 257)"},
     {0},
 };
 
@@ -48,6 +53,9 @@ int vf_dit_config_from_params(const vf_params *m, vf_dit_config *c, vf_status *s
     c->t_scale = (float)vf_param_num(m, "t_scale");
     c->eps = (float)vf_param_num(m, "eps");
     c->text_emb = strcmp(vf_param_str(m, "text"), "embeddings") == 0;
+    c->in_dim = (int)vf_param_int(m, "in_dim");
+    c->img_dim = (int)vf_param_int(m, "img_dim");
+    c->img_len = (int)vf_param_int(m, "img_len");
     int rc = vf_dit_config_check(c, st);
     if (rc) vf_status_prefix(st, "model '%s'", vf_param_str(m, "name"));
     return rc;
@@ -61,5 +69,5 @@ void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims
     vf_port_tensor(p, "x", dt, 3, (const int64_t[]){B, L, D}, sx);
     vf_port_tensor(p, "e", dt, 2, (const int64_t[]){B, D}, sb);
     vf_port_tensor(p, "e0", dt, 3, (const int64_t[]){B, 6, D}, sb);
-    vf_port_tensor(p, "ctx", dt, 3, (const int64_t[]){B, c->text_len, D}, sb);
+    vf_port_tensor(p, "ctx", dt, 3, (const int64_t[]){B, vf_dit_ctx_len(c), D}, sb);
 }

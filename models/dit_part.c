@@ -170,7 +170,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     const vf_dit_dims *d = &b->dims;
     VF_TRY(check_dims(p, d, st));
     if (sv->p != p) VF_FAIL(st, VF_EINVAL, "dit forward: saved store belongs to another partition");
-    int64_t L = d->L, N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
+    int64_t L = d->L, N = d->B * L, Nc = (int64_t)d->B * vf_dit_ctx_len(&pl->c);
     int64_t D = pl->c.dim;
     if (!pl->first && (!in || !in->x || !in->e || !in->e0 || !in->ctx))
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): forward needs x, e, e0, ctx from the "
@@ -189,7 +189,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
         be->copy(be, sv->xs[0], in->x, bytes_a(p, N * D));
         be->copy(be, sv->e, in->e, bytes_a(p, d->B * D));
         be->copy(be, sv->e0, in->e0, bytes_a(p, 6 * d->B * D));
-        be->copy(be, sv->ctx, in->ctx, bytes_a(p, Nt * D));
+        be->copy(be, sv->ctx, in->ctx, bytes_a(p, Nc * D));
     }
     dit_rope_prepare(p, d);
     for (int i = 0; i < pl->nb; i++) {
@@ -205,7 +205,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
         if (out->e0 && (!src || out->e0 != src->e0))
             be->copy(be, out->e0, sv->e0, bytes_a(p, 6 * d->B * D));
         if (out->ctx && (!src || out->ctx != src->ctx))
-            be->copy(be, out->ctx, sv->ctx, bytes_a(p, Nt * D));
+            be->copy(be, out->ctx, sv->ctx, bytes_a(p, Nc * D));
     }
     sv->state = 1;
     return 0;
@@ -225,7 +225,7 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     if (memcmp(d, &b->dims, sizeof *d) != 0)
         VF_FAIL(st, VF_EINVAL, "dit loss: batch geometry differs from the forward's");
     int64_t n = d->B * d->L * p->pl.c.z * p->pl.P;
-    dit_patchify(p, d, sv->hd.target_tok, b->target, true);
+    dit_patchify(p, d, p->pl.c.z, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
     *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
                             grad_scale);
@@ -247,7 +247,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward without %s", pl->b0, pl->b1,
                 pl->last ? "forward and loss" : "forward");
     const vf_dit_dims *d = &sv->dims;
-    int64_t L = d->L, N = d->B * L, Nt = (int64_t)d->B * pl->c.text_len;
+    int64_t L = d->L, N = d->B * L, Nc = (int64_t)d->B * vf_dit_ctx_len(&pl->c);
     int64_t D = pl->c.dim;
     vf_dit_xfer *g = dx;
     if (!g) {
@@ -262,7 +262,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     if (pl->last) {
         be->memset0(be, g->e, bytes_g(p, d->B * D));
         be->memset0(be, g->e0, bytes_g(p, 6 * d->B * D));
-        be->memset0(be, g->ctx, bytes_g(p, Nt * D));
+        be->memset0(be, g->ctx, bytes_g(p, Nc * D));
         be->memset0(be, g->x, bytes_g(p, N * D));
         dit_head_bwd(p, d, sv, g->x, g->e);
     }

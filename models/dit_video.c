@@ -107,10 +107,17 @@ int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st)
     for (int k = 0; k < 3 && patch; k++)
         if (vf_json_at(patch, k)) c->patch[k] = (int)vf_json_as_num(vf_json_at(patch, k));
     c->text_emb = strcmp(vf_json_get_str(cfg, "model.text", "bytes"), "embeddings") == 0;
+    c->in_dim = (int)vf_json_get_int(cfg, "model.in_dim", 0);
+    c->img_dim = (int)vf_json_get_int(cfg, "model.img_dim", 0);
+    c->img_len = (int)vf_json_get_int(cfg, "model.img_len", 0);
     if (vf_dit_config_check(c, st)) {
         vf_status_prefix(st, "%s/state.json", ck->path);
         return VF_EBADINPUT;
     }
+    if (vf_dit_in_dim(c) != c->z || c->img_dim > 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "%s/state.json: an image-to-video model (in_dim %d, img_dim %d): sampling "
+                             "takes text-to-video models", ck->path, vf_dit_in_dim(c), c->img_dim);
 fail:
     return rc;
 }
@@ -477,6 +484,7 @@ int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size
     vf_dit_part_memory(c, 0, c->depth, &d, true, elem, elem, &dm);
     m->acts = dm.saved + dm.workspace + (int64_t)c->z * Tl * d.H * d.W * (int64_t)elem;
     m->vae_weights = mi.weights, m->vae_caches = mi.caches, m->vae_workspace = mi.workspace, m->vae_host = mi.host;
+    m->vae_conv_workspace = mi.conv_workspace;
     /* decoded f32 clip, RGB24 frames, the latent, the two embeddings, the PNG strip */
     m->frames = 3 * T * plane * 4 + 3 * T * plane + (int64_t)c->z * Tl * d.H * d.W * 4 +
                 2 * (int64_t)c->text_len * c->text_dim * 4 + 4 * plane * 3;

@@ -100,10 +100,11 @@ void vf_dit_video_free(vf_dit_video *v); /* NULL is fine */
 /* Bytes a vf_dit_video of this model and clip holds (the `sample` stage's memory hook):
  * the weights on the device (elem = the device's act dtype size), the host f32 staging
  * while loading, the sampler's activations and workspace (one forward of the whole model,
- * block inputs kept), the decoder's vf_vae_dec_mem figures, host frame buffers, the video encoder (an estimate). Also
+ * block inputs kept), the decoder's vf_vae_dec_mem figures (vae_conv_workspace: its cuDNN workspace, counted on a
+ * CUDA device), host frame buffers, the video encoder (an estimate). Also
  * checks the clip's geometry against the model (VF_EBADINPUT as vf_dit_video_open). */
 typedef struct vf_dit_video_mem {
-    int64_t weights, staging, acts, vae_weights, vae_caches, vae_workspace, vae_host, frames;
+    int64_t weights, staging, acts, vae_weights, vae_caches, vae_workspace, vae_conv_workspace, vae_host, frames;
     int64_t encoder; /* the video encoder's frames and tables (an estimate) */
 } vf_dit_video_mem;
 int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size_t elem, vf_dit_video_mem *m,

@@ -4,8 +4,9 @@
  * The naming is told by one key each: patch_embedding.weight (original),
  * model.diffusion_model.patch_embedding.weight (ComfyUI), condition_embedder.time_proj.weight
  * (diffusers). Before that, the keys are searched for what makes the file another model
- * (a VAE's encoder/decoder, an I2V DiT's image embedder) and for FP8 formats it does not
- * read, so those are refused by what they are rather than by a list of missing tensors.
+ * (a VAE's encoder/decoder) and for FP8 formats it does not read, so those are refused by
+ * what they are rather than by a list of missing tensors; an image branch (Wan 2.1 I2V's
+ * img_emb, k_img) is noted and refused by the check when the model has none.
  * FP8 E4M3/E5M2 weights are dequantised with their per-tensor scale while read.
  */
 #include "models/dit_weights.h"
@@ -35,6 +36,8 @@ struct vf_dit_wsrc {
     char *config_path;
     int ntensors;
     int64_t largest;
+    char img_tensor[256];   /* the first tensor of an image branch (img_emb, k_img), or "" */
+    int img_file;           /* the file it is in */
 };
 
 const char *vf_dit_naming_name(vf_dit_naming n)
@@ -90,6 +93,10 @@ static const char *const to_diffusers[][2] = {
     {"norm2", "norm__placeholder"},
     {"norm3", "norm2"},
     {"norm__placeholder", "norm3"},
+    {"img_emb.proj.0", "condition_embedder.image_embedder.norm1"},
+    {"img_emb.proj.1", "condition_embedder.image_embedder.ff.net.0.proj"},
+    {"img_emb.proj.3", "condition_embedder.image_embedder.ff.net.2"},
+    {"img_emb.proj.4", "condition_embedder.image_embedder.norm2"},
 };
 
 void vf_dit_name_to(vf_dit_naming nm, const char *orig, char *out, size_t n)
@@ -216,13 +223,9 @@ static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
             return bad(st, "%s: not a JSON object: %s", p, js.msg);
         }
         const char *cls = vf_json_get_str(j, "_class_name", "");
-        const char *type = vf_json_get_str(j, "model_type", "t2v");
         if (cls[0] && strcmp(cls, "WanTransformer3DModel") != 0 && strcmp(cls, "WanModel") != 0)
             rc = bad(st, "%s: _class_name %s is not Wan's DiT (WanTransformer3DModel or WanModel)%s", p, cls,
                      strstr(cls, "Autoencoder") ? ": a VAE given as the DiT" : "");
-        else if (strcmp(type, "t2v") != 0 || (vf_json_get(j, "image_dim") && vf_json_get(j, "image_dim")->type != VF_JSON_NULL))
-            rc = bad(st, "%s: model_type %s / image_dim: an image-to-video (I2V) model; vflow fine-tunes the "
-                     "text-to-video DiT", p, type);
         if (rc) {
             vf_json_free(j);
             return rc;
@@ -274,10 +277,11 @@ static int recognise(vf_dit_wsrc *w, vf_status *st)
             const vf_st_tensor *t = vf_st_at(w->f[i], k);
             const char *n = t->name;
             if (strncmp(n, COMFY_PREFIX, strlen(COMFY_PREFIX)) == 0) n += strlen(COMFY_PREFIX);
-            if (strncmp(n, "img_emb.", 8) == 0 || strstr(n, "condition_embedder.image_embedder.") ||
-                strstr(n, ".k_img.") || strstr(n, ".add_k_proj."))
-                return bad(st, "%s: tensor %s: an image-to-video (I2V) checkpoint; vflow fine-tunes the "
-                           "text-to-video DiT", w->fname[i], t->name);
+            if (!w->img_tensor[0] && (strncmp(n, "img_emb.", 8) == 0 || strstr(n, "condition_embedder.image_embedder.") ||
+                                      strstr(n, ".k_img.") || strstr(n, ".add_k_proj."))) {
+                snprintf(w->img_tensor, sizeof w->img_tensor, "%s", t->name);
+                w->img_file = i;
+            }
             if (strncmp(n, "encoder.", 8) == 0 || strncmp(n, "decoder.", 8) == 0 || strstr(n, "quant_conv.") ||
                 strstr(n, "first_stage_model."))
                 return bad(st, "%s: tensor %s: a VAE (encoder/decoder), not the DiT", w->fname[i], t->name);
@@ -408,15 +412,29 @@ static int check_config(const vf_dit_wsrc *w, const vf_dit_config *c, vf_status 
 {
     if (!w->config) return 0;
     const bool orig = vf_json_get(w->config, "num_heads") != NULL;
+    /* the kind of model: text-to-video, or image-to-video with or without the image branch
+     * (the original's model_type; diffusers' image_dim, null without) */
+    const char *type = vf_json_get_str(w->config, "model_type", "");
+    const vf_json *idim = vf_json_get(w->config, "image_dim");
+    const bool img = idim && vf_json_is_number(idim) && vf_json_as_num(idim) > 0;
+    if (type[0] && (strcmp(type, "t2v") == 0) != (vf_dit_in_dim(c) == c->z))
+        return bad(st, "%s: model_type %s: %s model; the model is %s (in_dim %d, z %d)", w->config_path, type,
+                   strcmp(type, "t2v") ? "an image-to-video (I2V)" : "a text-to-video (T2V)",
+                   vf_dit_in_dim(c) == c->z ? "text-to-video (T2V)" : "image-to-video (I2V)", vf_dit_in_dim(c), c->z);
+    if (!orig && img != (c->img_dim > 0))
+        return bad(st, "%s: image_dim %s; the model %s (img_dim %d)", w->config_path, img ? "set: an image-to-video (I2V) "
+                   "model with CLIP image features" : "null: no image branch", c->img_dim > 0 ? "has an image branch" :
+                   "has no image branch", c->img_dim);
     struct { const char *key; int64_t want; } f[] = {
         {orig ? "num_heads" : "num_attention_heads", c->heads},
         {orig ? "dim" : "attention_head_dim", orig ? c->dim : c->head_dim},
         {"num_layers", c->depth},
         {"ffn_dim", c->ffn},
-        {orig ? "in_dim" : "in_channels", c->z},
+        {orig ? "in_dim" : "in_channels", vf_dit_in_dim(c)},
         {orig ? "out_dim" : "out_channels", c->z},
         {"text_dim", c->text_dim},
         {"freq_dim", c->freq_dim},
+        {"image_dim", c->img_dim},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         const vf_json *v = vf_json_get(w->config, f[i].key);
@@ -438,6 +456,9 @@ int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *s
 {
     int rc = check_config(w, &l->cfg, st);
     if (rc) return rc;
+    if (w->img_tensor[0] && l->cfg.img_dim == 0)
+        return bad(st, "%s: tensor %s: an image-to-video (I2V) checkpoint with an image branch (Wan 2.1 I2V); the "
+                   "model has none (preset wan-i2v-14b has)", w->fname[w->img_file], w->img_tensor);
     char **want = calloc((size_t)l->n, sizeof *want);
     int nw = 0;
     if (!want) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "weights: out of memory");
@@ -455,9 +476,16 @@ int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *s
         bool same = ft->ndim == t->ndim;
         for (int k = 0; same && k < t->ndim; k++) same = ft->shape[k] == t->shape[k];
         shape_str(b, sizeof b, ft->ndim, ft->shape);
-        if (!same)
-            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s has shape %s, the model expects %s", w->fname[fi], name,
-                    b, a);
+        if (!same) {
+            /* the input channels tell text-to-video (z) from image-to-video (z + conditioning) */
+            char why[160] = "";
+            if (strcmp(t->name, "patch_embedding.weight") == 0 && ft->ndim == 5 && ft->shape[0] == t->shape[0])
+                snprintf(why, sizeof why, ": %lld input channels, %s checkpoint for %s model",
+                         (long long)ft->shape[1], ft->shape[1] == l->cfg.z ? "a text-to-video (T2V)" : "an image-to-video (I2V)",
+                         vf_dit_in_dim(&l->cfg) == l->cfg.z ? "a text-to-video" : "an image-to-video");
+            VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s has shape %s, the model expects %s%s", w->fname[fi], name,
+                    b, a, why);
+        }
         if (ft->dtype != VF_ST_F32 && ft->dtype != VF_ST_BF16 && ft->dtype != VF_ST_F16 && ft->dtype != VF_ST_F64 &&
             !fp8_read(ft->dtype))
             VF_FAIL(st, VF_EBADINPUT, "weights: %s: tensor %s is %s; F32, BF16, F16 or FP8 expected", w->fname[fi],

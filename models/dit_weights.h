@@ -1,4 +1,5 @@
-/* dit_weights.h — DiT weights from the files users have (Wan 2.1 T2V checkpoints).
+/* dit_weights.h — DiT weights from the files users have (Wan 2.1 T2V and I2V checkpoints,
+ * Wan 2.2 I2V-A14B experts).
  *
  * A source is one of
  *   - a .safetensors file,
@@ -7,7 +8,8 @@
  *   - a model directory (config.json + diffusion_pytorch_model.safetensors or its
  *     .index.json): diffusers' WanTransformer3DModel.save_pretrained, or Wan-AI's own
  *     (a WanModel config.json, original names); the config must describe the model
- *     (heads, head_dim, layers, widths, patch) and a text-to-video one,
+ *     (heads, head_dim, layers, widths, patch, input channels, and text- or image-to-video:
+ *     model_type, image_dim),
  *   - a vflow checkpoint: a step dir (its model.safetensors or the index of its shards),
  *     or a checkpoint dir (its newest complete step, formats/ckpt.h); a LoRA run's step
  *     holds adapters, not a model, and is refused saying so,
@@ -31,9 +33,10 @@
  *
  * Every refusal is VF_EBADINPUT (exit code 2) with one line naming the file and the
  * tensor: a missing path or shard, a truncated or malformed file, a header over the
- * size limit, another model (a VAE, an image-to-video DiT with img_emb), a missing,
- * extra or mis-shaped tensor (expected and found shape), an unreadable dtype, a NaN or
- * infinity in a tensor.
+ * size limit, another model (a VAE; an image-to-video DiT with an image branch for a model
+ * without one), a missing, extra or mis-shaped tensor (expected and found shape; a
+ * text-to-video patch_embedding for an image-to-video model says so), an unreadable
+ * dtype, a NaN or infinity in a tensor.
  */
 #ifndef VF_DIT_WEIGHTS_H
 #define VF_DIT_WEIGHTS_H

@@ -221,15 +221,25 @@ typedef struct vf_vae_enc vf_vae_enc;
  * host the f32 staging (the larger of the u8 conversion buffer of the encoder and the
  * one-tensor buffer used while loading weights; never both at once) and the
  * bookkeeping (parameter table, layer states). None of it
- * depends on the clip length. */
+ * depends on the clip length. conv_workspace: what the CUDA backend lets cuDNN take as
+ * workspace for the largest of the model's convolutions (vf_conv3d_workspace_bound; it
+ * holds one per device, grown to the largest a graph asks for): a stage on a CUDA device
+ * counts it, one on the CPU does not. */
 typedef struct vf_vae_mem_info {
     int64_t weights;
     int64_t caches;
     int64_t workspace;
     int64_t host;
+    int64_t conv_workspace;
 } vf_vae_mem_info;
 int vf_vae_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, int H, int W,
                vf_vae_mem_info *out, vf_status *st);
+
+/* The shapes of the encoder's convolutions for one chunk (vf_vae_mem's geometry, each at
+ * the most frames a chunk can bring it), in the order they run: the first `cap` into out
+ * (may be NULL with cap 0). Returns how many there are, or a negative code (st set). */
+int vf_vae_conv_shapes(const vf_vae_config *c, int max_batch, int chunk, int H, int W,
+                       vf_conv3d_shape *out, int cap, vf_status *st);
 
 /* New encoder over model m (borrowed; must outlive it) for up to max_batch clips per
  * forward, at most `chunk` frames per vf_vae_encode_chunk, frames of H x W (multiples
@@ -278,6 +288,9 @@ int64_t vf_vae_decoded_frames(const vf_vae_config *c, int64_t Tlat);
  * None of it depends on the clip length. */
 int vf_vae_dec_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, int h, int w,
                    vf_vae_mem_info *out, vf_status *st);
+/* The decoder's, as vf_vae_conv_shapes (latents of h x w, chunk latent frames). */
+int vf_vae_dec_conv_shapes(const vf_vae_config *c, int max_batch, int chunk, int h, int w,
+                           vf_conv3d_shape *out, int cap, vf_status *st);
 /* New decoder over the decoder model m (vf_vae_dec_model_new; borrowed, must outlive it)
  * for up to max_batch clips, at most `chunk` latent frames per vf_vae_decode_chunk,
  * latents of h x w. Caller owns *out (vf_vae_dec_free). */

@@ -45,20 +45,23 @@ static act tup(walk *w, act x, unsigned busy)
     int r = vf_vw_pick(w, bx | vf_vw_bit(p), 2 * BC * m * hw);
     int q = vf_vw_pick(w, bx | vf_vw_bit(r), 2 * BC * m * hw);
     int o = vf_vw_pick(w, bx | vf_vw_bit(r) | vf_vw_bit(q), BC * nout * hw);
-    if (w->e) {
-        vf_backend *be = w->e->be;
-        char *cache = vf_vw_cache(w, s), *P = vf_vw_bp(w, p);
-        if (m > 0) {
+    const vf_conv3d_shape cs = {w->B, x.C, L, x.H, x.W, 2 * x.C, 3, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+    if (m > 0) {
+        if (w->e) {
+            char *cache = vf_vw_cache(w, s), *P = vf_vw_bp(w, p);
             vf_vw_copy_frames(w, P, L, 0, cache, 2, 0, 2, BC, hw);
             vf_vw_copy_frames(w, P, L, 2, vf_vw_bp(w, x.buf), x.n, first, m, BC, hw);
             vf_vw_copy_frames(w, cache, 2, 0, P, L, m, 2, BC, hw);
-            be->conv3d_fwd(be, vf_vw_bp(w, r), P, wt, bias, w->B, x.C, L, x.H, x.W, 2 * x.C, 3,
-                           1, 1, 1, 1, 1, 0, 0, 0, 0);
+        }
+        vf_vw_conv(w, r, p, wt, bias, &cs);
+        if (w->e) {
             /* (B, 2, C, m, hw) -> (B, C, m, 2, hw): channel r·C + c is frame 2t + r */
             int64_t shp[5] = {w->B, 2, x.C, m, hw};
             int perm[5] = {0, 2, 3, 1, 4};
-            be->permute(be, vf_vw_bp(w, first ? q : o), vf_vw_bp(w, r), 5, shp, perm);
+            w->e->be->permute(w->e->be, vf_vw_bp(w, first ? q : o), vf_vw_bp(w, r), 5, shp, perm);
         }
+    }
+    if (w->e) {
         if (first) {
             vf_vw_copy_frames(w, vf_vw_bp(w, o), nout, 0, vf_vw_bp(w, x.buf), x.n, 0, 1, BC, hw);
             vf_vw_copy_frames(w, vf_vw_bp(w, o), nout, 1, vf_vw_bp(w, q), 2 * m, 0, 2 * m, BC, hw);
@@ -86,9 +89,9 @@ static act up2d(walk *w, act x, unsigned busy)
         int64_t shp[5] = {2, 2, planes, x.H, x.W};
         int perm[5] = {2, 3, 0, 4, 1};
         be->permute(be, vf_vw_bp(w, u), vf_vw_bp(w, r), 5, shp, perm);
-        be->conv3d_fwd(be, vf_vw_bp(w, o), vf_vw_bp(w, u), wt, bias, w->B, x.C, x.n, 2 * x.H,
-                       2 * x.W, co, 1, 3, 3, 1, 1, 1, 0, 0, 1, 1);
     }
+    const vf_conv3d_shape cs = {w->B, x.C, x.n, 2 * x.H, 2 * x.W, co, 1, 3, 3, 1, 1, 1, 0, 0, 1, 1, 1, 1};
+    vf_vw_conv(w, o, u, wt, bias, &cs);
     return (act){o, co, x.n, 2 * x.H, 2 * x.W};
 }
 
@@ -129,11 +132,22 @@ fail:
 static void measure(const vf_vae_config *c, int B, int chunk, int h, int wd, walk *w,
                     vf_vw_lstate *ls)
 {
-    memset(w, 0, sizeof *w);
-    w->c = c;
-    w->B = B;
-    w->ls_out = ls;
+    vf_vw_measuring(w, c, B, ls, NULL, 0);
     (void)forward(w, chunk, h, wd);
+}
+
+int vf_vae_dec_conv_shapes(const vf_vae_config *c, int max_batch, int chunk, int h, int w,
+                           vf_conv3d_shape *out, int cap, vf_status *st)
+{
+    int rc = 0;
+    walk m;
+    VF_TRY(vf_vae_config_check(c, st));
+    VF_TRY(check_geometry(max_batch, chunk, h, w, st));
+    vf_vw_measuring(&m, c, max_batch, NULL, out, cap);
+    (void)forward(&m, chunk, h, w);
+    return m.nconv;
+fail:
+    return rc;
 }
 
 int vf_vae_dec_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, int h, int w,
@@ -149,6 +163,7 @@ int vf_vae_dec_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk
     out->weights = vf_vae_dec_count_params(c, &max_tensor) * (int64_t)elem;
     out->caches = m.cache_elems * (int64_t)elem;
     out->workspace = vf_vw_bytes(&m, elem, in_elems) - out->caches;
+    out->conv_workspace = m.conv_ws;
     /* the one-tensor load staging + bookkeeping: parameter table (name, shape, init
      * bound), layer states and the two structs (bounded by 1 KiB) */
     out->host = (int64_t)sizeof(float) * max_tensor +

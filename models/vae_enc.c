@@ -28,25 +28,14 @@ struct vf_vae_enc {
     int64_t T, Tlat, t_fed, t_out;
 };
 
-/* Wan's downsample2d: ZeroPad2d((0, 1, 0, 1)) then conv 3x3 stride 2, per frame. */
+/* Wan's downsample2d: ZeroPad2d((0, 1, 0, 1)) then conv 3x3 stride 2, per frame; the
+ * pad is the convolution's own padding after H and W (no padded copy). */
 static act down2d(walk *w, act x, unsigned busy)
 {
     const void *wt = vf_vw_param(w, "weight"), *bias = vf_vw_param(w, "bias");
-    int64_t Hp = x.H + 1, Wp = x.W + 1, planes = w->B * x.C * x.n;
-    int p = vf_vw_pick(w, busy | vf_vw_bit(x.buf), planes * Hp * Wp);
-    int o = vf_vw_pick(w, busy | vf_vw_bit(p), w->B * x.C * x.n * (x.H / 2) * (x.W / 2));
-    if (w->e) {
-        vf_backend *be = w->e->be;
-        int64_t es = (int64_t)w->e->es;
-        char *P = vf_vw_bp(w, p), *X = vf_vw_bp(w, x.buf);
-        be->memset0(be, P, (size_t)(planes * Hp * Wp * es));
-        for (int64_t i = 0; i < planes; i++)
-            for (int64_t r = 0; r < x.H; r++)
-                be->copy(be, P + (i * Hp * Wp + r * Wp) * es, X + (i * x.H * x.W + r * x.W) * es,
-                         (size_t)(x.W * es));
-        be->conv3d_fwd(be, vf_vw_bp(w, o), P, wt, bias, w->B, x.C, x.n, Hp, Wp, x.C, 1, 3, 3, 1, 2,
-                       2, 0, 0, 0, 0);
-    }
+    int o = vf_vw_pick(w, busy | vf_vw_bit(x.buf), w->B * x.C * x.n * (x.H / 2) * (x.W / 2));
+    const vf_conv3d_shape cs = {w->B, x.C, x.n, x.H, x.W, x.C, 1, 3, 3, 1, 2, 2, 0, 0, 0, 1, 0, 1};
+    vf_vw_conv(w, o, x.buf, wt, bias, &cs);
     return (act){o, x.C, x.n, x.H / 2, x.W / 2};
 }
 
@@ -74,15 +63,14 @@ static act tdown(walk *w, act x, unsigned busy)
     int p = vf_vw_pick(w, busy | vf_vw_bit(x.buf), BC * L * hw);
     int r = vf_vw_pick(w, busy | vf_vw_bit(x.buf) | vf_vw_bit(p), BC * outs * hw);
     int o = vf_vw_pick(w, busy | vf_vw_bit(p) | vf_vw_bit(r), BC * nout * hw);
+    char *cache = w->e ? vf_vw_cache(w, s) : NULL, *P = w->e ? vf_vw_bp(w, p) : NULL;
     if (w->e) {
-        vf_backend *be = w->e->be;
-        char *cache = vf_vw_cache(w, s);
-        char *P = vf_vw_bp(w, p);
         vf_vw_copy_frames(w, P, L, 0, cache, 2, 0, pend, BC, hw);
         vf_vw_copy_frames(w, P, L, pend, vf_vw_bp(w, x.buf), x.n, 0, x.n, BC, hw);
-        if (outs > 0)
-            be->conv3d_fwd(be, vf_vw_bp(w, first ? r : o), P, wt, bias, w->B, x.C, L, x.H, x.W, x.C,
-                           3, 1, 1, 2, 1, 1, 0, 0, 0, 0);
+    }
+    const vf_conv3d_shape cs = {w->B, x.C, L, x.H, x.W, x.C, 3, 1, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0};
+    if (outs > 0) vf_vw_conv(w, first ? r : o, p, wt, bias, &cs);
+    if (w->e) {
         if (first) {
             vf_vw_copy_frames(w, vf_vw_bp(w, o), nout, 0, P, L, 0, 1, BC, hw);
             vf_vw_copy_frames(w, vf_vw_bp(w, o), nout, 1, vf_vw_bp(w, r), outs, 0, outs, BC, hw);
@@ -138,11 +126,22 @@ fail:
 static void measure(const vf_vae_config *c, int B, int chunk, int H, int W, walk *w,
                     vf_vw_lstate *ls)
 {
-    memset(w, 0, sizeof *w);
-    w->c = c;
-    w->B = B;
-    w->ls_out = ls;
+    vf_vw_measuring(w, c, B, ls, NULL, 0);
     (void)forward(w, chunk, H, W);
+}
+
+int vf_vae_conv_shapes(const vf_vae_config *c, int max_batch, int chunk, int H, int W,
+                       vf_conv3d_shape *out, int cap, vf_status *st)
+{
+    int rc = 0;
+    walk w;
+    VF_TRY(vf_vae_config_check(c, st));
+    VF_TRY(check_geometry(c, max_batch, chunk, H, W, st));
+    vf_vw_measuring(&w, c, max_batch, NULL, out, cap);
+    (void)forward(&w, chunk, H, W);
+    return w.nconv;
+fail:
+    return rc;
 }
 
 int vf_vae_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, int H, int W,
@@ -168,6 +167,7 @@ int vf_vae_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk, in
         (conv > load ? conv : load) + w.pi * (int64_t)(sizeof(vf_vae_param) + sizeof(double)) +
         w.si * (int64_t)sizeof(vf_vw_lstate) + max_batch + (int64_t)sizeof(vf_vae_enc) + 1024;
     out->workspace = ws;
+    out->conv_workspace = w.conv_ws;
 fail:
     return rc;
 }

@@ -5,6 +5,17 @@
 #include <math.h>
 #include <string.h>
 
+void vf_vw_measuring(vf_vw_walk *w, const vf_vae_config *c, int64_t B, vf_vw_lstate *ls,
+                     vf_conv3d_shape *shapes, int cap)
+{
+    memset(w, 0, sizeof *w);
+    w->c = c;
+    w->B = B;
+    w->ls_out = ls;
+    w->shapes = shapes;
+    w->shapes_cap = cap;
+}
+
 int vf_vw_pick(vf_vw_walk *w, unsigned busy, int64_t elems)
 {
     for (int i = 0; i < VF_VW_NBUF; i++) {
@@ -47,8 +58,6 @@ vf_vw_lstate *vf_vw_state(vf_vw_walk *w, int64_t cache_elems)
     return &w->e->ls[i];
 }
 
-/* dst[b, c, td0 + t] = src[b, c, ts0 + t] for t < nt; frames of hw elements, Td / Ts
- * frames per (b, c) plane. */
 void vf_vw_copy_frames(vf_vw_walk *w, char *dst, int64_t Td, int64_t td0, const char *src,
                         int64_t Ts, int64_t ts0, int64_t nt, int64_t BC, int64_t hw)
 {
@@ -59,9 +68,25 @@ void vf_vw_copy_frames(vf_vw_walk *w, char *dst, int64_t Td, int64_t td0, const 
         be->copy(be, dst, src, (size_t)(BC * nt * hw * es));
         return;
     }
-    for (int64_t i = 0; i < BC; i++)
-        be->copy(be, dst + ((i * Td + td0) * hw) * es, src + ((i * Ts + ts0) * hw) * es,
-                 (size_t)(nt * hw * es));
+    be->copy2d(be, dst + td0 * hw * es, (size_t)(Td * hw * es), src + ts0 * hw * es,
+               (size_t)(Ts * hw * es), (size_t)(nt * hw * es), (size_t)BC);
+}
+
+void vf_vw_conv(vf_vw_walk *w, int out, int in, const void *wt, const void *bias,
+                const vf_conv3d_shape *s)
+{
+    if (!w->e) {
+        const vf_device cuda = {VF_DEV_CUDA, 0};
+        int64_t ws = vf_conv3d_workspace_bound(cuda, s);
+        if (ws > w->conv_ws) w->conv_ws = ws;
+        if (w->shapes && w->nconv < w->shapes_cap) w->shapes[w->nconv] = *s;
+        w->nconv++;
+        return;
+    }
+    vf_backend *be = w->e->be;
+    be->conv3d_fwd(be, vf_vw_bp(w, out), vf_vw_bp(w, in), wt, bias, s->B, s->C, s->T, s->H, s->W,
+                   s->OC, s->KT, s->KH, s->KW, s->st, s->sh, s->sw, s->pt0, s->pt1, s->ph0, s->ph1,
+                   s->pw0, s->pw1);
 }
 
 /* silu(rmsnorm_ch(x) * gamma) into a new buffer; x stays. */
@@ -88,14 +113,13 @@ vf_vw_act vf_vw_conv3(vf_vw_walk *w, vf_vw_act a, int64_t cout, unsigned busy)
     int p = vf_vw_pick(w, busy | vf_vw_bit(a.buf), BC * L * hw);
     int o = vf_vw_pick(w, busy | vf_vw_bit(p), w->B * cout * a.n * hw);
     if (w->e) {
-        vf_backend *be = w->e->be;
-        char *cache = (char *)w->e->cache + s->cache_off * (int64_t)w->e->es;
+        char *cache = vf_vw_cache(w, s);
         vf_vw_copy_frames(w, vf_vw_bp(w, p), L, 0, cache, 2, 0, 2, BC, hw);
         vf_vw_copy_frames(w, vf_vw_bp(w, p), L, 2, vf_vw_bp(w, a.buf), a.n, 0, a.n, BC, hw);
         vf_vw_copy_frames(w, cache, 2, 0, vf_vw_bp(w, p), L, a.n, 2, BC, hw);
-        be->conv3d_fwd(be, vf_vw_bp(w, o), vf_vw_bp(w, p), wt, bias, w->B, a.C, L, a.H, a.W, cout,
-                       3, 3, 3, 1, 1, 1, 0, 0, 1, 1);
     }
+    const vf_conv3d_shape cs = {w->B, a.C, L, a.H, a.W, cout, 3, 3, 3, 1, 1, 1, 0, 0, 1, 1, 1, 1};
+    vf_vw_conv(w, o, p, wt, bias, &cs);
     return (vf_vw_act){o, cout, a.n, a.H, a.W};
 }
 
@@ -104,9 +128,8 @@ vf_vw_act vf_vw_conv1x1(vf_vw_walk *w, vf_vw_act x, int64_t cout, unsigned busy)
 {
     const void *wt = vf_vw_param(w, "weight"), *bias = vf_vw_param(w, "bias");
     int o = vf_vw_pick(w, busy | vf_vw_bit(x.buf), w->B * cout * x.n * x.H * x.W);
-    if (w->e)
-        w->e->be->conv3d_fwd(w->e->be, vf_vw_bp(w, o), vf_vw_bp(w, x.buf), wt, bias, w->B, x.C, x.n,
-                             x.H, x.W, cout, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+    const vf_conv3d_shape cs = {w->B, x.C, x.n, x.H, x.W, cout, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+    vf_vw_conv(w, o, x.buf, wt, bias, &cs);
     return (vf_vw_act){o, cout, x.n, x.H, x.W};
 }
 

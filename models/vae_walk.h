@@ -12,6 +12,12 @@
  * Activations are channel-first (B, C, n, H, W), n the frames of this chunk at that
  * depth. Every causal conv gets its input as [cache (2 frames) | n frames] and keeps the
  * last two for the next chunk. Parameters are taken in table order (vae.c).
+ *
+ * Device calls per chunk depend on the structure only, never on the frame size or the
+ * widths: frames of every (b, c) plane move in one strided copy (copy2d), and padding is
+ * the convolution's own (ops.h), never a padded copy. Every convolution goes through
+ * vf_vw_conv, so a measuring walk also knows each one's shape and the largest cuDNN
+ * workspace the CUDA backend may take for them (vf_conv3d_workspace_bound).
  */
 #ifndef VF_VAE_WALK_H
 #define VF_VAE_WALK_H
@@ -57,10 +63,18 @@ typedef struct vf_vw_walk {
     int pi, si;                 /* next parameter / layer state */
     /* measuring */
     int64_t need[VF_VW_NBUF], need_lse, cache_elems;
+    int64_t conv_ws;            /* the largest vf_conv3d_workspace_bound of its convolutions */
     vf_vw_lstate *ls_out;       /* when set, cache offsets are recorded here */
+    vf_conv3d_shape *shapes;    /* when set, the first shapes_cap convolutions' shapes */
+    int nconv, shapes_cap;      /* convolutions walked; capacity of shapes */
 } vf_vw_walk;
 
 static inline unsigned vf_vw_bit(int b) { return 1u << b; }
+
+/* w as a measuring walk of B clips for config c (every count zero), recording cache
+ * offsets into ls and the first cap convolution shapes into shapes where given. */
+void vf_vw_measuring(vf_vw_walk *w, const vf_vae_config *c, int64_t B, vf_vw_lstate *ls,
+                     vf_conv3d_shape *shapes, int cap);
 
 int vf_vw_pick(vf_vw_walk *w, unsigned busy, int64_t elems);
 char *vf_vw_bp(vf_vw_walk *w, int b);
@@ -72,10 +86,15 @@ vf_vw_lstate *vf_vw_state(vf_vw_walk *w, int64_t cache_elems);
 /* Device address of a layer's cache. */
 char *vf_vw_cache(vf_vw_walk *w, const vf_vw_lstate *s);
 /* dst[b, c, td0 + t] = src[b, c, ts0 + t] for t < nt; frames of hw elements, Td / Ts
- * frames per (b, c) plane. */
+ * frames per (b, c) plane. One device call whatever BC. */
 void vf_vw_copy_frames(vf_vw_walk *w, char *dst, int64_t Td, int64_t td0, const char *src,
                        int64_t Ts, int64_t ts0, int64_t nt, int64_t BC, int64_t hw);
 
+/* conv3d_fwd of shape s from buffer in to buffer out (VF_VW_IN allowed for in) with
+ * weight wt and bias (params of the walk); measuring, it records the shape and its
+ * workspace bound instead. */
+void vf_vw_conv(vf_vw_walk *w, int out, int in, const void *wt, const void *bias,
+                const vf_conv3d_shape *s);
 /* silu(rmsnorm_ch(x) * gamma) (silu optional) into a new buffer; x stays. */
 vf_vw_act vf_vw_norm_silu(vf_vw_walk *w, vf_vw_act x, unsigned busy, int silu);
 /* Causal conv 3x3x3 (spatial padding 1) of a (consumed), with its 2-frame cache. */

@@ -150,6 +150,42 @@ size_t vf_tensor_nbytes(const vf_tensor *t);
 /* Shapes as "(2,16,5,32,32)" for messages. */
 void vf_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 
+/* ---- lending memory: views instead of copies
+ *
+ * A stage may lend memory to the stages it sends to instead of copying it into an item:
+ * it puts a view of the memory (vf_tensor_view) in the item, and the consumer's tensor
+ * aliases the same bytes wherever the two ends can share memory — one process (the
+ * tensor itself); two processes of one node, through a shared-memory segment (host memory
+ * from vf_alloc_shared, mapped once by each consumer process) or CUDA IPC (the CUDA
+ * backend's memory, exported once and mapped once by each consumer process). The consumer
+ * reads and writes the lender's bytes in place, and vf_tensor_is_view says it does. Where
+ * the ends cannot share memory (across nodes, or host memory that is not from
+ * vf_alloc_shared on an edge between processes) the edge carries the bytes and the
+ * consumer gets a copy of its own: vf_tensor_is_view is false there, and its writes stay
+ * with it.
+ * The runtime moves views; who touches the bytes when is the stages' protocol: a lender
+ * leaves lent bytes alone until the consumer says it is done (an item back), and a
+ * consumer says so only after it dropped its views and its device work on them ended
+ * (vf_backend.sync). A port declares a view tensor with vf_tensor_spec.view, and the plan
+ * counts its bytes only on the edges that carry them (across nodes). */
+
+/* Host memory another process of this node can map: a shared-memory segment of its own
+ * (memfd, so the size of /dev/shm does not limit it), fully reserved up front (a full
+ * machine is an error here, never a fault later), charged to the calling thread's account
+ * like vf_alloc. Caller owns it: vf_free_shared, from any thread. NULL and st set on
+ * failure. */
+void *vf_alloc_shared(size_t bytes, vf_status *st);
+void vf_free_shared(void *p); /* NULL is fine */
+/* A view of memory the caller lends (see above): host memory (vf_alloc_shared for other
+ * processes to map it) or device memory of a backend (dev). The tensor does not own the
+ * bytes: the caller keeps them alive while any view of them is out. Caller owns the
+ * tensor reference. */
+vf_tensor *vf_tensor_view(vf_dtype dt, int ndim, const int64_t *shape, vf_device dev, void *data,
+                          vf_status *st);
+/* True when t is a view: made by vf_tensor_view in this process, or received on an edge
+ * that shares memory (it aliases the lender's bytes). False for a copy. */
+bool vf_tensor_is_view(const vf_tensor *t);
+
 /* bf16 / f16 conversion (round to nearest even). */
 uint16_t vf_f32_to_bf16(float f);
 float vf_bf16_to_f32(uint16_t h);
@@ -286,6 +322,9 @@ typedef struct vf_tensor_spec {
     int64_t dims[VF_MAX_DIMS];
     char sym[VF_MAX_DIMS][8];
     bool optional;           /* may be missing from an item */
+    bool view;               /* a view of the producer's memory (vf_tensor_view): its bytes
+                                cross only edges that cannot share memory, and only there
+                                does the plan count them */
 } vf_tensor_spec;
 
 typedef struct vf_port_spec {
@@ -356,9 +395,15 @@ typedef struct vf_mem_entry {
 } vf_mem_entry;
 
 #define VF_MAX_MEM_ENTRIES 32
+#define VF_MAX_MEM_PARAMS 4
 typedef struct vf_mem_plan {
     int n;
     vf_mem_entry e[VF_MAX_MEM_ENTRIES];
+    int np;                   /* vf_mem_plan_params entries */
+    struct {
+        vf_device device;
+        int64_t n;
+    } params[VF_MAX_MEM_PARAMS];
 } vf_mem_plan;
 
 /* Declares bytes on dev (the same device, category and `what` twice add up: a hook may
@@ -369,6 +414,11 @@ void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *
 void vf_mem_plan_add_input(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 int64_t vf_mem_plan_total(const vf_mem_plan *m, vf_device dev);
+/* Declares that the stage holds training state (weights, gradients or optimizer state:
+ * the entries of those categories) of n parameters on dev. `vflow plan` divides the
+ * stage's state bytes there by n and adds the stages of a device up (docs/PLANNING.md
+ * "state per parameter"). Twice for one device: the larger count stays. */
+void vf_mem_plan_params(vf_mem_plan *m, vf_device dev, int64_t n);
 
 /* ------------------------------------------------------------------ stages */
 

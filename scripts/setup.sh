@@ -45,6 +45,21 @@ if ! "$REF/bin/python" -c 'import diffusers, transformers, safetensors' 2>/dev/n
   $SUDO "$REF/bin/pip" install -q --no-deps "${ref_pins[@]}"
 fi
 
+# A second reference venv the same way, with diffusers 0.35.2: the image-to-video Wan
+# (WanTransformer3DModel(image_dim=…), 36 input channels) for
+# tests/reference/test_wan_i2v_diffusers.py ($VFLOW_REF35_PY; wan_ref.py adds the
+# torch.nn.RMSNorm it needs on torch 1.13).
+REF35=${VFLOW_REF35_VENV:-/opt/vflow-ref35}
+ref35_pins=(diffusers==0.35.2 huggingface-hub==0.34.4 transformers==4.46.3 tokenizers==0.20.3
+            safetensors==0.8.0 regex==2026.11.19 filelock==4.2.12 fsspec==2026.9.0
+            importlib_metadata==10.2.0 zipp==4.1.2 packaging==26.3 pillow==13.0.0 tqdm==4.70.1)
+if ! "$REF35/bin/python" -c 'import diffusers, transformers, safetensors, sys
+sys.exit(diffusers.__version__ != "0.35.2")' 2>/dev/null; then
+  echo "setup: making the image-to-video reference venv $REF35 (diffusers 0.35.2; PyPI, pinned)"
+  $SUDO /usr/bin/python3 -m venv --system-site-packages "$REF35"
+  $SUDO "$REF35/bin/pip" install -q --no-deps "${ref35_pins[@]}"
+fi
+
 # TensorBoard — the server `make run` points at ($REF/bin/tensorboard --logdir …) and its
 # event reader for tests/reference/test_tb_events.py — and tbparse, in the same venv the
 # same way (pinned, without dependencies: the pins are the whole closure beside Debian's

@@ -136,6 +136,8 @@ static int sample_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE weights", m.vae_weights);
     vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE caches", m.vae_caches);
     vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE workspace", m.vae_workspace);
+    if (dev.kind == VF_DEV_CUDA) /* cuDNN's, for the decoder's convolutions */
+        vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE conv workspace", m.vae_conv_workspace);
     vf_mem_plan_add_lib(out, cpu, VF_MEM_VAE, "sample VAE host", m.vae_host);
     vf_mem_plan_add_lib(out, cpu, VF_MEM_DECODE, "sample frames buffers", m.frames);
     vf_mem_plan_add_lib(out, cpu, VF_MEM_DECODE, "sample video encoder (libx264 frames, estimated)", m.encoder);

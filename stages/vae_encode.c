@@ -243,6 +243,8 @@ static int vae_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pla
     vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae weights", mi.weights);
     vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae causal caches", mi.caches);
     vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae chunk workspace", mi.workspace);
+    if (dev.kind == VF_DEV_CUDA) /* cuDNN's, for the convolutions (vf_conv3d_workspace_bound) */
+        vf_mem_plan_add(out, dev, VF_MEM_VAE, "vae conv workspace", mi.conv_workspace);
     vf_mem_plan_add(out, host, VF_MEM_VAE, "vae host staging", mi.host);
     /* Clips held while a micro-batch fills, and the latents of one micro-batch (the
      * encoder writes them there; each clip's item then gets its own copy). */

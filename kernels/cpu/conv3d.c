@@ -2,8 +2,10 @@
  * patch embeddings), forward and backward.
  *
  * inp (B, C, T, H, W), w (OC, C, KT, KH, KW), bias (OC), out (B, OC, To, Ho, Wo) with
- * To = (T + pt0 + pt1 − KT)/st + 1, Ho = (H + 2ph − KH)/sh + 1, Wo likewise; zero
- * padding pt0 in front of time and pt1 behind (causal: pt0 = KT−1, pt1 = 0).
+ * To = (T + pt0 + pt1 − KT)/st + 1, Ho = (H + ph0 + ph1 − KH)/sh + 1, Wo likewise; zero
+ * padding pt0 in front of time and pt1 behind (causal: pt0 = KT−1, pt1 = 0), ph0 above
+ * and ph1 below, pw0 left and pw1 right. Only the padding before an axis moves the taps;
+ * the padding after it only sets the output size.
  *
  * Forward and the weight gradient use im2col over chunks of output positions (a
  * CK × np column block, CK = C·KT·KH·KW, np chosen from CK and the output size only)
@@ -20,19 +22,21 @@
 
 typedef struct conv_geom {
     int64_t B, C, T, H, W, OC, To, Ho, Wo, P, CK;
-    int KT, KH, KW, st, sh, sw, pt0, ph, pw;
+    int KT, KH, KW, st, sh, sw, pt0, ph, pw; /* ph, pw: the padding above and left */
 } conv_geom;
 
 static conv_geom geom(int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC, int KT,
-                      int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw)
+                      int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0, int ph1,
+                      int pw0, int pw1)
 {
     conv_geom g = {.B = B, .C = C, .T = T, .H = H, .W = W, .OC = OC, .KT = KT, .KH = KH,
-                   .KW = KW, .st = st, .sh = sh, .sw = sw, .pt0 = pt0, .ph = ph, .pw = pw};
+                   .KW = KW, .st = st, .sh = sh, .sw = sw, .pt0 = pt0, .ph = ph0, .pw = pw0};
     VF_ASSERT(st > 0 && sh > 0 && sw > 0 && KT > 0 && KH > 0 && KW > 0);
-    VF_ASSERT(T + pt0 + pt1 >= KT && H + 2 * ph >= KH && W + 2 * pw >= KW);
+    VF_ASSERT(pt0 >= 0 && pt1 >= 0 && ph0 >= 0 && ph1 >= 0 && pw0 >= 0 && pw1 >= 0);
+    VF_ASSERT(T + pt0 + pt1 >= KT && H + ph0 + ph1 >= KH && W + pw0 + pw1 >= KW);
     g.To = (T + pt0 + pt1 - KT) / st + 1;
-    g.Ho = (H + 2 * ph - KH) / sh + 1;
-    g.Wo = (W + 2 * pw - KW) / sw + 1;
+    g.Ho = (H + ph0 + ph1 - KH) / sh + 1;
+    g.Wo = (W + pw0 + pw1 - KW) / sw + 1;
     g.P = g.To * g.Ho * g.Wo;
     g.CK = C * KT * KH * KW;
     return g;
@@ -89,9 +93,9 @@ static void im2col(float *col, const float *inp, const conv_geom *g, int64_t b, 
 void vf_cpu_conv3d_fwd(float *out, const float *inp, const float *w, const float *bias,
                        int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
                        int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1,
-                       int ph, int pw)
+                       int ph0, int ph1, int pw0, int pw1)
 {
-    const conv_geom g = geom(B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw);
+    const conv_geom g = geom(B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1);
     if (g.P == 0 || B == 0 || OC == 0) return;
     const int64_t np = chunk_positions(&g), nchunk = (g.P + np - 1) / np;
     const int64_t ntask = B * nchunk;
@@ -154,9 +158,9 @@ static void dinp_row(float *drow, double *acc, const float *dout, const float *w
 void vf_cpu_conv3d_bwd(float *dinp, float *dw, float *dbias, const float *dout,
                        const float *inp, const float *w, int64_t B, int64_t C, int64_t T,
                        int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st,
-                       int sh, int sw, int pt0, int pt1, int ph, int pw)
+                       int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0, int pw1)
 {
-    const conv_geom g = geom(B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw);
+    const conv_geom g = geom(B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1);
     const double work = (double)B * g.P * g.CK * OC;
 
     if (dbias) {

@@ -49,6 +49,8 @@ void vf_cpu_add(float *out, const float *a, const float *b, int64_t n);
 void vf_cpu_axpy(float *y, const float *x, float alpha, int64_t n);
 void vf_cpu_gelu_fwd(float *out, const float *inp, int64_t n);
 void vf_cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
+void vf_cpu_gelu_erf_fwd(float *out, const float *inp, int64_t n);
+void vf_cpu_gelu_erf_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
 void vf_cpu_silu_fwd(float *out, const float *inp, int64_t n);
 void vf_cpu_silu_bwd(float *dinp, const float *dout, const float *inp, int64_t n);
 
@@ -111,11 +113,11 @@ void vf_cpu_permute(float *out, const float *inp, int ndim, const int64_t *shape
 void vf_cpu_conv3d_fwd(float *out, const float *inp, const float *w, const float *bias,
                        int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
                        int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1,
-                       int ph, int pw);
+                       int ph0, int ph1, int pw0, int pw1);
 void vf_cpu_conv3d_bwd(float *dinp, float *dw, float *dbias, const float *dout,
                        const float *inp, const float *w, int64_t B, int64_t C, int64_t T,
                        int64_t H, int64_t W, int64_t OC, int KT, int KH, int KW, int st,
-                       int sh, int sw, int pt0, int pt1, int ph, int pw);
+                       int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0, int pw1);
 
 /* ---- embedding and loss (embed_loss.c). Tokens must be >= 0 and < the table's rows
  * (the table size is not passed; a negative token aborts). embed_bwd sums the rows of

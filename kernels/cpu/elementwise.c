@@ -1,11 +1,14 @@
-/* elementwise.c — add, axpy, GELU (tanh) and SiLU on the CPU, forward and backward.
+/* elementwise.c — add, axpy, GELU (tanh and exact) and SiLU on the CPU, forward and backward.
  *
  * Each element is computed in double from its float inputs and rounded once, so the
  * results are as close to the exact function as f32 storage allows and independent of
  * how the range is split across threads or vector lanes. The exponential is the
  * backend's own (vf_cpu_exp, basic IEEE operations only), not libm's, so the bits do not
- * depend on which libm variant a CPU gets.
+ * depend on which libm variant a CPU gets. The exact GELU needs erf, which is libm's in
+ * double: its error is far below the one rounding to float, so the float results are
+ * the correctly rounded ones wherever libm's erf is faithful.
  */
+#include <math.h>
 #include <omp.h>
 
 #include "kernels/cpu/cpu_internal.h"
@@ -70,6 +73,28 @@ void vf_cpu_gelu_fwd(float *out, const float *inp, int64_t n)
 void vf_cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, int64_t n)
 {
     unary_bwd(vf_cpu_simd_get()->gelu_bwd, dinp, dout, inp, n);
+}
+
+/* Exact GELU: x·Φ(x), Φ(x) = (1 + erf(x/√2))/2; its derivative Φ(x) + x·φ(x). Every
+ * element is independent, so the thread split does not change the bits. */
+void vf_cpu_gelu_erf_fwd(float *out, const float *inp, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double x = inp[i];
+        out[i] = (float)(0.5 * x * (1.0 + erf(x * M_SQRT1_2)));
+    }
+}
+
+void vf_cpu_gelu_erf_bwd(float *dinp, const float *dout, const float *inp, int64_t n)
+{
+    const double inv_sqrt_2pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
+#pragma omp parallel for schedule(static) if (n > VF_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double x = inp[i];
+        double g = 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * inv_sqrt_2pi * exp(-0.5 * x * x);
+        dinp[i] = (float)((double)dinp[i] + g * (double)dout[i]);
+    }
 }
 
 void vf_cpu_silu_fwd(float *out, const float *inp, int64_t n)

@@ -2,13 +2,14 @@
  * fused SDPA (cudnn_att.cpp) wherever it takes the call, the hand kernels (attention.cu)
  * otherwise, and the process-wide record of what ran (cudnn_att.h says the rules).
  *
- * The choice is per process, like the environment it comes from: VFLOW_ATTN unset or
- * "cudnn" takes cuDNN where it can (set explicitly, a libcudnn that does not load is an
- * error rather than a fallback), "hand" never touches libcudnn. Whatever was chosen, a
- * call cuDNN refuses runs on the hand kernels and is counted there, so a benchmark's
- * vf_cuda_attn_path names a fallback instead of hiding it.
+ * The choice is per process (lib_path.c): VFLOW_ATTN unset or "cudnn" takes cuDNN where it
+ * can (set explicitly, a libcudnn that does not load is an error rather than a fallback),
+ * "hand" never touches libcudnn. Whatever was chosen, a call cuDNN refuses runs on the hand
+ * kernels and is counted there, so a benchmark's vf_cuda_attn_path names a fallback
+ * instead of hiding it. A forward cuDNN refuses with heads wider than the hand kernels'
+ * tiles (the VAE's 384) runs as cuBLASLt GEMMs around a softmax (attention_gemm.cu,
+ * counted as "gemm") unless "hand" was asked for.
  */
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,96 +18,39 @@
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cudnn_att.h"
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_setup;       /* VFLOW_ATTN read and acted on */
-static int g_cudnn_ok;    /* libcudnn loaded, and this build has the cuDNN path */
-static int g_use_cudnn;   /* the chosen path: cuDNN where it takes the call (atomic reads) */
-static int64_t g_calls[2]; /* ops run per path: [0] cuDNN, [1] hand kernels (atomics) */
+static vf_cuda_path g_path = {.env = "VFLOW_ATTN", .what = "attention"};
+static const int64_t hand_tile_d = 128; /* the widest head the hand kernels' tiles take (attention.cu) */
 
-/* Loads libcudnn unless it is loaded (g_mu held). 0, or VF_ECUDA with st saying why. */
-static int load_cudnn(vf_status *st)
-{
-    if (g_cudnn_ok) return 0;
-#ifdef VFLOW_HAVE_CUDNN
-    int rc = vf_cudnn_load(st);
-    if (rc == 0) g_cudnn_ok = 1;
-    return rc;
-#else
-    return vf_status_set(st, VF_ECUDA, __FILE__, __LINE__,
-                         "this build has no cuDNN attention (the cudnn-frontend headers that "
-                         "scripts/setup.sh fetches were missing when it was built)");
-#endif
-}
-
-/* Once per process (g_mu held): VFLOW_ATTN, then libcudnn unless the hand path is asked for. */
+/* VFLOW_ATTN_WORKSPACE_MB, then the path (lib_path.c): 0, VF_EUSAGE or VF_ECUDA */
 static int setup(vf_status *st)
 {
-    int rc = 0;
-    if (g_setup) return 0;
-    const char *e = getenv("VFLOW_ATTN");
-    const bool hand = e && strcmp(e, "hand") == 0, required = e && strcmp(e, "cudnn") == 0;
-    if (e && *e && !hand && !required)
-        VF_FAIL(st, VF_EUSAGE, "VFLOW_ATTN=%s: the attention path is \"cudnn\" or \"hand\"", e);
     if (vf_attention_workspace_limit() < 0)
-        VF_FAIL(st, VF_EUSAGE, "VFLOW_ATTN_WORKSPACE_MB=%s: expected a positive number of MiB",
-                getenv("VFLOW_ATTN_WORKSPACE_MB"));
-    if (hand) {
-        fprintf(stderr, "vflow: VFLOW_ATTN=hand: attention runs on the hand kernels\n");
-    } else {
-        vf_status why = {0};
-        if (load_cudnn(&why) == 0) {
-            g_use_cudnn = 1;
-        } else if (required) {
-            VF_FAIL(st, VF_ECUDA, "VFLOW_ATTN=cudnn: %s", why.msg);
-        } else {
-            fprintf(stderr, "vflow: %s: attention runs on the hand kernels\n", why.msg);
-        }
-    }
-    g_setup = 1;
-fail:
-    return rc;
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "VFLOW_ATTN_WORKSPACE_MB=%s: expected a positive number of MiB",
+                             getenv("VFLOW_ATTN_WORKSPACE_MB"));
+    return vf_cuda_path_setup(&g_path, st);
 }
 
 int vf_cuda_attn_init(vf_cuda_ctx *c, vf_status *st)
 {
     (void)c; /* the cuDNN state of c is made on its first attention (cudnn_att.cpp) */
-    pthread_mutex_lock(&g_mu);
-    int rc = setup(st);
-    pthread_mutex_unlock(&g_mu);
-    return rc;
+    return setup(st);
 }
 
 int vf_cuda_attn_use(const char *path, vf_status *st)
 {
-    int rc = 0;
-    pthread_mutex_lock(&g_mu);
-    VF_TRY(setup(st));
-    if (path && strcmp(path, "hand") == 0) {
-        __atomic_store_n(&g_use_cudnn, 0, __ATOMIC_RELAXED);
-    } else if (path && strcmp(path, "cudnn") == 0) {
-        VF_TRY(load_cudnn(st));
-        __atomic_store_n(&g_use_cudnn, 1, __ATOMIC_RELAXED);
-    } else {
-        VF_FAIL(st, VF_EUSAGE, "attention path \"%s\": expected \"cudnn\" or \"hand\"", path ? path : "(null)");
-    }
-fail:
-    pthread_mutex_unlock(&g_mu);
-    return rc;
+    int rc = setup(st);
+    return rc ? rc : vf_cuda_path_use(&g_path, path, st);
 }
 
-const char *vf_cuda_attn_path(void)
-{
-    int64_t n[2];
-    vf_cuda_attn_counts(&n[0], &n[1]);
-    if (n[0] && n[1]) return "cudnn+hand";
-    if (n[0] || n[1]) return n[0] ? "cudnn" : "hand";
-    return __atomic_load_n(&g_use_cudnn, __ATOMIC_RELAXED) ? "cudnn" : "hand";
-}
+const char *vf_cuda_attn_path(void) { return vf_cuda_path_name(&g_path); }
+
+int64_t vf_cuda_attn_gemm_calls(void) { return vf_cuda_path_calls(&g_path, VF_PATH_GEMM); }
 
 void vf_cuda_attn_counts(int64_t *cudnn, int64_t *hand)
 {
-    if (cudnn) *cudnn = __atomic_load_n(&g_calls[0], __ATOMIC_RELAXED);
-    if (hand) *hand = __atomic_load_n(&g_calls[1], __ATOMIC_RELAXED);
+    if (cudnn) *cudnn = vf_cuda_path_calls(&g_path, VF_PATH_CUDNN);
+    if (hand) *hand = vf_cuda_path_calls(&g_path, VF_PATH_HAND);
 }
 
 int vf_cuda_cudnn_version(void)
@@ -121,18 +65,12 @@ int vf_cuda_cudnn_version(void)
 size_t vf_cuda_attn_workspace(vf_backend *be)
 {
 #ifdef VFLOW_HAVE_CUDNN
-    vf_cuda_ctx *c = vf_cuda_ctx_of(be);
-    vf_cuda_op_begin(c);
-    size_t n = vf_cudnn_att_workspace(c);
-    vf_cuda_op_end(c);
-    return n;
+    return vf_cuda_path_bytes(be, vf_cudnn_att_workspace);
 #else
     (void)be;
     return 0;
 #endif
 }
-
-static void count(int path) { __atomic_add_fetch(&g_calls[path], 1, __ATOMIC_RELAXED); }
 
 /* ------------------------------------------------------------------ the table's entries */
 
@@ -142,16 +80,26 @@ void vf_cuda_attention_fwd(vf_backend *be, void *out, float *lse, const void *q,
 {
     if (B <= 0 || Lq <= 0 || H <= 0 || D <= 0) return;
 #ifdef VFLOW_HAVE_CUDNN
-    if (Lk > 0 && __atomic_load_n(&g_use_cudnn, __ATOMIC_RELAXED)) {
+    if (Lk > 0 && vf_cuda_path_lib(&g_path)) {
         vf_cuda_ctx *c = vf_cuda_ctx_of(be);
         vf_cuda_op_begin(c);
         int rc = vf_cudnn_att_fwd(c, out, lse, q, k, v, B, Lq, Lk, H, D, scale);
         vf_cuda_op_end(c);
-        if (rc == 0) count(0);
+        if (rc == 0) vf_cuda_path_count(&g_path, VF_PATH_CUDNN);
         if (rc != VF_ENOTFOUND) return;
     }
 #endif
-    if (Lk > 0) count(1); /* no keys is no attention: zeros, on either path */
+    /* wider than the hand kernels' tiles: cuBLASLt's GEMMs around a softmax, unless the
+     * hand kernels are asked for */
+    if (Lk > 0 && D > hand_tile_d && !vf_cuda_path_hand(&g_path)) {
+        vf_cuda_ctx *c = vf_cuda_ctx_of(be);
+        vf_cuda_op_begin(c);
+        int rc = vf_cuda_attention_gemm_fwd(c, out, lse, q, k, v, B, Lq, Lk, H, D, scale);
+        vf_cuda_op_end(c);
+        if (rc == 0) vf_cuda_path_count(&g_path, VF_PATH_GEMM);
+        if (rc != VF_ENOTFOUND) return;
+    }
+    if (Lk > 0) vf_cuda_path_count(&g_path, VF_PATH_HAND); /* no keys is no attention: zeros, on either path */
     vf_cuda_attention_hand_fwd(be, out, lse, q, k, v, B, Lq, Lk, H, D, scale);
 }
 
@@ -163,15 +111,15 @@ void vf_cuda_attention_bwd(vf_backend *be, void *dq, void *dk, void *dv, const v
     if (B <= 0 || H <= 0 || D <= 0 || (!dq && !dk && !dv)) return;
     const bool work = Lq > 0 && Lk > 0;
 #ifdef VFLOW_HAVE_CUDNN
-    if (work && __atomic_load_n(&g_use_cudnn, __ATOMIC_RELAXED)) {
+    if (work && vf_cuda_path_lib(&g_path)) {
         vf_cuda_ctx *c = vf_cuda_ctx_of(be);
         vf_cuda_op_begin(c);
         int rc = vf_cudnn_att_bwd(c, dq, dk, dv, dout, q, k, v, out, lse, B, Lq, Lk, H, D, scale);
         vf_cuda_op_end(c);
-        if (rc == 0) count(0);
+        if (rc == 0) vf_cuda_path_count(&g_path, VF_PATH_CUDNN);
         if (rc != VF_ENOTFOUND) return;
     }
 #endif
-    if (work) count(1);
+    if (work) vf_cuda_path_count(&g_path, VF_PATH_HAND);
     vf_cuda_attention_hand_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, Lq, Lk, H, D, scale);
 }

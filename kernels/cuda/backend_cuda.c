@@ -116,7 +116,7 @@ static void ctx_free(vf_cuda_ctx *c)
     if (!c) return;
     cudaSetDevice(c->device);
 #ifdef VFLOW_HAVE_CUDNN
-    vf_cudnn_att_free(c);
+    vf_cudnn_free(c);
 #endif
     vf_cuda_lt_free(c);
     if (c->lt) vf_cuda_lt_destroy(c->lt);
@@ -172,7 +172,7 @@ static vf_backend *backend_new(int index, vf_status *st)
     VF_CUDA_TRY(st, cudaMallocHost(&c->host, VF_CUDA_HOST_BYTES));
     VF_TRY(vf_cuda_attention_init(c, st));
     VF_TRY(vf_cuda_attn_init(c, st));
-    VF_TRY(vf_cuda_conv3d_init(c, st));
+    VF_TRY(vf_cuda_conv_init(c, st));
 
     if (!(be = calloc(1, sizeof *be))) VF_FAIL(st, VF_ENOMEM, "cuda:%d: out of memory (backend)", index);
     *be = (vf_backend){
@@ -184,10 +184,13 @@ static vf_backend *backend_new(int index, vf_status *st)
         .model = g_model[index],
         .alloc = cu_alloc,
         .free = cu_free,
+        .alloc_shared = cu_alloc, /* pool blocks are exported by CUDA IPC as they are */
+        .free_shared = cu_free,
         .memset0 = vf_cuda_memset0,
         .upload = vf_cuda_upload,
         .download = vf_cuda_download,
         .copy = vf_cuda_copy,
+        .copy2d = vf_cuda_copy2d,
         .sync = cu_sync,
         .matmul_fwd = vf_cuda_matmul_fwd,
         .matmul_bwd = vf_cuda_matmul_bwd,
@@ -195,6 +198,8 @@ static vf_backend *backend_new(int index, vf_status *st)
         .axpy = vf_cuda_axpy,
         .gelu_fwd = vf_cuda_gelu_fwd,
         .gelu_bwd = vf_cuda_gelu_bwd,
+        .gelu_erf_fwd = vf_cuda_gelu_erf_fwd,
+        .gelu_erf_bwd = vf_cuda_gelu_erf_bwd,
         .silu_fwd = vf_cuda_silu_fwd,
         .silu_bwd = vf_cuda_silu_bwd,
         .layernorm_fwd = vf_cuda_layernorm_fwd,

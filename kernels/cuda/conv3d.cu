@@ -1,17 +1,15 @@
-/* conv3d.cu — channel-first 3D convolution on CUDA (the VAE's causal convolutions).
+/* conv3d.cu — channel-first 3D convolution on CUDA (the VAE's causal convolutions): the
+ * hand kernels, which run what cuDNN's convolution does not take and everything under
+ * VFLOW_CONV=hand (conv_path.c chooses), and the bias add of the cuDNN path.
  *
  * Forward: an implicit GEMM on the tensor cores. out (OC x B·P) = w (OC x CK) ·
  * im2col(x) (CK x B·P), CK = C·KT·KH·KW, P = To·Ho·Wo; the im2col matrix is never
  * stored: each block gathers its 64-position x 32-k slice of it from x straight into
- * shared memory (zero where the tap falls in the padding), so the causal front padding
- * (pt0 = KT−1, pt1 = 0) and the chunked encoder's odd shapes cost nothing. Block tile
- * 64 (oc) x 64 (positions) x 32 (k), 4 warps of 32 x 32, mma.sync bf16 with f32
- * accumulation; the next k-slice is fetched into registers while the current one is
- * multiplied. Bias added in the epilogue.
- *
- * Why not cuDNN: its convolution descriptors pad symmetrically, so each causal chunk
- * would need a padded copy first, and it would be one more library for CI and every
- * user to install; the gather here handles any padding and stride in place.
+ * shared memory (zero where the tap falls in the padding), so any padding before and
+ * after an axis (causal time, the downsample's right and bottom) and the chunked
+ * encoder's odd shapes cost nothing. Block tile 64 (oc) x 64 (positions) x 32 (k), 4
+ * warps of 32 x 32, mma.sync bf16 with f32 accumulation; the next k-slice is fetched
+ * into registers while the current one is multiplied. Bias added in the epilogue.
  *
  * Backward (the VAE is frozen in vflow; the op exists for completeness and is tested):
  * straightforward SIMT kernels with one owner per output and a fixed summation order —
@@ -251,39 +249,54 @@ __global__ void k_conv_dinp(bf16 *dinp, const bf16 *dout, const bf16 *w, ConvGeo
     }
 }
 
+/* out (B, OC, P) += bias[oc]: the cuDNN path's bias (its NCDHW convolution graph has
+ * no fused bias; conv_path.c) */
+__global__ void k_conv_bias(bf16 *out, const bf16 *bias, int64_t OC, int64_t P, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = tobf(bf(out[i]) + bf(bias[(i / P) % OC]));
+}
+
 /* ------------------------------------------------------------------ host side */
 
-static bool geom(vf_cuda_ctx *c, ConvGeom *g, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
-                 int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw)
+extern "C" void vf_cuda_conv_bias(vf_cuda_ctx *c, void *out, const void *bias, int64_t B, int64_t OC, int64_t P)
 {
-    if (C <= 0 || st <= 0 || sh <= 0 || sw <= 0 || KT <= 0 || KH <= 0 || KW <= 0 || T + pt0 + pt1 < KT || H + 2 * ph < KH ||
-        W + 2 * pw < KW || T > INT32_MAX / 2 || H > INT32_MAX / 2 || W > INT32_MAX / 2) {
+    const int64_t n = B * OC * P;
+    if (n <= 0 || !bias) return;
+    k_conv_bias<<<grid_for(n, 256), 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)bias, OC, P, n);
+    VF_CUDA_NOTE_LAUNCH(c);
+}
+
+/* ph, pw of the geometry: the padding above and left (the padding after an axis only
+ * sets the output size) */
+static bool geom(vf_cuda_ctx *c, ConvGeom *g, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC,
+                 int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0, int ph1, int pw0, int pw1)
+{
+    if (C <= 0 || st <= 0 || sh <= 0 || sw <= 0 || KT <= 0 || KH <= 0 || KW <= 0 || pt0 < 0 || pt1 < 0 || ph0 < 0 ||
+        ph1 < 0 || pw0 < 0 || pw1 < 0 || T + pt0 + pt1 < KT || H + ph0 + ph1 < KH || W + pw0 + pw1 < KW ||
+        T > INT32_MAX / 2 || H > INT32_MAX / 2 || W > INT32_MAX / 2) {
         vf_cuda_note_msg(c, __FILE__, __LINE__,
                          "conv3d: bad geometry (C %lld T %lld H %lld W %lld, kernel %dx%dx%d, stride %d/%d/%d, pad "
-                         "%d+%d/%d/%d)",
-                         (long long)C, (long long)T, (long long)H, (long long)W, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw);
+                         "%d+%d/%d+%d/%d+%d)",
+                         (long long)C, (long long)T, (long long)H, (long long)W, KT, KH, KW, st, sh, sw, pt0, pt1, ph0,
+                         ph1, pw0, pw1);
         return false;
     }
-    *g = ConvGeom{B, C, T, H, W, OC, (T + pt0 + pt1 - KT) / st + 1, (H + 2 * ph - KH) / sh + 1,
-                  (W + 2 * pw - KW) / sw + 1, 0, C * KT * KH * KW, 0, KT, KH, KW, st, sh, sw, pt0, ph, pw};
+    *g = ConvGeom{B, C, T, H, W, OC, (T + pt0 + pt1 - KT) / st + 1, (H + ph0 + ph1 - KH) / sh + 1,
+                  (W + pw0 + pw1 - KW) / sw + 1, 0, C * KT * KH * KW, 0, KT, KH, KW, st, sh, sw, pt0, ph0, pw0};
     g->P = g->To * g->Ho * g->Wo;
     g->NP = B * g->P;
     return true;
 }
 
-extern "C" int vf_cuda_conv3d_init(vf_cuda_ctx *c, vf_status *st)
-{
-    (void)c, (void)st; /* static shared memory only (< 48 KB): nothing to opt into */
-    return 0;
-}
-
-extern "C" void vf_cuda_conv3d_fwd(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
-                                   int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC, int KT, int KH,
-                                   int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw)
+extern "C" void vf_cuda_conv3d_hand_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                                        const void *bias, int64_t B, int64_t C, int64_t T, int64_t H, int64_t W,
+                                        int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0, int pt1,
+                                        int ph0, int ph1, int pw0, int pw1)
 {
     OpScope s(be);
     ConvGeom g;
-    if (!geom(s.c, &g, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw)) return;
+    if (!geom(s.c, &g, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1)) return;
     if (g.NP <= 0 || OC <= 0) return;
     if ((g.NP + CV_BN - 1) / CV_BN > INT32_MAX || (OC + CV_BM - 1) / CV_BM > 65535) {
         vf_cuda_note_msg(s.c, __FILE__, __LINE__, "conv3d: %lld output channels x %lld positions is too large",
@@ -303,11 +316,11 @@ extern "C" void vf_cuda_conv3d_fwd(vf_backend *be, void *out, const void *inp, c
 extern "C" void vf_cuda_conv3d_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                                    const void *inp, const void *w, int64_t B, int64_t C, int64_t T, int64_t H,
                                    int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw, int pt0,
-                                   int pt1, int ph, int pw)
+                                   int pt1, int ph0, int ph1, int pw0, int pw1)
 {
     OpScope s(be);
     ConvGeom g;
-    if (!geom(s.c, &g, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw)) return;
+    if (!geom(s.c, &g, B, C, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1)) return;
     if (OC <= 0 || B <= 0) return;
     if (dbias) {
         k_conv_dbias<<<(unsigned)OC, 256, 0, s.c->stream>>>((bf16 *)dbias, (const bf16 *)dout, g);

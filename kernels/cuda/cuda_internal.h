@@ -42,7 +42,7 @@ extern "C" {
 #define VF_CUDA_PLAN_CACHE 256                    /* cuBLASLt plans kept per device */
 
 typedef struct vf_lt_plan vf_lt_plan; /* matmul.c */
-struct vf_cudnn_att;                  /* cudnn_att.cpp */
+struct vf_cudnn;                      /* cudnn_common.cpp */
 
 typedef struct vf_cuda_ctx {
     int device;
@@ -66,8 +66,8 @@ typedef struct vf_cuda_ctx {
     vf_lt_plan *plans;
     int nplans;
     int no_bgrad;              /* VFLOW_CUDA_NO_BGRAD=1: bias gradients by our own kernel */
-    struct vf_cudnn_att *cudnn; /* cuDNN handle, attention graphs, workspace (cudnn_att.cpp);
-                                   made on the first attention cuDNN takes */
+    struct vf_cudnn *cudnn;    /* cuDNN handle, graphs, workspaces (cudnn_internal.h); made
+                                  on the first attention or convolution cuDNN takes */
     vf_account *acct;          /* the backend's own buffers ("cuda backend@cuda:N") */
 } vf_cuda_ctx;
 
@@ -144,6 +144,8 @@ void vf_cuda_memset0(vf_backend *be, void *p, size_t bytes);
 void vf_cuda_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt);
 void vf_cuda_download(vf_backend *be, float *dst, const void *src, int64_t n, vf_dtype dt);
 void vf_cuda_copy(vf_backend *be, void *dst, const void *src, size_t bytes);
+void vf_cuda_copy2d(vf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                    size_t width, size_t rows);
 /* layout.cu */
 void vf_cuda_permute(vf_backend *be, void *out, const void *inp, int ndim, const int64_t *shape,
                      const int *perm);
@@ -161,6 +163,11 @@ void vf_cuda_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const
 void vf_cuda_lt_free(vf_cuda_ctx *c);
 /* Opens cuBLASLt (dlopen, once per process): 0 or VF_ECUDA naming the library. */
 int vf_cuda_lt_load(vf_status *st);
+/* D (m x n, col-major, ldd; f32 where d_f32, else bf16) = alpha·op(A)·op(B) with bf16
+ * A, B (op: transposed where ta / tb), f32 compute; the caller holds the op bracket. 0, or
+ * VF_ECUDA (noted in c). */
+int vf_cuda_lt_gemm(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32);
 cublasStatus_t vf_cuda_lt_create(cublasLtHandle_t *h);
 void vf_cuda_lt_destroy(cublasLtHandle_t h);
 
@@ -169,6 +176,8 @@ void vf_cuda_add(vf_backend *be, void *out, const void *a, const void *b, int64_
 void vf_cuda_axpy(vf_backend *be, void *y, const void *x, float alpha, int64_t n);
 void vf_cuda_gelu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
+void vf_cuda_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
+void vf_cuda_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n);
 void vf_cuda_silu_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
 /* rope.cu */
@@ -221,6 +230,33 @@ void vf_cuda_rmsnorm_bwd(vf_backend *be, void *dinp, void *dw, const void *dout,
 void vf_cuda_rmsnorm_ch_fwd(vf_backend *be, void *out, const void *inp, const void *w, int64_t B,
                             int64_t C, int64_t S, float eps);
 
+/* lib_path.c: for one family of ops, the process-wide choice between cuDNN and the hand
+ * kernels read from an environment variable (unset or "cudnn": cuDNN where it takes the
+ * call; "hand"), libcudnn loaded unless "hand", and the calls counted per path that ran. */
+enum { VF_PATH_CUDNN, VF_PATH_HAND, VF_PATH_GEMM, VF_PATH_N };
+typedef struct vf_cuda_path {
+    const char *env;           /* "VFLOW_ATTN" */
+    const char *what;          /* "attention", for messages */
+    int setup;                 /* the variable read and acted on (under lib_path.c's lock) */
+    int use_lib;               /* cuDNN where it takes the call (atomic) */
+    int hand;                  /* "hand" asked for: the hand kernels only (atomic) */
+    int64_t calls[VF_PATH_N];  /* ops run per path (atomics) */
+} vf_cuda_path;
+/* Reads the variable and loads libcudnn, once per process: 0, VF_EUSAGE for a bad value,
+ * VF_ECUDA when "cudnn" is demanded and cannot be had. */
+int vf_cuda_path_setup(vf_cuda_path *p, vf_status *st);
+/* Chooses "cudnn" or "hand" for the calls that follow (VF_EUSAGE, VF_ECUDA as above). */
+int vf_cuda_path_use(vf_cuda_path *p, const char *path, vf_status *st);
+int vf_cuda_path_lib(const vf_cuda_path *p); /* whether cuDNN is to be asked */
+int vf_cuda_path_hand(const vf_cuda_path *p); /* whether "hand" was asked for */
+void vf_cuda_path_count(vf_cuda_path *p, int path);
+int64_t vf_cuda_path_calls(const vf_cuda_path *p, int path);
+/* The paths that ran, joined by '+' ("cudnn", "cudnn+hand", "gemm", …); before any ran,
+ * the one the next call takes where cuDNN takes it. A static string. */
+const char *vf_cuda_path_name(const vf_cuda_path *p);
+/* bytes(c) of be's context under its op bracket (what a family's workspace query reads). */
+size_t vf_cuda_path_bytes(vf_backend *be, size_t (*bytes)(vf_cuda_ctx *c));
+
 /* attention_path.c: the table's attention entries, which run cuDNN's fused SDPA
  * (cudnn_att.cpp) where it takes the call and the hand kernels otherwise; init reads
  * VFLOW_ATTN and loads libcudnn once per process (0, or VF_EUSAGE / VF_ECUDA). */
@@ -242,15 +278,34 @@ void vf_cuda_attention_hand_bwd(vf_backend *be, void *dq, void *dk, void *dv, co
                                 const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
                                 int64_t D, float scale);
 
-/* conv3d.cu */
-int vf_cuda_conv3d_init(vf_cuda_ctx *c, vf_status *st);
+/* attention_gemm.cu: attention_fwd (ops.h) as S = scale·Q·Kᵀ, softmax, P·V through
+ * cuBLASLt, in blocks of query rows within the scratch partials; the caller holds the op
+ * bracket. 0; VF_ENOTFOUND when not even one row fits the partials (nothing enqueued);
+ * VF_ECUDA (noted). */
+int vf_cuda_attention_gemm_fwd(vf_cuda_ctx *c, void *out, float *lse, const void *q, const void *k,
+                               const void *v, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t D,
+                               float scale);
+
+/* conv_path.c: the table's conv3d_fwd, which runs cuDNN's convolution (cudnn_conv.cpp)
+ * where it takes the call and the hand kernel otherwise; init reads VFLOW_CONV and loads
+ * libcudnn once per process (0, or VF_EUSAGE / VF_ECUDA). */
+int vf_cuda_conv_init(vf_cuda_ctx *c, vf_status *st);
 void vf_cuda_conv3d_fwd(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
                         int64_t B, int64_t C, int64_t T, int64_t H, int64_t W, int64_t OC, int KT,
-                        int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph, int pw);
+                        int KH, int KW, int st, int sh, int sw, int pt0, int pt1, int ph0, int ph1,
+                        int pw0, int pw1);
+/* conv3d.cu: the hand kernels (ops.h's contract; they take the op bracket) */
+void vf_cuda_conv3d_hand_fwd(vf_backend *be, void *out, const void *inp, const void *w,
+                             const void *bias, int64_t B, int64_t C, int64_t T, int64_t H,
+                             int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw,
+                             int pt0, int pt1, int ph0, int ph1, int pw0, int pw1);
 void vf_cuda_conv3d_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                         const void *inp, const void *w, int64_t B, int64_t C, int64_t T, int64_t H,
                         int64_t W, int64_t OC, int KT, int KH, int KW, int st, int sh, int sw,
-                        int pt0, int pt1, int ph, int pw);
+                        int pt0, int pt1, int ph0, int ph1, int pw0, int pw1);
+/* out (B, OC, P) += bias (OC) broadcast over positions (caller holds the op bracket) */
+void vf_cuda_conv_bias(vf_cuda_ctx *c, void *out, const void *bias, int64_t B, int64_t OC,
+                       int64_t P);
 
 /* xfer_cuda.c: registers the device-tensor transports with the runtime (transport_dev.h). */
 void vf_cuda_xfer_register(void);

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cuda/cudnn_common.h"
 #include "kernels/ops.h"
 #include "runtime/vflow.h"
 
@@ -38,9 +39,13 @@ struct vf_cuda_ctx;
  * (every CUDA build) */
 
 /* What the attention ops of this process ran so far: "cudnn" (all of them through cuDNN),
- * "hand" (all on the hand kernels), "cudnn+hand" (some shapes fell back). Before any op
- * ran: the path the next one takes where cuDNN takes its shape. A static string. */
+ * "hand" (all on the hand kernels), "gemm" (cuBLASLt GEMMs around a softmax: forwards
+ * with heads wider than the hand kernels' tiles that cuDNN refuses), joined by '+' where
+ * shapes took different paths ("cudnn+hand": some fell back). Before any op ran: the path
+ * the next one takes where cuDNN takes its shape. A static string. */
 const char *vf_cuda_attn_path(void);
+/* Attention forwards run as cuBLASLt GEMMs so far (attention_gemm.cu). */
+int64_t vf_cuda_attn_gemm_calls(void);
 /* Attention ops (forward and backward each count one) run so far per path. Either
  * pointer may be NULL. */
 void vf_cuda_attn_counts(int64_t *cudnn, int64_t *hand);
@@ -55,14 +60,7 @@ int vf_cuda_cudnn_version(void);
 size_t vf_cuda_attn_workspace(vf_backend *be);
 
 /* ------------------------------------------------------------------ cudnn_att.cpp
- * (builds with VFLOW_HAVE_CUDNN) */
-
-/* Opens libcudnn.so.9 once per process for the frontend (its NV_CUDNN_FRONTEND_USE_
- * DYNAMIC_LOADING resolves every cuDNN call through that handle). 0, or VF_ECUDA naming
- * the library and the loader's reason. Thread-safe. */
-int vf_cudnn_load(vf_status *st);
-/* cudnnGetVersion() of the loaded library; 0 before vf_cudnn_load succeeded. */
-size_t vf_cudnn_loaded_version(void);
+ * (builds with VFLOW_HAVE_CUDNN; loading libcudnn: cudnn_common.h) */
 
 /* Attention through cuDNN on c's stream; the caller holds c's op bracket. Pointers are
  * device memory borrowed for the call. 0: enqueued. VF_ENOTFOUND: cuDNN does not take
@@ -75,9 +73,7 @@ int vf_cudnn_att_bwd(struct vf_cuda_ctx *c, void *dq, void *dk, void *dv, const 
                      const void *q, const void *k, const void *v, const void *out,
                      const float *lse, int64_t B, int64_t Lq, int64_t Lk, int64_t H,
                      int64_t D, float scale);
-/* Frees c's cuDNN handle, graphs and workspace (NULL state is fine). */
-void vf_cudnn_att_free(struct vf_cuda_ctx *c);
-/* Bytes of workspace c holds now. */
+/* Bytes of attention workspace c holds now. */
 size_t vf_cudnn_att_workspace(struct vf_cuda_ctx *c);
 
 /* Without a device: builds the forward (with Stats) and deterministic backward graphs the

@@ -102,11 +102,19 @@ __device__ __forceinline__ float silu_g(float x)
     return s * (1.0f + x * (1.0f - s));
 }
 
+/* exact GELU: x·Φ(x); derivative Φ(x) + x·φ(x) */
+__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float gelu_erf_g(float x)
+{
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * __expf(-0.5f * x * x);
+}
+
+/* GELU: 1 tanh, 2 exact; 0 SiLU */
 template <int GELU>
 struct ActF {
     bf16 *out;
     const bf16 *inp;
-    __device__ static float f(float x) { return GELU ? gelu_f(x) : silu_f(x); }
+    __device__ static float f(float x) { return GELU == 1 ? gelu_f(x) : GELU == 2 ? gelu_erf_f(x) : silu_f(x); }
     __device__ void one(int64_t i) { out[i] = tobf(f(bf(inp[i]))); }
     __device__ void eight(int64_t i)
     {
@@ -122,7 +130,7 @@ template <int GELU>
 struct ActBwdF {
     bf16 *dinp;
     const bf16 *dout, *inp;
-    __device__ static float g(float x) { return GELU ? gelu_g(x) : silu_g(x); }
+    __device__ static float g(float x) { return GELU == 1 ? gelu_g(x) : GELU == 2 ? gelu_erf_g(x) : silu_g(x); }
     __device__ void one(int64_t i) { dinp[i] = tobf(bf(dinp[i]) + g(bf(inp[i])) * bf(dout[i])); }
     __device__ void eight(int64_t i)
     {
@@ -145,6 +153,17 @@ extern "C" void vf_cuda_gelu_bwd(vf_backend *be, void *dinp, const void *dout, c
 {
     OpScope s(be);
     run_map(s.c, n, ActBwdF<1>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp},
+            aligned16(dinp) && aligned16(dout) && aligned16(inp));
+}
+extern "C" void vf_cuda_gelu_erf_fwd(vf_backend *be, void *out, const void *inp, int64_t n)
+{
+    OpScope s(be);
+    run_map(s.c, n, ActF<2>{(bf16 *)out, (const bf16 *)inp}, aligned16(out) && aligned16(inp));
+}
+extern "C" void vf_cuda_gelu_erf_bwd(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n)
+{
+    OpScope s(be);
+    run_map(s.c, n, ActBwdF<2>{(bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp},
             aligned16(dinp) && aligned16(dout) && aligned16(inp));
 }
 extern "C" void vf_cuda_silu_fwd(vf_backend *be, void *out, const void *inp, int64_t n)

@@ -80,7 +80,7 @@ void vf_cuda_lt_destroy(cublasLtHandle_t h) { lt.cublasLtDestroy(h); }
 
 struct vf_lt_plan {
     /* key */
-    int ta, tb, epi, bias_f32;
+    int ta, tb, epi, bias_f32, d_f32;
     uint64_t m, n, k;
     int64_t lda, ldb, ldd;
     int al_a, al_b, al_d;
@@ -136,7 +136,7 @@ static void plan_build(vf_cuda_ctx *c, vf_lt_plan *p)
     }
     LT(lt.cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda));
     LT(lt.cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb));
-    LT(lt.cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, p->m, p->n, p->ldd));
+    LT(lt.cublasLtMatrixLayoutCreate(&p->ld, p->d_f32 ? CUDA_R_32F : CUDA_R_16BF, p->m, p->n, p->ldd));
     LT(lt.cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = VF_CUDA_LT_WS_BYTES;
     uint32_t aa = (uint32_t)p->al_a, ab = (uint32_t)p->al_b, ad = (uint32_t)p->al_d;
@@ -162,6 +162,7 @@ static vf_lt_plan *plan_get(vf_cuda_ctx *c, const vf_lt_plan *key)
     for (int i = 0; i < c->nplans; i++) {
         vf_lt_plan *p = &c->plans[i];
         if (p->ta == key->ta && p->tb == key->tb && p->epi == key->epi && p->bias_f32 == key->bias_f32 &&
+            p->d_f32 == key->d_f32 &&
             p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda && p->ldb == key->ldb &&
             p->ldd == key->ldd && p->al_a == key->al_a && p->al_b == key->al_b && p->al_d == key->al_d)
             return p;
@@ -174,21 +175,22 @@ static vf_lt_plan *plan_get(vf_cuda_ctx *c, const vf_lt_plan *key)
     if (!c->plans && !(c->plans = calloc(VF_CUDA_PLAN_CACHE, sizeof *c->plans))) return NULL;
     vf_lt_plan *p = &c->plans[c->nplans++];
     memset(p, 0, sizeof *p);
-    p->ta = key->ta, p->tb = key->tb, p->epi = key->epi, p->bias_f32 = key->bias_f32;
+    p->ta = key->ta, p->tb = key->tb, p->epi = key->epi, p->bias_f32 = key->bias_f32, p->d_f32 = key->d_f32;
     p->m = key->m, p->n = key->n, p->k = key->k, p->lda = key->lda, p->ldb = key->ldb, p->ldd = key->ldd;
     p->al_a = key->al_a, p->al_b = key->al_b, p->al_d = key->al_d;
     plan_build(c, p);
     return p;
 }
 
-/* D (m x n, col-major, ldd) = op(A)·op(B) + beta·D, with an optional epilogue.
- * Returns 0, or VF_ENOTFOUND when cuBLASLt has no algorithm for this combination (only
- * asked with an epilogue, where the caller has a fallback), or VF_ECUDA (noted). */
-static int lt_gemm(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
-                   int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, float beta,
-                   cublasLtEpilogue_t epi, void *bias, int bias_f32)
+/* D (m x n, col-major, ldd; f32 where d_f32, else bf16) = alpha·op(A)·op(B) + beta·D,
+ * with an optional epilogue. Returns 0, or VF_ENOTFOUND when cuBLASLt has no algorithm
+ * for this combination (only asked with an epilogue, where the caller has a fallback),
+ * or VF_ECUDA (noted). */
+static int lt_gemm_ex(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void *A, int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32,
+                      float beta, cublasLtEpilogue_t epi, void *bias, int bias_f32)
 {
-    vf_lt_plan key = {.ta = ta, .tb = tb, .epi = (int)epi, .bias_f32 = bias_f32, .m = (uint64_t)m,
+    vf_lt_plan key = {.ta = ta, .tb = tb, .epi = (int)epi, .bias_f32 = bias_f32, .d_f32 = d_f32, .m = (uint64_t)m,
                       .n = (uint64_t)n, .k = (uint64_t)k, .lda = lda, .ldb = ldb, .ldd = ldd,
                       .al_a = align_of(A), .al_b = align_of(B), .al_d = align_of(D)};
     vf_lt_plan *p = plan_get(c, &key);
@@ -208,11 +210,25 @@ static int lt_gemm(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t
         vf_cuda_note_lt(c, lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
                         "lt.cublasLtMatmulDescSetAttribute(BIAS_POINTER)", __FILE__, __LINE__))
         return VF_ECUDA;
-    const float alpha = 1.0f;
     return vf_cuda_note_lt(c,
                            lt.cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld,
                                           &p->algo, c->lt_ws, VF_CUDA_LT_WS_BYTES, c->stream),
                            "cublasLtMatmul", __FILE__, __LINE__);
+}
+
+/* the dense layer's GEMMs: bf16 D, alpha 1 */
+static int lt_gemm(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
+                   int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, float beta,
+                   cublasLtEpilogue_t epi, void *bias, int bias_f32)
+{
+    return lt_gemm_ex(c, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, D, ldd, 0, beta, epi, bias, bias_f32);
+}
+
+int vf_cuda_lt_gemm(vf_cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, void *D, int64_t ldd, int d_f32)
+{
+    return lt_gemm_ex(c, ta, tb, m, n, k, alpha, A, lda, B, ldb, D, ldd, d_f32, 0.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                      NULL, 0);
 }
 
 void vf_cuda_matmul_fwd(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,

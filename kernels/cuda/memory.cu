@@ -1,6 +1,6 @@
 /* memory.cu — transfers of the CUDA backend: memset, upload/download between host f32 and
  * device storage (bf16, f16, f32, and i32 for token ids, which the models pass as exact
- * small floats), device copies. (permute is layout.cu, the embedding embed_loss.cu.)
+ * small floats), device copies (flat and strided). (permute is layout.cu, the embedding embed_loss.cu.)
  *
  * upload/download go through an 8 MiB staging slice of the scratch area, chunk by chunk:
  * host f32 -> staging (cudaMemcpyAsync from pageable memory returns once the source is
@@ -26,6 +26,14 @@ extern "C" void vf_cuda_copy(vf_backend *be, void *dst, const void *src, size_t 
     OpScope s(be);
     /* cudaMemcpyDefault: either side may be host memory (unified addressing) */
     VF_CUDA_NOTE(s.c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.c->stream));
+}
+
+extern "C" void vf_cuda_copy2d(vf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                               size_t width, size_t rows)
+{
+    if (!width || !rows) return;
+    OpScope s(be);
+    VF_CUDA_NOTE(s.c, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, s.c->stream));
 }
 
 /* ------------------------------------------------------------------ upload / download */

@@ -16,6 +16,11 @@
  * credit that follows means "released". A tensor that is not pool memory is first
  * copied into a pool block on the producer (then exported). Both ends in one process
  * (tests): the block is used directly, no mapping.
+ * A view (vflow.h "lending memory") of pool memory is not copied: its descriptor says so
+ * (VF_XD_FLAG_VIEW), and the consumer's tensor aliases the mapped block, after making its
+ * stream wait for the producer's event (a thread without a device waits on the host); the
+ * tensor holds a reference on the mapping, so the block stays mapped while it lives. When
+ * the consumer may release it is the stages' protocol, not the credit's.
  *
  * NCCL. A communicator of 2 ranks per edge (sender rank 0): the sender draws the unique
  * id and puts it in the first item ("@nccl-id") — in-band on the edge's own ZeroMQ link,
@@ -37,6 +42,7 @@
 
 #include "runtime/edge/chan.h"
 #include "runtime/edge/transport_dev.h"
+#include "runtime/core/shared.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/xfer_state.h"
 #ifdef VFLOW_HAVE_NCCL
@@ -420,6 +426,8 @@ static int xsend(void **state, const vf_edge_desc *ed, int inflight, const vf_it
         vf_tensor *held = NULL;
         if (x->kind == VF_XD_IPC) {
             VF_TRY(ipc_export(c, t, &held, d, st));
+            /* a view of pool memory is lent as it is; anything else went through a copy */
+            if (vf_tensor_is_view(t) && held->data == t->data) d->flags |= VF_XD_FLAG_VIEW;
         } else {
             d->kind = VF_XD_NCCL;
             held = vf_tensor_ref(t);
@@ -495,6 +503,64 @@ fail:
 
 /* ------------------------------------------------------------------ receive */
 
+/* A view's hold on the mapping of its block: one import-table reference, dropped when the
+ * tensor goes (on any thread), so the mapping outlives the edge that brought it. */
+typedef struct view_hold {
+    uint32_t pid;
+    uint64_t id;
+} view_hold;
+
+static void view_release(void *data, void *hint)
+{
+    (void)data;
+    view_hold *v = hint;
+    if (!v) return;
+    pthread_mutex_lock(&g_imp_mu);
+    vf_ximp_release(&g_imp, v->pid, v->id);
+    pthread_mutex_unlock(&g_imp_mu);
+    free(v);
+}
+
+/* The view d describes, over src (the producer's block, mapped or local): a tensor that
+ * aliases it once the receiver's work is ordered after the producer's (the event: the
+ * receiving thread's stream waits for it, a thread without a device waits on the host). */
+static int ipc_view(vf_cuda_ctx *c, const vf_xdesc *d, const char *src, cudaEvent_t ev, vf_tensor **out,
+                    vf_status *st)
+{
+    int rc = 0;
+    view_hold *v = NULL;
+    if (ev) {
+        cudaError_t e;
+        if (c) {
+            vf_cuda_op_begin(c);
+            e = cudaStreamWaitEvent(c->stream, ev, 0);
+            vf_cuda_op_end(c);
+        } else {
+            e = cudaEventSynchronize(ev);
+        }
+        if (e != cudaSuccess) VF_FAIL(st, VF_ECUDA, "CUDA IPC view: waiting for the producer: %s", cudaGetErrorString(e));
+    }
+    if (d->pid != (uint32_t)getpid()) { /* a mapping: the tensor holds a reference on it */
+        if (!(v = malloc(sizeof *v))) VF_FAIL(st, VF_ENOMEM, "out of memory (CUDA IPC view)");
+        *v = (view_hold){d->pid, d->buf_id};
+        void *base = NULL;
+        pthread_mutex_lock(&g_imp_mu);
+        rc = vf_ximp_acquire(&g_imp, d, &base, st);
+        pthread_mutex_unlock(&g_imp_mu);
+        if (rc < 0) goto fail;
+    }
+    *out = vf_tensor_view_wrap(d->dtype, d->ndim, d->shape, (vf_device){VF_DEV_CUDA, d->src_device}, (void *)src,
+                               view_release, v, st);
+    if (!*out) {
+        view_release(NULL, v);
+        return st && st->code ? st->code : VF_ENOMEM;
+    }
+    return 0;
+fail:
+    free(v);
+    return rc;
+}
+
 static int xrecv(void **state, const vf_edge_desc *ed, vf_item **itp, vf_status *st)
 {
     (void)ed;
@@ -565,7 +631,9 @@ static int xrecv(void **state, const vf_edge_desc *ed, vf_item **itp, vf_status 
                 const bool local = d.pid == (uint32_t)getpid();
                 VF_TRY(ipc_source(x, &d, &src, st));
                 if (!local) VF_TRY(ipc_event(x, &d, &ev, st));
-                if (rdev >= 0) {
+                if (d.flags & VF_XD_FLAG_VIEW) {
+                    VF_TRY(ipc_view(c, &d, src, ev, &nt, st));
+                } else if (rdev >= 0) {
                     if (!(nt = device_tensor(rdev, &like, &dst, st))) {
                         rc = VF_ENOMEM;
                         goto fail;

@@ -30,9 +30,13 @@
 #define VF_XD_BYTES 240
 #define VF_XD_HANDLE 64
 enum { VF_XD_IPC = 1, VF_XD_NCCL = 2 };
+/* flags: the tensor is a view (vflow.h "lending memory"): the receiver aliases the block
+ * instead of copying it */
+enum { VF_XD_FLAG_VIEW = 1 };
 
 typedef struct vf_xdesc {
     int kind;                 /* VF_XD_IPC / VF_XD_NCCL */
+    unsigned flags;           /* VF_XD_FLAG_* */
     vf_dtype dtype;
     int ndim;
     int64_t shape[VF_MAX_DIMS];
@@ -67,6 +71,7 @@ static inline void vf_xdesc_encode(const vf_xdesc *d, unsigned char out[VF_XD_BY
     out[6] = (unsigned char)d->kind;
     out[7] = (unsigned char)d->dtype;
     out[8] = (unsigned char)d->ndim;
+    out[9] = (unsigned char)d->flags;
     vf_xd_put(out + 12, (uint32_t)d->src_device, 4);
     for (int i = 0; i < VF_MAX_DIMS; i++) vf_xd_put(out + 16 + 8 * i, (uint64_t)(i < d->ndim ? d->shape[i] : 0), 8);
     vf_xd_put(out + 64, d->pid, 4);
@@ -96,6 +101,9 @@ static inline int vf_xdesc_decode(const unsigned char *p, size_t n, const char *
     if (p[7] >= VF_DTYPE_COUNT) XD_BAD("device tensor '%s': unknown dtype %u", what, p[7]);
     d->dtype = (vf_dtype)p[7];
     d->ndim = p[8];
+    d->flags = p[9];
+    if (d->flags & ~(unsigned)VF_XD_FLAG_VIEW) XD_BAD("device tensor '%s': unknown flags 0x%x", what, d->flags);
+    if ((d->flags & VF_XD_FLAG_VIEW) && d->kind != VF_XD_IPC) XD_BAD("device tensor '%s': a view not by CUDA IPC", what);
     if (d->ndim > VF_MAX_DIMS) XD_BAD("device tensor '%s': %d dims", what, d->ndim);
     d->src_device = (int32_t)vf_xd_get(p + 12, 4);
     if (d->src_device < 0) XD_BAD("device tensor '%s': device %d", what, (int)d->src_device);

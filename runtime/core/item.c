@@ -232,6 +232,7 @@ fail:
 size_t vf_item_tensor_bytes(const vf_item *it)
 {
     size_t n = 0;
-    for (int i = 0; i < it->nt; i++) n += vf_tensor_nbytes(it->t[i].t);
+    for (int i = 0; i < it->nt; i++)
+        if (!vf_tensor_is_view(it->t[i].t)) n += vf_tensor_nbytes(it->t[i].t);
     return n;
 }

@@ -64,7 +64,8 @@ typedef enum vf_tensor_loc {
 /* Shallow copy for fan-out: id and metadata copied, tensors shared by reference.
  * Caller owns the result; NULL with st set on failure. */
 vf_item *vf_item_share(const vf_item *it, vf_status *st);
-/* Sum of the tensors' byte sizes. */
+/* Sum of the tensors' byte sizes, views left out: they move no bytes (vflow.h "lending
+ * memory"). */
 size_t vf_item_tensor_bytes(const vf_item *it);
 /* Encodes into a new vf_alloc'd buffer (charged to the calling thread's account);
  * caller frees *buf with vf_free. */

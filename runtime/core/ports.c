@@ -118,3 +118,15 @@ int64_t vf_mem_plan_total(const vf_mem_plan *m, vf_device dev)
         if (m->e[i].device.kind == dev.kind && m->e[i].device.index == dev.index) n += m->e[i].bytes;
     return n;
 }
+
+void vf_mem_plan_params(vf_mem_plan *m, vf_device dev, int64_t n)
+{
+    for (int i = 0; i < m->np; i++) {
+        if (m->params[i].device.kind != dev.kind || m->params[i].device.index != dev.index) continue;
+        if (n > m->params[i].n) m->params[i].n = n;
+        return;
+    }
+    VF_ASSERT(m->np < VF_MAX_MEM_PARAMS);
+    m->params[m->np].device = dev;
+    m->params[m->np++].n = n;
+}

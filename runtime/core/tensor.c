@@ -7,6 +7,7 @@
  * a pool buffer, an mmap), which runs exactly once when the last reference drops.
  */
 #include "runtime/vflow.h"
+#include "runtime/core/shared.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 struct vf_storage {
     _Atomic int refs;
     bool owned;            /* data came from vf_alloc */
+    bool view;             /* data is lent memory (vf_tensor_view, or a received view) */
     vf_release_fn release; /* external data: called once at the last unref */
     void *hint;
 };
@@ -166,6 +168,22 @@ vf_tensor *vf_tensor_wrap(vf_dtype dt, int ndim, const int64_t *shape, vf_device
     t->storage->hint = hint;
     return t;
 }
+
+vf_tensor *vf_tensor_view_wrap(vf_dtype dt, int ndim, const int64_t *shape, vf_device dev, void *data,
+                               vf_release_fn release, void *hint, vf_status *st)
+{
+    vf_tensor *t = vf_tensor_wrap(dt, ndim, shape, dev, data, release, hint, st);
+    if (t) t->storage->view = true;
+    return t;
+}
+
+vf_tensor *vf_tensor_view(vf_dtype dt, int ndim, const int64_t *shape, vf_device dev, void *data,
+                          vf_status *st)
+{
+    return vf_tensor_view_wrap(dt, ndim, shape, dev, data, NULL, NULL, st);
+}
+
+bool vf_tensor_is_view(const vf_tensor *t) { return t && t->storage->view; }
 
 vf_tensor *vf_tensor_ref(vf_tensor *t)
 {

@@ -146,7 +146,7 @@ typedef struct vf_port_stats {
     int edges;
     int edges_ended;        /* input: edges whose EOS arrived; output: edges closed */
     int64_t items;          /* sent (output port) or received (input port), counted once per edge */
-    int64_t bytes;          /* encoded bytes on zmq edges, tensor bytes on inproc edges */
+    int64_t bytes;          /* encoded bytes on zmq edges, tensor bytes on inproc edges (views: none) */
     int64_t inflight;       /* items sent and not yet consumed (exact on the output side;
                                the input side sees its inproc queues + credits not yet returned) */
     int64_t capacity;       /* sum of the edges' capacities: fill = inflight / capacity */

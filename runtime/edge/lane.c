@@ -2,7 +2,10 @@
  * channel asks them, and the lanes of one end: opened from the registry, asked in turn. */
 #include "runtime/edge/lane.h"
 
+#include <stdlib.h>
+
 static const vf_lane_ops *const registry[] = {
+    &vf_lane_view,   /* host views of shared segments: the item whole, descriptors in its record */
     &vf_lane_dev,    /* device tensors: the item whole, a record of its own per edge */
     &vf_lane_shm,    /* ipc: frames copied into a free shared-memory slot */
     &vf_lane_bulk,   /* tcp: frames on the edge's bulk connection */
@@ -102,4 +105,20 @@ int64_t vf_lanes_held(const vf_lanes *l, const vf_edge_end *e)
     for (int i = 0; i < l->n; i++)
         if (l->ops[i]->held) n += l->ops[i]->held(l->state[i], e);
     return n;
+}
+
+int vf_lane_record_of(const vf_edge_end *e, const vf_item *wire, vf_enc **out, vf_status *st)
+{
+    int rc = 0;
+    vf_enc *enc = calloc(1, sizeof *enc);
+    *out = NULL;
+    if (!enc) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "edge %s: out of memory", e->d.name);
+    atomic_init(&enc->refs, 1);
+    if ((rc = vf_item_encode_alloc(wire, &enc->data, &enc->len, st)) < 0) {
+        free(enc);
+        return rc;
+    }
+    enc->bytes = enc->len;
+    *out = enc;
+    return 0;
 }

@@ -8,7 +8,9 @@
  * descriptor of a shared-memory slot the frame was copied into (shm, edge_shm.h), the
  * descriptor of bytes that follow on a TCP connection of their own (bulk, edge_bulk.h).
  * An item with device tensors crosses whole through the device lane, which builds a
- * record of its own for each edge (CUDA IPC / NCCL through the hook, transport_dev.h).
+ * record of its own for each edge (CUDA IPC / NCCL through the hook, transport_dev.h);
+ * an item that lends host memory (views, vflow.h) whole through the view lane, whose
+ * record holds a descriptor for each view (edge_view.h).
  *
  * The channel opens every lane of the registry (lane.c) on each of its ends, in the
  * registry's order; a lane that does not serve an end (another transport, turned off)
@@ -121,6 +123,7 @@ typedef struct vf_lane_ops {
 int vf_lane_count(void);
 const vf_lane_ops *vf_lane_at(int k); /* k in [0, vf_lane_count()) */
 
+extern const vf_lane_ops vf_lane_view;   /* lane_view.c: items lending host memory, whole (ipc) */
 extern const vf_lane_ops vf_lane_dev;    /* lane_dev.c: items with device tensors, whole */
 extern const vf_lane_ops vf_lane_shm;    /* lane_shm.c: shared-memory slots (ipc) */
 extern const vf_lane_ops vf_lane_bulk;   /* lane_bulk.c: a TCP connection of its own (tcp) */
@@ -162,5 +165,9 @@ int vf_lanes_recv_item(vf_lanes *l, const vf_edge_end *e, vf_item **it, vf_statu
 void *vf_lanes_state(const vf_lanes *l, const vf_lane_ops *ops);
 /* The bytes the lanes of l hold (vf_lane_ops.held, summed). */
 int64_t vf_lanes_held(const vf_lanes *l, const vf_edge_end *e);
+
+/* For a lane that carries items whole: the ordinary record (no frames) of `wire`, the
+ * item it built for the edge, as its `record` returns it (caller owns *out). */
+int vf_lane_record_of(const vf_edge_end *e, const vf_item *wire, vf_enc **out, vf_status *st);
 
 #endif /* VF_LANE_H */

@@ -84,20 +84,10 @@ static int dev_record(void **lane, const vf_edge_end *e, int inflight, const vf_
 {
     int rc = 0;
     vf_item *wire = NULL;
-    vf_enc *enc = NULL;
     const vf_devxfer_ops *ops = g_ops;
     *out = NULL;
     if (!ops) return no_cuda(e, it, st);
-    if ((rc = ops->send(lane, &e->d, inflight, it, &wire, st)) < 0) goto fail;
-    if (!(enc = calloc(1, sizeof *enc))) VF_FAIL(st, VF_ENOMEM, "edge %s: out of memory", e->d.name);
-    atomic_init(&enc->refs, 1);
-    if ((rc = vf_item_encode_alloc(wire, &enc->data, &enc->len, st)) < 0) {
-        free(enc);
-        goto fail;
-    }
-    enc->bytes = enc->len;
-    *out = enc;
-fail:
+    if ((rc = ops->send(lane, &e->d, inflight, it, &wire, st)) >= 0) rc = vf_lane_record_of(e, wire, out, st);
     vf_item_free(wire);
     return rc;
 }

@@ -19,6 +19,9 @@
  * into its own pool memory before vf_recv returns (so the credit, sent once vf_recv
  * hands the item over, is the release). A producer buffer is therefore reused only
  * after the consumer released it, and at most `capacity` of them are held per edge.
+ * A view (vflow.h "lending memory") is the exception: over CUDA IPC its descriptor says
+ * so and the consumer's tensor aliases the producer's block instead of a copy; the
+ * stages' protocol, not the credit, says when the producer may touch it again.
  *
  * Without CUDA (no hook registered) an item with a device tensor on a ZeroMQ edge fails
  * with a message naming the edge; "@host/" tensors are still unwrapped, as host tensors.

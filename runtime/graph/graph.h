@@ -123,8 +123,11 @@ int vf_graph_topo_order(const vf_graph *g, int *order, vf_status *st);
 
 /* The output spec feeding edge e (after validation), NULL if unknown. Borrowed. */
 const vf_port_spec *vf_graph_edge_src_spec(const vf_graph *g, int e);
-/* Bytes an edge can hold: capacity x the largest item its source port allows; -1 when
- * the port leaves a dim unbounded. */
+/* The largest item edge e carries: what its source port allows, where a view tensor
+ * (vf_tensor_spec.view) counts as its descriptor unless the edge crosses nodes (tcp: the
+ * bytes then cross, vflow.h "lending memory"); -1 when the port leaves a dim unbounded. */
+int64_t vf_graph_edge_item_bytes(const vf_graph *g, int e);
+/* Bytes an edge can hold: capacity x vf_graph_edge_item_bytes; -1 when unbounded. */
 int64_t vf_graph_edge_bytes(const vf_graph *g, int e);
 
 #ifdef __cplusplus

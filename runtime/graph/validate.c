@@ -14,6 +14,7 @@
  */
 #include "runtime/graph/graph.h"
 #include "runtime/core/params.h"
+#include "runtime/edge/edge_view.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -472,9 +473,20 @@ const vf_port_spec *vf_graph_edge_src_spec(const vf_graph *g, int e)
     return vf_port_find(&g->stages[g->edges[e].src].ports, g->edges[e].src_port);
 }
 
-int64_t vf_graph_edge_bytes(const vf_graph *g, int e)
+int64_t vf_graph_edge_item_bytes(const vf_graph *g, int e)
 {
     const vf_port_spec *p = vf_graph_edge_src_spec(g, e);
-    int64_t item = p ? vf_port_max_item_bytes(p) : 0;
+    if (!p) return 0;
+    if (g->edges[e].transport == VF_TR_TCP) return vf_port_max_item_bytes(p);
+    vf_port_spec q = *p;
+    static const int64_t desc = VF_VIEW_WIRE_BYTES;
+    for (int i = 0; i < q.ntensors; i++)
+        if (q.t[i].view) q.t[i].dtype = VF_DTYPE_U8, q.t[i].ndim = 1, q.t[i].dims[0] = desc;
+    return vf_port_max_item_bytes(&q);
+}
+
+int64_t vf_graph_edge_bytes(const vf_graph *g, int e)
+{
+    int64_t item = vf_graph_edge_item_bytes(g, e);
     return item < 0 ? -1 : (int64_t)g->edges[e].capacity * item;
 }

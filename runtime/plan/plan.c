@@ -110,7 +110,7 @@ static int add_edges(vf_mplan *p, vf_status *st)
         const vf_gedge *ge = &g->edges[e];
         const vf_port_spec *sp = vf_graph_edge_src_spec(g, e);
         vf_device dev = sp ? sp->device : (vf_device){VF_DEV_CPU, 0};
-        int64_t item = sp ? vf_port_max_item_bytes(sp) : 0;
+        int64_t item = vf_graph_edge_item_bytes(g, e);
         int64_t bytes = mul_sat(ge->capacity, item);
         int ws = g->stages[ge->src].worker, wd = g->stages[ge->dst].worker;
         edge_name(g, e, name, sizeof name);
@@ -214,6 +214,15 @@ static int64_t acts_flipped(const vf_gstage *s)
     return acts;
 }
 
+bool vf_pline_is_state(const vf_mplan *p, const vf_pline *x)
+{
+    if (x->stage >= 0) return x->cat == VF_MEM_WEIGHTS || x->cat == VF_MEM_GRADS || x->cat == VF_MEM_OPTIM;
+    const vf_port_spec *sp = x->edge >= 0 ? vf_graph_edge_src_spec(p->g, x->edge) : NULL;
+    for (int i = 0; sp && i < sp->ntensors; i++)
+        if (sp->t[i].view) return true;
+    return false;
+}
+
 static vf_pdev *dev_slot(vf_mplan *p, vf_device d)
 {
     for (int i = 0; i < p->ndev; i++)
@@ -278,6 +287,15 @@ static int build(const vf_graph *g, int node, vf_mplan *p, vf_status *st)
         int a = p->l[i].account;
         if (a >= 0 && p->l[i].dev.kind == VF_DEV_CPU && p->account[a] >= 0)
             p->account[a] = b < 0 ? -1 : p->account[a] + b;
+        if (vf_pline_is_state(p, &p->l[i]) && d->state >= 0) d->state = b < 0 ? -1 : d->state + b;
+    }
+    for (int i = 0; i < g->nstages; i++) {
+        const vf_gstage *s = &g->stages[i];
+        if (node >= 0 && s->node != node) continue;
+        for (int k = 0; k < s->mem.np; k++) {
+            vf_pdev *d = dev_slot(p, s->mem.params[k].device);
+            if (d && s->mem.params[k].n > d->params) d->params = s->mem.params[k].n;
+        }
     }
     qsort(p->dev, (size_t)p->ndev, sizeof p->dev[0], cmp_dev);
     return 0;

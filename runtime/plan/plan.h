@@ -107,6 +107,10 @@ typedef struct vf_pdev {
     const char *budget_src;          /* "--budget", "MemTotal", "cgroup", "cuMemGetInfo", "" */
     bool present;                    /* this machine has it (cpu: always) */
     bool over;                       /* total > budget (or unbounded with a budget) */
+    int64_t params;                  /* the most parameters a stage here holds state of
+                                        (vf_mem_plan_params; what the exchange's bytes
+                                        are divided by); 0: none */
+    int64_t state;                   /* bytes of training state here (vf_pline_is_state) */
 } vf_pdev;
 
 typedef struct vf_mplan {
@@ -120,6 +124,11 @@ typedef struct vf_mplan {
     int nover;                       /* devices over budget */
     int node;                        /* -1: the whole graph; k: node k's workers (and a driver) only */
 } vf_mplan;
+
+/* Whether a line is training state: weights, gradients or optimizer state a stage
+ * declares, or an edge that carries views between such stages (the exchange between a
+ * partition and its optimizer shards: what is in flight between them). */
+bool vf_pline_is_state(const vf_mplan *p, const vf_pline *x);
 
 /* Builds the plan of a validated, placed graph. Caller frees with vf_mplan_free. */
 int vf_mplan_build(const vf_graph *g, vf_mplan *out, vf_status *st);

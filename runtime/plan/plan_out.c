@@ -99,6 +99,94 @@ static void print_worker(FILE *f, const vf_mplan *p, int w)
     }
 }
 
+/* ------------------------------------------------------------------ state per parameter */
+
+/* Where the training state of one device lives: bytes per (holder, category), the
+ * holder a stage's name or "exchange" for the edges between partitions and shards, and
+ * the parameters the holder keeps state of there (a stage's vf_mem_plan_params; the
+ * exchange: the most of any stage on the device). A partition and a shard on one GPU
+ * hold state of different parameter ranges, so bytes per parameter add up holder by
+ * holder: bf16 weights and gradients of the partition's range (2 + 2) and f32 master and
+ * moments of the shard's slice (12) are 16 however the two ranges differ in size. */
+#define STATE_PARTS 32
+typedef struct state_part {
+    const char *holder;
+    vf_mem_cat cat;
+    int64_t bytes, params;
+} state_part;
+
+static int64_t stage_params(const vf_gstage *s, vf_device d)
+{
+    for (int k = 0; k < s->mem.np; k++)
+        if (s->mem.params[k].device.kind == d.kind && (d.kind == VF_DEV_CPU || s->mem.params[k].device.index == d.index))
+            return s->mem.params[k].n;
+    return 0;
+}
+
+static int state_parts(const vf_mplan *p, const vf_pdev *d, state_part *out)
+{
+    int n = 0;
+    for (int k = 0; k < p->n; k++) {
+        const vf_pline *x = &p->l[k];
+        if (x->dev.kind != d->dev.kind || (x->dev.kind == VF_DEV_CUDA && x->dev.index != d->dev.index) ||
+            !vf_pline_is_state(p, x))
+            continue;
+        const vf_gstage *gs = x->stage >= 0 ? &p->g->stages[x->stage] : NULL;
+        const char *who = gs ? gs->name : "exchange";
+        vf_mem_cat cat = gs ? x->cat : VF_MEM_EDGES;
+        int i = 0;
+        while (i < n && !(out[i].cat == cat && strcmp(out[i].holder, who) == 0)) i++;
+        if (i == n) {
+            if (n == STATE_PARTS) continue;
+            int64_t np = gs ? stage_params(gs, d->dev) : 0;
+            out[n++] = (state_part){who, cat, 0, np > 0 ? np : d->params};
+        }
+        out[i].bytes = out[i].bytes < 0 || x->bytes < 0 ? -1 : out[i].bytes + x->bytes;
+    }
+    return n;
+}
+
+/* Bytes per parameter of one holder's share, and of the device (the shares summed). */
+static double part_bpp(const state_part *s) { return s->params > 0 ? (double)s->bytes / (double)s->params : 0; }
+
+static double device_bpp(const state_part *parts, int n)
+{
+    double b = 0;
+    for (int k = 0; k < n; k++) b += part_bpp(&parts[k]);
+    return b;
+}
+
+static const char *part_cat(const state_part *s)
+{
+    return s->cat == VF_MEM_EDGES ? "in flight" : vf_mem_cat_name(s->cat);
+}
+
+/* Each device that holds training state: its bytes per parameter, and where they live. */
+static void print_state(const vf_mplan *p, FILE *f)
+{
+    bool head = false;
+    for (int i = 0; i < p->ndev; i++) {
+        const vf_pdev *d = &p->dev[i];
+        if (d->params <= 0) continue;
+        if (!head)
+            fprintf(f, "\nstate per parameter (weights, gradients, optimizer state and what is in flight between "
+                       "them; each holder's bytes over the parameters it holds state of)\n");
+        head = true;
+        char dev[32], a[32];
+        vf_device_str(d->dev, dev, sizeof dev);
+        vf_bytes_str(d->state, a, sizeof a);
+        state_part parts[STATE_PARTS];
+        int n = state_parts(p, d, parts);
+        fprintf(f, "  %-8s %s of state: %.2f bytes per parameter\n", dev, a, device_bpp(parts, n));
+        for (int k = 0; k < n; k++) {
+            char b[32];
+            vf_bytes_str(parts[k].bytes, b, sizeof b);
+            fprintf(f, "  %-8s   %-12s %-10s %10s for %.3f G parameters: %5.2f B/param\n", "", parts[k].holder,
+                    part_cat(&parts[k]), b, (double)parts[k].params * 1e-9, part_bpp(&parts[k]));
+        }
+    }
+}
+
 static void verdict_line(const vf_mplan *p, char *buf, size_t n)
 {
     int off = 0;
@@ -184,6 +272,7 @@ static void print_text(const vf_mplan *p, const vf_plan_fix *fix, int nfix, FILE
         }
         fputc('\n', f);
     }
+    print_state(p, f);
     char v[1024];
     verdict_line(p, v, sizeof v);
     fprintf(f, "\nverdict: %s\n", v);
@@ -280,7 +369,7 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
         vf_json_set(o, "dst", vf_json_str(name));
         vf_json_set(o, "transport", vf_json_str(vf_transport_name(ge->transport)));
         vf_json_set(o, "capacity", vf_json_int(ge->capacity));
-        vf_json_set(o, "item_bytes", vf_json_int(sp ? vf_port_max_item_bytes(sp) : 0));
+        vf_json_set(o, "item_bytes", vf_json_int(vf_graph_edge_item_bytes(g, e)));
         vf_json_set(o, "bytes", vf_json_int(vf_graph_edge_bytes(g, e)));
         vf_json_set(o, "device", devstr(sp ? sp->device : (vf_device){VF_DEV_CPU, 0}));
         int64_t held = 0;
@@ -327,6 +416,24 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
         vf_json_set(o, "over", vf_json_bool(d->over));
         for (int c = 0; c < VF_MEM_CAT_COUNT; c++) vf_json_set(cat, vf_mem_cat_name((vf_mem_cat)c), vf_json_int(d->cat[c]));
         vf_json_set(o, "categories", cat);
+        if (d->params > 0) {
+            vf_json *sto = vf_json_obj(), *where = vf_json_arr();
+            state_part parts[STATE_PARTS];
+            int n = state_parts(p, d, parts);
+            for (int k = 0; k < n; k++) {
+                vf_json *w = vf_json_obj();
+                vf_json_set(w, "holder", vf_json_str(parts[k].holder));
+                vf_json_set(w, "category", vf_json_str(part_cat(&parts[k])));
+                vf_json_set(w, "bytes", vf_json_int(parts[k].bytes));
+                vf_json_set(w, "params", vf_json_int(parts[k].params));
+                vf_json_push(where, w);
+            }
+            vf_json_set(sto, "bytes", vf_json_int(d->state));
+            vf_json_set(sto, "params", vf_json_int(d->params));
+            vf_json_set(sto, "bytes_per_param", vf_json_num(device_bpp(parts, n)));
+            vf_json_set(sto, "where", where);
+            vf_json_set(o, "state", sto);
+        }
         vf_json_push(devs, o);
     }
     for (int k = 0; k < nfix; k++) {

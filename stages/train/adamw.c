@@ -2,22 +2,25 @@
  *
  * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
  * dit_train.h) and holds for it the f32 master weights and both moments on its device:
- * a GPU, or host memory (`offload`). In host memory next to bf16 partitions (param dtype)
- * it keeps their gradient slice and new weights in bf16 too, through the CPU backend's
- * bf16 form: gradients read exactly as f32, the step in f64 per element as on the GPU,
- * the new weights rounded to bf16 for sending (kernels/cpu/adamw.c).
- * Per step s:
- *   1. receive one gradient slice from every partition of every data-parallel replica
- *      ("grads", P·D items; empty for a partition that does not overlap the slice) and
- *      form the slice's gradient, replicas summed in replica order;
+ * a GPU, or host memory (`offload`). The weights and gradients stay the partitions': they
+ * lend them (adamw_xchg.c), and the shard reads the gradients and writes the weights in
+ * place, or through bounded chunk buffers where a partition is on another device. In host
+ * memory next to bf16 partitions (param dtype) it reads their bf16 gradients and writes
+ * bf16 weights through the CPU backend's bf16 form: gradients read exactly as f32, the
+ * step in f64 per element as on the GPU, the new weights rounded to bf16
+ * (kernels/cpu/adamw.c). Per step s:
+ *   1. receive one item from every partition of every data-parallel replica ("grads",
+ *      P·D items; without views for a partition that does not overlap the slice), and sum
+ *      the replicas' gradients in replica order;
  *   2. global norm: f64 sum of squares of each norm block it owns, sent to every other
  *      shard ("norm_out" / "norm_in"), and all blocks' partials added in block order —
  *      the same number on every shard and for every S;
  *   3. clip factor min(1, clip / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_), the
  *      learning rate of step s, and the AdamW update (kernels/ops.h: decoupled weight
- *      decay, bias correction) writing the new compute weights too;
- *   4. send each partition its piece of the new weights ("weights_p<p>", fanned out to
- *      the D replicas of that partition);
+ *      decay, bias correction) writing the new compute weights into the partitions'
+ *      weights;
+ *   4. reply to each partition ("weights_p<p>", fanned out to the D replicas of that
+ *      partition): the weights are in place and the shard let go of the buffers;
  *   5. at checkpoint steps (every `every`, and the last) stream master, m, v to the
  *      checkpoint stage ("snap") in chunks of `ckpt_chunk` bytes, each copied to the host
  *      as it is sent, and go on — unless `sync`, where it waits for the writer's "ack"
@@ -28,9 +31,10 @@
  * flight (capacity × chunk on the edge, one being copied) — and the partitions compute
  * step s + 1 meanwhile: the step waits only when the writer takes longer for a shard's
  * slice than the partitions take for a step (backpressure through the edge's credits).
- * Before the first step it sends the initial weights: Philox init (vf_dit_init with
- * `seed`), or with --resume its slice of the newest complete checkpoint, after checking
- * that the checkpoint's config matches this run's (exit 2 otherwise).
+ * Before the first step it writes the initial weights, chunk by chunk, into the weights
+ * the partitions lend it and replies: Philox init (vf_dit_init with `seed`), or with
+ * --resume its slice of the newest complete checkpoint, after checking that the
+ * checkpoint's config matches this run's (exit 2 otherwise).
  * Shard 0 also reports the step: loss (from the last partitions), grad norm, lr, step
  * time, samples/s, tokens/s and the measured pipeline bubble.
  */
@@ -87,6 +91,11 @@ static const vf_param_spec adamw_params[] = {
      "only; \"\" = every weight"},
     {"lora_init", VF_P_STR, "\"\"", VF_ANY,
      "with LoRA: start the adapters from this LoRA file (set by p:train); \"\" = init from seed"},
+    {"chunk", VF_P_INT, "16777216", VF_RANGE(1, 1e12),
+     "elements a chunk buffer holds (rounded up to a norm block): the bounded copies through which the shard "
+     "reaches partitions on other devices"},
+    {"part_devices", VF_P_LIST_STR, "[]", VF_ANY,
+     "the partitions' devices (set by p:train): where one is not this shard's, the plan counts the chunk buffers"},
     {0},
 };
 
@@ -98,9 +107,8 @@ typedef struct shard {
     vf_dtype act, grad;
     size_t as, gs;
     float *master, *m, *v; /* backend f32, n each */
-    void *gbuf, *wout;     /* backend grad / act dtype, n each */
+    vf_adamw_xchg x;       /* the exchange with the partitions: their lent weights and gradients */
     double *partials;      /* host, one per norm block of the model */
-    vf_bufpool *wpool;
     vf_lr_sched lr;
     float beta1, beta2, eps, wd, clip;
     int64_t steps, every, t0;
@@ -109,8 +117,6 @@ typedef struct shard {
     vf_json *config;
     char *base_json;       /* shard 0 of a LoRA run on given weights: state.json's "lora_base" */
     char ckdir[PATH_MAX];
-    /* per step, from the partitions: [part][replica] */
-    vf_item **got;
 } shard;
 
 static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
@@ -137,18 +143,13 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     h->master = be->alloc(be, 4 * (size_t)n, st);
     h->m = h->master ? be->alloc(be, 4 * (size_t)n, st) : NULL;
     h->v = h->m ? be->alloc(be, 4 * (size_t)n, st) : NULL;
-    h->gbuf = h->v ? be->alloc(be, h->gs * (size_t)n, st) : NULL;
-    h->wout = h->gbuf ? be->alloc(be, h->as * (size_t)n, st) : NULL;
     h->partials = calloc((size_t)h->g.nblk, sizeof *h->partials);
-    h->got = calloc((size_t)(h->g.P * h->g.D), sizeof *h->got);
-    if (!h->wout || !h->partials || !h->got)
+    if (!h->v || !h->partials)
         VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "adamw %s: cannot allocate the state of %lld "
                 "parameters", vf_stage_name(s), (long long)n);
-    h->wpool = vf_bufpool_new(be, h->as * (size_t)vf_adamw_weight_piece_most(&h->g), 2 * h->g.P, st);
-    if (!h->wpool) {
-        rc = VF_ENOMEM;
-        goto fail;
-    }
+    vf_adamw_chunks ch;
+    vf_adamw_chunks_of(p, &h->g, &ch);
+    VF_TRY(vf_adamw_xchg_init(&h->x, &h->g, be, &ch, st));
     h->lr = (vf_lr_sched){vf_param_num(p, "lr"), vf_param_num(p, "min_lr"), vf_param_int(p, "warmup"),
                           vf_param_int(p, "decay_steps"), strcmp(vf_param_str(p, "schedule"), "cosine") == 0};
     h->steps = vf_param_int(p, "steps");
@@ -173,14 +174,9 @@ static void adamw_fini(vf_stage *s)
         if (h->master) be->free(be, h->master);
         if (h->m) be->free(be, h->m);
         if (h->v) be->free(be, h->v);
-        if (h->gbuf) be->free(be, h->gbuf);
-        if (h->wout) be->free(be, h->wout);
     }
-    if (h->got)
-        for (int i = 0; i < h->g.P * h->g.D; i++) vf_item_free(h->got[i]);
-    free(h->got);
+    vf_adamw_xchg_fini(&h->x);
     free(h->partials);
-    vf_bufpool_unref(h->wpool);
     vf_json_free(h->config);
     free(h->base_json);
     vf_adamw_geo_fini(&h->g);
@@ -281,7 +277,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         int64_t cnt = n - a < ce ? n - a : ce;
         VF_TRY(start_chunk(h, p, found ? &ck : NULL, w, a, cnt, host, mv, mv + ce, st));
         be->upload(be, h->master + a, host, cnt, VF_DTYPE_F32);
-        be->upload(be, (char *)h->wout + (size_t)a * h->as, host, cnt, h->act);
+        VF_TRY(vf_adamw_xchg_put(&h->x, host, a, cnt, st));
         if (found) {
             be->upload(be, h->m + a, mv, cnt, VF_DTYPE_F32);
             be->upload(be, h->v + a, mv + ce, cnt, VF_DTYPE_F32);
@@ -322,46 +318,6 @@ static int set_nums(vf_item *it, vf_status *st, int n, const char *const *keys, 
     return 0;
 }
 
-/* Sends each partition its piece of the current compute weights (wout), tagged `step`. */
-static int send_weights(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, vf_status *st)
-{
-    for (int q = 0; q < h->g.P; q++) {
-        int rc = 0;
-        char name[VF_NAME_MAX], id[64];
-        int64_t off, n;
-        vf_train_overlap(h->g.lo, h->g.hi, h->g.plo[q], h->g.phi[q], &off, &n);
-        snprintf(name, sizeof name, "weights_p%d", q);
-        snprintf(id, sizeof id, "w%lld.s%d.p%d", (long long)step, h->g.k, q);
-        vf_port *out = vf_out(ctx, name);
-        if (!out) continue;
-        vf_item *it = vf_item_new(id, st);
-        if (!it) return VF_ENOMEM;
-        if (n > 0) {
-            vf_tensor *t = vf_bufpool_tensor(h->wpool, h->act, 1, &n, st);
-            if (!t) {
-                vf_item_free(it);
-                return st->code ? st->code : VF_ENOMEM;
-            }
-            h->be->copy(h->be, t->data, (char *)h->wout + (size_t)(off - h->g.lo) * h->as, (size_t)n * h->as);
-            if ((rc = vf_item_put(it, "w", t, st))) {
-                vf_item_free(it);
-                return rc;
-            }
-        }
-        static const char *const keys[] = {"step", "shard", "off", "n"};
-        double vals[] = {(double)step, h->g.k, (double)off, (double)n};
-        if ((rc = set_nums(it, st, 4, keys, vals))) {
-            vf_item_free(it);
-            return rc;
-        }
-        rc = vf_send(out, it, st);
-        if (rc == VF_EOS) continue; /* that partition has finished */
-        if (rc) return rc;
-    }
-    (void)s;
-    return 0;
-}
-
 /* What shard 0 learns from the partitions' items of one step. */
 typedef struct step_info {
     double loss, samples, tokens, bubble;
@@ -376,62 +332,10 @@ static double num_or(const vf_item *it, const char *k, double def)
     return vf_item_num(it, k, &v) == 0 ? v : def;
 }
 
-/* Receives the P·D gradient items of `step` and forms the slice's gradient in gbuf. */
-static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_info *si, vf_status *st)
+/* What shard 0 reports of the step, from the partitions' items (held by the exchange). */
+static void step_facts(const shard *h, step_info *si)
 {
-    int rc = 0, need = h->g.P * h->g.D, have = 0;
-    vf_port *in = vf_in(ctx, "grads");
-    vf_backend *be = h->be;
-    while (have < need) {
-        vf_item *it = NULL;
-        rc = vf_recv(in, &it, st);
-        if (rc == VF_EOS) return have == 0 ? VF_EOS : vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                                                                  "adamw %s: gradients of step %lld ended after %d of %d partitions",
-                                                                  vf_stage_name(s), (long long)step, have, need);
-        if (rc) return rc;
-        double ds = num_or(it, "step", -1), dq = num_or(it, "part", -1), dr = num_or(it, "replica", -1);
-        int q = (int)dq, r = (int)dr;
-        if ((int64_t)ds != step || q < 0 || q >= h->g.P || r < 0 || r >= h->g.D || h->got[q * h->g.D + r]) {
-            vf_item_free(it);
-            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                                 "adamw %s: unexpected gradient item (step %g, part %g, replica %g) while "
-                                 "collecting step %lld", vf_stage_name(s), ds, dq, dr, (long long)step);
-        }
-        h->got[q * h->g.D + r] = it;
-        have++;
-    }
-    /* sum replicas in replica order, partition pieces where they land */
-    int64_t covered = 0;
-    for (int q = 0; q < h->g.P; q++) {
-        int64_t off, n;
-        vf_train_overlap(h->g.lo, h->g.hi, h->g.plo[q], h->g.phi[q], &off, &n);
-        for (int r = 0; r < h->g.D; r++) {
-            vf_item *it = h->got[q * h->g.D + r];
-            vf_tensor *g = vf_item_get(it, "g");
-            int64_t ioff = (int64_t)num_or(it, "off", -1), in_n = (int64_t)num_or(it, "n", -1);
-            if (ioff != off || in_n != n || (n > 0 && (!g || vf_tensor_numel(g) != n)))
-                return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                                     "adamw %s: partition %d sent elements [%lld, +%lld), expected [%lld, +%lld)",
-                                     vf_stage_name(s), q, (long long)ioff, (long long)in_n, (long long)off,
-                                     (long long)n);
-            if (n == 0) continue;
-            void *dst = (char *)h->gbuf + (size_t)(off - h->g.lo) * h->gs;
-            if (r == 0) {
-                VF_TRY(vf_train_tensor_in(be, dst, h->grad, g, 0, n, "adamw gradient", st));
-            } else {
-                if (g->dtype != h->grad || g->device.kind != be->device.kind)
-                    return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                                         "adamw %s: replica %d's gradient is not %s on this device",
-                                         vf_stage_name(s), r, vf_dtype_name(h->grad));
-                be->axpy(be, dst, g->data, 1.0f, n);
-            }
-        }
-        covered += n;
-    }
-    if (covered != h->g.n)
-        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                             "adamw %s: partitions cover %lld of the %lld elements of this shard",
-                             vf_stage_name(s), (long long)covered, (long long)h->g.n);
+    vf_item *const *got = h->x.got;
     /* what shard 0 reports */
     si->loss = 0, si->samples = 0, si->tokens = 0, si->flops = 0, si->peak = 0;
     double busy = 0;
@@ -439,7 +343,7 @@ static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_inf
     si->t_first = INT64_MAX, si->t_last = 0;
     for (int q = 0; q < h->g.P; q++)
         for (int r = 0; r < h->g.D; r++) {
-            vf_item *it = h->got[q * h->g.D + r];
+            vf_item *it = got[q * h->g.D + r];
             int64_t t0 = (int64_t)num_or(it, "t0_ns", 0), t1 = (int64_t)num_or(it, "t1_ns", 0);
             if (t0 < si->t_first) si->t_first = t0;
             if (t1 > si->t_last) si->t_last = t1;
@@ -453,7 +357,7 @@ static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_inf
             for (int q2 = 0; q2 <= q && !again && dev; q2++)
                 for (int r2 = 0; r2 < h->g.D && !again; r2++) {
                     if (q2 == q && r2 == r) break;
-                    const char *o = vf_item_str(h->got[q2 * h->g.D + r2], "peak_dev");
+                    const char *o = vf_item_str(got[q2 * h->g.D + r2], "peak_dev");
                     again = o && strcmp(o, dev) == 0;
                 }
             if (!again && pk > 0) si->peak += pk;
@@ -468,12 +372,6 @@ static int recv_grads(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, step_inf
     if (unknown_peak) si->peak = 0; /* a partition on the CPU or an unknown GPU: no MFU */
     double window = (double)(si->t_last - si->t_first) * (double)(h->g.P * h->g.D);
     si->bubble = window > 0 ? 1.0 - busy / window : 0;
-fail:
-    for (int i = 0; i < need; i++) {
-        vf_item_free(h->got[i]);
-        h->got[i] = NULL;
-    }
-    return rc;
 }
 
 /* Partial sums of squares of the owned norm blocks, exchanged with the other shards;
@@ -481,11 +379,7 @@ fail:
 static int global_norm(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double *norm, vf_status *st)
 {
     int rc = 0;
-    vf_backend *be = h->be;
-    for (int64_t j = h->g.b0; j < h->g.b1; j++) {
-        int64_t a = j * h->g.block, b = a + h->g.block < h->g.total ? a + h->g.block : h->g.total;
-        h->partials[j] = be->sumsq(be, (char *)h->gbuf + (size_t)(a - h->g.lo) * h->gs, b - a);
-    }
+    VF_TRY(vf_adamw_xchg_sumsq(&h->x, h->partials, st));
     if (h->g.S > 1) {
         int64_t nb = h->g.b1 - h->g.b0, bytes = 8 * nb;
         vf_tensor *t = vf_tensor_new(VF_DTYPE_U8, 1, &bytes, st);
@@ -526,7 +420,8 @@ static int global_norm(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double 
     double sum = 0;
     for (int64_t j = 0; j < h->g.nblk; j++) sum += h->partials[j];
     *norm = sqrt(sum);
-    return 0;
+fail:
+    return rc;
 }
 
 /* One snapshot chunk: master, m, v of slice elements [a, a + cnt) copied to the host,
@@ -610,25 +505,33 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
 {
     int rc = 0;
     shard *h = vf_stage_state(s);
-    vf_backend *be = h->be;
     step_info si = {0};
+    /* the partitions lend their weights first; the start goes straight into them */
+    rc = vf_adamw_xchg_recv(&h->x, s, ctx, -1, st);
+    if (rc == VF_EOS) {
+        vf_log(ctx, VF_LOG_INFO, "the partitions ended before the first step");
+        return finish(ctx, h, st);
+    }
+    VF_TRY(rc);
     VF_TRY(load_start(s, ctx, h, st));
     if (h->t0 >= h->steps) {
         vf_log(ctx, VF_LOG_INFO, "already at step %lld of %lld: nothing to train", (long long)h->t0,
                (long long)h->steps);
+        VF_TRY(vf_adamw_xchg_release(&h->x, st));
         if (h->g.k == 0)
             vf_summary(ctx, "train", "already at step %lld of %lld: nothing to train (steps is the run's total: "
                        "--set steps=N with N > %lld trains on)", (long long)h->t0, (long long)h->steps,
                        (long long)h->t0);
         return finish(ctx, h, st);
     }
-    VF_TRY(send_weights(s, ctx, h, h->t0, st));
+    VF_TRY(vf_adamw_xchg_reply(&h->x, ctx, h->t0, st));
     int64_t t_prev = vf_train_now_ns(), done = h->t0, last_snap = h->t0;
     double last_lr = 0;
     for (int64_t step = h->t0 + 1; step <= h->steps; step++) {
         step_info cur = {0};
         cur.cursors = h->g.k == 0 ? vf_json_arr() : NULL;
-        rc = recv_grads(s, ctx, h, step, &cur, st);
+        rc = vf_adamw_xchg_recv(&h->x, s, ctx, step, st);
+        if (rc == 0) step_facts(h, &cur);
         if (rc) vf_json_free(cur.cursors);
         if (rc == VF_EOS) {
             /* The partitions stopped at a step boundary (a drain: Ctrl-C, SIGTERM): every
@@ -647,24 +550,33 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         VF_TRY(rc);
         vf_json_free(si.cursors);
         si = cur;
+        VF_TRY(vf_adamw_xchg_sum(&h->x, st));
         double norm = 0;
         VF_TRY(global_norm(s, ctx, h, step, &norm, st));
         double coef = h->clip > 0 ? (double)h->clip / (norm + 1e-6) : 1.0;
         if (coef > 1.0) coef = 1.0;
         double lr = vf_train_lr(&h->lr, step);
-        be->adamw(be, h->master, h->m, h->v, h->gbuf, h->wout, h->g.n, (float)lr, h->beta1, h->beta2,
-                  h->eps, h->wd, (float)coef, step);
-        /* Async: the weights go out first, so the partitions compute the next step while
+        vf_adamw_hyper hp = {(float)lr, h->beta1, h->beta2, h->eps, h->wd, (float)coef, step};
+        VF_TRY(vf_adamw_xchg_update(&h->x, h->master, h->m, h->v, &hp, st));
+        /* Async: the reply goes out first, so the partitions compute the next step while
          * the snapshot is copied and sent. Sync (the benchmark's baseline, as a save
          * inside a training loop): the snapshot is written and acknowledged before the
-         * weights go out. ckpt_s is the shard's time in the snapshot; the step's wall
-         * time runs from weights out to weights out. */
+         * reply. ckpt_s is the shard's time in the snapshot; the step's wall time runs
+         * from reply to reply. */
         bool ck = step == h->steps || (h->every > 0 && step % h->every == 0);
         int64_t t_ck = vf_train_now_ns();
         if (ck && h->sync) VF_TRY(snapshot(s, ctx, h, step, lr, &si, st));
         double ckpt_s = (double)(vf_train_now_ns() - t_ck) * 1e-9;
-        if (step < h->steps) VF_TRY(send_weights(s, ctx, h, step, st));
+        int64_t moved = h->x.moved;
+        if (step < h->steps) VF_TRY(vf_adamw_xchg_reply(&h->x, ctx, step, st));
+        else VF_TRY(vf_adamw_xchg_release(&h->x, st));
         int64_t t_now = vf_train_now_ns();
+        {
+            char row[160];
+            snprintf(row, sizeof row, "{\"event\":\"xchg\",\"step\":%lld,\"shard\":%d,\"copied_bytes\":%lld}",
+                     (long long)step, h->g.k, (long long)moved);
+            vf_metric_row(ctx, row);
+        }
         if (ck && !h->sync) {
             VF_TRY(snapshot(s, ctx, h, step, lr, &si, st));
             ckpt_s = (double)(vf_train_now_ns() - t_now) * 1e-9;

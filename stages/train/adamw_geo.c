@@ -59,6 +59,30 @@ void vf_adamw_dtypes(const vf_params *p, vf_dtype *act, vf_dtype *grad)
     *grad = *act;
 }
 
+void vf_adamw_chunks_of(const vf_params *p, const vf_adamw_geo *g, vf_adamw_chunks *c)
+{
+    memset(c, 0, sizeof *c);
+    vf_device dev = vf_param_device(p, "device");
+    bool cross = false;
+    for (int i = 0; i < vf_param_len(p, "part_devices") && !cross; i++) {
+        vf_device d;
+        vf_status st = {0};
+        cross = vf_device_parse(vf_param_str_at(p, "part_devices", i), &d, &st) == 0 &&
+                !(d.kind == dev.kind && (d.kind == VF_DEV_CPU || d.index == dev.index));
+    }
+    /* a norm block read whole across a partition boundary that cuts it */
+    bool straddle = false;
+    for (int q = 1; q < g->P && !straddle; q++)
+        straddle = g->plo[q] > g->lo && g->plo[q] < g->hi && g->plo[q] % g->block != 0;
+    int64_t chunk = vf_param_int(p, "chunk");
+    int64_t cap = cross ? (chunk + g->block - 1) / g->block * g->block : g->block;
+    if (cap > g->n) cap = g->n;
+    c->cap = cap > 0 ? cap : 1;
+    c->g = straddle || cross;
+    c->r = cross && g->D > 1;
+    c->w = cross;
+}
+
 /* ------------------------------------------------------------------ ports, memory */
 
 /* The weights file of param `weights` against the model, headers only (vflow check /
@@ -123,10 +147,15 @@ int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_sp
     static const char *const sN[1] = {"N"};
     int64_t n1 = g.n > 0 ? g.n : 1;
 
+    /* the exchange (adamw_xchg.c): the partitions' views in, replies out, which carry the
+     * weights as data only where the views crossed as copies */
     vf_port_spec *gi = vf_port_add(out, "grads", VF_PORT_IN, true);
     gi->multi = true;
     gi->device = dev;
-    vf_port_tensor(gi, "g", grad, 1, &n1, sN)->optional = true;
+    vf_tensor_spec *t = vf_port_tensor(gi, "g", grad, 1, &n1, sN);
+    t->optional = t->view = true;
+    t = vf_port_tensor(gi, "w", act, 1, &n1, sN);
+    t->optional = t->view = true;
     gi->meta_bytes = 1024;
     for (int q = 0; q < g.P; q++) {
         char name[VF_NAME_MAX];
@@ -136,7 +165,8 @@ int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_sp
         snprintf(name, sizeof name, "weights_p%d", q);
         vf_port_spec *w = vf_port_add(out, name, VF_PORT_OUT, true);
         w->device = dev;
-        vf_port_tensor(w, "w", act, 1, &n, sN)->optional = true;
+        t = vf_port_tensor(w, "w", act, 1, &n, sN);
+        t->optional = t->view = true;
         w->meta_bytes = 256;
     }
     if (g.S > 1) {
@@ -183,12 +213,14 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
     vf_adamw_dtypes(p, &act, &grad);
     int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
     vf_mem_plan_add(out, dev, VF_MEM_OPTIM, "master weights + moments (f32)", 12 * g.n);
-    vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient slice", gs * g.n);
-    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "new compute weights", as * g.n);
-    /* the weight item being built (the pool's buffers are all the size of the largest
-     * piece; the sent ones are on the edges and in the partitions' hands, which the plan
-     * counts there: the pool allocates only when none has come back) */
-    vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "weight item being built", as * vf_adamw_weight_piece_most(&g));
+    vf_mem_plan_params(out, dev, g.n);
+    /* the gradients and weights are the partitions' (lent, read and written in place);
+     * here only the bounded chunks through which the shard reaches what it cannot */
+    vf_adamw_chunks c;
+    vf_adamw_chunks_of(p, &g, &c);
+    if (c.g) vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient chunk (split blocks, other devices)", gs * c.cap);
+    if (c.r) vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient chunk of other replicas", gs * c.cap);
+    if (c.w) vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weight chunk (other devices)", as * c.cap);
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
     /* the start reads and uploads chunk by chunk (master, then both moments), and a
      * snapshot copies one chunk at a time into the item it sends */

@@ -1,20 +1,23 @@
 /* dit_stage.c — stage kind `dit`: one pipeline partition of the video DiT (docs/TRAINING.md).
  *
  * Partition p of P runs blocks [splits[p], splits[p+1]) of the model (the first also the
- * embeddings, the last also the head and the loss) on its device. Per step:
- *   1. receive the weights of its flat range from every optimizer shard ("weights", one
- *      item per shard, empty when the shard's slice does not overlap the range): the
- *      first item's step is where the run starts (0, or the checkpoint's with --resume);
+ * embeddings, the last also the head and the loss) on its device. It holds the weights
+ * and gradients of its flat range once and lends them to the optimizer shards
+ * (dit_xchg.c): before the first step it lends each shard the weights of their overlap,
+ * then per step:
+ *   1. wait for every shard's reply ("weights", one item per shard): the shard has
+ *      written the weights in place and let go of the buffers; the first reply's step is
+ *      where the run starts (0, or the checkpoint's with --resume);
  *   2. run the step's M micro-batches in 1F1B order (dit_step.c), accumulating the
  *      parameter gradients;
- *   3. send each shard its piece of the gradients ("grad_s<k>"), with the step's loss
- *      (last partition), reader cursor (first partition) and timings.
+ *   3. lend each shard its piece of the gradients and weights ("grad_s<k>"), with the
+ *      step's loss (last partition), reader cursor (first partition) and timings.
  * It stops after `steps`, or at a step boundary when its inputs end. Ports:
  *   batch    in   (first partition) latent_reader items
  *   act_in   in   (not first) activations, act_out out (not last)
  *   grad_in  in   (not last, a training-loop edge), grad_out out (not first)
- *   weights  in   multi, from the S shards (loop edges)
- *   grad_s<k> out one per shard
+ *   weights  in   multi, the S shards' replies (loop edges)
+ *   grad_s<k> out one per shard: views of the overlap
  * With --resume the first partition replays the reader up to the checkpoint's cursor, so
  * the data continue exactly where the checkpointed step left them.
  */
@@ -205,11 +208,14 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
         go->device = dev;
         xfer_spec(go, &g, &mx, grad, false);
     }
+    /* the exchange with the shards (dit_xchg.c): views of the weights and gradients out,
+     * replies in, which carry the weights as data only where the views crossed as copies */
     static const char *const sN[1] = {"N"};
     vf_port_spec *w = vf_port_add(out, "weights", VF_PORT_IN, true);
     w->multi = true;
     w->device = dev;
-    vf_port_tensor(w, "w", act, 1, &g.n, sN)->optional = true;
+    vf_tensor_spec *wt = vf_port_tensor(w, "w", act, 1, &g.n, sN);
+    wt->optional = wt->view = true;
     w->meta_bytes = 256;
     for (int k = 0; k < g.S; k++) {
         char name[VF_NAME_MAX];
@@ -219,7 +225,10 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
         snprintf(name, sizeof name, "grad_s%d", k);
         vf_port_spec *gs = vf_port_add(out, name, VF_PORT_OUT, true);
         gs->device = dev;
-        vf_port_tensor(gs, "g", grad, 1, &n, sN)->optional = true;
+        vf_tensor_spec *t = vf_port_tensor(gs, "g", grad, 1, &n, sN);
+        t->optional = t->view = true;
+        t = vf_port_tensor(gs, "w", act, 1, &n, sN);
+        t->optional = t->view = true;
         gs->meta_bytes = 1024;
     }
 fail:
@@ -245,18 +254,18 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     }
     if (g.lora) { /* the frozen base once, in the partition's dtype; gradients for the adapters only */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * g.bn);
-        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters + gradients", (int64_t)(as + gs) * g.n);
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters (lent to the shards)", (int64_t)as * g.n);
+        vf_mem_plan_add(out, dev, VF_MEM_GRADS, "LoRA gradients (lent to the shards)", (int64_t)gs * g.n);
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "base loading: its largest tensor (f32 staging)",
                         4 * largest_in(g.l, g.boff, g.bn));
     } else {
-        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights + gradients", (int64_t)(as + gs) * g.n);
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights (lent to the shards)", (int64_t)as * g.n);
+        vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradients (lent to the shards)", (int64_t)gs * g.n);
     }
+    vf_mem_plan_params(out, dev, g.lora ? g.bn : g.n);
     /* the pools behind sent items allocate only when none has come back, so what they
      * hold beyond the one item being built sits on the edges and in the receivers' hands,
-     * which the plan counts there: one gradient slice (the largest), one activation or
-     * gradient item */
-    vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient slice item being built",
-                    (int64_t)gs * vf_train_most_overlap(g.off, g.off + g.n, g.slo, g.shi, g.S));
+     * which the plan counts there: one activation or gradient item */
     if (mx.B > 0) {
         vf_dit_mem m;
         bool last = g.p == g.P - 1, first = g.p == 0;
@@ -366,8 +375,8 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
         snprintf(h->peak_dev, sizeof h->peak_dev, "%s/%s", host, dev);
     }
     h->as = vf_dtype_size(h->act), h->gs = vf_dtype_size(h->grad);
-    h->params = h->be->alloc(h->be, h->as * (size_t)h->n, st);
-    h->grads = h->params ? h->be->alloc(h->be, h->gs * (size_t)h->n, st) : NULL;
+    h->params = h->be->alloc_shared(h->be, h->as * (size_t)(h->n ? h->n : 1), st);
+    h->grads = h->params ? h->be->alloc_shared(h->be, h->gs * (size_t)(h->n ? h->n : 1), st) : NULL;
     if (!h->grads) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld weights",
                            vf_stage_name(s), (long long)h->n);
     if (h->lora) VF_TRY(load_base(s, h, prm, st));
@@ -380,8 +389,8 @@ static void dit_fini(vf_stage *s)
     dit_part_state *h = vf_stage_state(s);
     if (!h) return;
     vf_dit_stage_teardown(h);
-    if (h->be && h->params) h->be->free(h->be, h->params);
-    if (h->be && h->grads) h->be->free(h->be, h->grads);
+    if (h->be && h->params) h->be->free_shared(h->be, h->params);
+    if (h->be && h->grads) h->be->free_shared(h->be, h->grads);
     if (h->be && h->base) h->be->free(h->be, h->base);
     vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
@@ -390,90 +399,6 @@ static void dit_fini(vf_stage *s)
 }
 
 /* ------------------------------------------------------------------ run */
-
-/* Weights of the range from every shard, all tagged with one step: *step (or sets it
- * when < 0). VF_EOS when the shards ended. */
-static int recv_weights(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step, vf_status *st)
-{
-    int64_t covered = 0;
-    for (int got = 0; got < h->S; got++) {
-        vf_item *it = NULL;
-        int rc = vf_recv(vf_in(ctx, "weights"), &it, st);
-        if (rc == VF_EOS && got == 0) return VF_EOS;
-        if (rc == VF_EOS)
-            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: weights ended after %d of %d shards",
-                                 vf_stage_name(s), got, h->S);
-        if (rc) return rc;
-        double ws, off, n;
-        if (vf_item_num(it, "step", &ws) || vf_item_num(it, "off", &off) || vf_item_num(it, "n", &n)) {
-            vf_item_free(it);
-            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: weights item without step/off/n",
-                                 vf_stage_name(s));
-        }
-        if (*step < 0) *step = (int64_t)ws;
-        if ((int64_t)ws != *step || (n > 0 && ((int64_t)off < h->off || (int64_t)(off + n) > h->off + h->n))) {
-            vf_item_free(it);
-            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                                 "%s: weights for step %g elements [%g, +%g) do not fit step %lld range [%lld, +%lld)",
-                                 vf_stage_name(s), ws, off, n, (long long)*step, (long long)h->off, (long long)h->n);
-        }
-        if (n > 0) {
-            vf_tensor *w = vf_item_get(it, "w");
-            rc = w ? vf_train_tensor_in(h->be, (char *)h->params + (size_t)((int64_t)off - h->off) * h->as, h->act,
-                                        w, 0, (int64_t)n, "dit weights", st)
-                   : vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: weights item without \"w\"",
-                                   vf_stage_name(s));
-            if (rc) {
-                vf_item_free(it);
-                return rc;
-            }
-        }
-        covered += (int64_t)n;
-        vf_item_free(it);
-    }
-    if (covered != h->n)
-        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: the shards sent %lld of %lld weights",
-                             vf_stage_name(s), (long long)covered, (long long)h->n);
-    return 0;
-}
-
-static int send_slices(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out *o,
-                       int64_t t0, int64_t t1, vf_status *st)
-{
-    for (int k = 0; k < h->S; k++) {
-        int rc = 0;
-        char name[VF_NAME_MAX], id[64];
-        int64_t off, n;
-        vf_train_overlap(h->off, h->off + h->n, h->slo[k], h->shi[k], &off, &n);
-        snprintf(name, sizeof name, "grad_s%d", k);
-        snprintf(id, sizeof id, "g%lld.p%d.r%d", (long long)step, h->p, h->r);
-        vf_item *it = vf_item_new(id, st);
-        if (!it) return VF_ENOMEM;
-        if (n > 0) {
-            vf_tensor *t = vf_bufpool_tensor(h->slice_pool, h->grad, 1, &n, st);
-            if (!t || (rc = vf_item_put(it, "g", t, st))) {
-                vf_item_free(it);
-                return t ? rc : VF_ENOMEM;
-            }
-            h->be->copy(h->be, t->data, (char *)h->grads + (size_t)(off - h->off) * h->gs, (size_t)n * h->gs);
-        }
-        const char *keys[] = {"step",    "part",    "replica", "off",  "n",     "t0_ns",     "t1_ns",
-                              "busy_ns", "samples", "tokens",  "loss", "flops", "peak_flops"};
-        double vals[] = {(double)step, h->p, h->r, (double)off, (double)n, (double)t0, (double)t1,
-                         (double)o->busy_ns, o->samples, (double)o->tokens, o->loss, o->flops, h->peak};
-        for (int i = 0; i < 13 && !rc; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
-        if (!rc && h->peak > 0) rc = vf_item_set_str(it, "peak_dev", h->peak_dev, st);
-        if (!rc && h->first) rc = vf_item_set_str(it, "cursor", o->cursor, st);
-        if (rc) {
-            vf_item_free(it);
-            return rc;
-        }
-        rc = vf_send(vf_out(ctx, name), it, st);
-        if (rc < 0) return rc;
-    }
-    (void)s;
-    return 0;
-}
 
 static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_INFO, "%s", msg); }
 
@@ -526,9 +451,10 @@ static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     int rc = 0;
     dit_part_state *h = vf_stage_state(s);
     int64_t step = -1, busy_total = 0, t_run = vf_train_now_ns();
+    VF_TRY(vf_dit_xchg_lend(s, ctx, h, st));
     for (;;) {
         int64_t ws = step < 0 ? -1 : step;
-        rc = recv_weights(s, ctx, h, &ws, st);
+        rc = vf_dit_xchg_recv(s, ctx, h, &ws, st);
         if (rc == VF_EOS) {
             rc = 0;
             break;
@@ -552,7 +478,7 @@ static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         VF_TRY(rc);
         int64_t t1 = vf_train_now_ns();
         busy_total += o.busy_ns;
-        VF_TRY(send_slices(s, ctx, h, step, &o, t0, t1, st));
+        VF_TRY(vf_dit_xchg_send(s, ctx, h, step, &o, t0, t1, st));
         if (h->last) {
             char row[256];
             snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"loss\":%.9g,\"replica\":%d}",
@@ -596,7 +522,7 @@ static const vf_stage_ops dit_ops = {
     .api_version = VF_API_VERSION,
     .kind = "dit",
     .doc = "one pipeline partition of the video DiT: 1F1B over micro-batches, rectified-flow loss, "
-           "gradient slices to the optimizer shards",
+           "its weights and gradients lent to the optimizer shards",
     .params = dit_params,
     .ports = dit_ports,
     .memory = dit_memory,

@@ -36,8 +36,11 @@ typedef struct dit_part_state {
     vf_dit_rf rf;
     char ckpt_dir[4096];
 
-    /* buffers: weights and gradients of the trainable range (backend) */
+    /* buffers: weights and gradients of the trainable range (backend shared memory: the
+     * shards reach them through views, dit_xchg.c) */
     void *params, *grads;
+    bool lend_w[VF_TRAIN_MAX_SHARDS];        /* shard k writes its weights in place (else it
+                                                replies with them as data) */
 
     /* set up at the first micro-batch, once its geometry is known */
     bool ready;
@@ -47,7 +50,7 @@ typedef struct dit_part_state {
     vf_dit_saved **sv;
     int nsv;
     vf_1f1b_op *ops;
-    vf_bufpool *act_pool[XF_N], *gout_pool[XF_CTX + 1], *slice_pool;
+    vf_bufpool *act_pool[XF_N], *gout_pool[XF_CTX + 1];
     /* first partition: host staging of one micro-batch and its device copy */
     float *h_xt, *h_target, *h_t;
     float *h_emb;                            /* (B, text_len, text_dim) with text embeddings */
@@ -91,5 +94,15 @@ void vf_dit_stage_teardown(dit_part_state *h);
  * when the input ended before the step began. */
 int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
                       vf_status *st);
+
+/* The exchange with the optimizer shards (dit_xchg.c). lend: before the first step, the
+ * weights' views to every shard (step -1). recv: the S replies of one step, *step set from
+ * the first (when < 0) and checked against the rest; weights that come as data are
+ * copied in; VF_EOS when the shards ended. send: the step's slice items, the weights' and
+ * gradients' views with the step's metadata. */
+int vf_dit_xchg_lend(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_status *st);
+int vf_dit_xchg_recv(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step, vf_status *st);
+int vf_dit_xchg_send(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out *o, int64_t t0,
+                     int64_t t1, vf_status *st);
 
 #endif /* VF_DIT_STAGE_H */

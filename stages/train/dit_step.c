@@ -2,8 +2,11 @@
  *
  * The first partition cuts the replica's global batch (one latent_reader item of Bg
  * samples) into M micro-batches of ⌊Bg·(m+1)/M⌋ − ⌊Bg·m/M⌋ samples and builds each
- * sample's rectified-flow pair from Philox keyed by (seed, step, r·Bg + position in the
- * global batch): the noise and the timestep of a sample never depend on P or M. The
+ * sample's rectified-flow pair from Philox keyed by (seed, step, j·D + r), j the sample's
+ * position in replica r's batch: the readers deal the epoch's order to the D replicas
+ * round-robin (latent_reader.h), so j·D + r is the sample's position in the step's
+ * combined batch, and D replicas of batch b train on the same samples with the same
+ * noise and timesteps as one replica of batch D·b; they never depend on P or M. The
  * target travels forward with the activations to the last partition, which computes the
  * loss with grad_scale = B_m / (Bg · D), so the gradients accumulated over the M
  * micro-batches and summed over the D replicas are those of the global mean loss.
@@ -34,7 +37,7 @@ static void xf_shapes(const dit_part_state *h, const vf_dit_dims *d, int64_t shp
     nd[XF_X] = 3, shp[XF_X][0] = B, shp[XF_X][1] = L, shp[XF_X][2] = D;
     nd[XF_E] = 2, shp[XF_E][0] = B, shp[XF_E][1] = D;
     nd[XF_E0] = 3, shp[XF_E0][0] = B, shp[XF_E0][1] = 6, shp[XF_E0][2] = D;
-    nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = c->text_len, shp[XF_CTX][2] = D;
+    nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = vf_dit_ctx_len(c), shp[XF_CTX][2] = D;
     nd[XF_TARGET] = 5, shp[XF_TARGET][0] = B, shp[XF_TARGET][1] = c->z, shp[XF_TARGET][2] = d->T;
     shp[XF_TARGET][3] = d->H, shp[XF_TARGET][4] = d->W;
 }
@@ -86,9 +89,6 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
             if (!h->gout_pool[i]) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
         }
     }
-    int64_t most = vf_train_most_overlap(h->off, h->off + h->n, h->slo, h->shi, h->S);
-    h->slice_pool = vf_bufpool_new(be, h->gs * (size_t)most, 2 * h->S, st);
-    if (!h->slice_pool) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
     if (h->first) {
         h->cap = ntok * zP;
         size_t nb = (size_t)max->B;
@@ -124,8 +124,6 @@ void vf_dit_stage_teardown(dit_part_state *h)
     h->part = NULL;
     for (int i = 0; i < XF_N; i++) vf_bufpool_unref(h->act_pool[i]), h->act_pool[i] = NULL;
     for (int i = 0; i <= XF_CTX; i++) vf_bufpool_unref(h->gout_pool[i]), h->gout_pool[i] = NULL;
-    vf_bufpool_unref(h->slice_pool);
-    h->slice_pool = NULL;
     vf_free(h->h_xt), vf_free(h->h_target), vf_free(h->h_t), vf_free(h->h_text), vf_free(h->h_len);
     vf_free(h->h_emb);
     h->h_xt = h->h_target = h->h_t = h->h_emb = NULL, h->h_text = h->h_len = NULL;
@@ -258,6 +256,12 @@ static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, v
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                              "%s: latents have %lld channels, the model's z is %d", vf_stage_name(s),
                              (long long)lat->shape[1], h->cfg.z);
+    if (vf_dit_in_dim(&h->cfg) != h->cfg.z || h->cfg.img_dim > 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "%s: the model is image-to-video (in_dim %d, img_dim %d) and batch \"%s\" "
+                             "carries text-to-video data only (no first-frame conditioning): the "
+                             "training stages take text-to-video models", vf_stage_name(s),
+                             vf_dit_in_dim(&h->cfg), h->cfg.img_dim, vf_item_id(it));
     if (!tx || tx->ndim != 2 || tx->dtype != VF_DTYPE_I32 || tx->shape[0] != lat->shape[0] || !tl ||
         tl->dtype != VF_DTYPE_I32 || vf_tensor_numel(tl) != lat->shape[0])
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
@@ -291,13 +295,12 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
 {
     vf_tensor *lat = vf_item_get(batch, "latent"), *tx = vf_item_get(batch, "text"),
               *tl = vf_item_get(batch, "text_len");
-    int Bg = (int)lat->shape[0];
     int64_t TLr = tx->shape[1], TL = h->cfg.text_len;
     const float *x0 = lat->data;
     const int32_t *text = tx->data, *len = tl->data;
     for (int i = 0; i < nb; i++) {
         int j = first + i;
-        uint64_t id = (uint64_t)h->r * (uint64_t)Bg + (uint64_t)j;
+        uint64_t id = (uint64_t)j * (uint64_t)h->D + (uint64_t)h->r;
         h->h_t[i] = vf_dit_rf_sample(&h->rf, (uint64_t)step, id, h->per, x0 + (int64_t)j * h->per,
                                      h->h_xt + (int64_t)i * h->per, h->h_target + (int64_t)i * h->per);
         for (int64_t k = 0; k < TL; k++) h->h_text[i * TL + k] = k < TLr ? text[(int64_t)j * TLr + k] : 0;

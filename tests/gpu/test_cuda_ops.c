@@ -29,6 +29,7 @@
 #include "kernels/ops.h"
 #ifdef VFLOW_HAVE_CUDA
 #include "kernels/cuda/cudnn_att.h"
+#include "kernels/cuda/cudnn_conv.h"
 #endif
 
 static vf_backend *G, *C;
@@ -199,25 +200,30 @@ static void elementwise_case(int64_t n, int off)
     G->axpy(G, db.p, da.p, -0.75f, n);
     snprintf(nm, sizeof nm, "axpy n%lld off%d", (long long)n, off);
     cmpd(nm, db, y, BF);
-    for (int act = 0; act < 2; act++) {
+    static const char *const act_name[3] = {"gelu", "silu", "gelu_erf"};
+    for (int act = 0; act < 3; act++) {
         float *o = nanv(n), *gd = rnd(n, -1, 1), *gi = rnd(n, -1, 1);
         dbuf dgd = dbf(gd, n, off), dgi = dbf(gi, n, off), dout2 = dbf(NULL, n, off);
         if (act == 0) {
             C->gelu_fwd(C, o, a, n), G->gelu_fwd(G, dout2.p, da.p, n);
             C->gelu_bwd(C, gi, gd, a, n), G->gelu_bwd(G, dgi.p, dgd.p, da.p, n);
+        } else if (act == 2) {
+            C->gelu_erf_fwd(C, o, a, n), G->gelu_erf_fwd(G, dout2.p, da.p, n);
+            C->gelu_erf_bwd(C, gi, gd, a, n), G->gelu_erf_bwd(G, dgi.p, dgd.p, da.p, n);
         } else {
             C->silu_fwd(C, o, a, n), G->silu_fwd(G, dout2.p, da.p, n);
             C->silu_bwd(C, gi, gd, a, n), G->silu_bwd(G, dgi.p, dgd.p, da.p, n);
         }
-        snprintf(nm, sizeof nm, "%s_fwd n%lld off%d", act ? "silu" : "gelu", (long long)n, off);
+        snprintf(nm, sizeof nm, "%s_fwd n%lld off%d", act_name[act], (long long)n, off);
         cmpd(nm, dout2, o, BF);
-        snprintf(nm, sizeof nm, "%s_bwd n%lld off%d", act ? "silu" : "gelu", (long long)n, off);
+        snprintf(nm, sizeof nm, "%s_bwd n%lld off%d", act_name[act], (long long)n, off);
         cmpd(nm, dgi, gi, BF);
         /* in place forward (out == inp) */
         dbuf dip = dbf(a, n, off);
         if (act == 0) G->gelu_fwd(G, dip.p, dip.p, n);
+        else if (act == 2) G->gelu_erf_fwd(G, dip.p, dip.p, n);
         else G->silu_fwd(G, dip.p, dip.p, n);
-        snprintf(nm, sizeof nm, "%s_fwd in place n%lld", act ? "silu" : "gelu", (long long)n);
+        snprintf(nm, sizeof nm, "%s_fwd in place n%lld", act_name[act], (long long)n);
         cmpd(nm, dip, o, BF);
         dfree(dgd), dfree(dgi), dfree(dout2), dfree(dip);
         free(o), free(gd), free(gi);
@@ -548,6 +554,40 @@ VF_TEST(attention)
     attention_cases();
 }
 
+static int64_t gemm_calls(void)
+{
+    int64_t n = 0;
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind == VF_DEV_CUDA) n = vf_cuda_attn_gemm_calls();
+#endif
+    return n;
+}
+
+/* Heads wider than cuDNN (256) and the hand kernels' tiles (128) take: the VAE's
+ * mid-block attention, one head 384 wide over a frame's positions. Outside the hand pass
+ * the forward runs as cuBLASLt GEMMs around a softmax (attention_gemm.cu), against the
+ * CPU like every case; under "hand" the hand kernels run it. cuDNN takes none of them. */
+VF_TEST(attention_wide_heads)
+{
+#ifdef VFLOW_HAVE_CUDA
+    vf_status st = {0};
+    if (G->device.kind == VF_DEV_CUDA && vf_cuda_attn_use("cudnn", &st) != 0)
+        fprintf(stderr, "  no cuDNN (%s): the GEMM path all the same\n", st.msg);
+#endif
+    att_cudnn = 0; /* the cuDNN count must not move */
+    const int64_t g0 = gemm_calls();
+    attention_case(2, 300, 280, 1, 384, 0, HAND);   /* ragged lengths */
+    attention_case(1, 1024, 1024, 1, 384, 0, HAND); /* a 32 x 32 frame, as at 256 x 256 */
+    attention_case(1, 50, 60, 2, 272, 1, HAND);     /* two heads, off 16-byte alignment */
+    if (G->device.kind == VF_DEV_CUDA)
+        VF_CHECK_MSG(gemm_calls() >= g0 + 9, "the wide heads ran %lld times as cuBLASLt GEMMs, not 9",
+                     (long long)(gemm_calls() - g0));
+    use_hand();
+    const int64_t g1 = gemm_calls();
+    attention_case(2, 300, 280, 1, 384, 0, HAND);
+    VF_CHECK_MSG(gemm_calls() == g1, "the hand pass ran cuBLASLt GEMMs");
+}
+
 /* Wan-1.3B's attention shapes on cuDNN (no CPU reference at this size): finite outputs,
  * the same bits twice, and the workspace cuDNN holds within what the plan counts for the
  * largest shape so far (vf_attention_workspace_bound; the workspace only grows). */
@@ -631,25 +671,79 @@ VF_TEST(permute)
     }
 }
 
-static void conv_case(int64_t B, int64_t Cc, int64_t T, int64_t H, int64_t W, int64_t OC, int K, int st, int sh,
-                      int pt0, int ph)
+/* The convolution paths this run compares: cuDNN's (where the build has it and libcudnn
+ * loads; otherwise said loudly, and a failure under VFLOW_CONV=cudnn) and the hand
+ * kernel. conv_path_set(-1) goes back to cuDNN where it can be had. */
+static int conv_cudnn_ok = -1;
+static int conv_npaths(void)
 {
-    char nm[96];
-    const int KT = K, KH = K, KW = K, sw = sh, pt1 = 0, pw = ph;
-    const int64_t To = (T + pt0 + pt1 - KT) / st + 1, Ho = (H + 2 * ph - KH) / sh + 1, Wo = (W + 2 * pw - KW) / sw + 1;
+#ifdef VFLOW_HAVE_CUDA
+    if (conv_cudnn_ok < 0) {
+        vf_status st = {0};
+        conv_cudnn_ok = G->device.kind == VF_DEV_CUDA && vf_cuda_conv_use("cudnn", &st) == 0;
+        const char *e = getenv("VFLOW_CONV");
+        if (G->device.kind == VF_DEV_CUDA && !conv_cudnn_ok) {
+            fprintf(stderr, "  cuDNN convolution NOT TESTED here: %s\n", st.msg);
+            VF_CHECK_MSG(!(e && strcmp(e, "cudnn") == 0), "VFLOW_CONV=cudnn, and cuDNN cannot be had: %s", st.msg);
+        }
+    }
+    return conv_cudnn_ok ? 2 : 1;
+#else
+    return 1;
+#endif
+}
+static const char *conv_path_name = "cpu";
+static void conv_path_set(int i)
+{
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind != VF_DEV_CUDA) return;
+    const char *p = conv_npaths() == 2 && i != 1 ? "cudnn" : "hand";
+    vf_status st = {0};
+    VF_CHECK_MSG(vf_cuda_conv_use(p, &st) == 0, "%s", st.msg);
+    conv_path_name = p;
+#else
+    (void)i;
+#endif
+}
+/* the path the last conv3d_fwd took: "cudnn", "hand" (cuDNN refused the shape, or the
+ * hand kernel was asked for) or "cpu" */
+static const char *conv_path_now(void)
+{
+#ifdef VFLOW_HAVE_CUDA
+    static int64_t last[2];
+    int64_t n[2];
+    if (G->device.kind != VF_DEV_CUDA) return "cpu";
+    vf_cuda_conv_counts(&n[0], &n[1]);
+    const char *p = n[0] > last[0] ? "cudnn" : strcmp(conv_path_name, "cudnn") == 0 ? "hand, cuDNN refused it" : "hand";
+    last[0] = n[0], last[1] = n[1];
+    return p;
+#else
+    return "cpu";
+#endif
+}
+
+/* spatial padding ph0 before and ph1 after both H and W */
+static void conv_case(int64_t B, int64_t Cc, int64_t T, int64_t H, int64_t W, int64_t OC, int K, int st, int sh,
+                      int pt0, int ph0, int ph1)
+{
+    char nm[128];
+    const int KT = K, KH = K, KW = K, sw = sh, pt1 = 0, pw0 = ph0, pw1 = ph1;
+    const int64_t To = (T + pt0 + pt1 - KT) / st + 1, Ho = (H + ph0 + ph1 - KH) / sh + 1,
+                  Wo = (W + pw0 + pw1 - KW) / sw + 1;
     const int64_t ni = B * Cc * T * H * W, nw = OC * Cc * KT * KH * KW, no = B * OC * To * Ho * Wo;
     float *x = rnd(ni, -1, 1), *w = rnd(nw, -0.3, 0.3), *b = rnd(OC, -1, 1), *o = nanv(no);
     dbuf dx = dbf(x, ni, 0), dw = dbf(w, nw, 0), db = dbf(b, OC, 0), dout = dbf(NULL, no, 0);
-    C->conv3d_fwd(C, o, x, w, b, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw);
-    G->conv3d_fwd(G, dout.p, dx.p, dw.p, db.p, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw);
-    snprintf(nm, sizeof nm, "conv3d_fwd C%lld OC%lld %lldx%lldx%lld k%d s%d/%d", (long long)Cc, (long long)OC,
-             (long long)T, (long long)H, (long long)W, K, st, sh);
+    C->conv3d_fwd(C, o, x, w, b, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1);
+    G->conv3d_fwd(G, dout.p, dx.p, dw.p, db.p, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0,
+                  pw1);
+    snprintf(nm, sizeof nm, "conv3d_fwd C%lld OC%lld %lldx%lldx%lld k%d s%d/%d pad %d/%d+%d (%s)", (long long)Cc,
+             (long long)OC, (long long)T, (long long)H, (long long)W, K, st, sh, pt0, ph0, ph1, conv_path_now());
     cmpd(nm, dout, o, BF);
     float *g = rnd(no, -1, 1), *gx = rnd(ni, -1, 1), *gw = rnd(nw, -1, 1), *gb = rnd(OC, -1, 1);
     dbuf dg = dbf(g, no, 0), dgx = dbf(gx, ni, 0), dgw = dbf(gw, nw, 0), dgb = dbf(gb, OC, 0);
-    C->conv3d_bwd(C, gx, gw, gb, g, x, w, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph, pw);
-    G->conv3d_bwd(G, dgx.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph,
-                  pw);
+    C->conv3d_bwd(C, gx, gw, gb, g, x, w, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0, ph1, pw0, pw1);
+    G->conv3d_bwd(G, dgx.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, B, Cc, T, H, W, OC, KT, KH, KW, st, sh, sw, pt0, pt1, ph0,
+                  ph1, pw0, pw1);
     cmpd("  conv3d_bwd dinp", dgx, gx, BF);
     cmpd("  conv3d_bwd dw", dgw, gw, BF);
     cmpd("  conv3d_bwd dbias", dgb, gb, BF);
@@ -659,11 +753,18 @@ static void conv_case(int64_t B, int64_t Cc, int64_t T, int64_t H, int64_t W, in
 
 VF_TEST(conv3d)
 {
-    conv_case(1, 3, 5, 9, 10, 8, 3, 1, 1, 2, 1);   /* causal, C·27 = 81: scalar weight loads */
-    conv_case(2, 16, 5, 12, 11, 24, 3, 1, 1, 2, 1); /* C·27 % 8 == 0: vector weight loads */
-    conv_case(1, 8, 4, 16, 16, 8, 3, 1, 2, 0, 0);  /* spatial stride 2 (downsample), no pad */
-    conv_case(1, 8, 5, 6, 6, 8, 3, 2, 1, 2, 1);    /* temporal stride 2 */
-    conv_case(1, 70, 3, 20, 20, 130, 1, 1, 1, 0, 0); /* 1x1x1, OC over one tile */
+    /* each case on every path the build has: cuDNN's convolution (where it takes the
+     * shape) and the hand kernel */
+    for (int pi = 0; pi < conv_npaths(); pi++) {
+        conv_path_set(pi);
+        conv_case(1, 3, 5, 9, 10, 8, 3, 1, 1, 2, 1, 1);    /* causal, C·27 = 81: scalar weight loads */
+        conv_case(2, 16, 5, 12, 11, 24, 3, 1, 1, 2, 1, 1); /* C·27 % 8 == 0: vector weight loads */
+        conv_case(1, 8, 4, 16, 16, 8, 3, 1, 2, 0, 0, 0);   /* spatial stride 2, no pad */
+        conv_case(1, 8, 3, 16, 12, 8, 3, 1, 2, 0, 0, 1);   /* the downsample: pad right and bottom */
+        conv_case(1, 8, 5, 6, 6, 8, 3, 2, 1, 2, 1, 1);     /* temporal stride 2 */
+        conv_case(1, 70, 3, 20, 20, 130, 1, 1, 1, 0, 0, 0); /* 1x1x1, OC over one tile */
+    }
+    conv_path_set(-1);
 }
 
 VF_TEST(embed)
@@ -774,10 +875,30 @@ VF_TEST(memory_ops)
     const size_t es = vf_dtype_size(G->act_dtype);
     G->copy(G, b.p, a.p, (size_t)n * es);
     cmpd("copy", b, x, 0);
+    /* copy2d: 50 blocks of 60 elements at a pitch of 100, into a pitch of 90 after 30 */
+    float *want = malloc(sizeof(float) * n);
+    memcpy(want, x, sizeof(float) * n);
+    for (int64_t r = 0; r < 50; r++)
+        for (int64_t i = 0; i < 60; i++) want[30 + r * 90 + i] = x[r * 100 + i];
+    G->copy2d(G, (char *)b.p + 30 * es, 90 * es, a.p, 100 * es, 60 * es, 50);
+    cmpd("copy2d", b, want, 0);
+    free(want);
     G->memset0(G, b.p, (size_t)n * es);
     float *z = calloc((size_t)n, sizeof(float));
     cmpd("memset0", b, z, 0);
     dfree(a), dfree(b);
+    /* shareable memory holds what is uploaded into it, as alloc's does */
+    vf_status sst = {0};
+    void *sh = G->alloc_shared(G, (size_t)n * 4, &sst);
+    VF_CHECK_MSG(sh != NULL, "alloc_shared: %s", sst.msg);
+    if (sh) {
+        float *back = calloc((size_t)n, sizeof(float));
+        G->upload(G, sh, x, n, VF_DTYPE_F32);
+        G->download(G, back, sh, n, VF_DTYPE_F32);
+        VF_CHECK_MSG(memcmp(x, back, sizeof(float) * n) == 0, "alloc_shared: upload/download round trip");
+        G->free_shared(G, sh);
+        free(back);
+    }
     free(x), free(z);
     /* sticky errors come back through sync with file:line */
     vf_status st = {0};
@@ -790,9 +911,9 @@ VF_TEST(memory_ops)
  * one (every_op_compared fails naming the op otherwise), and the first field names the
  * comparison's VF_TEST, so dropping a comparison without its entry breaks the build. */
 #define VF_CUDA_OP_CASES(X)                                                         \
-    X(memory_ops, "alloc free memset0 upload download copy sync")                   \
+    X(memory_ops, "alloc free alloc_shared free_shared memset0 upload download copy copy2d sync") \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
-    X(elementwise, "add axpy gelu_fwd gelu_bwd silu_fwd silu_bwd")                  \
+    X(elementwise, "add axpy gelu_fwd gelu_bwd gelu_erf_fwd gelu_erf_bwd silu_fwd silu_bwd") \
     X(norms, "layernorm_fwd layernorm_bwd rmsnorm_fwd rmsnorm_bwd rmsnorm_ch_fwd")  \
     X(adaln, "modulate_fwd modulate_bwd gated_add_fwd gated_add_bwd")               \
     X(rope, "rope_fwd rope_bwd")                                                    \

@@ -1,5 +1,7 @@
 /* test_cuda_vae.c — VAE encode on the CUDA backend against the CPU backend: the same
- * seeded weights, the same clips, encoded whole and in causal chunks.
+ * seeded weights, the same clips, encoded whole and in causal chunks, once with every
+ * convolution on cuDNN (where it can be had; a shape it refuses falls back, logged) and
+ * once on the hand kernel; the backend's counters say that each pass ran on its path.
  *
  * vflow-test: labels=gpu timeout=600
  *
@@ -20,6 +22,10 @@
 
 #include "kernels/ops.h"
 #include "models/vae.h"
+#ifdef VFLOW_HAVE_CUDA
+#include "kernels/cuda/cudnn_att.h"
+#include "kernels/cuda/cudnn_conv.h"
+#endif
 
 static vf_backend *G;
 
@@ -58,8 +64,52 @@ static int encode(vf_backend *be, int batch, int64_t T, int H, int W, int chunk,
     return rc;
 }
 
+/* Sets the convolution path of G ("cudnn" or "hand"); 0 when it cannot be had here (said
+ * loudly; a failure where VFLOW_CONV=cudnn demands it). On the CPU stand-in: 1 for "hand". */
+static int conv_path(const char *path)
+{
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind == VF_DEV_CUDA) {
+        vf_status st = {0};
+        if (vf_cuda_conv_use(path, &st) == 0) return 1;
+        const char *e = getenv("VFLOW_CONV");
+        fprintf(stderr, "  the %s convolution NOT TESTED here: %s\n", path, st.msg);
+        VF_CHECK_MSG(!(e && strcmp(e, "cudnn") == 0), "VFLOW_CONV=cudnn, and cuDNN cannot be had: %s", st.msg);
+        return 0;
+    }
+#endif
+    return strcmp(path, "hand") == 0;
+}
+
+/* the conv3d_fwd calls that ran on cuDNN and on the hand kernel so far (0 off CUDA) */
+static void conv_calls(int64_t n[2])
+{
+    n[0] = n[1] = 0;
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind == VF_DEV_CUDA) vf_cuda_conv_counts(&n[0], &n[1]);
+#endif
+}
+
+static void encode_on_path(const char *path);
+
+/* every convolution through cuDNN (the mid-block attention through cuBLASLt), then all
+ * on the hand kernel: each against the CPU */
 VF_TEST(vae_encode_gpu_vs_cpu)
 {
+    encode_on_path("cudnn");
+    encode_on_path("hand");
+#ifdef VFLOW_HAVE_CUDA
+    if (G->device.kind == VF_DEV_CUDA)
+        fprintf(stderr, "  conv paths %s, attention paths %s\n", vf_cuda_conv_path(), vf_cuda_attn_path());
+#endif
+}
+
+static void encode_on_path(const char *path)
+{
+    if (!conv_path(path)) return;
+    int64_t n0[2], n1[2];
+    conv_calls(n0);
+    fprintf(stderr, "  -- convolutions: %s\n", path);
     const int batch = 2, H = 64, W = 48;
     const int64_t T = 9;
     vf_vae_config cfg;
@@ -93,6 +143,14 @@ VF_TEST(vae_encode_gpu_vs_cpu)
     double ec = relerr(mg2, mg, nl, &bad);
     fprintf(stderr, "  mean   gpu chunked vs whole: rel %.3e (%d non-finite)\n", ec, bad);
     VF_CHECK(bad == 0 && ec <= 1e-2);
+    conv_calls(n1);
+    if (G->device.kind != VF_DEV_CPU) { /* the pass ran on its path (cuDNN may refuse a shape: logged) */
+        const int cudnn = strcmp(path, "cudnn") == 0;
+        fprintf(stderr, "  %lld convolutions on cuDNN, %lld on the hand kernel\n", (long long)(n1[0] - n0[0]),
+                (long long)(n1[1] - n0[1]));
+        VF_CHECK_MSG(cudnn ? n1[0] > n0[0] : n1[0] == n0[0], "%s pass: %lld convolutions on cuDNN", path,
+                     (long long)(n1[0] - n0[0]));
+    }
     free(x), free(mc), free(lc), free(mg), free(lg), free(mg2), free(lg2);
 }
 

@@ -34,10 +34,9 @@ LOOSE = {
     # A ZeroMQ edge sends large tensors from the item's own memory: the sender holds the
     # item until ZeroMQ has written it, and the plan counts it once more ("held while
     # sent") because a stage may build its next item meanwhile (synthetic, dit do).
-    "adamw": "what ZeroMQ holds while it sends adamw's weight item and snapshot is the item being built and the "
-             "snapshot staging its hook declares, and it builds no next one before they are written, so the "
-             "plan's held-while-sent lines (the weights, norm and snap ports) are never alive beside them: "
-             "0.69-0.75, a bound",
+    "adamw": "what ZeroMQ holds while it sends adamw's snapshot is the snapshot staging its hook declares, and "
+             "it builds no next one before it is written, so the plan's held-while-sent line of the snap port "
+             "is never alive beside it: 0.665 of the plan (0.99 with LoRA's small snapshots), a bound",
 }
 # Stage kinds whose account the plan splits differently from the runtime, held together
 # with the named partner instead: vae_encode's hook declares the micro-batch of clips it
@@ -48,11 +47,10 @@ LOOSE = {
 # ones ZeroMQ is still sending from its pool (the plan: one held while sent); the sum is
 # 1.01 there.
 PAIRED = {"synthetic": "vae_encode"}
-# (run, stage kind) pairs whose peak is a matter of timing: with S = 3 shards in other
-# workers a dit partition sends its three gradient slices one after another; whether the
-# earlier ones are still held while ZeroMQ sends them when the last is built depends on
-# the receivers (measured 0.88 or 1.00 of the plan, which counts one held per ZeroMQ edge).
-LOOSE_RUNS = {("train-c", "dit"): "1 to 3 slices held while sent at once, by timing; the plan counts 3"}
+# (run, stage kind) pairs whose peak is a matter of timing: none. (A dit partition lends
+# its weights and gradients to the shards, so what it holds does not depend on when the
+# shards take them.)
+LOOSE_RUNS = {}
 
 
 PRECOMPUTE = """

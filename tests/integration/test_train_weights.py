@@ -12,11 +12,13 @@
 #  - `vflow plan` counts each shard's loading peak: the file's largest tensor, on the host;
 #  - bad input, each refused by `vflow check` (before any worker starts) with exit 2 and
 #    one line naming the file and the tensor: a VAE given as the DiT, an I2V checkpoint
-#    (img_emb), a missing, an extra and a mis-shaped tensor (expected and found shape),
+#    (img_emb), a T2V checkpoint for an I2V model (patch_embedding's input channels, both
+#    shapes), a missing, an extra and a mis-shaped tensor (expected and found shape),
 #    an FP8 format vflow does not read (E4M3FNUZ), a model directory whose config.json
 #    says other heads (shapes alone cannot tell) or an I2V model, a truncated shard, an index naming a missing file, a header over the
 #    size limit; a NaN (found only when the data are read) fails `vflow run` with exit 2
-#    naming the tensor, before any step.
+#    naming the tensor, before any step; so does an image-to-video model (in_dim 8) on a
+#    cache of text-to-video data, naming the stage.
 # vflow-test: timeout=300
 import json
 import os
@@ -204,8 +206,8 @@ def main():
         check(r.returncode == 0 and len(l8) == 3, "training from the FP8 file: exit %d %s" % (r.returncode, r.stderr[-300:]))
 
         # bad input at check time
-        def bad(tag, path, *words):
-            r, _, _ = vflow("check", tmp, tag, "weights=" + path)
+        def bad(tag, path, *words, sets=()):
+            r, _, _ = vflow("check", tmp, tag, "weights=" + path, *sets)
             out = (r.stdout + r.stderr).strip()
             ok = check(r.returncode == 2 and all(w in out for w in words),
                        "%s: want exit 2 naming %s, got %d: %s" % (tag, words, r.returncode, out[-400:]))
@@ -223,6 +225,9 @@ def main():
         bad("missing", p("missing.safetensors"), "missing.safetensors", "blocks.1.ffn.0.bias", "missing", "[256]")
         write_st(p("extra.safetensors"), f32(dict(w0, **{"blocks.9.extra.weight": np.ones(3, np.float32)})))
         bad("extra", p("extra.safetensors"), "extra.safetensors", "blocks.9.extra.weight")
+        # a text-to-video checkpoint for an image-to-video model (4 + 4 conditioning channels)
+        bad("t2v-for-i2v", p("w0.safetensors"), "w0.safetensors", "patch_embedding.weight", "[64, 4, 1, 2, 2]",
+            "[64, 8, 1, 2, 2]", "text-to-video", sets=("in_dim=8",))
         shp = dict(w0, **{"head.head.bias": np.ones(8, np.float32)})
         write_st(p("shape.safetensors"), f32(shp))
         bad("shape", p("shape.safetensors"), "shape.safetensors", "head.head.bias", "[8]", "[16]")
@@ -275,6 +280,11 @@ def main():
         out = r.stdout + r.stderr
         check(r.returncode == 2 and "nan.safetensors" in out and "blocks.2.cross_attn.v.weight" in out
               and "NaN" in out and not ln, "NaN: exit %d, %d steps: %s" % (r.returncode, len(ln), out[-500:]))
+        # an image-to-video model on a cache of text-to-video data: refused at the first batch
+        r, _, ln = vflow("run", tmp, "i2v-data", "in_dim=8")
+        out = r.stdout + r.stderr
+        check(r.returncode == 2 and "image-to-video" in out and "in_dim 8" in out and not ln,
+              "I2V model on T2V data: exit %d, %d steps: %s" % (r.returncode, len(ln), out[-500:]))
     print("PASS" if not failed else "FAIL (%d)" % len(failed))
     return 1 if failed else 0
 

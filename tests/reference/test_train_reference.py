@@ -13,10 +13,13 @@
 #     gradients tests/reference/test_dit_parity.py checks against PyTorch).
 # Philox, the permutation and the pairs are written here from the documented rules
 # (runtime/philox.h, stages/reader/latent_reader.h, models/dit.h), not taken from the C code.
-# Checked per step: vflow's loss, gradient norm and lr against the reference; at the end
-# every weight of model.safetensors against the reference's (relative L2 ≤ 1e-5, max
-# abs ≤ 1e-5) — which fails for a wrong sample order, noise, timestep, gradient scale,
-# clip factor, schedule, weight decay or bias correction.
+# Checked per step: vflow's loss, gradient norm, clip factor and lr against the reference;
+# at the end every weight of model.safetensors against the reference's (relative L2 ≤
+# 1e-5, max abs ≤ 1e-5) — which fails for a wrong sample order, noise, timestep, gradient
+# scale, clip factor, schedule, weight decay or bias correction. Two runs, one on each
+# side of the clip threshold: clip = 0.5 lies under every step's gradient norm (the
+# gradients are scaled down), clip = 50 above every one (clip_grad_norm_ leaves them as
+# they are: a factor of exactly 1, never more).
 # vflow-test: labels=reference timeout=300
 import json
 import math
@@ -96,10 +99,12 @@ def permutation(seed, epoch, n):
 # ---------------------------------------------------------------- the run
 
 
-def main():
+def run(CLIP, above):
+    """One run at clip threshold CLIP; above: every gradient norm must exceed it (else
+    stay under it), so the run tests the side of the threshold it is meant to."""
     N, Z, T, H, W = 32, 4, 1, 8, 8
     B, STEPS, SEED, TL = 4, 3, 11, 32
-    LR, MIN_LR, WARMUP, WD, CLIP = 5e-3, 1e-3, 2, 0.1, 0.5
+    LR, MIN_LR, WARMUP, WD = 5e-3, 1e-3, 2, 0.1
     per = Z * T * H * W
     tmp = tempfile.mkdtemp(prefix="vf_train_ref.")
     cache, dump = os.path.join(tmp, "cache.lmdb"), os.path.join(tmp, "dump.bin")
@@ -174,8 +179,9 @@ def main():
             g["lr"] = lr
         opt.step()
         v = rows[step]
-        print("step %d: loss %.8f (vflow %.8f), grad norm %.6f (vflow %.6f), lr %.6g (vflow %.6g)"
-              % (step, loss, v["loss"], norm, v["grad_norm"], lr, v["lr"]))
+        print("clip %g step %d: loss %.8f (vflow %.8f), grad norm %.6f (vflow %.6f), lr %.6g (vflow %.6g)"
+              % (CLIP, step, loss, v["loss"], norm, v["grad_norm"], lr, v["lr"]))
+        assert (norm > CLIP) == above, ("the norm is on the other side of the threshold", step, norm, CLIP)
         assert abs(v["loss"] - loss) <= 1e-6 * abs(loss), (step, v["loss"], loss)
         assert abs(v["grad_norm"] - norm) <= 1e-6 * norm, (step, v["grad_norm"], norm)
         assert abs(v["lr"] - lr) <= 1e-9 * lr, (step, v["lr"], lr)
@@ -191,9 +197,15 @@ def main():
     rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
     worst = np.abs(got - ref).max()
     moved = np.linalg.norm(ref - np.fromfile(os.path.join(tmp, "params.bin"), np.float32)) / np.linalg.norm(ref)
-    print("final weights: relative L2 %.3e, max abs %.3e (the last step moved them by %.3e)" % (rel, worst, moved))
+    print("clip %g final weights: relative L2 %.3e, max abs %.3e (the last step moved them by %.3e)"
+          % (CLIP, rel, worst, moved))
     assert rel <= 1e-5 and worst <= 1e-5, (rel, worst)
     subprocess.run(["rm", "-rf", tmp])
+
+
+def main():
+    run(0.5, above=True)
+    run(50.0, above=False)
     print("PASS")
 
 

@@ -69,12 +69,7 @@ def original_name(k):
     return k.replace("scale_shift_table", "modulation")
 
 
-def rel_max(a, ref):
-    return float(np.abs(a - ref).max() / max(np.abs(ref).max(), 1e-30))
-
-
-def rel_norm(a, ref):
-    return float(np.linalg.norm(a - ref) / max(np.linalg.norm(ref), 1e-30))
+rel_max = wan_ref.rel_max
 
 
 def run(args):
@@ -188,14 +183,11 @@ def main():
             grads = np.fromfile(f("g.bin"), dtype=np.float32)
             e_pred = rel_max(cpred, ref_pred)
             e_loss = abs(closs - loss.item()) / loss.item()
-            worst, wname = 0.0, ""
-            for name, off, numel, _ in layout:
-                ref = ref_grads[name]
-                check(np.linalg.norm(ref) > 0, "%s: the reference gradient is zero" % name)
-                e = rel_norm(grads[off:off + numel].astype(np.float64), ref.astype(np.float64))
-                if e > worst:
-                    worst, wname = e, name
+            errs = wan_ref.grad_errors(layout, grads, ref_grads)
+            for name, e, zero in errs:
+                check(not zero, "%s: the reference gradient is zero" % name)
                 check(e <= GRAD_TOL, "%s: gradient of %s: relative error %.3g > %g" % (tag, name, e, GRAD_TOL))
+            worst, wname = max((e, n) for n, e, _ in errs)
             print("%-20s forward rel err %.2e, loss %.9g (ref %.9g, rel %.1e), %d gradients, worst %.2e (%s)" % (
                 tag, e_pred, closs, loss.item(), e_loss, len(layout), worst, wname))
             check(e_pred <= FWD_TOL, "%s: forward relative error %.3g > %g" % (tag, e_pred, FWD_TOL))

@@ -9,14 +9,21 @@
 #  - diffusers' own Wan converter (_convert_non_diffusers_wan_lora_to_diffusers, what
 #    WanLoraLoaderMixin.lora_state_dict calls for diffusion_model.* keys) renames the file
 #    to WanTransformer3DModel's modules; diffusers 0.33.1's converter takes no .alpha keys,
-#    so the test applies the scale the file declares (alpha/rank) to B first, as loaders
-#    that read .alpha do; the adapters are applied to WanTransformer3DModel both merged into
-#    its weights (W += B·A, what load_lora_adapter + fuse_lora compute) and unfused, as
-#    forward hooks adding B·(A·x) to each linear's output (what peft's LoraLayer computes;
-#    peft itself does not run on this torch);
+#    so the test reads each module's scale as loaders that read .alpha do: the module's
+#    .alpha over its rank, the rows of its A, both from the file (not from this test's
+#    constants), and vflow gets the same alpha and rank (lora_cfg) from the file too; the
+#    adapters are applied to WanTransformer3DModel both merged into its weights (W +=
+#    s·B·A, what load_lora_adapter + fuse_lora compute) and unfused, as forward hooks
+#    adding s·B·(A·x) to each linear's output (what peft's LoraLayer computes; peft itself
+#    does not run on this torch);
 #  - on a held sample both forwards equal vflow's forward with the adapters running on
 #    the frozen base (dit_tool grad lora=), relative error <= 1e-5, and differ
 #    from the base model's (the adapters are not zero);
+#  - the gradient of the mean squared error with respect to every A and B of the file,
+#    by torch autograd through the unfused hooks, equals vflow's gradient of the adapter
+#    vector (relative L2 <= 1e-4 per tensor): this is what training follows, and it sees a
+#    wrong scale s even where vflow's loader rescales B by the same wrong constant (the
+#    forward then still agrees);
 #  - the same adapters as lora_down/lora_up keys and as kohya lora_unet_* keys (another
 #    alpha, B rescaled to the same delta) read into the same adapter vector bit for bit;
 #  - lora_init = the file with lr = 0 continues from exactly those adapters;
@@ -55,7 +62,7 @@ TARGETS = ["self_attn.*", "cross_attn.*", "ffn.*"]
 LORA_CFG = json.dumps({"rank": RANK, "alpha": ALPHA, "targets": TARGETS})
 MODS = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q", "cross_attn.k", "cross_attn.v",
         "cross_attn.o", "ffn.0", "ffn.2"]
-TOL = 1e-5
+TOL, GRAD_TOL = 1e-5, 1e-4
 fails = []
 
 
@@ -135,13 +142,19 @@ def main():
     bmax = max(float(np.abs(v).max()) for k, v in sd.items() if k.endswith("lora_B.weight"))
     check(bmax > 0, "B is still zero")
 
-    # diffusers' converter, alpha applied, adapters merged into the base's weights
-    scaled = {}
-    for k, v in sd.items():
-        if k.endswith(".alpha"):
-            continue
-        s = float(sd[k.rsplit(".lora_", 1)[0] + ".alpha"]) / RANK if ".lora_B." in k else 1.0
-        scaled[k] = torch.from_numpy(v.copy()) * s
+    # alpha and rank as a loader reads them from the file: each module's .alpha, the rows of its A
+    def module(k):
+        return k.rsplit(".lora_", 1)[0]
+    scale = {module(k): float(sd[module(k) + ".alpha"]) / sd[k].shape[0] for k in sd if k.endswith(".lora_A.weight")}
+    ranks = sorted({int(sd[k].shape[0]) for k in sd if k.endswith(".lora_A.weight")})
+    alphas = sorted({float(sd[k]) for k in sd if k.endswith(".alpha")})
+    if not check(len(ranks) == 1 and len(alphas) == 1, "one rank and one alpha: %r %r" % (ranks, alphas)):
+        return 1
+    file_cfg = json.dumps({"rank": ranks[0], "alpha": alphas[0], "targets": TARGETS})
+
+    # diffusers' converter, the file's scale applied to B, adapters merged into the base's weights
+    scaled = {k: torch.from_numpy(v.copy()) * (scale[module(k)] if ".lora_B." in k else 1.0)
+              for k, v in sd.items() if not k.endswith(".alpha")}
     conv = _convert_non_diffusers_wan_lora_to_diffusers(dict(scaled))
     check(len(conv) == 2 * DEPTH * len(MODS), "converted keys: %d" % len(conv))
     model = WanTransformer3DModel.from_config(CONFIG)
@@ -168,25 +181,34 @@ def main():
     ts = np.array([0.375, 0.6875], np.float32)
     ref = fwd(model, xt, ts, emb).ravel()
     ref0 = fwd(base, xt, ts, emb).ravel()
-    # unfused, as peft's LoraLayer runs an adapter: base_layer(x) + lora_B(lora_A(x))
+    # unfused, as peft's LoraLayer runs an adapter: base_layer(x) + s·lora_B(lora_A(x)), with the
+    # file's A and B as leaves whose gradients autograd gives
     hooked = WanTransformer3DModel.from_config(CONFIG)
     hooked.load_state_dict(base.state_dict(), strict=True)
-    hooked.eval()
+    hooked.eval().requires_grad_(False)
+    leaves = {k: torch.from_numpy(v.copy()).requires_grad_() for k, v in sd.items() if not k.endswith(".alpha")}
+    file_key = {id(v): k for k, v in leaves.items()}  # the converter renames, the tensors stay
+    conv_leaves = _convert_non_diffusers_wan_lora_to_diffusers(dict(leaves))
     hooks = []
-    for k in conv:
+    for k in conv_leaves:
         if k.endswith(".lora_A.weight"):
-            A, B = conv[k], conv[k.replace(".lora_A.", ".lora_B.")]
+            A, B = conv_leaves[k], conv_leaves[k.replace(".lora_A.", ".lora_B.")]
+            s = scale[module(file_key[id(A)])]
             mod = hooked.get_submodule(k[len("transformer."):-len(".lora_A.weight")])
-            hooks.append(mod.register_forward_hook(lambda m, i, o, A=A, B=B: o + (i[0] @ A.t()) @ B.t()))
-    ref_unfused = fwd(hooked, xt, ts, emb).ravel()
+            hooks.append(mod.register_forward_hook(lambda m, i, o, A=A, B=B, s=s: o + s * ((i[0] @ A.t()) @ B.t())))
     check(len(hooks) == DEPTH * len(MODS), "hooked %d linears" % len(hooks))
+    pred_t = hooked(hidden_states=torch.from_numpy(xt), timestep=torch.from_numpy(ts) * 1000,
+                    encoder_hidden_states=torch.from_numpy(emb), return_dict=False)[0]
+    ((pred_t - torch.from_numpy(target)) ** 2).mean().backward()
+    ref_unfused = pred_t.detach().numpy().ravel()
     for name, arr in (("xt", xt), ("target", target), ("t", ts), ("emb", emb), ("len", lens)):
         np.ascontiguousarray(arr).tofile(f(name + ".bin"))
     r = sh([DIT_TOOL, "grad"] + CFG + ["dims=2,1,8,8", "weights=" + f("wan_dir"), "xt=" + f("xt.bin"),
                                        "t=" + f("t.bin"), "emb=" + f("emb.bin"), "len=" + f("len.bin"),
                                        "target=" + f("target.bin"), "pred=" + f("pred.bin"), "lora=" + path,
-                                       "lora_cfg=" + LORA_CFG, "parts=2"])
-    if check(r.returncode == 0, "dit_tool grad lora=: " + r.stderr):
+                                       "lora_cfg=" + file_cfg, "parts=2", "grads=" + f("lgrad.bin")])
+    lay = sh([DIT_TOOL, "layout"] + CFG + ["lora_cfg=" + file_cfg])
+    if check(r.returncode == 0 and lay.returncode == 0, "dit_tool grad / layout lora=: " + r.stderr + lay.stderr):
         pred = np.fromfile(f("pred.bin"), dtype=np.float32)
         e = float(np.abs(pred - ref).max() / np.abs(ref).max())
         eu = float(np.abs(pred - ref_unfused).max() / np.abs(ref_unfused).max())
@@ -196,6 +218,21 @@ def main():
         check(e0 > 100 * TOL, "the adapted forward is the base model's (rel %.3g)" % e0)
         print("adapted forward vs diffusers (converted + merged): rel err %.2e, unfused %.2e; vs the base model "
               "%.2e; max |B| %.3g" % (e, eu, e0, bmax))
+        grads = np.fromfile(f("lgrad.bin"), dtype=np.float32).astype(np.float64)
+        names, worst = set(), (0.0, "")
+        for line in lay.stdout.splitlines():
+            name, off, numel = line.split()[:3]
+            names.add(name)
+            want = leaves[name].grad.numpy().astype(np.float64).ravel() if name in leaves else np.zeros(0)
+            got = grads[int(off):int(off) + int(numel)]
+            if not check(want.size == got.size and np.linalg.norm(want) > 0, "%s: no reference gradient" % name):
+                continue
+            eg = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+            worst = max(worst, (eg, name))
+            check(eg <= GRAD_TOL, "gradient of %s: relative error %.3g > %g" % (name, eg, GRAD_TOL))
+        check(names == set(leaves), "adapter layout vs the file's tensors: %r" % sorted(names ^ set(leaves))[:4])
+        print("adapter gradients vs torch autograd at the file's scale alpha/rank = %g/%d: %d tensors, worst "
+              "relative error %.2e (%s)" % (alphas[0], ranks[0], len(names), worst[0], worst[1]))
 
     # the other namings load to the same adapter vector
     down = {}

@@ -1,7 +1,8 @@
 /* dit_tool.c — drives models/dit from the command line for tests/reference/test_dit_parity.py
  * and for quick measurements.
  *
- *   dit_tool layout CFG                      one line per tensor: name offset numel d0,d1,…
+ *   dit_tool layout CFG [lora_cfg=JSON]      one line per tensor: name offset numel d0,d1,…
+ *                 (with lora_cfg: the tensors of the LoRA adapter vector instead)
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
  *   dit_tool weights CFG weights=PATH [out=params.bin] [part=k/S]
@@ -10,7 +11,8 @@
  *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
  *                 maxrss_mib <peak resident MiB>", writes raw f32 params
  *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
- *                 [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin] [lora=F lora_cfg=JSON]
+ *                 [cond=C] [img=M] [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
+ *                 [lora=F lora_cfg=JSON]
  *                 prints "loss <value>"; writes the flat gradient and the prediction (f32);
  *                 with lora= the adapters of file F (any naming models/dit_lora.h reads) run
  *                 on the frozen weights as in LoRA training, and grads= gets the adapter
@@ -30,10 +32,11 @@
  *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
- * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1), starting from
- * preset "tiny". Inputs are raw little-endian arrays: params f32 (layout order), xt/target
- * f32 (B,z,T,H,W), t f32 (B), text i32 (B,text_len) (text_emb=0) or emb f32
- * (B,text_len,text_dim) (text_emb=1), len i32 (B).
+ * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1 in_dim img_dim img_len),
+ * starting from preset "tiny". Inputs are raw little-endian arrays: params f32 (layout
+ * order), xt/target f32 (B,z,T,H,W), t f32 (B), text i32 (B,text_len) (text_emb=0) or emb
+ * f32 (B,text_len,text_dim) (text_emb=1), len i32 (B); image-to-video: cond f32
+ * (B,in_dim-z,T,H,W), img f32 (B,img_len,img_dim).
  */
 #include "models/dit.h"
 #include "models/dit_lora.h"
@@ -62,7 +65,8 @@ static int parse_cfg(int argc, char **argv, vf_dit_config *c, vf_status *st)
     struct { const char *k; int *v; } ints[] = {
         {"dim", &c->dim}, {"depth", &c->depth}, {"heads", &c->heads},
         {"head_dim", &c->head_dim}, {"ffn", &c->ffn}, {"z", &c->z},
-        {"text_dim", &c->text_dim}, {"text_len", &c->text_len}, {"freq_dim", &c->freq_dim}};
+        {"text_dim", &c->text_dim}, {"text_len", &c->text_len}, {"freq_dim", &c->freq_dim},
+        {"in_dim", &c->in_dim}, {"img_dim", &c->img_dim}, {"img_len", &c->img_len}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         const char *v = arg(argc, argv, ints[i].k);
         if (v) *ints[i].v = atoi(v);
@@ -139,7 +143,7 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
     vf_dit_part *pp[64];
     vf_dit_saved *sv[64];
     vf_dit_xfer fx[64], gx[64];
-    int64_t L = b->dims.L, N = b->dims.B * L, Nt = (int64_t)b->dims.B * c->text_len;
+    int64_t L = b->dims.L, N = b->dims.B * L, Nt = (int64_t)b->dims.B * vf_dit_ctx_len(c);
     for (int i = 0; i < parts; i++) {
         int b0 = c->depth * i / parts, b1 = c->depth * (i + 1) / parts;
         int64_t off, n;
@@ -244,13 +248,20 @@ int main(int argc, char **argv)
     const char *s;
 
     if (strcmp(cmd, "layout") == 0) {
-        for (int i = 0; i < l->n; i++) {
-            const vf_dit_tensor *t = &l->t[i];
+        vf_dit_lora *lo = NULL;
+        if ((s = arg(argc, argv, "lora_cfg"))) {
+            vf_dit_lora_cfg lc;
+            if (vf_dit_lora_cfg_parse(s, &lc, &st) || vf_dit_lora_new(l, &lc, &lo, &st)) die(&st);
+        }
+        const vf_dit_layout *ly = lo ? lo->l : l;
+        for (int i = 0; i < ly->n; i++) {
+            const vf_dit_tensor *t = &ly->t[i];
             if (t->numel == 0) continue;
             printf("%s %lld %lld ", t->name, (long long)t->offset, (long long)t->numel);
             for (int k = 0; k < t->ndim; k++) printf(k ? ",%lld" : "%lld", (long long)t->shape[k]);
             printf("\n");
         }
+        vf_dit_lora_free(lo);
     } else if (strcmp(cmd, "init") == 0) {
         float *p = malloc(sizeof(float) * (size_t)l->total);
         s = arg(argc, argv, "seed");
@@ -313,7 +324,7 @@ int main(int argc, char **argv)
         size_t nlat = (size_t)b.dims.B * c.z * b.dims.T * b.dims.H * b.dims.W;
         size_t ntxt = (size_t)b.dims.B * c.text_len;
         size_t np = (size_t)l->total;
-        float *params, *xt, *t, *target, *emb = NULL;
+        float *params, *xt, *t, *target, *emb = NULL, *cond = NULL, *img = NULL;
         int32_t *text = NULL, *len;
         if (strcmp(cmd, "grad") == 0) {
             params = arg(argc, argv, "weights") ? load_weights(l, arg(argc, argv, "weights"), NULL, NULL)
@@ -326,6 +337,9 @@ int main(int argc, char **argv)
                 text = slurp(arg(argc, argv, "text"), ntxt * 4);
             len = slurp(arg(argc, argv, "len"), (size_t)b.dims.B * 4);
             target = slurp(arg(argc, argv, "target"), nlat * 4);
+            size_t ncond = nlat / (size_t)c.z * (size_t)(vf_dit_in_dim(&c) - c.z);
+            if (ncond) cond = slurp(arg(argc, argv, "cond"), ncond * 4);
+            if (c.img_dim) img = slurp(arg(argc, argv, "img"), (size_t)b.dims.B * c.img_len * c.img_dim * 4);
         } else { /* bench: init weights, random latents, rectified-flow pairs */
             params = malloc(np * 4), xt = malloc(nlat * 4), target = malloc(nlat * 4);
             t = malloc((size_t)b.dims.B * 4);
@@ -352,6 +366,7 @@ int main(int argc, char **argv)
             free(x0);
         }
         b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target, b.text_emb = emb;
+        b.cond = cond, b.img = img;
         if ((s = arg(argc, argv, "lora"))) {
             vf_dit_lora_cfg lc;
             if (vf_dit_lora_cfg_parse(arg(argc, argv, "lora_cfg"), &lc, &st) || vf_dit_lora_new(l, &lc, &g_lora, &st))
@@ -387,7 +402,7 @@ int main(int argc, char **argv)
                    flop / 1e9, flop / 1e6 / ms, loss);
         }
         free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
-            free(pred), free(emb);
+            free(pred), free(emb), free(cond), free(img);
     } else if (strcmp(cmd, "sample") == 0) {
         vf_dit_dims d;
         parse_dims(argc, argv, &c, &d);

@@ -30,12 +30,19 @@
  *   --phases 1 (encode, decode): after the timed repeats, one more pass op by op
  *       (kernels/phases.h) and a line "phases {JSON}": the time of each phase of work
  *       (attention, gemm, conv, elementwise, transfer, memset; ms) and the idle time.
+ *   encode and decode end with the lines conv_path=P and attn_path=P: what ran the
+ *       convolutions and the mid-block attention on a CUDA device (cudnn, hand, gemm,
+ *       joined by '+' where shapes took different paths), "cpu" on the CPU.
  *
  * Exit 0 on success, 1 with the error on stderr, 2 on bad usage.
  */
 #include "models/vae.h"
 #include "formats/safetensors.h"
 #include "kernels/phases.h"
+#ifdef VFLOW_HAVE_CUDA
+#include "kernels/cuda/cudnn_att.h"
+#include "kernels/cuda/cudnn_conv.h"
+#endif
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -58,6 +65,17 @@ static int usage(void)
                     "[--weights F | --seed N] [--input F] [--chunk C] [--device D] [--out F] "
                     "[--batch B] [--size H W] [--repeat N] [--phases 1]\n");
     return 2;
+}
+
+/* The lines naming what ran the convolutions and the mid-block attention ("cudnn",
+ * "hand", "cudnn+hand", ...; "cpu" off the GPU), for benchmarks to record. */
+static void print_paths(vf_device dev)
+{
+    const char *conv = "cpu", *attn = "cpu";
+#ifdef VFLOW_HAVE_CUDA
+    if (dev.kind == VF_DEV_CUDA) conv = vf_cuda_conv_path(), attn = vf_cuda_attn_path();
+#endif
+    printf("conv_path=%s\nattn_path=%s\n", conv, attn);
 }
 
 /* With a timer: turns it on for one more run of `again`, then prints its phases. */
@@ -237,8 +255,8 @@ int main(int argc, char **argv)
         if (dec) VF_TRY(vf_vae_dec_mem(&cfg, 4, batch, chunk, H, W, &mi, &st));
         else VF_TRY(vf_vae_mem(&cfg, 4, batch, chunk, H, W, &mi, &st));
         printf("{\"weights\": %" PRId64 ", \"caches\": %" PRId64 ", \"workspace\": %" PRId64
-               ", \"host\": %" PRId64 "}\n",
-               mi.weights, mi.caches, mi.workspace, mi.host);
+               ", \"host\": %" PRId64 ", \"conv_workspace\": %" PRId64 "}\n",
+               mi.weights, mi.caches, mi.workspace, mi.host, mi.conv_workspace);
         return 0;
     }
     VF_TRY(vf_device_parse(device, &dev, &st));
@@ -273,6 +291,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "decode")) {
         if (!input || !outp) return usage();
         rc = decode(m, weights, input, outp, chunk > 0 ? chunk : 1, repeat, ph, &st);
+        if (rc == 0) print_paths(dev);
         goto done;
     }
     if (strcmp(cmd, "encode") || !input || !outp) return usage();
@@ -323,6 +342,7 @@ int main(int argc, char **argv)
     }
     VF_TRY(vf_st_writer_save(w, outp, 0, NULL, &st));
     printf("%s\nencode_s %.6f\n", vf_vae_hash(m), best);
+    print_paths(dev);
 done:
 fail:
     if (rc < 0) fprintf(stderr, "vae_tool: %s\n", st.msg);

@@ -53,10 +53,16 @@ static inline float *tl_randf(int64_t n, double lo, double hi)
     for (int64_t i = 0; i < n; i++) p[i] = (float)tl_unif(lo, hi);
     return p;
 }
+/* x widened to f64 (caller frees). The floats are read through a volatile pointer: with
+ * tl_randf and this copy inlined into one caller, GCC 12.2 at -O3 (SLP vectorisation)
+ * forwards the doubles tl_randf computed, before their rounding to float, into the copy,
+ * so the reference would hold values the f32 data never had; a volatile load takes the
+ * stored float from memory at every optimisation level. */
 static inline double *tl_tod(const float *x, int64_t n)
 {
     double *p = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    for (int64_t i = 0; i < n; i++) p[i] = x[i];
+    const volatile float *vx = x;
+    for (int64_t i = 0; i < n; i++) p[i] = vx[i];
     return p;
 }
 static inline float *tl_zerosf(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }

@@ -131,7 +131,7 @@ static void capacity_bounds(vf_transport tr, const char *addr)
         int ahead = atomic_load(&a.done) - got;
         if (ahead > max_ahead) max_ahead = ahead;
         vf_item *it = NULL;
-        int rc = vf_recv(in, &it, &st);
+        int rc = vf_recv_timeout(in, 10000, &it, &st); /* a failed producer never sends the EOS */
         if (rc == VF_EOS) break;
         VF_CHECK_EQ_INT(rc, 0);
         if (rc) break;
@@ -230,7 +230,9 @@ VF_TEST(fan_in_mixed_transports)
     pthread_create(&tb, NULL, producer, &pb);
     int count = 0, rc;
     vf_item *it = NULL;
-    while ((rc = vf_recv(in, &it, &st)) == 0) {
+    /* a producer whose send fails returns without closing its edge, so the EOS never
+     * comes: a bounded wait makes that a failure of this test, not a hang of the suite */
+    while ((rc = vf_recv_timeout(in, 10000, &it, &st)) == 0) {
         VF_CHECK(payload_ok(it));
         count++;
         vf_item_free(it);
@@ -239,6 +241,8 @@ VF_TEST(fan_in_mixed_transports)
     VF_CHECK_EQ_INT(count, 60);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
+    VF_CHECK_EQ_INT(pa.rc, 0);
+    VF_CHECK_EQ_INT(pb.rc, 0);
     vf_port_free(a);
     vf_port_free(b);
     vf_port_free(in);

@@ -579,27 +579,30 @@ static void scramble(const char *path, double from, double to)
 }
 
 /* Opens and decodes all clips as the stage does: frames the decoder proves unreadable
- * are dropped and the clips planned again over the rest. 0 if the file gives at least
- * one clip (*nclips of them), else VF_* with why. */
-static int decode_all(const char *path, int frames, int64_t *nclips, char *why, size_t whyn)
+ * are dropped and the clips planned again over the rest (*nreplans times, each followed
+ * by a clip read at or after the failed one). 0 if the file gives at least one clip
+ * (*nclips of them), else VF_* with why. */
+static int decode_all(const char *path, int frames, int64_t *nclips, int *nreplans, char *why, size_t whyn)
 {
     vf_decode_opts o = opts_for(32, 32);
     vf_decode_file *f = NULL;
     vf_status st = {0};
     vf_clip_plan plan = {0};
     *nclips = 0;
+    *nreplans = 0;
     int rc = vf_decode_open(path, &o, &f, &st);
     if (rc == 0) {
         const vf_decode_info *info = vf_decode_get_info(f);
         vf_clip_opts co = {.frames = frames, .stride = 1};
         rc = vf_clip_plan_make(vf_decode_frame_times(f), info->nframes, info->duration_s, &co, &plan, &st);
         uint8_t *buf = malloc((size_t)frames * 32 * 32 * 3);
+        bool replanned = false;
         for (int64_t k = 0; rc == 0 && k < plan.nclips; k++) {
             rc = vf_decode_read(f, plan.idx + k * frames, frames, buf, &st);
             int64_t lost = 0;
             if (rc == VF_EBADINPUT) {
                 int pr = vf_decode_replan(f, &co, &plan, &k, &lost, &st);
-                if (pr == 0) { rc = 0; continue; }
+                if (pr == 0) { rc = 0; replanned = true; continue; }
                 if (pr < 0) { rc = *nclips ? 0 : pr; break; }
             }
             /* frame numbers are checked only on undamaged files: after dropped
@@ -614,6 +617,7 @@ static int decode_all(const char *path, int frames, int64_t *nclips, char *why, 
                 }
             }
             if (rc == 0) (*nclips)++;
+            if (rc == 0 && replanned) (*nreplans)++, replanned = false;
         }
         free(buf);
     }
@@ -662,6 +666,18 @@ VF_TEST(bad_files_rejected_with_reasons)
     snprintf(p, sizeof p, "%s/corrupt_payload.mp4", d);
     sh("cp %s/src_fast.mp4 %s", g_dir, p);
     scramble(p, 0.55, 0.75);
+    /* the same at other places, and twice in a longer file: each loses frames in a clip
+     * with clips before and after it, so the walk must resume exactly at the failed
+     * clip's grid position to give ffprobe's count */
+    snprintf(p, sizeof p, "%s/corrupt_payload_early.mp4", d);
+    sh("cp %s/src_fast.mp4 %s", g_dir, p);
+    scramble(p, 0.35, 0.45);
+    snprintf(src, sizeof src, "%s/src_long.mp4", g_dir);
+    VF_CHECK(sh("%s -o %s -n 72 -s 128x96 --faststart >/dev/null 2>&1", g_mkvideo, src) == 0);
+    snprintf(p, sizeof p, "%s/corrupt_payload_twice.mp4", d);
+    sh("cp %s %s", src, p);
+    scramble(p, 0.3, 0.36);
+    scramble(p, 0.7, 0.76);
     snprintf(p, sizeof p, "%s/corrupt_header.mp4", d);
     sh("cp %s/src_fast.mp4 %s", g_dir, p);
     scramble(p, 0.0, 0.02);
@@ -679,17 +695,22 @@ VF_TEST(bad_files_rejected_with_reasons)
     vf_manifest m;
     vf_status st = {0};
     VF_CHECK_EQ_INT(vf_manifest_glob(d, 0, 1, &m, &st), 0);
-    int good = 0, bad = 0, damaged_ok = 0;
+    int good = 0, bad = 0, damaged_ok = 0, replanned = 0;
     for (int64_t i = 0; i < m.n; i++) {
         char why[2100] = "";
         const char *base = strrchr(m.rows[i].path, '/') + 1;
         int64_t nclips = 0;
-        int rc = decode_all(m.rows[i].path, 8, &nclips, why, sizeof why);
+        int replans = 0;
+        int rc = decode_all(m.rows[i].path, 8, &nclips, &replans, why, sizeof why);
         long readable = 0;
         double fps = 0;
         ffprobe_facts(m.rows[i].path, &readable, &fps);
-        fprintf(stderr, "  %-24s ffprobe %3ld frames: %s%s\n", base, readable, rc == 0 ? "ok" : "rejected: ",
-                rc == 0 ? "" : why);
+        fprintf(stderr, "  %-26s ffprobe %3ld frames: %s%s (%d replans)\n", base, readable,
+                rc == 0 ? "ok" : "rejected: ", rc == 0 ? "" : why, replans);
+        if (!strncmp(base, "corrupt_payload", 15))
+            VF_CHECK_MSG(replans >= 1, "%s: no clip was read after planning again: the fixture no longer "
+                         "exercises the replan", base);
+        replanned += replans >= 1;
         if (readable >= 8) {
             VF_CHECK_MSG(rc == 0 && nclips == readable / 8, "%s: %lld clips, ffprobe's %ld frames make %ld (%s)",
                          base, (long long)nclips, readable, readable / 8, why);
@@ -707,6 +728,7 @@ VF_TEST(bad_files_rejected_with_reasons)
     VF_CHECK_EQ_INT(good, 3);
     VF_CHECK(bad >= 4); /* zero, text, audio only, too short: nothing readable */
     VF_CHECK(damaged_ok >= 3); /* truncated files give the clips they have */
+    VF_CHECK(replanned >= 3);  /* the corrupt_payload fixtures */
     vf_manifest_fini(&m);
 }
 

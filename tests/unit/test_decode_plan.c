@@ -87,6 +87,89 @@ VF_TEST(clip_plan_fps)
     vf_clip_plan_fini(&p);
 }
 
+/* The fps rule of decode_clip.h, written out by brute force: the window [a, b) of frames
+ * whose times lie in [start, end) (a microsecond of slack), t0 = times[a], tend = the
+ * smaller of the duration and end; grid clip m samples t0 + (m·T + j)/fps, is offered
+ * while its last sample lies before tend, and is kept when the nearest frames (linear
+ * scan, ties to the earlier) strictly increase. Returns the clips; grid, idx filled. */
+static int64_t fps_reference(const double *t, int64_t n, double dur, const vf_clip_opts *o, int64_t *grid,
+                             int64_t *idx)
+{
+    int64_t a = 0, b = n, T = o->frames, got = 0;
+    if (o->start_s > 0)
+        while (a < n && t[a] < o->start_s - 1e-6) a++;
+    if (o->end_s > 0)
+        for (b = 0; b < n && t[b] < o->end_s - 1e-6;) b++;
+    if (a >= b) return 0;
+    double tend = o->end_s > 0 && o->end_s < dur ? o->end_s : dur;
+    for (int64_t m = 0; t[a] + (double)(m * T + T - 1) / o->fps < tend - 1e-9; m++) {
+        int64_t prev = -1;
+        bool ok = true;
+        for (int64_t j = 0; j < T; j++) {
+            double s = t[a] + (double)(m * T + j) / o->fps;
+            int64_t best = a;
+            for (int64_t i = a + 1; i < b; i++)
+                if (fabs(t[i] - s) < fabs(t[best] - s) - 1e-9) best = i;
+            ok = ok && best > prev;
+            idx[got * T + j] = prev = best;
+        }
+        if (ok) grid[got++] = m;
+    }
+    return got;
+}
+
+VF_TEST(clip_plan_fps_counts_against_brute_force)
+{
+    /* sources: constant rates, one with jittered frame times, and one whose duration ends
+     * half a nanosecond after a sample time of the 100 fps grid (0.11 s: at 4 frames a clip
+     * the third clip's last sample lies within the planner's slack of the end, so it is
+     * not offered) */
+    struct { double fps; int n; bool jitter; double dur; } src[] = {
+        {30, 120, false, 0}, {25, 101, false, 0}, {30000.0 / 1001, 90, false, 0}, {24, 50, false, 0},
+        {60, 37, false, 0}, {30, 75, true, 0}, {200, 22, false, 0.1100000005},
+    };
+    const double targets[] = {8, 12.5, 15, 24, 30000.0 / 1001, 100};
+    const int frames[] = {1, 4, 5, 10};
+    const double win[][2] = {{0, 0}, {0.5, 0}, {0, 2.0}, {0.3, 2.6}, {0, 1.0 / 3}};
+    int cases = 0, refused = 0;
+    double t[200];
+    int64_t grid[4000], idx[4000];
+    for (size_t si = 0; si < sizeof src / sizeof src[0]; si++) {
+        uint32_t x = 7;
+        for (int i = 0; i < src[si].n; i++) {
+            x = x * 1664525u + 1013904223u;
+            t[i] = (i + (src[si].jitter ? 0.4 * ((x >> 8) / 16777216.0 - 0.5) : 0)) / src[si].fps;
+        }
+        double dur = src[si].dur > 0 ? src[si].dur : src[si].n / src[si].fps;
+        for (size_t ti = 0; ti < sizeof targets / sizeof targets[0]; ti++)
+            for (size_t fi = 0; fi < sizeof frames / sizeof frames[0]; fi++)
+                for (size_t wi = 0; wi < sizeof win / sizeof win[0]; wi++) {
+                    vf_clip_opts o = {.frames = frames[fi], .fps = targets[ti], .start_s = win[wi][0],
+                                      .end_s = win[wi][1]};
+                    int64_t want = fps_reference(t, src[si].n, dur, &o, grid, idx);
+                    vf_clip_plan p;
+                    vf_status st = {0};
+                    int rc = vf_clip_plan_make(t, src[si].n, dur, &o, &p, &st);
+                    cases++;
+                    if (want == 0) {
+                        VF_CHECK_MSG(rc == VF_EBADINPUT, "source %zu fps %g T %d window %zu: %lld clips, want none",
+                                     si, o.fps, o.frames, wi, (long long)p.nclips);
+                        refused++;
+                    } else {
+                        bool same = rc == 0 && p.nclips == want;
+                        for (int64_t k = 0; same && k < want; k++) {
+                            same = p.grid[k] == grid[k];
+                            for (int j = 0; same && j < o.frames; j++) same = p.idx[k * o.frames + j] == idx[k * o.frames + j];
+                        }
+                        VF_CHECK_MSG(same, "source %zu fps %g T %d window %zu: rc %d, %lld clips, want %lld (%s)", si,
+                                     o.fps, o.frames, wi, rc, (long long)p.nclips, (long long)want, st.msg);
+                    }
+                    vf_clip_plan_fini(&p);
+                }
+    }
+    fprintf(stderr, "  %d fps plans against the brute-force rule, %d refused\n", cases, refused);
+}
+
 /* ------------------------------------------------------------ manifests */
 
 static void write_file(const char *path, const char *text)

@@ -12,7 +12,7 @@ and bench/ and fails, naming file and line, when
     includes another;
   - an op family of kernels/ops_list.h lacks its file on a backend (kernels/cpu/<family>.c,
     kernels/cuda/<family>.cu or .c: the two backends' file names mirror each other);
-  - a payload lane of the ZeroMQ channel (runtime/edge/lane*, the shared-memory and bulk
+  - a payload lane of the ZeroMQ channel (runtime/edge/lane*, the shared-memory, view and bulk
     machinery behind them, the device hook's header) calls the channel back: includes
     transport_zmq.h or <zmq.h>, or names a vf_zmq_ function outside a comment;
   - a stage encodes or parses a file format itself, which is formats/' work: a stage calls
@@ -42,9 +42,9 @@ ALLOWED = {
                                  "runtime/driver/", "formats/"],
     "runtime/": PUBLIC,
     "formats/": PUBLIC + ["formats/"],
-    # the CUDA backend plugs the device transports into the data plane (transport_dev.h)
-    # and allocates through the memory accounts
-    "kernels/cuda/": PUBLIC + ["kernels/", "runtime/core/alloc.h", "runtime/edge/chan.h",
+    # the CUDA backend plugs the device transports into the data plane (transport_dev.h),
+    # allocates through the memory accounts and makes the view tensors of received views
+    "kernels/cuda/": PUBLIC + ["kernels/", "runtime/core/alloc.h", "runtime/core/shared.h", "runtime/edge/chan.h",
                                "runtime/edge/transport.h", "runtime/edge/transport_dev.h"],
     # phases.h: the per-phase op timer over any backend (benchmarks and tools use it)
     "kernels/": PUBLIC + ["kernels/ops.h", "kernels/ops_list.h", "kernels/phases.h", "kernels/cpu/"],
@@ -90,7 +90,7 @@ INC = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 # The payload lanes (runtime/edge/lane.h) sit below the ZeroMQ channel (transport_zmq.c):
 # the channel asks them through vf_lane_ops, they never call it back.
-LANE_FILE = re.compile(r"^runtime/edge/(lane[^/]*|edge_shm[^/]*|edge_bulk[^/]*|transport_dev\.h)$")
+LANE_FILE = re.compile(r"^runtime/edge/(lane[^/]*|edge_shm[^/]*|edge_bulk[^/]*|edge_view[^/]*|transport_dev\.h)$")
 LANE_NO_INC = ("runtime/edge/transport_zmq.h", "zmq.h")
 ANY_INC = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

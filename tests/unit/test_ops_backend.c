@@ -78,4 +78,25 @@ VF_TEST(table_matches_typed_kernels)
     free(w), free(b), free(o1), free(o2), free(src), free(y);
 }
 
+/* copy2d against element-by-element indexing: frames [1, 3) of each of 5 planes of 4
+ * frames into frames [2, 4) of planes of 6 frames; the rest of dst stays. */
+VF_TEST(copy2d_strided_block)
+{
+    vf_backend *be = vf_backend_cpu();
+    const int64_t planes = 5, Ts = 4, Td = 6, hw = 7;
+    float *src = tl_randf(planes * Ts * hw, -1, 1), *dst = tl_randf(planes * Td * hw, -1, 1);
+    float *want = tl_dupf(dst, planes * Td * hw);
+    for (int64_t p = 0; p < planes; p++)
+        for (int64_t t = 0; t < 2; t++)
+            for (int64_t i = 0; i < hw; i++) want[(p * Td + 2 + t) * hw + i] = src[(p * Ts + 1 + t) * hw + i];
+    const size_t es = sizeof(float);
+    be->copy2d(be, dst + 2 * hw, (size_t)(Td * hw) * es, src + hw, (size_t)(Ts * hw) * es, (size_t)(2 * hw) * es,
+               (size_t)planes);
+    VF_CHECK(memcmp(dst, want, sizeof(float) * (size_t)(planes * Td * hw)) == 0);
+    be->copy2d(be, dst, 8, src, 8, 0, 3); /* nothing to copy */
+    be->copy2d(be, dst, 8, src, 8, 4, 0);
+    VF_CHECK(memcmp(dst, want, sizeof(float) * (size_t)(planes * Td * hw)) == 0);
+    free(src), free(dst), free(want);
+}
+
 int main(void) { return vf_test_main(); }

@@ -1,4 +1,4 @@
-/* test_ops_elementwise.c — CPU add, axpy, GELU (tanh), SiLU, modulate and gated_add:
+/* test_ops_elementwise.c — CPU add, axpy, GELU (tanh and exact), SiLU, modulate and gated_add:
  * forward against f64 references, backward against f64 finite differences (into zeroed
  * and into preset gradients), in-place use, and identical bytes on 1/2/3 threads. */
 #include "kernels/cpu/cpu_ops.h"
@@ -9,7 +9,7 @@
 typedef struct un {
     int64_t n;
     double *x;
-    int which; /* 0 gelu, 1 silu */
+    int which; /* 0 gelu (tanh), 1 silu, 2 gelu (exact) */
 } un;
 
 static double gelu_ref(double x)
@@ -18,16 +18,32 @@ static double gelu_ref(double x)
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
+/* torch.nn.GELU(): x·Φ(x), Φ the standard normal CDF, written with erfc so the far
+ * negative tail keeps its digits */
+static double gelu_erf_ref(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+
+typedef void (*un_fwd_fn)(float *, const float *, int64_t);
+typedef void (*un_bwd_fn)(float *, const float *, const float *, int64_t);
+static const struct {
+    const char *name;
+    double (*ref)(double);
+    un_fwd_fn fwd;
+    un_bwd_fn bwd;
+} unops[3] = {
+    {"gelu", gelu_ref, vf_cpu_gelu_fwd, vf_cpu_gelu_bwd},
+    {"silu", silu_ref, vf_cpu_silu_fwd, vf_cpu_silu_bwd},
+    {"gelu_erf", gelu_erf_ref, vf_cpu_gelu_erf_fwd, vf_cpu_gelu_erf_bwd},
+};
 
 static void un_ref(void *vctx, double *out)
 {
     un *c = vctx;
-    for (int64_t i = 0; i < c->n; i++) out[i] = c->which ? silu_ref(c->x[i]) : gelu_ref(c->x[i]);
+    for (int64_t i = 0; i < c->n; i++) out[i] = unops[c->which].ref(c->x[i]);
 }
 
 static void check_unary(int which, int64_t n)
 {
-    const char *nm = which ? "silu" : "gelu";
+    const char *nm = unops[which].name;
     char what[96];
     float *x = tl_randf(n, -6, 6);
     x[0] = 0.0f;
@@ -36,22 +52,22 @@ static void check_unary(int which, int64_t n)
     double *want = tl_zerosd(n);
     un_ref(&c, want);
     float *out = tl_zerosf(n);
-    (which ? vf_cpu_silu_fwd : vf_cpu_gelu_fwd)(out, x, n);
+    unops[which].fwd(out, x, n);
     snprintf(what, sizeof what, "%s fwd n=%lld", nm, (long long)n);
     CHECK_FWD(what, out, want, n, 1e-5);
     /* in place */
     float *y = tl_dupf(x, n);
-    (which ? vf_cpu_silu_fwd : vf_cpu_gelu_fwd)(y, y, n);
+    unops[which].fwd(y, y, n);
     VF_CHECK(memcmp(y, out, sizeof(float) * n) == 0);
 
     float *r = tl_randf(n, -1, 1);
     double *rd = tl_tod(r, n);
     float *dx = tl_zerosf(n);
-    (which ? vf_cpu_silu_bwd : vf_cpu_gelu_bwd)(dx, r, x, n);
+    unops[which].bwd(dx, r, x, n);
     snprintf(what, sizeof what, "%s bwd", nm);
     CHECK_GRAD(what, un_ref, &c, c.x, n, rd, n, dx, NULL, 400);
     float *g0 = tl_preset_like(dx, n), *g1 = tl_dupf(g0, n);
-    (which ? vf_cpu_silu_bwd : vf_cpu_gelu_bwd)(g1, r, x, n);
+    unops[which].bwd(g1, r, x, n);
     snprintf(what, sizeof what, "%s bwd accumulate", nm);
     CHECK_GRAD(what, un_ref, &c, c.x, n, rd, n, g1, g0, 400);
     free(x), free(c.x), free(want), free(out), free(y), free(r), free(rd), free(dx), free(g0);
@@ -68,6 +84,22 @@ VF_TEST(silu)
 {
     check_unary(1, 1);
     check_unary(1, 1013);
+}
+
+VF_TEST(gelu_erf)
+{
+    check_unary(2, 1);
+    check_unary(2, 1013);
+}
+
+/* The two GELUs differ by ~4e-4 at |x| = 2.5: a model needing one cannot pass with the
+ * other (the reference tests at 1e-5 would tell). */
+VF_TEST(gelu_erf_is_not_tanh)
+{
+    float x = 2.5f, a, b;
+    vf_cpu_gelu_fwd(&a, &x, 1);
+    vf_cpu_gelu_erf_fwd(&b, &x, 1);
+    VF_CHECK(fabs((double)a - (double)b) > 3e-4);
 }
 
 VF_TEST(add_axpy)

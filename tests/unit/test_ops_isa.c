@@ -43,8 +43,8 @@ static void run_all(bufs *o)
     vf_cpu_silu_bwd(s2, R, X, NE);
     /* conv3d (B=1, C=5, T=3, H=W=9, OC=4, causal 3x3x3) */
     float *co = out_buf(o, 4 * 3 * 81), *cdw = out_buf(o, 4 * 5 * 27), *cdx = out_buf(o, 5 * 3 * 81);
-    vf_cpu_conv3d_fwd(co, X, W, NULL, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1);
-    vf_cpu_conv3d_bwd(cdx, cdw, NULL, R, X, W, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1);
+    vf_cpu_conv3d_fwd(co, X, W, NULL, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1, 1, 1);
+    vf_cpu_conv3d_bwd(cdx, cdw, NULL, R, X, W, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1, 1, 1);
     /* AdamW, two steps: f32 gradients to f32 weights, then bf16 gradients (R's bits
      * reinterpreted: arbitrary bf16 values, NaNs among them) to bf16 weights */
     float *am = out_buf(o, NE), *av = out_buf(o, NE), *ap = out_buf(o, NE), *aw = out_buf(o, NE);

@@ -147,12 +147,14 @@ VF_TEST(categories)
     VF_CHECK(vf_mplan_build(g, &p, &st) == 0);
     int opt = vf_graph_find(g, "adamw_0"), ck = vf_graph_find(g, "checkpoint");
     VF_CHECK(opt >= 0 && ck >= 0);
-    expect_line(g, &p, "dit_0", "weights + gradients", VF_MEM_WEIGHTS, vf_graph_find(g, "dit_0"));
+    expect_line(g, &p, "dit_0", "weights (lent to the shards)", VF_MEM_WEIGHTS, vf_graph_find(g, "dit_0"));
+    expect_line(g, &p, "dit_0", "gradients (lent to the shards)", VF_MEM_GRADS, vf_graph_find(g, "dit_0"));
     expect_line(g, &p, "dit_0", "saved activations (micro-batches in flight)", VF_MEM_ACTS, -2);
     expect_line(g, &p, "dit_0", "activation item being built", VF_MEM_ITEMS, -2);
     expect_line(g, &p, "dit_0", "partition workspace", VF_MEM_WORKSPACE, -2);
     expect_line(g, &p, "adamw_0", "master weights + moments (f32)", VF_MEM_OPTIM, opt);
-    expect_line(g, &p, "adamw_0", "gradient slice", VF_MEM_GRADS, opt);
+    /* the slice's norm blocks across the two partitions' boundary: one chunk gathers them */
+    expect_line(g, &p, "adamw_0", "gradient chunk (split blocks, other devices)", VF_MEM_GRADS, opt);
     expect_line(g, &p, "adamw_0", "host staging (init/resume, snapshot chunk)", VF_MEM_CKPT, opt);
     /* received snapshots: the producer's allocations (adamw in the same worker) */
     if (g->stages[opt].worker == g->stages[ck].worker)
@@ -186,6 +188,28 @@ VF_TEST(plan_sums)
     VF_CHECK_EQ_INT(cpu->total, cats);
     VF_CHECK(cpu->total > decl && decl > 0);
     VF_CHECK_EQ_INT(cpu->total, vf_plan_device_total(g, (vf_device){VF_DEV_CPU, 0}));
+    /* an edge holds `capacity` items of its source port's largest size (a lent tensor's
+     * descriptor in place of its bytes, where views cross without a copy): the line named
+     * after it carries capacity x that size */
+    int edges = 0;
+    for (int i = 0; i < p.n; i++) {
+        const vf_pline *x = &p.l[i];
+        if (x->edge < 0 || strncmp(x->what, "edge ", 5) != 0) continue;
+        const vf_port_spec *sp = vf_graph_edge_src_spec(g, x->edge);
+        int64_t item = sp ? vf_port_max_item_bytes(sp) : 0, cap = g->edges[x->edge].capacity;
+        bool lent = false;
+        for (int t = 0; sp && t < sp->ntensors; t++) lent = lent || sp->t[t].view;
+        if (lent) { /* the views' descriptors: far below the bytes they lend */
+            int64_t desc = vf_graph_edge_item_bytes(g, x->edge);
+            VF_CHECK_MSG(desc < item, "%s: a lent item of %lld bytes, its views' %lld", x->what, (long long)desc,
+                         (long long)item);
+            item = desc;
+        }
+        VF_CHECK_MSG(x->bytes == cap * item, "%s: %lld bytes, capacity %lld x item %lld", x->what,
+                     (long long)x->bytes, (long long)cap, (long long)item);
+        edges += cap > 1 && item > 0;
+    }
+    VF_CHECK(edges > 0);
     /* with recompute flipped the hook gives fewer activation bytes */
     int d = vf_graph_find(g, "dit_0");
     VF_CHECK(d >= 0 && p.acts_alt[d] > 0 && p.acts_alt[d] < cpu->cat[VF_MEM_ACTS]);

@@ -302,7 +302,7 @@ VF_TEST(checkpoint_commit_keep_fail_damage_and_read_back)
     vf_st_file *sf = NULL;
     float *back = malloc(sizeof(float) * (size_t)total);
     VF_CHECK(vf_st_open(mp, &sf, &st) == 0);
-    VF_CHECK(vf_st_count(sf) == f.l->n);
+    VF_CHECK(vf_st_count(sf) == vf_dit_layout_count(f.l));
     VF_CHECK(vf_dit_st_load(sf, f.l, back, 0, total, &st) == 0);
     int bad = 0;
     for (int64_t i = 0; i < total; i++) bad += back[i] != f.master[i] + 6.0f;
@@ -392,7 +392,7 @@ VF_TEST(checkpoint_sharded_model_files_index_verify_and_read_back)
     VF_ASSERT(ix != NULL);
     VF_CHECK(vf_json_get_int(vf_json_get(ix, "metadata"), "total_size", -1) == data);
     const vf_json *map = vf_json_get(ix, "weight_map");
-    VF_CHECK_EQ_INT(vf_json_len(map), l->n);
+    VF_CHECK_EQ_INT(vf_json_len(map), vf_dit_layout_count(l));
     int nshards = 0;
     VF_CHECK(sscanf(vf_json_get_str(map, l->t[0].name, ""), "model-%*5d-of-%5d.safetensors", &nshards) == 1);
     VF_CHECK(nshards >= 3);
@@ -417,7 +417,7 @@ VF_TEST(checkpoint_sharded_model_files_index_verify_and_read_back)
         seen += vf_st_count(sf);
         vf_st_close(sf);
     }
-    VF_CHECK_EQ_INT((int)seen, l->n);
+    VF_CHECK_EQ_INT((int)seen, vf_dit_layout_count(l));
     vf_json_free(ix);
 
     /* the master weights back under another shard count, bit for bit */

@@ -1,0 +1,475 @@
+/* adamw_xchg.c — an optimizer shard's side of the exchange with the DiT partitions
+ * (stage kind `adamw`; the partitions' side is dit_xchg.c).
+ *
+ * The partitions lend their weights and gradients (views, vflow.h "lending memory"): for
+ * each partition q of each replica r, the item of the step holds "g", a view of the
+ * gradients of the piece [off_q, off_q + n_q) of this shard's slice the partition owns,
+ * and "w", a view of its weights there. The shard keeps those items — and so the views —
+ * until it replies (vf_adamw_xchg_reply): by then it has dropped every view and its
+ * device work on them has ended, and the partitions touch their buffers again only after
+ * that reply.
+ *   - replicas (D > 1): each piece's gradients are summed into replica 0's view, in
+ *     replica order (the axpy of replica r after replica r − 1, as one buffer would);
+ *   - norm pass: the sum of squares of every norm block of the slice, read in place when
+ *     the block lies in one piece on this shard's device, else gathered into a chunk
+ *     buffer (a block across a partition boundary, a piece on another device);
+ *   - update pass: the AdamW op over each piece in chunks, reading the gradients in place
+ *     and writing the new weights straight into replica 0's weights view, then copied
+ *     into the other replicas' views.
+ * A view on another device (a GPU partition of a GPU shard elsewhere, or of a host
+ * shard) is read and written through bounded chunk buffers of `cap` elements: one copy
+ * each way, never a whole piece; a host shard that keeps the partitions' bf16 (offload,
+ * param dtype) copies their bytes as they are, an f32 one converts. A view that reached
+ * the shard as a copy (across nodes) is read as it is, and the weights of such a piece go
+ * back as data in the reply: the one case where the exchange holds whole pieces, counted
+ * by the plan on those edges.
+ * Elementwise ops over the same values in the same order: the weights are bitwise those
+ * of one buffer per slice, for any P, S and D.
+ */
+#include "stages/train/adamw_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static bool same_dev(vf_device a, vf_device b)
+{
+    return a.kind == b.kind && (a.kind == VF_DEV_CPU || a.index == b.index);
+}
+
+int vf_adamw_xchg_init(vf_adamw_xchg *x, const vf_adamw_geo *g, vf_backend *be, const vf_adamw_chunks *c,
+                       vf_status *st)
+{
+    memset(x, 0, sizeof *x);
+    x->g = g;
+    x->be = be;
+    x->act = be->act_dtype, x->grad = be->grad_dtype;
+    x->as = vf_dtype_size(x->act), x->gs = vf_dtype_size(x->grad);
+    x->cap = c->cap;
+    x->got = calloc((size_t)(g->P * g->D), sizeof *x->got);
+    x->summed = calloc((size_t)g->P, sizeof *x->summed);
+    x->wdata = calloc((size_t)g->P, sizeof *x->wdata);
+    if (!x->got || !x->summed || !x->wdata)
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: out of memory (exchange)");
+    const char *d = getenv("VFLOW_TEST_XCHG_DELAY_MS");
+    x->delay_ms = d ? atoi(d) : 0;
+    return 0;
+}
+
+static void drop_items(vf_adamw_xchg *x)
+{
+    for (int i = 0; x->got && i < x->g->P * x->g->D; i++) {
+        vf_item_free(x->got[i]);
+        x->got[i] = NULL;
+    }
+    for (int q = 0; x->wdata && q < x->g->P; q++) {
+        vf_tensor_unref(x->wdata[q]);
+        x->wdata[q] = NULL;
+    }
+}
+
+void vf_adamw_xchg_fini(vf_adamw_xchg *x)
+{
+    if (!x->g) return;
+    drop_items(x);
+    free(x->got);
+    free(x->summed);
+    free(x->wdata);
+    void *bufs[3] = {x->G, x->R, x->W};
+    for (int i = 0; i < 3; i++)
+        if (bufs[i]) x->be->free(x->be, bufs[i]);
+    vf_bufpool_unref(x->wpool);
+    memset(x, 0, sizeof *x);
+}
+
+/* ------------------------------------------------------------------ pieces */
+
+static vf_item *item_of(const vf_adamw_xchg *x, int q, int r) { return x->got[q * x->g->D + r]; }
+
+static void piece(const vf_adamw_xchg *x, int q, int64_t *off, int64_t *n)
+{
+    vf_train_overlap(x->g->lo, x->g->hi, x->g->plo[q], x->g->phi[q], off, n);
+}
+
+/* The backend of a device the shard reads or writes through (kept to sync before the
+ * reply). */
+static vf_backend *backend_of(vf_adamw_xchg *x, vf_device d, vf_status *st)
+{
+    if (same_dev(d, x->be->device)) return x->be;
+    vf_backend *b = vf_backend_for(d, st);
+    if (!b) return NULL;
+    for (int i = 0; i < x->nother; i++)
+        if (x->other[i] == b) return b;
+    if (x->nother < VF_ADAMW_XCHG_OTHERS) x->other[x->nother++] = b;
+    return b;
+}
+
+/* Whether the shard reads t in place: its bytes on this shard's device, in dtype dt. */
+static bool direct(const vf_adamw_xchg *x, const vf_tensor *t, vf_dtype dt)
+{
+    return t && same_dev(t->device, x->be->device) && t->dtype == dt;
+}
+
+static int ensure(vf_adamw_xchg *x, void **buf, size_t es, vf_status *st)
+{
+    if (*buf) return 0;
+    *buf = x->be->alloc(x->be, es * (size_t)x->cap, st);
+    return *buf ? 0 : vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: no memory for a chunk of %lld elements",
+                                    (long long)x->cap);
+}
+
+/* n elements at element `off` of t into dst (this shard's memory, dtype dt): one copy,
+ * converting where the two backends store differently (a host shard of a GPU partition). */
+static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int64_t off, int64_t n, vf_status *st)
+{
+    vf_backend *be = x->be;
+    size_t es = vf_dtype_size(t->dtype);
+    const char *src = (const char *)t->data + (size_t)off * es;
+    bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
+    if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
+        if (t->dtype != dt) goto bad;
+        be->copy(be, dst, src, (size_t)n * es);
+    } else if (host_be) { /* device -> host: as it is (a bf16 host shard), or to f32 */
+        vf_backend *bt = backend_of(x, t->device, st);
+        if (!bt) return st && st->code ? st->code : VF_EINVAL;
+        if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
+        else if (dt == VF_DTYPE_F32) bt->download(bt, dst, src, n, t->dtype);
+        else goto bad;
+    } else { /* host f32 -> device */
+        if (t->dtype != VF_DTYPE_F32) goto bad;
+        be->upload(be, dst, (const float *)src, n, dt);
+    }
+    x->moved += (int64_t)((size_t)n * es);
+    return 0;
+bad:
+    return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "adamw: a lent %s tensor on %s cannot be read as %s here",
+                         vf_dtype_name(t->dtype), t->device.kind == VF_DEV_CPU ? "the host" : "a GPU", vf_dtype_name(dt));
+}
+
+/* n elements of src (this shard's memory, dtype dt) into t at element `off`. */
+static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf_dtype dt, int64_t n, vf_status *st)
+{
+    vf_backend *be = x->be;
+    size_t es = vf_dtype_size(t->dtype);
+    char *dst = (char *)t->data + (size_t)off * es;
+    bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
+    if (host_t == host_be) {
+        if (t->dtype != dt) goto bad;
+        be->copy(be, dst, src, (size_t)n * es);
+    } else if (host_be) { /* host -> device: as it is (a bf16 host shard), or from f32 */
+        vf_backend *bt = backend_of(x, t->device, st);
+        if (!bt) return st && st->code ? st->code : VF_EINVAL;
+        if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
+        else if (dt == VF_DTYPE_F32) bt->upload(bt, dst, src, n, t->dtype);
+        else goto bad;
+    } else { /* device -> host f32 */
+        if (t->dtype != VF_DTYPE_F32) goto bad;
+        be->download(be, (float *)dst, src, n, dt);
+    }
+    x->moved += (int64_t)((size_t)n * es);
+    return 0;
+bad:
+    return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "adamw: %s weights cannot be written into a lent %s tensor",
+                         vf_dtype_name(dt), vf_dtype_name(t->dtype));
+}
+
+/* ------------------------------------------------------------------ receive */
+
+static double num_or(const vf_item *it, const char *k, double def)
+{
+    double v;
+    return vf_item_num(it, k, &v) == 0 ? v : def;
+}
+
+int vf_adamw_xchg_recv(vf_adamw_xchg *x, vf_stage *s, vf_ctx *ctx, int64_t step, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int need = g->P * g->D, have = 0;
+    vf_port *in = vf_in(ctx, "grads");
+    drop_items(x);
+    x->moved = 0;
+    while (have < need) {
+        vf_item *it = NULL;
+        int rc = vf_recv(in, &it, st);
+        if (rc == VF_EOS) {
+            if (have == 0) return VF_EOS;
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "adamw %s: %s of step %lld ended after %d of %d partitions", vf_stage_name(s),
+                                 step < 0 ? "the weights lent" : "gradients", (long long)step, have, need);
+        }
+        if (rc) return rc;
+        double ds = num_or(it, "step", -2), dq = num_or(it, "part", -1), dr = num_or(it, "replica", -1);
+        int q = (int)dq, r = (int)dr;
+        if ((int64_t)ds != step || q < 0 || q >= g->P || r < 0 || r >= g->D || item_of(x, q, r)) {
+            vf_item_free(it);
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "adamw %s: unexpected item (step %g, part %g, replica %g) while collecting step %lld",
+                                 vf_stage_name(s), ds, dq, dr, (long long)step);
+        }
+        x->got[q * g->D + r] = it;
+        have++;
+        int64_t off, n;
+        piece(x, q, &off, &n);
+        vf_tensor *gt = vf_item_get(it, "g"), *wt = vf_item_get(it, "w");
+        int64_t ioff = (int64_t)num_or(it, "off", -1), in_n = (int64_t)num_or(it, "n", -1);
+        bool bad = ioff != off && n > 0;
+        bad = bad || in_n != n || (n > 0 && step >= 0 && (!gt || vf_tensor_numel(gt) != n));
+        bad = bad || (n > 0 && wt && vf_tensor_numel(wt) != n) || (n > 0 && step < 0 && !wt);
+        if (bad)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                                 "adamw %s: partition %d (replica %d) lent elements [%lld, +%lld), expected [%lld, +%lld)",
+                                 vf_stage_name(s), q, r, (long long)ioff, (long long)in_n, (long long)off, (long long)n);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ replicas, norm */
+
+/* Adds elements [at, at + n) of one replica's gradient view t into dst (this shard's
+ * memory): in place where the shard reads t directly, else through R, a chunk at a time. */
+static int add_replica(vf_adamw_xchg *x, void *dst, vf_tensor *t, int64_t at, int64_t n, vf_status *st)
+{
+    int rc = 0;
+    if (direct(x, t, x->grad)) {
+        x->be->axpy(x->be, dst, (const char *)t->data + (size_t)at * x->gs, 1.0f, n);
+        return 0;
+    }
+    VF_TRY(ensure(x, &x->R, x->gs, st));
+    for (int64_t c = 0; c < n; c += x->cap) {
+        int64_t l = n - c < x->cap ? n - c : x->cap;
+        VF_TRY(xin(x, x->R, x->grad, t, at + c, l, st));
+        x->be->axpy(x->be, (char *)dst + (size_t)c * x->gs, x->R, 1.0f, l);
+    }
+fail:
+    return rc;
+}
+
+int vf_adamw_xchg_sum(vf_adamw_xchg *x, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int rc = 0;
+    for (int q = 0; q < g->P; q++) {
+        int64_t off, n;
+        piece(x, q, &off, &n);
+        vf_tensor *base = n > 0 ? vf_item_get(item_of(x, q, 0), "g") : NULL;
+        x->summed[q] = g->D == 1;
+        if (g->D == 1 || !direct(x, base, x->grad)) continue; /* summed chunk by chunk where read */
+        for (int r = 1; r < g->D; r++) VF_TRY(add_replica(x, base->data, vf_item_get(item_of(x, q, r), "g"), 0, n, st));
+        x->summed[q] = true;
+    }
+fail:
+    return rc;
+}
+
+/* The gradient (replicas summed) of [a, a + len) of the slice: in place when it lies in
+ * one piece read in place, else gathered into G (len <= cap). */
+static int gather(vf_adamw_xchg *x, int64_t a, int64_t len, const void **out, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int rc = 0;
+    for (int q = 0; q < g->P; q++) {
+        int64_t off, n;
+        piece(x, q, &off, &n);
+        if (a < off || a + len > off + n || !x->summed[q]) continue;
+        vf_tensor *t = vf_item_get(item_of(x, q, 0), "g");
+        if (!direct(x, t, x->grad)) break;
+        *out = (const char *)t->data + (size_t)(a - off) * x->gs;
+        return 0;
+    }
+    VF_TRY(ensure(x, &x->G, x->gs, st));
+    for (int64_t pos = a; pos < a + len;) {
+        int q = 0;
+        int64_t off = 0, n = 0;
+        for (; q < g->P; q++) {
+            piece(x, q, &off, &n);
+            if (pos >= off && pos < off + n) break;
+        }
+        if (q == g->P) VF_FAIL(st, VF_EINVAL, "adamw: element %lld of the slice is in no partition's piece", (long long)pos);
+        int64_t l = (a + len < off + n ? a + len : off + n) - pos;
+        char *dst = (char *)x->G + (size_t)(pos - a) * x->gs;
+        VF_TRY(xin(x, dst, x->grad, vf_item_get(item_of(x, q, 0), "g"), pos - off, l, st));
+        for (int r = 1; r < g->D && !x->summed[q]; r++)
+            VF_TRY(add_replica(x, dst, vf_item_get(item_of(x, q, r), "g"), pos - off, l, st));
+        pos += l;
+    }
+    *out = x->G;
+fail:
+    return rc;
+}
+
+int vf_adamw_xchg_sumsq(vf_adamw_xchg *x, double *partials, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int rc = 0;
+    for (int64_t j = g->b0; j < g->b1; j++) {
+        int64_t a = j * g->block, b = a + g->block < g->total ? a + g->block : g->total;
+        const void *p = NULL;
+        VF_TRY(gather(x, a, b - a, &p, st));
+        partials[j] = x->be->sumsq(x->be, p, b - a);
+    }
+fail:
+    return rc;
+}
+
+/* ------------------------------------------------------------------ weights out */
+
+/* The buffer of piece q's weights going back as data (made on first use). */
+static int reply_buf(vf_adamw_xchg *x, int q, int64_t n, vf_status *st)
+{
+    if (x->wdata[q]) return 0;
+    if (!x->wpool && !(x->wpool = vf_bufpool_new(x->be, x->as * (size_t)vf_adamw_weight_piece_most(x->g), 1, st)))
+        return st && st->code ? st->code : VF_ENOMEM;
+    x->wdata[q] = vf_bufpool_tensor(x->wpool, x->act, 1, &n, st);
+    return x->wdata[q] ? 0 : st && st->code ? st->code : VF_ENOMEM;
+}
+
+/* Where the weights of piece q go besides replica 0's view: the other replicas' views,
+ * or the reply's data for a replica that got no view it can write into. */
+static int spread(vf_adamw_xchg *x, int q, int64_t c, const void *src, int64_t l, bool src_is_view0, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int rc = 0;
+    int64_t off, n;
+    piece(x, q, &off, &n);
+    for (int r = 0; r < g->D; r++) {
+        vf_tensor *t = vf_item_get(item_of(x, q, r), "w");
+        if (r == 0 && src_is_view0) continue;
+        if (t && vf_tensor_is_view(t)) {
+            VF_TRY(xout(x, t, c, src, x->act, l, st));
+            continue;
+        }
+        VF_TRY(reply_buf(x, q, n, st)); /* the views crossed as copies (across nodes): the reply brings them */
+        x->be->copy(x->be, (char *)x->wdata[q]->data + (size_t)c * x->as, src, (size_t)l * x->as);
+        x->moved += l * (int64_t)x->as;
+    }
+fail:
+    return rc;
+}
+
+int vf_adamw_xchg_update(vf_adamw_xchg *x, float *master, float *m, float *v, const vf_adamw_hyper *hp, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    vf_backend *be = x->be;
+    int rc = 0;
+    if (x->delay_ms > 0) { /* tests: the views stay lent this much longer */
+        struct timespec ts = {x->delay_ms / 1000, (long)(x->delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    for (int q = 0; q < g->P; q++) {
+        int64_t off, n;
+        piece(x, q, &off, &n);
+        vf_tensor *w0 = n > 0 ? vf_item_get(item_of(x, q, 0), "w") : NULL;
+        bool in_place = w0 && vf_tensor_is_view(w0) && direct(x, w0, x->act);
+        /* in place: a piece at once; through the chunk buffers: a chunk at a time */
+        for (int64_t c = 0; c < n;) {
+            int64_t l = n - c;
+            const void *gp = NULL;
+            if (!in_place || !x->summed[q] || !direct(x, vf_item_get(item_of(x, q, 0), "g"), x->grad))
+                l = l < x->cap ? l : x->cap;
+            VF_TRY(gather(x, off + c, l, &gp, st));
+            size_t at = (size_t)(off + c - g->lo);
+            void *wp;
+            if (in_place) {
+                wp = (char *)w0->data + (size_t)c * x->as;
+            } else {
+                VF_TRY(ensure(x, &x->W, x->as, st));
+                wp = x->W;
+            }
+            be->adamw(be, master + at, m + at, v + at, gp, wp, l, hp->lr, hp->beta1, hp->beta2, hp->eps, hp->wd,
+                      hp->scale, hp->step);
+            VF_TRY(spread(x, q, c, wp, l, in_place, st));
+            c += l;
+        }
+    }
+fail:
+    return rc;
+}
+
+int vf_adamw_xchg_put(vf_adamw_xchg *x, const float *host, int64_t a, int64_t cnt, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int rc = 0;
+    int64_t lo = g->lo + a, hi = lo + cnt;
+    for (int q = 0; q < g->P; q++) {
+        int64_t off, n;
+        piece(x, q, &off, &n);
+        /* the part of piece q in [lo, hi): element c of the piece, l of them */
+        int64_t b0 = off > lo ? off : lo, b1 = off + n < hi ? off + n : hi;
+        if (b1 <= b0) continue;
+        int64_t c = b0 - off, l = b1 - b0;
+        const float *src = host + (b0 - lo);
+        bool spread_done = false;
+        for (int r = 0; r < g->D; r++) {
+            vf_tensor *t = vf_item_get(item_of(x, q, r), "w");
+            if (t && vf_tensor_is_view(t)) {
+                vf_backend *bt = t->device.kind == VF_DEV_CPU ? vf_backend_cpu() : backend_of(x, t->device, st);
+                if (!bt) return st && st->code ? st->code : VF_EINVAL;
+                bt->upload(bt, (char *)t->data + (size_t)c * vf_dtype_size(t->dtype), src, l, t->dtype);
+                continue;
+            }
+            if (spread_done) continue;
+            if ((rc = reply_buf(x, q, n, st)) < 0) return rc;
+            x->be->upload(x->be, (char *)x->wdata[q]->data + (size_t)c * x->as, src, l, x->act);
+            spread_done = true;
+        }
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ reply */
+
+int vf_adamw_xchg_release(vf_adamw_xchg *x, vf_status *st)
+{
+    int rc = x->be->sync(x->be, st);
+    for (int i = 0; rc == 0 && i < x->nother; i++) rc = x->other[i]->sync(x->other[i], st);
+    for (int i = 0; x->got && i < x->g->P * x->g->D; i++) {
+        vf_item_free(x->got[i]);
+        x->got[i] = NULL;
+    }
+    return rc;
+}
+
+int vf_adamw_xchg_reply(vf_adamw_xchg *x, vf_ctx *ctx, int64_t step, vf_status *st)
+{
+    const vf_adamw_geo *g = x->g;
+    int rc = vf_adamw_xchg_release(x, st);
+    if (rc < 0) return rc;
+    for (int q = 0; q < g->P; q++) {
+        char name[VF_NAME_MAX], id[64];
+        int64_t off, n;
+        piece(x, q, &off, &n);
+        snprintf(name, sizeof name, "weights_p%d", q);
+        snprintf(id, sizeof id, "w%lld.s%d.p%d", (long long)step, g->k, q);
+        vf_port *out = vf_out(ctx, name);
+        vf_tensor *w = x->wdata[q];
+        x->wdata[q] = NULL;
+        if (!out) {
+            vf_tensor_unref(w);
+            continue;
+        }
+        vf_item *it = vf_item_new(id, st);
+        if (!it) {
+            vf_tensor_unref(w);
+            return VF_ENOMEM;
+        }
+        if (w && (rc = vf_item_put(it, "w", w, st)) < 0) {
+            vf_item_free(it);
+            return rc;
+        }
+        static const char *const keys[] = {"step", "shard", "off", "n"};
+        double vals[] = {(double)step, g->k, (double)off, (double)n};
+        for (int i = 0; i < 4 && rc == 0; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
+        if (rc < 0) {
+            vf_item_free(it);
+            return rc;
+        }
+        rc = vf_send(out, it, st);
+        if (rc == VF_EOS) { /* that partition has finished */
+            rc = 0;
+            continue;
+        }
+        if (rc < 0) return rc;
+    }
+    return 0;
+}

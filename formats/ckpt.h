@@ -175,6 +175,17 @@ int vf_ckpt_writer_text(vf_ckpt_writer *w, const char *name, const char *text, v
  * vector of `total` elements (borrowed, host f32). */
 int vf_ckpt_writer_optimizer(vf_ckpt_writer *w, int k, int S, int64_t off, int64_t n, int64_t total,
                              const float *m, const float *v, vf_status *st);
+/* Optimizer shard k of S streamed: the file opened with its header, the moments of flat
+ * [off, off + n) put in pieces in any order, and on close checked to be all there,
+ * fsynced and listed; the same bytes vf_ckpt_writer_optimizer writes. *out is owned
+ * (close or abort; close frees it also on failure). */
+typedef struct vf_ckpt_optim vf_ckpt_optim;
+int vf_ckpt_optim_open(vf_ckpt_writer *w, int k, int S, int64_t off, int64_t n, int64_t total,
+                       vf_ckpt_optim **out, vf_status *st);
+/* m, v (borrowed, host f32) of flat elements [a, a + cnt) of the shard's range. */
+int vf_ckpt_optim_put(vf_ckpt_optim *o, int64_t a, int64_t cnt, const float *m, const float *v, vf_status *st);
+int vf_ckpt_optim_close(vf_ckpt_optim *o, vf_status *st);
+void vf_ckpt_optim_abort(vf_ckpt_optim *o); /* NULL is fine; the file stays for the .tmp's removal */
 /* Writes and lists state.json of s (borrowed; its step is the writer's). */
 int vf_ckpt_writer_state(vf_ckpt_writer *w, const vf_ckpt_state_info *s, vf_status *st);
 /* Commits: manifest.json, then the rename to step-N, `latest`, and the removal of the

@@ -1,6 +1,7 @@
 /* ckpt_optim.c — a checkpoint's optimizer-kk-of-SS.safetensors files (ckpt.h): each shard's
- * Adam moments written with the flat range they cover, and read back for any range
- * whatever the number of shards that wrote them.
+ * Adam moments written with the flat range they cover — whole, or streamed in pieces as
+ * the shard's snapshot chunks arrive — and read back for any range whatever the number
+ * of shards that wrote them.
  */
 #include "formats/ckpt.h"
 #include "formats/safetensors.h"
@@ -10,15 +11,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-int vf_ckpt_writer_optimizer(vf_ckpt_writer *w, int k, int S, int64_t off, int64_t n, int64_t total,
-                             const float *m, const float *v, vf_status *st)
+struct vf_ckpt_optim {
+    vf_ckpt_writer *w; /* borrowed */
+    vf_st_writer *sw;
+    vf_st_stream *s;
+    char name[64];
+    int64_t off, n;
+    uint64_t at_m, at_v; /* file offsets of exp_avg[0], exp_avg_sq[0] */
+};
+
+int vf_ckpt_optim_open(vf_ckpt_writer *w, int k, int S, int64_t off, int64_t n, int64_t total,
+                       vf_ckpt_optim **out, vf_status *st)
 {
     int rc = 0;
-    char name[64], path[PATH_MAX + 128];
-    snprintf(name, sizeof name, "optimizer-%02d-of-%02d.safetensors", k, S);
-    vf_ckpt_writer_path(w, name, path, sizeof path);
-    vf_st_writer *sw = vf_st_writer_new(st);
-    if (!sw) return VF_ENOMEM;
+    char path[PATH_MAX + 128];
+    *out = NULL;
+    vf_ckpt_optim *o = calloc(1, sizeof *o);
+    if (!o || !(o->sw = vf_st_writer_new(st))) {
+        free(o);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "checkpoint: out of memory");
+    }
+    o->w = w, o->off = off, o->n = n;
+    snprintf(o->name, sizeof o->name, "optimizer-%02d-of-%02d.safetensors", k, S);
+    vf_ckpt_writer_path(w, o->name, path, sizeof path);
     const int64_t shape[1] = {n};
     char val[6][32];
     snprintf(val[0], 32, "%lld", (long long)off);
@@ -28,15 +43,57 @@ int vf_ckpt_writer_optimizer(vf_ckpt_writer *w, int k, int S, int64_t off, int64
     snprintf(val[4], 32, "%lld", (long long)vf_ckpt_writer_step(w));
     snprintf(val[5], 32, "%lld", (long long)total);
     static const char *const keys[6] = {"offset", "numel", "shard", "shards", "step", "total"};
-    VF_TRY(vf_st_writer_add(sw, "exp_avg", VF_ST_F32, 1, shape, m, st));
-    VF_TRY(vf_st_writer_add(sw, "exp_avg_sq", VF_ST_F32, 1, shape, v, st));
-    for (int i = 0; i < 6; i++) VF_TRY(vf_st_writer_meta(sw, keys[i], val[i], st));
-    int64_t bytes = (int64_t)vf_st_writer_size(sw);
-    uint32_t crc;
-    VF_TRY(vf_st_writer_save(sw, path, VF_ST_FSYNC, &crc, st));
-    VF_TRY(vf_ckpt_writer_add(w, name, bytes, crc, st));
+    VF_TRY(vf_st_writer_add_streamed(o->sw, "exp_avg", VF_ST_F32, 1, shape, st));
+    VF_TRY(vf_st_writer_add_streamed(o->sw, "exp_avg_sq", VF_ST_F32, 1, shape, st));
+    for (int i = 0; i < 6; i++) VF_TRY(vf_st_writer_meta(o->sw, keys[i], val[i], st));
+    VF_TRY(vf_st_stream_open(o->sw, path, &o->s, st));
+    o->at_m = (uint64_t)vf_st_stream_offset(o->s, "exp_avg");
+    o->at_v = (uint64_t)vf_st_stream_offset(o->s, "exp_avg_sq");
+    *out = o;
+    return 0;
 fail:
-    vf_st_writer_free(sw);
+    vf_ckpt_optim_abort(o);
+    return rc;
+}
+
+int vf_ckpt_optim_put(vf_ckpt_optim *o, int64_t a, int64_t cnt, const float *m, const float *v, vf_status *st)
+{
+    if (a < o->off || cnt < 0 || a + cnt > o->off + o->n)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "checkpoint: %s: elements [%lld, +%lld) outside the shard's [%lld, +%lld)", o->name,
+                             (long long)a, (long long)cnt, (long long)o->off, (long long)o->n);
+    uint64_t rel = (uint64_t)(a - o->off) * 4;
+    int rc = vf_st_stream_put(o->s, o->at_m + rel, m, (size_t)cnt * 4, st);
+    return rc ? rc : vf_st_stream_put(o->s, o->at_v + rel, v, (size_t)cnt * 4, st);
+}
+
+int vf_ckpt_optim_close(vf_ckpt_optim *o, vf_status *st)
+{
+    int64_t bytes = 0;
+    uint32_t crc = 0;
+    int rc = vf_st_stream_finish(o->s, VF_ST_FSYNC, &bytes, &crc, st);
+    o->s = NULL;
+    if (!rc) rc = vf_ckpt_writer_add(o->w, o->name, bytes, crc, st);
+    vf_ckpt_optim_abort(o);
+    return rc;
+}
+
+void vf_ckpt_optim_abort(vf_ckpt_optim *o)
+{
+    if (!o) return;
+    vf_st_stream_abort(o->s);
+    vf_st_writer_free(o->sw);
+    free(o);
+}
+
+int vf_ckpt_writer_optimizer(vf_ckpt_writer *w, int k, int S, int64_t off, int64_t n, int64_t total,
+                             const float *m, const float *v, vf_status *st)
+{
+    vf_ckpt_optim *o = NULL;
+    int rc = vf_ckpt_optim_open(w, k, S, off, n, total, &o, st);
+    if (!rc) rc = vf_ckpt_optim_put(o, off, n, m, v, st);
+    if (!rc) return vf_ckpt_optim_close(o, st);
+    vf_ckpt_optim_abort(o);
     return rc;
 }
 

@@ -141,6 +141,10 @@ int vf_st_writer_add(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim
 int vf_st_writer_add_fill(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim,
                           const int64_t *shape, vf_st_fill_fn fill, void *user,
                           vf_status *st);
+/* As vf_st_writer_add, the bytes coming later in pieces through a vf_st_stream (below);
+ * write_fd / write_file / save refuse a writer that has one. */
+int vf_st_writer_add_streamed(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim,
+                              const int64_t *shape, vf_status *st);
 /* Adds a host tensor (borrowed: it must stay alive and unchanged until written). */
 int vf_st_writer_add_tensor(vf_st_writer *w, const char *name, const vf_tensor *t,
                             vf_status *st);
@@ -165,5 +169,27 @@ int vf_st_writer_write_file(vf_st_writer *w, FILE *fp, const char *label, unsign
  * no partial file is left at path when VF_ST_ATOMIC is given. */
 int vf_st_writer_save(vf_st_writer *w, const char *path, unsigned flags, uint32_t *crc,
                       vf_status *st);
+
+/* ---- a file written in pieces, in any order: the same bytes as vf_st_writer_save of
+ * the same tensors and metadata, for data that arrives piece by piece (the checkpoint
+ * writer's files, from the optimizer shards' snapshot chunks). */
+typedef struct vf_st_stream vf_st_stream;
+/* Creates/truncates path (0644) and writes w's header and its in-memory tensors (fill
+ * callbacks are refused); the streamed tensors' bytes follow by vf_st_stream_put. w is
+ * borrowed and must stay unchanged until finish/abort. On success *out (owned). */
+int vf_st_stream_open(vf_st_writer *w, const char *path, vf_st_stream **out, vf_status *st);
+/* File offset of tensor `name`'s first byte; -1 when the file has no such tensor. */
+int64_t vf_st_stream_offset(const vf_st_stream *s, const char *name);
+/* Size of the whole file. */
+uint64_t vf_st_stream_size(const vf_st_stream *s);
+/* Writes n bytes of buf at file offset `at` (inside the file) and keeps their CRC32C. */
+int vf_st_stream_put(vf_st_stream *s, uint64_t at, const void *buf, size_t n, vf_status *st);
+/* Checks that the pieces tile the file exactly (a byte never written or written twice is
+ * VF_EINVAL naming the range), fsyncs with VF_ST_FSYNC and closes: *bytes (may be NULL)
+ * the file's size, *crc (may be NULL) its CRC32C, combined from the pieces' without
+ * reading the file back. s is freed, also on failure. */
+int vf_st_stream_finish(vf_st_stream *s, unsigned flags, int64_t *bytes, uint32_t *crc, vf_status *st);
+/* Closes and frees s; the file stays as it is (the caller removes it). NULL is fine. */
+void vf_st_stream_abort(vf_st_stream *s);
 
 #endif /* VF_SAFETENSORS_H */

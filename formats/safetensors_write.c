@@ -6,6 +6,11 @@
  * follows serde_json's compact output so files equal the reference writer's byte for
  * byte: same key order, same escapes (\" \\ \b \f \n \r \t, \u00xx for other control
  * characters, everything else raw UTF-8), padding with spaces to a multiple of 8.
+ *
+ * A file whose bytes arrive in pieces, in any order (vf_st_stream: the checkpoint
+ * writer's, fed by the optimizer shards' snapshot chunks), gets the same header; each
+ * piece is written at its place and its CRC32C kept, and at the end the pieces must
+ * tile the file exactly, their CRCs combined in file order into the whole file's.
  */
 #include "formats/safetensors.h"
 
@@ -29,6 +34,7 @@ typedef struct wtensor {
     const void *data;
     vf_st_fill_fn fill;
     void *user;
+    bool streamed; /* bytes come through a vf_st_stream */
 } wtensor;
 
 struct vf_st_writer {
@@ -147,7 +153,7 @@ void vf_st_writer_free(vf_st_writer *w)
 
 static int add_common(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim,
                       const int64_t *shape, const void *data, vf_st_fill_fn fill, void *user,
-                      vf_status *st)
+                      bool streamed, vf_status *st)
 {
     int rc = 0;
     wtensor t = {0};
@@ -172,7 +178,7 @@ static int add_common(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndi
     if (__builtin_mul_overflow(n, bits, &bits) || bits % 8)
         VF_FAIL(st, VF_EINVAL, "safetensors writer: tensor \"%s\": %s data of %llu elements is not a whole number of bytes",
                 name, vf_st_dtype_name(dt), (unsigned long long)n);
-    if (bits / 8 && !data && !fill)
+    if (bits / 8 && !data && !fill && !streamed)
         VF_FAIL(st, VF_EINVAL, "safetensors writer: tensor \"%s\": no data", name);
     t.name = strdup(name);
     t.shape = malloc(sizeof(int64_t) * (size_t)(ndim ? ndim : 1));
@@ -185,6 +191,7 @@ static int add_common(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndi
     t.data = data;
     t.fill = fill;
     t.user = user;
+    t.streamed = streamed;
     if (w->n == w->cap) {
         int nc = w->cap ? w->cap * 2 : 16;
         wtensor *q = realloc(w->t, sizeof *q * (size_t)nc);
@@ -205,14 +212,20 @@ fail:
 int vf_st_writer_add(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim,
                      const int64_t *shape, const void *data, vf_status *st)
 {
-    return add_common(w, name, dt, ndim, shape, data, NULL, NULL, st);
+    return add_common(w, name, dt, ndim, shape, data, NULL, NULL, false, st);
 }
 
 int vf_st_writer_add_fill(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim,
                           const int64_t *shape, vf_st_fill_fn fill, void *user,
                           vf_status *st)
 {
-    return add_common(w, name, dt, ndim, shape, NULL, fill, user, st);
+    return add_common(w, name, dt, ndim, shape, NULL, fill, user, false, st);
+}
+
+int vf_st_writer_add_streamed(vf_st_writer *w, const char *name, vf_st_dtype dt, int ndim,
+                              const int64_t *shape, vf_status *st)
+{
+    return add_common(w, name, dt, ndim, shape, NULL, NULL, NULL, true, st);
 }
 
 int vf_st_writer_add_tensor(vf_st_writer *w, const char *name, const vf_tensor *t,
@@ -222,7 +235,7 @@ int vf_st_writer_add_tensor(vf_st_writer *w, const char *name, const vf_tensor *
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "safetensors writer: tensor \"%s\" is not in host memory", name);
     return add_common(w, name, vf_st_dtype_from_vf(t->dtype), t->ndim, t->shape, t->data, NULL,
-                      NULL, st);
+                      NULL, false, st);
 }
 
 int vf_st_writer_meta(vf_st_writer *w, const char *key, const char *value, vf_status *st)
@@ -378,6 +391,9 @@ static int write_all(vf_st_writer *w, sink *k, unsigned flags, uint32_t *crc, vf
     for (int i = 0; i < w->n; i++) {
         wtensor *t = &w->t[i];
         if (!t->nbytes) continue;
+        if (t->streamed)
+            VF_FAIL(st, VF_EINVAL, "%s: tensor \"%s\" is streamed: write the file with vf_st_stream",
+                    k->label, t->name);
         if (t->data) {
             VF_TRY(sink_write(k, t->data, (size_t)t->nbytes, st));
             continue;
@@ -454,4 +470,140 @@ fail:
     free(tmp);
     free(dir);
     return rc;
+}
+
+/* ------------------------------------------------------------ a file in pieces */
+
+typedef struct piece {
+    uint64_t at, n;
+    uint32_t crc;
+} piece;
+
+struct vf_st_stream {
+    vf_st_writer *w; /* borrowed */
+    int fd;
+    char *path;
+    uint64_t size;
+    piece *p;
+    size_t np, capp;
+};
+
+static int pwrite_all(int fd, const char *label, uint64_t at, const void *buf, size_t n, vf_status *st)
+{
+    const char *c = buf;
+    while (n) {
+        ssize_t r = pwrite(fd, c, n > (1u << 30) ? (1u << 30) : n, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: write: %s", label,
+                                 r < 0 ? strerror(errno) : "no progress");
+        c += r;
+        at += (uint64_t)r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int vf_st_stream_put(vf_st_stream *s, uint64_t at, const void *buf, size_t n, vf_status *st)
+{
+    if (!n) return 0;
+    if (at > s->size || n > s->size - at)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "%s: bytes [%llu, +%zu) lie outside the file's %llu",
+                             s->path, (unsigned long long)at, n, (unsigned long long)s->size);
+    if (s->np == s->capp) {
+        size_t nc = s->capp ? 2 * s->capp : 64;
+        piece *q = realloc(s->p, sizeof *q * nc);
+        if (!q) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", s->path);
+        s->p = q;
+        s->capp = nc;
+    }
+    int rc = pwrite_all(s->fd, s->path, at, buf, n, st);
+    if (rc) return rc;
+    s->p[s->np++] = (piece){at, n, vf_crc32c(0, buf, n)};
+    return 0;
+}
+
+int vf_st_stream_open(vf_st_writer *w, const char *path, vf_st_stream **out, vf_status *st)
+{
+    int rc = 0;
+    *out = NULL;
+    vf_st_stream *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", path);
+    }
+    s->w = w;
+    s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0) VF_FAIL(st, VF_EIO, "%s: cannot create: %s", path, strerror(errno));
+    VF_TRY(prepare(w, st));
+    s->size = 8 + w->hlen + w->data_bytes;
+    uint64_t hn = w->hlen;
+    uint8_t len8[8];
+    memcpy(len8, &hn, 8);
+    VF_TRY(vf_st_stream_put(s, 0, len8, 8, st));
+    VF_TRY(vf_st_stream_put(s, 8, w->hdr, w->hlen, st));
+    for (int i = 0; i < w->n; i++) {
+        const wtensor *t = &w->t[i];
+        if (!t->nbytes || t->streamed) continue;
+        if (!t->data)
+            VF_FAIL(st, VF_EINVAL, "%s: tensor \"%s\" has a fill callback; a stream takes its bytes in pieces",
+                    path, t->name);
+        VF_TRY(vf_st_stream_put(s, 8 + w->hlen + t->offset, t->data, (size_t)t->nbytes, st));
+    }
+    *out = s;
+    return 0;
+fail:
+    vf_st_stream_abort(s);
+    return rc;
+}
+
+int64_t vf_st_stream_offset(const vf_st_stream *s, const char *name)
+{
+    for (int i = 0; i < s->w->n; i++)
+        if (!strcmp(s->w->t[i].name, name)) return (int64_t)(8 + s->w->hlen + s->w->t[i].offset);
+    return -1;
+}
+
+uint64_t vf_st_stream_size(const vf_st_stream *s) { return s->size; }
+
+static int cmp_piece(const void *a, const void *b)
+{
+    const piece *x = a, *y = b;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+int vf_st_stream_finish(vf_st_stream *s, unsigned flags, int64_t *bytes, uint32_t *crc, vf_status *st)
+{
+    int rc = 0;
+    if (s->np) qsort(s->p, s->np, sizeof *s->p, cmp_piece);
+    uint64_t at = 0;
+    uint32_t c = 0;
+    for (size_t i = 0; i < s->np; i++) {
+        if (s->p[i].at != at)
+            VF_FAIL(st, VF_EINVAL, "%s: bytes [%llu, %llu) were %s", s->path, (unsigned long long)at,
+                    (unsigned long long)s->p[i].at, s->p[i].at > at ? "never written" : "written twice");
+        c = vf_crc32c_combine(c, s->p[i].crc, s->p[i].n);
+        at += s->p[i].n;
+    }
+    if (at != s->size)
+        VF_FAIL(st, VF_EINVAL, "%s: bytes [%llu, %llu) were never written", s->path, (unsigned long long)at,
+                (unsigned long long)s->size);
+    if ((flags & VF_ST_FSYNC) && fsync(s->fd) != 0) VF_FAIL(st, VF_EIO, "%s: fsync: %s", s->path, strerror(errno));
+    int fd = s->fd;
+    s->fd = -1;
+    if (close(fd) != 0) VF_FAIL(st, VF_EIO, "%s: close: %s", s->path, strerror(errno));
+    if (bytes) *bytes = (int64_t)s->size;
+    if (crc) *crc = c;
+fail:
+    vf_st_stream_abort(s);
+    return rc;
+}
+
+void vf_st_stream_abort(vf_st_stream *s)
+{
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    free(s->p);
+    free(s->path);
+    free(s);
 }

@@ -2,10 +2,13 @@
  * backend lookup by device.
  *
  * The CPU backend stores everything as f32 (act_dtype = grad_dtype = F32), so every
- * wrapper is a cast. The table is static and immutable: one instance serves every
+ * wrapper is a cast. Its bf16-storage twin (vf_backend_cpu_for) serves the optimizer
+ * shard of bf16 partitions kept in host memory: the memory ops, axpy, adamw and sumsq
+ * on bf16 weights and gradients, nothing else. The table is static and immutable: one instance serves every
  * thread. vf_backend_cuda lives in kernels/cuda/ when CUDA is built; otherwise the
  * fallback below says so.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,6 +374,60 @@ static vf_backend cpu_backend = {
 };
 
 vf_backend *vf_backend_cpu(void) { return &cpu_backend; }
+
+/* ------------------------------------------------------------------ bf16 storage */
+
+/* The ops that see weights and gradients of the bf16 backend: converting forms of the
+ * CPU's (the memory ops take their dtypes as arguments already). */
+static void cpu16_axpy(vf_backend *be, void *y, const void *x, float alpha, int64_t n)
+{
+    (void)be, vf_cpu_axpy_bf16(y, x, alpha, n);
+}
+static void cpu16_adamw(vf_backend *be, float *master, float *m, float *v, const void *grad, void *weights_out,
+                        int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                        float grad_scale, int64_t t)
+{
+    (void)be, vf_cpu_adamw_dt(master, m, v, grad, VF_DTYPE_BF16, weights_out, VF_DTYPE_BF16, n, lr, beta1, beta2,
+                              eps, weight_decay, grad_scale, t);
+}
+static double cpu16_sumsq(vf_backend *be, const void *grad, int64_t n)
+{
+    return (void)be, vf_cpu_sumsq_dt(grad, VF_DTYPE_BF16, n);
+}
+
+static vf_backend cpu_bf16_backend;
+static pthread_once_t cpu_bf16_once = PTHREAD_ONCE_INIT;
+
+static void cpu_bf16_init(void)
+{
+    vf_backend b = cpu_backend;
+    b.name = "cpu-bf16";
+    b.act_dtype = b.grad_dtype = VF_DTYPE_BF16;
+    /* the model's ops compute on f32 storage: absent here, so a misuse faults at once */
+    for (int i = 0; i < vf_nops; i++) {
+        if (!strcmp(vf_ops[i].family, "memory") || !strcmp(vf_ops[i].family, "adamw") ||
+            !strcmp(vf_ops[i].name, "axpy"))
+            continue;
+        void (*none)(void) = NULL;
+        memcpy((char *)&b + vf_ops[i].offset, &none, sizeof none);
+    }
+    b.axpy = cpu16_axpy;
+    b.adamw = cpu16_adamw;
+    b.sumsq = cpu16_sumsq;
+    cpu_bf16_backend = b;
+}
+
+vf_backend *vf_backend_cpu_for(vf_dtype dt, vf_status *st)
+{
+    if (dt == VF_DTYPE_F32) return &cpu_backend;
+    if (dt == VF_DTYPE_BF16) {
+        pthread_once(&cpu_bf16_once, cpu_bf16_init);
+        return &cpu_bf16_backend;
+    }
+    vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "the CPU backend keeps weights in f32 or bf16, not %s",
+                  vf_dtype_name(dt));
+    return NULL;
+}
 
 #ifndef VFLOW_HAVE_CUDA
 vf_backend *vf_backend_cuda(int index, vf_status *st)

@@ -287,6 +287,12 @@ const vf_op_info *vf_op_find(const char *name);
 
 /* The CPU backend (static, thread-safe, deterministic). */
 vf_backend *vf_backend_cpu(void);
+/* The CPU backend keeping weights and gradients in dt: F32 is vf_backend_cpu(); BF16 is
+ * the host optimizer shard of partitions that compute in bf16 (offload): its memory ops,
+ * axpy, adamw (bf16 gradient read exactly, new weights rounded to nearest even, f32
+ * state) and sumsq work on bf16, and the model's ops are absent (NULL). Static; NULL
+ * with st set for another dtype. */
+vf_backend *vf_backend_cpu_for(vf_dtype dt, vf_status *st);
 /* The CUDA backend for device index i; NULL and st set when CUDA is not built or no
  * such device exists. */
 vf_backend *vf_backend_cuda(int index, vf_status *st);

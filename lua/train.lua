@@ -32,7 +32,7 @@
 --                                                                    in place (every q, k)
 --            adamw_k.weights_p<q> -> dit_q.weights      capacity 2   loop: the shard's reply (done)
 --            adamw_k.norm_out  -> adamw_j.norm_in       capacity 2   loop: global-norm partials (k ≠ j)
---            adamw_k.snap      -> checkpoint.snap       capacity 1   snapshots: one in flight per shard
+--            adamw_k.snap      -> checkpoint.snap       capacity 2   snapshot chunks (checkpoint.chunk bytes each)
 --            checkpoint.ack    -> adamw_k.ack           capacity 2   loop, only with sync = true
 --            checkpoint.done   -> sample.ckpt           capacity 2   only with sample = {...}
 -- Every partition talks to every shard (an item with no tensor where their ranges do not
@@ -43,7 +43,8 @@
 -- "adamw" (their `name`), so `--set adamw.lr=2e-3` or `--set dit.recompute=true` reaches
 -- every member. Values p:train copies into several stages are linked: the checkpoint
 -- dir (checkpoint.dir = the partitions' and shards' ckpt_dir), the interval
--- (checkpoint.every = the shards' every), steps, seed, t_mean, t_std and micro_batches
+-- (checkpoint.every = the shards' every), the snapshot chunk (checkpoint.chunk = the
+-- shards' ckpt_chunk), steps, seed, t_mean, t_std and micro_batches
 -- are one value each, and `--set` of any copy (stage or group) sets them all; copies
 -- whose value shapes the graph (model, splits, shards, sync, …) refuse an override and
 -- say where to set them. The shards decide when to snapshot from `every`.
@@ -349,6 +350,7 @@ return function(vf)
       for _, k in ipairs { "steps", "seed", "t_mean", "t_std" } do link(a, k, "=train." .. k) end
       link(a, "ckpt_dir", "=ckpt.dir")
       link(a, "every", "=ckpt.every")
+      link(a, "ckpt_chunk", "=ckpt.chunk")
       link(a, "model", fixed_model)
       link(a, "splits", fixed_pp)
       link(a, "replicas", fixed_pp)
@@ -361,6 +363,7 @@ return function(vf)
     if ck then
       link(ck, "dir", "=ckpt.dir")
       link(ck, "every", "=ckpt.every")
+      link(ck, "chunk", "=ckpt.chunk")
       link(ck, "model", fixed_model)
       link(ck, "shards", fixed_shards)
       link(ck, "sync", fixed_sync)
@@ -380,6 +383,9 @@ return function(vf)
     local dir = ck and ck.params.dir or ""
     local every = ck and (ck.params.every == nil and 50 or ck.params.every) or 0
     local sync = ck ~= nil and ck.params.sync == true
+    -- the checkpoint stage's default chunk (stages/train/checkpoint.c), when it has none
+    local chunk = ck and (ck.params.chunk == nil and 67108864 or ck.params.chunk) or 67108864
+    if ck then ck.params.chunk = chunk end
     local model_params = m.model
 
     for r = 1, m.D do
@@ -422,16 +428,33 @@ return function(vf)
       if type(t.weights) ~= "string" then fail("p:train: weights must be a path (a string)") end
       for _, a in ipairs(opt.members) do a.params.weights = t.weights end
     end
-    -- the partitions' devices: a shard plans chunk buffers for those not on its own
-    local part_devices = {}
+    -- the shards take the partitions' weight and gradient dtype: bf16 on GPUs, f32 on the
+    -- CPU; a shard in host memory next to GPU partitions (offload) converts to its f32 state
+    -- (param dtype); and a shard plans chunk buffers for the partitions not on its device
+    -- (param part_devices)
+    local part_dtype, part_devices = nil, {}
     for r = 1, m.D do
-      for q = 1, m.P do part_devices[#part_devices + 1] = m.parts[r][q].params.device or "cpu" end
+      for q = 1, m.P do
+        local dev = tostring(m.parts[r][q].params.device or "cpu")
+        part_devices[#part_devices + 1] = dev
+        local dt = dev:match("^cuda") and "bf16" or "f32"
+        if part_dtype and dt ~= part_dtype then
+          fail("p:train: the partitions mix CPU and GPU devices (%s is %s, another %s): they exchange tensors of one dtype",
+               m.parts[r][q].name, dev, part_dtype == "bf16" and "a GPU" or "the CPU")
+        end
+        part_dtype = dt
+      end
     end
+    local fixed_dtype = "is the partitions' dtype, derived by p:train at " .. where ..
+                        " from their devices; set those in p:pipeline_parallel"
     for _, a in ipairs(opt.members) do
       local s = a.params
+      s.dtype = part_dtype
+      link(a, "dtype", fixed_dtype)
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
       s.part_devices = part_devices
       s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
+      s.ckpt_chunk = chunk
     end
     if ck then
       ck.params.model, ck.params.shards = model_params, opt.S
@@ -467,7 +490,7 @@ return function(vf)
         if j ~= k then p:connect({ a, "norm_out" }, { b, "norm_in" }, { capacity = 2, loop = true }) end
       end
       if ck then
-        p:connect({ a, "snap" }, { ck, "snap" }, { capacity = 1 })
+        p:connect({ a, "snap" }, { ck, "snap" }, { capacity = 2 })
         if sync then p:connect({ ck, "ack" }, { a, "ack" }, { capacity = 2, loop = true }) end
       end
     end

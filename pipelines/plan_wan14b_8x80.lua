@@ -4,15 +4,16 @@
 -- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
 -- partition k.
 --
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 46.0-68.1 GiB per GPU
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 46.0-68.1 GiB per GPU, HOSTFIG of host
 --   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=40GiB,cpu=2TiB   # exit 2: over; lists the fixes
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=512GiB --set offload=true   # fits: 23.9-34.3 GiB per GPU, 165 GiB of host
 --
 -- Each partition lends its bf16 weights and gradients to the shards, which update them in
 -- place: 16 bytes of state per parameter on every GPU (the plan's "state per parameter").
--- offload = true would put the shards in host memory, leaving only bf16 weights, gradients
--- and activations on the GPUs; the adamw stage does not take bf16 gradients on the host,
--- so --set offload=true stops with that dtype error (exit 2), and the plan's fixes list
--- offload as refused with it.
+-- offload = true puts the shards in host memory, leaving only bf16 weights, gradients and
+-- activations on the GPUs: the shards read the partitions' bf16 gradients and write bf16
+-- weights through bounded chunk buffers (one copy each way), their f32 master and moments
+-- on the host.
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
 -- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true),

@@ -25,6 +25,7 @@
 --   model_shard_bytes  above this many bytes the checkpoint's model is written as
 --                  Hugging Face shards + model.safetensors.index.json; 0 = one file (1e10)
 --   sync           synchronous checkpoints (benchmark baseline)            (false)
+--   ckpt_chunk     bytes of each snapshot chunk a shard streams to the writer (64 MiB)
 --   seed           data order, init, noise and timesteps                   (0)
 --   weights        start from these DiT weights: a .safetensors file, a sharded
 --                  *.safetensors.index.json or a diffusers directory       (seeded init)
@@ -89,6 +90,7 @@ local ckpt = p:stage("checkpoint", {
   every = a.every or 50,
   keep = a.keep or 2,
   sync = a.sync == true,
+  chunk = a.ckpt_chunk,
   model_shard_bytes = a.model_shard_bytes,
 })
 -- every knob is read whether it applies or not: a knob the script never reads is refused

@@ -239,6 +239,8 @@ int vf_item_decode_meta(const void *buf, size_t len, vf_item **out, vf_status *s
 int vf_item_decode_view(const void *buf, size_t len, vf_release_fn release, void *hint,
                         vf_item **out, vf_status *st);
 uint32_t vf_crc32c(uint32_t crc, const void *data, size_t n);
+/* The CRC32C of A followed by B from crc(A), crc(B) and B's length in bytes. */
+uint32_t vf_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /* ------------------------------------------------------------------ params */
 

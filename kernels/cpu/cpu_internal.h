@@ -139,6 +139,11 @@ void vf_cpu_gemm(const vf_gemm *g, int parallel);
 
 #define VF_GEMM_KC 256 /* k block: a KC row of the packed panels stays in cache */
 
+/* The constants of one AdamW step (adamw.c), in double. */
+typedef struct vf_cpu_adam {
+    double b1, b2, gsc, step, sbc2, decay, eps;
+} vf_cpu_adam;
+
 /* ---- the hot loops, one build per ISA (simd_body.h, simd.c); all builds give the same
  * bits. vf_cpu_simd_get returns the build in use (see vf_cpu_set_isa). */
 typedef struct vf_cpu_simd {
@@ -157,6 +162,9 @@ typedef struct vf_cpu_simd {
     void (*gelu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n, int acc);
     void (*silu_fwd)(float *out, const float *inp, int64_t n);
     void (*silu_bwd)(float *dinp, const float *dout, const float *inp, int64_t n, int acc);
+    /* AdamW on n elements: grad f32 or bf16, wout (may be NULL) f32 or bf16 */
+    void (*adamw)(const vf_cpu_adam *a, float *master, float *m, float *v, const void *grad, vf_dtype gdt,
+                  void *wout, vf_dtype wdt, int64_t n);
 } vf_cpu_simd;
 
 const vf_cpu_simd *vf_cpu_simd_get(void);

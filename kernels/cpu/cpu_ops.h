@@ -173,6 +173,16 @@ void vf_cpu_adamw(float *master, float *m, float *v, const float *grad, float *w
                   float weight_decay, float grad_scale, int64_t t);
 /* Σ g² in f64 over 256 fixed blocks summed in block order. */
 double vf_cpu_sumsq(const float *grad, int64_t n);
+/* The same with the gradient in grad_dtype (F32 or BF16, read exactly) and the new
+ * weights written in out_dtype (F32 or BF16, round to nearest even). */
+void vf_cpu_adamw_dt(float *master, float *m, float *v, const void *grad, vf_dtype grad_dtype, void *weights_out,
+                     vf_dtype out_dtype, int64_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, float grad_scale, int64_t t);
+double vf_cpu_sumsq_dt(const void *grad, vf_dtype grad_dtype, int64_t n);
+/* y += alpha·x on bf16 storage: the sum formed in double from the exact values, rounded
+ * to f32, then to bf16 (for alpha = 1, the replicas' gradient sum, the CUDA backend's
+ * bf16 axpy element for element). */
+void vf_cpu_axpy_bf16(uint16_t *y, const uint16_t *x, float alpha, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,14 @@ void vf_cpu_axpy(float *y, const float *x, float alpha, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = (float)((double)y[i] + al * (double)x[i]);
 }
 
+void vf_cpu_axpy_bf16(uint16_t *y, const uint16_t *x, float alpha, int64_t n)
+{
+    const double al = alpha;
+#pragma omp parallel for schedule(static) if (n > 16 * VF_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        y[i] = vf_f32_to_bf16((float)((double)vf_bf16_to_f32(y[i]) + al * (double)vf_bf16_to_f32(x[i])));
+}
+
 /* GELU (tanh) and SiLU: the loops are in simd_body.h (per-ISA builds, same bits);
  * here the range is cut into fixed chunks for the threads. */
 #define CHUNK 4096

@@ -208,6 +208,70 @@ static void SFX(silu_bwd)(float *dinp, const float *dout, const float *inp, int6
             dinp[i] = (float)(0.0 + SFX(silu_grad)(inp[i]) * (double)dout[i]);
 }
 
+/* ---- AdamW (adamw.c has the formula and why): one call per range of a thread's share,
+ * grad f32 or bf16 (read exactly as f32), the new weights to f32, bf16 (round to nearest
+ * even, NaN kept quiet) or nowhere. Separate loops per dtype pair keep each one straight
+ * code the vectoriser takes whole. */
+
+static inline float SFX(adam_one)(const vf_cpu_adam *a, float *master, float *m, float *v, float gf, int64_t i)
+{
+    double g = (double)gf * a->gsc;
+    double mi = a->b1 * (double)m[i] + (1.0 - a->b1) * g;
+    double vi = a->b2 * (double)v[i] + (1.0 - a->b2) * g * g;
+    float mf = (float)mi, vf = (float)vi;
+    double p = (double)master[i] * a->decay;
+    p -= a->step * (double)mf / (__builtin_sqrt((double)vf) / a->sbc2 + a->eps);
+    m[i] = mf;
+    v[i] = vf;
+    master[i] = (float)p;
+    return (float)p;
+}
+
+static inline float SFX(bf16_f32)(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static inline uint16_t SFX(f32_bf16)(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t q = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+static void SFX(adamw)(const vf_cpu_adam *a, float *master, float *m, float *v, const void *grad, vf_dtype gdt,
+                       void *wout, vf_dtype wdt, int64_t n)
+{
+    if (gdt == VF_DTYPE_BF16) {
+        const uint16_t *g = grad;
+        if (wout && wdt == VF_DTYPE_BF16) {
+            uint16_t *w = wout;
+            for (int64_t i = 0; i < n; i++) w[i] = SFX(f32_bf16)(SFX(adam_one)(a, master, m, v, SFX(bf16_f32)(g[i]), i));
+        } else if (wout) {
+            float *w = wout;
+            for (int64_t i = 0; i < n; i++) w[i] = SFX(adam_one)(a, master, m, v, SFX(bf16_f32)(g[i]), i);
+        } else {
+            for (int64_t i = 0; i < n; i++) SFX(adam_one)(a, master, m, v, SFX(bf16_f32)(g[i]), i);
+        }
+        return;
+    }
+    const float *g = grad;
+    if (wout && wdt == VF_DTYPE_BF16) {
+        uint16_t *w = wout;
+        for (int64_t i = 0; i < n; i++) w[i] = SFX(f32_bf16)(SFX(adam_one)(a, master, m, v, g[i], i));
+    } else if (wout) {
+        float *w = wout;
+        for (int64_t i = 0; i < n; i++) w[i] = SFX(adam_one)(a, master, m, v, g[i], i);
+    } else {
+        for (int64_t i = 0; i < n; i++) SFX(adam_one)(a, master, m, v, g[i], i);
+    }
+}
+
 static const vf_cpu_simd SFX(table) = {
     .name = VF_SIMD_NAME,
     .mr = VF_MR,
@@ -220,6 +284,7 @@ static const vf_cpu_simd SFX(table) = {
     .gelu_bwd = SFX(gelu_bwd),
     .silu_fwd = SFX(silu_fwd),
     .silu_bwd = SFX(silu_bwd),
+    .adamw = SFX(adamw),
 };
 
 #undef SFX

@@ -54,19 +54,7 @@ uint32_t vf_crc32c_sw(uint32_t crc, const void *data, size_t n)
     return ~c;
 }
 
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-
-/* The crc32 instruction has a 3-cycle latency and a 1-cycle throughput, so the long
- * path runs three independent CRCs over three adjacent blocks and then combines them:
- * shifting a CRC over n zero bytes is linear, done with 4 table lookups from a
- * GF(2) matrix for that n (Mark Adler's method, crc32c.c on Stack Overflow, 2013). */
-#define LONG_BLK 8192
-#define SHORT_BLK 256
-
-static uint32_t g_long[4][256], g_short[4][256];
-static atomic_int g_shift_ready;
-
+/* GF(2) matrices of 32 rows: appending zero bits to a CRC is linear in it. */
 static uint32_t gf2_times(const uint32_t *mat, uint32_t vec)
 {
     uint32_t sum = 0;
@@ -79,6 +67,42 @@ static void gf2_square(uint32_t *sq, const uint32_t *mat)
 {
     for (int n = 0; n < 32; n++) sq[n] = gf2_times(mat, mat[n]);
 }
+
+uint32_t vf_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    if (!len2) return crc1;
+    /* crc1 shifted over len2 zero bytes (zlib's crc32_combine): the one-bit operator
+     * squared to two and four bits, then to one byte, two, four, … applied where len2's
+     * bits say */
+    uint32_t even[32], odd[32];
+    odd[0] = POLY;
+    for (int n = 1; n < 32; n++) odd[n] = 1u << (n - 1);
+    gf2_square(even, odd);
+    gf2_square(odd, even);
+    do {
+        gf2_square(even, odd);
+        if (len2 & 1) crc1 = gf2_times(even, crc1);
+        len2 >>= 1;
+        if (!len2) break;
+        gf2_square(odd, even);
+        if (len2 & 1) crc1 = gf2_times(odd, crc1);
+        len2 >>= 1;
+    } while (len2);
+    return crc1 ^ crc2;
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+
+/* The crc32 instruction has a 3-cycle latency and a 1-cycle throughput, so the long
+ * path runs three independent CRCs over three adjacent blocks and then combines them:
+ * shifting a CRC over n zero bytes is linear, done with 4 table lookups from a
+ * GF(2) matrix for that n (Mark Adler's method, crc32c.c on Stack Overflow, 2013). */
+#define LONG_BLK 8192
+#define SHORT_BLK 256
+
+static uint32_t g_long[4][256], g_short[4][256];
+static atomic_int g_shift_ready;
 
 /* The operator that appends len zero bytes to a CRC. */
 static void zeros_op(uint32_t *even, size_t len)

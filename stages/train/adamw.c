@@ -1,9 +1,14 @@
 /* adamw.c — stage kind `adamw`: one shard of the AdamW optimizer (docs/TRAINING.md).
  *
  * Shard k of S owns the k-th slice of the flat parameter vector (whole norm blocks,
- * dit_train.h) and holds for it the f32 master weights and both moments on its device.
- * The bf16 weights and gradients stay the partitions': they lend them (adamw_xchg.c), and
- * the shard reads the gradients and writes the weights in place. Per step s:
+ * dit_train.h) and holds for it the f32 master weights and both moments on its device:
+ * a GPU, or host memory (`offload`). The weights and gradients stay the partitions': they
+ * lend them (adamw_xchg.c), and the shard reads the gradients and writes the weights in
+ * place, or through bounded chunk buffers where a partition is on another device. In host
+ * memory next to bf16 partitions (param dtype) it reads their bf16 gradients and writes
+ * bf16 weights through the CPU backend's bf16 form: gradients read exactly as f32, the
+ * step in f64 per element as on the GPU, the new weights rounded to bf16
+ * (kernels/cpu/adamw.c). Per step s:
  *   1. receive one item from every partition of every data-parallel replica ("grads",
  *      P·D items; without views for a partition that does not overlap the slice), and sum
  *      the replicas' gradients in replica order;
@@ -16,14 +21,20 @@
  *      weights;
  *   4. reply to each partition ("weights_p<p>", fanned out to the D replicas of that
  *      partition): the weights are in place and the shard let go of the buffers;
- *   5. at checkpoint steps (every `every`, and the last) copy master, m, v to the host
- *      into a snapshot item for the checkpoint stage ("snap", capacity 1: one in flight)
- *      and go on — unless `sync`, where it waits for the writer's "ack" (the benchmark's
- *      synchronous baseline).
- * Before the first step it writes the initial weights into the weights the partitions
- * lend it and replies: Philox init (vf_dit_init with `seed`), or with --resume its slice
- * of the newest complete checkpoint, after checking that the checkpoint's config matches
- * this run's (exit 2 otherwise).
+ *   5. at checkpoint steps (every `every`, and the last) stream master, m, v to the
+ *      checkpoint stage ("snap") in chunks of `ckpt_chunk` bytes, each copied to the host
+ *      as it is sent, and go on — unless `sync`, where it waits for the writer's "ack"
+ *      (the benchmark's synchronous baseline).
+ * The snapshot is of step s: its chunks all leave after step s's update and before the
+ * shard takes step s + 1's gradients, so none holds an update of s + 1. The shard needs
+ * no staging copy of its state for it — host memory for a snapshot is the chunks in
+ * flight (capacity × chunk on the edge, one being copied) — and the partitions compute
+ * step s + 1 meanwhile: the step waits only when the writer takes longer for a shard's
+ * slice than the partitions take for a step (backpressure through the edge's credits).
+ * Before the first step it writes the initial weights, chunk by chunk, into the weights
+ * the partitions lend it and replies: Philox init (vf_dit_init with `seed`), or with
+ * --resume its slice of the newest complete checkpoint, after checking that the
+ * checkpoint's config matches this run's (exit 2 otherwise).
  * Shard 0 also reports the step: loss (from the last partitions), grad norm, lr, step
  * time, samples/s, tokens/s and the measured pipeline bubble.
  */
@@ -65,7 +76,12 @@ static const vf_param_spec adamw_params[] = {
     {"every", VF_P_INT, "0", VF_RANGE(0, 1e12), "snapshot every N steps (and at the last); 0 = last only"},
     {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir to resume from; \"\" = <run dir>/ckpt"},
     {"sync", VF_P_BOOL, "false", VF_ANY, "wait for each checkpoint to be written (benchmark baseline)"},
+    {"ckpt_chunk", VF_P_INT, "67108864", VF_RANGE(12, 9e15),
+     "bytes of each snapshot chunk sent to the checkpoint stage (its `chunk`; set by p:train)"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where master weights and moments live (cpu = offload)"},
+    {"dtype", VF_P_STR, "\"auto\"", VF_ANY,
+     "the partitions' weight and gradient dtype (set by p:train from their devices); auto = the shard device's",
+     "auto|f32|bf16"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
      "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json, a diffusers "
      "directory or a vflow checkpoint step dir; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); "
@@ -96,10 +112,10 @@ typedef struct shard {
     vf_lr_sched lr;
     float beta1, beta2, eps, wd, clip;
     int64_t steps, every, t0;
+    int64_t chunk;         /* elements of a snapshot chunk and of the start's host staging */
     bool sync;
     vf_json *config;
     char *base_json;       /* shard 0 of a LoRA run on given weights: state.json's "lora_base" */
-    char preset[64];       /* the model's preset name, for model.safetensors' metadata */
     char ckdir[PATH_MAX];
 } shard;
 
@@ -110,7 +126,12 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (!h) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: out of memory");
     vf_stage_set_state(s, h);
     VF_TRY(vf_adamw_geo_init(p, &h->g, st));
-    h->be = vf_backend_for(vf_param_device(p, "device"), st);
+    /* in host memory the shard keeps the partitions' dtype for their gradients and new
+     * weights (the bf16 CPU backend converts to and from the f32 state) */
+    vf_device dev = vf_param_device(p, "device");
+    vf_dtype act, grad;
+    vf_adamw_dtypes(p, &act, &grad);
+    h->be = dev.kind == VF_DEV_CPU ? vf_backend_cpu_for(act, st) : vf_backend_for(dev, st);
     if (!h->be) {
         rc = st && st->code ? st->code : VF_EINVAL;
         goto fail;
@@ -138,8 +159,8 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     h->clip = (float)vf_param_num(p, "clip_grad");
     h->every = vf_param_int(p, "every");
     h->sync = vf_param_bool(p, "sync");
+    h->chunk = vf_adamw_chunk(&h->g, vf_param_int(p, "ckpt_chunk"));
     VF_TRY(vf_adamw_config(p, h->steps, &h->config, st));
-    snprintf(h->preset, sizeof h->preset, "%s", vf_param_str(vf_param_table(p, "model"), "name"));
 fail:
     return rc;
 }
@@ -185,16 +206,39 @@ fail:
     return rc;
 }
 
-/* Initial master weights and moments: the newest checkpoint with --resume, else init. */
+/* The start's values of elements [lo + a, lo + a + cnt) of the slice into host (and, on
+ * a resume, the moments into m, v): the checkpoint's, or the init's. */
+static int start_chunk(shard *h, const vf_params *p, const vf_ckpt *ck, const vf_dit_wsrc *w, int64_t a,
+                       int64_t cnt, float *host, float *m, float *v, vf_status *st)
+{
+    int64_t at = h->g.lo + a;
+    if (ck) {
+        int rc = vf_adamw_load_master(ck->path, h->g.tl, at, at + cnt, host, st);
+        return rc ? rc : vf_ckpt_read_moments(ck->path, at, at + cnt, m, v, st);
+    }
+    const char *lpath = vf_param_str(p, "lora_init");
+    if (h->g.lora && lpath[0]) /* an existing adapter, in any of the namings users have */
+        return vf_dit_lora_file_read(lpath, h->g.lora, host, at, cnt, st);
+    if (h->g.lora) /* the partitions hold the base; the shards the adapters */
+        vf_dit_lora_init(h->g.lora, (uint64_t)vf_param_int(p, "seed"), at, cnt, host);
+    else if (w) /* the user's weights (checked at plan time; again at open) */
+        return vf_dit_wsrc_read(w, h->g.l, host, at, cnt, st);
+    else
+        vf_dit_init(h->g.l, (uint64_t)vf_param_int(p, "seed"), at, cnt, host);
+    return 0;
+}
+
+/* Initial master weights and moments: the newest checkpoint with --resume, else init;
+ * read and uploaded chunk by chunk, so the host staging is two chunks whatever the
+ * slice. */
 static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
 {
     int rc = 0;
     vf_ckpt ck = {0};
+    vf_dit_wsrc *w = NULL;
     float *host = NULL, *mv = NULL;
     vf_backend *be = h->be;
-    int64_t n = h->g.n;
-    host = vf_alloc(sizeof(float) * (size_t)(n ? n : 1), st);
-    if (!host) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
+    int64_t n = h->g.n, ce = h->chunk;
     const vf_params *p = vf_stage_params(s);
     vf_ckpt_dir(vf_param_str(p, "ckpt_dir"), vf_run_dir(ctx), h->ckdir, sizeof h->ckdir);
     bool found = false;
@@ -214,6 +258,10 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         }
         if (h->g.k == 0 && h->g.lora) VF_TRY(lora_base_of_run(p, found ? &ck : NULL, &h->base_json, st));
     }
+    host = vf_alloc(sizeof(float) * (size_t)ce, st);
+    mv = found ? vf_alloc(2 * sizeof(float) * (size_t)ce, st) : NULL;
+    if (!host || (found && !mv)) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
+    const char *wpath = vf_param_str(p, "weights");
     if (found) {
         /* older LoRA checkpoints name their base in the config (the path as given); the
          * base is checked by content instead (lora_base_of_run) */
@@ -221,45 +269,38 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
         if (old_base && vf_json_set(h->config, "lora.base", vf_json_clone(old_base)))
             VF_FAIL(st, VF_ENOMEM, "adamw %s: out of memory", vf_stage_name(s));
         VF_TRY(vf_ckpt_config_check(ck.path, vf_ckpt_state_config(ck.state), h->config, st));
-        VF_TRY(vf_adamw_load_master(ck.path, h->g.tl, h->g.lo, h->g.hi, host, st));
-        be->upload(be, h->master, host, n, VF_DTYPE_F32);
-        VF_TRY(vf_adamw_xchg_put(&h->x, host, st));
-        mv = vf_alloc(sizeof(float) * (size_t)(n ? n : 1), st);
-        if (!mv) VF_FAIL(st, VF_ENOMEM, "adamw %s: no host staging", vf_stage_name(s));
-        VF_TRY(vf_ckpt_read_moments(ck.path, h->g.lo, h->g.hi, host, mv, st));
-        be->upload(be, h->m, host, n, VF_DTYPE_F32);
-        be->upload(be, h->v, mv, n, VF_DTYPE_F32);
+    } else if (!h->g.lora && wpath[0]) {
+        VF_TRY(vf_dit_wsrc_open(wpath, &w, st));
+        VF_TRY(vf_dit_wsrc_check(w, h->g.l, st));
+    }
+    for (int64_t a = 0; a < n; a += ce) {
+        int64_t cnt = n - a < ce ? n - a : ce;
+        VF_TRY(start_chunk(h, p, found ? &ck : NULL, w, a, cnt, host, mv, mv + ce, st));
+        be->upload(be, h->master + a, host, cnt, VF_DTYPE_F32);
+        VF_TRY(vf_adamw_xchg_put(&h->x, host, a, cnt, st));
+        if (found) {
+            be->upload(be, h->m + a, mv, cnt, VF_DTYPE_F32);
+            be->upload(be, h->v + a, mv + ce, cnt, VF_DTYPE_F32);
+        }
+    }
+    if (found) {
         h->t0 = ck.step;
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
         if (h->g.k == 0) vf_summary(ctx, "resume", "resumed from step %lld (%s)", (long long)ck.step, ck.path);
     } else {
-        const char *wpath = vf_param_str(p, "weights"), *lpath = vf_param_str(p, "lora_init");
-        if (h->g.lora && lpath[0]) { /* an existing adapter, in any of the namings users have */
-            VF_TRY(vf_dit_lora_file_read(lpath, h->g.lora, host, h->g.lo, n, st));
-            if (h->g.k == 0) vf_log(ctx, VF_LOG_INFO, "LoRA adapters start from %s", lpath);
-        } else if (h->g.lora) { /* the partitions hold the base; the shards the adapters */
-            vf_dit_lora_init(h->g.lora, (uint64_t)vf_param_int(p, "seed"), h->g.lo, n, host);
-        } else if (wpath[0]) { /* the user's weights (checked at plan time; again here, then streamed) */
-            vf_dit_wsrc *w = NULL;
-            rc = vf_dit_wsrc_open(wpath, &w, st);
-            if (rc == 0) rc = vf_dit_wsrc_check(w, h->g.l, st);
-            if (rc == 0) rc = vf_dit_wsrc_read(w, h->g.l, host, h->g.lo, n, st);
-            if (rc == 0 && h->g.k == 0)
-                vf_log(ctx, VF_LOG_INFO, "starting from %s (%s names)", wpath,
-                       vf_dit_naming_name(vf_dit_wsrc_naming(w)));
-            vf_dit_wsrc_close(w);
-            VF_TRY(rc);
-        } else {
-            vf_dit_init(h->g.l, (uint64_t)vf_param_int(p, "seed"), h->g.lo, n, host);
-        }
-        be->upload(be, h->master, host, n, VF_DTYPE_F32);
-        VF_TRY(vf_adamw_xchg_put(&h->x, host, st));
         be->memset0(be, h->m, 4 * (size_t)n);
         be->memset0(be, h->v, 4 * (size_t)n);
         h->t0 = 0;
+        const char *lpath = vf_param_str(p, "lora_init");
+        if (h->g.k == 0 && h->g.lora && lpath[0]) vf_log(ctx, VF_LOG_INFO, "LoRA adapters start from %s", lpath);
+        if (h->g.k == 0 && w)
+            vf_log(ctx, VF_LOG_INFO, "starting from %s (%s names)", wpath, vf_dit_naming_name(vf_dit_wsrc_naming(w)));
     }
+    /* the uploads above read the staging asynchronously on a device: done before it goes */
+    VF_TRY(be->sync(be, st));
 fail:
     if (rc) vf_status_prefix(st, "adamw %s", vf_stage_name(s));
+    vf_dit_wsrc_close(w);
     vf_ckpt_fini(&ck);
     vf_free(host);
     vf_free(mv);
@@ -383,31 +424,30 @@ fail:
     return rc;
 }
 
-/* Host copies of master, m, v into a snapshot item for the checkpoint stage. */
-static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr, const step_info *si,
-                    vf_status *st)
+/* One snapshot chunk: master, m, v of slice elements [a, a + cnt) copied to the host,
+ * tagged with the step; the first chunk carries the step's numbers, shard 0's also the
+ * config, the data cursors, the loss and a LoRA run's base (state.json). */
+static vf_item *snap_chunk(vf_stage *s, shard *h, int64_t step, double lr, const step_info *si, int64_t a,
+                           int64_t cnt, vf_status *st)
 {
     int rc = 0;
-    vf_port *out = vf_out(ctx, "snap");
-    if (!out) return 0;
     vf_item *it = vf_item_new("snap", st);
-    if (!it) return VF_ENOMEM;
+    if (!it) return NULL;
     const float *src[3] = {h->master, h->m, h->v};
     static const char *const names[3] = {"master", "exp_avg", "exp_avg_sq"};
-    int64_t n = h->g.n;
     for (int i = 0; i < 3; i++) {
-        vf_tensor *t = vf_tensor_new(VF_DTYPE_F32, 1, &n, st);
+        vf_tensor *t = vf_tensor_new(VF_DTYPE_F32, 1, &cnt, st);
         if (!t) VF_FAIL(st, VF_ENOMEM, "adamw %s: snapshot of step %lld: out of host memory",
                         vf_stage_name(s), (long long)step);
-        h->be->download(h->be, t->data, src[i], n, VF_DTYPE_F32);
+        h->be->download(h->be, t->data, src[i] + a, cnt, VF_DTYPE_F32);
         VF_TRY(vf_item_put(it, names[i], t, st));
     }
-    static const char *const keys[] = {"step", "shard", "shards", "off", "n", "total", "lr", "replicas",
+    static const char *const keys[] = {"step", "shard", "shards", "c0", "off", "n", "total", "lr", "replicas",
                                        "stages"};
-    double vals[] = {(double)step, h->g.k, h->g.S, (double)h->g.lo, (double)n, (double)h->g.total, lr,
-                     h->g.D, h->g.P};
-    VF_TRY(set_nums(it, st, 9, keys, vals));
-    if (h->g.k == 0) {
+    double vals[] = {(double)step, h->g.k, h->g.S, (double)(h->g.lo + a), (double)h->g.lo, (double)h->g.n,
+                     (double)h->g.total, lr, h->g.D, h->g.P};
+    VF_TRY(set_nums(it, st, a == 0 ? 10 : 4, keys, vals));
+    if (h->g.k == 0 && a == 0) {
         char *c = vf_json_emit(h->config, true, 0), *cur = si->cursors ? vf_json_emit(si->cursors, true, 0) : NULL;
         if (c) rc = vf_item_set_str(it, "config", c, st);
         if (!rc && cur) rc = vf_item_set_str(it, "cursors", cur, st);
@@ -415,21 +455,36 @@ static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr,
         free(cur);
         VF_TRY(rc);
         VF_TRY(vf_item_set_num(it, "loss", si->loss, st));
-        VF_TRY(vf_item_set_str(it, "preset", h->preset, st));
-        if (h->g.lora) VF_TRY(vf_item_set_num(it, "lora_alpha", h->g.lora->cfg.alpha, st));
         if (h->base_json) VF_TRY(vf_item_set_str(it, "lora_base", h->base_json, st));
     }
-    rc = vf_send(out, it, st);
-    it = NULL;
-    if (rc == VF_EOS) rc = 0; /* no writer any more: nothing to wait for */
-    else if (rc == 0 && h->sync) {
+    return it;
+fail:
+    vf_item_free(it);
+    return NULL;
+}
+
+/* The snapshot of step `step`, streamed to the checkpoint stage chunk by chunk (the
+ * header's rule: all before the next update); with `sync`, then the writer's ack. */
+static int snapshot(vf_stage *s, vf_ctx *ctx, shard *h, int64_t step, double lr, const step_info *si,
+                    vf_status *st)
+{
+    int rc = 0;
+    vf_port *out = vf_out(ctx, "snap");
+    if (!out) return 0;
+    for (int64_t a = 0; a < h->g.n; a += h->chunk) {
+        int64_t cnt = h->g.n - a < h->chunk ? h->g.n - a : h->chunk;
+        vf_item *it = snap_chunk(s, h, step, lr, si, a, cnt, st);
+        if (!it) return st->code ? st->code : VF_ENOMEM;
+        rc = vf_send(out, it, st);
+        if (rc == VF_EOS) return 0; /* no writer any more: nothing to stream, nothing to wait for */
+        if (rc) return rc;
+    }
+    if (h->sync) {
         vf_item *ack = NULL;
         rc = vf_recv(vf_in(ctx, "ack"), &ack, st);
         if (rc == VF_EOS) rc = 0;
         vf_item_free(ack);
     }
-fail:
-    vf_item_free(it);
     return rc;
 }
 

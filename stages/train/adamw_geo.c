@@ -50,9 +50,12 @@ fail:
     return rc;
 }
 
-void vf_adamw_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad)
+void vf_adamw_dtypes(const vf_params *p, vf_dtype *act, vf_dtype *grad)
 {
-    *act = d.kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
+    const char *dt = vf_param_str(p, "dtype");
+    if (!strcmp(dt, "bf16")) *act = VF_DTYPE_BF16;
+    else if (!strcmp(dt, "f32")) *act = VF_DTYPE_F32;
+    else *act = vf_param_device(p, "device").kind == VF_DEV_CPU ? VF_DTYPE_F32 : VF_DTYPE_BF16;
     *grad = *act;
 }
 
@@ -121,7 +124,26 @@ int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_sp
     }
     vf_device dev = vf_param_device(p, "device");
     vf_dtype act, grad;
-    vf_adamw_dtypes(dev, &act, &grad);
+    vf_adamw_dtypes(p, &act, &grad);
+    /* the ports take the partitions' dtypes (param dtype, which p:train sets from their
+     * devices): a shard in host memory next to bf16 partitions reads bf16 gradients and
+     * sends bf16 weights, converting to and from its f32 state itself */
+    if (dev.kind != VF_DEV_CPU && act != VF_DTYPE_BF16) {
+        vf_adamw_geo_fini(&g);
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "adamw: param dtype = %s: a shard on a GPU keeps the partitions' weights in bf16; "
+                             "put it on the host (device = \"cpu\") next to f32 partitions", vf_dtype_name(act));
+    }
+    const vf_port_spec *up = upstream ? vf_port_find(upstream, "grads") : NULL;
+    for (int i = 0; up && i < up->ntensors; i++)
+        if (!strcmp(up->t[i].name, "g") && up->t[i].dtype != grad) {
+            vf_dtype sent = up->t[i].dtype;
+            vf_adamw_geo_fini(&g);
+            return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                                 "adamw: the partitions send %s gradients, but param dtype = %s makes this shard "
+                                 "take %s (p:train sets it from the partitions' devices)",
+                                 vf_dtype_name(sent), vf_param_str(p, "dtype"), vf_dtype_name(grad));
+        }
     static const char *const sN[1] = {"N"};
     int64_t n1 = g.n > 0 ? g.n : 1;
 
@@ -160,12 +182,19 @@ int vf_adamw_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_sp
     }
     vf_port_spec *sn = vf_port_add(out, "snap", VF_PORT_OUT, false);
     static const char *const snames[3] = {"master", "exp_avg", "exp_avg_sq"};
-    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &n1, sN);
+    int64_t ce = vf_adamw_chunk(&g, vf_param_int(p, "ckpt_chunk"));
+    for (int i = 0; i < 3; i++) vf_port_tensor(sn, snames[i], VF_DTYPE_F32, 1, &ce, sN);
     sn->meta_bytes = 16384; /* cursors, config */
     vf_port_spec *ack = vf_port_add(out, "ack", VF_PORT_IN, false);
     ack->meta_bytes = 256;
     vf_adamw_geo_fini(&g);
     return 0;
+}
+
+int64_t vf_adamw_chunk(const vf_adamw_geo *g, int64_t ckpt_chunk)
+{
+    int64_t e = vf_train_ckpt_chunk_elems(ckpt_chunk);
+    return e < g->n ? e : (g->n > 0 ? g->n : 1);
 }
 
 int64_t vf_adamw_weight_piece_most(const vf_adamw_geo *g)
@@ -181,7 +210,7 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
     if (rc) return rc;
     vf_device dev = vf_param_device(p, "device"), cpu = {VF_DEV_CPU, 0};
     vf_dtype act, grad;
-    vf_adamw_dtypes(dev, &act, &grad);
+    vf_adamw_dtypes(p, &act, &grad);
     int64_t as = (int64_t)vf_dtype_size(act), gs = (int64_t)vf_dtype_size(grad);
     vf_mem_plan_add(out, dev, VF_MEM_OPTIM, "master weights + moments (f32)", 12 * g.n);
     vf_mem_plan_params(out, dev, g.n);
@@ -193,7 +222,10 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
     if (c.r) vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient chunk of other replicas", gs * c.cap);
     if (c.w) vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weight chunk (other devices)", as * c.cap);
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
-    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot)", 12 * g.n);
+    /* the start reads and uploads chunk by chunk (master, then both moments), and a
+     * snapshot copies one chunk at a time into the item it sends */
+    vf_mem_plan_add(out, cpu, VF_MEM_CKPT, "host staging (init/resume, snapshot chunk)",
+                    12 * vf_adamw_chunk(&g, vf_param_int(p, "ckpt_chunk")));
     int64_t largest = 0;
     /* with LoRA the partitions load the base, the shards never read the file */
     if (!g.lora && vf_param_str(p, "weights")[0] && (rc = check_weights(p, &g, &largest, st))) {

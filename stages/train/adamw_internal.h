@@ -25,11 +25,14 @@ typedef struct vf_adamw_geo {
  * (vf_adamw_geo_fini). */
 int vf_adamw_geo_init(const vf_params *p, vf_adamw_geo *g, vf_status *st);
 void vf_adamw_geo_fini(vf_adamw_geo *g);
-/* Device dtypes the stages exchange (the CPU backend keeps everything in f32). */
-void vf_adamw_dtypes(vf_device d, vf_dtype *act, vf_dtype *grad);
+/* The dtypes of the weights the shard sends and the gradients it takes: the partitions'
+ * (param dtype; "auto" = the shard device's own: f32 on the CPU, bf16 on a GPU). */
+void vf_adamw_dtypes(const vf_params *p, vf_dtype *act, vf_dtype *grad);
 /* Elements of the largest piece of this shard one partition receives: the size of every
  * weight item buffer (adamw_init's pool and the memory hook share it). */
 int64_t vf_adamw_weight_piece_most(const vf_adamw_geo *g);
+/* Elements of one snapshot chunk of the shard (ckpt_chunk bytes, at most its slice). */
+int64_t vf_adamw_chunk(const vf_adamw_geo *g, int64_t ckpt_chunk);
 /* The bounded chunk buffers of the exchange (adamw_xchg.c) and whether the shard needs
  * them, from its geometry and params: cap elements each (param `chunk` rounded up to a
  * norm block, at most the slice); G (gradients) where a norm block crosses a partition
@@ -79,8 +82,9 @@ int vf_adamw_xchg_sumsq(vf_adamw_xchg *x, double *partials, vf_status *st);
 /* The AdamW step over the slice: master, m, v (this shard's, n each) and the new weights
  * into the partitions' views (or the reply's data). */
 int vf_adamw_xchg_update(vf_adamw_xchg *x, float *master, float *m, float *v, const vf_adamw_hyper *hp, vf_status *st);
-/* The weights of the slice from host f32 (n elements) into the lent views: the start. */
-int vf_adamw_xchg_put(vf_adamw_xchg *x, const float *host, vf_status *st);
+/* The weights of slice elements [lo + a, lo + a + cnt) from host f32 (cnt elements) into
+ * the lent views: the start, chunk by chunk. host is read before it returns. */
+int vf_adamw_xchg_put(vf_adamw_xchg *x, const float *host, int64_t a, int64_t cnt, vf_status *st);
 /* Ends the device work on the views and drops them. */
 int vf_adamw_xchg_release(vf_adamw_xchg *x, vf_status *st);
 /* Release, then the reply of `step` to every partition ("weights_p<q>"). */

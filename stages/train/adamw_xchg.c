@@ -18,9 +18,11 @@
  *     into the other replicas' views.
  * A view on another device (a GPU partition of a GPU shard elsewhere, or of a host
  * shard) is read and written through bounded chunk buffers of `cap` elements: one copy
- * each way, never a whole piece. A view that reached the shard as a copy (across nodes)
- * is read as it is, and the weights of such a piece go back as data in the reply: the
- * one case where the exchange holds whole pieces, counted by the plan on those edges.
+ * each way, never a whole piece; a host shard that keeps the partitions' bf16 (offload,
+ * param dtype) copies their bytes as they are, an f32 one converts. A view that reached
+ * the shard as a copy (across nodes) is read as it is, and the weights of such a piece go
+ * back as data in the reply: the one case where the exchange holds whole pieces, counted
+ * by the plan on those edges.
  * Elementwise ops over the same values in the same order: the weights are bitwise those
  * of one buffer per slice, for any P, S and D.
  */
@@ -128,11 +130,12 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
     if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
         if (t->dtype != dt) goto bad;
         be->copy(be, dst, src, (size_t)n * es);
-    } else if (host_be) { /* device -> host f32 */
+    } else if (host_be) { /* device -> host: as it is (a bf16 host shard), or to f32 */
         vf_backend *bt = backend_of(x, t->device, st);
         if (!bt) return st && st->code ? st->code : VF_EINVAL;
-        if (dt != VF_DTYPE_F32) goto bad;
-        bt->download(bt, dst, src, n, t->dtype);
+        if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
+        else if (dt == VF_DTYPE_F32) bt->download(bt, dst, src, n, t->dtype);
+        else goto bad;
     } else { /* host f32 -> device */
         if (t->dtype != VF_DTYPE_F32) goto bad;
         be->upload(be, dst, (const float *)src, n, dt);
@@ -154,11 +157,12 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
     if (host_t == host_be) {
         if (t->dtype != dt) goto bad;
         be->copy(be, dst, src, (size_t)n * es);
-    } else if (host_be) { /* host f32 -> device */
+    } else if (host_be) { /* host -> device: as it is (a bf16 host shard), or from f32 */
         vf_backend *bt = backend_of(x, t->device, st);
         if (!bt) return st && st->code ? st->code : VF_EINVAL;
-        if (dt != VF_DTYPE_F32) goto bad;
-        bt->upload(bt, dst, src, n, t->dtype);
+        if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
+        else if (dt == VF_DTYPE_F32) bt->upload(bt, dst, src, n, t->dtype);
+        else goto bad;
     } else { /* device -> host f32 */
         if (t->dtype != VF_DTYPE_F32) goto bad;
         be->download(be, (float *)dst, src, n, dt);
@@ -382,27 +386,31 @@ fail:
     return rc;
 }
 
-int vf_adamw_xchg_put(vf_adamw_xchg *x, const float *host, vf_status *st)
+int vf_adamw_xchg_put(vf_adamw_xchg *x, const float *host, int64_t a, int64_t cnt, vf_status *st)
 {
     const vf_adamw_geo *g = x->g;
     int rc = 0;
+    int64_t lo = g->lo + a, hi = lo + cnt;
     for (int q = 0; q < g->P; q++) {
         int64_t off, n;
         piece(x, q, &off, &n);
-        if (n == 0) continue;
-        const float *src = host + (off - g->lo);
+        /* the part of piece q in [lo, hi): element c of the piece, l of them */
+        int64_t b0 = off > lo ? off : lo, b1 = off + n < hi ? off + n : hi;
+        if (b1 <= b0) continue;
+        int64_t c = b0 - off, l = b1 - b0;
+        const float *src = host + (b0 - lo);
         bool spread_done = false;
         for (int r = 0; r < g->D; r++) {
             vf_tensor *t = vf_item_get(item_of(x, q, r), "w");
             if (t && vf_tensor_is_view(t)) {
                 vf_backend *bt = t->device.kind == VF_DEV_CPU ? vf_backend_cpu() : backend_of(x, t->device, st);
                 if (!bt) return st && st->code ? st->code : VF_EINVAL;
-                bt->upload(bt, t->data, src, n, t->dtype);
+                bt->upload(bt, (char *)t->data + (size_t)c * vf_dtype_size(t->dtype), src, l, t->dtype);
                 continue;
             }
             if (spread_done) continue;
             if ((rc = reply_buf(x, q, n, st)) < 0) return rc;
-            x->be->upload(x->be, x->wdata[q]->data, src, n, x->act);
+            x->be->upload(x->be, (char *)x->wdata[q]->data + (size_t)c * x->as, src, l, x->act);
             spread_done = true;
         }
     }

@@ -24,6 +24,11 @@ int64_t vf_train_norm_block(int64_t total)
     return b < 4096 ? 4096 : b;
 }
 
+int64_t vf_train_ckpt_chunk_elems(int64_t bytes)
+{
+    return bytes >= 24 ? bytes / 12 : 1;
+}
+
 void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *lo, int64_t *hi,
                           int64_t *b0, int64_t *b1)
 {
@@ -239,6 +244,12 @@ int vf_train_tensor_in(vf_backend *be, void *dst, vf_dtype dst_dt, const vf_tens
     }
     if (src->device.kind == VF_DEV_CPU && src->dtype == VF_DTYPE_F32) {
         be->upload(be, dst, (const float *)p, n, dst_dt);
+        return 0;
+    }
+    if (src->device.kind == VF_DEV_CPU && src->dtype == dst_dt) {
+        /* host bytes of the backend's own dtype (a host optimizer shard's bf16 weights
+         * for a GPU partition): one copy onto the device */
+        be->copy(be, dst, p, (size_t)n * es);
         return 0;
     }
     char dev[32];

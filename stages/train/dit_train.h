@@ -47,6 +47,10 @@
  * has at most ~4096 blocks (one sumsq call each) and tiny models keep fine blocks. */
 int64_t vf_train_norm_block(int64_t total);
 
+/* Elements of one snapshot chunk of `bytes` (the checkpoint's `chunk`, the shards'
+ * ckpt_chunk): master weights and both moments, 12 bytes an element; at least 1. */
+int64_t vf_train_ckpt_chunk_elems(int64_t bytes);
+
 /* Shard k of S: elements [*lo, *hi) and norm blocks [*b0, *b1). */
 void vf_train_shard_range(int64_t total, int64_t block, int S, int k, int64_t *lo, int64_t *hi,
                           int64_t *b0, int64_t *b1);
@@ -117,7 +121,8 @@ vf_tensor *vf_bufpool_tensor(vf_bufpool *p, vf_dtype dt, int ndim, const int64_t
 
 /* Copies n elements starting at element `off` of item tensor src into backend memory dst
  * (dtype dst_dt) of be: a device copy when src lives on be's device in dst_dt, an upload
- * when src is host f32. Other combinations are VF_EINVAL naming `what`. */
+ * when src is host f32, a host-to-device copy when src is host memory in dst_dt. Other
+ * combinations are VF_EINVAL naming `what`. */
 int vf_train_tensor_in(vf_backend *be, void *dst, vf_dtype dst_dt, const vf_tensor *src,
                        int64_t off, int64_t n, const char *what, vf_status *st);
 

@@ -1059,6 +1059,38 @@ VF_TEST(loss_optimizer)
     free(p), free(t), free(gp), free(mw), free(m), free(v), free(gr), free(wo);
 }
 
+/* Offload against a shard on the GPU: the host shard of bf16 partitions (the CPU
+ * backend's bf16 form) takes the same bf16 gradients and state and must leave the same
+ * f32 master and moments and the same bf16 weights, bit for bit. */
+VF_TEST(offload_shard_same_bits_as_gpu_shard)
+{
+    const int64_t n = 100003;
+    vf_status st = {0};
+    vf_backend *H = vf_backend_cpu_for(VF_DTYPE_BF16, &st);
+    VF_CHECK(H != NULL);
+    if (!H) return;
+    float *mw = rnd(n, -1, 1), *m = rnd(n, -0.1, 0.1), *v = rnd(n, 0, 0.01), *gr = rnd(n, -1, 1);
+    dbuf dmw = dnew(mw, n, VF_DTYPE_F32, 0), dm = dnew(m, n, VF_DTYPE_F32, 0), dv = dnew(v, n, VF_DTYPE_F32, 0);
+    dbuf dgr = dbf(gr, n, 0), dwo = dbf(NULL, n, 0);
+    uint16_t *hg = malloc(sizeof(uint16_t) * n), *hw = malloc(sizeof(uint16_t) * n);
+    for (int64_t i = 0; i < n; i++) hg[i] = vf_f32_to_bf16(gr[i]); /* rnd's values are bf16 already */
+    for (int step = 1; step <= 3; step++) {
+        H->adamw(H, mw, m, v, hg, hw, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+        G->adamw(G, dmw.p, dm.p, dv.p, dgr.p, dwo.p, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step);
+    }
+    VF_CHECK(sync_ok("offload adamw"));
+    float *gmw = dget(dmw), *gm = dget(dm), *gv = dget(dv), *gw = dget(dwo);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++)
+        diff += memcmp(&gmw[i], &mw[i], 4) || memcmp(&gm[i], &m[i], 4) || memcmp(&gv[i], &v[i], 4) ||
+                vf_f32_to_bf16(gw[i]) != hw[i];
+    fprintf(stderr, "  offload: host bf16 shard vs GPU shard, 3 steps: %lld of %lld elements differ\n",
+            (long long)diff, (long long)n);
+    VF_CHECK(diff == 0);
+    dfree(dmw), dfree(dm), dfree(dv), dfree(dgr), dfree(dwo);
+    free(mw), free(m), free(v), free(gr), free(hg), free(hw), free(gmw), free(gm), free(gv), free(gw);
+}
+
 VF_TEST(memory_ops)
 {
     const int64_t n = 5000;

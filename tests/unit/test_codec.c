@@ -492,6 +492,26 @@ VF_TEST(crc32c_hw_equals_table)
     free(b);
 }
 
+/* crc(A‖B) from crc(A), crc(B) and |B|: against the CRC of the whole, for cuts at every
+ * small length and at random ones (B empty, one byte, not a power of two, long). */
+VF_TEST(crc32c_combine_equals_whole)
+{
+    size_t n = 70001;
+    unsigned char *b = malloc(n);
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rnd();
+    for (int k = 0; k < 200; k++) {
+        size_t len = k < 40 ? (size_t)k : rnd() % n, cut = k < 40 ? (size_t)k / 2 : (len ? rnd() % len : 0);
+        uint32_t whole = vf_crc32c(0, b, len);
+        uint32_t got = vf_crc32c_combine(vf_crc32c(0, b, cut), vf_crc32c(0, b + cut, len - cut), len - cut);
+        VF_CHECK_MSG(got == whole, "len %zu cut %zu: %08x vs %08x", len, cut, got, whole);
+    }
+    /* three pieces combined left to right */
+    uint32_t c = vf_crc32c_combine(vf_crc32c_combine(vf_crc32c(0, b, 1000), vf_crc32c(0, b + 1000, 3), 3),
+                                   vf_crc32c(0, b + 1003, n - 1003), n - 1003);
+    VF_CHECK_EQ_INT(c, vf_crc32c(0, b, n));
+    free(b);
+}
+
 VF_TEST(port_bound_covers_largest_item)
 {
     vf_port_specs ps = {0};

@@ -1,6 +1,6 @@
 /* test_ops_isa.c — every ISA build of the CPU backend's hot loops (simd_body.h: gemm,
- * softmax exponentials, GELU, SiLU) gives the same bytes: matmul, attention, conv3d,
- * GELU and SiLU forward and backward are run under each ISA this CPU supports
+ * softmax exponentials, GELU, SiLU, AdamW) gives the same bytes: matmul, attention, conv3d,
+ * GELU and SiLU forward and backward, AdamW with f32 and bf16 gradients and weights are run under each ISA this CPU supports
  * (avx512, avx2, generic) and compared with the generic build. Also checks the
  * backend's own exp against libm (the same float after rounding, ≤ 1 ulp in double). */
 #include "kernels/cpu/cpu_ops.h"
@@ -8,13 +8,14 @@
 #include "tests/unit/ops_testlib.h"
 
 typedef struct bufs {
-    float *b[16];
-    size_t n[16];
+    float *b[24];
+    size_t n[24];
     int nb;
 } bufs;
 
 static float *out_buf(bufs *o, int64_t n)
 {
+    VF_ASSERT(o->nb < 24);
     o->b[o->nb] = tl_zerosf(n);
     o->n[o->nb] = sizeof(float) * (size_t)n;
     return o->b[o->nb++];
@@ -47,6 +48,12 @@ static void run_all(bufs *o)
     float *co = out_buf(o, 4 * 3 * 81), *cdw = out_buf(o, 4 * 5 * 27), *cdx = out_buf(o, 5 * 3 * 81);
     vf_cpu_conv3d_fwd(co, X, W, NULL, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1, 1, 1);
     vf_cpu_conv3d_bwd(cdx, cdw, NULL, R, X, W, 1, 5, 3, 9, 9, 4, 3, 3, 3, 1, 1, 1, 2, 0, 1, 1, 1, 1);
+    /* AdamW, two steps: f32 gradients to f32 weights, then bf16 gradients (R's bits
+     * reinterpreted: arbitrary bf16 values, NaNs among them) to bf16 weights */
+    float *am = out_buf(o, NE), *av = out_buf(o, NE), *ap = out_buf(o, NE), *aw = out_buf(o, NE);
+    memcpy(ap, W, sizeof(float) * NE);
+    vf_cpu_adamw_dt(ap, am, av, R, VF_DTYPE_F32, aw, VF_DTYPE_F32, NE, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 1);
+    vf_cpu_adamw_dt(ap, am, av, R, VF_DTYPE_BF16, aw, VF_DTYPE_BF16, NE, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, 2);
 }
 
 VF_TEST(same_bits_every_isa)

@@ -156,12 +156,12 @@ VF_TEST(categories)
     expect_line(g, &p, "adamw_0", "master weights + moments (f32)", VF_MEM_OPTIM, opt);
     /* the slice's norm blocks across the two partitions' boundary: one chunk gathers them */
     expect_line(g, &p, "adamw_0", "gradient chunk (split blocks, other devices)", VF_MEM_GRADS, opt);
-    expect_line(g, &p, "adamw_0", "host staging (init/resume, snapshot)", VF_MEM_CKPT, opt);
+    expect_line(g, &p, "adamw_0", "host staging (init/resume, snapshot chunk)", VF_MEM_CKPT, opt);
     /* received snapshots: the producer's allocations (adamw in the same worker) */
     if (g->stages[opt].worker == g->stages[ck].worker)
-        expect_line(g, &p, "checkpoint", "input snapshots being written", VF_MEM_CKPT, opt);
+        expect_line(g, &p, "checkpoint", "input snapshot chunk being written", VF_MEM_CKPT, opt);
     /* a library's buffer: in the totals, in no account */
-    expect_line(g, &p, "checkpoint", "writer bounce buffer (library)", VF_MEM_CKPT, -1);
+    expect_line(g, &p, "checkpoint", "writer piece lists (library)", VF_MEM_CKPT, -1);
     expect_line(g, &p, "latent_reader", "batch being filled", VF_MEM_ITEMS, vf_graph_find(g, "latent_reader"));
     for (int c = 0; c < VF_MEM_CAT_COUNT; c++) VF_CHECK(strcmp(vf_mem_cat_name((vf_mem_cat)c), "?") != 0);
     vf_mplan_free(&p);

@@ -333,6 +333,96 @@ VF_TEST(round_trip)
     vf_st_writer_free(w);
 }
 
+static uint8_t *slurp_file(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n + 1);
+    *len = fread(b, 1, (size_t)n, fp);
+    fclose(fp);
+    return b;
+}
+
+/* A file streamed in pieces, in shuffled order, is the whole-file writer's bytes, with
+ * its CRC; a gap or a repeated piece is refused at finish, naming the range. */
+VF_TEST(stream_in_pieces_equals_whole_file)
+{
+    vf_status st;
+    vf_status_clear(&st);
+    int64_t na = 1000, nb = 37;
+    float *a = malloc(sizeof(float) * (size_t)na), *b = malloc(sizeof(float) * (size_t)nb), alpha = 8.0f;
+    for (int64_t i = 0; i < na; i++) a[i] = (float)i * 0.25f - 3.0f;
+    for (int64_t i = 0; i < nb; i++) b[i] = -(float)i;
+    int64_t sa[2] = {10, 100}, sb[1] = {nb};
+    /* the reference: the whole-file writer */
+    vf_st_writer *w = vf_st_writer_new(&st);
+    vf_st_writer_add(w, "z.a", VF_ST_F32, 2, sa, a, &st);
+    vf_st_writer_add(w, "b", VF_ST_F32, 1, sb, b, &st);
+    vf_st_writer_add(w, "a.alpha", VF_ST_F32, 0, NULL, &alpha, &st);
+    vf_st_writer_meta(w, "step", "7", &st);
+    uint32_t crc_whole = 0;
+    char whole[512], part[512];
+    snprintf(whole, sizeof whole, "%s", tpath("whole.safetensors"));
+    snprintf(part, sizeof part, "%s", tpath("part.safetensors"));
+    VF_CHECK_EQ_INT(vf_st_writer_save(w, whole, 0, &crc_whole, &st), 0);
+    vf_st_writer_free(w);
+    for (int round = 0; round < 3; round++) {
+        vf_st_writer *s2 = vf_st_writer_new(&st);
+        vf_st_writer_add_streamed(s2, "z.a", VF_ST_F32, 2, sa, &st);
+        vf_st_writer_add_streamed(s2, "b", VF_ST_F32, 1, sb, &st);
+        vf_st_writer_add(s2, "a.alpha", VF_ST_F32, 0, NULL, &alpha, &st);
+        vf_st_writer_meta(s2, "step", "7", &st);
+        vf_status e;
+        vf_status_clear(&e);
+        VF_CHECK_EQ_INT(vf_st_writer_save(s2, tpath("refused.safetensors"), 0, NULL, &e), VF_EINVAL);
+        VF_CHECK(strstr(e.msg, "streamed") != NULL);
+        vf_st_stream *fs = NULL;
+        VF_CHECK_EQ_INT(vf_st_stream_open(s2, part, &fs, &st), 0);
+        if (!fs) break;
+        uint64_t oa = (uint64_t)vf_st_stream_offset(fs, "z.a"), ob = (uint64_t)vf_st_stream_offset(fs, "b");
+        VF_CHECK(vf_st_stream_offset(fs, "nope") == -1);
+        /* b whole, then a in pieces of 1..97 elements from the back */
+        VF_CHECK_EQ_INT(vf_st_stream_put(fs, ob, b, sizeof(float) * (size_t)nb, &st), 0);
+        int64_t end = na;
+        for (int k = 1; end > 0; k = k % 97 + 1) {
+            int64_t c = k < end ? k : end;
+            VF_CHECK_EQ_INT(vf_st_stream_put(fs, oa + 4 * (uint64_t)(end - c), a + end - c, 4 * (size_t)c, &st), 0);
+            end -= c;
+        }
+        if (round == 1) /* one element twice */
+            VF_CHECK_EQ_INT(vf_st_stream_put(fs, oa + 40, a + 10, 4, &st), 0);
+        vf_status_clear(&e);
+        VF_CHECK_EQ_INT(vf_st_stream_put(fs, vf_st_stream_size(fs) - 2, a, 4, &e), VF_EINVAL); /* outside */
+        if (round == 2) { /* a gap: the stream is rebuilt without the first element of a */
+            vf_st_stream_abort(fs);
+            VF_CHECK_EQ_INT(vf_st_stream_open(s2, part, &fs, &st), 0);
+            VF_CHECK_EQ_INT(vf_st_stream_put(fs, ob, b, sizeof(float) * (size_t)nb, &st), 0);
+            VF_CHECK_EQ_INT(vf_st_stream_put(fs, oa + 4, a + 1, 4 * (size_t)(na - 1), &st), 0);
+        }
+        int64_t bytes = 0;
+        uint32_t crc = 0;
+        vf_status_clear(&e);
+        int rc = vf_st_stream_finish(fs, VF_ST_FSYNC, &bytes, &crc, &e);
+        if (round == 0) {
+            VF_CHECK_MSG(rc == 0, "%s", e.msg);
+            size_t l1 = 0, l2 = 0;
+            uint8_t *x = slurp_file(whole, &l1), *y = slurp_file(part, &l2);
+            VF_CHECK(x && y && l1 == l2 && memcmp(x, y, l1) == 0);
+            VF_CHECK_EQ_INT(bytes, (int64_t)l1);
+            VF_CHECK_EQ_INT(crc, crc_whole);
+            free(x), free(y);
+        } else {
+            VF_CHECK_EQ_INT(rc, VF_EINVAL);
+            VF_CHECK_MSG(strstr(e.msg, round == 1 ? "written twice" : "never written") != NULL, "%s", e.msg);
+        }
+        vf_st_writer_free(s2);
+    }
+    free(a), free(b);
+}
+
 VF_TEST(empty_file_matches_reference_bytes)
 {
     /* the reference test_empty: "{}" padded to 8 */

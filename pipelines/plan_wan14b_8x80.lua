@@ -4,9 +4,9 @@
 -- AdamW state (f32 master + moments: 12 bytes per parameter) in 8 shards, shard k next to
 -- partition k.
 --
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 46.0-68.1 GiB per GPU, HOSTFIG of host
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=2TiB   # fits: 46.0-68.1 GiB per GPU, 4.5 GiB of host
 --   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=40GiB,cpu=2TiB   # exit 2: over; lists the fixes
---   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=512GiB --set offload=true   # fits: 23.9-34.3 GiB per GPU, 165 GiB of host
+--   vflow plan pipelines/plan_wan14b_8x80.lua --budget cuda=80GiB,cpu=512GiB --set offload=true   # fits: 25.4-47.5 GiB per GPU, 165 GiB of host
 --
 -- Each partition lends its bf16 weights and gradients to the shards, which update them in
 -- place: 16 bytes of state per parameter on every GPU (the plan's "state per parameter").

@@ -138,43 +138,6 @@ typedef struct dec_state {
 
 /* ------------------------------------------------------------ params */
 
-/* The largest frame size and clip of the buckets: what memory and ports are sized for. */
-static void bucket_bounds(const vf_buckets *bk, int *maxW, int *maxH, int *maxT, int64_t *max_clip)
-{
-    *maxW = *maxH = *maxT = 0;
-    *max_clip = 0;
-    for (int i = 0; i < bk->n; i++) {
-        const vf_bucket *b = &bk->b[i];
-        if (b->w > *maxW) *maxW = b->w;
-        if (b->h > *maxH) *maxH = b->h;
-        for (int k = 0; k < b->nlens; k++) {
-            if (b->frames[k] > *maxT) *maxT = b->frames[k];
-            int64_t c = (int64_t)b->frames[k] * b->h * b->w * 3;
-            if (c > *max_clip) *max_clip = c;
-        }
-    }
-}
-
-static int read_buckets(const vf_params *p, vf_buckets *bk, vf_status *st)
-{
-    int rc = 0;
-    memset(bk, 0, sizeof *bk);
-    bool has_l = vf_param_has(p, "buckets"), has_c = vf_param_has(p, "bucket_config");
-    if (has_l && has_c)
-        VF_FAIL(st, VF_EUSAGE, "decode: give buckets (a list of {w, h, frames, batch}) or bucket_config "
-                "(resolution -> length -> {keep, batch}), not both");
-    if (!has_l && !has_c) return 0;
-    int vs = (int)vf_param_int(p, "vae_stride"), pa = (int)vf_param_int(p, "patch");
-    if (has_l) VF_TRY(vf_buckets_parse(vf_json_get(vf_params_ctree(p), "buckets"), vs, pa, bk, st));
-    else VF_TRY(vf_bucket_config_parse(vf_json_get(vf_params_ctree(p), "bucket_config"), vs, pa, bk, st));
-    for (int i = 0; i < bk->n; i++)
-        if ((int64_t)bk->b[i].w * bk->b[i].h > vf_param_int(p, "max_pixels"))
-            VF_FAIL(st, VF_EUSAGE, "decode: bucket %dx%d is larger than max_pixels=%lld", bk->b[i].w, bk->b[i].h,
-                    (long long)vf_param_int(p, "max_pixels"));
-fail:
-    return rc;
-}
-
 static int read_opts(const vf_params *p, vf_decode_opts *av, vf_clip_opts *clip, int *W, int *H,
                      vf_status *st)
 {
@@ -212,11 +175,11 @@ static int read_opts(const vf_params *p, vf_decode_opts *av, vf_clip_opts *clip,
         VF_FAIL(st, VF_EUSAGE, "decode: give exactly one of manifest (a CSV/JSONL file) or "
                                "source (a glob), got %s", has_m ? "both" : "neither");
     vf_buckets bk;
-    VF_TRY(read_buckets(p, &bk, st));
+    VF_TRY(vf_decode_read_buckets(p, &bk, st));
     if (bk.n) { /* the decoder's budget covers the largest bucket */
         int mT;
         int64_t mc;
-        bucket_bounds(&bk, W, H, &mT, &mc);
+        vf_decode_bucket_bounds(&bk, W, H, &mT, &mc);
         av->out_w = *W;
         av->out_h = *H;
         clip->frames = mT;
@@ -267,10 +230,10 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     /* the clip being filled before vf_send hands it to the edge */
     int64_t clip_bytes = (int64_t)clip.frames * H * W * 3;
     vf_buckets bk;
-    VF_TRY(read_buckets(p, &bk, st));
+    VF_TRY(vf_decode_read_buckets(p, &bk, st));
     if (bk.n) {
         int mW, mH, mT;
-        bucket_bounds(&bk, &mW, &mH, &mT, &clip_bytes);
+        vf_decode_bucket_bounds(&bk, &mW, &mH, &mT, &clip_bytes);
     }
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip being decoded", clip_bytes + META_BYTES);
     if (vf_param_int(p, "text_dim") > 0) /* the row's bf16 embedding and its f32 staging */
@@ -319,7 +282,7 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
     if (!d) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "decode: out of memory");
     vf_stage_set_state(s, d);
     VF_TRY(read_opts(p, &d->av, &d->clip, &d->W, &d->H, st));
-    VF_TRY(read_buckets(p, &d->bk, st));
+    VF_TRY(vf_decode_read_buckets(p, &d->bk, st));
     d->T = d->clip.frames;
     d->max_bad = vf_param_num(p, "max_bad_fraction");
     d->bad_min = vf_param_int(p, "bad_min_files");

@@ -14,6 +14,7 @@
 #ifndef VF_DECODE_BUCKET_H
 #define VF_DECODE_BUCKET_H
 #include "runtime/json.h"
+#include "runtime/vflow.h"
 #include "stages/decode/decode_clip.h"
 
 #define VF_BUCKET_MAX 64        /* buckets per run */
@@ -92,5 +93,12 @@ bool vf_bucket_keep(uint64_t seed, const char *path, int64_t clip, int frames, d
  * that length), VF_ENOMEM. The caller calls vf_clip_plan_fini on *plan. */
 int vf_bucket_plan(const double *times, int64_t n, double duration_s, const vf_bucket *b,
                    vf_clip_opts *co, vf_clip_plan *plan, int *len, vf_status *st);
+
+/* decode_bucket_params.c. The buckets of the stage's params into *bk (zeroed; none
+ * when neither `buckets` nor `bucket_config` is given): both, or a bucket above
+ * max_pixels, is VF_EUSAGE naming the param. */
+int vf_decode_read_buckets(const vf_params *p, vf_buckets *bk, vf_status *st);
+/* The largest frame size, clip length and clip bytes (W·H·T·3) of the buckets. */
+void vf_decode_bucket_bounds(const vf_buckets *bk, int *maxW, int *maxH, int *maxT, int64_t *max_clip);
 
 #endif

@@ -423,13 +423,7 @@ int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *text, vf_status *
     if (vf_lr_cursor_parse(text, 2, &c))
         VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a bucketed latent_reader cursor (" VF_LR_CURSOR_V2 ")",
                 r->path, text);
-    if (c.n != r->n)
-        VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
-                "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
-    if (c.seed != r->o.seed || c.shard != r->o.shard || c.nshards != r->o.nshards)
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
-                r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
-                r->o.nshards);
+    VF_TRY(vf_lr_cursor_matches(r, &c, st));
     if (c.buckets != r->layout)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over other buckets (entries or batch sizes differ): "
                 "the order would differ, so the run cannot resume exactly", r->path);

@@ -70,12 +70,12 @@ static void cursor_text(const vf_latent_reader *r, char *buf, size_t n)
     vf_lr_cursor_print(&c, buf, n);
 }
 
-static int cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
+/* The cursor was taken by a reader of this cache (its entry count) with this seed and
+ * shard: VF_EBADINPUT / VF_EUSAGE naming the cache otherwise. */
+int vf_lr_cursor_matches(const vf_latent_reader *r, const vf_lr_cursor *cp, vf_status *st)
 {
     int rc = 0;
-    vf_lr_cursor c;
-    if (vf_lr_cursor_parse(text, 1, &c))
-        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (" VF_LR_CURSOR_V1 ")", r->path, text);
+    const vf_lr_cursor c = *cp;
     if (c.n != r->n)
         VF_FAIL(st, VF_EBADINPUT, "%s: cursor was taken over %lld entries, the cache now has %lld: "
                 "the order would differ, so the run cannot resume exactly", r->path, (long long)c.n, (long long)r->n);
@@ -83,6 +83,17 @@ static int cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor is for seed %llu shard %d/%d; this reader has seed %llu shard %d/%d",
                 r->path, (unsigned long long)c.seed, c.shard, c.nshards, (unsigned long long)r->o.seed, r->o.shard,
                 r->o.nshards);
+fail:
+    return rc;
+}
+
+static int cursor_parse(vf_latent_reader *r, const char *text, vf_status *st)
+{
+    int rc = 0;
+    vf_lr_cursor c;
+    if (vf_lr_cursor_parse(text, 1, &c))
+        VF_FAIL(st, VF_EUSAGE, "%s: cursor \"%s\" is not a latent_reader cursor (" VF_LR_CURSOR_V1 ")", r->path, text);
+    VF_TRY(vf_lr_cursor_matches(r, &c, st));
     if (c.pos > r->L)
         VF_FAIL(st, VF_EUSAGE, "%s: cursor position %lld is past the epoch length %lld", r->path, (long long)c.pos,
                 (long long)r->L);

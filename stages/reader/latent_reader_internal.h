@@ -6,6 +6,7 @@
 #ifndef VF_LATENT_READER_INTERNAL_H
 #define VF_LATENT_READER_INTERNAL_H
 #include "stages/reader/latent_reader.h"
+#include "formats/lr_cursor.h"
 
 #define VF_LR_MAX_BUCKETS 256
 
@@ -101,6 +102,8 @@ void vf_lr_buckets_free(vf_latent_reader *r);
 int vf_lr_admit(vf_latent_reader *r, const char *holder, vf_status *st);
 /* Every bucket left out by the admission: VF_EBUDGET (exit 2) naming the shrink. */
 int vf_lr_none_admitted(const vf_latent_reader *r, vf_status *st);
+/* latent_reader.c: the checks every cursor shares (cache size, seed, shard). */
+int vf_lr_cursor_matches(const vf_latent_reader *r, const vf_lr_cursor *c, vf_status *st);
 int vf_lr_bucket_cursor_parse(vf_latent_reader *r, const char *c, vf_status *st);
 int vf_lr_next_bucketed(vf_latent_reader *r, vf_item **out, vf_status *st);
 

@@ -61,6 +61,12 @@ struct vf_backend {
      * memory (exported by CUDA IPC once) on a GPU. Freed with free_shared. */
     void *(*alloc_shared)(vf_backend *be, size_t bytes, vf_status *st);
     void (*free_shared)(vf_backend *be, void *p);
+    /* Host memory this backend's device reads and writes at full speed: page-locked
+     * (cudaHostAlloc, portable to every device of the process), so a copy between it and
+     * the device is one DMA, not a copy through the driver's own staging buffer. Plain host
+     * memory on the CPU backend. Freed with free_pinned. */
+    void *(*alloc_pinned)(vf_backend *be, size_t bytes, vf_status *st);
+    void (*free_pinned)(vf_backend *be, void *p);
     void (*memset0)(vf_backend *be, void *p, size_t bytes);
     /* copies between host f32 and backend storage of act_dtype / grad_dtype */
     void (*upload)(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dst_dtype);

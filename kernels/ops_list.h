@@ -25,6 +25,7 @@
 
 #define VF_OPS(X)                                                                   \
     X(alloc, memory) X(free, memory) X(alloc_shared, memory) X(free_shared, memory) \
+    X(alloc_pinned, memory) X(free_pinned, memory)                                 \
     X(memset0, memory) X(upload, memory)                                           \
     X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
     X(graph_begin, graph) X(graph_end, graph)                                      \

@@ -250,6 +250,11 @@ static void *w_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)
     return PH(be)->inner->alloc_shared(PH(be)->inner, bytes, st);
 }
 static void w_free_shared(vf_backend *be, void *ptr) { PH(be)->inner->free_shared(PH(be)->inner, ptr); }
+static void *w_alloc_pinned(vf_backend *be, size_t bytes, vf_status *st)
+{
+    return PH(be)->inner->alloc_pinned(PH(be)->inner, bytes, st);
+}
+static void w_free_pinned(vf_backend *be, void *ptr) { PH(be)->inner->free_pinned(PH(be)->inner, ptr); }
 static int w_sync(vf_backend *be, vf_status *st) { return PH(be)->inner->sync(PH(be)->inner, st); }
 
 const char *vf_phase_name(vf_phase ph)

@@ -82,6 +82,41 @@ static void *cu_alloc(vf_backend *be, size_t bytes, vf_status *st)
 
 static void cu_free(vf_backend *be, void *p) { vf_cuda_pool_free(vf_cuda_ctx_of(be)->device, p); }
 
+/* Page-locked host memory, charged to the calling stage's host account like any host
+ * allocation; a 64-byte prefix keeps its size for the credit at free (the data stays
+ * 64-byte aligned). */
+#define PINNED_PREFIX 64
+static void *cu_alloc_pinned(vf_backend *be, size_t bytes, vf_status *st)
+{
+    vf_cuda_ctx *c = vf_cuda_ctx_of(be);
+    vf_account *a = vf_account_current();
+    if (vf_account_charge(a, (int64_t)bytes, st)) return NULL;
+    void *p = NULL;
+    vf_cuda_op_begin(c);
+    cudaError_t e = cudaHostAlloc(&p, bytes + PINNED_PREFIX, cudaHostAllocPortable);
+    vf_cuda_op_end(c);
+    if (e != cudaSuccess) {
+        vf_account_credit(a, (int64_t)bytes);
+        vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cuda:%d: cudaHostAlloc of %zu bytes: %s", c->device, bytes,
+                      cudaGetErrorString(e));
+        return NULL;
+    }
+    *(size_t *)p = bytes;
+    *(vf_account **)((char *)p + sizeof(size_t)) = a;
+    return (char *)p + PINNED_PREFIX;
+}
+
+static void cu_free_pinned(vf_backend *be, void *p)
+{
+    if (!p) return;
+    char *base = (char *)p - PINNED_PREFIX;
+    vf_account_credit(*(vf_account **)(base + sizeof(size_t)), (int64_t) * (size_t *)base);
+    vf_cuda_ctx *c = vf_cuda_ctx_of(be);
+    vf_cuda_op_begin(c);
+    VF_CUDA_NOTE(c, cudaFreeHost(base));
+    vf_cuda_op_end(c);
+}
+
 static int cu_sync(vf_backend *be, vf_status *st)
 {
     vf_cuda_ctx *c = vf_cuda_ctx_of(be);
@@ -199,6 +234,8 @@ static vf_backend *backend_new(int index, vf_status *st)
         .free = cu_free,
         .alloc_shared = cu_alloc, /* pool blocks are exported by CUDA IPC as they are */
         .free_shared = cu_free,
+        .alloc_pinned = cu_alloc_pinned,
+        .free_pinned = cu_free_pinned,
         .memset0 = vf_cuda_memset0,
         .upload = vf_cuda_upload,
         .download = vf_cuda_download,

@@ -64,11 +64,13 @@ void vf_adamw_chunks_of(const vf_params *p, const vf_adamw_geo *g, vf_adamw_chun
     memset(c, 0, sizeof *c);
     vf_device dev = vf_param_device(p, "device");
     bool cross = false;
-    for (int i = 0; i < vf_param_len(p, "part_devices") && !cross; i++) {
+    c->pin = (vf_device){VF_DEV_CPU, 0};
+    for (int i = 0; i < vf_param_len(p, "part_devices"); i++) {
         vf_device d;
         vf_status st = {0};
-        cross = vf_device_parse(vf_param_str_at(p, "part_devices", i), &d, &st) == 0 &&
-                !(d.kind == dev.kind && (d.kind == VF_DEV_CPU || d.index == dev.index));
+        if (vf_device_parse(vf_param_str_at(p, "part_devices", i), &d, &st)) continue;
+        cross = cross || !(d.kind == dev.kind && (d.kind == VF_DEV_CPU || d.index == dev.index));
+        if (dev.kind == VF_DEV_CPU && d.kind != VF_DEV_CPU && c->pin.kind == VF_DEV_CPU) c->pin = d;
     }
     /* a norm block read whole across a partition boundary that cuts it */
     bool straddle = false;
@@ -218,9 +220,18 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
      * here only the bounded chunks through which the shard reaches what it cannot */
     vf_adamw_chunks c;
     vf_adamw_chunks_of(p, &g, &c);
-    if (c.g) vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient chunk (split blocks, other devices)", gs * c.cap);
-    if (c.r) vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradient chunk of other replicas", gs * c.cap);
-    if (c.w) vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weight chunk (other devices)", as * c.cap);
+    bool pin = c.pin.kind != VF_DEV_CPU;
+    if (c.g)
+        vf_mem_plan_add(out, dev, VF_MEM_GRADS,
+                        pin ? "gradient chunk, pinned (split blocks, other devices)"
+                            : "gradient chunk (split blocks, other devices)",
+                        gs * c.cap);
+    if (c.r)
+        vf_mem_plan_add(out, dev, VF_MEM_GRADS,
+                        pin ? "gradient chunk of other replicas, pinned" : "gradient chunk of other replicas", gs * c.cap);
+    if (c.w)
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, pin ? "weight chunk, pinned (other devices)" : "weight chunk (other devices)",
+                        as * c.cap);
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
     /* the start reads and uploads chunk by chunk (master, then both moments), and a
      * snapshot copies one chunk at a time into the item it sends */

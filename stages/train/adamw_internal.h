@@ -42,6 +42,10 @@ int64_t vf_adamw_chunk(const vf_adamw_geo *g, int64_t ckpt_chunk);
 typedef struct vf_adamw_chunks {
     int64_t cap;
     bool g, r, w;
+    /* A host shard of GPU partitions (offload): the first such GPU, whose backend makes the
+     * chunk buffers page-locked, so each chunk's copy to and from the device is one DMA.
+     * kind CPU otherwise (the buffers are the shard's own memory). */
+    vf_device pin;
 } vf_adamw_chunks;
 void vf_adamw_chunks_of(const vf_params *p, const vf_adamw_geo *g, vf_adamw_chunks *c);
 
@@ -53,7 +57,9 @@ typedef struct vf_adamw_xchg {
     vf_dtype act, grad;
     size_t as, gs;
     int64_t cap;
-    void *G, *R, *W;          /* chunk buffers (be), made on first use */
+    void *G, *R, *W;          /* chunk buffers (mem), made on first use */
+    vf_backend *mem;          /* the backend that makes them: be, or the GPU of c->pin (pinned host) */
+    bool pinned;
     vf_item **got;            /* [P·D] the items of the step, held (with their views) until the reply */
     bool *summed;             /* [P] replica 0's gradient view of piece q holds the replicas' sum */
     vf_tensor **wdata;        /* [P] weights going back as data (views that crossed as copies) */

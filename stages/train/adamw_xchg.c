@@ -47,6 +47,12 @@ int vf_adamw_xchg_init(vf_adamw_xchg *x, const vf_adamw_geo *g, vf_backend *be, 
     x->act = be->act_dtype, x->grad = be->grad_dtype;
     x->as = vf_dtype_size(x->act), x->gs = vf_dtype_size(x->grad);
     x->cap = c->cap;
+    x->mem = be;
+    if (c->pin.kind != VF_DEV_CPU) { /* a host shard of GPU partitions: page-locked chunks */
+        x->mem = vf_backend_for(c->pin, st);
+        if (!x->mem) return st && st->code ? st->code : VF_EINVAL;
+        x->pinned = true;
+    }
     x->got = calloc((size_t)(g->P * g->D), sizeof *x->got);
     x->summed = calloc((size_t)g->P, sizeof *x->summed);
     x->wdata = calloc((size_t)g->P, sizeof *x->wdata);
@@ -78,7 +84,8 @@ void vf_adamw_xchg_fini(vf_adamw_xchg *x)
     free(x->wdata);
     void *bufs[3] = {x->G, x->R, x->W};
     for (int i = 0; i < 3; i++)
-        if (bufs[i]) x->be->free(x->be, bufs[i]);
+        if (bufs[i] && x->pinned) x->mem->free_pinned(x->mem, bufs[i]);
+        else if (bufs[i]) x->be->free(x->be, bufs[i]);
     vf_bufpool_unref(x->wpool);
     memset(x, 0, sizeof *x);
 }
@@ -114,9 +121,18 @@ static bool direct(const vf_adamw_xchg *x, const vf_tensor *t, vf_dtype dt)
 static int ensure(vf_adamw_xchg *x, void **buf, size_t es, vf_status *st)
 {
     if (*buf) return 0;
-    *buf = x->be->alloc(x->be, es * (size_t)x->cap, st);
+    size_t bytes = es * (size_t)x->cap;
+    *buf = x->pinned ? x->mem->alloc_pinned(x->mem, bytes, st) : x->be->alloc(x->be, bytes, st);
     return *buf ? 0 : vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "adamw: no memory for a chunk of %lld elements",
                                     (long long)x->cap);
+}
+
+/* A copy between a page-locked chunk and the device is asynchronous (a pageable one is
+ * not: the driver stages it): the shard reads a chunk the device wrote, or refills one the
+ * device reads, only once that copy has ended. */
+static int pinned_done(vf_adamw_xchg *x, vf_backend *bt, vf_status *st)
+{
+    return x->pinned ? bt->sync(bt, st) : 0;
 }
 
 /* n elements at element `off` of t into dst (this shard's memory, dtype dt): one copy,
@@ -136,6 +152,8 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
         if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
         else if (dt == VF_DTYPE_F32) bt->download(bt, dst, src, n, t->dtype);
         else goto bad;
+        int rc = pinned_done(x, bt, st);
+        if (rc) return rc;
     } else { /* host f32 -> device */
         if (t->dtype != VF_DTYPE_F32) goto bad;
         be->upload(be, dst, (const float *)src, n, dt);
@@ -163,6 +181,8 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
         if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
         else if (dt == VF_DTYPE_F32) bt->upload(bt, dst, src, n, t->dtype);
         else goto bad;
+        int rc = pinned_done(x, bt, st);
+        if (rc) return rc;
     } else { /* device -> host f32 */
         if (t->dtype != VF_DTYPE_F32) goto bad;
         be->download(be, (float *)dst, src, n, dt);

@@ -29,6 +29,7 @@
 #include "tests/vf_test.h"
 
 #include "kernels/ops.h"
+#include "runtime/core/alloc.h"
 #ifdef VFLOW_HAVE_CUDA
 #include "kernels/cuda/cudnn_att.h"
 #include "kernels/cuda/cudnn_conv.h"
@@ -1132,6 +1133,25 @@ VF_TEST(memory_ops)
         G->free_shared(G, sh);
         free(back);
     }
+    /* pinned host memory: the device copies into and out of it (one DMA each way), and it
+     * is charged to the calling account until freed */
+    vf_account *acct = vf_account_current();
+    int64_t live0 = vf_account_live(acct);
+    float *pin = G->alloc_pinned(G, (size_t)n * 4, &sst);
+    VF_CHECK_MSG(pin != NULL, "alloc_pinned: %s", sst.msg);
+    if (pin) {
+        VF_CHECK(vf_account_live(acct) - live0 >= (int64_t)n * 4);
+        void *d = G->alloc(G, (size_t)n * 4, &sst);
+        memcpy(pin, x, sizeof(float) * n);
+        G->copy(G, d, pin, (size_t)n * 4);
+        memset(pin, 0, sizeof(float) * n);
+        G->copy(G, pin, d, (size_t)n * 4);
+        VF_CHECK_EQ_INT(G->sync(G, &sst), 0);
+        VF_CHECK_MSG(memcmp(x, pin, sizeof(float) * n) == 0, "alloc_pinned: device round trip");
+        G->free(G, d);
+        G->free_pinned(G, pin);
+        VF_CHECK_EQ_INT(vf_account_live(acct), live0);
+    }
     free(x), free(z);
     /* sticky errors come back through sync with file:line */
     vf_status st = {0};
@@ -1144,7 +1164,7 @@ VF_TEST(memory_ops)
  * one (every_op_compared fails naming the op otherwise), and the first field names the
  * comparison's VF_TEST, so dropping a comparison without its entry breaks the build. */
 #define VF_CUDA_OP_CASES(X)                                                         \
-    X(memory_ops, "alloc free alloc_shared free_shared memset0 upload download copy copy2d sync") \
+    X(memory_ops, "alloc free alloc_shared free_shared alloc_pinned free_pinned memset0 upload download copy copy2d sync") \
     X(graph, "graph_begin graph_end")                                               \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
     X(matmul_fused, "matmul_gelu_fwd matmul_dgelu_bwd matmul_batch_fwd matmul_batch_bwd") \

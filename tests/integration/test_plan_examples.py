@@ -234,10 +234,11 @@ def wan14b():
     check(rco == 0 and po["fits"], "offload: fits in 8x80 GiB and 512 GiB of host: %s" % po.get("verdict"))
     check(line_sum(po, device="cpu", what="master weights + moments") == 12 * N, "offload: master + moments on the host")
     cap = 16777216  # the default chunk: elements, a whole number of norm blocks here
-    check(line_sum(po, device="cpu", what="gradient chunk (split blocks, other devices)") == S * 2 * cap,
-          "offload: one bf16 gradient chunk per shard on the host")
-    check(line_sum(po, device="cpu", what="weight chunk (other devices)") == S * 2 * cap,
-          "offload: one bf16 weight chunk per shard on the host")
+    # page-locked, so each chunk's copy to and from the GPU is one DMA
+    check(line_sum(po, device="cpu", what="gradient chunk, pinned") == S * 2 * cap,
+          "offload: one pinned bf16 gradient chunk per shard on the host")
+    check(line_sum(po, device="cpu", what="weight chunk, pinned") == S * 2 * cap,
+          "offload: one pinned bf16 weight chunk per shard on the host")
     for d in po["devices"]:
         if d["device"].startswith("cuda"):
             check(d["total"] <= 0.9 * 80 * GiB, "offload: %s %.2f GiB, 10 %% headroom" % (d["device"], d["total"] / GiB))

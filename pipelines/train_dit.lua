@@ -35,6 +35,8 @@
 --                  (self_attn.*,cross_attn.*,ffn.*)
 --   lora_init      start the adapters from this LoRA file                  (A random, B zero)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
+--   offload        the shards' master weights and moments in host memory (true/false): the
+--                  partitions keep bf16 weights and gradients on their GPU (false)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 --   nodes          spread the partitions (and replicas) over this many nodes of a
 --                  multi-node run, in order; docs/MULTINODE.md                  (1)
@@ -82,7 +84,7 @@ local opt = p:stage("adamw", {
   weight_decay = a.weight_decay or 0.01,
   clip_grad = a.clip or 1.0,
   shards = a.shards or 1,
-  device = a.device or "cpu",
+  device = a.offload == true and "cpu" or a.device or "cpu",
   isolate = isolate,
 })
 local ckpt = p:stage("checkpoint", {

@@ -223,14 +223,14 @@ int vf_adamw_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_plan 
     bool pin = c.pin.kind != VF_DEV_CPU;
     if (c.g)
         vf_mem_plan_add(out, dev, VF_MEM_GRADS,
-                        pin ? "gradient chunk, pinned (split blocks, other devices)"
+                        pin ? "gradient chunk (pinned, GPU partitions)"
                             : "gradient chunk (split blocks, other devices)",
                         gs * c.cap);
     if (c.r)
         vf_mem_plan_add(out, dev, VF_MEM_GRADS,
-                        pin ? "gradient chunk of other replicas, pinned" : "gradient chunk of other replicas", gs * c.cap);
+                        pin ? "gradient chunk of other replicas (pinned)" : "gradient chunk of other replicas", gs * c.cap);
     if (c.w)
-        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, pin ? "weight chunk, pinned (other devices)" : "weight chunk (other devices)",
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, pin ? "weight chunk (pinned, GPU partitions)" : "weight chunk (other devices)",
                         as * c.cap);
     vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "norm partials", 8 * g.nblk);
     /* the start reads and uploads chunk by chunk (master, then both moments), and a

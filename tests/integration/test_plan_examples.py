@@ -235,9 +235,9 @@ def wan14b():
     check(line_sum(po, device="cpu", what="master weights + moments") == 12 * N, "offload: master + moments on the host")
     cap = 16777216  # the default chunk: elements, a whole number of norm blocks here
     # page-locked, so each chunk's copy to and from the GPU is one DMA
-    check(line_sum(po, device="cpu", what="gradient chunk, pinned") == S * 2 * cap,
+    check(line_sum(po, device="cpu", what="gradient chunk (pinned, GPU partitions)") == S * 2 * cap,
           "offload: one pinned bf16 gradient chunk per shard on the host")
-    check(line_sum(po, device="cpu", what="weight chunk, pinned") == S * 2 * cap,
+    check(line_sum(po, device="cpu", what="weight chunk (pinned, GPU partitions)") == S * 2 * cap,
           "offload: one pinned bf16 weight chunk per shard on the host")
     for d in po["devices"]:
         if d["device"].startswith("cuda"):

@@ -44,7 +44,8 @@
 -- every member. Values p:train copies into several stages are linked: the checkpoint
 -- dir (checkpoint.dir = the partitions' and shards' ckpt_dir), the interval
 -- (checkpoint.every = the shards' every), the snapshot chunk (checkpoint.chunk = the
--- shards' ckpt_chunk), steps, seed, t_mean, t_std and micro_batches
+-- shards' ckpt_chunk), steps, seed, the timestep distribution (t_sampling, t_mean, t_std,
+-- t_shift, t_min, t_max) and micro_batches
 -- are one value each, and `--set` of any copy (stage or group) sets them all; copies
 -- whose value shapes the graph (model, splits, shards, sync, …) refuse an override and
 -- say where to set them. The shards decide when to snapshot from `every`.
@@ -210,8 +211,11 @@ return function(vf)
 
   -- ------------------------------------------------------------ train
 
-  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std", "weights",
-                       "sample", "lora", "lora_init" }
+  local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std",
+                       "t_sampling", "t_shift", "t_min", "t_max", "weights", "sample", "lora", "lora_init" }
+  -- the timestep distribution: set on every partition (which samples it) and shard (whose
+  -- checkpoints record it, so a resume with another one is refused)
+  local T_KEYS = { "t_mean", "t_std", "t_sampling", "t_shift", "t_min", "t_max" }
 
   -- The `lora` option as the JSON the stages take, checked here so a typo fails at the line.
   local function lora_json(l)
@@ -279,8 +283,19 @@ return function(vf)
     end
     local steps = int_of(t.steps, "p:train: steps", 1, 1 << 40)
     local seed = int_of(t.seed or 0, "p:train: seed", 0, 1 << 53)
-    local t_mean, t_std = t.t_mean or 0.0, t.t_std or 1.0
-    if type(t_mean) ~= "number" or type(t_std) ~= "number" then fail("p:train: t_mean and t_std are numbers") end
+    local tv = { t_mean = t.t_mean or 0.0, t_std = t.t_std or 1.0, t_sampling = t.t_sampling or "logit_normal",
+                 t_shift = t.t_shift or 1.0, t_min = t.t_min or 0.0, t_max = t.t_max or 1.0 }
+    for _, k in ipairs(T_KEYS) do
+      if k ~= "t_sampling" and type(tv[k]) ~= "number" then fail("p:train: %s is a number", k) end
+    end
+    if tv.t_sampling ~= "logit_normal" and tv.t_sampling ~= "uniform" then
+      fail("p:train: t_sampling %q is not \"logit_normal\" or \"uniform\"", tostring(tv.t_sampling))
+    end
+    if not (tv.t_shift > 0) then fail("p:train: t_shift %s is not above 0", tostring(tv.t_shift)) end
+    if not (0 <= tv.t_min and tv.t_min < tv.t_max and tv.t_max <= 1) then
+      fail("p:train: the timestep range t_min %s .. t_max %s is not within [0, 1] and non-empty",
+           tostring(tv.t_min), tostring(tv.t_max))
+    end
     m.trained = true
 
     -- a reader told to emit text embeddings (text_dim > 0) makes the model take them: its
@@ -338,7 +353,8 @@ return function(vf)
     for r = 1, m.D do
       for q = 1, m.P do
         local d = m.parts[r][q]
-        for _, k in ipairs { "steps", "seed", "t_mean", "t_std" } do link(d, k, "=train." .. k) end
+        for _, k in ipairs { "steps", "seed" } do link(d, k, "=train." .. k) end
+        for _, k in ipairs(T_KEYS) do link(d, k, "=train." .. k) end
         link(d, "ckpt_dir", "=ckpt.dir")
         link(d, "micro_batches", "=pp.micro_batches")
         link(d, "model", fixed_model)
@@ -347,7 +363,8 @@ return function(vf)
       end
     end
     for _, a in ipairs(opt.members) do
-      for _, k in ipairs { "steps", "seed", "t_mean", "t_std" } do link(a, k, "=train." .. k) end
+      for _, k in ipairs { "steps", "seed" } do link(a, k, "=train." .. k) end
+      for _, k in ipairs(T_KEYS) do link(a, k, "=train." .. k) end
       link(a, "ckpt_dir", "=ckpt.dir")
       link(a, "every", "=ckpt.every")
       link(a, "ckpt_chunk", "=ckpt.chunk")
@@ -392,7 +409,8 @@ return function(vf)
       p:connect(readers[r], { m.parts[r][1], "batch" }, { capacity = 2 })
       for q = 1, m.P do
         local s = m.parts[r][q].params
-        s.shards, s.steps, s.seed, s.t_mean, s.t_std, s.ckpt_dir = opt.S, steps, seed, t_mean, t_std, dir
+        s.shards, s.steps, s.seed, s.ckpt_dir = opt.S, steps, seed, dir
+        for _, k in ipairs(T_KEYS) do s[k] = tv[k] end
       end
     end
     local data_json = json(data.params)
@@ -453,7 +471,8 @@ return function(vf)
       link(a, "dtype", fixed_dtype)
       s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
       s.part_devices = part_devices
-      s.t_mean, s.t_std, s.data, s.every, s.ckpt_dir, s.sync = t_mean, t_std, data_json, every, dir, sync
+      for _, k in ipairs(T_KEYS) do s[k] = tv[k] end
+      s.data, s.every, s.ckpt_dir, s.sync = data_json, every, dir, sync
       s.ckpt_chunk = chunk
     end
     if ck then

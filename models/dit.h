@@ -368,11 +368,25 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
 
 /* ------------------------------------------------------------------ rectified flow */
 
-/* Timestep distribution: t = sigmoid(mean + std · n), n ~ N(0,1) (logit-normal, SD3). */
+/* Timestep distribution, as the video trainers sample it:
+ *   s = sigmoid(mean + std · n), n ~ N(0,1)   (logit-normal, SD3; the default)
+ *   s = u, u ~ U(0,1)                         (uniform)
+ *   s ← shift·s / (1 + (shift − 1)·s)         (the flow-matching shift; 1 = none)
+ *   t = t_min + (t_max − t_min)·s             (a range, as diffusion-pipe's min_t/max_t:
+ *                                              one expert's part of [0, 1])
+ * in double, rounded to f32 once. With shift 1 and the range [0, 1] t is bitwise the
+ * distribution's draw. */
+typedef enum vf_dit_t_sampling { VF_DIT_T_LOGIT_NORMAL = 0, VF_DIT_T_UNIFORM = 1 } vf_dit_t_sampling;
 typedef struct vf_dit_rf {
     uint64_t seed;
     float t_mean, t_std;
+    vf_dit_t_sampling sampling;
+    double shift, t_min, t_max; /* 0, 0, 0 in a zeroed struct read as 1, 0, 1 */
 } vf_dit_rf;
+/* "logit_normal" / "uniform" → its kind; -1 for another name. */
+int vf_dit_t_sampling_parse(const char *name);
+/* One timestep of the distribution for (rf->seed, step, sample_id). */
+float vf_dit_rf_t(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id);
 
 /* One sample's training pair, a pure function of (rf->seed, step, sample_id):
  * noise ~ N(0,1) from Philox (seed, step, sample_id, VF_RNG_NOISE), element i of the

@@ -1,5 +1,6 @@
 /* dit_rf.c — host-side numbers the DiT needs that are not learned: the rectified-flow
- * training pair of a sample (Philox noise and logit-normal timestep), the sinusoidal
+ * training pair of a sample (Philox noise and a timestep: logit-normal or uniform, shifted,
+ * in a range), the sinusoidal
  * timestep features and the 3D RoPE angle tables. All computed in double and rounded
  * once, so every partition and every backend gets the same f32 values.
  */
@@ -8,14 +9,40 @@
 #include "runtime/philox.h"
 
 #include <math.h>
+#include <string.h>
+
+int vf_dit_t_sampling_parse(const char *name)
+{
+    if (!strcmp(name, "logit_normal")) return VF_DIT_T_LOGIT_NORMAL;
+    if (!strcmp(name, "uniform")) return VF_DIT_T_UNIFORM;
+    return -1;
+}
+
+float vf_dit_rf_t(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id)
+{
+    vf_rng rt;
+    vf_rng_init(&rt, rf->seed, step, sample_id, VF_RNG_TIMESTEP);
+    double s;
+    if (rf->sampling == VF_DIT_T_UNIFORM) {
+        float u;
+        vf_rng_uniform(&rt, 0, 1, &u); /* open (0, 1): never exactly clean or pure noise */
+        s = u;
+    } else {
+        double x = (double)rf->t_mean + (double)rf->t_std * vf_rng_normal_at(&rt, 0);
+        s = 1.0 / (1.0 + exp(-x));
+    }
+    double shift = rf->shift > 0 ? rf->shift : 1.0;
+    if (shift != 1.0) s = shift * s / (1.0 + (shift - 1.0) * s);
+    double lo = rf->t_min, hi = rf->t_max > 0 ? rf->t_max : 1.0;
+    if (lo != 0.0 || hi != 1.0) s = lo + (hi - lo) * s;
+    return (float)s;
+}
 
 float vf_dit_rf_sample(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id, int64_t n,
                        const float *x0, float *x_t, float *target)
 {
-    vf_rng rt, rn;
-    vf_rng_init(&rt, rf->seed, step, sample_id, VF_RNG_TIMESTEP);
-    double u = (double)rf->t_mean + (double)rf->t_std * vf_rng_normal_at(&rt, 0);
-    float t = (float)(1.0 / (1.0 + exp(-u)));
+    vf_rng rn;
+    float t = vf_dit_rf_t(rf, step, sample_id);
     vf_rng_init(&rn, rf->seed, step, sample_id, VF_RNG_NOISE);
     /* in chunks so the noise never needs a buffer of the sample's size */
     float noise[256];

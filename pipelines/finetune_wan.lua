@@ -30,7 +30,9 @@
 -- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
--- docs/TRAINING.md#lora-adapters-on-a-frozen-base).
+-- docs/TRAINING.md#lora-adapters-on-a-frozen-base), t_sampling (logit_normal | uniform),
+-- t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none; t <- s*t/(1+(s-1)*t)),
+-- t_min / t_max (0 / 1: the timesteps mapped into this range after the shift).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -83,5 +85,7 @@ local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
 local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,
                                            targets = lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 2000,
-          seed = a.seed or 0, weights = a.weights, lora = lora, lora_init = a.lora_init }
+          seed = a.seed or 0, weights = a.weights, lora = lora, lora_init = a.lora_init,
+          t_sampling = a.t_sampling, t_mean = a.t_mean, t_std = a.t_std, t_shift = a.t_shift,
+          t_min = a.t_min, t_max = a.t_max }
 return p

@@ -27,6 +27,10 @@
 --   sync           synchronous checkpoints (benchmark baseline)            (false)
 --   ckpt_chunk     bytes of each snapshot chunk a shard streams to the writer (64 MiB)
 --   seed           data order, init, noise and timesteps                   (0)
+--   t_sampling     timestep distribution: logit_normal or uniform          (logit_normal)
+--   t_mean t_std   the logit-normal's mean and std                         (0, 1)
+--   t_shift        flow-matching shift of each timestep, t <- s*t/(1+(s-1)*t) (1: none)
+--   t_min t_max    timesteps mapped linearly into this range, after the shift (0, 1)
 --   weights        start from these DiT weights: a .safetensors file, a sharded
 --                  *.safetensors.index.json or a diffusers directory       (seeded init)
 --   lora_rank      train LoRA adapters of this rank on the frozen model (`weights` or
@@ -117,5 +121,7 @@ end
 local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,
                                            targets = lora_targets or "self_attn.*,cross_attn.*,ffn.*" } or nil
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 200, seed = seed,
-          lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample }
+          lora = lora, lora_init = a.lora_init, weights = a.weights, sample = sample,
+          t_sampling = a.t_sampling, t_mean = a.t_mean, t_std = a.t_std, t_shift = a.t_shift,
+          t_min = a.t_min, t_max = a.t_max }
 return p

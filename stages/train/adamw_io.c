@@ -52,6 +52,18 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
     VF_TRY(put(o, "train.seed", vf_json_int(vf_param_int(p, "seed")), st));
     VF_TRY(put(o, "train.t_mean", vf_json_num(vf_param_num(p, "t_mean")), st));
     VF_TRY(put(o, "train.t_std", vf_json_num(vf_param_num(p, "t_std")), st));
+    /* the rest of the timestep distribution where it is not the default, so a checkpoint
+     * of a run with the default resumes as before */
+    if (strcmp(vf_param_str(p, "t_sampling"), "logit_normal") != 0)
+        VF_TRY(put(o, "train.t_sampling", vf_json_str(vf_param_str(p, "t_sampling")), st));
+    static const char *const tk[] = {"t_shift", "t_min", "t_max"};
+    static const double tdef[] = {1.0, 0.0, 1.0};
+    for (int i = 0; i < 3; i++) {
+        if (vf_param_num(p, tk[i]) == tdef[i]) continue;
+        char key[32];
+        snprintf(key, sizeof key, "train.%s", tk[i]);
+        VF_TRY(put(o, key, vf_json_num(vf_param_num(p, tk[i])), st));
+    }
     /* a LoRA run resumes only as the same adapters */
     const char *lj = vf_param_str(p, "lora");
     if (lj && lj[0]) {

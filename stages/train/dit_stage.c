@@ -54,6 +54,10 @@ static const vf_param_spec dit_params[] = {
     {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "noise / timestep seed (Philox key)"},
     {"t_mean", VF_P_NUM, "0", VF_ANY, "logit-normal timestep mean"},
     {"t_std", VF_P_NUM, "1", VF_RANGE(0, 100), "logit-normal timestep std"},
+    {"t_sampling", VF_P_STR, "\"logit_normal\"", VF_ANY, "timestep distribution: logit_normal or uniform"},
+    {"t_shift", VF_P_NUM, "1", VF_RANGE(0.001, 1000), "timestep shift: t <- shift*t / (1 + (shift-1)*t); 1 = none"},
+    {"t_min", VF_P_NUM, "0", VF_RANGE(0, 1), "timesteps mapped linearly into [t_min, t_max] (after the shift)"},
+    {"t_max", VF_P_NUM, "1", VF_RANGE(0, 1), "upper end of the timestep range"},
     {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir (first partition: data cursor on --resume); \"\" = <run dir>/ckpt"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where this partition runs"},
     {"lora", VF_P_STR, "\"\"", VF_ANY,
@@ -74,6 +78,7 @@ typedef struct pgeo {
     int64_t off, n;          /* range of the trainable vector */
     int64_t boff, bn;        /* range of the model's vector */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
+    vf_dit_rf rf;            /* the timestep distribution */
 } pgeo;
 
 static void pgeo_fini(pgeo *g)
@@ -94,10 +99,32 @@ static int64_t largest_in(const vf_dit_layout *l, int64_t off, int64_t n)
     return most;
 }
 
+/* The timestep distribution of params t_* (models/dit.h: vf_dit_rf), refused at check
+ * time when it names no distribution or an empty range. */
+static int rf_of(const vf_params *prm, vf_dit_rf *rf, vf_status *st)
+{
+    int rc = 0;
+    const char *name = vf_param_str(prm, "t_sampling");
+    int kind = vf_dit_t_sampling_parse(name);
+    if (kind < 0) VF_FAIL(st, VF_EUSAGE, "dit: t_sampling \"%s\" is not logit_normal or uniform", name);
+    *rf = (vf_dit_rf){.seed = (uint64_t)vf_param_int(prm, "seed"),
+                      .t_mean = (float)vf_param_num(prm, "t_mean"),
+                      .t_std = (float)vf_param_num(prm, "t_std"),
+                      .sampling = (vf_dit_t_sampling)kind,
+                      .shift = vf_param_num(prm, "t_shift"),
+                      .t_min = vf_param_num(prm, "t_min"),
+                      .t_max = vf_param_num(prm, "t_max")};
+    if (!(rf->t_min < rf->t_max))
+        VF_FAIL(st, VF_EUSAGE, "dit: t_min %g is not below t_max %g", rf->t_min, rf->t_max);
+fail:
+    return rc;
+}
+
 static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
 {
     int rc = 0;
     memset(g, 0, sizeof *g);
+    VF_TRY(rf_of(prm, &g->rf, st));
     VF_TRY(vf_train_model(prm, &g->cfg, &g->l, &g->lora, st));
     const vf_dit_layout *tl = g->lora ? g->lora->l : g->l;
     if (vf_param_len(prm, "splits") == 0) {
@@ -366,8 +393,7 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     if (h->r >= h->D) VF_FAIL(st, VF_EUSAGE, "%s: replica %d is not below replicas %d", vf_stage_name(s), h->r, h->D);
     h->recompute = dit_recompute_of(prm);
     h->steps = vf_param_int(prm, "steps");
-    h->rf = (vf_dit_rf){(uint64_t)vf_param_int(prm, "seed"), (float)vf_param_num(prm, "t_mean"),
-                        (float)vf_param_num(prm, "t_std")};
+    h->rf = g.rf;
     snprintf(h->ckpt_dir, sizeof h->ckpt_dir, "%s", vf_param_str(prm, "ckpt_dir"));
     h->be = vf_backend_for(vf_param_device(prm, "device"), st);
     if (!h->be) VF_FAIL(st, st && st->code ? st->code : VF_EINVAL, "%s: no backend", vf_stage_name(s));

@@ -86,11 +86,12 @@ grep -q "resuming at step 4" a/run.log || fail "did not resume from step 4: $(gr
 
 # another config: refused with exit 2 and the differing keys, nothing trained
 before=$(cat a/ckpt/latest; ls a/ckpt)
-train a "${COMMON[@]}" --set steps=10 --set lr=4e-3 --set depth=2 --resume
+train a "${COMMON[@]}" --set steps=10 --set lr=4e-3 --set depth=2 --set t_shift=3 --resume
 rc=$?
 [ $rc -eq 2 ] || fail "mismatched config: exit $rc, expected 2: $(tail -5 a.out)"
 grep -q "model.depth (checkpoint 4, now 2)" a.out || fail "model.depth not named: $(tail -3 a.out)"
 grep -q "optim.lr (checkpoint 0.002, now 0.004)" a.out || fail "optim.lr not named: $(tail -3 a.out)"
+grep -q "train.t_shift" a.out || fail "another timestep shift not named: $(tail -3 a.out)"
 [ "$(cat a/ckpt/latest; ls a/ckpt)" = "$before" ] || fail "the refused run touched the checkpoints"
 
 # another cache (more entries): the checkpoint's data cursor belongs to another stream

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # test_train_set_links.py — values the training sugar (lua/train.lua) copies into several
 # stages stay one value under `--set`, through the real `vflow graph --json`:
-#  - each linked value (checkpoint dir, checkpoint interval, steps, seed, t_mean, t_std,
-#    micro_batches) overridden through every spelling — the script knob, a stage param
+#  - each linked value (checkpoint dir, checkpoint interval, steps, seed, the timestep
+#    distribution's t_mean, t_std, t_sampling, t_shift, t_min and t_max, micro_batches) overridden through every spelling — the script knob, a stage param
 #    (each copy in turn), the group (dit, adamw) — ends up the same in every stage that
 #    holds a copy, and nowhere else changes;
 #  - copies whose value shapes the graph (model, splits, shards, shard, replicas, sync,
@@ -46,8 +46,13 @@ LINKED = {
     "every": ([("checkpoint", "every")] + [(s, "every") for s in SHARDS], "every", ["adamw"], ["7", "9"]),
     "steps": ([(s, "steps") for s in PARTS + SHARDS], "steps", ["adamw", "dit"], ["11", "13"]),
     "seed": ([(s, "seed") for s in PARTS + SHARDS], None, ["adamw", "dit"], ["5", "6"]),
-    "t_mean": ([(s, "t_mean") for s in PARTS + SHARDS], None, ["adamw", "dit"], ["0.5", "0.25"]),
-    "t_std": ([(s, "t_std") for s in PARTS + SHARDS], None, ["adamw", "dit"], ["2", "3"]),
+    "t_mean": ([(s, "t_mean") for s in PARTS + SHARDS], "t_mean", ["adamw", "dit"], ["0.5", "0.25"]),
+    "t_std": ([(s, "t_std") for s in PARTS + SHARDS], "t_std", ["adamw", "dit"], ["2", "3"]),
+    "t_sampling": ([(s, "t_sampling") for s in PARTS + SHARDS], "t_sampling", ["adamw", "dit"],
+                   ['"uniform"', '"logit_normal"']),
+    "t_shift": ([(s, "t_shift") for s in PARTS + SHARDS], "t_shift", ["adamw", "dit"], ["3", "5"]),
+    "t_min": ([(s, "t_min") for s in PARTS + SHARDS], "t_min", ["adamw", "dit"], ["0.5", "0.25"]),
+    "t_max": ([(s, "t_max") for s in PARTS + SHARDS], "t_max", ["adamw", "dit"], ["0.875", "0.9"]),
     "micro_batches": ([(s, "micro_batches") for s in PARTS], "micro_batches", ["dit"], ["4", "1"]),
 }
 
@@ -84,7 +89,13 @@ def main():
                 if got is None:
                     fail(sp, f"exit {r.returncode}: {r.stderr.strip()}")
                     continue
-                want = json.loads(sp.split("=", 1)[1]) if not sp.startswith("ckpt=") else "D1"
+                raw = sp.split("=", 1)[1]
+                if sp.startswith("ckpt="):
+                    want = "D1"
+                elif sp.startswith(f"{knob}=") and not raw[:1].isdigit():
+                    want = raw  # a knob's string (t_sampling=uniform) goes as it is
+                else:
+                    want = json.loads(raw)
                 for s, p in copies:
                     if got[s].get(p) != want:
                         fail(sp, f"{s}.{p} = {got[s].get(p)!r}, want {want!r} like the other copies")

@@ -30,7 +30,8 @@
 -- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
--- docs/TRAINING.md#lora-adapters-on-a-frozen-base).
+-- docs/TRAINING.md#lora-adapters-on-a-frozen-base), fp8_base (false; with lora_rank: the
+-- frozen base's block linears held in FP8, README "FP8 base").
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -62,6 +63,7 @@ local dit = p:pipeline_parallel(model, {
   micro_batches = a.micro_batches or 1,
   recompute = a.recompute ~= false,
   devices = devices,
+  base_dtype = a.fp8_base == true and "fp8" or nil,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-5,

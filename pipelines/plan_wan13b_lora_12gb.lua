@@ -1,17 +1,19 @@
 -- Plan-only example (docs/PLANNING.md): LoRA fine-tune of Wan-2.1 T2V-1.3B on ONE 12 GB
 -- GPU at Wan's 480p training size, 81 frames 480x832 -> latents (16, 21, 60, 104): 32,760
--- video tokens per sample, 512 caption tokens, batch 1, recompute. Rank-32 adapters
--- (alpha 32) on every linear of the 30 blocks, the frozen base held in FP8 (fp8_base,
--- README "FP8 base": its block linears at 1 byte a weight) or, with --set fp8_base=false,
--- in bf16.
+-- video tokens per sample, 512 caption tokens, batch 1, recompute with the self-attention
+-- recomputed too. Rank-32 adapters (alpha 32) on every linear of the 30 blocks, the frozen
+-- base held in FP8 (fp8_base, README "FP8 base": its block linears at 1 byte a weight).
 --
 --   vflow plan pipelines/plan_wan13b_lora_12gb.lua --budget cuda=12GiB,cpu=64GiB
---   vflow plan pipelines/plan_wan13b_lora_12gb.lua --budget cuda=12GiB,cpu=64GiB --set fp8_base=false
+--   vflow plan pipelines/plan_wan13b_lora_12gb.lua --budget cuda=12GiB,cpu=64GiB --set fp8_base=false   # exit 2: over
+--   vflow plan pipelines/plan_wan13b_lora_12gb.lua --budget cuda=12GiB,cpu=64GiB --set recompute_attention=false   # exit 2: over
 --
--- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
--- run` needs the GPU, the cache and the base weights (`weights`).
+-- fp8_base = false plans the same with the base in bf16, recompute_attention = false with
+-- each self-attention's output kept: neither fits 12 GB. It names cuda:0 and a cache
+-- that need not exist: `vflow plan` works anywhere, `vflow run` needs the GPU, the cache
+-- and the base weights (`weights`).
 -- Knobs (vf.args): fp8_base (true), lora_rank (32), recompute (true), recompute_attention
--- (false), frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights.
+-- (true), frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan13b_lora_12gb"
@@ -32,7 +34,7 @@ local data = p:stage("latent_reader", {
 local dit = p:pipeline_parallel(model, {
   stages = 1,
   recompute = a.recompute ~= false,
-  recompute_attention = a.recompute_attention == true,
+  recompute_attention = a.recompute_attention ~= false,
   devices = dev,
   base_dtype = a.fp8_base ~= false and "fp8" or nil,
 })

@@ -7,6 +7,7 @@
 --
 --   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB
 --   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0   # exit 2: over
+--   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set fp8_base=true
 --
 -- lora_rank = 0 plans the full fine-tune of the same model on the same GPU, for comparison.
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow

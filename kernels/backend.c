@@ -134,6 +134,18 @@ static void cpu_matmul_batch_bwd(vf_backend *be, void *dinp, void *dw, void *dbi
     (void)be, vf_cpu_matmul_batch_bwd(dinp, dw, dbias, dout, inp, w, N, C, OC, nb, wstride,
                                       ostride, mode == VF_GRAD_ADD);
 }
+static void cpu_matmul_fp8_fwd(vf_backend *be, void *out, const void *inp, const uint8_t *w8,
+                               float wscale, const void *bias, void *wbuf, int64_t N, int64_t C,
+                               int64_t OC)
+{
+    (void)be, vf_cpu_matmul_fp8_fwd(out, inp, w8, wscale, bias, wbuf, N, C, OC);
+}
+static void cpu_matmul_fp8_bwd(vf_backend *be, void *dinp, const void *dout, const uint8_t *w8,
+                               float wscale, void *wbuf, int64_t N, int64_t C, int64_t OC,
+                               vf_grad_mode mode)
+{
+    (void)be, vf_cpu_matmul_fp8_bwd(dinp, dout, w8, wscale, wbuf, N, C, OC, mode == VF_GRAD_ADD);
+}
 static void cpu_add(vf_backend *be, void *out, const void *a, const void *b, int64_t n)
 {
     (void)be, vf_cpu_add(out, a, b, n);
@@ -340,6 +352,8 @@ static vf_backend cpu_backend = {
     .matmul_dgelu_bwd = cpu_matmul_dgelu_bwd,
     .matmul_batch_fwd = cpu_matmul_batch_fwd,
     .matmul_batch_bwd = cpu_matmul_batch_bwd,
+    .matmul_fp8_fwd = cpu_matmul_fp8_fwd,
+    .matmul_fp8_bwd = cpu_matmul_fp8_bwd,
     .add = cpu_add,
     .axpy = cpu_axpy,
     .gelu_fwd = cpu_gelu_fwd,

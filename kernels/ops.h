@@ -130,6 +130,20 @@ struct vf_backend {
     void (*matmul_batch_bwd)(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                              const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
                              int nb, int64_t wstride, int64_t ostride, vf_grad_mode mode);
+    /* A dense layer whose weight is frozen and held in FP8 (a LoRA run's base):
+     * w8 (OC, C) FP8 E4M3 bytes and its per-tensor scale stand for ŵ = e4m3(w8)·wscale
+     * (vf_fp8_dequantise, runtime/vflow.h; in f32, then rounded to act_dtype).
+     *   out (N, OC) = inp (N, C) · ŵᵀ + bias (OC)
+     * wbuf (OC, C) act_dtype is the caller's scratch: the op dequantises ŵ into it and
+     * runs matmul_fwd on it, so it computes what matmul_fwd computes on ŵ, bit for bit. */
+    void (*matmul_fp8_fwd)(vf_backend *be, void *out, const void *inp, const uint8_t *w8,
+                           float wscale, const void *bias, void *wbuf, int64_t N, int64_t C,
+                           int64_t OC);
+    /* Its backward through the frozen weight: dinp (N, C) = or += dout · ŵ (mode); no
+     * weight or bias gradient (the base is frozen). wbuf as in the forward. */
+    void (*matmul_fp8_bwd)(vf_backend *be, void *dinp, const void *dout, const uint8_t *w8,
+                           float wscale, void *wbuf, int64_t N, int64_t C, int64_t OC,
+                           vf_grad_mode mode);
 
     /* ---- elementwise (n elements)
      * out = a + b */

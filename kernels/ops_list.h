@@ -32,6 +32,7 @@
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(matmul_gelu_fwd, matmul) X(matmul_dgelu_bwd, matmul)                         \
     X(matmul_batch_fwd, matmul) X(matmul_batch_bwd, matmul)                        \
+    X(matmul_fp8_fwd, matmul) X(matmul_fp8_bwd, matmul)                            \
     X(add, elementwise) X(axpy, elementwise) X(gelu_fwd, elementwise)              \
     X(gelu_bwd, elementwise) X(gelu_erf_fwd, elementwise)                          \
     X(gelu_erf_bwd, elementwise) X(silu_fwd, elementwise) X(silu_bwd, elementwise) \

@@ -135,6 +135,14 @@ WRAP(matmul_batch_bwd, VF_PHASE_GEMM,
      (vf_backend *be, void *dx, void *dw, void *db, cv *dy, cv *x, cv *w, int64_t N, int64_t C, int64_t OC,
       int nb, int64_t ws, int64_t os, vf_grad_mode m),
      (IN, dx, dw, db, dy, x, w, N, C, OC, nb, ws, os, m))
+WRAP(matmul_fp8_fwd, VF_PHASE_GEMM,
+     (vf_backend *be, void *o, cv *x, const uint8_t *w8, float sc, cv *b, void *wb, int64_t N, int64_t C,
+      int64_t OC),
+     (IN, o, x, w8, sc, b, wb, N, C, OC))
+WRAP(matmul_fp8_bwd, VF_PHASE_GEMM,
+     (vf_backend *be, void *dx, cv *dy, const uint8_t *w8, float sc, void *wb, int64_t N, int64_t C, int64_t OC,
+      vf_grad_mode m),
+     (IN, dx, dy, w8, sc, wb, N, C, OC, m))
 WRAP(add, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *a, cv *b, int64_t n), (IN, o, a, b, n))
 WRAP(axpy, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *y, cv *x, float al, int64_t n), (IN, y, x, al, n))
 WRAP(gelu_fwd, VF_PHASE_ELEMENTWISE, (vf_backend *be, void *o, cv *x, int64_t n), (IN, o, x, n))

@@ -121,7 +121,7 @@ return function(vf)
   end
 
   local PP_OPTS = { "stages", "micro_batches", "recompute", "recompute_attention", "devices", "replicas", "name",
-                    "isolate", "nodes" }
+                    "isolate", "nodes", "base_dtype" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -166,7 +166,7 @@ return function(vf)
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,
-          device = dev, replicas = D, replica = r,
+          device = dev, replicas = D, replica = r, base_dtype = opts.base_dtype,
           worker = isolate and name or nil, group = base,
           node = N > 1 and (r * P + q) * N // (P * D) or nil,
         })

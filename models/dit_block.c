@@ -14,7 +14,8 @@
  * input), the q/k/v projections as one batched GEMM (ck/cv likewise), RMSNorm+RoPE, the
  * GELU in the first MLP GEMM's epilogue and its derivative in the second's backward. A
  * linear with a LoRA adapter runs unfused where the adapter's terms must join between the
- * fused op's steps. On the CPU backend a fused op computes what its unfused sequence
+ * fused op's steps, and so does every linear of a frozen FP8 base (dit_fp8.h), one
+ * dequantised weight at a time. On the CPU backend a fused op computes what its unfused sequence
  * computes, bit for bit.
  *
  * Backward: the residual branches pass the gradient through unchanged, so dx3, dx2 and
@@ -83,7 +84,7 @@ static void key_block(unit_key *k, const vf_dit_part *p, int what, int blk, cons
     key_put(k, (uint64_t)d->L);
     key_put(k, p->uid);
     const void *bufs[] = {p->params, p->grads, p->wmem, p->lora, p->lparams, p->lgrads, p->lmem,
-                          p->w.rcos, p->w.rsin};
+                          p->w.rcos, p->w.rsin, p->fp8};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) key_ptr(k, bufs[i]);
     uint64_t sw[sizeof *s / sizeof(uint64_t) + 1] = {0};
     memcpy(sw, s, sizeof *s);
@@ -114,25 +115,36 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
 
     /* self-attention */
     be->ln_modulate_fwd(be, s->m1, s->mean1, s->rstd1, x, shift1, scale1, B, L, D, eps);
-    be->matmul_batch_fwd(be, s->q, s->m1, W(BT_SQ_W), W(BT_SQ_B), N, D, D, 3,
-                         wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(s->q, s->k, s->v, as));
+    if (p->fp8) { /* one linear at a time, each dequantised in turn */
+        dit_lin_fwd(p, blk, BT_SQ_W, s->q, s->m1, N, D, D);
+        dit_lin_fwd(p, blk, BT_SK_W, s->k, s->m1, N, D, D);
+        dit_lin_fwd(p, blk, BT_SV_W, s->v, s->m1, N, D, D);
+    } else {
+        be->matmul_batch_fwd(be, s->q, s->m1, W(BT_SQ_W), W(BT_SQ_B), N, D, D, 3,
+                             wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(s->q, s->k, s->v, as));
+    }
     dit_lora_fwd(p, blk, BT_SQ_W, s->q, s->m1, N, D, D);
     dit_lora_fwd(p, blk, BT_SK_W, s->k, s->m1, N, D, D);
     dit_lora_fwd(p, blk, BT_SV_W, s->v, s->m1, N, D, D);
     be->rmsnorm_rope_fwd(be, s->qr, s->rstdq, s->q, W(BT_SNQ), cs, sn, B, L, H, Dh, eps);
     be->rmsnorm_rope_fwd(be, s->kr, s->rstdk, s->k, W(BT_SNK), cs, sn, B, L, H, Dh, eps);
     if (!att_kept) be->attention_fwd(be, s->a, s->lse1, s->qr, s->kr, s->v, B, L, L, H, Dh, scale);
-    be->matmul_fwd(be, s->o, s->a, W(BT_SO_W), W(BT_SO_B), N, D, D);
+    dit_lin_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     dit_lora_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     be->gated_add_fwd(be, s->x1, x, gate1, s->o, B, L, D);
 
     /* cross-attention to the caption */
     be->layernorm_fwd(be, s->h3, s->mean3, s->rstd3, s->x1, W(BT_N3_W), W(BT_N3_B), N, D, eps);
-    be->matmul_fwd(be, s->cq, s->h3, W(BT_CQ_W), W(BT_CQ_B), N, D, D);
+    dit_lin_fwd(p, blk, BT_CQ_W, s->cq, s->h3, N, D, D);
     dit_lora_fwd(p, blk, BT_CQ_W, s->cq, s->h3, N, D, D);
     be->rmsnorm_fwd(be, s->cqr, s->rstdcq, s->cq, W(BT_CNQ), N, D, eps);
-    be->matmul_batch_fwd(be, s->ck, ctx, W(BT_CK_W), W(BT_CK_B), Nt, D, D, 2,
-                         wstride_of(p, blk, BT_CK_W, BT_CV_W), stride_of(s->ck, s->cv, s->ckr, as));
+    if (p->fp8) {
+        dit_lin_fwd(p, blk, BT_CK_W, s->ck, ctx, Nt, D, D);
+        dit_lin_fwd(p, blk, BT_CV_W, s->cv, ctx, Nt, D, D);
+    } else {
+        be->matmul_batch_fwd(be, s->ck, ctx, W(BT_CK_W), W(BT_CK_B), Nt, D, D, 2,
+                             wstride_of(p, blk, BT_CK_W, BT_CV_W), stride_of(s->ck, s->cv, s->ckr, as));
+    }
     dit_lora_fwd(p, blk, BT_CK_W, s->ck, ctx, Nt, D, D);
     dit_lora_fwd(p, blk, BT_CV_W, s->cv, ctx, Nt, D, D);
     be->rmsnorm_fwd(be, s->ckr, s->rstdck, s->ck, W(BT_CNK), Nt, D, eps);
@@ -140,29 +152,29 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     const void *co_in = s->ca;
     if (p->pl.img) { /* the image rows: own keys and values, the same queries */
         const void *cimg = dit_at(ctx, Nt * D, as);
-        be->matmul_fwd(be, s->cik, cimg, W(BT_CKI_W), W(BT_CKI_B), Ni, D, D);
+        dit_lin_fwd(p, blk, BT_CKI_W, s->cik, cimg, Ni, D, D);
         dit_lora_fwd(p, blk, BT_CKI_W, s->cik, cimg, Ni, D, D);
         be->rmsnorm_fwd(be, s->cikr, s->rstdcik, s->cik, W(BT_CNKI), Ni, D, eps);
-        be->matmul_fwd(be, s->civ, cimg, W(BT_CVI_W), W(BT_CVI_B), Ni, D, D);
+        dit_lin_fwd(p, blk, BT_CVI_W, s->civ, cimg, Ni, D, D);
         dit_lora_fwd(p, blk, BT_CVI_W, s->civ, cimg, Ni, D, D);
         be->attention_fwd(be, s->cia, s->lse3, s->cqr, s->cikr, s->civ, B, L, Li, H, Dh, scale);
         be->add(be, s->cs, s->ca, s->cia, N * D);
         co_in = s->cs;
     }
-    be->matmul_fwd(be, p->w.fx, co_in, W(BT_CO_W), W(BT_CO_B), N, D, D);
+    dit_lin_fwd(p, blk, BT_CO_W, p->w.fx, co_in, N, D, D);
     dit_lora_fwd(p, blk, BT_CO_W, p->w.fx, co_in, N, D, D);
     be->add(be, s->x2, s->x1, p->w.fx, N * D);
 
     /* MLP */
     be->ln_modulate_fwd(be, s->m2, s->mean2, s->rstd2, s->x2, shift2, scale2, B, L, D, eps);
-    if (dit_lora_on(p, blk, BT_F1_W)) { /* the adapter's term joins before the GELU */
-        be->matmul_fwd(be, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
+    if (p->fp8 || dit_lora_on(p, blk, BT_F1_W)) { /* the adapter's term joins before the GELU */
+        dit_lin_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
         dit_lora_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
         be->gelu_fwd(be, s->g, s->f1, N * F);
     } else {
         be->matmul_gelu_fwd(be, s->g, s->f1, s->m2, W(BT_F1_W), W(BT_F1_B), N, D, F);
     }
-    be->matmul_fwd(be, s->f2, s->g, W(BT_F2_W), W(BT_F2_B), N, F, D);
+    dit_lin_fwd(p, blk, BT_F2_W, s->f2, s->g, N, F, D);
     dit_lora_fwd(p, blk, BT_F2_W, s->f2, s->g, N, F, D);
     if (out) be->gated_add_fwd(be, out, s->x2, gate2, s->f2, B, L, D);
 }
@@ -215,11 +227,11 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
 
     /* MLP: x3 = x2 + gate2 · f2; dx = dx3 from here */
     be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, B, L, D);
-    if (dit_lora_on(p, blk, BT_F2_W)) { /* the adapter's term joins before the GELU's backward */
-        be->matmul_bwd(be, gf0, G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W), N, F, D, WR);
+    if (p->fp8 || dit_lora_on(p, blk, BT_F2_W)) { /* the adapter's term joins before the GELU's backward */
+        dit_lin_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D, WR);
         dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
         be->gelu_bwd(be, gf1, gf0, s->f1, N * F);
-        be->matmul_bwd(be, g[1], G(BT_F1_W), G(BT_F1_B), gf1, s->m2, W(BT_F1_W), N, D, F, WR);
+        dit_lin_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F, WR);
     } else {
         be->matmul_dgelu_bwd(be, gf1, G(BT_F1_B), G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W),
                              s->f1, N, F, D);
@@ -231,7 +243,7 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
 
     /* cross-attention: x2 = x1 + co(ca [+ cia]); dx now holds dx2 = dco */
     const void *co_in = p->pl.img ? s->cs : s->ca;
-    be->matmul_bwd(be, g[0], G(BT_CO_W), G(BT_CO_B), dx, co_in, W(BT_CO_W), N, D, D, WR);
+    dit_lin_bwd(p, blk, BT_CO_W, g[0], dx, co_in, N, D, D, WR);
     dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, co_in, N, D, D);
     be->attention_bwd(be, g[1], gc0, gc2, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
                       H, Dh, scale);
@@ -244,19 +256,19 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
                           Li, H, Dh, scale);
         be->axpy(be, g[1], g[4], 1.0f, N * D);
         be->rmsnorm_bwd(be, gi2, G(BT_CNKI), gi0, s->cik, W(BT_CNKI), s->rstdcik, Ni, D);
-        be->matmul_bwd(be, dcimg, G(BT_CKI_W), G(BT_CKI_B), gi2, cimg, W(BT_CKI_W), Ni, D, D, ADD);
+        dit_lin_bwd(p, blk, BT_CKI_W, dcimg, gi2, cimg, Ni, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CKI_W, dcimg, gi2, cimg, Ni, D, D);
-        be->matmul_bwd(be, dcimg, G(BT_CVI_W), G(BT_CVI_B), gi1, cimg, W(BT_CVI_W), Ni, D, D, ADD);
+        dit_lin_bwd(p, blk, BT_CVI_W, dcimg, gi1, cimg, Ni, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CVI_W, dcimg, gi1, cimg, Ni, D, D);
     }
     be->rmsnorm_bwd(be, g[2], G(BT_CNQ), g[1], s->cq, W(BT_CNQ), s->rstdcq, N, D);
     be->rmsnorm_bwd(be, gc1, G(BT_CNK), gc0, s->ck, W(BT_CNK), s->rstdck, Nt, D); /* dck */
-    be->matmul_bwd(be, g[3], G(BT_CQ_W), G(BT_CQ_B), g[2], s->h3, W(BT_CQ_W), N, D, D, WR);
+    dit_lin_bwd(p, blk, BT_CQ_W, g[3], g[2], s->h3, N, D, D, WR);
     dit_lora_bwd(p, blk, BT_CQ_W, g[3], g[2], s->h3, N, D, D);
-    if (dit_lora_on(p, blk, BT_CK_W) || dit_lora_on(p, blk, BT_CV_W)) {
-        be->matmul_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc1, ctx, W(BT_CK_W), Nt, D, D, ADD);
+    if (p->fp8 || dit_lora_on(p, blk, BT_CK_W) || dit_lora_on(p, blk, BT_CV_W)) {
+        dit_lin_bwd(p, blk, BT_CK_W, dctx, gc1, ctx, Nt, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CK_W, dctx, gc1, ctx, Nt, D, D);
-        be->matmul_bwd(be, dctx, G(BT_CV_W), G(BT_CV_B), gc2, ctx, W(BT_CV_W), Nt, D, D, ADD);
+        dit_lin_bwd(p, blk, BT_CV_W, dctx, gc2, ctx, Nt, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CV_W, dctx, gc2, ctx, Nt, D, D);
     } else { /* dck, dcv in gc1, gc2: one stride */
         be->matmul_batch_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc1, ctx, W(BT_CK_W), Nt, D, D, 2,
@@ -268,19 +280,19 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     /* self-attention: x1 = x + gate1 · o; dx holds dx1, which already is the residual's
      * share of dx0, hence no dx argument to gated_add_bwd */
     be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, B, L, D);
-    be->matmul_bwd(be, g[1], G(BT_SO_W), G(BT_SO_B), g[0], s->a, W(BT_SO_W), N, D, D, WR);
+    dit_lin_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D, WR);
     dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
     be->attention_bwd(be, g[0], g[5], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, L, H,
                       Dh, scale);
     /* dq, dk before RMSNorm+RoPE into g[2], g[3], beside dv in g[4]: one stride */
     be->rmsnorm_rope_bwd(be, g[2], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, cs, sn, B, L, H, Dh);
     be->rmsnorm_rope_bwd(be, g[3], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, cs, sn, B, L, H, Dh);
-    if (dit_lora_on(p, blk, BT_SQ_W) || dit_lora_on(p, blk, BT_SK_W) || dit_lora_on(p, blk, BT_SV_W)) {
-        be->matmul_bwd(be, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), N, D, D, WR);
+    if (p->fp8 || dit_lora_on(p, blk, BT_SQ_W) || dit_lora_on(p, blk, BT_SK_W) || dit_lora_on(p, blk, BT_SV_W)) {
+        dit_lin_bwd(p, blk, BT_SQ_W, g[1], g[2], s->m1, N, D, D, WR);
         dit_lora_bwd(p, blk, BT_SQ_W, g[1], g[2], s->m1, N, D, D);
-        be->matmul_bwd(be, g[1], G(BT_SK_W), G(BT_SK_B), g[3], s->m1, W(BT_SK_W), N, D, D, ADD);
+        dit_lin_bwd(p, blk, BT_SK_W, g[1], g[3], s->m1, N, D, D, ADD);
         dit_lora_bwd(p, blk, BT_SK_W, g[1], g[3], s->m1, N, D, D);
-        be->matmul_bwd(be, g[1], G(BT_SV_W), G(BT_SV_B), g[4], s->m1, W(BT_SV_W), N, D, D, ADD);
+        dit_lin_bwd(p, blk, BT_SV_W, g[1], g[4], s->m1, N, D, D, ADD);
         dit_lora_bwd(p, blk, BT_SV_W, g[1], g[4], s->m1, N, D, D);
     } else {
         be->matmul_batch_bwd(be, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), N, D, D, 3,

@@ -7,6 +7,7 @@
 #define VF_DIT_INTERNAL_H
 
 #include "models/dit.h"
+#include "models/dit_fp8.h"
 
 #include <string.h>
 
@@ -204,6 +205,21 @@ typedef struct dit_bwd_slots {
 } dit_bwd_slots;
 void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o);
 
+/* A frozen base in FP8 (dit_fp8.h): for each tensor of the layout (l->n entries) its
+ * place, -1 outside the range: an FP8 tensor's byte offset in w8, another's element
+ * offset in the packed rest; the FP8 tensors' scales. */
+struct vf_dit_fp8 {
+    vf_backend *be;
+    const vf_dit_layout *l;
+    int64_t off, n;
+    vf_dit_fp8_mem mem;
+    int64_t *at;                    /* l->n entries, host */
+    float *scale;                   /* l->n entries, host (1 for the others) */
+    void *rest;                     /* packed non-FP8 tensors, act dtype, device */
+    uint8_t *w8;                    /* FP8 bytes, device */
+    void *wbuf;                     /* dequantisation scratch, act dtype, device */
+};
+
 struct vf_dit_part {
     vf_backend *be;
     uint64_t uid;                   /* unique in the process: the blocks' recorded units
@@ -229,11 +245,18 @@ struct vf_dit_part {
     void *lmem;
     void *lu, *ldu, *lt;            /* (rows, rank) act, (rows, rank) grad, (rows, max(dim,
                                        ffn)) grad; rows = max(N, Nt) */
+    /* the frozen base in FP8 (dit_fp8.h; NULL: params hold the whole range): params is
+     * then its packed rest, and the block linears run on its bytes */
+    const struct vf_dit_fp8 *fp8;
 };
 
 /* Weight / gradient of tensor `idx` (must lie in the partition's range). */
 static inline void *dit_w(const vf_dit_part *p, int idx)
 {
+    if (p->fp8) { /* the packed rest; an FP8 tensor is reached through dit_fp8_lin_* only */
+        VF_ASSERT(!vf_dit_fp8_tensor(p->l, idx) && p->fp8->at[idx] >= 0);
+        return (char *)p->fp8->rest + (size_t)p->fp8->at[idx] * p->pl.as;
+    }
     return p->params + (size_t)(p->l->t[idx].offset - p->off0) * p->pl.as;
 }
 static inline void *dit_g(const vf_dit_part *p, int idx)
@@ -270,6 +293,15 @@ void dit_lora_bwd(vf_dit_part *p, int blk, int k, void *dx, const void *dy, cons
 /* Whether block blk's linear k has an adapter (where one has, the block runs that linear
  * unfused: the adapter's terms join its gradient between the fused op's steps). */
 bool dit_lora_on(const vf_dit_part *p, int blk, int k);
+
+/* dit_fp8.c: block blk's linear k (a BT_*_W index; its bias is k + 1) on the FP8 base
+ * where the partition has one, else on its weights: out (rows, OC) = in·Wᵀ + b; and the
+ * backward, dinp = or += dout·W (mode) with W's and b's gradients accumulated where the
+ * partition has gradients (never with an FP8 base). */
+void dit_lin_fwd(vf_dit_part *p, int blk, int k, void *out, const void *in, int64_t rows,
+                 int64_t C, int64_t OC);
+void dit_lin_bwd(vf_dit_part *p, int blk, int k, void *dinp, const void *dout, const void *in,
+                 int64_t rows, int64_t C, int64_t OC, vf_grad_mode mode);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

@@ -531,15 +531,6 @@ static float half_to_float(uint16_t h)
 }
 
 /* Elements [a, b) of file tensor ft into dst; VF_EBADINPUT at the first non-finite. */
-/* FP8 E4M3 (e4m3fn: bias 7, no infinities, S.1111.111 is NaN) to float. */
-static float e4m3_to_float(uint8_t x)
-{
-    int s = x >> 7, e = (x >> 3) & 15, m = x & 7;
-    if (e == 15 && m == 7) return NAN;
-    float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m / 8.0f, -6);
-    return s ? -v : v;
-}
-
 static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, float scale, int64_t a, int64_t b,
                    float *dst, vf_status *st)
 {
@@ -547,7 +538,7 @@ static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, float s
     for (int64_t i = a; i < b; i++) {
         float v;
         switch (ft->dtype) {
-        case VF_ST_F8_E4M3: v = e4m3_to_float(src[i]); break;
+        case VF_ST_F8_E4M3: v = vf_e4m3_to_f32(src[i]); break;
         case VF_ST_F8_E5M2: v = half_to_float((uint16_t)(src[i] << 8)); break;
         case VF_ST_F32: memcpy(&v, src + 4 * i, 4); break;
         case VF_ST_F64: {
@@ -582,6 +573,19 @@ static int convert(const vf_dit_wsrc *w, int fi, const vf_st_tensor *ft, float s
     return 0;
 }
 
+/* The file tensor of layout tensor t (its name in the source's naming into name, 256
+ * bytes; its file's index into *fi): VF_EBADINPUT when missing or of another size. */
+static int file_tensor(const vf_dit_wsrc *w, const vf_dit_tensor *t, char *name, int *fi, const vf_st_tensor **out,
+                       vf_status *st)
+{
+    vf_dit_name_to(w->naming, t->name, name, 256);
+    const vf_st_tensor *ft = find_any(w, name, fi);
+    if (!ft || ft->numel != t->numel)
+        return bad(st, "%s: tensor %s %s", w->path, name, ft ? "has another size than the model's" : "missing");
+    *out = ft;
+    return 0;
+}
+
 int vf_dit_wsrc_read(const vf_dit_wsrc *w, const vf_dit_layout *l, float *dst, int64_t off, int64_t n,
                      vf_status *st)
 {
@@ -591,17 +595,41 @@ int vf_dit_wsrc_read(const vf_dit_wsrc *w, const vf_dit_layout *l, float *dst, i
         int64_t b = t->offset + t->numel < off + n ? t->offset + t->numel : off + n;
         if (t->numel == 0 || b <= a) continue;
         char name[256];
-        vf_dit_name_to(w->naming, t->name, name, sizeof name);
         int fi = 0;
-        const vf_st_tensor *ft = find_any(w, name, &fi);
-        if (!ft || ft->numel != t->numel)
-            return bad(st, "%s: tensor %s %s", w->path, name, ft ? "has another size than the model's" : "missing");
+        const vf_st_tensor *ft = NULL;
+        int rc = file_tensor(w, t, name, &fi, &ft, st);
+        if (rc) return rc;
         float scale;
-        int rc = scale_of(w, name, &scale, st);
+        rc = scale_of(w, name, &scale, st);
         if (rc) return rc;
         rc = convert(w, fi, ft, scale, a - t->offset, b - t->offset, dst + (a - off), st);
         vf_st_drop(w->f[fi], ft);
         if (rc) return rc;
     }
     return 0;
+}
+
+int vf_dit_wsrc_read_fp8(const vf_dit_wsrc *w, const vf_dit_layout *l, int idx, uint8_t *dst, float *scale,
+                         bool *found, vf_status *st)
+{
+    const vf_dit_tensor *t = &l->t[idx];
+    char name[256];
+    int fi = 0;
+    const vf_st_tensor *ft = NULL;
+    *found = false;
+    int rc = file_tensor(w, t, name, &fi, &ft, st);
+    if (rc || ft->dtype != VF_ST_F8_E4M3) return rc;
+    rc = scale_of(w, name, scale, st);
+    if (rc) return rc;
+    /* the values are kept as they are, and checked as the f32 reader checks them: no
+     * NaN code, and a positive scale (a sign or a zero would not survive a rescale) */
+    const unsigned char *src = ft->data;
+    for (int64_t i = 0; i < t->numel && rc == 0; i++)
+        if ((src[i] & 0x7f) == 0x7f) rc = bad(st, "%s: tensor %s: element %lld is NaN", w->fname[fi], name, (long long)i);
+    if (rc == 0 && !(*scale > 0.0f))
+        rc = bad(st, "%s: tensor %s: its scale %g is not positive", w->fname[fi], name, (double)*scale);
+    if (rc == 0) memcpy(dst, src, (size_t)t->numel);
+    vf_st_drop(w->f[fi], ft);
+    *found = rc == 0;
+    return rc;
 }

@@ -77,6 +77,14 @@ int vf_dit_wsrc_files(const vf_dit_wsrc *w, const char *const **paths);
  * and readable dtypes; a directory's config.json agrees with l's config. */
 int vf_dit_wsrc_check(const vf_dit_wsrc *w, const vf_dit_layout *l, vf_status *st);
 
+/* Tensor idx of l as the FP8 E4M3 bytes the source holds, when it holds them so (a
+ * ComfyUI fp8_scaled or diffusers/quanto weight_scale file): the bytes into dst (numel
+ * bytes, host, caller's), its per-tensor scale into *scale, *found true. A tensor of
+ * another dtype: *found false, dst untouched (read it with vf_dit_wsrc_read). Bad input:
+ * a NaN code, a scale that is not a positive finite number. */
+int vf_dit_wsrc_read_fp8(const vf_dit_wsrc *w, const vf_dit_layout *l, int idx, uint8_t *dst, float *scale,
+                         bool *found, vf_status *st);
+
 /* Fills dst (host, n floats; element off of the flat vector at dst[0]) from the source,
  * tensor by tensor; the range may cut tensors. Values must be finite. */
 int vf_dit_wsrc_read(const vf_dit_wsrc *w, const vf_dit_layout *l, float *dst, int64_t off,

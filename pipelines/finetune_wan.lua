@@ -30,9 +30,11 @@
 -- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
--- docs/TRAINING.md#lora-adapters-on-a-frozen-base), t_sampling (logit_normal | uniform),
--- t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none; t <- s*t/(1+(s-1)*t)),
--- t_min / t_max (0 / 1: the timesteps mapped into this range after the shift).
+-- docs/TRAINING.md#lora-adapters-on-a-frozen-base), fp8_base (false; with lora_rank: the
+-- frozen base's block linears held in FP8, README "FP8 base"), t_sampling (logit_normal |
+-- uniform), t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none;
+-- t <- s*t/(1+(s-1)*t)), t_min / t_max (0 / 1: the timesteps mapped into this range after
+-- the shift).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -64,6 +66,7 @@ local dit = p:pipeline_parallel(model, {
   micro_batches = a.micro_batches or 1,
   recompute = a.recompute ~= false,
   devices = devices,
+  base_dtype = a.fp8_base == true and "fp8" or nil,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-5,

@@ -7,13 +7,15 @@
 --
 --   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB
 --   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set lora_rank=0   # exit 2: over
+--   vflow plan pipelines/plan_wan14b_lora_1x80.lua --budget cuda=80GiB,cpu=256GiB --set fp8_base=true
 --
 -- lora_rank = 0 plans the full fine-tune of the same model on the same GPU, for comparison.
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
 -- run` needs the GPU, the cache and the base weights (`weights`).
 -- Knobs (vf.args): lora_rank (32; 0 = full fine-tune), lora_alpha (rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), recompute (true), micro_batches (1), batch (1),
--- frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights.
+-- frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights, fp8_base (false:
+-- true holds the frozen base's block linears in FP8, 1 byte a weight).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_lora_1x80"
@@ -36,6 +38,7 @@ local dit = p:pipeline_parallel(model, {
   micro_batches = a.micro_batches or 1,
   recompute = a.recompute ~= false,
   devices = dev,
+  base_dtype = a.fp8_base == true and "fp8" or nil,
 })
 local opt = p:stage("adamw", { lr = 1e-4, shards = 1, device = dev })
 local ckpt = p:stage("checkpoint", { dir = "runs/wan14b_lora_1x80/ckpt", every = 250, keep = 2 })

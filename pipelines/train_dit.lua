@@ -38,6 +38,8 @@
 --   lora_alpha lora_targets   their alpha (rank) and target patterns, comma-separated
 --                  (self_attn.*,cross_attn.*,ffn.*)
 --   lora_init      start the adapters from this LoRA file                  (A random, B zero)
+--   fp8_base       with lora_rank: hold the frozen base's block linears in FP8
+--                  (README "FP8 base") (true/false)                        (false)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   offload        the shards' master weights and moments in host memory (true/false): the
 --                  partitions keep bf16 weights and gradients on their GPU (false)
@@ -79,6 +81,7 @@ local dit = p:pipeline_parallel(model, {
   replicas = a.replicas or 1,
   isolate = isolate,
   nodes = a.nodes,
+  base_dtype = a.fp8_base == true and "fp8" or nil,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-3,

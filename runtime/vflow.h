@@ -192,6 +192,22 @@ float vf_bf16_to_f32(uint16_t h);
 uint16_t vf_f32_to_f16(float f);
 float vf_f16_to_f32(uint16_t h);
 
+/* FP8 E4M3 (torch's float8_e4m3fn: bias 7, no infinities, 0x7f/0xff NaN, largest 448).
+ * vf_f32_to_e4m3 rounds to nearest even and saturates finite values past ±448 to ±448
+ * (NaN stays NaN). */
+uint8_t vf_f32_to_e4m3(float f);
+float vf_e4m3_to_f32(uint8_t x);
+/* The per-tensor FP8 rule a frozen base is quantised by at load (what musubi-tuner's
+ * fp8_scaled and ComfyUI's scaled FP8 files hold): scale = absmax / 448 in f32 (1 for an
+ * all-zero tensor), byte i = vf_f32_to_e4m3(src[i] / scale), the division in f32; the
+ * value a byte stands for is vf_e4m3_to_f32(byte) · scale, one f32 rounding.
+ * vf_fp8_scale reads src (n floats); vf_fp8_quantise writes dst (n bytes; dst may be
+ * src's own memory, byte i being written after float i is read); vf_fp8_dequantise writes
+ * dst (n floats). All borrowed. */
+float vf_fp8_scale(const float *src, int64_t n);
+void vf_fp8_quantise(const float *src, int64_t n, float scale, uint8_t *dst);
+void vf_fp8_dequantise(const uint8_t *src, int64_t n, float scale, float *dst);
+
 /* ------------------------------------------------------------------ items */
 
 /* What flows on an edge: an id, named tensors, and a small string/number metadata

@@ -45,6 +45,14 @@ if ! "$REF/bin/python" -c 'import diffusers, transformers, safetensors' 2>/dev/n
   $SUDO "$REF/bin/pip" install -q --no-deps "${ref_pins[@]}"
 fi
 
+# ml_dtypes, the float8_e4m3fn reference of tests/reference/test_fp8_torch.py where the
+# torch at hand (Debian's 1.13) has no float8 dtypes: pinned, without dependencies (it
+# needs only Debian's numpy).
+if ! "$REF/bin/python" -c 'import ml_dtypes' 2>/dev/null; then
+  echo "setup: installing ml_dtypes (PyPI, pinned) into $REF"
+  $SUDO "$REF/bin/pip" install -q --no-deps ml_dtypes==0.4.1
+fi
+
 # A second reference venv the same way, with diffusers 0.35.2: the image-to-video Wan
 # (WanTransformer3DModel(image_dim=…), 36 input channels) for
 # tests/reference/test_wan_i2v_diffusers.py ($VFLOW_REF35_PY; wan_ref.py adds the

@@ -60,6 +60,12 @@ void vf_cpu_matmul_batch_fwd(float *out, const float *inp, const float *w, const
 void vf_cpu_matmul_batch_bwd(float *dinp, float *dw, float *dbias, const float *dout,
                              const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
                              int nb, int64_t wstride, int64_t ostride, int acc);
+/* The FP8-weight forms (ops.h matmul_fp8_*): ŵ dequantised into wbuf (OC·C floats), then
+ * the plain ones on it. */
+void vf_cpu_matmul_fp8_fwd(float *out, const float *inp, const uint8_t *w8, float wscale,
+                           const float *bias, float *wbuf, int64_t N, int64_t C, int64_t OC);
+void vf_cpu_matmul_fp8_bwd(float *dinp, const float *dout, const uint8_t *w8, float wscale,
+                           float *wbuf, int64_t N, int64_t C, int64_t OC, int acc);
 
 /* ---- elementwise (elementwise.c) */
 void vf_cpu_add(float *out, const float *a, const float *b, int64_t n);

@@ -84,6 +84,23 @@ void vf_cpu_matmul_batch_fwd(float *out, const float *inp, const float *w, const
                           N, C, OC);
 }
 
+/* The frozen FP8 weight: dequantised once per call into the caller's scratch, so the
+ * GEMM is the plain one and its bits are those of a matmul on the dequantised weight. */
+void vf_cpu_matmul_fp8_fwd(float *out, const float *inp, const uint8_t *w8, float wscale,
+                           const float *bias, float *wbuf, int64_t N, int64_t C, int64_t OC)
+{
+    vf_fp8_dequantise(w8, OC * C, wscale, wbuf);
+    vf_cpu_matmul_fwd(out, inp, wbuf, bias, N, C, OC);
+}
+
+void vf_cpu_matmul_fp8_bwd(float *dinp, const float *dout, const uint8_t *w8, float wscale,
+                           float *wbuf, int64_t N, int64_t C, int64_t OC, int acc)
+{
+    if (!dinp) return;
+    vf_fp8_dequantise(w8, OC * C, wscale, wbuf);
+    vf_cpu_matmul_bwd(dinp, NULL, NULL, dout, NULL, wbuf, N, C, OC, acc);
+}
+
 void vf_cpu_matmul_batch_bwd(float *dinp, float *dw, float *dbias, const float *dout,
                              const float *inp, const float *w, int64_t N, int64_t C, int64_t OC,
                              int nb, int64_t wstride, int64_t ostride, int acc)

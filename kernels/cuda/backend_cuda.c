@@ -250,6 +250,8 @@ static vf_backend *backend_new(int index, vf_status *st)
         .matmul_dgelu_bwd = vf_cuda_matmul_dgelu_bwd,
         .matmul_batch_fwd = vf_cuda_matmul_batch_fwd,
         .matmul_batch_bwd = vf_cuda_matmul_batch_bwd,
+        .matmul_fp8_fwd = vf_cuda_matmul_fp8_fwd,
+        .matmul_fp8_bwd = vf_cuda_matmul_fp8_bwd,
         .add = vf_cuda_add,
         .axpy = vf_cuda_axpy,
         .gelu_fwd = vf_cuda_gelu_fwd,

@@ -182,6 +182,12 @@ void vf_cuda_matmul_batch_fwd(vf_backend *be, void *out, const void *inp, const 
 void vf_cuda_matmul_batch_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const void *dout,
                               const void *inp, const void *w, int64_t N, int64_t C, int64_t OC,
                               int nb, int64_t wstride, int64_t ostride, vf_grad_mode mode);
+void vf_cuda_matmul_fp8_fwd(vf_backend *be, void *out, const void *inp, const uint8_t *w8,
+                            float wscale, const void *bias, void *wbuf, int64_t N, int64_t C,
+                            int64_t OC);
+void vf_cuda_matmul_fp8_bwd(vf_backend *be, void *dinp, const void *dout, const uint8_t *w8,
+                            float wscale, void *wbuf, int64_t N, int64_t C, int64_t OC,
+                            vf_grad_mode mode);
 void vf_cuda_lt_free(vf_cuda_ctx *c);
 /* Opens cuBLASLt (dlopen, once per process): 0 or VF_ECUDA naming the library. */
 int vf_cuda_lt_load(vf_status *st);
@@ -252,6 +258,9 @@ void vf_cuda_bias_grad(vf_cuda_ctx *c, void *dbias, const void *dout, int64_t N,
 void vf_cuda_add_bias_rows(vf_cuda_ctx *c, void *out, const void *bias, int64_t N, int64_t OC);
 /* dbias (n, bf16) += src (n, f32) */
 void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float *src, int64_t n);
+/* dst (n, bf16) = e4m3(w8[i])·scale, the product in f32 rounded to nearest even (matmul.cu;
+ * caller holds the op bracket). */
+void vf_cuda_fp8_dequant(vf_cuda_ctx *c, void *dst, const uint8_t *w8, float scale, int64_t n);
 
 /* dw/db (C) += Σ_n dout·x̂, Σ_n dout with x̂ = (x − mean)·rstd per row (mean NULL:
  * RMSNorm); either output may be NULL (norm.cu; caller holds the op bracket). */

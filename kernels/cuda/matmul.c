@@ -360,6 +360,37 @@ void vf_cuda_matmul_bwd(vf_backend *be, void *dinp, void *dw, void *dbias, const
     vf_cuda_op_end(c);
 }
 
+/* ------------------------------------------------------------------ a frozen FP8 weight
+ * The weight is dequantised into the caller's bf16 scratch by one elementwise kernel and
+ * the GEMM is the bf16 one above, rather than cuBLASLt's FP8 GEMM: that one wants both
+ * operands in FP8 (the bf16 activations would be quantised too, with scales of their
+ * own), takes only the TN layout (the backward's dinp = dout·w reads w untransposed, so
+ * it would need a second, transposed FP8 copy) and needs sm89 or newer; the scratch is one
+ * linear's weight at a time, and the kernel reads a byte and writes two per element, a
+ * small cost beside the GEMM's N·C·OC. */
+
+void vf_cuda_matmul_fp8_fwd(vf_backend *be, void *out, const void *inp, const uint8_t *w8, float wscale,
+                            const void *bias, void *wbuf, int64_t N, int64_t C, int64_t OC)
+{
+    vf_cuda_ctx *c = vf_cuda_ctx_of(be);
+    if (N <= 0 || OC <= 0) return;
+    vf_cuda_op_begin(c);
+    vf_cuda_fp8_dequant(c, wbuf, w8, wscale, OC * C);
+    dense_fwd(c, out, inp, wbuf, bias, N, C, OC);
+    vf_cuda_op_end(c);
+}
+
+void vf_cuda_matmul_fp8_bwd(vf_backend *be, void *dinp, const void *dout, const uint8_t *w8, float wscale,
+                            void *wbuf, int64_t N, int64_t C, int64_t OC, vf_grad_mode mode)
+{
+    vf_cuda_ctx *c = vf_cuda_ctx_of(be);
+    if (N <= 0 || !dinp) return;
+    vf_cuda_op_begin(c);
+    vf_cuda_fp8_dequant(c, wbuf, w8, wscale, OC * C);
+    dense_dinp(c, dinp, dout, wbuf, N, C, OC, mode == VF_GRAD_ADD ? 1.0f : 0.0f);
+    vf_cuda_op_end(c);
+}
+
 /* ------------------------------------------------------------------ GELU in the epilogue
  * GELU_AUX_BIAS: out = gelu(inp·wᵀ + bias) with the pre-activation stored as the aux
  * matrix; DGELU_BGRAD: dpre = (dout·w) ⊙ gelu'(pre) with Σ_N dpre as its bias gradient

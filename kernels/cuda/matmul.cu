@@ -1,6 +1,6 @@
 /* matmul.cu — the dense layer's device helpers beside the cuBLASLt GEMMs (matmul.c): bias
- * rows added when the epilogue cannot fuse them, and the deterministic bias gradient
- * (a column sum, reduce.cuh). */
+ * rows added when the epilogue cannot fuse them, the deterministic bias gradient
+ * (a column sum, reduce.cuh), and the dequantisation of a frozen FP8 weight. */
 #include "kernels/cuda/reduce.cuh"
 
 extern "C" void vf_cuda_add_bias_rows(vf_cuda_ctx *c, void *out, const void *bias, int64_t N, int64_t OC)
@@ -33,3 +33,25 @@ extern "C" void vf_cuda_add_f32_to_bf16(vf_cuda_ctx *c, void *dbias, const float
     VF_CUDA_NOTE_LAUNCH(c);
 }
 
+
+/* FP8 E4M3 (e4m3fn) to float, as vf_e4m3_to_f32: bias 7, subnormals m·2⁻⁹, 0x7f NaN. */
+__device__ __forceinline__ float e4m3_val(uint8_t x)
+{
+    const int e = (x >> 3) & 15, m = x & 7;
+    float v = e ? ldexpf(1.0f + (float)m * 0.125f, e - 7) : (float)m * 0.001953125f;
+    if (e == 15 && m == 7) v = __int_as_float(0x7fc00000);
+    return (x & 0x80) ? -v : v;
+}
+
+__global__ void k_fp8_dequant(bf16 *d, const uint8_t *w8, float scale, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        d[i] = tobf(e4m3_val(w8[i]) * scale);
+}
+
+extern "C" void vf_cuda_fp8_dequant(vf_cuda_ctx *c, void *dst, const uint8_t *w8, float scale, int64_t n)
+{
+    if (n <= 0) return;
+    k_fp8_dequant<<<grid_for(n, 256), 256, 0, c->stream>>>((bf16 *)dst, w8, scale, n);
+    VF_CUDA_NOTE_LAUNCH(c);
+}

@@ -64,6 +64,9 @@ static const vf_param_spec dit_params[] = {
      "LoRA adapters as JSON {rank, alpha, targets} (set by p:train); \"\" = train every weight"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
      "with LoRA: the frozen base weights of this partition (set by p:train); \"\" = init from seed"},
+    {"base_dtype", VF_P_STR, "\"\"", VF_ANY,
+     "with LoRA: \"fp8\" holds the frozen base's block linears in FP8 E4M3 with a scale per tensor; "
+     "\"\" = the model's dtype"},
     {0},
 };
 
@@ -77,6 +80,7 @@ typedef struct pgeo {
     int splits[VF_TRAIN_MAX_PARTS + 1];
     int64_t off, n;          /* range of the trainable vector */
     int64_t boff, bn;        /* range of the model's vector */
+    bool fp8;                /* base_dtype "fp8": the frozen base's block linears in FP8 */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     vf_dit_rf rf;            /* the timestep distribution */
 } pgeo;
@@ -88,9 +92,7 @@ static void pgeo_fini(pgeo *g)
     g->lora = NULL, g->l = NULL;
 }
 
-/* Elements of the largest tensor of the model in [off, off + n): the host staging of
- * loading the frozen base tensor by tensor. */
-static int64_t largest_in(const vf_dit_layout *l, int64_t off, int64_t n)
+int64_t vf_dit_largest_in(const vf_dit_layout *l, int64_t off, int64_t n)
 {
     int64_t most = 1;
     for (int i = 0; i < l->n; i++)
@@ -135,6 +137,7 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     g->p = (int)vf_param_int(prm, "stage");
     g->S = (int)vf_param_int(prm, "shards");
     g->M = (int)vf_param_int(prm, "micro_batches");
+    VF_TRY(vf_dit_base_dtype(prm, g->lora != NULL, &g->fp8, st));
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
     vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
     vf_dit_layout_range(tl, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
@@ -289,12 +292,16 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
-    if (g.lora) { /* the frozen base once, in the partition's dtype; gradients for the adapters only */
+    if (g.lora && g.fp8) {
+        vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, as);
+    } else if (g.lora) { /* the frozen base once, in the partition's dtype */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * g.bn);
+    }
+    if (g.lora) { /* gradients for the adapters only */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters (lent to the shards)", (int64_t)as * g.n);
         vf_mem_plan_add(out, dev, VF_MEM_GRADS, "LoRA gradients (lent to the shards)", (int64_t)gs * g.n);
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "base loading: its largest tensor (f32 staging)",
-                        4 * largest_in(g.l, g.boff, g.bn));
+                        4 * vf_dit_largest_in(g.l, g.boff, g.bn));
     } else {
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights (lent to the shards)", (int64_t)as * g.n);
         vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradients (lent to the shards)", (int64_t)gs * g.n);
@@ -349,7 +356,7 @@ static int load_base(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_st
 {
     int rc = 0;
     vf_dit_wsrc *w = NULL;
-    float *host = vf_alloc(sizeof(float) * (size_t)largest_in(h->l, h->boff, h->bn), st);
+    float *host = vf_alloc(sizeof(float) * (size_t)vf_dit_largest_in(h->l, h->boff, h->bn), st);
     if (!host) VF_FAIL(st, VF_ENOMEM, "%s: no host staging for the base weights", vf_stage_name(s));
     h->base = h->be->alloc(h->be, h->as * (size_t)(h->bn ? h->bn : 1), st);
     if (!h->base) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld base weights",
@@ -414,7 +421,8 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->grads = h->params ? h->be->alloc_shared(h->be, h->gs * (size_t)(h->n ? h->n : 1), st) : NULL;
     if (!h->grads) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld weights",
                            vf_stage_name(s), (long long)h->n);
-    if (h->lora) VF_TRY(load_base(s, h, prm, st));
+    if (h->lora && g.fp8) VF_TRY(vf_dit_base_fp8_load(s, h, prm, st));
+    else if (h->lora) VF_TRY(load_base(s, h, prm, st));
 fail:
     return rc;
 }
@@ -427,6 +435,7 @@ static void dit_fini(vf_stage *s)
     if (h->be && h->params) h->be->free_shared(h->be, h->params);
     if (h->be && h->grads) h->be->free_shared(h->be, h->grads);
     if (h->be && h->base) h->be->free(h->be, h->base);
+    vf_dit_fp8_free(h->fp8);
     vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
     free(h);

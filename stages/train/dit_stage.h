@@ -8,6 +8,7 @@
 
 #include "stages/train/dit_train.h"
 #include "models/dit_lora.h"
+#include "models/dit_fp8.h"
 
 /* Hot-item pools: forward activations (+ target), last partition's boundary gradients. */
 enum { XF_X = 0, XF_E, XF_E0, XF_CTX, XF_TARGET, XF_N };
@@ -30,6 +31,8 @@ typedef struct dit_part_state {
     int64_t boff, bn;                        /* with LoRA: the range of the frozen base */
     void *base;                              /* with LoRA: the base weights of the range (act
                                                 dtype), loaded once and never updated */
+    vf_dit_fp8 *fp8;                         /* with base_dtype "fp8": the base instead, its
+                                                block linears in FP8 (base then NULL) */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     int64_t steps;
     double peak;                             /* the device's bf16 peak FLOP/s, 0 unknown (CPU) */
@@ -105,5 +108,21 @@ int vf_dit_xchg_lend(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_status *st)
 int vf_dit_xchg_recv(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step, vf_status *st);
 int vf_dit_xchg_send(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out *o, int64_t t0,
                      int64_t t1, vf_status *st);
+
+/* Elements of the largest tensor of the model in [off, off + n): the host staging of
+ * loading the frozen base tensor by tensor (dit_stage.c). */
+int64_t vf_dit_largest_in(const vf_dit_layout *l, int64_t off, int64_t n);
+
+/* The frozen base in FP8 (dit_base_fp8.c, models/dit_fp8.h). base_dtype: the param read
+ * ("" the model's dtype, "fp8"); *fp8 set; VF_EUSAGE naming the param for another value
+ * or for "fp8" without LoRA (lora false: a full fine-tune trains the base). plan: the
+ * base's device bytes (FP8 bytes, the other tensors at as, the dequantisation scratch)
+ * and its host scales. load: the base of h's range from the `weights` file (F8_E4M3
+ * tensors with their scales kept as they are, others quantised) or the seeded init,
+ * into h->fp8. */
+int vf_dit_base_dtype(const vf_params *prm, bool lora, bool *fp8, vf_status *st);
+void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int64_t off, int64_t n,
+                          size_t as);
+int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st);
 
 #endif /* VF_DIT_STAGE_H */

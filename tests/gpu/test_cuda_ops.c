@@ -281,6 +281,49 @@ VF_TEST(matmul)
     matmul_case(1, 96, 33, 0, 1);
 }
 
+/* A frozen FP8 weight (the device dequantises into a bf16 scratch, then the bf16 GEMM):
+ * the forward and dinp, written and added, against the CPU's f32 dequantisation */
+static void matmul_fp8_case(int64_t N, int64_t Cc, int64_t OC, int off, int with_bias)
+{
+    char nm[96];
+    float *x = rnd(N * Cc, -1, 1), *w = rnd(OC * Cc, -0.5, 0.5), *b = rnd(OC, -1, 1);
+    uint8_t *w8 = malloc((size_t)(OC * Cc));
+    const float sc = vf_fp8_scale(w, OC * Cc);
+    vf_fp8_quantise(w, OC * Cc, sc, w8);
+    float *wbuf = nanv(OC * Cc), *out = nanv(N * OC);
+    dbuf dx = dbf(x, N * Cc, off), db = dbf(b, OC, off), dout = dbf(NULL, N * OC, off);
+    dbuf dwbuf = dbf(NULL, OC * Cc, 0);
+    /* the bytes as they are (copy takes host memory on either backend), at an odd offset
+     * where off is set */
+    vf_status st = {0};
+    void *w8base = G->alloc(G, (size_t)(OC * Cc + off + 8), &st);
+    VF_CHECK_MSG(w8base != NULL, "alloc: %s", st.msg);
+    uint8_t *dw8 = (uint8_t *)w8base + off;
+    G->copy(G, dw8, w8, (size_t)(OC * Cc));
+    C->matmul_fp8_fwd(C, out, x, w8, sc, with_bias ? b : NULL, wbuf, N, Cc, OC);
+    G->matmul_fp8_fwd(G, dout.p, dx.p, dw8, sc, with_bias ? db.p : NULL, dwbuf.p, N, Cc, OC);
+    snprintf(nm, sizeof nm, "matmul_fp8_fwd %lldx%lldx%lld off%d", (long long)N, (long long)Cc, (long long)OC, off);
+    cmpd(nm, dout, out, BF);
+    float *g = rnd(N * OC, -1, 1), *gx = nanv(N * Cc);
+    dbuf dg = dbf(g, N * OC, off), dgx = dbf(NULL, N * Cc, off);
+    C->matmul_fp8_bwd(C, gx, g, w8, sc, wbuf, N, Cc, OC, VF_GRAD_WRITE);
+    G->matmul_fp8_bwd(G, dgx.p, dg.p, dw8, sc, dwbuf.p, N, Cc, OC, VF_GRAD_WRITE);
+    cmpd("  matmul_fp8_bwd dinp", dgx, gx, BF);
+    C->matmul_fp8_bwd(C, gx, g, w8, sc, wbuf, N, Cc, OC, VF_GRAD_ADD);
+    G->matmul_fp8_bwd(G, dgx.p, dg.p, dw8, sc, dwbuf.p, N, Cc, OC, VF_GRAD_ADD);
+    cmpd("  matmul_fp8_bwd dinp added", dgx, gx, BF);
+    dfree(dx), dfree(db), dfree(dout), dfree(dwbuf), dfree(dg), dfree(dgx);
+    G->free(G, w8base);
+    free(x), free(w), free(b), free(w8), free(wbuf), free(out), free(g), free(gx);
+}
+
+VF_TEST(matmul_fp8)
+{
+    matmul_fp8_case(256, 128, 192, 0, 1);
+    matmul_fp8_case(37, 72, 40, 1, 1);
+    matmul_fp8_case(64, 64, 64, 0, 0);
+}
+
 /* GELU fused into a GEMM's epilogue (cuBLASLt GELU_AUX_BIAS, DGELU_BGRAD where it takes
  * the shape, the separate kernels where not): pre and out of the forward; the backward of
  * a layer over gelu(pre), dpre written, the biases' and weight's gradients accumulated */
@@ -1168,6 +1211,7 @@ VF_TEST(memory_ops)
     X(graph, "graph_begin graph_end")                                               \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
     X(matmul_fused, "matmul_gelu_fwd matmul_dgelu_bwd matmul_batch_fwd matmul_batch_bwd") \
+    X(matmul_fp8, "matmul_fp8_fwd matmul_fp8_bwd")                                  \
     X(elementwise, "add axpy gelu_fwd gelu_bwd gelu_erf_fwd gelu_erf_bwd silu_fwd silu_bwd") \
     X(norms, "layernorm_fwd layernorm_bwd rmsnorm_fwd rmsnorm_bwd rmsnorm_ch_fwd")  \
     X(adaln, "modulate_fwd modulate_bwd ln_modulate_fwd ln_modulate_bwd gated_add_fwd gated_add_bwd") \

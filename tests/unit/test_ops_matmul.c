@@ -3,7 +3,8 @@
  * mode, odd and block-crossing sizes, bit equality across gemm ISA paths and thread
  * counts; the fused forms (GELU after the forward, its derivative in the backward, nb
  * layers over one input) against f64 references of their composite functions and bit
- * for bit against their unfused sequences. */
+ * for bit against their unfused sequences; the frozen-FP8-weight forms bit for bit against
+ * the plain ones on the dequantised weight. */
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/unit/ops_testlib.h"
 
@@ -316,6 +317,46 @@ VF_TEST(matmul_batch)
     check_batch(1, 1, 1, 1);
     check_batch(5, 7, 3, 3);
     check_batch(19, 33, 70, 2);
+}
+
+/* ---- a frozen FP8 weight: the op's bits are those of the plain op on the dequantised
+ * weight (forward, dinp written and added), and the weight it stands for is within FP8's
+ * rounding of the f32 one it was quantised from. */
+static void check_fp8(int64_t N, int64_t C, int64_t OC, int with_bias)
+{
+    float *x = tl_randf(N * C, -1, 1), *w = tl_randf(OC * C, -0.3, 0.3), *r = tl_randf(N * OC, -1, 1);
+    float *b = with_bias ? tl_randf(OC, -1, 1) : NULL;
+    uint8_t *w8 = malloc((size_t)(OC * C));
+    const float sc = vf_fp8_scale(w, OC * C);
+    vf_fp8_quantise(w, OC * C, sc, w8);
+    float *wd = tl_zerosf(OC * C), *wbuf = tl_randf(OC * C, -9, 9);
+    for (int64_t i = 0; i < OC * C; i++) {
+        wd[i] = vf_e4m3_to_f32(w8[i]) * sc;
+        /* 3 mantissa bits: within half a step (2⁻⁴ relative) of w, or of the subnormal
+         * step sc·2⁻⁹ near zero */
+        VF_CHECK(fabsf(wd[i] - w[i]) <= fmaxf(fabsf(w[i]) / 16.0f, sc * 0.001953125f / 2.0f));
+    }
+    float *o1 = tl_randf(N * OC, -9, 9), *o2 = tl_randf(N * OC, -9, 9);
+    vf_cpu_matmul_fwd(o1, x, wd, b, N, C, OC);
+    vf_cpu_matmul_fp8_fwd(o2, x, w8, sc, b, wbuf, N, C, OC);
+    VF_CHECK_MSG(memcmp(o1, o2, sizeof(float) * N * OC) == 0, "fp8 fwd %lldx%lldx%lld", (long long)N,
+                 (long long)C, (long long)OC);
+    for (int acc = 0; acc < 2; acc++) {
+        float *d1 = tl_randf(N * C, -1, 1), *d2 = tl_dupf(d1, N * C);
+        vf_cpu_matmul_bwd(d1, NULL, NULL, r, x, wd, N, C, OC, acc);
+        vf_cpu_matmul_fp8_bwd(d2, r, w8, sc, wbuf, N, C, OC, acc);
+        VF_CHECK_MSG(memcmp(d1, d2, sizeof(float) * N * C) == 0, "fp8 dinp %s %lldx%lldx%lld",
+                     acc ? "added" : "written", (long long)N, (long long)C, (long long)OC);
+        free(d1), free(d2);
+    }
+    free(x), free(w), free(r), free(b), free(w8), free(wd), free(wbuf), free(o1), free(o2);
+}
+
+VF_TEST(matmul_fp8)
+{
+    check_fp8(1, 1, 1, 0);
+    check_fp8(7, 33, 5, 1);
+    check_fp8(64, 96, 130, 1);
 }
 
 int main(void) { return vf_test_main(); }

@@ -16,10 +16,10 @@ typedef vf_vw_act act;
 typedef vf_vw_walk walk;
 
 struct vf_vae_enc {
-    vf_vw_ws ws;           /* buffers, caches; ws.in: (batch, 3, n, H, W) of the next chunk */
+    vf_vw_ws ws;           /* buffers, caches; ws.in: (batch, 3·p², n, H/p, W/p) of the next chunk */
     const vf_vae_config *cfg;
     int max_batch, chunk, H, W;
-    float *stage;          /* host (3, chunk, H, W) staging for u8 conversion */
+    float *stage;          /* host staging (3·chunk·H·W floats) for the u8 conversion and the patchify */
     uint8_t *in_set;       /* per clip: input given for the next chunk */
     int in_n;
     int64_t bytes;

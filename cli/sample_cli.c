@@ -4,7 +4,7 @@
  *   vflow sample CKPT --prompt TEXT [--negative TEXT] --out x.mp4     (byte-caption models)
  *                [--frames 17] [--size 256x256] [--steps 30] [--shift 3] [--guidance 5]
  *                [--seed 0] [--fps 16] [--device cpu|cuda:N] [--chunk 1] [--png F]
- *                [--vae PATH] [--vae-preset tiny|wan] [--vae-seed N] [--cache LMDB]
+ *                [--vae PATH] [--vae-preset tiny|wan|wan2.2] [--vae-seed N] [--cache LMDB]
  *                [--latent-out F] [--frames-out F] [--weights F] [--lora F]
  *
  * CKPT is a checkpoint step dir or a checkpoint dir (its newest complete step). The DiT's
@@ -53,7 +53,7 @@ static const char USAGE[] =
     "usage: vflow sample CKPT (--prompt-embeds F [--negative-embeds F] | --prompt TEXT [--negative TEXT])\n"
     "         --out x.mp4 [--frames 17]\n"
     "         [--size WxH|S] [--steps 30] [--shift 3] [--guidance 5] [--seed 0] [--fps 16]\n"
-    "         [--device cpu] [--chunk 1] [--png F] [--vae PATH] [--vae-preset tiny|wan]\n"
+    "         [--device cpu] [--chunk 1] [--png F] [--vae PATH] [--vae-preset tiny|wan|wan2.2]\n"
     "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n"
     "         [--weights F] [--lora F]\n";
 

@@ -60,4 +60,8 @@ return {
                                  head_dim = 128, ffn = 13824, z = 16, text_dim = 4096,
                                  text_len = 512, freq_dim = 256, text = "embeddings",
                                  in_dim = 36 },
+  -- Wan 2.2 TI2V-5B: 48 latent channels (the Wan 2.2 VAE, vf.models.vae "wan2.2")
+  ["wan2.2-ti2v-5b"] = preset { name = "wan2.2-ti2v-5b", dim = 3072, depth = 30, heads = 24,
+                                head_dim = 128, ffn = 14336, z = 48, text_dim = 4096,
+                                text_len = 512, freq_dim = 256, text = "embeddings" },
 }

@@ -38,6 +38,8 @@ static const dit_preset presets[] = {
      * no image branch */
     {"wan2.2-i2v-a14b",
      {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1, 36, 0, 0}},
+    /* Wan 2.2 TI2V-5B: the Wan 2.2 VAE's 48 latent channels in and out */
+    {"wan2.2-ti2v-5b", {3072, 30, 24, 128, 14336, 48, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
 };
 
 int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
@@ -50,7 +52,7 @@ int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
     }
     return vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__,
                          "dit: unknown preset '%s' (tiny, small, dit-xl-2, wan-1.3b, wan-14b, "
-                         "wan-i2v-14b, wan2.2-i2v-a14b)",
+                         "wan-i2v-14b, wan2.2-i2v-a14b, wan2.2-ti2v-5b)",
                          name);
 }
 

@@ -193,10 +193,14 @@ static int geometry(const vf_dit_config *c, const vf_dit_video_opts *o, const ch
                     const char **preset, vf_dit_dims *d, int64_t *Tl, vf_status *st)
 {
     int rc = 0;
-    *preset = o->vae_preset && o->vae_preset[0] ? o->vae_preset : c->z == 16 ? "wan" : "tiny";
+    *preset = o->vae_preset && o->vae_preset[0] ? o->vae_preset
+              : c->z == 16                         ? "wan"
+              : c->z == 48                         ? "wan2.2"
+                                                   : "tiny";
     if (!strcmp(*preset, "wan")) vf_vae_config_wan(vc);
+    else if (!strcmp(*preset, "wan2.2")) vf_vae_config_wan22(vc);
     else if (!strcmp(*preset, "tiny")) vf_vae_config_tiny(vc);
-    else VF_FAIL(st, VF_EBADINPUT, "%svae-preset %s: expected tiny or wan", pre, *preset);
+    else VF_FAIL(st, VF_EBADINPUT, "%svae-preset %s: expected tiny, wan or wan2.2", pre, *preset);
     if (vc->z_dim != c->z)
         VF_FAIL(st, VF_EBADINPUT, "%svae-preset %s: %d latent channels, the model's are %d", pre, *preset, vc->z_dim,
                 c->z);
@@ -240,7 +244,7 @@ int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_vide
     if (o->cache && o->cache[0]) VF_TRY(cache_norm(o->cache, v->c.z, v->mean, v->sd, &have, st));
     if (!have && o->vae && o->vae[0]) VF_TRY(vf_vae_config_norm(o->vae, v->c.z, v->mean, v->sd, &have, st));
     if (!have) {
-        if (!strcmp(v->preset, "wan"))
+        if (strcmp(v->preset, "tiny"))
             VF_FAIL(st, VF_EBADINPUT, "the latents' per-channel normalisation is unknown: give %scache (the cache the "
                     "model trained on) or %svae (a diffusers AutoencoderKLWan directory)", pf(v), pf(v));
         for (int i = 0; i < v->c.z; i++) v->mean[i] = v->vc.shift, v->sd[i] = 1.0f / v->vc.scale; /* latent = (x - shift)·scale */

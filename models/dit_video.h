@@ -33,7 +33,7 @@ typedef struct vf_dit_video_opts {
     double shift, guidance, fps;
     uint64_t seed, vae_seed;   /* the noise; the VAE's seeded init when `vae` is NULL */
     const char *vae;           /* VAE weights (file or diffusers dir), NULL = the preset's seeded init */
-    const char *vae_preset;    /* "tiny" | "wan", NULL = by the model's latent channels (16: wan) */
+    const char *vae_preset;    /* "tiny" | "wan" | "wan2.2", NULL = by the latent channels (16: wan, 48: wan2.2) */
     const char *cache;         /* LMDB cache whose recorded latent normalisation applies, or NULL */
     const char *device;        /* "cpu" | "cuda:N" */
     const char *weights;       /* DiT weights instead of the checkpoint's model (a LoRA

@@ -47,7 +47,22 @@ void vf_vae_config_wan(vf_vae_config *c)
     c->eps = 1e-12f; /* Wan normalises with F.normalize: eps only guards all-zero positions */
     c->scale = 1.0f;
     c->shift = 0.0f;
+    c->patch = 1;
 }
+
+void vf_vae_config_wan22(vf_vae_config *c)
+{
+    vf_vae_config_wan(c);
+    c->dim = 160;
+    c->dec_dim = 256;
+    c->z_dim = 48;
+    c->residual = 1;
+    c->patch = 2;
+}
+
+int vf_vae_dec_base(const vf_vae_config *c) { return c->dec_dim > 0 ? c->dec_dim : c->dim; }
+int vf_vae_patch(const vf_vae_config *c) { return c->patch > 1 ? c->patch : 1; }
+int vf_vae_io_channels(const vf_vae_config *c) { return 3 * vf_vae_patch(c) * vf_vae_patch(c); }
 
 void vf_vae_config_tiny(vf_vae_config *c)
 {
@@ -84,6 +99,13 @@ int vf_vae_config_check(const vf_vae_config *c, vf_status *st)
     if (!isfinite(c->scale) || c->scale == 0 || !isfinite(c->shift))
         VF_FAIL(st, VF_EINVAL, "vae config: scale %g / shift %g must be finite, scale != 0",
                 (double)c->scale, (double)c->shift);
+    if (c->patch < 0 || c->patch > 8)
+        VF_FAIL(st, VF_EINVAL, "vae config: patch %d out of range [1, 8]", c->patch);
+    if (c->dec_dim < 0 || c->dec_dim > 4096)
+        VF_FAIL(st, VF_EINVAL, "vae config: dec_dim %d out of range [1, 4096]", c->dec_dim);
+    if (c->residual != 0 && c->residual != 1)
+        VF_FAIL(st, VF_EINVAL, "vae config: residual %d, expected 0 or 1", c->residual);
+    VF_TRY(vf_vae_residual_check(c, st));
 fail:
     return rc;
 }
@@ -96,7 +118,7 @@ int vf_vae_time_factor(const vf_vae_config *c)
     return f;
 }
 
-int vf_vae_space_factor(const vf_vae_config *c) { return 1 << (c->nlevels - 1); }
+int vf_vae_space_factor(const vf_vae_config *c) { return vf_vae_patch(c) << (c->nlevels - 1); }
 
 int64_t vf_vae_latent_frames(const vf_vae_config *c, int64_t T)
 {
@@ -121,6 +143,13 @@ void vf_vae_config_str(const vf_vae_config *c, char *buf, size_t n)
              "z_dim=%d;eps=%.9g;scale=%.9g;shift=%.9g",
              c->dim, mult, c->num_res_blocks, td, c->z_dim, (double)c->eps, (double)c->scale,
              (double)c->shift);
+    /* Wan 2.2's fields only when set, so Wan 2.1 configs keep their text (and cache keys) */
+    if (c->residual || vf_vae_patch(c) > 1 || c->dec_dim) {
+        size_t l = strlen(buf);
+        if (l < n)
+            snprintf(buf + l, n - l, ";residual=%d;patch=%d;dec_dim=%d", c->residual,
+                     vf_vae_patch(c), vf_vae_dec_base(c));
+    }
 }
 
 /* ------------------------------------------------------------------ parameter table */
@@ -190,26 +219,38 @@ static void add_resblock(table_builder *tb, const char *prefix, int64_t in, int6
     }
 }
 
+/* The name prefix of level i's entry k: Wan 2.1 counts every entry of `half`s
+ * downsamples/upsamples in one index space (k_flat); Wan 2.2 nests each level's entries,
+ * half.{down,up}samples.i.{down,up}samples.k (wan/modules/vae2_2.py). */
+static void entry_name(const vf_vae_config *c, char *n, size_t sz, const char *half, int i, int k,
+                       int k_flat)
+{
+    const char *what = half[0] == 'e' ? "downsamples" : "upsamples";
+    if (c->residual) snprintf(n, sz, "%s.%s.%d.%s.%d", half, what, i, what, k);
+    else snprintf(n, sz, "%s.%s.%d", half, what, k_flat);
+}
+
 /* The encoder's tensors in flat-buffer order. vae_enc.c consumes them in this order. */
 static void build_enc_table(const vf_vae_config *c, table_builder *tb)
 {
-    char n[VF_VAE_NAME_MAX];
+    char n[VF_VAE_NAME_MAX], t[VF_VAE_NAME_MAX + 16];
     int64_t in = c->dim, out = c->dim;
-    add_conv(tb, "encoder.conv1", c->dim, 3, 3, 3, 3, 3);
+    add_conv(tb, "encoder.conv1", c->dim, vf_vae_io_channels(c), 3, 3, 3, 3);
     int k = 0;
     for (int i = 0; i < c->nlevels; i++) {
         out = (int64_t)c->dim * c->dim_mult[i];
         for (int r = 0; r < c->num_res_blocks; r++) {
-            snprintf(n, sizeof n, "encoder.downsamples.%d", k++);
+            entry_name(c, n, sizeof n, "encoder", i, r, k++);
             add_resblock(tb, n, in, out);
             in = out;
         }
         if (i != c->nlevels - 1) {
-            snprintf(n, sizeof n, "encoder.downsamples.%d.resample.1", k);
-            add_conv(tb, n, out, out, 1, 3, 3, 2);
+            entry_name(c, n, sizeof n, "encoder", i, c->num_res_blocks, k);
+            snprintf(t, sizeof t, "%s.resample.1", n);
+            add_conv(tb, t, out, out, 1, 3, 3, 2);
             if (c->temporal_downsample[i]) {
-                snprintf(n, sizeof n, "encoder.downsamples.%d.time_conv", k);
-                add_conv(tb, n, out, out, 3, 1, 1, 3);
+                snprintf(t, sizeof t, "%s.time_conv", n);
+                add_conv(tb, t, out, out, 3, 1, 1, 3);
             }
             k++;
         }
@@ -225,12 +266,14 @@ static void build_enc_table(const vf_vae_config *c, table_builder *tb)
 }
 
 /* The decoder's tensors in flat-buffer order (Wan's Decoder3d + conv2); vae_dec.c
- * consumes them in this order. Level i of the decoder mirrors encoder level L-1-i. */
+ * consumes them in this order. Level i of the decoder mirrors encoder level L-1-i. Wan
+ * 2.1's spatial upsample halves the width; Wan 2.2's keeps it. */
 static void build_dec_table(const vf_vae_config *c, table_builder *tb)
 {
-    char n[VF_VAE_NAME_MAX];
+    char n[VF_VAE_NAME_MAX], t[VF_VAE_NAME_MAX + 16];
     int L = c->nlevels;
-    int64_t z = c->z_dim, top = (int64_t)c->dim * c->dim_mult[L - 1], in = top, out = top;
+    int64_t d = vf_vae_dec_base(c);
+    int64_t z = c->z_dim, top = d * c->dim_mult[L - 1], in = top, out = top;
     add_conv(tb, "conv2", z, z, 1, 1, 1, 3);
     add_conv(tb, "decoder.conv1", top, z, 3, 3, 3, 3);
     add_resblock(tb, "decoder.middle.0", top, top);
@@ -240,25 +283,27 @@ static void build_dec_table(const vf_vae_config *c, table_builder *tb)
     add_resblock(tb, "decoder.middle.2", top, top);
     int k = 0;
     for (int i = 0; i < L; i++) {
-        out = (int64_t)c->dim * c->dim_mult[L - 1 - i];
+        out = d * c->dim_mult[L - 1 - i];
         for (int r = 0; r < c->num_res_blocks + 1; r++) {
-            snprintf(n, sizeof n, "decoder.upsamples.%d", k++);
+            entry_name(c, n, sizeof n, "decoder", i, r, k++);
             add_resblock(tb, n, in, out);
             in = out;
         }
         if (i != L - 1) {
+            int64_t up_out = c->residual ? out : out / 2;
+            entry_name(c, n, sizeof n, "decoder", i, c->num_res_blocks + 1, k);
             if (vf_vae_dec_temporal(c, i)) {
-                snprintf(n, sizeof n, "decoder.upsamples.%d.time_conv", k);
-                add_conv(tb, n, 2 * out, out, 3, 1, 1, 3);
+                snprintf(t, sizeof t, "%s.time_conv", n);
+                add_conv(tb, t, 2 * out, out, 3, 1, 1, 3);
             }
-            snprintf(n, sizeof n, "decoder.upsamples.%d.resample.1", k);
-            add_conv(tb, n, out / 2, out, 1, 3, 3, 2);
-            in = out / 2;
+            snprintf(t, sizeof t, "%s.resample.1", n);
+            add_conv(tb, t, up_out, out, 1, 3, 3, 2);
+            in = up_out;
             k++;
         }
     }
     add_gain(tb, "decoder.head.0.gamma", out, 0);
-    add_conv(tb, "decoder.head.2", 3, out, 3, 3, 3, 3);
+    add_conv(tb, "decoder.head.2", vf_vae_io_channels(c), out, 3, 3, 3, 3);
 }
 
 static void build_table(const vf_vae_config *c, int decoder, table_builder *tb)
@@ -380,11 +425,11 @@ static int model_new(const vf_vae_config *cfg, int decoder, vf_backend *be, vf_v
     vf_vae *m = NULL;
     *out = NULL;
     VF_TRY(vf_vae_config_check(cfg, st));
-    /* the decoder's spatial upsamples halve the channels (Wan's Resample, dim // 2) */
-    for (int i = 1; decoder && i < cfg->nlevels; i++)
-        if (cfg->dim * cfg->dim_mult[i] % 2)
+    /* Wan 2.1's decoder spatial upsamples halve the channels (Resample, dim // 2) */
+    for (int i = 1; decoder && !cfg->residual && i < cfg->nlevels; i++)
+        if (vf_vae_dec_base(cfg) * cfg->dim_mult[i] % 2)
             VF_FAIL(st, VF_EINVAL, "vae decoder: dim * dim_mult[%d] = %d must be even", i,
-                    cfg->dim * cfg->dim_mult[i]);
+                    vf_vae_dec_base(cfg) * cfg->dim_mult[i]);
     if (!(m = vf_calloc(sizeof *m, st))) VF_FAIL(st, VF_ENOMEM, "vae: out of memory");
     m->cfg = *cfg;
     m->decoder = decoder;

@@ -87,6 +87,29 @@
  * diffusers: conv2 -> post_quant_conv, decoder.upsamples.K -> decoder.up_blocks.i.resnets.j
  * or .upsamplers.0 (K = i·(num_res_blocks + 2) + j), the rest as the encoder's.
  *
+ * Wan 2.2 (residual = 1, patch = 2, dec_dim; wan/modules/vae2_2.py, diffusers'
+ * AutoencoderKLWan(is_residual=True, patch_size=2)). The same layers, arranged per level:
+ *   patchify 2: pixel (c, y, x) -> channel c·4 + (x mod 2)·2 + (y mod 2) at (y/2, x/2), so
+ *     the network sees 12 channels at half the size (stride 4x16x16); the decoder's 12
+ *     output channels fold back the same way, then the clamp.
+ *   encoder level i (in -> out): its residual blocks and downsamples as above, plus a
+ *     shortcut from the level's input: the (ft, 2, 2) neighbourhood of every output
+ *     position unfolded into channels (ft = 2 at a temporal downsample, frame 0 paired with
+ *     a zero frame before it; the last level: 1, 1, 1) and averaged in groups of
+ *     in·factor/out consecutive channels (AvgDown3D).
+ *   decoder level i (in -> out, the last level without): num_res_blocks + 1 residual
+ *     blocks, the temporal upsample, the spatial upsample out -> out, plus a shortcut from
+ *     the level's input: each channel repeated out·factor/in times and folded into the
+ *     (ft, 2, 2) neighbourhood (DupUp3D; frame 0 of the stream keeps its last sub-frame).
+ *   widths: encoder dim·dim_mult[i] (in of level 0: dim); decoder dec_dim·dim_mult[L-1-i].
+ *   names nest per level (K = the level, j = the entry within it):
+ *     encoder.downsamples.K.downsamples.j.{residual.*, shortcut.*}  residual block j
+ *     encoder.downsamples.K.downsamples.R.{resample.1, time_conv}.*  (R = num_res_blocks)
+ *     decoder.upsamples.K.upsamples.j.*                               residual block j
+ *     decoder.upsamples.K.upsamples.(R+1).{time_conv, resample.1}.*   resample.1: (C, C, 3, 3)
+ *   diffusers: encoder.down_blocks.K.{resnets.j, downsampler}, decoder.up_blocks.K.{resnets.j,
+ *   upsampler}, the rest as Wan 2.1's. The shortcuts hold no weights.
+ *
  * Decoding is causal like encoding: latent frame 0 gives 1 frame, every later one 4 (for
  * the 4x presets), T' latent frames give 1 + 4(T'-1). Wan decodes one latent frame per
  * call with per-layer caches; here every causal conv keeps its last two input frames and
@@ -115,15 +138,27 @@ typedef struct vf_vae_config {
     int z_dim;                               /* latent channels (Wan: 16) */
     float eps;                               /* RMSNorm eps */
     float scale, shift;                      /* latent affine: (mean - shift) * scale */
+    /* Wan 2.2's VAE (vf_vae_config_wan22); 0, 0 (or 1), 0 give Wan 2.1's structure */
+    int residual;                            /* 1: residual levels with the avg/dup shortcuts */
+    int patch;                               /* pixel patchify p (0 = 1): 3·p² channels in and out */
+    int dec_dim;                             /* decoder base width; 0: dim */
 } vf_vae_config;
 
 /* Wan-2.1's encoder widths (dim 96, mult 1 2 4 4, 2 res blocks, temporal 0 1 1, z 16). */
 void vf_vae_config_wan(vf_vae_config *c);
 /* Small preset for tests and CPU runs (dim 8, mult 1 2 2 2, 1 res block, z 4). */
 void vf_vae_config_tiny(vf_vae_config *c);
+/* Wan 2.2's VAE (TI2V-5B): dim 160, decoder 256, mult 1 2 4 4, 2 res blocks, temporal
+ * 0 1 1, z 48, residual levels, patchify 2 (stride 4x16x16). */
+void vf_vae_config_wan22(vf_vae_config *c);
+/* The decoder's base width (dec_dim, or dim when 0) and the input/output channels of
+ * the network (3·patch²). */
+int vf_vae_dec_base(const vf_vae_config *c);
+int vf_vae_patch(const vf_vae_config *c);
+int vf_vae_io_channels(const vf_vae_config *c);
 /* VF_EINVAL with a message naming the bad field. */
 int vf_vae_config_check(const vf_vae_config *c, vf_status *st);
-/* Temporal (2^#temporal) and spatial (2^(nlevels-1)) compression factors. */
+/* Temporal (2^#temporal) and spatial (patch·2^(nlevels-1)) compression factors. */
 int vf_vae_time_factor(const vf_vae_config *c);
 int vf_vae_space_factor(const vf_vae_config *c);
 /* Latent frames for a clip of T frames: 1 + (T-1)/tf, or -1 if T is not 1 + k·tf. */
@@ -136,6 +171,9 @@ int64_t vf_vae_dec_count_params(const vf_vae_config *c, int64_t *max_tensor);
 /* Whether decoder level i (0 = the deepest) ends with a temporal upsample: the mirror of
  * the encoder's temporal_downsample[L-2-i]. */
 int vf_vae_dec_temporal(const vf_vae_config *c, int i);
+/* VF_EINVAL unless every residual level's shortcut groups its channels evenly (Wan
+ * 2.2's AvgDown3D / DupUp3D); 0 for configs without residual levels. */
+int vf_vae_residual_check(const vf_vae_config *c, vf_status *st);
 /* Canonical text of the config (hashed with the weights); writes at most n bytes. */
 void vf_vae_config_str(const vf_vae_config *c, char *buf, size_t n);
 

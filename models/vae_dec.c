@@ -19,6 +19,7 @@ struct vf_vae_dec {
     vf_vw_ws ws;           /* buffers, caches; ws.in: (batch, z, n, h, w) of the next chunk */
     const vf_vae_config *cfg;
     int max_batch, chunk, h, w, sf, tf;
+    float *stage;          /* host (3·p², tf·chunk, H/p, W/p) of one clip, for p > 1 */
     /* the current micro-batch */
     int active, batch;
     int64_t Tlat, T, t_in, t_out;
@@ -71,13 +72,13 @@ static act tup(walk *w, act x, unsigned busy)
     return (act){o, x.C, nout, x.H, x.W};
 }
 
-/* Spatial upsample, per frame: nearest 2x, then conv 3x3 (padding 1), C -> C/2. The
+/* Spatial upsample, per frame: nearest 2x, then conv 3x3 (padding 1), C -> co. The
  * nearest upsample is four copies of x permuted into place: out[p][2y+a][2x+b] =
  * copy[a][b][p][y][x]. */
-static act up2d(walk *w, act x, unsigned busy)
+static act up2d(walk *w, act x, int64_t co, unsigned busy)
 {
     const void *wt = vf_vw_param(w, "weight"), *bias = vf_vw_param(w, "bias");
-    int64_t planes = w->B * x.C * x.n, hw = x.H * x.W, co = x.C / 2;
+    int64_t planes = w->B * x.C * x.n, hw = x.H * x.W;
     int r = vf_vw_pick(w, busy | vf_vw_bit(x.buf), 4 * planes * hw);
     int u = vf_vw_pick(w, busy | vf_vw_bit(r), 4 * planes * hw);
     int o = vf_vw_pick(w, busy | vf_vw_bit(u), w->B * co * x.n * 4 * hw);
@@ -95,13 +96,33 @@ static act up2d(walk *w, act x, unsigned busy)
     return (act){o, co, x.n, 2 * x.H, 2 * x.W};
 }
 
-/* The whole decoder on one chunk of n latent frames; returns the (B, 3, m, H, W)
- * activation of its m output frames (before the clamp). */
+/* One Wan 2.2 residual level: residual blocks and upsamples, plus the shortcut
+ * duplicated from the level's input (vae_res.c). */
+static act res_level(walk *w, act x, int64_t cout, int i)
+{
+    const vf_vae_config *c = w->c;
+    int td = vf_vae_dec_temporal(c, i);
+    act x0 = x;
+    unsigned keep = vf_vw_bit(x0.buf);
+    for (int r = 0; r < c->num_res_blocks + 1; r++) x = vf_vw_resblock(w, x, cout, keep);
+    if (td) x = tup(w, x, keep);
+    x = up2d(w, x, cout, keep);
+    act sc = vf_vw_dup_up(w, x0, cout, td ? 2 : 1, 2, vf_vw_bit(x.buf));
+    if (w->e) {
+        VF_ASSERT(x.n == sc.n);
+        w->e->be->add(w->e->be, vf_vw_bp(w, x.buf), vf_vw_bp(w, x.buf), vf_vw_bp(w, sc.buf),
+                      w->B * cout * x.n * x.H * x.W);
+    }
+    return x;
+}
+
+/* The whole decoder on one chunk of n latent frames; returns the (B, 3·p², m, H, W)
+ * activation of its m output frames (patchified, before the clamp). */
 static act forward(walk *w, int64_t n, int64_t h, int64_t wd)
 {
     const vf_vae_config *c = w->c;
     int L = c->nlevels;
-    int64_t top = (int64_t)c->dim * c->dim_mult[L - 1];
+    int64_t d = vf_vae_dec_base(c), top = d * c->dim_mult[L - 1];
     act x = {VF_VW_IN, c->z_dim, n, h, wd};
     x = vf_vw_conv1x1(w, x, c->z_dim, 0); /* conv2 */
     x = vf_vw_conv3(w, x, top, 0);
@@ -109,14 +130,18 @@ static act forward(walk *w, int64_t n, int64_t h, int64_t wd)
     x = vf_vw_attn(w, x, 0);
     x = vf_vw_resblock(w, x, top, 0);
     for (int i = 0; i < L; i++) {
-        int64_t cout = (int64_t)c->dim * c->dim_mult[L - 1 - i];
+        int64_t cout = d * c->dim_mult[L - 1 - i];
+        if (c->residual && i != L - 1) {
+            x = res_level(w, x, cout, i);
+            continue;
+        }
         for (int r = 0; r < c->num_res_blocks + 1; r++) x = vf_vw_resblock(w, x, cout, 0);
         if (i != L - 1) {
             if (vf_vae_dec_temporal(c, i)) x = tup(w, x, 0);
-            x = up2d(w, x, 0);
+            x = up2d(w, x, x.C / 2, 0);
         }
     }
-    return vf_vw_conv3(w, vf_vw_norm_silu(w, x, 0, 1), 3, 0);
+    return vf_vw_conv3(w, vf_vw_norm_silu(w, x, 0, 1), vf_vae_io_channels(c), 0);
 }
 
 static int check_geometry(int max_batch, int chunk, int h, int w, vf_status *st)
@@ -127,6 +152,14 @@ static int check_geometry(int max_batch, int chunk, int h, int w, vf_status *st)
     if (h < 1 || w < 1) VF_FAIL(st, VF_EINVAL, "vae decoder: latent size %dx%d (hxw)", h, w);
 fail:
     return rc;
+}
+
+/* Host floats of the unpatchify staging: one clip's frames of a chunk; 0 without patchify. */
+static int64_t dec_stage_elems(const vf_vae_config *c, int chunk, int h, int w)
+{
+    int64_t sf = vf_vae_space_factor(c);
+    if (vf_vae_patch(c) == 1) return 0;
+    return 3 * (int64_t)vf_vae_time_factor(c) * chunk * (h * sf) * (w * sf);
 }
 
 static void measure(const vf_vae_config *c, int B, int chunk, int h, int wd, walk *w,
@@ -166,7 +199,8 @@ int vf_vae_dec_mem(const vf_vae_config *c, size_t elem, int max_batch, int chunk
     out->conv_workspace = m.conv_ws;
     /* the one-tensor load staging + bookkeeping: parameter table (name, shape, init
      * bound), layer states and the two structs (bounded by 1 KiB) */
-    out->host = (int64_t)sizeof(float) * max_tensor +
+    out->host = dec_stage_elems(c, chunk, h, w) * (int64_t)sizeof(float) +
+                (int64_t)sizeof(float) * max_tensor +
                 m.pi * (int64_t)(sizeof(vf_vae_param) + sizeof(double)) +
                 m.si * (int64_t)sizeof(vf_vw_lstate) + (int64_t)sizeof(vf_vae_dec) + 1024;
 fail:
@@ -196,7 +230,9 @@ int vf_vae_dec_new(vf_vae *m, int max_batch, int chunk, int h, int w, vf_vae_dec
     if (!(d->ws.ls = vf_calloc(sizeof *d->ws.ls * (size_t)(ms.si ? ms.si : 1), st)))
         VF_FAIL(st, VF_ENOMEM, "vae decoder: out of memory");
     measure(c, max_batch, chunk, h, w, &ms, d->ws.ls);
-    if (vf_vw_alloc(&d->ws, &ms, (int64_t)max_batch * c->z_dim * chunk * h * w, st) < 0) {
+    if (vf_vw_alloc(&d->ws, &ms, (int64_t)max_batch * c->z_dim * chunk * h * w, st) < 0 ||
+        (dec_stage_elems(c, chunk, h, w) &&
+         !(d->stage = vf_alloc(sizeof(float) * (size_t)dec_stage_elems(c, chunk, h, w), st)))) {
         rc = st && st->code ? st->code : VF_ENOMEM;
         if (st && !st->code) vf_status_set(st, rc, __FILE__, __LINE__, "out of memory");
         vf_status_prefix(st, "vae decoder workspace (micro_batch %d, chunk %d, latent %dx%d)",
@@ -214,6 +250,7 @@ void vf_vae_dec_free(vf_vae_dec *d)
 {
     if (!d) return;
     vf_vw_free(&d->ws);
+    vf_free(d->stage);
     vf_free(d->ws.ls);
     vf_free(d);
 }
@@ -265,15 +302,28 @@ int vf_vae_decode_chunk(vf_vae_dec *d, int n, const float *z, float *x, vf_statu
     act y = forward(&w, n, d->h, d->w);
     d->t_in += n;
     VF_ASSERT(d->t_out + y.n <= d->T);
-    int64_t HW = y.H * y.W;
+    int64_t p = vf_vae_patch(d->cfg), HW = y.H * y.W * p * p, Wo = y.W * p;
     const char *Y = d->ws.buf[y.buf];
-    for (int64_t b = 0; b < d->batch; b++)
+    for (int64_t b = 0; b < d->batch; b++) {
+        if (p > 1) /* one clip's patchified frames, unfolded as diffusers' unpatchify */
+            be->download(be, d->stage, Y + b * 3 * p * p * y.n * y.H * y.W * es,
+                         3 * p * p * y.n * y.H * y.W, be->act_dtype);
         for (int64_t c = 0; c < 3; c++) {
             float *dst = x + ((b * 3 + c) * d->T + d->t_out) * HW;
-            be->download(be, dst, Y + ((b * 3 + c) * y.n) * HW * es, y.n * HW, be->act_dtype);
+            if (p == 1)
+                be->download(be, dst, Y + ((b * 3 + c) * y.n) * HW * es, y.n * HW,
+                             be->act_dtype);
+            else
+                for (int64_t t = 0; t < y.n; t++)
+                    for (int64_t i = 0; i < HW; i++) {
+                        int64_t yy = i / Wo, xx = i % Wo, ch = c * p * p + (xx % p) * p + yy % p;
+                        dst[t * HW + i] =
+                            d->stage[((ch * y.n + t) * y.H + yy / p) * y.W + xx / p];
+                    }
             for (int64_t i = 0; i < y.n * HW; i++) /* as diffusers: clamp(-1, 1) */
                 dst[i] = dst[i] < -1.0f ? -1.0f : dst[i] > 1.0f ? 1.0f : dst[i];
         }
+    }
     d->t_out += y.n;
     return (int)d->t_out;
 fail:

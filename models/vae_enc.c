@@ -16,10 +16,10 @@ typedef vf_vw_act act;
 typedef vf_vw_walk walk;
 
 struct vf_vae_enc {
-    vf_vw_ws ws;           /* buffers, caches; ws.in: (batch, 3, n, H, W) of the next chunk */
+    vf_vw_ws ws;           /* buffers, caches; ws.in: (batch, 3·p², n, H/p, W/p) of the next chunk */
     const vf_vae_config *cfg;
     int max_batch, chunk, H, W;
-    float *stage;          /* host (3, chunk, H, W) staging for u8 conversion */
+    float *stage;          /* host staging (3·chunk·H·W floats) for the u8 conversion and the patchify */
     uint8_t *in_set;       /* per clip: input given for the next chunk */
     int in_n;
     int64_t bytes;
@@ -84,14 +84,41 @@ static act tdown(walk *w, act x, unsigned busy)
     return (act){o, x.C, nout, x.H, x.W};
 }
 
-/* The whole encoder on one chunk of n input frames; returns the (B, 2z, m, h, w)
- * activation with m >= 0 new latent frames. */
+/* One Wan 2.2 residual level: its residual blocks and downsamples, plus the shortcut
+ * averaged from the level's input (vae_res.c). */
+static act res_level(walk *w, act x, int i)
+{
+    const vf_vae_config *c = w->c;
+    int last = i == c->nlevels - 1, td = !last && c->temporal_downsample[i];
+    int64_t cout = (int64_t)c->dim * c->dim_mult[i];
+    act sc = vf_vw_avg_down(w, x, cout, td ? 2 : 1, last ? 1 : 2, 0);
+    unsigned keep = vf_vw_bit(sc.buf);
+    for (int r = 0; r < c->num_res_blocks; r++) x = vf_vw_resblock(w, x, cout, keep);
+    if (!last) {
+        x = down2d(w, x, keep);
+        if (td) x = tdown(w, x, keep);
+    }
+    if (w->e) {
+        VF_ASSERT(x.n == sc.n);
+        w->e->be->add(w->e->be, vf_vw_bp(w, x.buf), vf_vw_bp(w, x.buf), vf_vw_bp(w, sc.buf),
+                      w->B * cout * x.n * x.H * x.W);
+    }
+    return x;
+}
+
+/* The whole encoder on one chunk of n input frames (patchified: H, W of the network);
+ * returns the (B, 2z, m, h, w) activation with m >= 0 new latent frames. */
 static act forward(walk *w, int64_t n, int64_t H, int64_t W)
 {
     const vf_vae_config *c = w->c;
-    act x = {VF_VW_IN, 3, n, H, W};
+    act x = {VF_VW_IN, vf_vae_io_channels(c), n, H, W};
     x = vf_vw_conv3(w, x, c->dim, 0);
     for (int i = 0; i < c->nlevels; i++) {
+        if (c->residual) {
+            x = res_level(w, x, i);
+            if (x.n == 0) return x;
+            continue;
+        }
         int64_t cout = (int64_t)c->dim * c->dim_mult[i];
         for (int r = 0; r < c->num_res_blocks; r++) x = vf_vw_resblock(w, x, cout, 0);
         if (i != c->nlevels - 1) {
@@ -127,7 +154,7 @@ static void measure(const vf_vae_config *c, int B, int chunk, int H, int W, walk
                     vf_vw_lstate *ls)
 {
     vf_vw_measuring(w, c, B, ls, NULL, 0);
-    (void)forward(w, chunk, H, W);
+    (void)forward(w, chunk, H / vf_vae_patch(c), W / vf_vae_patch(c));
 }
 
 int vf_vae_conv_shapes(const vf_vae_config *c, int max_batch, int chunk, int H, int W,
@@ -138,7 +165,7 @@ int vf_vae_conv_shapes(const vf_vae_config *c, int max_batch, int chunk, int H, 
     VF_TRY(vf_vae_config_check(c, st));
     VF_TRY(check_geometry(c, max_batch, chunk, H, W, st));
     vf_vw_measuring(&w, c, max_batch, NULL, out, cap);
-    (void)forward(&w, chunk, H, W);
+    (void)forward(&w, chunk, H / vf_vae_patch(c), W / vf_vae_patch(c));
     return w.nconv;
 fail:
     return rc;
@@ -266,15 +293,34 @@ fail:
     return rc;
 }
 
+/* Where pixel (c, t, y, x) of a chunk of n frames sits in the network's input (one
+ * clip): channel c·p² + (x mod p)·p + (y mod p) at (y/p, x/p), as diffusers' patchify. */
+static inline int64_t in_index(int64_t p, int64_t n, int64_t H, int64_t W, int64_t c, int64_t t,
+                               int64_t y, int64_t x)
+{
+    int64_t ch = c * p * p + (x % p) * p + y % p;
+    return ((ch * n + t) * (H / p) + y / p) * (W / p) + x / p;
+}
+
 int vf_vae_input_f32(vf_vae_enc *e, int b, const float *clip, int64_t t0, int n, vf_status *st)
 {
     int rc = 0;
     VF_TRY(check_input(e, b, t0, n, st));
-    int64_t hw = (int64_t)e->H * e->W;
-    for (int c = 0; c < 3; c++)
-        e->ws.be->upload(e->ws.be,
-                         (char *)e->ws.in + ((int64_t)(b * 3 + c) * n) * hw * (int64_t)e->ws.es,
-                         clip + ((int64_t)c * e->T + t0) * hw, n * hw, e->ws.be->act_dtype);
+    int64_t hw = (int64_t)e->H * e->W, p = vf_vae_patch(e->cfg);
+    char *dst = (char *)e->ws.in + (int64_t)b * 3 * n * hw * (int64_t)e->ws.es;
+    if (p == 1) {
+        for (int c = 0; c < 3; c++)
+            e->ws.be->upload(e->ws.be, dst + (int64_t)c * n * hw * (int64_t)e->ws.es,
+                             clip + ((int64_t)c * e->T + t0) * hw, n * hw, e->ws.be->act_dtype);
+        return 0;
+    }
+    for (int64_t c = 0; c < 3; c++)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t y = 0; y < e->H; y++)
+                for (int64_t x = 0; x < e->W; x++)
+                    e->stage[in_index(p, n, e->H, e->W, c, t, y, x)] =
+                        clip[((c * e->T + t0 + t) * e->H + y) * e->W + x];
+    e->ws.be->upload(e->ws.be, dst, e->stage, 3 * n * hw, e->ws.be->act_dtype);
 fail:
     return rc;
 }
@@ -283,13 +329,14 @@ int vf_vae_input_u8(vf_vae_enc *e, int b, const uint8_t *clip, int64_t t0, int n
 {
     int rc = 0;
     VF_TRY(check_input(e, b, t0, n, st));
-    int64_t hw = (int64_t)e->H * e->W;
-    /* (n, H, W, 3) interleaved RGB -> (3, n, H, W) planes in [-1, 1] */
+    int64_t hw = (int64_t)e->H * e->W, p = vf_vae_patch(e->cfg);
+    /* (n, H, W, 3) interleaved RGB -> the network's channel-first input in [-1, 1] */
     for (int64_t t = 0; t < n; t++) {
         const uint8_t *src = clip + (t0 + t) * hw * 3;
         for (int64_t i = 0; i < hw; i++)
             for (int c = 0; c < 3; c++)
-                e->stage[((int64_t)c * n + t) * hw + i] = (float)src[i * 3 + c] / 127.5f - 1.0f;
+                e->stage[in_index(p, n, e->H, e->W, c, t, i / e->W, i % e->W)] =
+                    (float)src[i * 3 + c] / 127.5f - 1.0f;
     }
     e->ws.be->upload(e->ws.be, (char *)e->ws.in + (int64_t)b * 3 * n * hw * (int64_t)e->ws.es,
                      e->stage, 3 * n * hw, e->ws.be->act_dtype);
@@ -311,7 +358,7 @@ int vf_vae_encode_chunk(vf_vae_enc *e, int n, float *mean, float *logvar, vf_sta
     w.e = &e->ws;
     w.c = e->cfg;
     w.B = e->batch;
-    act y = forward(&w, n, e->H, e->W);
+    act y = forward(&w, n, e->H / vf_vae_patch(e->cfg), e->W / vf_vae_patch(e->cfg));
     e->t_fed += n;
     e->in_n = 0;
     memset(e->in_set, 0, (size_t)e->max_batch);

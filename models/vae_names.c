@@ -50,9 +50,31 @@ static void common_names(char *out, size_t n, const char *half)
 /* Inverse of diffusers' convert_wan_vae_to_diffusers. The decoder's upsamples.K counts
  * num_res_blocks + 1 residual blocks then one Resample per level: K = level·(R + 2) + j
  * is up_blocks.level.resnets.j, or up_blocks.level.upsamplers.0 for j = R + 1. */
+/* Wan 2.2's nested names (half.{down,up}samples.i.{down,up}samples.j.rest): entry j of
+ * level i is resnets.j, or the level's downsampler / upsampler after its residual
+ * blocks (diffusers' convert_vae_22). False for any other name. */
+static bool residual_name(const vf_vae_config *c, const char *name, char *out, size_t n)
+{
+    int enc = !strncmp(name, "encoder.downsamples.", 20);
+    if (!enc && strncmp(name, "decoder.upsamples.", 18)) return false;
+    const char *p = name + (enc ? 20 : 18), *what = enc ? ".downsamples." : ".upsamples.";
+    char *end;
+    long i = strtol(p, &end, 10);
+    if (strncmp(end, what, strlen(what))) return false;
+    long j = strtol(end + strlen(what), &end, 10);
+    const char *half = enc ? "encoder" : "decoder", *blocks = enc ? "down_blocks" : "up_blocks";
+    if (j == c->num_res_blocks + !enc)
+        snprintf(out, n, "%s.%s.%ld.%s%s", half, blocks, i, enc ? "downsampler" : "upsampler", end);
+    else
+        snprintf(out, n, "%s.%s.%ld.resnets.%ld%s", half, blocks, i, j, end);
+    common_names(out, n, half);
+    return true;
+}
+
 void vf_vae_diffusers_name(const vf_vae_config *c, const char *name, char *out, size_t n)
 {
     snprintf(out, n, "%s", name);
+    if (c->residual && residual_name(c, name, out, n)) return;
     if (!strncmp(name, "conv1.", 6)) {
         snprintf(out, n, "quant_conv.%s", name + 6);
         return;
@@ -135,6 +157,16 @@ static int check_config(const vf_json *j, const char *path, const vf_vae_config 
         if ((int)vf_json_as_num(vf_json_at(mult, i)) != c->dim_mult[i])
             VF_FAIL(st, VF_EBADINPUT, "%s: dim_mult[%d] = %g; the model has %d", path, i,
                     vf_json_as_num(vf_json_at(mult, i)), c->dim_mult[i]);
+    if (vf_json_get_int(j, "patch_size", 1) != vf_vae_patch(c))
+        VF_FAIL(st, VF_EBADINPUT, "%s: patch_size %lld; the model has patch %d", path,
+                (long long)vf_json_get_int(j, "patch_size", 1), vf_vae_patch(c));
+    if (vf_json_get_bool(j, "is_residual", false) != (c->residual != 0))
+        VF_FAIL(st, VF_EBADINPUT, "%s: is_residual %s; the model has residual %d", path,
+                vf_json_get_bool(j, "is_residual", false) ? "true" : "false", c->residual);
+    if (vf_json_get_int(j, "decoder_base_dim", vf_json_get_int(j, "base_dim", 96)) != vf_vae_dec_base(c))
+        VF_FAIL(st, VF_EBADINPUT, "%s: decoder_base_dim %lld; the model has dec_dim %d", path,
+                (long long)vf_json_get_int(j, "decoder_base_dim", vf_json_get_int(j, "base_dim", 96)),
+                vf_vae_dec_base(c));
     if (td && vf_json_len(td) != c->nlevels - 1)
         VF_FAIL(st, VF_EBADINPUT, "%s: temperal_downsample has %d entries; the model has %d", path, vf_json_len(td),
                 c->nlevels - 1);

@@ -106,6 +106,15 @@ vf_vw_act vf_vw_resblock(vf_vw_walk *w, vf_vw_act x, int64_t cout, unsigned busy
 /* Middle block attention: one head over the H·W positions of each frame, residual added. */
 vf_vw_act vf_vw_attn(vf_vw_walk *w, vf_vw_act x, unsigned busy);
 
+/* Wan 2.2's encoder level shortcut (vae_res.c): x (kept) unfolded by (ft, fs, fs) and
+ * averaged in groups into cout channels, frame 0 paired with a zero frame; returns x
+ * itself when that is the identity. */
+vf_vw_act vf_vw_avg_down(vf_vw_walk *w, vf_vw_act x, int64_t cout, int ft, int fs, unsigned busy);
+/* Wan 2.2's decoder level shortcut: x (kept) channels repeated and folded into
+ * (ft, fs, fs) neighbourhoods of cout channels; the stream's frame 0 keeps its last
+ * sub-frame only. */
+vf_vw_act vf_vw_dup_up(vf_vw_walk *w, vf_vw_act x, int64_t cout, int ft, int fs, unsigned busy);
+
 /* Allocates ws's buffers from a measuring walk m (cache offsets recorded into ws->ls,
  * which the caller sized to m->si) plus an input of in_elems; ws->m/be/es set by the
  * caller. On failure the caller frees with vf_vw_free. */

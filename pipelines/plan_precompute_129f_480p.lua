@@ -10,7 +10,8 @@
 -- never by the clip length. It names cuda:0 and a manifest that need not exist:
 -- `vflow plan` works anywhere, `vflow run` needs both.
 -- Knobs (vf.args): frames (129), size (832x480, WxH), workers (4), micro_batch (1),
--- chunk (8), capacity (4), device ("cuda:0"), manifest, cache.
+-- chunk (8), capacity (4), device ("cuda:0"), manifest, cache, vae (preset: "wan", or
+-- "wan2.2" for the TI2V-5B VAE).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "precompute_129f_480p"
@@ -22,7 +23,7 @@ local clips = p:stage("decode", {
   workers = a.workers or 4,
 })
 local vae = p:stage("vae_encode", {
-  model = vf.models.vae "wan",
+  model = vf.models.vae(a.vae or "wan"),
   micro_batch = a.micro_batch or 1,
   chunk = a.chunk or 8,
   device = a.device or "cuda:0",

@@ -59,6 +59,11 @@ static const vf_param_spec model_fields[] = {
     {"latents_mean", VF_P_LIST_NUM, "[]", VF_ANY,
      "per-channel normalisation (z values): latent = (mean - latents_mean) / latents_std"},
     {"latents_std", VF_P_LIST_NUM, "[]", VF_ANY, "per-channel std (z values), see latents_mean"},
+    {"residual", VF_P_INT, "0", VF_RANGE(0, 1),
+     "1 = Wan 2.2's residual levels (average-down shortcut around each level)"},
+    {"patch_size", VF_P_INT, "1", VF_RANGE(1, 8),
+     "pixel patchify before the encoder (Wan 2.2: 2, so 12 input channels)"},
+    {"dec_dim", VF_P_INT, "0", VF_RANGE(0, 4096), "decoder base width (Wan 2.2: 256); 0 = dim"},
     {0},
 };
 
@@ -66,7 +71,7 @@ static const vf_param_spec vae_params[] = {
     {"model", VF_P_TABLE,
      "{\"name\":\"tiny\",\"dim\":8,\"dim_mult\":[1,2,2,2],\"num_res_blocks\":1,"
      "\"temporal_downsample\":[0,1,1],\"z_dim\":4,\"eps\":1e-12,\"scale\":1.0,\"shift\":0.0}",
-     VF_ANY, "VAE preset (vf.models.vae \"tiny\" | \"wan\")", NULL, model_fields},
+     VF_ANY, "VAE preset (vf.models.vae \"tiny\" | \"wan\" | \"wan2.2\")", NULL, model_fields},
     {"weights", VF_P_STR, "null", VF_ANY,
      "the VAE: safetensors file (Wan's original or diffusers' names) or a diffusers AutoencoderKLWan "
      "directory (models/vae.h); absent = seeded init"},
@@ -112,6 +117,9 @@ static int config_from_params(const vf_params *p, vf_vae_config *c, vf_status *s
     c->num_res_blocks = (int)vf_param_int(m, "num_res_blocks");
     c->z_dim = (int)vf_param_int(m, "z_dim");
     c->eps = (float)vf_param_num(m, "eps");
+    c->residual = (int)vf_param_int(m, "residual");
+    c->patch = (int)vf_param_int(m, "patch_size");
+    c->dec_dim = (int)vf_param_int(m, "dec_dim");
     c->scale = (float)(vf_param_has(p, "scale") ? vf_param_num(p, "scale")
                                                 : vf_param_num(m, "scale"));
     c->shift = (float)(vf_param_has(p, "shift") ? vf_param_num(p, "shift")
@@ -617,7 +625,7 @@ static const vf_knob_spec vae_encode_knobs[] = {
 static const vf_stage_ops vae_encode_ops = {
     .api_version = VF_API_VERSION,
     .kind = "vae_encode",
-    .doc = "causal 3D VAE encoder (Wan-2.1 style): clips -> latents, micro-batched, chunked",
+    .doc = "causal 3D VAE encoder (Wan 2.1 or Wan 2.2): clips -> latents, micro-batched, chunked",
     .params = vae_params,
     .ports = vae_ports,
     .memory = vae_memory,

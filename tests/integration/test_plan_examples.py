@@ -21,6 +21,9 @@ numbers computed here by hand, independently of vflow's code:
   - the 14B on 8x80: checkpointing on the host bounded by chunk x capacity (the snapshot
     streams), and with offload the shards' f32 state and their bounded bf16 chunk buffers
     on the host, within 512 GiB, every GPU with 10 % headroom;
+  - Wan 2.2 TI2V-5B: the full fine-tune fits one 80 GB GPU with the optimizer state on
+    the host (12 B/param there) and not without; rank-32 LoRA at 480x832 fits 24 GB with
+    the base once in bf16; the Wan 2.2 VAE's device memory does not grow with the clip;
   - every example loads on a machine without GPUs (devices marked not present) and the
     verdicts are what docs/PLANNING.md says: the 14B full fine-tune fits 8 x 80 GiB with
     at least 10 % of each GPU to spare.
@@ -291,10 +294,44 @@ def precompute():
           (dev(p, "cpu")["total"] / GiB, dev(p, "cuda:0")["total"] / GiB, vae1 / GiB))
 
 
+def ti2v5b():
+    """Wan 2.2 TI2V-5B (dim 3072, ffn 14336, 30 blocks, 48 latent channels): the full
+    fine-tune on one 80 GiB GPU with the optimizer state on the host, LoRA on one 24 GiB
+    GPU at 480x832; the Wan 2.2 VAE's precompute memory independent of the clip length."""
+    N, _, _, _ = wan_params(3072, 14336, 30, z=48)
+    b80 = ("--budget", "cuda=80GiB,cpu=256GiB")
+    off, rc_off = plan("plan_ti2v5b.lua", *b80, "--set", "offload=true")
+    gpu, rc_gpu = plan("plan_ti2v5b.lua", *b80)
+    check(rc_off == 0 and off["fits"], "TI2V-5B full fine-tune, optimizer on the host, fits 80 GiB: %s" % off["verdict"])
+    check(rc_gpu == 2 and not gpu["fits"], "with the optimizer on the GPU it does not: %s" % gpu["verdict"])
+    check(line_sum(off, stage="adamw_0", what="master weights + moments") == 12 * N,
+          "host optimizer state 12 B/param of %d" % N)
+    check(line_sum(off, stage="dit_0", what="weights") >= 2 * N, "bf16 weights on cuda:0")
+    b24 = ("--budget", "cuda=24GiB,cpu=64GiB")
+    lo, rc_lo = plan("plan_ti2v5b.lua", *b24, "--set", "lora_rank=32", "--set", "size=832x480")
+    r, d, f = 32, 3072, 14336
+    NL = 30 * r * (18 * d + 2 * f)
+    check(rc_lo == 0 and lo["fits"], "TI2V-5B LoRA r=32 at 480x832 fits 24 GiB: %s" % lo["verdict"])
+    check(line_sum(lo, stage="dit_0", what="frozen base weights") == 2 * N, "the base once in bf16")
+    check(line_sum(lo, stage="adamw_0", what="master weights + moments") == 12 * NL, "12 B per adapter parameter")
+    pre = []
+    for frames in (121, 241):
+        pp, rc = plan("plan_precompute_129f_480p.lua", "--budget", "cuda=80GiB,cpu=64GiB", "--set", "vae=wan2.2",
+                      "--set", "frames=%d" % frames, "--set", "size=1280x704")
+        check(rc == 0 and pp["fits"], "Wan 2.2 VAE precompute of %d frames 704p fits: %s" % (frames, pp["verdict"]))
+        pre.append(line_sum(pp, stage="vae_encode", device="cuda:0"))
+    check(pre[0] == pre[1] > 0, "Wan 2.2 VAE device memory independent of the clip length: %d vs %d" % tuple(pre))
+    print("ti2v-5b: %d params; full fine-tune + host optimizer cuda:0 %.2f GiB, cpu %.2f GiB; LoRA r=32 480p "
+          "cuda:0 %.2f GiB; Wan 2.2 VAE precompute 704p cuda:0 %.2f GiB" %
+          (N, dev(off, "cuda:0")["total"] / GiB, dev(off, "cpu")["total"] / GiB, dev(lo, "cuda:0")["total"] / GiB,
+           pre[0] / GiB))
+
+
 wan13b()
 wan14b()
 wan14b_lora()
 precompute()
+ti2v5b()
 if FAILS:
     print("%d check(s) failed" % len(FAILS))
     sys.exit(1)

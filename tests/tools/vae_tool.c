@@ -25,8 +25,8 @@
  *   vae_tool mem [CONFIG] --batch B --chunk C --size H W    memory bytes (one line JSON)
  *   vae_tool dec-mem [CONFIG] --batch B --chunk C --size h w   the decoder's (latent size)
  *
- *   CONFIG: --preset tiny|wan, then overrides --dim D --mult 1,2,4,4 --res R
- *           --tdown 0,1,1 --z Z --eps E
+ *   CONFIG: --preset tiny|wan|wan2.2, then overrides --dim D --mult 1,2,4,4 --res R
+ *           --tdown 0,1,1 --z Z --eps E --residual 0|1 --patch P --dec-dim D
  *   --phases 1 (encode, decode): after the timed repeats, one more pass op by op
  *       (kernels/phases.h) and a line "phases {JSON}": the time of each phase of work
  *       (attention, gemm, conv, elementwise, transfer, memset; ms) and the idle time.
@@ -60,7 +60,7 @@ static double now_s(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: vae_tool encode|decode|save|names|dec-names|mem|dec-mem [--preset "
-                    "tiny|wan] [--dim D] "
+                    "tiny|wan|wan2.2] [--dim D] [--residual 0|1] [--patch P] [--dec-dim D] "
                     "[--mult a,b,..] [--res R] [--tdown 0,1,..] [--z Z] [--eps E] "
                     "[--weights F | --seed N] [--input F] [--chunk C] [--device D] [--out F] "
                     "[--batch B] [--size H W] [--repeat N] [--phases 1]\n");
@@ -211,6 +211,7 @@ int main(int argc, char **argv)
         if (!v) return usage();
         if (!strcmp(a, "--preset")) {
             if (!strcmp(v, "wan")) vf_vae_config_wan(&cfg);
+            else if (!strcmp(v, "wan2.2")) vf_vae_config_wan22(&cfg);
             else if (!strcmp(v, "tiny")) vf_vae_config_tiny(&cfg);
             else return usage();
         } else if (!strcmp(a, "--dim")) cfg.dim = atoi(v);
@@ -220,6 +221,9 @@ int main(int argc, char **argv)
             if (parse_list(v, cfg.temporal_downsample, VF_VAE_MAX_LEVELS - 1) < 0) return usage();
         } else if (!strcmp(a, "--res")) cfg.num_res_blocks = atoi(v);
         else if (!strcmp(a, "--z")) cfg.z_dim = atoi(v);
+        else if (!strcmp(a, "--residual")) cfg.residual = atoi(v);
+        else if (!strcmp(a, "--patch")) cfg.patch = atoi(v);
+        else if (!strcmp(a, "--dec-dim")) cfg.dec_dim = atoi(v);
         else if (!strcmp(a, "--eps")) cfg.eps = strtof(v, NULL);
         else if (!strcmp(a, "--weights")) weights = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);

@@ -213,8 +213,8 @@ VF_TEST(presets_and_sizes)
     vf_status st = {0};
     vf_dit_config c;
     const char *names[] = {"tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b", "wan-i2v-14b",
-                           "wan2.2-i2v-a14b"};
-    for (int i = 0; i < 7; i++) {
+                           "wan2.2-i2v-a14b", "wan2.2-ti2v-5b"};
+    for (int i = 0; i < 8; i++) {
         VF_CHECK(vf_dit_preset(names[i], &c, &st) == 0);
         VF_CHECK_MSG(vf_dit_config_check(&c, &st) == 0, "%s: %s", names[i], st.msg);
         vf_dit_dims d = vf_dit_dims_of(&c, 1, 21, 60, 104); /* 81 frames at 480x832 through Wan's VAE */
@@ -245,6 +245,9 @@ VF_TEST(presets_and_sizes)
     const int64_t img_emb = 2 * 1280 + (1280LL * 1280 + 1280) + (1280LL * 5120 + 5120) + 2 * 5120;
     const int64_t kv_img = 40 * (2 * (5120LL * 5120 + 5120) + 5120);
     VF_CHECK(vf_dit_param_count(&c) == n + patch20 + img_emb + kv_img);
+    /* Wan 2.2 TI2V-5B: about 5.0e9 parameters (the published model's size) */
+    VF_CHECK(vf_dit_preset("wan2.2-ti2v-5b", &c, &st) == 0);
+    VF_CHECK(vf_dit_param_count(&c) > 4.9e9 && vf_dit_param_count(&c) < 5.1e9);
     VF_CHECK(vf_dit_preset("nope", &c, &st) == VF_ENOTFOUND);
     c.heads = 5;
     vf_status st2 = {0};
@@ -297,7 +300,7 @@ VF_TEST(lua_presets_match_c_presets)
             n++;
         }
     }
-    VF_CHECK_EQ_INT(n, 7);
+    VF_CHECK_EQ_INT(n, 8);
     lua_close(L);
 }
 

@@ -36,6 +36,19 @@ int vf_dit_cond_setup(dit_part_state *h, vf_status *st)
     return 0;
 }
 
+void vf_dit_cond_memory(const vf_dit_config *c, int64_t B, int64_t per, int64_t as, vf_device dev, vf_mem_plan *out)
+{
+    int64_t cc, m, n;
+    cond_channels(c, &cc, &m);
+    vf_device cpu = {VF_DEV_CPU, 0};
+    if (cc > 0 && (n = per / c->z * cc) > 0) {
+        vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch conditioning channels (host)", 4 * n);
+        vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch conditioning channels", as * n);
+    }
+    if (c->img_dim > 0)
+        vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch image features (host)", 4 * B * c->img_len * c->img_dim);
+}
+
 void vf_dit_cond_teardown(dit_part_state *h)
 {
     vf_free(h->h_cond);

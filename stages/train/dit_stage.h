@@ -76,6 +76,9 @@ typedef struct dit_part_state {
 int vf_dit_cond_setup(dit_part_state *h, vf_status *st);
 void vf_dit_cond_teardown(dit_part_state *h);
 int vf_dit_cond_check(const char *stage, const dit_part_state *h, const vf_item *batch, vf_status *st);
+/* What setup allocates, for the plan: micro-batches of up to B samples and `per` latent
+ * values, act dtype of `as` bytes on device dev. */
+void vf_dit_cond_memory(const vf_dit_config *c, int64_t B, int64_t per, int64_t as, vf_device dev, vf_mem_plan *out);
 int64_t vf_dit_cond_fill(dit_part_state *h, const vf_item *batch, int first, int nb); /* its elements */
 
 /* What one step produced, for the gradient items and the metrics. */

@@ -71,7 +71,7 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
     VF_MDB(st, db, mdb_env_info(vf_lmdb_env(db), &info));
     VF_TRY(vf_cache_meta_read(db, txn, &meta, st));
     /* entry count and record bytes by a key/size scan: exact even without a summary */
-    int64_t entries = 0, bytes = 0, other = 0, texts = 0, tbytes = 0;
+    int64_t entries = 0, bytes = 0, other = 0, texts = 0, tbytes = 0, clips = 0, cbytes = 0;
     MDB_val k, v;
     VF_MDB(st, db, mdb_cursor_open(txn, vf_lmdb_dbi(db), &cur));
     for (int m = mdb_cursor_get(cur, &k, &v, MDB_FIRST); m != MDB_NOTFOUND; m = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -82,6 +82,9 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
         } else if (vf_cache_is_text_key(k.mv_data, k.mv_size)) {
             texts++;
             tbytes += (int64_t)v.mv_size;
+        } else if (vf_cache_is_shared_key(vf_cache_clip, k.mv_data, k.mv_size)) {
+            clips++;
+            cbytes += (int64_t)v.mv_size;
         } else {
             other++;
         }
@@ -97,6 +100,7 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
     else
         printf("%-10s (no \"%s\" summary: not written by latent_cache)\n", "format", VF_CACHE_META_KEY);
     printf("%-10s %lld\n", "entries", (long long)entries);
+    if (meta) printf("%-10s %s\n", "cond", vf_cache_cond_name(vf_cache_meta_cond(meta)));
     printf("%-10s %lld (records), %.2f MiB\n", "bytes", (long long)bytes, (double)bytes / 1048576.0);
     if (other > (meta ? 1 : 0)) printf("%-10s %lld keys that are not entries\n", "other", (long long)(other - (meta ? 1 : 0)));
     printf("%-10s %zu (data.mdb %lld bytes, %zu pages of %u in use)\n", "map size", info.me_mapsize, fsize,
@@ -109,6 +113,10 @@ static int cmd_stat(vf_lmdb *db, MDB_txn *txn, vf_status *st)
             printf("%-10s %lld records, %.2f MiB, width %lld, longest %lld, referenced by %lld entries\n", "text", (long long)texts,
                    (double)tbytes / 1048576.0, (long long)vf_json_get_int(meta, "text_dim", 0),
                    (long long)vf_json_get_int(meta, "text_max_len", 0), (long long)vf_json_get_int(meta, "text_entries", 0));
+        if (clips)
+            printf("%-10s %lld records, %.2f MiB, (%lld, %lld) each\n", "clip", (long long)clips,
+                   (double)cbytes / 1048576.0, (long long)vf_json_get_int(meta, "clip_len", 0),
+                   (long long)vf_json_get_int(meta, "clip_dim", 0));
         if (vf_json_get_int(meta, "entries", -1) != entries)
             printf("%-10s summary counts %lld entries, the cache holds %lld (run `vflow cache verify`)\n", "warning",
                    (long long)vf_json_get_int(meta, "entries", -1), (long long)entries);
@@ -187,18 +195,22 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
         VF_MDB_RC(st, db, "mdb_cursor_get", m);
         if (k.mv_size == strlen(VF_CACHE_META_KEY) && !memcmp(k.mv_data, VF_CACHE_META_KEY, k.mv_size)) continue;
         n++;
-        if (vf_cache_is_text_key(k.mv_data, k.mv_size)) {
+        const vf_cache_shared *sk = vf_cache_is_text_key(k.mv_data, k.mv_size)                   ? vf_cache_text
+                                    : vf_cache_is_shared_key(vf_cache_clip, k.mv_data, k.mv_size) ? vf_cache_clip
+                                                                                                  : NULL;
+        if (sk) {
             vf_item *t = NULL;
             vf_status e;
             vf_status_clear(&e);
-            if (vf_cache_text_decode(vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &t, &e) != 0) {
+            if (vf_cache_shared_decode(sk, vf_lmdb_path(db), k.mv_data, k.mv_size, v.mv_data, v.mv_size, &t, &e) != 0) {
                 printf("%.*s\t%s\n", VF_CACHE_TEXT_KEY_LEN, (const char *)k.mv_data, e.msg);
                 bad++;
                 continue;
             }
-            const vf_tensor *te = vf_item_get(t, VF_CACHE_TEXT_TENSOR);
+            const vf_tensor *te = vf_item_get(t, sk->tensor);
             vf_status_clear(&e);
-            if (vf_cache_meta_count_text(count, te->shape[0], te->shape[1], (int64_t)v.mv_size, &e) != 0) {
+            if ((sk == vf_cache_text ? vf_cache_meta_count_text : vf_cache_meta_count_clip)(
+                    count, te->shape[0], te->shape[1], (int64_t)v.mv_size, &e) != 0) {
                 printf("%.*s\t%s\n", VF_CACHE_TEXT_KEY_LEN, (const char *)k.mv_data, e.msg);
                 bad++;
             }
@@ -232,6 +244,20 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
             vf_cache_shape_key(it, shape, sizeof shape);
             const char *vae = vf_item_str(it, "vae"), *th = vf_item_str(it, "text_key");
             VF_TRY(vf_cache_meta_count(count, shape, vae, (int64_t)v.mv_size, st));
+            vf_status_clear(&e);
+            if (vf_cache_meta_count_cond(count, vf_cache_item_cond(it), &e) != 0) {
+                printf("%.32s\t%s\n", (const char *)k.mv_data, e.msg);
+                bad++;
+            }
+            const char *ck = vf_item_str(it, vf_cache_clip->ref);
+            char ckey[VF_CACHE_TEXT_KEY_LEN + 1];
+            MDB_val cv;
+            snprintf(ckey, sizeof ckey, VF_CACHE_CLIP_PREFIX "%s", ck ? ck : "");
+            vf_status_clear(&e);
+            if (ck && vf_lmdb_get(db, txn, ckey, strlen(ckey), &cv, &e) != 0) {
+                printf("%.32s\treferences clip record \"%s\", which is missing\n", (const char *)k.mv_data, ckey);
+                bad++;
+            }
             char bucket[VF_CACHE_BUCKET_MAX];
             int64_t bbatch;
             vf_status_clear(&e);
@@ -258,8 +284,9 @@ static int cmd_verify(vf_lmdb *db, MDB_txn *txn, int *damaged, vf_status *st)
     /* the summary must count exactly the good records */
     if (meta) {
         static const char *const fields[] = {"entries", "bytes", "shapes", "vae", "texts", "text_bytes",
-                                             "text_dim", "text_max_len", "text_entries", "buckets"};
-        for (int i = 0; i < 10; i++)
+                                             "text_dim", "text_max_len", "text_entries", "buckets", "cond",
+                                             "clips", "clip_bytes", "clip_dim", "clip_len"};
+        for (int i = 0; i < 15; i++)
             if (!vf_json_equal(vf_json_get(meta, fields[i]), vf_json_get(count, fields[i]))) {
                 char *a = vf_json_emit(vf_json_get(meta, fields[i]), true, 0);
                 char *b = vf_json_emit(vf_json_get(count, fields[i]), true, 0);

@@ -85,14 +85,26 @@ void vf_cache_vae_id(const char *vae_hash, const char *norm, char out[VF_CACHE_K
     to_hex(fnv_field(fnv_field(fnv_field(fnv_basis(), "vflow-vae-norm/1"), vae_hash), norm), out);
 }
 
-void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1])
+static const vf_cache_shared shared_kinds[2] = {
+    {VF_CACHE_TEXT_TENSOR, VF_CACHE_TEXT_PREFIX, "vflow-text-key/1", "text_key", "text_tokens", "text"},
+    {VF_CACHE_CLIP_TENSOR, VF_CACHE_CLIP_PREFIX, "vflow-clip-key/1", "clip_key", "clip_rows", "clip"},
+};
+const vf_cache_shared *const vf_cache_text = &shared_kinds[0];
+const vf_cache_shared *const vf_cache_clip = &shared_kinds[1];
+
+void vf_cache_shared_hash(const vf_cache_shared *k, const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1])
 {
     char shape[64];
     snprintf(shape, sizeof shape, "(%lld,%lld)", (long long)t->shape[0], (long long)t->shape[1]);
-    u128 h = fnv_field(fnv_basis(), "vflow-text-key/1");
+    u128 h = fnv_field(fnv_basis(), k->tag);
     h = fnv_field(h, shape);
     h = fnv_add(h, t->data, (size_t)(t->shape[0] * t->shape[1]) * 2);
     to_hex(h, out);
+}
+
+void vf_cache_text_hash(const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1])
+{
+    vf_cache_shared_hash(vf_cache_text, t, out);
 }
 
 void vf_cache_item_text_hash(const vf_item *it, char out[VF_CACHE_KEY_LEN + 1])
@@ -111,10 +123,12 @@ static bool is_hex32(const char *k)
     return true;
 }
 
-bool vf_cache_is_text_key(const void *key, size_t klen)
+bool vf_cache_is_shared_key(const vf_cache_shared *k, const void *key, size_t klen)
 {
-    return klen == VF_CACHE_TEXT_KEY_LEN && !memcmp(key, VF_CACHE_TEXT_PREFIX, 5) && is_hex32((const char *)key + 5);
+    return klen == VF_CACHE_TEXT_KEY_LEN && !memcmp(key, k->prefix, 5) && is_hex32((const char *)key + 5);
 }
+
+bool vf_cache_is_text_key(const void *key, size_t klen) { return vf_cache_is_shared_key(vf_cache_text, key, klen); }
 
 const char *vf_cache_keying_name(vf_cache_keying k) { return k == VF_CACHE_KEY_ID ? "id" : "provenance"; }
 
@@ -211,23 +225,35 @@ int vf_cache_check_item(const vf_item *it, vf_status *st)
         snprintf(what, sizeof what, "item \"%.200s\"", vf_item_id(it));
         VF_TRY(vf_cache_check_text(te, what, st));
     }
+    const vf_tensor *tc = vf_item_get(it, VF_CACHE_CLIP_TENSOR);
+    if (tc) {
+        char what[300];
+        snprintf(what, sizeof what, "item \"%.200s\"", vf_item_id(it));
+        VF_TRY(vf_cache_check_shared(vf_cache_clip, tc, what, st));
+    }
+    VF_TRY(vf_cache_check_y(it, st));
+fail:
+    return rc;
+}
+
+int vf_cache_check_shared(const vf_cache_shared *k, const vf_tensor *t, const char *what, vf_status *st)
+{
+    int rc = 0;
+    if (t->dtype != VF_DTYPE_BF16 || t->ndim != 2 || t->shape[0] < 1 || t->shape[1] < 1) {
+        char sh[96];
+        vf_shape_str(t->ndim, t->shape, sh, sizeof sh);
+        VF_FAIL(st, VF_EINVAL, "%s: tensor \"%s\" is %s %s; expected bf16 (L, D)", what, k->tensor,
+                vf_dtype_name(t->dtype), sh);
+    }
+    if (t->device.kind != VF_DEV_CPU)
+        VF_FAIL(st, VF_EINVAL, "%s: tensor \"%s\" is not in host memory", what, k->tensor);
 fail:
     return rc;
 }
 
 int vf_cache_check_text(const vf_tensor *t, const char *what, vf_status *st)
 {
-    int rc = 0;
-    if (t->dtype != VF_DTYPE_BF16 || t->ndim != 2 || t->shape[0] < 1 || t->shape[1] < 1) {
-        char sh[96];
-        vf_shape_str(t->ndim, t->shape, sh, sizeof sh);
-        VF_FAIL(st, VF_EINVAL, "%s: tensor \"" VF_CACHE_TEXT_TENSOR "\" is %s %s; expected bf16 (L, D)", what,
-                vf_dtype_name(t->dtype), sh);
-    }
-    if (t->device.kind != VF_DEV_CPU)
-        VF_FAIL(st, VF_EINVAL, "%s: tensor \"" VF_CACHE_TEXT_TENSOR "\" is not in host memory", what);
-fail:
-    return rc;
+    return vf_cache_check_shared(vf_cache_text, t, what, st);
 }
 
 void vf_cache_shape_key(const vf_item *it, char *buf, size_t n)
@@ -264,32 +290,39 @@ int vf_cache_record_decode(const char *path, const void *key, size_t klen, const
     return 0;
 }
 
-int vf_cache_text_decode(const char *path, const void *key, size_t klen, const void *val,
-                         size_t vlen, vf_item **out, vf_status *st)
+int vf_cache_shared_decode(const vf_cache_shared *kind, const char *path, const void *key, size_t klen,
+                           const void *val, size_t vlen, vf_item **out, vf_status *st)
 {
-    char k[80];
+    char k[80], what[32];
     key_text(key, klen, k, sizeof k);
+    snprintf(what, sizeof what, "%s record", kind->what);
     *out = NULL;
     int rc = vf_item_decode(val, vlen, out, st);
     if (rc == 0) {
-        const vf_tensor *t = vf_item_get(*out, VF_CACHE_TEXT_TENSOR);
-        if (!t) rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "no tensor \"" VF_CACHE_TEXT_TENSOR "\"");
-        else rc = vf_cache_check_text(t, "text record", st);
+        const vf_tensor *t = vf_item_get(*out, kind->tensor);
+        if (!t) rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "no tensor \"%s\"", kind->tensor);
+        else rc = vf_cache_check_shared(kind, t, what, st);
         if (rc == 0 && (strlen(vf_item_id(*out)) != klen || memcmp(vf_item_id(*out), key, klen) != 0))
             rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "record id \"%.80s\" is not its key", vf_item_id(*out));
         char h[VF_CACHE_KEY_LEN + 1];
-        if (rc == 0 && (vf_cache_text_hash(t, h), klen != VF_CACHE_TEXT_KEY_LEN ||
+        if (rc == 0 && (vf_cache_shared_hash(kind, t, h), klen != VF_CACHE_TEXT_KEY_LEN ||
                         memcmp(h, (const char *)key + 5, VF_CACHE_KEY_LEN) != 0))
-            rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "its content hashes to text:%s", h);
+            rc = vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "its content hashes to %s%s", kind->prefix, h);
     }
     if (rc != 0) {
-        vf_status_prefix(st, "%s: text record \"%s\" (%zu bytes)", path, k, vlen);
+        vf_status_prefix(st, "%s: %s \"%s\" (%zu bytes)", path, what, k, vlen);
         if (st) st->code = VF_ECORRUPT;
         vf_item_free(*out);
         *out = NULL;
         return VF_ECORRUPT;
     }
     return 0;
+}
+
+int vf_cache_text_decode(const char *path, const void *key, size_t klen, const void *val,
+                         size_t vlen, vf_item **out, vf_status *st)
+{
+    return vf_cache_shared_decode(vf_cache_text, path, key, klen, val, vlen, out, st);
 }
 
 /* ------------------------------------------------------------------ summary */
@@ -364,6 +397,19 @@ int vf_cache_meta_count_text(vf_json *meta, int64_t L, int64_t D, int64_t bytes,
                              (long long)D, (long long)have);
     if (bump(meta, "texts", 1) || bump(meta, "text_bytes", bytes) || vf_json_set(meta, "text_dim", vf_json_int(D)) ||
         (L > vf_json_get_int(meta, "text_max_len", 0) && vf_json_set(meta, "text_max_len", vf_json_int(L))))
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
+    return 0;
+}
+
+int vf_cache_meta_count_clip(vf_json *meta, int64_t L, int64_t D, int64_t bytes, vf_status *st)
+{
+    int64_t have_d = vf_json_get_int(meta, "clip_dim", 0), have_l = vf_json_get_int(meta, "clip_len", 0);
+    if ((have_d && have_d != D) || (have_l && have_l != L))
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
+                             "CLIP image features (%lld, %lld); the cache holds features (%lld, %lld)", (long long)L,
+                             (long long)D, (long long)have_l, (long long)have_d);
+    if (bump(meta, "clips", 1) || bump(meta, "clip_bytes", bytes) || vf_json_set(meta, "clip_dim", vf_json_int(D)) ||
+        vf_json_set(meta, "clip_len", vf_json_int(L)))
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
     return 0;
 }

@@ -40,6 +40,23 @@
  * caption changes the values and so the key. The summary then also counts
  *   "texts":N, "text_bytes":B, "text_dim":D, "text_max_len":Lmax, "text_entries":E
  * (E = entries that reference an embedding; a reader needs E = entries).
+ *
+ * Image-to-video conditioning (formats/cache_cond.c). An entry may carry tensor "y" f32 of
+ * the latent's shape (z, T', h, w): the VAE latent of [the clip's first frame, zeros for
+ * the other frames], its own encode, normalised as the latent is. A cache holds one
+ * conditioning kind: "text" (entries without "y"), "concat" (every entry with "y") or
+ * "concat+clip" (also the clip's CLIP image features, "clip_emb"). The summary records
+ * "cond":"concat"|"concat+clip" from its first such entry; no "cond" = "text". An entry
+ * of another kind than the cache's is refused.
+ *
+ * CLIP image features. An item may carry tensor "clip_emb" bf16 (L, D) (Wan 2.1 I2V: the
+ * CLIP ViT-H/14 penultimate states of its first frame, (257, 1280)). They are stored as
+ * text embeddings are, once per distinct content, under "clip:" + the FNV-1a-128 hex of
+ *   "vflow-clip-key/1\0" "(L,D)\0" and the L·D bf16 values
+ * (a codec record, id = that key, tensor "clip_emb"); the entry keeps metadata
+ * "clip_key" (32 hex chars) and "clip_rows" (L). The summary counts
+ *   "clips":N, "clip_bytes":B, "clip_dim":D, "clip_len":L (one shape per cache).
+ * The entry key does not include it: a cache holds one set of features per clip.
  */
 #ifndef VF_CACHE_FORMAT_H
 #define VF_CACHE_FORMAT_H
@@ -54,6 +71,57 @@
 #define VF_CACHE_TEXT_TENSOR "text_emb"
 #define VF_CACHE_TEXT_PREFIX "text:"
 #define VF_CACHE_TEXT_KEY_LEN (5 + VF_CACHE_KEY_LEN) /* "text:" + 32 hex */
+#define VF_CACHE_Y_TENSOR "y"
+#define VF_CACHE_CLIP_TENSOR "clip_emb"
+#define VF_CACHE_CLIP_PREFIX "clip:"
+
+/* A kind of record stored once per content and referenced from entries: text
+ * embeddings (vf_cache_text) and CLIP image features (vf_cache_clip). */
+typedef struct vf_cache_shared {
+    const char *tensor; /* the item's tensor: "text_emb" | "clip_emb" */
+    const char *prefix; /* its record keys: "text:" | "clip:" (5 chars) + 32 hex */
+    const char *tag;    /* the content hash's domain */
+    const char *ref;    /* the entry's metadata naming the record: "text_key" | "clip_key" */
+    const char *rows;   /* the entry's metadata with its rows: "text_tokens" | "clip_rows" */
+    const char *what;   /* "text" | "clip", for messages */
+} vf_cache_shared;
+extern const vf_cache_shared *const vf_cache_text, *const vf_cache_clip;
+
+/* The 32 hex chars of a record's content hash (t: bf16 (L, D) host tensor). */
+void vf_cache_shared_hash(const vf_cache_shared *k, const vf_tensor *t, char out[VF_CACHE_KEY_LEN + 1]);
+/* Whether an LMDB key is a record key of kind k (its prefix + 32 lowercase hex chars). */
+bool vf_cache_is_shared_key(const vf_cache_shared *k, const void *key, size_t klen);
+/* Checks such a tensor: bf16, 2 dims (L >= 1, D >= 1), host; VF_EINVAL naming `what`. */
+int vf_cache_check_shared(const vf_cache_shared *k, const vf_tensor *t, const char *what, vf_status *st);
+/* Strict decode of a stored record of kind k (codec checks, its tensor, id equal to its
+ * key, content equal to its hash). VF_ECORRUPT naming the cache path and key. Caller
+ * owns *out. */
+int vf_cache_shared_decode(const vf_cache_shared *k, const char *path, const void *key, size_t klen,
+                           const void *val, size_t vlen, vf_item **out, vf_status *st);
+/* Counts one more CLIP record of `bytes` record bytes and shape (L, D). 0, VF_ENOMEM, or
+ * VF_EINVAL when the cache holds features of another shape. */
+int vf_cache_meta_count_clip(vf_json *meta, int64_t L, int64_t D, int64_t bytes, vf_status *st);
+
+/* The conditioning a cache's entries carry (see "Image-to-video conditioning" above). */
+typedef enum vf_cache_cond {
+    VF_CACHE_COND_TEXT = 0,        /* latents (and text) only: text-to-video */
+    VF_CACHE_COND_CONCAT = 1,      /* + "y": Wan 2.2 I2V-A14B */
+    VF_CACHE_COND_CONCAT_CLIP = 2, /* + "y" and CLIP image features: Wan 2.1 I2V */
+} vf_cache_cond;
+
+const char *vf_cache_cond_name(vf_cache_cond c); /* "text" | "concat" | "concat+clip" */
+int vf_cache_cond_parse(const char *s, vf_cache_cond *out); /* 0 or VF_EINVAL */
+/* The kind of one item: by its tensor "y" and its CLIP features (tensor "clip_emb" or,
+ * stored, metadata "clip_key"). */
+vf_cache_cond vf_cache_item_cond(const vf_item *it);
+/* The kind a summary records (NULL or no "cond": text). */
+vf_cache_cond vf_cache_meta_cond(const vf_json *meta);
+/* Counts one more entry of kind c into the summary: the first entry of the cache sets
+ * the kind; an entry of another kind than the cache's is VF_EBADINPUT naming both. */
+int vf_cache_meta_count_cond(vf_json *meta, vf_cache_cond c, vf_status *st);
+/* Checks an item's "y" (when present): host f32 of the latent's shape. VF_EINVAL naming
+ * the item otherwise. */
+int vf_cache_check_y(const vf_item *it, vf_status *st);
 
 typedef enum vf_cache_keying {
     VF_CACHE_KEY_PROVENANCE = 0, /* (source, clip, transform, vae) */

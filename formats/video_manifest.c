@@ -126,6 +126,7 @@ static void row_fini(vf_manifest_row *r)
     free(r->path);
     free(r->caption);
     free(r->text_emb);
+    free(r->clip_emb);
     for (int i = 0; i < r->nextra; i++) {
         free(r->extra[i].key);
         free(r->extra[i].val);
@@ -185,7 +186,7 @@ static int add_extra(vf_manifest_row *r, const char *key, const char *val, bool 
     return 0;
 }
 
-enum { COL_OTHER = 0, COL_PATH, COL_TEXT, COL_START, COL_END, COL_FPS, COL_TEXT_EMB };
+enum { COL_OTHER = 0, COL_PATH, COL_TEXT, COL_START, COL_END, COL_FPS, COL_TEXT_EMB, COL_CLIP_EMB };
 static int column_role(const char *name)
 {
     if (!strcmp(name, "path") || !strcmp(name, "file_name")) return COL_PATH;
@@ -194,6 +195,7 @@ static int column_role(const char *name)
     if (!strcmp(name, "end")) return COL_END;
     if (!strcmp(name, "fps")) return COL_FPS;
     if (!strcmp(name, "text_emb")) return COL_TEXT_EMB;
+    if (!strcmp(name, "clip_emb")) return COL_CLIP_EMB;
     return COL_OTHER;
 }
 
@@ -336,10 +338,12 @@ static int load_csv(const char *path, const char *text, size_t len, const char *
             case COL_TEXT:
                 if (!r.caption) r.caption = xstrdup(f[i]);
                 break;
-            case COL_TEXT_EMB:
-                if (f[i][0] && !r.text_emb && !(r.text_emb = abs_path(dir, f[i])))
+            case COL_TEXT_EMB: case COL_CLIP_EMB: {
+                char **dst = role[i] == COL_TEXT_EMB ? &r.text_emb : &r.clip_emb;
+                if (f[i][0] && !*dst && !(*dst = abs_path(dir, f[i])))
                     VF_FAIL(st, VF_ENOMEM, "manifest %s: out of memory", path);
                 break;
+            }
             case COL_START: case COL_END: case COL_FPS:
                 if (parse_num(f[i], &v) < 0)
                     VF_FAIL(st, VF_EBADINPUT, "%s:%d: column `%s` is not a number: '%s'", path, at,
@@ -509,11 +513,12 @@ static int jsonl_row(const char *s, const char *e, const char *dir, vf_manifest_
                 free(r->caption);
                 r->caption = val;
                 val = NULL;
-            } else if (role == COL_TEXT_EMB) {
-                if (!is_str) { *why = "`text_emb` must be a string (a safetensors path)"; goto bad; }
-                free(r->text_emb);
-                r->text_emb = val[0] ? abs_path(dir, val) : NULL;
-                if (val[0] && !r->text_emb) { *why = "out of memory"; goto bad; }
+            } else if (role == COL_TEXT_EMB || role == COL_CLIP_EMB) {
+                char **dst = role == COL_TEXT_EMB ? &r->text_emb : &r->clip_emb;
+                if (!is_str) { *why = "`text_emb` and `clip_emb` must be strings (safetensors paths)"; goto bad; }
+                free(*dst);
+                *dst = val[0] ? abs_path(dir, val) : NULL;
+                if (val[0] && !*dst) { *why = "out of memory"; goto bad; }
             } else if (role == COL_START || role == COL_END || role == COL_FPS) {
                 if (parse_num(val, &v) < 0) { *why = "start/end/fps must be numbers"; goto bad; }
                 if (role == COL_START) r->start_s = v;

@@ -6,7 +6,9 @@
  *    Columns: `path` (or `file_name`), optional `text` (or `caption`), `start`, `end`
  *    (seconds), `fps` (frame rate to assume for files without timestamps) and
  *    `text_emb` (a safetensors file holding the caption's text embedding, one tensor
- *    (L, D); relative to the manifest like `path`; see stages/decode/decode.c); every
+ *    (L, D); relative to the manifest like `path`; see stages/decode/decode.c),
+ *    `clip_emb` (the same for the CLIP image features of the row's first frame, one
+ *    tensor (L, D), for image-to-video: tools/encode_images.py writes them); every
  *    other column (Open-Sora's num_frames, height, aspect_ratio, ...) passes through to
  *    the items' metadata as text.
  *  - JSONL (`.jsonl`, or a first character `{`): one flat object per line with the same
@@ -33,6 +35,7 @@ typedef struct vf_manifest_row {
     char *path;               /* absolute, normalised */
     char *caption;            /* "" when none */
     char *text_emb;           /* absolute path of the text embedding file; NULL when none */
+    char *clip_emb;           /* absolute path of the CLIP image features file; NULL when none */
     double start_s, end_s;    /* <= 0: not given */
     double fps;               /* <= 0: not given */
     int line;                 /* line of the manifest (1-based; 0 for a glob) */

@@ -319,6 +319,19 @@ return function(vf)
       if data.params.text_len == nil then data.params.text_len = m.model.text_len end
     end
 
+    -- an image-to-video model (in_dim > z): the reader emits the first-frame latents "y"
+    -- (and with an image branch, img_dim > 0, the CLIP image features "clip_emb") and
+    -- refuses a cache of another conditioning kind, before training starts
+    local in_dim, img_dim = m.model.in_dim or 0, m.model.img_dim or 0
+    if data.params.cond == nil then
+      local concat = in_dim > 0 and in_dim ~= (m.model.z or 4)
+      data.params.cond = concat and (img_dim > 0 and "concat+clip" or "concat") or "text"
+    end
+    if img_dim > 0 then
+      if data.params.image_dim == nil then data.params.image_dim = img_dim end
+      if data.params.image_len == nil then data.params.image_len = m.model.img_len end
+    end
+
     -- data-parallel replicas read disjoint shards of the cache
     local readers = { data }
     if m.D > 1 then

@@ -300,6 +300,10 @@ int vf_vae_input_f32(vf_vae_enc *e, int b, const float *clip, int64_t t0, int n,
 /* ... or as decoded u8 (T, H, W, 3) RGB, mapped to x/127.5 - 1. */
 int vf_vae_input_u8(vf_vae_enc *e, int b, const uint8_t *clip, int64_t t0, int n,
                     vf_status *st);
+/* ... or as the image-to-video conditioning clip [its first frame, zeros]: frame 0 of the
+ * decoded u8 (T, H, W, 3) `clip` mapped as vf_vae_input_u8 maps it, every later frame 0
+ * in [-1, 1] (only frame 0 of `clip` is read, so a single image serves). */
+int vf_vae_input_first_u8(vf_vae_enc *e, int b, const uint8_t *clip, int64_t t0, int n, vf_status *st);
 /* Encodes the next n frames (1 <= n <= chunk) of every clip, taken from the inputs set
  * above. Latent frames completed by this chunk are written at their place in mean and
  * logvar (host f32, (batch, z, T', h, w) for the T given to begin; logvar may be NULL),

@@ -344,6 +344,21 @@ fail:
     return rc;
 }
 
+int vf_vae_input_first_u8(vf_vae_enc *e, int b, const uint8_t *clip, int64_t t0, int n, vf_status *st)
+{
+    int rc = 0;
+    VF_TRY(check_input(e, b, t0, n, st));
+    int64_t hw = (int64_t)e->H * e->W;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < hw; i++)
+            for (int c = 0; c < 3; c++)
+                e->stage[((int64_t)c * n + t) * hw + i] = t0 + t == 0 ? (float)clip[i * 3 + c] / 127.5f - 1.0f : 0.0f;
+    e->ws.be->upload(e->ws.be, (char *)e->ws.in + (int64_t)b * 3 * n * hw * (int64_t)e->ws.es,
+                     e->stage, 3 * n * hw, e->ws.be->act_dtype);
+fail:
+    return rc;
+}
+
 int vf_vae_encode_chunk(vf_vae_enc *e, int n, float *mean, float *logvar, vf_status *st)
 {
     int rc = 0;

@@ -16,7 +16,8 @@
 -- on the host.
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
--- Knobs (vf.args): stages (8), gpus (8), micro_batches (8), recompute (true),
+-- --set model=wan-i2v-14b plans Wan 2.1 I2V-14B instead (docs/PLANNING.md).
+-- Knobs (vf.args): model (wan-14b), stages (8), gpus (8), micro_batches (8), recompute (true),
 -- recompute_attention (false), shards (8), offload (false), frames (81), size (832x480,
 -- WxH), cache.
 local vf = require "vflow"
@@ -26,7 +27,7 @@ local p = vf.pipeline "wan14b_8x80"
 local T = 1 + ((a.frames or 81) - 1) // 4
 local W, H = vf.size(a.size or "832x480", "size")
 local h, w = H // 8, W // 8
-local model = vf.models.dit "wan-14b"
+local model = vf.models.dit(a.model or "wan-14b")  -- wan-i2v-14b: Wan 2.1 I2V-14B, the same shapes and the image branch
 local P, G = a.stages or 8, a.gpus or 8
 local M = a.micro_batches or 8
 

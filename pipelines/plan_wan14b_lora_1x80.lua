@@ -12,7 +12,8 @@
 -- lora_rank = 0 plans the full fine-tune of the same model on the same GPU, for comparison.
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
 -- run` needs the GPU, the cache and the base weights (`weights`).
--- Knobs (vf.args): lora_rank (32; 0 = full fine-tune), lora_alpha (rank), lora_targets
+-- --set model=wan-i2v-14b plans Wan 2.1 I2V-14B instead (docs/PLANNING.md).
+-- Knobs (vf.args): model (wan-14b), lora_rank (32; 0 = full fine-tune), lora_alpha (rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), recompute (true), micro_batches (1), batch (1),
 -- frames (81), size (832x480, WxH), device ("cuda:0"), cache, weights, fp8_base (false:
 -- true holds the frozen base's block linears in FP8, 1 byte a weight).
@@ -23,7 +24,7 @@ local p = vf.pipeline "wan14b_lora_1x80"
 local T = 1 + ((a.frames or 81) - 1) // 4
 local W, H = vf.size(a.size or "832x480", "size")
 local h, w = H // 8, W // 8
-local model = vf.models.dit "wan-14b"
+local model = vf.models.dit(a.model or "wan-14b")  -- wan-i2v-14b: Wan 2.1 I2V-14B, the same shapes and the image branch
 local dev = a.device or "cuda:0"
 local rank = a.lora_rank or 32
 

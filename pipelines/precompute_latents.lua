@@ -5,7 +5,9 @@
 -- clips_per_video, max_bad_fraction, micro_batch, chunk, vae (preset name), weights (VAE
 -- safetensors file or diffusers directory), device, text_dim (width of the text embeddings
 -- named by the manifest column text_emb; docs/PRECOMPUTE.md), text_len, tensorboard (false: no
--- event files in <run dir>/tb/). Other params: --set decode.PARAM=v (every decode instance),
+-- event files in <run dir>/tb/), first_frame (true: image-to-video, each entry also holds "y",
+-- the latent of [first frame, zeros]; docs/PRECOMPUTE.md), image_dim / image_len (Wan 2.1 I2V:
+-- the CLIP image features the manifest column clip_emb names, 1280 / 257). Other params: --set decode.PARAM=v (every decode instance),
 -- --set vae_encode.PARAM=v, --set latent_cache.PARAM=v.
 local vf = require "vflow"
 local a = vf.args
@@ -24,6 +26,8 @@ local clips = p:stage("decode", {
   workers = a.workers or 2,
   text_dim = a.text_dim, -- > 0: every row names its caption's embedding (column text_emb)
   text_len = a.text_len,
+  image_dim = a.image_dim, -- > 0: every row names its first frame's CLIP features (column clip_emb)
+  image_len = a.image_len,
 })
 local cache_path = a.cache or "cache/latents.lmdb"
 local vae = p:stage("vae_encode", {
@@ -32,6 +36,7 @@ local vae = p:stage("vae_encode", {
   micro_batch = a.micro_batch or 2,
   chunk = a.chunk or 4,
   device = a.device or "cpu",
+  first_frame = a.first_frame, -- image-to-video: also the first-frame latent "y"
   skip_cached = cache_path, -- a rerun drops clips the cache holds before encoding them
 })
 local cache = p:stage("latent_cache", { path = cache_path })

@@ -9,7 +9,7 @@
 --   run            pipeline name = run dir runs/<run>                      (train)
 --   cache          LMDB latent cache                                       (cache/latents.lmdb)
 --   model          DiT preset                                              (tiny)
---   dim depth heads head_dim ffn text_len in_dim   overrides of the preset's fields
+--   dim depth heads head_dim ffn text_len in_dim img_dim img_len   overrides of the preset's fields
 --   text_dim       condition on the cache's text embeddings of this width (text = embeddings;
 --                  the Wan presets always do)                             (caption bytes)
 --   steps          optimizer steps                                         (200)
@@ -58,7 +58,7 @@ local a = vf.args
 local p = vf.pipeline(a.run or "train", { tensorboard = a.tensorboard })
 
 local overrides = {}
-for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len", "in_dim" } do
+for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len", "in_dim", "img_dim", "img_len" } do
   if a[k] ~= nil then overrides[k] = a[k] end
 end
 if a.text_dim ~= nil then overrides.text_dim, overrides.text = a.text_dim, "embeddings" end

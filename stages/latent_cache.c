@@ -15,7 +15,14 @@
  * stored once per distinct content under "text:<hash>" (formats/cache_format.h) and
  * keeps only the reference ("text_key", "text_tokens"): the many clips of one caption
  * share one record. A text record already in the cache or queued in the same batch is
- * not written again; all embeddings of a cache must have one width.
+ * not written again; all embeddings of a cache must have one width. CLIP image features
+ * ("clip_emb", image-to-video) are stored the same way under "clip:<hash>" (the entry
+ * keeps "clip_key", "clip_rows"); all of a cache's have one shape.
+ *
+ * An item with a first-frame latent "y" (image-to-video) keeps it in its record beside
+ * the latent. A cache holds entries of one conditioning kind (text, concat, concat+clip:
+ * formats/cache_format.h); the summary records it, and an item of another kind than the
+ * cache's entries is refused with a line naming both.
  *
  * With `buckets` (the names the decoder declares) a bucket that has no entry in the
  * cache at the end of the run gets a warning line naming it.
@@ -49,14 +56,15 @@ static const vf_param_spec cache_params[] = {
 #define VAE_MAX 160
 
 typedef struct pending {
-    bool text;         /* a text record (else an entry) */
+    const vf_cache_shared *shared; /* a text or CLIP record; NULL = an entry */
     bool has_text;     /* an entry that references a text record */
     char shape[SHAPE_MAX];
     char vae[VAE_MAX];
-    char tkey[VF_CACHE_TEXT_KEY_LEN + 1]; /* text records: their key */
+    char tkey[VF_CACHE_TEXT_KEY_LEN + 1]; /* text and CLIP records: their key */
     char bucket[VF_CACHE_BUCKET_MAX];     /* entries of a bucket: its name; "" = none */
     int64_t bucket_batch;
-    int64_t L, D;      /* text records: their shape */
+    vf_cache_cond cond; /* entries: their conditioning kind */
+    int64_t L, D;      /* text and CLIP records: their shape */
     int64_t bytes;
 } pending;
 
@@ -68,10 +76,12 @@ struct vf_latent_writer {
     pending *pend; /* 2 × commit_every: what the summary needs of each queued record */
     int npend_entries;                 /* entries (not text records) queued */
     int64_t text_dim;                  /* width of the cache's text embeddings; 0 = none yet */
+    bool cond_set;                     /* the cache's conditioning kind is known (an entry exists) */
+    vf_cache_cond cond;
     int nnorms;                        /* per-channel normalisations seen ("latent_norm") */
     char **norm_vae, **norm_text;      /* nnorms each: recorded in the summary per VAE */
-    int64_t written, skipped, commits, texts;
-    int64_t last_entries, last_texts;  /* stored by the last commit (set in update_meta) */
+    int64_t written, skipped, commits, texts, clips;
+    int64_t last_entries, last_texts, last_clips; /* stored by the last commit (set in update_meta) */
 };
 
 /* ------------------------------------------------------------------ writer */
@@ -112,6 +122,8 @@ int vf_latent_writer_open(const vf_latent_writer_opts *o, vf_latent_writer **out
     mdb_txn_abort(txn);
     txn = NULL;
     w->text_dim = meta ? vf_json_get_int(meta, "text_dim", 0) : 0;
+    w->cond_set = meta && vf_json_get_int(meta, "entries", 0) > 0;
+    w->cond = vf_cache_meta_cond(meta);
     if (meta && vf_cache_meta_keying(meta) != w->keying)
         VF_FAIL(st, VF_EINVAL, "%s: cache entries are keyed by %s; this stage keys by %s (param key)",
                 o->path, vf_cache_keying_name(vf_cache_meta_keying(meta)), vf_cache_keying_name(w->keying));
@@ -136,17 +148,20 @@ static int update_meta(void *user, vf_lmdb *db, MDB_txn *txn, const vf_lmdb_batc
     if (rc) return rc;
     if (!meta && !(meta = vf_cache_meta_new(w->keying)))
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cache summary: out of memory");
-    w->last_entries = w->last_texts = 0;
+    w->last_entries = w->last_texts = w->last_clips = 0;
     for (int i = 0; i < vf_lmdb_batch_count(b) && rc == 0; i++) {
         const pending *pd = &w->pend[i];
         if (!written[i]) continue;
-        if (pd->text) {
-            rc = vf_cache_meta_count_text(meta, pd->L, pd->D, pd->bytes, st);
+        if (pd->shared) {
+            bool text = pd->shared == vf_cache_text;
+            rc = text ? vf_cache_meta_count_text(meta, pd->L, pd->D, pd->bytes, st)
+                      : vf_cache_meta_count_clip(meta, pd->L, pd->D, pd->bytes, st);
             if (rc) vf_status_prefix(st, "%s: %s", vf_lmdb_path(db), pd->tkey);
-            w->last_texts++;
+            *(text ? &w->last_texts : &w->last_clips) += 1;
             continue;
         }
         rc = vf_cache_meta_count(meta, pd->shape, pd->vae, pd->bytes, st);
+        if (rc == 0) rc = vf_cache_meta_count_cond(meta, pd->cond, st);
         if (rc == 0 && pd->has_text) rc = vf_cache_meta_count_text_entry(meta, st);
         if (rc == 0 && pd->bucket[0]) {
             rc = vf_cache_meta_count_bucket(meta, pd->bucket, pd->bucket_batch, pd->shape, st);
@@ -168,6 +183,7 @@ int vf_latent_writer_flush(vf_latent_writer *w, vf_status *st)
     w->written += w->last_entries;
     w->skipped += w->npend_entries - w->last_entries; /* duplicates within the batch */
     w->texts += w->last_texts;
+    w->clips += w->last_clips;
     w->npend_entries = 0;
     w->commits++;
     return 0;
@@ -194,29 +210,30 @@ static int note_norm(vf_latent_writer *w, const vf_item *it, vf_status *st)
     return 0;
 }
 
-/* Moves the item's "text_emb" (content hash h) into a text record (queued unless the
- * cache or the batch has it) and leaves the reference in the item's metadata. */
-static int put_text(vf_latent_writer *w, vf_item *it, const char *h, vf_status *st)
+/* Moves the item's tensor of kind `kind` (text embedding or CLIP features; content hash
+ * h) into a record of its own (queued unless the cache or the batch has it) and leaves
+ * the reference in the item's metadata. */
+static int put_shared(vf_latent_writer *w, vf_item *it, const vf_cache_shared *kind, const char *h, vf_status *st)
 {
     int rc = 0;
     vf_item *rec = NULL;
-    vf_tensor *t = vf_item_take(it, VF_CACHE_TEXT_TENSOR);
+    vf_tensor *t = vf_item_take(it, kind->tensor);
     char tkey[VF_CACHE_TEXT_KEY_LEN + 1];
-    snprintf(tkey, sizeof tkey, VF_CACHE_TEXT_PREFIX "%s", h);
+    snprintf(tkey, sizeof tkey, "%s%s", kind->prefix, h);
     int64_t L = t->shape[0], D = t->shape[1];
-    if (w->text_dim && D != w->text_dim)
+    if (kind == vf_cache_text && w->text_dim && D != w->text_dim)
         VF_FAIL(st, VF_EBADINPUT, "tensor \"" VF_CACHE_TEXT_TENSOR "\" has width %lld; the cache holds width %lld",
                 (long long)D, (long long)w->text_dim);
-    w->text_dim = D;
-    VF_TRY(vf_item_set_str(it, "text_key", h, st));
-    VF_TRY(vf_item_set_num(it, "text_tokens", (double)L, st));
+    if (kind == vf_cache_text) w->text_dim = D;
+    VF_TRY(vf_item_set_str(it, kind->ref, h, st));
+    VF_TRY(vf_item_set_num(it, kind->rows, (double)L, st));
     bool exists = false;
     int n = vf_lmdb_batch_count(w->batch);
-    for (int k = 0; k < n && !exists; k++) exists = w->pend[k].text && !strcmp(w->pend[k].tkey, tkey);
+    for (int k = 0; k < n && !exists; k++) exists = w->pend[k].shared && !strcmp(w->pend[k].tkey, tkey);
     if (!exists) VF_TRY(vf_lmdb_exists(w->db, tkey, VF_CACHE_TEXT_KEY_LEN, &exists, st));
     if (exists) goto fail; /* rc == 0: one record serves every caption of this content */
     if (!(rec = vf_item_new(tkey, st))) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", vf_lmdb_path(w->db));
-    VF_TRY(vf_item_put(rec, VF_CACHE_TEXT_TENSOR, vf_tensor_ref(t), st));
+    VF_TRY(vf_item_put(rec, kind->tensor, vf_tensor_ref(t), st));
     size_t need = vf_item_encoded_size(rec), len = 0;
     void *dst;
     VF_TRY(vf_lmdb_batch_reserve(w->batch, tkey, VF_CACHE_TEXT_KEY_LEN, need, &dst, st));
@@ -229,11 +246,11 @@ static int put_text(vf_latent_writer *w, vf_item *it, const char *h, vf_status *
     }
     pending *pd = &w->pend[n];
     memset(pd, 0, sizeof *pd);
-    pd->text = true;
+    pd->shared = kind;
     snprintf(pd->tkey, sizeof pd->tkey, "%s", tkey);
     pd->L = L, pd->D = D, pd->bytes = (int64_t)len;
 fail:
-    if (rc) vf_status_prefix(st, "%s: item \"%s\": text embedding", vf_lmdb_path(w->db), vf_item_id(it));
+    if (rc) vf_status_prefix(st, "%s: item \"%s\": %s record", vf_lmdb_path(w->db), vf_item_id(it), kind->what);
     vf_item_free(rec);
     vf_tensor_unref(t);
     return rc;
@@ -258,9 +275,19 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
         w->skipped++;
         goto fail; /* rc == 0: done with the item */
     }
+    vf_cache_cond cond = vf_cache_item_cond(it);
+    if (w->cond_set && cond != w->cond)
+        VF_FAIL(st, VF_EBADINPUT, "%s: item \"%s\" is of conditioning kind %s; the cache holds entries of kind %s: "
+                "write it to a cache of its own", vf_lmdb_path(w->db), vf_item_id(it), vf_cache_cond_name(cond),
+                vf_cache_cond_name(w->cond));
     VF_TRY(note_norm(w, it, st));
     bool has_text = vf_item_get(it, VF_CACHE_TEXT_TENSOR) != NULL;
-    if (has_text) VF_TRY(put_text(w, it, th, st));
+    if (has_text) VF_TRY(put_shared(w, it, vf_cache_text, th, st));
+    if (vf_item_get(it, VF_CACHE_CLIP_TENSOR)) {
+        char ch[VF_CACHE_KEY_LEN + 1];
+        vf_cache_shared_hash(vf_cache_clip, vf_item_get(it, VF_CACHE_CLIP_TENSOR), ch);
+        VF_TRY(put_shared(w, it, vf_cache_clip, ch, st));
+    }
     size_t need = vf_item_encoded_size(it), len = 0;
     void *dst;
     int i = vf_lmdb_batch_count(w->batch);
@@ -284,6 +311,8 @@ int vf_latent_writer_add(vf_latent_writer *w, vf_item *it, bool *skipped, vf_sta
     snprintf(w->pend[i].vae, VAE_MAX, "%s", vae ? vae : "none");
     w->pend[i].bytes = (int64_t)len;
     w->pend[i].has_text = has_text;
+    w->pend[i].cond = cond;
+    w->cond = cond, w->cond_set = true;
     snprintf(w->pend[i].bucket, sizeof w->pend[i].bucket, "%s", bucket);
     w->pend[i].bucket_batch = bucket_batch;
     w->npend_entries++;
@@ -431,8 +460,8 @@ static int cache_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     MDB_txn *rt = NULL;
     vf_json *meta = NULL;
     if (vf_lmdb_read_begin(w->db, &rt, &ign) == 0 && vf_cache_meta_read(w->db, rt, &meta, &ign) == 0 && meta) {
-        int64_t texts = vf_json_get_int(meta, "texts", 0);
-        entries = entries > (size_t)texts ? entries - (size_t)texts : 0;
+        int64_t shared = vf_json_get_int(meta, "texts", 0) + vf_json_get_int(meta, "clips", 0);
+        entries = entries > (size_t)shared ? entries - (size_t)shared : 0;
     }
     if (rt) mdb_txn_abort(rt);
     warn_empty_buckets(s, ctx, meta);

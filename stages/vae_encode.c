@@ -14,6 +14,11 @@
  * (vf_cache_vae_id), so a cache keyed by it never mixes latents normalised otherwise;
  * "latent_norm" = {"mean":[…],"std":[…]} (per channel) or "vae_scale", "vae_shift".
  *
+ * Image-to-video (`first_frame`): each clip also gets "y" f32 (z, T', H/s, W/s), the
+ * latent of [its first frame, zeros (0 in [-1, 1]) for the other T - 1 frames], a second
+ * encode of the micro-batch normalised as the latent: what Wan's I2V models take beside
+ * the noisy latent. A skip_cached cache of the other kind is refused at init.
+ *
  * Clips are gathered into micro-batches of `micro_batch` clips of the same shape (a
  * clip of another shape, or the end of the stream, flushes a partial batch) and encoded
  * `chunk` frames at a time through the streaming encoder of models/vae.h: its caches and
@@ -90,6 +95,9 @@ static const vf_param_spec vae_params[] = {
     {"patch", VF_P_INT, "2", VF_RANGE(1, 64),
      "spatial patch of the DiT that trains on these latents: frame sides must be multiples of the VAE's spatial "
      "stride x patch (1 = of the stride only)"},
+    {"first_frame", VF_P_BOOL, "false", VF_ANY,
+     "image-to-video: also emit \"y\", the latent of [the clip's first frame, zeros], encoded and normalised "
+     "as the latent"},
     {"skip_cached", VF_P_STR, "null", VF_ANY,
      "LMDB latent cache: drop clips whose key (source, clip, transform, this VAE) it holds, "
      "before encoding (a rerun redoes only what is missing)"},
@@ -210,11 +218,12 @@ static int vae_ports(const vf_params *p, const vf_port_specs *upstream, vf_port_
     const char *ls[4] = {"", tsym, hsym, wsym};
     vf_port_tensor(o, "latent", VF_DTYPE_F32, 4, ld, ls);
     if (vf_param_bool(p, "logvar")) vf_port_tensor(o, "logvar", VF_DTYPE_F32, 4, ld, ls);
-    /* Metadata passes through, plus the hash and the affine; so does a caption's text
-     * embedding (formats/cache_format.h), untouched. */
+    if (vf_param_bool(p, "first_frame")) vf_port_tensor(o, VF_CACHE_Y_TENSOR, VF_DTYPE_F32, 4, ld, ls);
+    /* Metadata passes through, plus the hash and the affine; so do a caption's text
+     * embedding and a clip's CLIP image features (formats/cache_format.h), untouched. */
     const vf_port_spec *up = upstream ? vf_port_find(upstream, "in") : NULL;
     for (int i = 0; up && i < up->ntensors; i++)
-        if (!strcmp(up->t[i].name, VF_CACHE_TEXT_TENSOR)) {
+        if (!strcmp(up->t[i].name, VF_CACHE_TEXT_TENSOR) || !strcmp(up->t[i].name, VF_CACHE_CLIP_TENSOR)) {
             const vf_tensor_spec *t = &up->t[i];
             const char *sym[VF_MAX_DIMS];
             for (int d = 0; d < t->ndim; d++) sym[d] = t->sym[d];
@@ -257,8 +266,8 @@ static int vae_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pla
     /* Clips held while a micro-batch fills, and the latents of one micro-batch (the
      * encoder writes them there; each clip's item then gets its own copy). */
     int64_t T = g.T ? g.T : 1, Tl = 1 + (T - 1) / vf_vae_time_factor(&c);
-    int64_t lat = (int64_t)c.z_dim * Tl * (g.H / vf_vae_space_factor(&c)) *
-                  (g.W / vf_vae_space_factor(&c)) * 4 * (vf_param_bool(p, "logvar") ? 2 : 1);
+    int64_t lat = (int64_t)c.z_dim * Tl * (g.H / vf_vae_space_factor(&c)) * (g.W / vf_vae_space_factor(&c)) * 4 *
+                  (1 + vf_param_bool(p, "logvar") + vf_param_bool(p, "first_frame"));
     int64_t frames = T * g.H * g.W * 3;
     vf_mem_plan_add(out, host, VF_MEM_ITEMS, "vae micro-batch clips", mb * frames);
     /* A clip that came over a ZeroMQ edge (decode workers are processes of their own) is
@@ -281,6 +290,7 @@ typedef struct vae_state {
     int micro_batch, chunk, enc_H, enc_W;
     int patch;                   /* the DiT's spatial patch the frame sides must allow */
     bool logvar;
+    bool first_frame;            /* also emit "y", the latent of [first frame, zeros] */
     vf_item **batch;
     int nb;
     int64_t bT, bH, bW;          /* shape of the clips in `batch` */
@@ -314,6 +324,13 @@ static int open_cache(vae_state *v, const char *path, vf_status *st)
     VF_TRY(vf_lmdb_read_begin(v->cache, &txn, st));
     VF_TRY(vf_cache_meta_read(v->cache, txn, &meta, st));
     v->keying = meta ? vf_cache_meta_keying(meta) : VF_CACHE_KEY_PROVENANCE;
+    /* a clip of the cache is skipped whatever its conditioning: a cache of the other kind
+     * would keep its entries and never get these */
+    vf_cache_cond have = vf_cache_meta_cond(meta);
+    if (meta && vf_json_get_int(meta, "entries", 0) > 0 && (have != VF_CACHE_COND_TEXT) != v->first_frame)
+        VF_FAIL(st, VF_EBADINPUT, "%s holds entries of conditioning kind %s; this stage (first_frame = %s) writes %s: "
+                "precompute into a cache of its own", path, vf_cache_cond_name(have), v->first_frame ? "true" : "false",
+                v->first_frame ? "concat entries" : "text entries");
 fail:
     if (txn) mdb_txn_abort(txn);
     vf_json_free(meta);
@@ -391,6 +408,7 @@ static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
     v->chunk = (int)vf_param_int(p, "chunk");
     v->patch = (int)vf_param_int(p, "patch");
     v->logvar = vf_param_bool(p, "logvar");
+    v->first_frame = vf_param_bool(p, "first_frame");
     if (!(v->batch = vf_calloc(sizeof *v->batch * (size_t)v->micro_batch, st)))
         VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
     vf_device dev = vf_param_device(p, "device");
@@ -438,6 +456,68 @@ static void drop_batch(vae_state *v)
     v->nb = 0;
 }
 
+/* Runs the encoder over the gathered clips into v->mean / v->lv: the clips themselves,
+ * or (first) their conditioning clips [first frame, zeros]. */
+static int encode_pass(vae_state *v, vf_ctx *ctx, bool first, vf_status *st)
+{
+    int rc = 0;
+    int64_t T = v->bT;
+    VF_TRY(vf_vae_encode_begin(v->enc, v->nb, T, st));
+    for (int64_t t0 = 0; t0 < T; t0 += v->chunk) {
+        /* Abort (second SIGINT, a failed peer: the data plane's stop flag) ends the run
+         * now: a micro-batch of long clips can take minutes, and nothing downstream will
+         * take its latents. A drain (vf_stopping alone) lets the batch in hand finish. */
+        if (vf_aborting(ctx))
+            VF_FAIL(st, VF_ESTOPPED,
+                    "vae_encode: the run is stopping: dropped a micro-batch of %d clips at frame "
+                    "%" PRId64 " of %" PRId64, v->nb, t0, T);
+        int n = (int)(T - t0 < v->chunk ? T - t0 : v->chunk);
+        for (int b = 0; b < v->nb; b++) {
+            const vf_tensor *f = vf_item_get(v->batch[b], "frames");
+            if (first) VF_TRY(vf_vae_input_first_u8(v->enc, b, f->data, t0, n, st));
+            else VF_TRY(vf_vae_input_u8(v->enc, b, f->data, t0, n, st));
+        }
+        VF_TRY(vf_vae_encode_chunk(v->enc, n, v->mean, first ? NULL : v->lv, st));
+    }
+    VF_TRY(vf_vae_encode_end(v->enc, st));
+fail:
+    return rc;
+}
+
+/* Puts clip b's normalised latent of the last pass into its item as tensor `name`
+ * (shape (z, T', h, w), per = its values), and its logvar with `logvar`. */
+static int put_latent(vae_state *v, int b, const char *name, bool logvar, const int64_t shape[4], int64_t per,
+                      vf_status *st)
+{
+    int rc = 0;
+    vf_item *it = v->batch[b];
+    int64_t z = shape[0];
+    float sc = v->cfg.scale, sh = v->cfg.shift, dlv = 2.0f * logf(fabsf(sc));
+    vf_tensor *lat = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
+    if (!lat) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a latent");
+    float *d = lat->data;
+    const float *src = v->mean + b * per;
+    int64_t plane = per / z; /* T'·h·w values per channel */
+    if (v->nmean) {
+        memcpy(d, src, sizeof(float) * (size_t)per);
+        vf_vae_normalise(d, z, plane, v->nmean, v->nstd);
+    } else {
+        for (int64_t i = 0; i < per; i++) d[i] = (src[i] - sh) * sc;
+    }
+    VF_TRY(vf_item_put(it, name, lat, st));
+    if (logvar) {
+        vf_tensor *lv = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
+        if (!lv) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a logvar");
+        float *dl = lv->data;
+        const float *sl = v->lv + b * per;
+        for (int64_t i = 0; i < per; i++)
+            dl[i] = sl[i] + (v->nstd ? -2.0f * logf(fabsf(v->nstd[i / plane])) : dlv);
+        VF_TRY(vf_item_put(it, "logvar", lv, st));
+    }
+fail:
+    return rc;
+}
+
 /* Encodes the gathered clips and sends one item per clip. */
 static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
 {
@@ -463,56 +543,22 @@ static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
             VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for %" PRId64 " latent floats", need);
         v->out_cap = need;
     }
-    VF_TRY(vf_vae_encode_begin(v->enc, v->nb, T, st));
-    for (int64_t t0 = 0; t0 < T; t0 += v->chunk) {
-        /* Abort (second SIGINT, a failed peer: the data plane's stop flag) ends the run
-         * now: a micro-batch of long clips can take minutes, and nothing downstream will
-         * take its latents. A drain (vf_stopping alone) lets the batch in hand finish. */
-        if (vf_aborting(ctx))
-            VF_FAIL(st, VF_ESTOPPED,
-                    "vae_encode: the run is stopping: dropped a micro-batch of %d clips at frame "
-                    "%" PRId64 " of %" PRId64, v->nb, t0, T);
-        int n = (int)(T - t0 < v->chunk ? T - t0 : v->chunk);
-        for (int b = 0; b < v->nb; b++) {
-            const vf_tensor *f = vf_item_get(v->batch[b], "frames");
-            VF_TRY(vf_vae_input_u8(v->enc, b, f->data, t0, n, st));
-        }
-        VF_TRY(vf_vae_encode_chunk(v->enc, n, v->mean, v->lv, st));
-    }
-    VF_TRY(vf_vae_encode_end(v->enc, st));
-
-    float sc = v->cfg.scale, sh = v->cfg.shift, dlv = 2.0f * logf(fabsf(sc));
     int64_t shape[4] = {z, Tl, H / sf, W / sf};
+    VF_TRY(encode_pass(v, ctx, false, st));
+    for (int b = 0; b < v->nb; b++) VF_TRY(put_latent(v, b, "latent", v->logvar, shape, per, st));
+    if (v->first_frame) { /* its own encode: zeros do not encode to zero latents */
+        VF_TRY(encode_pass(v, ctx, true, st));
+        for (int b = 0; b < v->nb; b++) VF_TRY(put_latent(v, b, VF_CACHE_Y_TENSOR, false, shape, per, st));
+    }
     for (int b = 0; b < v->nb; b++) {
         vf_item *it = v->batch[b];
         vf_tensor_unref(vf_item_take(it, "frames"));
-        vf_tensor *lat = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
-        if (!lat) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a latent");
-        float *d = lat->data;
-        const float *src = v->mean + b * per;
-        int64_t plane = per / z; /* T'·h·w values per channel */
-        if (v->nmean) {
-            memcpy(d, src, sizeof(float) * (size_t)per);
-            vf_vae_normalise(d, z, plane, v->nmean, v->nstd);
-        } else {
-            for (int64_t i = 0; i < per; i++) d[i] = (src[i] - sh) * sc;
-        }
-        VF_TRY(vf_item_put(it, "latent", lat, st));
-        if (v->logvar) {
-            vf_tensor *lv = vf_tensor_new(VF_DTYPE_F32, 4, shape, st);
-            if (!lv) VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory for a logvar");
-            float *dl = lv->data;
-            const float *sl = v->lv + b * per;
-            for (int64_t i = 0; i < per; i++)
-                dl[i] = sl[i] + (v->nstd ? -2.0f * logf(fabsf(v->nstd[i / (per / z)])) : dlv);
-            VF_TRY(vf_item_put(it, "logvar", lv, st));
-        }
         VF_TRY(vf_item_set_str(it, "vae", v->vae_id, st));
         if (v->norm_json) {
             VF_TRY(vf_item_set_str(it, "latent_norm", v->norm_json, st));
         } else {
-            VF_TRY(vf_item_set_num(it, "vae_scale", sc, st));
-            VF_TRY(vf_item_set_num(it, "vae_shift", sh, st));
+            VF_TRY(vf_item_set_num(it, "vae_scale", v->cfg.scale, st));
+            VF_TRY(vf_item_set_num(it, "vae_shift", v->cfg.shift, st));
         }
         v->batch[b] = NULL;
         rc = vf_send(out, it, st); /* takes the item, also on failure */

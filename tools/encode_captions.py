@@ -71,6 +71,21 @@ def read_manifest(path):
     return "csv", list(rd.fieldnames or []), rows
 
 
+def write_manifest(path, kind, names, rows, column):
+    """Writes rows (dicts) as the input's kind, `column` last among the CSV's columns;
+    atomically (a .tmp beside it, renamed)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        if kind == "jsonl":
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        else:
+            w = csv.DictWriter(f, fieldnames=[n for n in names if n != column] + [column])
+            w.writeheader()
+            w.writerows(rows)
+    os.replace(tmp, path)
+
+
 def prompt_clean(text):
     """diffusers' WanPipeline prompt_clean: ftfy (when installed), HTML unescape, whitespace."""
     try:
@@ -161,16 +176,7 @@ def main():
             r[pk] = os.path.join(src_dir, r[pk])
         r["text_emb"] = name_of[caption_of(r)]
         out_rows.append(r)
-    tmp = a.out_manifest + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        if kind == "jsonl":
-            for r in out_rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        else:
-            w = csv.DictWriter(f, fieldnames=[n for n in names if n != "text_emb"] + ["text_emb"])
-            w.writeheader()
-            w.writerows(out_rows)
-    os.replace(tmp, a.out_manifest)
+    write_manifest(a.out_manifest, kind, names, out_rows, "text_emb")
     print("wrote %s (%d rows, %d distinct captions, %d encoded now)" % (a.out_manifest, len(rows), len(name_of),
                                                                         len(todo)))
     return 0

@@ -42,7 +42,9 @@
  * clip of the row carries it as "text_emb" bf16 (L, D). A missing, unreadable or
  * misshapen file (another width, more than text_len rows, NaN) quarantines the row like
  * a bad video. A manifest with the column and text_dim = 0, or text_dim > 0 and a row
- * without the column, is refused at init (exit 2): a cache must not mix the two.
+ * without the column, is refused at init (exit 2): a cache must not mix the two. The
+ * same holds for image_dim and column `clip_emb` (image-to-video: the CLIP features of
+ * the row's first frame, exactly image_len rows), carried as "clip_emb" bf16 (L, D).
  */
 #include "stages/decode/decode_av.h"
 #include "stages/decode/decode_bucket.h"
@@ -98,6 +100,10 @@ static const vf_param_spec decode_params[] = {
     {"text_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
      "width of the text embeddings named by the manifest column text_emb (umT5-xxl: 4096); 0 = none"},
     {"text_len", VF_P_INT, "512", VF_RANGE(1, 65536), "most rows a text embedding may have"},
+    {"image_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
+     "image-to-video: width of the CLIP image features named by the manifest column clip_emb (ViT-H/14: 1280); "
+     "0 = none"},
+    {"image_len", VF_P_INT, "257", VF_RANGE(1, 65536), "rows of the CLIP image features (ViT-H/14: 257)"},
     {"buckets", VF_P_LIST_TABLE, "null", VF_ANY,
      "{ {w = W, h = H, frames = {17, 33}, batch = {4, 2} (or one integer)}, ... }: each file goes to the "
      "bucket nearest its aspect ratio, each clip to the longest length its frames allow; replaces size and frames"},
@@ -128,7 +134,7 @@ typedef struct dec_state {
     int64_t dropped_keep;         /* clips no length of their bucket kept (keep < 1) */
     int64_t fell;                 /* clips kept at a length shorter than their planned one */
     uint64_t seed;
-    int64_t text_dim, text_len;
+    vf_decode_emb_dims emb;       /* the embedding columns read (text_emb, clip_emb) */
     char transform[256];          /* of the fixed geometry (no buckets) */
     char filter[32];
     char last[LAST_REASONS][512]; /* ring of the last quarantine reasons */
@@ -210,6 +216,8 @@ static int decode_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
         const int64_t td[2] = {vf_param_int(p, "text_len"), vf_param_int(p, "text_dim")};
         vf_port_tensor(o, "text_emb", VF_DTYPE_BF16, 2, td, tsym); /* (L <= text_len, D) */
     }
+    if (vf_param_int(p, "image_dim") > 0)
+        vf_port_tensor(o, "clip_emb", VF_DTYPE_BF16, 2, (int64_t[2]){vf_param_int(p, "image_len"), vf_param_int(p, "image_dim")}, NULL);
     o->meta_bytes = META_BYTES;
     return 0;
 fail:
@@ -238,6 +246,7 @@ static int decode_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip being decoded", clip_bytes + META_BYTES);
     if (vf_param_int(p, "text_dim") > 0) /* the row's bf16 embedding and its f32 staging */
         vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "text embedding", vf_param_int(p, "text_len") * vf_param_int(p, "text_dim") * 6);
+    vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip image features", vf_param_int(p, "image_len") * vf_param_int(p, "image_dim") * 6);
     /* clip plan of one file: frame indices of every clip (bounded by the frame index) */
     vf_mem_plan_add(out, cpu, VF_MEM_DECODE, "clip plan", (int64_t)(1 << 21) * 8 * 2);
     const char *m = vf_param_has(p, "manifest") ? vf_param_str(p, "manifest") : NULL;
@@ -294,17 +303,9 @@ static int decode_init(vf_stage *s, const vf_params *p, vf_status *st)
         vf_status_prefix(st, "stage '%s'", vf_stage_name(s));
         goto fail;
     }
-    d->text_dim = vf_param_int(p, "text_dim");
-    d->text_len = vf_param_int(p, "text_len");
-    for (int64_t i = 0; i < d->man.n; i++) {
-        const vf_manifest_row *r = &d->man.rows[i];
-        if (r->text_emb && !d->text_dim)
-            VF_FAIL(st, VF_EUSAGE, "stage '%s': %s:%d names a text embedding (column text_emb) but text_dim is 0: "
-                    "set the decode stage's text_dim to the embeddings' width", vf_stage_name(s), d->man.origin, r->line);
-        if (!r->text_emb && d->text_dim)
-            VF_FAIL(st, VF_EBADINPUT, "stage '%s': %s:%d has no text embedding (column text_emb); text_dim = %lld "
-                    "needs one on every row", vf_stage_name(s), d->man.origin, r->line, (long long)d->text_dim);
-    }
+    d->emb = (vf_decode_emb_dims){vf_param_int(p, "text_dim"), vf_param_int(p, "text_len"),
+                                  vf_param_int(p, "image_dim"), vf_param_int(p, "image_len")};
+    VF_TRY(vf_decode_embs_check(&d->man, vf_stage_name(s), &d->emb, st));
     snprintf(d->filter, sizeof d->filter, "%s", vf_param_str(p, "filter"));
     make_transform(d, d->T, d->W, d->H, d->transform, sizeof d->transform);
     /* libav's own error lines go to the log; warnings about damaged files would drown
@@ -356,7 +357,7 @@ typedef struct file_geom {
 
 static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_info *info,
                       const double *times, int64_t grid, const int64_t *idx, vf_tensor *frames,
-                      const char *src, int64_t size, int64_t mtime_ns, vf_tensor *temb,
+                      const char *src, int64_t size, int64_t mtime_ns, const vf_decode_embs *embs,
                       const file_geom *g, vf_item **out, vf_status *st)
 {
     int rc = 0;
@@ -365,7 +366,7 @@ static int build_item(dec_state *d, const vf_manifest_row *r, const vf_decode_in
     vf_item *it = vf_item_new(id, st);
     if (!it) { vf_tensor_unref(frames); return st ? st->code : VF_ENOMEM; }
     VF_TRY(vf_item_put(it, "frames", frames, st));
-    if (temb) VF_TRY(vf_item_put(it, "text_emb", vf_tensor_ref(temb), st));
+    VF_TRY(vf_decode_embs_put(it, embs, st));
     if (r->start_s > 0 || r->end_s > 0)
         snprintf(tf, sizeof tf, "%s;start=%g;end=%g", g->transform, r->start_s, r->end_s);
     else
@@ -430,7 +431,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
     vf_status fst = {0};
     vf_decode_file *f = NULL;
     vf_clip_plan plan = {0};
-    vf_tensor *temb = NULL;
+    vf_decode_embs embs = {0};
     int64_t sent = 0, lost_n = 0;
     char lost_why[320] = "";
     struct stat sb;
@@ -451,10 +452,8 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
         snprintf(why, whyn, "skipped: an earlier run in this run dir recorded: %s", prior);
         return 1;
     }
-    if (d->text_dim) {
-        rc = vf_decode_text_load(r->text_emb, d->text_dim, d->text_len, &temb, why, whyn, st);
-        if (rc) return rc; /* 1: the row is bad (why says so); < 0: out of memory */
-    }
+    rc = vf_decode_embs_load(r, &d->emb, &embs, why, whyn, st);
+    if (rc) return rc; /* 1: the row is bad (why says so); < 0: out of memory */
     vf_decode_opts o = d->av;
     o.fps_hint = r->fps;
     vf_decode_guard_enter(r->path, src, o.deadline_s);
@@ -547,7 +546,7 @@ static int do_file(dec_state *d, vf_ctx *ctx, vf_port *out, const vf_manifest_ro
             goto bad;
         }
         vf_item *it = NULL;
-        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, temb, &g, &it, st);
+        rc = build_item(d, r, info, times, plan.grid[k], idx, t, src, (int64_t)sb.st_size, mtime_ns, &embs, &g, &it, st);
         if (rc < 0) goto done;
         double t0 = mono_s();
         rc = vf_send(out, it, st);
@@ -584,7 +583,7 @@ bad:
         vf_status_set(st, rc, fst.file ? fst.file : __FILE__, fst.line, "%s: %s", r->path, fst.msg);
     }
 done:
-    vf_tensor_unref(temb);
+    vf_decode_embs_free(&embs);
     vf_clip_plan_fini(&plan);
     vf_decode_close(f);
     vf_decode_guard_leave();

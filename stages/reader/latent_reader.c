@@ -15,6 +15,13 @@
  * check/plan time) and at open (exit 2), before any batch. With text_dim = 0 the reader
  * serves caption bytes only, whatever the cache holds.
  *
+ * Image-to-video: `cond` is the conditioning kind the model needs (formats/cache_format.h:
+ * text, concat, concat+clip); a cache of another kind is refused at check/plan time and
+ * at open (exit 2, naming both). With concat each batch also carries "y" f32 (B, z, T',
+ * h, w), the entries' first-frame latents; with concat+clip also "clip_emb" f32 (B,
+ * image_len, image_dim), the entries' CLIP image features widened from bf16 (a cache
+ * whose features have another shape is refused the same way).
+ *
  * Calls go one way in stages/reader/: latent_reader.c → latent_buckets.c →
  * latent_batch.c. This file is the top: the stage, opening and closing a reader, the
  * plain order; a bucketed cache's order and the plan's view of its buckets
@@ -293,6 +300,7 @@ int vf_latent_reader_open(const vf_latent_reader_opts *o, vf_latent_reader **out
     if (!bucketed) VF_TRY(cache_shape(r->db, r->txn, r->shape, st));
     r->per = r->shape[0] * r->shape[1] * r->shape[2] * r->shape[3];
     int64_t tmax, tmissing;
+    VF_TRY(vf_lr_check_cond(r->path, r->db, r->txn, o->cond, o->image_len, o->image_dim, st));
     if (o->text_dim > 0) { /* the model takes embeddings: the cache's must fit it */
         VF_TRY(cache_text(r->db, r->txn, &r->text_dim, &tmax, &tmissing, st));
         VF_TRY(check_text(r->path, r->text_dim, tmax, tmissing, o->text_dim, o->text_len, st));
@@ -392,6 +400,14 @@ static const vf_param_spec reader_params[] = {
      "caption bytes kept as i32 tokens; rows of \"text_emb\" (embeddings zero-padded to it)", NULL, NULL},
     {"text_dim", VF_P_INT, "0", VF_RANGE(0, 1 << 20),
      "width of the text embeddings the model takes: emit \"text_emb\" (the cache must hold them); 0 = caption bytes only", NULL, NULL},
+    {"cond", VF_P_STR, "\"text\"", VF_ANY,
+     "conditioning the model needs: text; concat (image-to-video: emit \"y\", the first-frame latents); the cache "
+     "must be of this kind; concat+clip (also \"clip_emb\", CLIP image features of image_len x image_dim)",
+     "text|concat|concat+clip", NULL},
+    {"image_dim", VF_P_INT, "1280", VF_RANGE(1, 1 << 20), "cond = concat+clip: width of the CLIP image features",
+     NULL, NULL},
+    {"image_len", VF_P_INT, "257", VF_RANGE(1, 65536), "cond = concat+clip: rows of the CLIP image features", NULL,
+     NULL},
     {"cursor", VF_P_STR, "\"\"", VF_ANY, "resume position (a batch's \"cursor\" metadata); empty = start", NULL, NULL},
     {"on_bad", VF_P_STR, "\"fail\"", VF_ANY, "damaged record: fail the run, or skip and count it", "fail|skip", NULL},
     {"latent_shape", VF_P_LIST_INT, "[]", VF_RANGE(1, 1 << 20),
@@ -512,6 +528,10 @@ static int plan_shape(const vf_params *p, int64_t shape[4], int64_t *entries, in
     /* a cache that exists: its embeddings must fit the model now, at check/plan time */
     if (rc == 0 && want > 0) rc = text_info(path, &dim, &tmax, &missing, &probe);
     if (rc == 0 && want > 0) rc = check_text(path, dim, tmax, missing, want, vf_param_int(p, "text_len"), &probe);
+    vf_cache_cond want_cond = VF_CACHE_COND_TEXT;
+    vf_cache_cond_parse(vf_param_str(p, "cond"), &want_cond);
+    if (rc == 0)
+        rc = vf_lr_cache_check_cond(path, want_cond, vf_param_int(p, "image_len"), vf_param_int(p, "image_dim"), &probe);
     if (rc == 0) return 0;
     *entries = 0;
     if (rc == VF_ENOTFOUND && vf_param_len(p, "latent_shape") == 4) {
@@ -600,6 +620,10 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     vf_port_tensor(o, "latent", VF_DTYPE_F32, 5, ld, lsym);
     vf_port_tensor(o, "text", VF_DTYPE_I32, 2, td, tsym);
     vf_port_tensor(o, "text_len", VF_DTYPE_I32, 1, td, tsym);
+    if (strcmp(vf_param_str(p, "cond"), "text") != 0) vf_port_tensor(o, VF_CACHE_Y_TENSOR, VF_DTYPE_F32, 5, ld, lsym);
+    if (!strcmp(vf_param_str(p, "cond"), "concat+clip"))
+        vf_port_tensor(o, VF_CACHE_CLIP_TENSOR, VF_DTYPE_F32, 3,
+                       (int64_t[3]){B, vf_param_int(p, "image_len"), vf_param_int(p, "image_dim")}, lsym);
     if (D) {
         static const char *const esym[3] = {"B", "", ""};
         vf_port_tensor(o, VF_CACHE_TEXT_TENSOR, VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, esym);
@@ -629,7 +653,12 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
-    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", 2 * per + 4096);
+    bool y = strcmp(vf_param_str(p, "cond"), "text") != 0; /* the batch's first-frame latents, and a record's */
+    vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", (y ? 3 : 2) * per + 4096);
+    if (y) vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch first-frame latents", 4 * g.most);
+    if (!strcmp(vf_param_str(p, "cond"), "concat+clip")) /* the batch's f32 features, one decoded bf16 record */
+        vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch clip image features",
+                        (4 * B + 2) * vf_param_int(p, "image_len") * vf_param_int(p, "image_dim") + 4096);
     if (D) { /* the batch's f32 embeddings, and one decoded bf16 record */
         int64_t TL = vf_param_int(p, "text_len");
         vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch text embeddings", B * TL * D * 4);
@@ -654,6 +683,8 @@ static int reader_init(vf_stage *s, const vf_params *p, vf_status *st)
         .skip_bad = !strcmp(vf_param_str(p, "on_bad"), "skip"),
         .only = vf_param_str(p, "only"),
     };
+    vf_cache_cond_parse(vf_param_str(p, "cond"), &o.cond); /* the param's choices are the names */
+    o.image_len = vf_param_int(p, "image_len"), o.image_dim = vf_param_int(p, "image_dim");
     vf_latent_bucket_decl *decl = NULL;
     int rc = vf_lr_decl_from_params(p, &decl, &o.nbuckets, st);
     if (rc) return rc;

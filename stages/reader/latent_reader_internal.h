@@ -62,16 +62,25 @@ void vf_lr_shuffle(uint32_t *p, int64_t n, uint64_t seed, uint64_t epoch, uint64
 /* Reads entry idx into the batch slots (r->shape must be its latent shape): 0, 1 when
  * it was damaged and skipped, or an error. */
 int vf_lr_read_one(vf_latent_reader *r, int64_t idx, float *lat, int32_t *text, int32_t *tlen,
-                   float *emb, vf_status *st);
+                   float *emb, float *y, float *img, vf_status *st);
+/* The cache's conditioning kind (its summary's) against the one the model needs:
+ * VF_EBADINPUT naming both and the cache. */
+/* concat+clip also needs the cache's CLIP features to be (image_len, image_dim). */
+int vf_lr_check_cond(const char *path, vf_lmdb *db, MDB_txn *txn, vf_cache_cond want, int64_t image_len,
+                     int64_t image_dim, vf_status *st);
+/* The same for the cache at path, opened read-only for it (plan and check time). */
+int vf_lr_cache_check_cond(const char *path, vf_cache_cond want, int64_t image_len, int64_t image_dim, vf_status *st);
 /* The end of an epoch, in either schedule: the next one starts at its first batch; an epoch
  * read from its start without one good record is VF_EBADINPUT. */
 int vf_lr_next_epoch(vf_latent_reader *r, vf_status *st);
-int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[4], double index, const char *cursor,
+int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[6], double index, const char *cursor,
                const char *keys, vf_item **out, vf_status *st);
 
 /* A batch being filled, bucketed or not: its tensors and the keys of the entries in it. */
 typedef struct vf_lr_batch {
     vf_tensor *lat, *text, *tlen, *emb; /* (B, z, T', h, w), (B, text_len), (B), (B, text_len, D) or NULL */
+    vf_tensor *y;                       /* (B, z, T', h, w) of a concat cache, or NULL */
+    vf_tensor *img;                     /* (B, image_len, image_dim) of a concat+clip cache, or NULL */
     char *keys;                         /* "key,key,…" of the entries added */
     int B, got;
 } vf_lr_batch;

@@ -341,6 +341,7 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
                 vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch text embeddings (host)",
                                 8 * (int64_t)mx.B * g.cfg.text_len * g.cfg.text_dim);
             vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
+            vf_dit_cond_memory(&g.cfg, mx.B, per, (int64_t)as, dev, out);
         }
     }
     pgeo_fini(&g);

@@ -58,6 +58,9 @@ typedef struct dit_part_state {
     /* first partition: host staging of one micro-batch and its device copy */
     float *h_xt, *h_target, *h_t;
     float *h_emb;                            /* (B, text_len, text_dim) with text embeddings */
+    float *h_cond;                           /* (B, in_dim − z, T, H, W) image-to-video conditioning */
+    void *d_cond;                            /* its device copy (dit_cond.c) */
+    float *h_img;                            /* (B, img_len, img_dim) CLIP image features (img_dim > 0) */
     int32_t *h_text, *h_len;
     void *d_xt, *d_target;
     int64_t per;                             /* latent elements per sample of this step */
@@ -66,6 +69,20 @@ typedef struct dit_part_state {
     /* resume: skip reader batches up to this cursor (first partition) */
     char skip_to[512];
 } dit_part_state;
+
+/* dit_cond.c: the image-to-video conditioning of the first partition: the channels (mask
+ * and first-frame latent "y") when in_dim > z, the CLIP image features "clip_emb" when
+ * img_dim > 0; nothing for a text-to-video model. Setup sizes the staging to h->cap and
+ * h->max.B; check refuses (naming the stage) a batch without a fitting "y" or
+ * "clip_emb"; fill writes micro-batch [first, first + nb)'s into h->h_cond and h->h_img
+ * and returns how many values of h_cond that is. */
+int vf_dit_cond_setup(dit_part_state *h, vf_status *st);
+void vf_dit_cond_teardown(dit_part_state *h);
+int vf_dit_cond_check(const char *stage, const dit_part_state *h, const vf_item *batch, vf_status *st);
+/* What setup allocates, for the plan: micro-batches of up to B samples and `per` latent
+ * values, act dtype of `as` bytes on device dev. */
+void vf_dit_cond_memory(const vf_dit_config *c, int64_t B, int64_t per, int64_t as, vf_device dev, vf_mem_plan *out);
+int64_t vf_dit_cond_fill(dit_part_state *h, const vf_item *batch, int first, int nb); /* its elements */
 
 /* What one step produced, for the gradient items and the metrics. */
 typedef struct dit_step_out {

@@ -106,6 +106,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
         if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * (size_t)h->cap, st);
         if (!h->d_xt || (h->last && !h->d_target))
             VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch staging");
+        VF_TRY(vf_dit_cond_setup(h, st));
     }
     h->ready = true;
 fail:
@@ -127,6 +128,7 @@ void vf_dit_stage_teardown(dit_part_state *h)
     for (int i = 0; i <= XF_CTX; i++) vf_bufpool_unref(h->gout_pool[i]), h->gout_pool[i] = NULL;
     vf_free(h->h_xt), vf_free(h->h_target), vf_free(h->h_t), vf_free(h->h_text), vf_free(h->h_len);
     vf_free(h->h_emb);
+    vf_dit_cond_teardown(h);
     h->h_xt = h->h_target = h->h_t = h->h_emb = NULL, h->h_text = h->h_len = NULL;
     if (be && h->d_xt) be->free(be, h->d_xt);
     if (be && h->d_target) be->free(be, h->d_target);
@@ -257,12 +259,8 @@ static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, v
         return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
                              "%s: latents have %lld channels, the model's z is %d", vf_stage_name(s),
                              (long long)lat->shape[1], h->cfg.z);
-    if (vf_dit_in_dim(&h->cfg) != h->cfg.z || h->cfg.img_dim > 0)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
-                             "%s: the model is image-to-video (in_dim %d, img_dim %d) and batch \"%s\" "
-                             "carries text-to-video data only (no first-frame conditioning): the "
-                             "training stages take text-to-video models", vf_stage_name(s),
-                             vf_dit_in_dim(&h->cfg), h->cfg.img_dim, vf_item_id(it));
+    int rc = vf_dit_cond_check(vf_stage_name(s), h, it, st);
+    if (rc) return rc;
     if (!tx || tx->ndim != 2 || tx->dtype != VF_DTYPE_I32 || tx->shape[0] != lat->shape[0] || !tl ||
         tl->dtype != VF_DTYPE_I32 || vf_tensor_numel(tl) != lat->shape[0])
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
@@ -430,6 +428,9 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 make_pairs(h, batch, step, f0, nb);
                 be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
                 b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL, h->h_emb};
+                int64_t ncond = vf_dit_cond_fill(h, batch, f0, nb);
+                if (h->d_cond) be->upload(be, h->d_cond, h->h_cond, ncond, h->act);
+                b.cond = h->d_cond, b.img = h->h_img;
                 if (h->last) {
                     be->upload(be, h->d_target, h->h_target, (int64_t)nb * h->per, h->act);
                     b.target = h->d_target;

@@ -24,6 +24,10 @@ numbers computed here by hand, independently of vflow's code:
   - Wan 2.2 TI2V-5B: the full fine-tune fits one 80 GB GPU with the optimizer state on
     the host (12 B/param there) and not without; rank-32 LoRA at 480x832 fits 24 GB with
     the base once in bf16; the Wan 2.2 VAE's device memory does not grow with the clip;
+  - Wan 2.1 I2V-14B (the same scripts, --set model=wan-i2v-14b): its parameters counted by
+    hand (the T2V 14B's, patch_embedding's 20 conditioning channels, img_emb, each block's
+    k_img/v_img/norm_k_img), 12 B/param of optimizer state on 8 x 80 GB where every GPU
+    fits, and the LoRA on one 80 GB GPU with k_img/v_img adapters counted;
   - every example loads on a machine without GPUs (devices marked not present) and the
     verdicts are what docs/PLANNING.md says: the 14B full fine-tune fits 8 x 80 GiB with
     at least 10 % of each GPU to spare.
@@ -275,6 +279,35 @@ def wan14b_lora():
           (NL, dev(p, "cuda:0")["total"] / GiB, dev(full, "cuda:0")["total"] / GiB, dev(p, "cpu")["total"] / GiB))
 
 
+def i2v_extra(d=5120, L=40, clip=1280, cond=20, patch=4):
+    """What Wan 2.1 I2V-14B adds to the T2V 14B, counted by hand: patch_embedding's 20
+    conditioning channels, img_emb (LayerNorm, Linear, GELU, Linear, LayerNorm, all affine)
+    and each block's k_img, v_img (with biases) and norm_k_img."""
+    img_emb = 2 * clip + clip * clip + clip + clip * d + d + 2 * d
+    return cond * patch * d + img_emb + L * (2 * (d * d + d) + d)
+
+
+def wan_i2v():
+    """I2V-14B at 81x480x832: the full fine-tune on 8 x 80 GB, LoRA on one 80 GB GPU."""
+    N = wan_params(5120, 13824, 40)[0] + i2v_extra()
+    p, rc = plan("plan_wan14b_8x80.lua", "--budget", "cuda=80GiB,cpu=2TiB", "--set", "model=wan-i2v-14b")
+    check(rc == 0 and p["fits"], "I2V-14B full fits 8 x 80 GiB: %s" % p["verdict"])
+    opt = sum(line_sum(p, stage="adamw_%d" % k, what="master weights + moments") for k in range(8))
+    check(opt == 12 * N, "I2V-14B optimizer state over 8 shards = 12 B/param: %d vs %d" % (opt, 12 * N))
+    gpus = [dev(p, "cuda:%d" % q)["total"] for q in range(8)]
+    check(max(gpus) <= 0.95 * 80 * GiB, "every GPU within 95 %% of 80 GiB: %.2f GiB" % (max(gpus) / GiB))
+    r, d, f = 32, 5120, 13824
+    NL = 40 * r * (22 * d + 2 * f)  # the T2V targets and cross_attn.k_img, v_img
+    pl, rcl = plan("plan_wan14b_lora_1x80.lua", "--budget", "cuda=80GiB,cpu=256GiB", "--set", "model=wan-i2v-14b")
+    check(rcl == 0 and pl["fits"], "I2V-14B LoRA fits one 80 GiB GPU: %s" % pl["verdict"])
+    check(line_sum(pl, stage="dit_0", what="frozen base weights") == 2 * N, "the I2V base once in bf16")
+    check(line_sum(pl, stage="adamw_0", what="master weights + moments") == 12 * NL,
+          "I2V LoRA optimizer state 12 B per adapter parameter (image branch included)")
+    print("wan-i2v-14b: %d params; 8x80 full %.2f-%.2f GiB per GPU, cpu %.2f GiB; LoRA r=32 (%d adapter params) "
+          "cuda:0 %.2f GiB, cpu %.2f GiB" % (N, min(gpus) / GiB, max(gpus) / GiB, dev(p, "cpu")["total"] / GiB, NL,
+                                             dev(pl, "cuda:0")["total"] / GiB, dev(pl, "cpu")["total"] / GiB))
+
+
 def precompute():
     p, rc = plan("plan_precompute_129f_480p.lua", "--budget", "cuda=80GiB,cpu=64GiB")
     check(rc == 0 and p["fits"], "precompute fits: %s" % p["verdict"])
@@ -330,6 +363,7 @@ def ti2v5b():
 wan13b()
 wan14b()
 wan14b_lora()
+wan_i2v()
 precompute()
 ti2v5b()
 if FAILS:

@@ -18,7 +18,7 @@
 #    says other heads (shapes alone cannot tell) or an I2V model, a truncated shard, an index naming a missing file, a header over the
 #    size limit; a NaN (found only when the data are read) fails `vflow run` with exit 2
 #    naming the tensor, before any step; so does an image-to-video model (in_dim 8) on a
-#    cache of text-to-video data, naming the stage.
+#    cache of text-to-video data, naming both conditioning kinds.
 # vflow-test: timeout=300
 import json
 import os
@@ -225,9 +225,12 @@ def main():
         bad("missing", p("missing.safetensors"), "missing.safetensors", "blocks.1.ffn.0.bias", "missing", "[256]")
         write_st(p("extra.safetensors"), f32(dict(w0, **{"blocks.9.extra.weight": np.ones(3, np.float32)})))
         bad("extra", p("extra.safetensors"), "extra.safetensors", "blocks.9.extra.weight")
-        # a text-to-video checkpoint for an image-to-video model (4 + 4 conditioning channels)
+        # a text-to-video checkpoint for an image-to-video model (4 noisy + 4 mask + 4 first-frame
+        # channels) on a cache of image-to-video entries
+        subprocess.run([os.path.join(BUILD, "tools", "cache_tool"), "write", p("i2v.lmdb"), "0", "16", "--shape",
+                        "4,1,8,8", "--y"], check=True, capture_output=True)
         bad("t2v-for-i2v", p("w0.safetensors"), "w0.safetensors", "patch_embedding.weight", "[64, 4, 1, 2, 2]",
-            "[64, 8, 1, 2, 2]", "text-to-video", sets=("in_dim=8",))
+            "[64, 12, 1, 2, 2]", "text-to-video", sets=("in_dim=12", "cache=" + p("i2v.lmdb")))
         shp = dict(w0, **{"head.head.bias": np.ones(8, np.float32)})
         write_st(p("shape.safetensors"), f32(shp))
         bad("shape", p("shape.safetensors"), "shape.safetensors", "head.head.bias", "[8]", "[16]")
@@ -280,10 +283,10 @@ def main():
         out = r.stdout + r.stderr
         check(r.returncode == 2 and "nan.safetensors" in out and "blocks.2.cross_attn.v.weight" in out
               and "NaN" in out and not ln, "NaN: exit %d, %d steps: %s" % (r.returncode, len(ln), out[-500:]))
-        # an image-to-video model on a cache of text-to-video data: refused at the first batch
+        # an image-to-video model on a cache of text-to-video data: refused before any step
         r, _, ln = vflow("run", tmp, "i2v-data", "in_dim=8")
         out = r.stdout + r.stderr
-        check(r.returncode == 2 and "image-to-video" in out and "in_dim 8" in out and not ln,
+        check(r.returncode == 2 and "conditioning kind is text" in out and "needs concat" in out and not ln,
               "I2V model on T2V data: exit %d, %d steps: %s" % (r.returncode, len(ln), out[-500:]))
     print("PASS" if not failed else "FAIL (%d)" % len(failed))
     return 1 if failed else 0

@@ -3,11 +3,12 @@
  * (tests/reference/test_latent_cache_py.py) and the kill tests use it.
  *
  *   cache_tool write PATH FROM TO [--commit K] [--map BYTES] [--shape z,T,h,w]
- *                     [--vae NAME] [--sleep-ms MS] [--text D] [--text-rows R]
+ *                     [--vae NAME] [--sleep-ms MS] [--text D] [--text-rows R] [--y]
  *       writes items FROM..TO-1 (item i: id "vid<i/3>.mp4#<i%3>", source "src<i/3>",
  *       clip i%3, transform "frames=5;size=32x24", caption "clip <i>", latent element j
  *       = i*1000 + j; with --text D also "text_emb" bf16 (2 + c, D), c = i % 3, element
- *       (r, k) = c + 1 + r/8 - k/64, exact in bf16; --text-rows R: R rows each);
+ *       (r, k) = c + 1 + r/8 - k/64, exact in bf16; --text-rows R: R rows each; --y: also
+ *       "y" of the latent's shape, element j = -(i*1000 + j): an image-to-video entry);
  *       prints "written W skipped S texts X growths G map M"; --bucket WxHxF gives every
  *       item metadata "bucket" and the latent (z, (F-1)/4+1, H/8, W/8) (z from --shape,
  *       else 4); --bucket-batch B adds metadata "bucket_batch" B
@@ -17,9 +18,11 @@
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
  *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
  *                     [--text-len L] [--text-dim D] [--dump DIR] [--buckets WxHxF:B,…]
+ *                     [--cond text|concat|concat+clip] [--image L,D]
  *       one line per batch: "<cursor>\t<keys>", then "\t<bucket>" when the batch has one;
  *       --buckets declares the reader's buckets; --dump writes each batch's tensors
- *       (latent, text, text_len, and text_emb when the cache has embeddings) to
+ *       (latent, text, text_len, text_emb when the cache has embeddings, y with --cond
+ *       concat, also clip_emb (L, D) with concat+clip) to
  *       DIR/batch_<n>.safetensors, metadata "keys"
  *   cache_tool cli ARGS…                     vflow's `cache` subcommand (cache_cli.c)
  */
@@ -49,6 +52,7 @@ static bool flag(int argc, char **argv, const char *name)
 static int text_rows; /* --text-rows R: every embedding R rows (else 2 + c) */
 static const char *bucket;  /* --bucket WxHxF: metadata "bucket" of every item written */
 static int bucket_batch;    /* --bucket-batch B: metadata "bucket_batch" */
+static bool with_y;         /* --y: "y" (image-to-video) beside the latent */
 
 static vf_tensor *make_text(int i, int D, vf_status *st)
 {
@@ -74,6 +78,9 @@ static vf_item *make_item(int i, const int64_t shape[4], const char *vae, int te
     float *d = t->data;
     for (int64_t j = 0; j < vf_tensor_numel(t); j++) d[j] = (float)(i * 1000 + j);
     vf_item_put(it, "latent", t, st);
+    vf_tensor *y = with_y ? vf_tensor_new(VF_DTYPE_F32, 4, shape, st) : NULL;
+    for (int64_t j = 0; y && j < vf_tensor_numel(y); j++) ((float *)y->data)[j] = -(float)(i * 1000 + j);
+    if (y) vf_item_put(it, "y", y, st);
     vf_item_set_str(it, "source", src, st);
     vf_item_set_num(it, "clip", i % 3, st);
     vf_item_set_str(it, "transform", "frames=5;size=32x24", st);
@@ -133,6 +140,7 @@ int main(int argc, char **argv)
         if (sh && sscanf(sh, "%ld,%ld,%ld,%ld", &shape[0], &shape[1], &shape[2], &shape[3]) != 4) return 2;
         bucket = opt(argc, argv, "--bucket", NULL);
         bucket_batch = atoi(opt(argc, argv, "--bucket-batch", "0"));
+        with_y = flag(argc, argv, "--y");
         int bw, bh, bf;
         if (bucket) {
             if (sscanf(bucket, "%dx%dx%d", &bw, &bh, &bf) != 3) return 2;
@@ -180,6 +188,8 @@ int main(int argc, char **argv)
             .cursor = opt(argc, argv, "--cursor", NULL),
             .skip_bad = flag(argc, argv, "--skip-bad"),
         };
+        if (vf_cache_cond_parse(opt(argc, argv, "--cond", "text"), &o.cond)) return 2;
+        if (sscanf(opt(argc, argv, "--image", "257,1280"), "%ld,%ld", &o.image_len, &o.image_dim) != 2) return 2;
         vf_latent_bucket_decl decl[64];
         const char *bl = opt(argc, argv, "--buckets", NULL);
         for (int n = 0, at = 0; bl && bl[at] && o.nbuckets < 64; at += n + (bl[at + n] == ',')) {
@@ -202,8 +212,8 @@ int main(int argc, char **argv)
                 char f[4200];
                 snprintf(f, sizeof f, "%s/batch_%ld.safetensors", dump, b);
                 vf_st_writer *w = vf_st_writer_new(&st);
-                static const char *const names[] = {"latent", "text", "text_len", "text_emb"};
-                for (int i = 0; w && i < 4; i++)
+                static const char *const names[] = {"latent", "text", "text_len", "text_emb", "y", "clip_emb"};
+                for (int i = 0; w && i < 6; i++)
                     if (vf_item_get(it, names[i]) && vf_st_writer_add_tensor(w, names[i], vf_item_get(it, names[i]), &st))
                         return die(&st);
                 if (!w || vf_st_writer_meta(w, "keys", vf_item_str(it, "keys"), &st) ||

@@ -116,7 +116,7 @@ VF_TEST(loader_accepts_floats_refuses_bad_files)
     for (int bf = 0; bf < 2; bf++) {
         snprintf(p, sizeof p, "%s", tmp_path(bf ? "ok_bf16.safetensors" : "ok_f32.safetensors"));
         write_st(p, 1, bf ? VF_ST_BF16 : VF_ST_F32, 3, D, 0);
-        VF_CHECK_MSG(vf_decode_text_load(p, D, 8, &t, why, sizeof why, &st) == 0, "%s", why);
+        VF_CHECK_MSG(vf_decode_text_load("text_emb", p, D, 8, &t, why, sizeof why, &st) == 0, "%s", why);
         VF_CHECK(t && t->dtype == VF_DTYPE_BF16 && t->shape[0] == 3 && t->shape[1] == D);
         vf_tensor *want = make_emb(0, D);
         VF_CHECK(t && !memcmp(t->data, want->data, 2 * 2 * D)); /* the first two rows */
@@ -138,7 +138,7 @@ VF_TEST(loader_accepts_floats_refuses_bad_files)
         if (bad[i].n) write_st(p, bad[i].n, VF_ST_F32, bad[i].rows, bad[i].width, bad[i].poison);
         why[0] = 0;
         vf_status_clear(&st);
-        VF_CHECK_EQ_INT(vf_decode_text_load(p, D, 8, &t, why, sizeof why, &st), 1);
+        VF_CHECK_EQ_INT(vf_decode_text_load("text_emb", p, D, 8, &t, why, sizeof why, &st), 1);
         VF_CHECK(t == NULL);
         VF_CHECK_MSG(strstr(why, p) && strstr(why, bad[i].expect), "%s: %s", bad[i].name, why);
         if (bad[i].n == 1) VF_CHECK_MSG(strstr(why, "\"emb0\""), "names the tensor: %s", why);

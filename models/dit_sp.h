@@ -20,6 +20,7 @@
 #define VF_DIT_SP_H
 
 #include "kernels/ops.h"
+#include "models/dit.h"
 
 typedef struct vf_dit_sp {
     vf_a2a *a2a;     /* the partition's group (not owned); NULL with one rank */
@@ -33,26 +34,33 @@ int vf_dit_sp_init(vf_dit_sp *sp, vf_a2a *a2a, int n, int rank, int64_t L, int64
 /* This rank's real tokens: [*lo, *lo + *count) of the sequence (count may be 0). */
 void vf_dit_sp_range(const vf_dit_sp *sp, int64_t *lo, int64_t *count);
 
-/* What a rank keeps between forward and backward, each (B, N·Lr, H/N, Dh) in the heads
- * layout, and lse (B, H/N, N·Lr) f32; work: scratch buffers of as many elements (one
- * forward, two backward). The caller allocates them (vf_dit_sp_elems elements each) and
- * owns them. */
-typedef struct vf_dit_sp_saved {
-    void *q, *k, *v, *o;
-    float *lse;
-} vf_dit_sp_saved;
+/* Elements of one local tensor (B, Lr, H, Dh), and of each scratch buffer the
+ * attention takes: four forward, five backward, owned by the caller. */
 int64_t vf_dit_sp_elems(const vf_dit_sp *sp, int64_t B, int64_t H, int64_t Dh);
+#define VF_DIT_SP_WORK_FWD 4
+#define VF_DIT_SP_WORK_BWD 5
 
-/* out = self-attention of the local q, k, v over the whole sequence (B, Lr, H, Dh),
- * filling sv. Errors of the all-to-all (a rank gone, a mismatch) come back with their
- * message. */
-int vf_dit_sp_attention_fwd(vf_backend *be, const vf_dit_sp *sp, void *out, const void *q, const void *k,
-                            const void *v, int64_t B, int64_t H, int64_t Dh, float scale, vf_dit_sp_saved *sv,
-                            void *work, vf_status *st);
-/* dq, dk, dv (local, WRITTEN) of the attention fwd saved in sv, from the local dout; the
- * pad rows of dout are taken as zero (a pad has no loss), and dk, dv of pad rows are 0. */
+/* The self-attention over the whole sequence of the local q, k, v (B, Lr, H, Dh): out
+ * (B, Lr, H, Dh) and lse (B, H/N, N·Lr) f32, which the backward takes as they are (in
+ * the place of ops.h attention_fwd's). Errors of the all-to-all (a rank gone, a
+ * mismatch) come back with their message. */
+int vf_dit_sp_attention_fwd(vf_backend *be, const vf_dit_sp *sp, void *out, float *lse, const void *q,
+                            const void *k, const void *v, int64_t B, int64_t H, int64_t Dh, float scale,
+                            void *const work[VF_DIT_SP_WORK_FWD], vf_status *st);
+/* dq, dk, dv (local, WRITTEN; none may be NULL) of that attention, from the local dout,
+ * q, k, v, out and lse; the pad rows of dout are taken as zero (a pad has no loss), and
+ * dk, dv of pad rows come out zero. */
 int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void *dk, void *dv, const void *dout,
-                            int64_t B, int64_t H, int64_t Dh, float scale, const vf_dit_sp_saved *sv,
-                            void *const work[2], vf_status *st);
+                            const void *q, const void *k, const void *v, const void *out, const float *lse,
+                            int64_t B, int64_t H, int64_t Dh, float scale, void *const work[VF_DIT_SP_WORK_BWD],
+                            vf_status *st);
+
+/* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
+ * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
+ * whole latent, whose tokens are sp->L), p made for such dims. The partition holds blocks
+ * only (its neighbours hold the embeddings and the head, which take whole sequences):
+ * VF_EUSAGE otherwise. Its all-to-all failures come back from vf_dit_part_forward and
+ * vf_dit_part_backward. */
+int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st);
 
 #endif /* VF_DIT_SP_H */

@@ -71,20 +71,22 @@ static void rank_main(shared_out *so, const char *key, int n, int r, int L)
     vf_a2a *a = NULL;
     vf_dit_sp sp;
     int rc = 0;
-    float *buf[12] = {0};
+    float *buf[8] = {0};
     if (n > 1) {
         int64_t Lr = (L + n - 1) / n;
-        rc = vf_a2a_open(key, n, r, sizeof(float) * (size_t)(B * Lr * H * DH / n), NULL, &a, &st);
+        vf_a2a_opts o = {.timeout_ms = 20000}; /* a broken exchange fails the test, never hangs it */
+        rc = vf_a2a_open(key, n, r, sizeof(float) * (size_t)(B * Lr * H * DH / n), &o, &a, &st);
     }
     if (!rc) rc = vf_dit_sp_init(&sp, a, n, r, L, H, &st);
     if (!rc) {
         int64_t E = vf_dit_sp_elems(&sp, B, H, DH), lo, cnt;
         vf_dit_sp_range(&sp, &lo, &cnt);
-        for (int i = 0; i < 12; i++) buf[i] = calloc((size_t)E, sizeof(float));
+        for (int i = 0; i < 8; i++) buf[i] = calloc((size_t)E, sizeof(float));
         float *q = buf[0], *k = buf[1], *v = buf[2], *dout = buf[3], *out = buf[4], *dq = buf[5], *dk = buf[6],
               *dv = buf[7];
-        vf_dit_sp_saved sv = {buf[8], buf[9], buf[10], buf[11], calloc((size_t)(B * H * sp.Lr * n), sizeof(float))};
-        void *work[2] = {calloc((size_t)E, sizeof(float)), calloc((size_t)E, sizeof(float))};
+        float *lse = calloc((size_t)(B * H * sp.Lr), sizeof(float));
+        void *work[VF_DIT_SP_WORK_BWD];
+        for (int i = 0; i < VF_DIT_SP_WORK_BWD; i++) work[i] = calloc((size_t)E, sizeof(float));
         for (int b = 0; b < B; b++)
             for (int l = 0; l < sp.Lr; l++)
                 for (int h = 0; h < H; h++)
@@ -96,8 +98,8 @@ static void rank_main(shared_out *so, const char *key, int n, int r, int L)
                         v[i] = real ? val(2, b, g, h, c) : PADV, dout[i] = real ? val(3, b, g, h, c) : PADV;
                     }
         float scale = 1.0f / sqrtf((float)DH);
-        rc = vf_dit_sp_attention_fwd(be, &sp, out, q, k, v, B, H, DH, scale, &sv, work[0], &st);
-        if (!rc) rc = vf_dit_sp_attention_bwd(be, &sp, dq, dk, dv, dout, B, H, DH, scale, &sv, work, &st);
+        rc = vf_dit_sp_attention_fwd(be, &sp, out, lse, q, k, v, B, H, DH, scale, work, &st);
+        if (!rc) rc = vf_dit_sp_attention_bwd(be, &sp, dq, dk, dv, dout, q, k, v, out, lse, B, H, DH, scale, work, &st);
         const float *res[R_N] = {out, dq, dk, dv};
         float pm = 0;
         for (int b = 0; b < B && !rc; b++)
@@ -111,11 +113,12 @@ static void rank_main(shared_out *so, const char *key, int n, int r, int L)
                     }
                 }
         so->padmax[1 + r] = pm;
-        free(sv.lse), free(work[0]), free(work[1]);
+        free(lse);
+        for (int i = 0; i < VF_DIT_SP_WORK_BWD; i++) free(work[i]);
     }
     so->rc[1 + r] = rc;
     snprintf(so->msg[1 + r], sizeof so->msg[1 + r], "%s", st.msg);
-    for (int i = 0; i < 12; i++) free(buf[i]);
+    for (int i = 0; i < 8; i++) free(buf[i]);
     vf_a2a_close(a);
 }
 

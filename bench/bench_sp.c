@@ -3,8 +3,8 @@
  *
  * N forked ranks each send `mib` MiB per call (N chunks of mib/N MiB, one of which stays
  * with the rank) and receive as much; a call is a copy into the shared slots, the barrier,
- * and a copy out, so two memcpys of the bytes that cross (N−1)/N of the buffer, done by
- * the N ranks at once, are its floor on an idle machine with N cores. Printed per N: the
+ * and a copy out, plus the rank's own chunk across: (2N−1)/N of the buffer copied by
+ * each of the N ranks at once, its floor on an idle machine with N cores. Printed per N: the
  * time of one call (best of `reps` timed loops of `calls` calls, after one warm-up call
  * that faults the pages in), the GB/s of the bytes each rank sends, memcpy's time for one
  * rank's buffer (single-threaded, best of as many), and the ratio all-to-all / memcpy.

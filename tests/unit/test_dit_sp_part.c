@@ -9,7 +9,8 @@
  *   - each real token's output and input gradient are the one-rank partition's bits;
  *   - the ranks' weight, e0 and ctx gradients (each a partial sum over the rank's
  *     tokens), summed over the ranks, are the one-rank gradients within 2e-5 of the
- *     tensor's largest value (the sums run in another order, so not to the bit).
+ *     tensor's largest value (the sums run in another order, so not to the bit);
+ *   - run twice, every rank's results, its partial gradients included, are the same bits.
  * And a partition holding the embeddings or the head refuses sequence parallelism.
  * Every computation runs in a forked child (the parent only compares), so no OpenMP
  * pool crosses a fork.
@@ -128,14 +129,15 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, int recomp
         free(dctx);
 }
 
-static void run_case(int n, int T, int H, int W, int recompute)
+/* Runs one case and checks it; returns the ranks' results (caller munmaps) when keep. */
+static shared_out *run_case_keep(int n, int T, int H, int W, int recompute, bool keep)
 {
     vf_dit_config c = cfg();
     vf_dit_dims d = vf_dit_dims_of(&c, 2, T, H, W);
     int64_t L = d.L, D = c.dim, Nc = (int64_t)d.B * vf_dit_ctx_len(&c);
     shared_out *so = mmap(NULL, sizeof *so, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     VF_CHECK(so != MAP_FAILED);
-    if (so == MAP_FAILED) return;
+    if (so == MAP_FAILED) return NULL;
     char key[96];
     snprintf(key, sizeof key, "test_dit_sp_part/%ld/%d/%lld/%d", (long)getpid(), n, (long long)L, recompute);
     pid_t kids[ROLES];
@@ -183,8 +185,12 @@ static void run_case(int n, int T, int H, int W, int recompute)
                          (long long)L, recompute, onames[o], worst, mx);
         }
     }
+    if (keep) return so;
     munmap(so, sizeof *so);
+    return NULL;
 }
+
+static void run_case(int n, int T, int H, int W, int recompute) { run_case_keep(n, T, H, W, recompute, false); }
 
 VF_TEST(blocks_match_one_rank)
 {
@@ -196,6 +202,16 @@ VF_TEST(blocks_match_one_rank)
     run_case(4, 3, 2, 2, VF_DIT_KEEP);
     run_case(2, 3, 2, 2, VF_DIT_RECOMPUTE);
     run_case(2, 2, 4, 6, VF_DIT_RECOMPUTE_ALL);
+}
+
+/* Every rank's results, its partial gradients included, are the same bits run after run. */
+VF_TEST(each_rank_is_deterministic)
+{
+    shared_out *a = run_case_keep(2, 3, 2, 2, VF_DIT_KEEP, true), *b = run_case_keep(2, 3, 2, 2, VF_DIT_KEEP, true);
+    VF_CHECK(a && b);
+    if (a && b) VF_CHECK(memcmp(a->v[1], b->v[1], sizeof a->v[1]) == 0 && memcmp(a->v[2], b->v[2], sizeof a->v[2]) == 0);
+    if (a) munmap(a, sizeof *a);
+    if (b) munmap(b, sizeof *b);
 }
 
 VF_TEST(embeddings_and_head_refuse)

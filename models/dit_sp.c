@@ -133,6 +133,22 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
 
 /* ------------------------------------------------------------------ in a partition */
 
+/* Elements of a local tensor of sp = n over L tokens: B·⌈L/n⌉·heads·head_dim. */
+static int64_t local_elems(int n, int64_t L, int64_t B, const vf_dit_config *c)
+{
+    return B * ((L + n - 1) / n) * c->heads * c->head_dim;
+}
+
+size_t vf_dit_sp_chunk_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as)
+{
+    return (size_t)(local_elems(n, L, B, c) / n) * as;
+}
+
+int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as)
+{
+    return VF_DIT_SP_WORK_BWD * local_elems(n, L, B, c) * (int64_t)as;
+}
+
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
 {
     const dit_plan *pl = &p->pl;
@@ -147,7 +163,7 @@ int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
                              "dit partition [%d, %d): made for %lld tokens a sample, a rank of sp = %d holds %lld",
                              pl->b0, pl->b1, (long long)pl->L, sp->n, (long long)sp->Lr);
     dit_sp_free(p);
-    size_t bytes = (size_t)vf_dit_sp_elems(sp, pl->B, pl->c.heads, pl->c.head_dim) * pl->as;
+    size_t bytes = (size_t)(vf_dit_sp_scratch_bytes(sp->n, sp->L, pl->B, &pl->c, pl->as) / VF_DIT_SP_WORK_BWD);
     for (int i = 0; i < VF_DIT_SP_WORK_BWD; i++) {
         p->spw[i] = p->be->alloc(p->be, bytes, st);
         if (!p->spw[i]) {

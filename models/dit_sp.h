@@ -55,6 +55,13 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
                             int64_t B, int64_t H, int64_t Dh, float scale, void *const work[VF_DIT_SP_WORK_BWD],
                             vf_status *st);
 
+/* For sp = n ranks over sequences of up to L tokens, micro-batches of up to B samples
+ * of model c in element size as: the bytes of one all-to-all chunk (what the group's
+ * vf_a2a_open takes as chunk_max), and the device bytes vf_dit_part_set_sp allocates for
+ * the attention's scratch (what a memory plan adds to the partition's). */
+size_t vf_dit_sp_chunk_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as);
+int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as);
+
 /* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
  * whole latent, whose tokens are sp->L), p made for such dims. The partition holds blocks

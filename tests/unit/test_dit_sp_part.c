@@ -11,11 +11,14 @@
  *     tokens), summed over the ranks, are the one-rank gradients within 2e-5 of the
  *     tensor's largest value (the sums run in another order, so not to the bit);
  *   - run twice, every rank's results, its partial gradients included, are the same bits.
+ * The group opens with vf_dit_sp_chunk_bytes (a chunk too small fails the run), and
+ * vf_dit_part_set_sp allocates vf_dit_sp_scratch_bytes, as the account sees it.
  * And a partition holding the embeddings or the head refuses sequence parallelism.
  * Every computation runs in a forked child (the parent only compares), so no OpenMP
  * pool crosses a fork.
  */
 #include "models/dit_sp.h"
+#include "runtime/core/alloc.h"
 #include "tests/unit/dit_testlib.h"
 
 #include <sys/mman.h>
@@ -70,8 +73,7 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, int recomp
     if (!rc) {
         if (sp_n > 1) {
             vf_a2a_opts o = {.timeout_ms = 60000};
-            size_t chunk = sizeof(float) * (size_t)(d.B * ((L + n - 1) / n) * D / n);
-            rc = vf_a2a_open(key, n, r, chunk, &o, &a, &st);
+            rc = vf_a2a_open(key, n, r, vf_dit_sp_chunk_bytes(n, L, d.B, &c, sizeof(float)), &o, &a, &st);
         }
         if (!rc) rc = vf_dit_sp_init(&sp, a, sp_n, r < 0 ? 0 : r, L, c.heads, &st);
     }
@@ -84,7 +86,13 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, int recomp
         grads = calloc((size_t)l->total, sizeof(float));
         vf_dit_layout_range(l, 1, 3, &off, &np);
         rc = vf_dit_part_new(be, l, 1, 3, &mx, recompute, params + off, grads + off, &p, &st);
+        int64_t live = vf_account_live(vf_account_current());
         if (!rc && role > 0) rc = vf_dit_part_set_sp(p, &sp, &st);
+        if (!rc && role > 0 && vf_account_live(vf_account_current()) - live !=
+                                   vf_dit_sp_scratch_bytes(n, L, d.B, &c, sizeof(float)))
+            rc = vf_status_set(&st, VF_EINVAL, __FILE__, __LINE__, "the SP scratch took %lld bytes, %lld planned",
+                               (long long)(vf_account_live(vf_account_current()) - live),
+                               (long long)vf_dit_sp_scratch_bytes(n, L, d.B, &c, sizeof(float)));
         if (!rc) rc = vf_dit_saved_new(p, &sv, &st);
     }
     if (!rc) {

@@ -55,7 +55,8 @@ typedef struct a2a_hdr {
 _Static_assert(sizeof(a2a_hdr) <= HDR_BYTES, "the header fits its page");
 
 struct vf_a2a {
-    char name[96];
+    char name[96];                  /* the shared-memory object's */
+    char key[160];                  /* the group's, for messages */
     a2a_hdr *h;
     size_t total;
     int n, rank;
@@ -100,7 +101,10 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t seen, long ns)
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
-static void futex_wake_all(_Atomic uint32_t *w) { syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0); }
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
 
 static unsigned char *slot(const vf_a2a *a, int bank, int from, int to)
 {
@@ -115,13 +119,13 @@ static int create(vf_a2a *a, size_t slot_bytes, vf_status *st)
     struct statvfs sv;
     if (statvfs("/dev/shm", &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < a->total)
         return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__,
-                             "all-to-all %s: %zu bytes of shared memory wanted, /dev/shm has %llu free", a->name,
+                             "all-to-all \"%s\": %zu bytes of shared memory wanted, /dev/shm has %llu free", a->key,
                              a->total, (unsigned long long)sv.f_bavail * sv.f_frsize);
     shm_unlink(a->name);
     int fd = shm_open(a->name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
-        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "all-to-all %s: cannot create it: %s", a->name,
-                             strerror(errno));
+        return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "all-to-all \"%s\": cannot create /dev/shm%s: %s",
+                             a->key, a->name, strerror(errno));
     void *p = MAP_FAILED;
     if (ftruncate(fd, (off_t)a->total) == 0 && posix_fallocate(fd, 0, (off_t)a->total) == 0)
         p = mmap(NULL, a->total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -129,8 +133,8 @@ static int create(vf_a2a *a, size_t slot_bytes, vf_status *st)
     close(fd);
     if (p == MAP_FAILED) {
         shm_unlink(a->name);
-        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "all-to-all %s: cannot reserve %zu bytes: %s",
-                             a->name, a->total, strerror(err));
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "all-to-all \"%s\": cannot reserve %zu bytes: %s",
+                             a->key, a->total, strerror(err));
     }
     a2a_hdr *h = p;
     h->nranks = (uint32_t)a->n, h->creator = (uint32_t)getpid();
@@ -170,15 +174,15 @@ static int attach(vf_a2a *a, vf_status *st)
     if (n != (uint32_t)a->n || total != a->total || (uint64_t)sb.st_size != total) {
         close(fd);
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                             "all-to-all %s: rank 0 opened it for %u ranks (%llu bytes), rank %d for %d ranks "
-                             "(%zu bytes): the ranks disagree on the group or the chunk size", a->name, n,
+                             "all-to-all \"%s\": rank 0 opened it for %u ranks (%llu bytes), rank %d for %d ranks "
+                             "(%zu bytes): the ranks disagree on the group or the chunk size", a->key, n,
                              (unsigned long long)total, a->rank, a->n, a->total);
     }
     void *p = mmap(NULL, a->total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
-        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "all-to-all %s: rank %d cannot map %zu bytes: %s",
-                             a->name, a->rank, a->total, strerror(errno));
+        return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "all-to-all \"%s\": rank %d cannot map %zu bytes: %s",
+                             a->key, a->rank, a->total, strerror(errno));
     a->h = p;
     return 0;
 }
@@ -201,6 +205,7 @@ int vf_a2a_open(const char *key, int nranks, int rank, size_t chunk_max, const v
     vf_a2a *a = calloc(1, sizeof *a);
     if (!a) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "all-to-all \"%s\": out of memory", key);
     snprintf(a->name, sizeof a->name, "/vflow-a2a-%u-%016llx", (unsigned)getuid(), (unsigned long long)fnv(key));
+    snprintf(a->key, sizeof a->key, "%s", key);
     a->n = nranks, a->rank = rank;
     a->total = HDR_BYTES + nslots * slot_bytes;
     if (o) a->o = *o;
@@ -213,9 +218,9 @@ int vf_a2a_open(const char *key, int nranks, int rank, size_t chunk_max, const v
             rc = attach(a, st);
             if (rc <= 0) break;
             if (a->o.cancel && a->o.cancel(a->o.user))
-                VF_FAIL(st, VF_ESTOPPED, "all-to-all %s: rank %d stopped waiting for rank 0", a->name, rank);
+                VF_FAIL(st, VF_ESTOPPED, "all-to-all \"%s\": rank %d stopped waiting for rank 0", a->key, rank);
             if (now_ns() > deadline)
-                VF_FAIL(st, VF_ETIMEOUT, "all-to-all %s: rank %d waited %d ms for rank 0 to make it", a->name,
+                VF_FAIL(st, VF_ETIMEOUT, "all-to-all \"%s\": rank %d waited %d ms for rank 0 to make it", a->key,
                         rank, a->o.timeout_ms);
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, NULL);
@@ -240,11 +245,11 @@ static int peer_failed(vf_a2a *a, int who, vf_status *st)
     uint32_t pid = atomic_load(&h->pid[who]);
     if (atomic_load(&h->gone[who]))
         return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__,
-                             "all-to-all %s: rank %d closed its end before call %llu", a->name, who,
+                             "all-to-all \"%s\": rank %d closed its end before call %llu", a->key, who,
                              (unsigned long long)a->calls + 1);
     if (pid_gone(pid))
         return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__,
-                             "all-to-all %s: rank %d (pid %u) is gone before call %llu", a->name, who, pid,
+                             "all-to-all \"%s\": rank %d (pid %u) is gone before call %llu", a->key, who, pid,
                              (unsigned long long)a->calls + 1);
     return 0;
 }
@@ -265,10 +270,10 @@ static int wait_all(vf_a2a *a, uint64_t target, vf_status *st)
         if (rc) return rc;
         if (a->o.cancel && a->o.cancel(a->o.user))
             return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__,
-                                 "all-to-all %s: rank %d stopped waiting for rank %d", a->name, a->rank, late);
+                                 "all-to-all \"%s\": rank %d stopped waiting for rank %d", a->key, a->rank, late);
         if (now_ns() > deadline)
             return vf_status_set(st, VF_ETIMEOUT, __FILE__, __LINE__,
-                                 "all-to-all %s: rank %d waited %d ms for rank %d in call %llu", a->name, a->rank,
+                                 "all-to-all \"%s\": rank %d waited %d ms for rank %d in call %llu", a->key, a->rank,
                                  a->o.timeout_ms, late, (unsigned long long)target);
         futex_wait(&h->arrivals, seen, WAKE_NS);
     }
@@ -281,7 +286,7 @@ int vf_a2a_run(vf_a2a *a, const void *send, void *recv, size_t chunk, vf_status 
     a2a_hdr *h = a->h;
     if (chunk > h->slot_bytes)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                             "all-to-all %s: rank %d sends chunks of %zu bytes, opened for %llu at most", a->name,
+                             "all-to-all \"%s\": rank %d sends chunks of %zu bytes, opened for %llu at most", a->key,
                              a->rank, chunk, (unsigned long long)h->slot_bytes);
     int bank = (int)(a->calls & 1), me = a->rank;
     const unsigned char *s = send;
@@ -298,8 +303,8 @@ int vf_a2a_run(vf_a2a *a, const void *send, void *recv, size_t chunk, vf_status 
     for (int i = 0; i < a->n; i++)
         if (h->chunk[bank][i] != chunk)
             return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                                 "all-to-all %s: call %llu: rank %d sends chunks of %llu bytes, rank %d of %zu",
-                                 a->name, (unsigned long long)a->calls, i, (unsigned long long)h->chunk[bank][i],
+                                 "all-to-all \"%s\": call %llu: rank %d sends chunks of %llu bytes, rank %d of %zu",
+                                 a->key, (unsigned long long)a->calls, i, (unsigned long long)h->chunk[bank][i],
                                  me, chunk);
     if (chunk) memmove(r + (size_t)me * chunk, s + (size_t)me * chunk, chunk);
     for (int i = 0; i < a->n; i++)

@@ -217,7 +217,8 @@ VF_TEST(each_rank_is_deterministic)
 {
     shared_out *a = run_case_keep(2, 3, 2, 2, VF_DIT_KEEP, true), *b = run_case_keep(2, 3, 2, 2, VF_DIT_KEEP, true);
     VF_CHECK(a && b);
-    if (a && b) VF_CHECK(memcmp(a->v[1], b->v[1], sizeof a->v[1]) == 0 && memcmp(a->v[2], b->v[2], sizeof a->v[2]) == 0);
+    if (a && b)
+        VF_CHECK(memcmp(a->v[1], b->v[1], sizeof a->v[1]) == 0 && memcmp(a->v[2], b->v[2], sizeof a->v[2]) == 0);
     if (a) munmap(a, sizeof *a);
     if (b) munmap(b, sizeof *b);
 }

@@ -128,7 +128,7 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     dit_lora_fwd(p, blk, BT_SV_W, s->v, s->m1, N, D, D);
     be->rmsnorm_rope_fwd(be, s->qr, s->rstdq, s->q, W(BT_SNQ), cs, sn, B, L, H, Dh, eps);
     be->rmsnorm_rope_fwd(be, s->kr, s->rstdk, s->k, W(BT_SNK), cs, sn, B, L, H, Dh, eps);
-    if (!att_kept) be->attention_fwd(be, s->a, s->lse1, s->qr, s->kr, s->v, B, L, L, H, Dh, scale);
+    if (!att_kept) dit_self_att_fwd(p, s->a, s->lse1, s->qr, s->kr, s->v, B, L, scale);
     dit_lin_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     dit_lora_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     be->gated_add_fwd(be, s->x1, x, gate1, s->o, B, L, D);
@@ -282,8 +282,7 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, B, L, D);
     dit_lin_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D, WR);
     dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
-    be->attention_bwd(be, g[0], g[5], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, L, H,
-                      Dh, scale);
+    dit_self_att_bwd(p, g[0], g[5], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, scale);
     /* dq, dk before RMSNorm+RoPE into g[2], g[3], beside dv in g[4]: one stride */
     be->rmsnorm_rope_bwd(be, g[2], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, cs, sn, B, L, H, Dh);
     be->rmsnorm_rope_bwd(be, g[3], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, cs, sn, B, L, H, Dh);

@@ -50,6 +50,7 @@ void dit_rope_prepare(vf_dit_part *p, const vf_dit_dims *d)
     const vf_dit_config *c = &p->pl.c;
     int g[3] = {d->T / c->patch[0], d->H / c->patch[1], d->W / c->patch[2]};
     if (g[0] == p->rope_grid[0] && g[1] == p->rope_grid[1] && g[2] == p->rope_grid[2]) return;
+    if (dit_sp_rope(p, g)) return;
     int64_t n = (int64_t)g[0] * g[1] * g[2] * (c->head_dim / 2);
     float *hc = p->host, *hs = p->host + n;
     vf_dit_rope_tables(c, g[0], g[1], g[2], hc, hs);

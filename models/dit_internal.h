@@ -248,6 +248,13 @@ struct vf_dit_part {
     /* the frozen base in FP8 (dit_fp8.h; NULL: params hold the whole range): params is
      * then its packed rest, and the block linears run on its bytes */
     const struct vf_dit_fp8 *fp8;
+    /* sequence parallelism (dit_sp.c; sp NULL: one rank): the ranks' group, the
+     * self-attention's scratch, and the first error of a pass's all-to-alls (the block's
+     * ops return none: the pass reports it when its blocks are done) */
+    const struct vf_dit_sp *sp;
+    void *spw[5];
+    int sp_rc;
+    vf_status sp_st;
 };
 
 /* Weight / gradient of tensor `idx` (must lie in the partition's range). */
@@ -302,6 +309,19 @@ void dit_lin_fwd(vf_dit_part *p, int blk, int k, void *out, const void *in, int6
                  int64_t C, int64_t OC);
 void dit_lin_bwd(vf_dit_part *p, int blk, int k, void *dinp, const void *dout, const void *in,
                  int64_t rows, int64_t C, int64_t OC, vf_grad_mode mode);
+/* dit_sp.c: a block's self-attention, (B, L, heads, head_dim) of this rank's tokens: over
+ * the ranks' all-to-all with p->sp (a failure kept in p->sp_rc), else the backend's op. */
+void dit_self_att_fwd(vf_dit_part *p, void *out, float *lse, const void *q, const void *k, const void *v,
+                      int64_t B, int64_t L, float scale);
+void dit_self_att_bwd(vf_dit_part *p, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                      const void *k, const void *v, const void *out, const float *lse, int64_t B, int64_t L,
+                      float scale);
+/* The pass's first all-to-all error into st (and cleared), or 0. */
+int dit_sp_error(vf_dit_part *p, vf_status *st);
+/* With p->sp: the RoPE rows of this rank's tokens of grid g (pads: angle 0) into
+ * p->w.rcos/rsin; 1 done, 0 without sp. */
+int dit_sp_rope(vf_dit_part *p, const int g[3]);
+void dit_sp_free(vf_dit_part *p);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

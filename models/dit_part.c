@@ -13,6 +13,7 @@
  * rather than recomputed.
  */
 #include "models/dit_internal.h"
+#include "models/dit_sp.h"
 
 #include <stdio.h>
 
@@ -81,6 +82,7 @@ void vf_dit_part_free(vf_dit_part *p)
     if (!p) return;
     if (p->wmem) p->be->free(p->be, p->wmem);
     if (p->lmem) p->be->free(p->be, p->lmem);
+    dit_sp_free(p);
     vf_free(p->host);
     vf_free(p);
 }
@@ -166,11 +168,13 @@ static int check_dims(const vf_dit_part *p, const vf_dit_dims *d, vf_status *st)
                              "dit: batch geometry B=%d T=%d H=%d W=%d must be positive and "
                              "divisible by the patch (%d,%d,%d)", d->B, d->T, d->H, d->W,
                              c->patch[0], c->patch[1], c->patch[2]);
-    if (d->L != vf_dit_tokens(c, d))
+    /* a sequence-parallel rank holds Lr of a sample's tokens */
+    int64_t want = p->sp ? p->sp->Lr : vf_dit_tokens(c, d);
+    if (d->L != want || (p->sp && p->sp->L != vf_dit_tokens(c, d)))
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
-                             "dit: batch geometry T=%d H=%d W=%d makes %lld tokens a sample, its dims say %lld "
+                             "dit: batch geometry T=%d H=%d W=%d makes %lld tokens a sample%s, its dims say %lld "
                              "(make them with vf_dit_dims_of)", d->T, d->H, d->W, (long long)vf_dit_tokens(c, d),
-                             (long long)d->L);
+                             p->sp ? " (of which a rank holds its share)" : "", (long long)d->L);
     if (d->B > p->pl.B || d->L > p->pl.L || d->B * d->L > p->pl.N)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit partition [%d, %d): batch of %d x %lld tokens exceeds the "
@@ -215,6 +219,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
         void *y = (i + 1 < pl->nb || pl->last) ? sv->xs[i + 1] : out->x;
         dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], y, sv->e0, sv->ctx, s, false);
     }
+    VF_TRY(dit_sp_error(p, st));
     if (pl->last) {
         dit_head_fwd(p, d, sv);
     } else {
@@ -297,6 +302,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, sv->xs[i], sv->ctx, s);
         cur = nxt;
     }
+    VF_TRY(dit_sp_error(p, st));
     if (pl->first && p->grads) /* a frozen base (LoRA) needs no embedding gradients */
         dit_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
     else if (cur != g->x)

@@ -186,6 +186,36 @@ vf_tensor *vf_tensor_view(vf_dtype dt, int ndim, const int64_t *shape, vf_device
  * that shares memory (it aliases the lender's bytes). False for a copy. */
 bool vf_tensor_is_view(const vf_tensor *t);
 
+/* ---- all-to-all among ranks
+ *
+ * The N processes of one node that share a job (the ranks of a sequence-parallel
+ * partition) exchange equal chunks: rank i's chunk j goes to rank j, which finds it as
+ * its chunk i — the tokens <-> heads exchange around self-attention. Over shared memory
+ * (runtime/edge/a2a_shm.c): every rank opens the group with the same key (unique to the
+ * run and the group: a run dir and a partition name), the same nranks and chunk_max, and
+ * then calls vf_a2a_run the same number of times with the same chunk size; a call returns
+ * once every rank has entered it. The result is the bytes sent, whatever the timing.
+ * A rank that closes, dies, is cancelled or misses the deadline makes the others' calls
+ * fail (VF_ESTOPPED, VF_ETIMEOUT) instead of hang; ranks that disagree on a size fail
+ * with VF_EINVAL naming both. */
+#define VF_A2A_MAX_RANKS 64
+typedef struct vf_a2a vf_a2a;
+typedef struct vf_a2a_opts {
+    int timeout_ms;              /* longest wait for the other ranks, per call; 0 = 10 minutes */
+    bool (*cancel)(void *user);  /* polled while waiting (e.g. vf_aborting): true gives up */
+    void *user;
+} vf_a2a_opts;
+/* Joins the group `key` as rank `rank` of nranks, for chunks up to chunk_max bytes;
+ * rank 0 makes the shared memory (2·nranks² chunks), the others wait for it. o may be
+ * NULL. Caller owns *out: vf_a2a_close. */
+int vf_a2a_open(const char *key, int nranks, int rank, size_t chunk_max, const vf_a2a_opts *o, vf_a2a **out,
+                vf_status *st);
+/* send: nranks chunks of `chunk` bytes, the j-th for rank j; recv: nranks chunks, the
+ * i-th from rank i. send and recv are the same buffer or do not overlap; neither is
+ * kept after the call. */
+int vf_a2a_run(vf_a2a *a, const void *send, void *recv, size_t chunk, vf_status *st);
+void vf_a2a_close(vf_a2a *a); /* NULL is fine */
+
 /* bf16 / f16 conversion (round to nearest even). */
 uint16_t vf_f32_to_bf16(float f);
 float vf_bf16_to_f32(uint16_t h);

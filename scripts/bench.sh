@@ -12,6 +12,7 @@
 #   checkpoint  bench_checkpoint.sh: step time with async / sync checkpoints against none,
 #               the 1F1B bubble against theory
 #   vae         bench_vae.py: the VAE encoder against PyTorch's conv3d (Debian's torch)
+#   sp          bench_sp.sh: the sequence-parallel all-to-all of 2-4 processes against memcpy
 #
 # By default each runs with fewer repeats and smaller sizes than the README's figures
 # (a few minutes in all on an idle 2-core machine); BENCH_FULL=1 runs them as measured
@@ -64,6 +65,7 @@ if [ "$full" = 1 ]; then
   bench precompute bench/bench_precompute.sh "$build"
   bench checkpoint bench/bench_checkpoint.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1
+  bench sp bench/bench_sp.sh "$build" 32 10 3 4
 else
   bench matmul "$build/bench/bench_matmul" 1
   bench edges "$build/bench/bench_edges" 8 20000 1
@@ -72,6 +74,7 @@ else
   bench precompute env REPEATS=1 RSS_SIZES=64 bench/bench_precompute.sh "$build"
   bench checkpoint env STEPS=20 REPEATS=1 BSTEPS=8 bench/bench_checkpoint.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1 --quick
+  bench sp bench/bench_sp.sh "$build" 8 5 1 3
 fi
 
 echo

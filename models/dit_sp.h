@@ -1,0 +1,73 @@
+/* dit_sp.h — Ulysses sequence parallelism of the DiT's self-attention: the N ranks of a
+ * partition each hold a contiguous range of the tokens, and around self-attention they
+ * trade tokens for heads with an all-to-all (vflow.h vf_a2a), so that each rank attends
+ * over every token for H/N of the heads, and trade back after it.
+ *
+ * Tokens: a sequence of L tokens is cut into N ranges of Lr = ceil(L/N) tokens, rank r
+ * holding [r·Lr, (r+1)·Lr); the last ranks' ranges run past L, and those pad tokens are
+ * kept out of every real token's result: the keys and values are cut to the L real ones
+ * before attention, so a pad is never attended to. Its own query rows come out as
+ * attention over the real keys, which the caller masks (the loss gives pads no gradient).
+ * Heads: rank r attends with heads [r·H/N, (r+1)·H/N), so H % N == 0.
+ *
+ * Layouts (act dtype, B samples): local q, k, v, out, dout, dq, dk, dv are (B, Lr, H, Dh);
+ * the heads layout a rank attends in is (B, N·Lr, H/N, Dh), as many elements. Each row
+ * of every (b, head) attention is computed by the same kernel over the same keys as
+ * without SP, so the results are the same bits as one rank's attention over the whole
+ * sequence. The all-to-all runs over host memory: the CPU backend.
+ */
+#ifndef VF_DIT_SP_H
+#define VF_DIT_SP_H
+
+#include "kernels/ops.h"
+#include "models/dit.h"
+
+typedef struct vf_dit_sp {
+    vf_a2a *a2a;     /* the partition's group (not owned); NULL with one rank */
+    int n, rank;     /* ranks N and this one */
+    int64_t L, Lr;   /* real tokens of the sequence, tokens each rank holds */
+} vf_dit_sp;
+
+/* The geometry of rank `rank` of n over L tokens with H heads; VF_EUSAGE naming both
+ * numbers when n does not divide H. a2a may be NULL only when n is 1. */
+int vf_dit_sp_init(vf_dit_sp *sp, vf_a2a *a2a, int n, int rank, int64_t L, int64_t H, vf_status *st);
+/* This rank's real tokens: [*lo, *lo + *count) of the sequence (count may be 0). */
+void vf_dit_sp_range(const vf_dit_sp *sp, int64_t *lo, int64_t *count);
+
+/* Elements of one local tensor (B, Lr, H, Dh), and of each scratch buffer the
+ * attention takes: four forward, five backward, owned by the caller. */
+int64_t vf_dit_sp_elems(const vf_dit_sp *sp, int64_t B, int64_t H, int64_t Dh);
+#define VF_DIT_SP_WORK_FWD 4
+#define VF_DIT_SP_WORK_BWD 5
+
+/* The self-attention over the whole sequence of the local q, k, v (B, Lr, H, Dh): out
+ * (B, Lr, H, Dh) and lse (B, H/N, N·Lr) f32, which the backward takes as they are (in
+ * the place of ops.h attention_fwd's). Errors of the all-to-all (a rank gone, a
+ * mismatch) come back with their message. */
+int vf_dit_sp_attention_fwd(vf_backend *be, const vf_dit_sp *sp, void *out, float *lse, const void *q,
+                            const void *k, const void *v, int64_t B, int64_t H, int64_t Dh, float scale,
+                            void *const work[VF_DIT_SP_WORK_FWD], vf_status *st);
+/* dq, dk, dv (local, WRITTEN; none may be NULL) of that attention, from the local dout,
+ * q, k, v, out and lse; the pad rows of dout are taken as zero (a pad has no loss), and
+ * dk, dv of pad rows come out zero. */
+int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void *dk, void *dv, const void *dout,
+                            const void *q, const void *k, const void *v, const void *out, const float *lse,
+                            int64_t B, int64_t H, int64_t Dh, float scale, void *const work[VF_DIT_SP_WORK_BWD],
+                            vf_status *st);
+
+/* For sp = n ranks over sequences of up to L tokens, micro-batches of up to B samples
+ * of model c in element size as: the bytes of one all-to-all chunk (what the group's
+ * vf_a2a_open takes as chunk_max), and the device bytes vf_dit_part_set_sp allocates for
+ * the attention's scratch (what a memory plan adds to the partition's). */
+size_t vf_dit_sp_chunk_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as);
+int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as);
+
+/* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
+ * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
+ * whole latent, whose tokens are sp->L), p made for such dims. The partition holds blocks
+ * only (its neighbours hold the embeddings and the head, which take whole sequences):
+ * VF_EUSAGE otherwise. Its all-to-all failures come back from vf_dit_part_forward and
+ * vf_dit_part_backward. */
+int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st);
+
+#endif /* VF_DIT_SP_H */

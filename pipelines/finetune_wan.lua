@@ -30,7 +30,9 @@
 -- the cache exists), lora_rank (off: train every weight; N: rank-N LoRA adapters on the
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
--- docs/TRAINING.md#lora-adapters-on-a-frozen-base).
+-- docs/TRAINING.md#lora-adapters-on-a-frozen-base), swap_blocks (0; with LoRA: the last K
+-- blocks of each partition keep their frozen weights in pinned host memory, streamed in
+-- ahead of use; README "Block swap").
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -62,6 +64,7 @@ local dit = p:pipeline_parallel(model, {
   micro_batches = a.micro_batches or 1,
   recompute = a.recompute ~= false,
   devices = devices,
+  swap_blocks = a.swap_blocks,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-5,

@@ -34,6 +34,8 @@
 --   lora_alpha lora_targets   their alpha (rank) and target patterns, comma-separated
 --                  (self_attn.*,cross_attn.*,ffn.*)
 --   lora_init      start the adapters from this LoRA file                  (A random, B zero)
+--   swap_blocks    with LoRA: the last K blocks of each partition keep their frozen
+--                  weights in host memory, streamed in ahead of use        (0)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   isolate        one process per partition / shard / writer (true/false) (true)
 --   nodes          spread the partitions (and replicas) over this many nodes of a
@@ -73,6 +75,7 @@ local dit = p:pipeline_parallel(model, {
   replicas = a.replicas or 1,
   isolate = isolate,
   nodes = a.nodes,
+  swap_blocks = a.swap_blocks,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-3,

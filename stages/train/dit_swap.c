@@ -19,7 +19,7 @@ int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st)
     if (K >= b1 - b0)
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
                              "dit partition %d: swap_blocks %d is not below the partition's %d blocks "
-                             "(blocks [%d, %d)); at most %d", p, K, b1 - b0, b0, b1, b1 - b0 - 1);
+                             "[%d, %d) (at most %d)", p, K, b1 - b0, b0, b1, b1 - b0 - 1);
     return 0;
 }
 

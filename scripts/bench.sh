@@ -11,6 +11,8 @@
 #   precompute  bench_precompute.sh: clips/s and peak RSS per worker, RSS at 17 vs 65 frames
 #   checkpoint  bench_checkpoint.sh: step time with async / sync checkpoints against none,
 #               the 1F1B bubble against theory
+#   swap        bench_swap.sh: LoRA step time with K blocks' base swapped against none, and
+#               the share of the copies hidden behind compute
 #   vae         bench_vae.py: the VAE encoder against PyTorch's conv3d (Debian's torch)
 #
 # By default each runs with fewer repeats and smaller sizes than the README's figures
@@ -63,6 +65,7 @@ if [ "$full" = 1 ]; then
   bench decode bench/bench_decode.sh "$build" 1 2
   bench precompute bench/bench_precompute.sh "$build"
   bench checkpoint bench/bench_checkpoint.sh "$build"
+  bench swap bench/bench_swap.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1
 else
   bench matmul "$build/bench/bench_matmul" 1
@@ -71,6 +74,7 @@ else
   bench decode env REPEATS=1 bench/bench_decode.sh "$build" 1
   bench precompute env REPEATS=1 RSS_SIZES=64 bench/bench_precompute.sh "$build"
   bench checkpoint env STEPS=20 REPEATS=1 BSTEPS=8 bench/bench_checkpoint.sh "$build"
+  bench swap env STEPS=6 REPEATS=1 DEPTH=4 K=2 bench/bench_swap.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1 --quick
 fi
 

@@ -45,6 +45,10 @@
 #                     the DiT step in PyTorch (bench_cuda_dit.py), torch.compile, eager
 #   vae_large         the same VAE comparison at 81x480x832
 #   ipc               CUDA IPC handoff between two processes vs a device copy
+#   swap_vflow        block swap: a LoRA step (Wan-1.3B dims, recompute) with the whole
+#                     frozen base on the GPU, then with the last depth−4 blocks streamed
+#                     from pinned host memory on the copy stream: step times, their
+#                     ratio, the copies' own time and the share of it hidden
 #
 # The environment it sets up: the pack's libraries and PyTorch's cuDNN wheel (vflow
 # dlopens libcudnn.so.9) on LD_LIBRARY_PATH; the carried wheels in .whl/ installed with
@@ -288,6 +292,7 @@ section dit_torch_compile 210 1 "$PY" "$SRC/bench/bench_cuda_dit.py" step --pres
 section dit_torch_eager 80 1 "$PY" "$SRC/bench/bench_cuda_dit.py" step --preset wan-1.3b $DITPY
 section vae_large 150 1 "$PY" "$SRC/bench/bench_cuda_vae.py" "$BUILD" --shape $VLARGE --repeat 2 --budget 140
 section ipc 40 0 "$BUILD/tests/gpu_test_cuda_xfer" bench $SIZES
+section swap_vflow 90 0 "$B" swap preset=wan-1.3b $DIT
 
 # ---------------------------------------------------------------- results
 echo "== results ($(( $(date +%s) - START )) s so far)"

@@ -15,6 +15,14 @@
  *       (kernels/phases.h: CUDA events around each op) and reports where it went:
  *       attention, GEMM, norm/elementwise, optimizer, transfers, memsets, and the idle
  *       time between ops; the timed steps before it run with the timer off.
+ *   bench_cuda_dit swap [preset=wan-1.3b] [B=1] [T=13] [H=48] [W=84] [K=depth-4] [rank=32]
+ *                       [steps=4] [warmup=1]
+ *       block swap (models/dit.h vf_dit_part_set_swap): a LoRA step (rank-32 adapters on
+ *       every block linear, recompute, one partition) with the whole frozen base on the
+ *       device, then with the base of the last K blocks streamed from pinned host memory
+ *       through the ring on the copy stream, same process. Median step times, their
+ *       ratio, the copies' own time (each pass's K blocks copied alone, timed) and the
+ *       share of it hidden behind compute: 1 − (swap − resident) / copies.
  *   bench_cuda_dit attn [B=1] [L=13104] [Lk=L] [H=12] [D=128] [iters=20]
  *       attention forward and forward+backward alone: TFLOP/s with the usual counts
  *       (forward 4·B·H·Lq·Lk·D, backward 2.5x that).
@@ -35,6 +43,7 @@
 #include "kernels/ops.h"
 #include "kernels/phases.h"
 #include "models/dit.h"
+#include "models/dit_lora.h"
 #include "runtime/philox.h"
 #ifdef VFLOW_HAVE_CUDA
 #include "kernels/cuda/cuda_internal.h"
@@ -277,11 +286,119 @@ static int attn_bench(int argc, char **argv, vf_backend *be)
     return 0;
 }
 
+/* Median time of `steps` LoRA steps of partition p (after `warmup`); the adapters'
+ * gradients are zeroed each step, the optimizer is left out (it does not touch the base). */
+static int lora_steps(vf_backend *be, vf_dit_part *p, vf_dit_saved *sv, const vf_dit_batch *b, void *lg, size_t lgb,
+                      int steps, int warmup, double *median, vf_status *st)
+{
+    double *times = malloc(sizeof(double) * (size_t)(steps + warmup)), loss;
+    for (int s = 0; s < steps + warmup; s++) {
+        double t0 = now_s();
+        be->memset0(be, lg, lgb);
+        if (vf_dit_part_forward(p, b, NULL, NULL, sv, st) || vf_dit_part_loss(p, b, sv, 1.0f, &loss, st) ||
+            vf_dit_part_backward(p, b, sv, NULL, st) || be->sync(be, st)) {
+            free(times);
+            return -1;
+        }
+        times[s] = now_s() - t0;
+        fprintf(stderr, "step %d: %.1f ms, loss %.4f\n", s, times[s] * 1e3, loss);
+    }
+    qsort(times + warmup, (size_t)steps, sizeof *times, cmp_d);
+    *median = times[warmup + steps / 2];
+    free(times);
+    return 0;
+}
+
+static int swap_bench(int argc, char **argv, vf_backend *be)
+{
+    vf_status st = {0};
+    vf_dit_config c;
+    if (vf_dit_preset(arg(argc, argv, "preset", "wan-1.3b"), &c, &st)) DIE("%s", st.msg);
+    const vf_dit_dims d = vf_dit_dims_of(&c, IARG("B", "1"), IARG("T", "13"), IARG("H", "48"), IARG("W", "84"));
+    const int K = IARG("K", "0") > 0 ? IARG("K", "0") : c.depth - 4, steps = IARG("steps", "4");
+    const int warmup = IARG("warmup", "1");
+    vf_dit_layout *l = NULL;
+    vf_dit_lora *lo = NULL;
+    if (vf_dit_layout_new(&c, &l, &st)) DIE("%s", st.msg);
+    vf_dit_lora_cfg lc = {.rank = IARG("rank", "32"), .alpha = IARG("rank", "32"), .ntargets = 1};
+    snprintf(lc.targets[0], sizeof lc.targets[0], "*");
+    if (vf_dit_lora_new(l, &lc, &lo, &st)) DIE("%s", st.msg);
+    const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
+    const int64_t P = l->total, LT = lo->l->total, nlat = (int64_t)d.B * c.z * d.T * d.H * d.W;
+    int64_t hole, hole_n, blk_n;
+    vf_dit_swap_split(l, 0, c.depth, K, &hole, &hole_n, &blk_n);
+    void *w = be->alloc(be, (size_t)P * as, &st), *wr = be->alloc(be, (size_t)(P - hole_n) * as, &st);
+    void *host = be->alloc_pinned(be, (size_t)hole_n * as, &st);
+    void *lp = be->alloc(be, (size_t)LT * as, &st), *lg = be->alloc(be, (size_t)LT * gs, &st);
+    void *xt = be->alloc(be, (size_t)nlat * as, &st), *tg = be->alloc(be, (size_t)nlat * as, &st);
+    if (!w || !wr || !host || !lp || !lg || !xt || !tg) DIE("alloc: %s", st.msg);
+    {
+        float *h = randn(P, 1, 0.02f), *a = randn(LT, 6, 0.01f);
+        be->upload(be, w, h, P, be->act_dtype);
+        be->upload(be, wr, h, hole, be->act_dtype);
+        be->upload(be, (char *)wr + (size_t)hole * as, h + hole + hole_n, P - hole - hole_n, be->act_dtype);
+        vf_backend_cpu()->upload(vf_backend_cpu(), host, h + hole, hole_n, be->act_dtype);
+        be->upload(be, lp, a, LT, be->act_dtype);
+        float *x = randn(nlat, 3, 1.0f), *y = randn(nlat, 4, 1.0f);
+        be->upload(be, xt, x, nlat, be->act_dtype);
+        be->upload(be, tg, y, nlat, be->act_dtype);
+        free(h), free(a), free(x), free(y);
+    }
+    float t[8];
+    int32_t tl[8], *text = malloc(sizeof(int32_t) * (size_t)(d.B * c.text_len));
+    for (int i = 0; i < d.B && i < 8; i++) {
+        t[i] = 0.3f + 0.1f * (float)i, tl[i] = c.text_len * 3 / 4;
+        for (int j = 0; j < c.text_len; j++) text[i * c.text_len + j] = 'a' + (i + j) % 26;
+    }
+    float *emb = c.text_emb ? randn((int64_t)d.B * c.text_len * c.text_dim, 5, 1.0f) : NULL;
+    vf_dit_batch b = {.dims = d, .x_t = xt, .t = t, .text = text, .text_emb = emb, .text_len = tl, .target = tg};
+    double ms[2];
+    for (int mode = 0; mode < 2; mode++) { /* 0: the whole base resident, 1: K blocks swapped */
+        vf_dit_part *p = NULL;
+        vf_dit_saved *sv = NULL;
+        if (vf_dit_part_new(be, l, 0, c.depth, &d, 1, mode ? wr : w, NULL, &p, &st) ||
+            vf_dit_part_set_lora(p, lo, lp, lg, &st) || (mode && vf_dit_part_set_swap(p, K, host, &st)) ||
+            vf_dit_saved_new(p, &sv, &st) || lora_steps(be, p, sv, &b, lg, (size_t)LT * gs, steps, warmup, &ms[mode], &st))
+            DIE("swap bench, %s: %s", mode ? "swapped" : "resident", st.msg);
+        vf_dit_saved_free(sv);
+        vf_dit_part_free(p);
+    }
+    /* the copies alone: a forward's and a backward's K blocks through two buffers */
+    void *q = be->swap_new(be, 2, &st), *ring[2] = {be->alloc(be, (size_t)blk_n * as, &st), NULL};
+    ring[1] = ring[0] ? be->alloc(be, (size_t)blk_n * as, &st) : NULL;
+    if (!q || !ring[1]) DIE("copy queue: %s", st.msg);
+    double t0 = now_s();
+    for (int j = 0; j < 2 * K; j++) {
+        be->swap_in(be, q, j % 2, ring[j % 2], (char *)host + (size_t)(j % K) * blk_n * as, (size_t)blk_n * as);
+        be->swap_wait(be, q, j % 2);
+    }
+    if (be->sync(be, &st)) DIE("copies: %s", st.msg);
+    const double copy = now_s() - t0;
+    be->swap_free(be, q);
+    be->free(be, ring[0]), be->free(be, ring[1]);
+    double hidden = 1.0 - (ms[1] - ms[0]) / copy;
+    hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
+    printf("vflow block swap: %s K=%d of %d blocks (%.1f MiB each), recompute, LoRA rank %d: resident %.1f ms, "
+           "swapped %.1f ms (ratio %.3f); copies alone %.1f ms a step, %.0f %% hidden\n",
+           arg(argc, argv, "preset", "wan-1.3b"), K, c.depth, (double)blk_n * (double)as / 1048576.0, lc.rank,
+           ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0], copy * 1e3, 100 * hidden);
+    printf("{\"bench\":\"swap\",\"K\":%d,\"depth\":%d,\"resident_ms\":%.3f,\"swap_ms\":%.3f,\"ratio\":%.4f,"
+           "\"copy_ms\":%.3f,\"hidden\":%.4f}\n", K, c.depth, ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0], copy * 1e3,
+           hidden);
+    free(text), free(emb);
+    void *bufs[] = {w, wr, lp, lg, xt, tg};
+    for (int i = 0; i < 6; i++) be->free(be, bufs[i]);
+    be->free_pinned(be, host);
+    vf_dit_lora_free(lo);
+    vf_dit_layout_free(l);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     vf_status st = {0};
-    if (argc < 2 || (strcmp(argv[1], "step") && strcmp(argv[1], "attn"))) {
-        fprintf(stderr, "usage: bench_cuda_dit step|attn [key=value ...]\n");
+    if (argc < 2 || (strcmp(argv[1], "step") && strcmp(argv[1], "attn") && strcmp(argv[1], "swap"))) {
+        fprintf(stderr, "usage: bench_cuda_dit step|attn|swap [key=value ...]\n");
         return 2;
     }
     /* device=cpu runs the same code on the CPU backend (a check of the harness, with a
@@ -299,5 +416,6 @@ int main(int argc, char **argv)
         if (vf_cuda_attn_use(attn, &st)) DIE("attn=%s: %s", attn, st.msg);
 #endif
     }
+    if (strcmp(argv[1], "swap") == 0) return swap_bench(argc, argv, be);
     return strcmp(argv[1], "step") == 0 ? step_bench(argc, argv, be) : attn_bench(argc, argv, be);
 }

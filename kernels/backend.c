@@ -70,6 +70,17 @@ static void *cpu_alloc_shared(vf_backend *be, size_t bytes, vf_status *st)
     return vf_alloc_shared(bytes, st);
 }
 static void cpu_free_shared(vf_backend *be, void *p) { (void)be, vf_free_shared(p); }
+static void *cpu_swap_new(vf_backend *be, int slots, vf_status *st) { return (void)be, vf_cpu_swap_new(slots, st); }
+static void cpu_swap_free(vf_backend *be, void *q) { (void)be, vf_cpu_swap_free(q); }
+static void cpu_swap_in(vf_backend *be, void *q, int slot, void *dst, const void *src, size_t bytes)
+{
+    (void)be, vf_cpu_swap_in(q, slot, dst, src, bytes);
+}
+static void cpu_swap_wait(vf_backend *be, void *q, int slot) { (void)be, vf_cpu_swap_wait(q, slot); }
+static void cpu_swap_stats(vf_backend *be, void *q, double *copy_s, double *wait_s)
+{
+    (void)be, vf_cpu_swap_stats(q, copy_s, wait_s);
+}
 static void cpu_memset0(vf_backend *be, void *p, size_t bytes) { (void)be, memset(p, 0, bytes); }
 static void cpu_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt)
 {
@@ -344,6 +355,11 @@ static vf_backend cpu_backend = {
     .copy = cpu_copy,
     .copy2d = cpu_copy2d,
     .sync = cpu_sync,
+    .swap_new = cpu_swap_new,
+    .swap_free = cpu_swap_free,
+    .swap_in = cpu_swap_in,
+    .swap_wait = cpu_swap_wait,
+    .swap_stats = cpu_swap_stats,
     .graph_begin = cpu_graph_begin,
     .graph_end = cpu_graph_end,
     .matmul_fwd = cpu_matmul_fwd,

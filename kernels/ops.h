@@ -79,6 +79,22 @@ struct vf_backend {
                    size_t width, size_t rows);
     int (*sync)(vf_backend *be, vf_status *st);
 
+    /* ---- block swap: weights kept in host memory and streamed into device buffers ahead
+     * of use, on a copy stream beside the compute stream, so that a copy runs while the
+     * ops before it compute. The weights' host memory is alloc_pinned's. swap_new: a copy queue with `slots` numbered slots (events); caller owns
+     * it (swap_free, which waits for its copies). swap_in: copy `bytes` from host src to
+     * device dst on the queue, starting only after every op enqueued on the compute
+     * stream so far (the slot's previous user of dst is done), and mark `slot` by it.
+     * swap_wait: ops enqueued after it start only once slot's latest copy has landed.
+     * swap_stats: seconds the queue's copies took, and seconds the caller waited for
+     * them at swap_wait (0 where the backend cannot tell: the CUDA backend waits on the
+     * device, not on the host). On the CPU the copy stream is a thread of the queue. */
+    void *(*swap_new)(vf_backend *be, int slots, vf_status *st);
+    void (*swap_free)(vf_backend *be, void *q);
+    void (*swap_in)(vf_backend *be, void *q, int slot, void *dst, const void *src, size_t bytes);
+    void (*swap_wait)(vf_backend *be, void *q, int slot);
+    void (*swap_stats)(vf_backend *be, void *q, double *copy_s, double *wait_s);
+
     /* ---- recorded units (CUDA graphs). The ops a caller enqueues between graph_begin and
      * graph_end form one unit named by key[0..nkey): words that determine the unit's work
      * completely (what it is, its shapes, every pointer its ops touch; nkey ≤ 128).

@@ -28,6 +28,8 @@
     X(alloc_pinned, memory) X(free_pinned, memory)                                 \
     X(memset0, memory) X(upload, memory)                                           \
     X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
+    X(swap_new, swap) X(swap_free, swap)    \
+    X(swap_in, swap) X(swap_wait, swap) X(swap_stats, swap)                        \
     X(graph_begin, graph) X(graph_end, graph)                                      \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(matmul_gelu_fwd, matmul) X(matmul_dgelu_bwd, matmul)                         \

@@ -264,6 +264,19 @@ static void *w_alloc_pinned(vf_backend *be, size_t bytes, vf_status *st)
 }
 static void w_free_pinned(vf_backend *be, void *ptr) { PH(be)->inner->free_pinned(PH(be)->inner, ptr); }
 static int w_sync(vf_backend *be, vf_status *st) { return PH(be)->inner->sync(PH(be)->inner, st); }
+/* the block-swap copies run on their own stream, beside the phases of the compute stream:
+ * passed through untimed (swap_stats measures them) */
+static void *w_swap_new(vf_backend *be, int slots, vf_status *st) { return PH(be)->inner->swap_new(PH(be)->inner, slots, st); }
+static void w_swap_free(vf_backend *be, void *q) { PH(be)->inner->swap_free(PH(be)->inner, q); }
+static void w_swap_in(vf_backend *be, void *q, int slot, void *dst, const void *src, size_t bytes)
+{
+    PH(be)->inner->swap_in(PH(be)->inner, q, slot, dst, src, bytes);
+}
+static void w_swap_wait(vf_backend *be, void *q, int slot) { PH(be)->inner->swap_wait(PH(be)->inner, q, slot); }
+static void w_swap_stats(vf_backend *be, void *q, double *copy_s, double *wait_s)
+{
+    PH(be)->inner->swap_stats(PH(be)->inner, q, copy_s, wait_s);
+}
 
 const char *vf_phase_name(vf_phase ph)
 {

@@ -121,7 +121,7 @@ return function(vf)
   end
 
   local PP_OPTS = { "stages", "micro_batches", "recompute", "recompute_attention", "devices", "replicas", "name",
-                    "isolate", "nodes", "base_dtype" }
+                    "isolate", "nodes", "base_dtype", "swap_blocks" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -152,6 +152,9 @@ return function(vf)
            P, P * D)
     end
     local isolate = opts.isolate ~= false
+    -- swap_blocks = K: in every partition, the last K blocks' frozen base stream in from
+    -- host memory (the stage checks K against the partition and the LoRA)
+    local swap = int_of(opts.swap_blocks or 0, "pipeline_parallel: swap_blocks", 0, 4096)
     -- nodes = N spreads the P x D partitions over nodes 0..N-1 in order (replica-major),
     -- so neighbouring partitions share a node where they can
     local N = int_of(opts.nodes or 1, "pipeline_parallel: nodes", 1, P * D)
@@ -166,6 +169,7 @@ return function(vf)
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,
+          swap_blocks = swap > 0 and swap or nil,
           device = dev, replicas = D, replica = r, base_dtype = opts.base_dtype,
           worker = isolate and name or nil, group = base,
           node = N > 1 and (r * P + q) * N // (P * D) or nil,

@@ -321,6 +321,25 @@ bool vf_dit_part_is_last(const vf_dit_part *p);
 /* Repoints the weights / gradients (e.g. after the optimizer swapped buffers). */
 void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads);
 
+/* Block swap (models/dit_swap.c). The last K of the partition's nb blocks keep their
+ * weights in host memory and stream into a ring of min(K, 2) device buffers ahead of use,
+ * on the backend's copy queue (ops.h "block swap"): forward walks them in order,
+ * backward in reverse, each pass enqueueing the next block's copy while a block
+ * computes. Weights only go host to device, so the base must be frozen (a partition
+ * without gradients: LoRA). vf_dit_swap_split gives the element ranges for K, relative
+ * to the partition's range: the swapped blocks' [*hole, *hole + *hole_n), one block of
+ * *blk_n elements each. vf_dit_part_set_swap: `host` (borrowed, outlives p; host memory
+ * from be->alloc_pinned) holds those hole_n elements in the act dtype, and the params
+ * given to vf_dit_part_new must then hold the range without the hole (what precedes it,
+ * then what follows). 0 < K < nb, else VF_EUSAGE naming both numbers. Allocates the ring
+ * and the copy queue. */
+void vf_dit_swap_split(const vf_dit_layout *l, int b0, int b1, int K, int64_t *hole, int64_t *hole_n,
+                       int64_t *blk_n);
+int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st);
+/* Seconds the copies of p's swap took and the compute waited for them (ops.h swap_stats;
+ * zeros without swap). */
+void vf_dit_part_swap_stats(const vf_dit_part *p, double *copy_s, double *wait_s);
+
 /* Saved activations of one micro-batch in flight (1F1B keeps up to P per partition).
  * Sized for the partition's max geometry. Caller owns *out (vf_dit_saved_free). */
 int vf_dit_saved_new(vf_dit_part *p, vf_dit_saved **out, vf_status *st);

@@ -219,6 +219,7 @@ struct vf_dit_fp8 {
     uint8_t *w8;                    /* FP8 bytes, device */
     void *wbuf;                     /* dequantisation scratch, act dtype, device */
 };
+#define DIT_SWAP_RING 2 /* ring buffers of block swap: one computes while the next copies */
 
 struct vf_dit_part {
     vf_backend *be;
@@ -255,16 +256,40 @@ struct vf_dit_part {
     void *spw[5];
     int sp_rc;
     vf_status sp_st;
+    /* Block swap (dit_swap.c; nswap 0: none): the weights of the last nswap blocks live in
+     * host memory swap_host and stream into a ring of device buffers; `params` holds the
+     * rest of the range packed, without the hole [hole, hole + hole_n) (elements from off0)
+     * the swapped blocks leave. blk_w is the ring buffer of block blk_cur while it
+     * computes (between dit_swap_enter and dit_swap_leave), else NULL. */
+    int nswap, nring;
+    const char *swap_host;
+    int64_t hole, hole_n, blk_n;
+    void *ring[DIT_SWAP_RING];
+    void *swapq;
+    char *blk_w;
+    int blk_cur;
+    bool swap_bwd;                  /* the pass in flight walks the blocks in reverse */
+    int swap_used, swap_issued;     /* uses of the pass entered, copies of it enqueued */
 };
 
-/* Weight / gradient of tensor `idx` (must lie in the partition's range). */
+/* Weight / gradient of tensor `idx` (must lie in the partition's range; with block swap
+ * a swapped block's tensor only while that block is entered). */
 static inline void *dit_w(const vf_dit_part *p, int idx)
 {
-    if (p->fp8) { /* the packed rest; an FP8 tensor is reached through dit_fp8_lin_* only */
+    if (p->fp8) { /* the packed rest; an FP8 tensor is reached through dit_fp8_lin_* only
+                   * (a partition with an FP8 base swaps no blocks: dit_swap refuses both) */
         VF_ASSERT(!vf_dit_fp8_tensor(p->l, idx) && p->fp8->at[idx] >= 0);
         return (char *)p->fp8->rest + (size_t)p->fp8->at[idx] * p->pl.as;
     }
-    return p->params + (size_t)(p->l->t[idx].offset - p->off0) * p->pl.as;
+    int64_t rel = p->l->t[idx].offset - p->off0;
+    if (p->nswap && rel >= p->hole) {
+        if (rel < p->hole + p->hole_n) {
+            int64_t at = p->hole + (int64_t)(p->blk_cur - (p->pl.b1 - p->nswap)) * p->blk_n;
+            return p->blk_w + (size_t)(rel - at) * p->pl.as;
+        }
+        rel -= p->hole_n;
+    }
+    return p->params + (size_t)rel * p->pl.as;
 }
 static inline void *dit_g(const vf_dit_part *p, int idx)
 {
@@ -322,6 +347,16 @@ int dit_sp_error(vf_dit_part *p, vf_status *st);
  * p->w.rcos/rsin; 1 done, 0 without sp. */
 int dit_sp_rope(vf_dit_part *p, const int g[3]);
 void dit_sp_free(vf_dit_part *p);
+/* dit_swap.c: block swap around the block loops. pass: a forward (backward = false) or
+ * backward pass of the blocks begins; the first ring's copies are enqueued. enter: block
+ * blk is about to compute (a swapped block: its copy is waited for and blk_w points at
+ * it); leave: it is done (its ring buffer takes the pass's next copy). No-ops without
+ * swap or for a resident block. */
+void dit_swap_pass(vf_dit_part *p, bool backward);
+void dit_swap_enter(vf_dit_part *p, int blk);
+void dit_swap_leave(vf_dit_part *p, int blk);
+/* Frees the ring and the copy queue (vf_dit_part_free). */
+void dit_swap_free(vf_dit_part *p);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

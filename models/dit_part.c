@@ -80,6 +80,7 @@ fail:
 void vf_dit_part_free(vf_dit_part *p)
 {
     if (!p) return;
+    dit_swap_free(p);
     if (p->wmem) p->be->free(p->be, p->wmem);
     if (p->lmem) p->be->free(p->be, p->lmem);
     dit_sp_free(p);
@@ -214,10 +215,13 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
         be->copy(be, sv->ctx, in->ctx, bytes_a(p, Nc * D));
     }
     dit_rope_prepare(p, d);
+    dit_swap_pass(p, false);
     for (int i = 0; i < pl->nb; i++) {
         dit_blk_saved rs, *s = pl->recompute ? recompute_area(p, sv, i, &rs) : &sv->blk[i];
         void *y = (i + 1 < pl->nb || pl->last) ? sv->xs[i + 1] : out->x;
+        dit_swap_enter(p, pl->b0 + i);
         dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], y, sv->e0, sv->ctx, s, false);
+        dit_swap_leave(p, pl->b0 + i);
     }
     VF_TRY(dit_sp_error(p, st));
     if (pl->last) {
@@ -282,6 +286,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     if (!g->x || !g->e || !g->e0 || !g->ctx)
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward needs dx, de, de0, dctx buffers",
                 pl->b0, pl->b1);
+    dit_swap_pass(p, true); /* the first copies run while the head's backward computes */
     if (pl->last) { /* the sums every block adds to; the head writes dx */
         be->memset0(be, g->e, bytes_g(p, d->B * D));
         be->memset0(be, g->e0, bytes_g(p, 6 * d->B * D));
@@ -293,6 +298,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     for (int i = pl->nb - 1; i >= 0; i--) {
         void *nxt = cur == g->x ? p->w.gx : g->x;
         dit_blk_saved rs, *s;
+        dit_swap_enter(p, pl->b0 + i);
         if (pl->recompute) { /* all but a self-attention whose result the forward kept */
             s = recompute_area(p, sv, i, &rs);
             dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s, pl->att_kept);
@@ -300,6 +306,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
             s = &sv->blk[i];
         }
         dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, sv->xs[i], sv->ctx, s);
+        dit_swap_leave(p, pl->b0 + i);
         cur = nxt;
     }
     VF_TRY(dit_sp_error(p, st));

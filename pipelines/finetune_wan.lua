@@ -31,10 +31,11 @@
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
 -- docs/TRAINING.md#lora-adapters-on-a-frozen-base), fp8_base (false; with lora_rank: the
--- frozen base's block linears held in FP8, README "FP8 base"), t_sampling (logit_normal |
--- uniform), t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none;
--- t <- s*t/(1+(s-1)*t)), t_min / t_max (0 / 1: the timesteps mapped into this range after
--- the shift).
+-- frozen base's block linears held in FP8, README "FP8 base"), swap_blocks (0; with LoRA:
+-- the last K blocks of each partition keep their frozen weights in pinned host memory,
+-- streamed in ahead of use; README "Block swap"), t_sampling (logit_normal | uniform),
+-- t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none; t <- s*t/(1+(s-1)*t)),
+-- t_min / t_max (0 / 1: the timesteps mapped into this range after the shift).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")
@@ -67,6 +68,7 @@ local dit = p:pipeline_parallel(model, {
   recompute = a.recompute ~= false,
   devices = devices,
   base_dtype = a.fp8_base == true and "fp8" or nil,
+  swap_blocks = a.swap_blocks,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-5,

@@ -40,6 +40,8 @@
 --   lora_init      start the adapters from this LoRA file                  (A random, B zero)
 --   fp8_base       with lora_rank: hold the frozen base's block linears in FP8
 --                  (README "FP8 base") (true/false)                        (false)
+--   swap_blocks    with LoRA: the last K blocks of each partition keep their frozen
+--                  weights in host memory, streamed in ahead of use        (0)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   offload        the shards' master weights and moments in host memory (true/false): the
 --                  partitions keep bf16 weights and gradients on their GPU (false)
@@ -82,6 +84,7 @@ local dit = p:pipeline_parallel(model, {
   isolate = isolate,
   nodes = a.nodes,
   base_dtype = a.fp8_base == true and "fp8" or nil,
+  swap_blocks = a.swap_blocks,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-3,

@@ -11,6 +11,8 @@
 #   precompute  bench_precompute.sh: clips/s and peak RSS per worker, RSS at 17 vs 65 frames
 #   checkpoint  bench_checkpoint.sh: step time with async / sync checkpoints against none,
 #               the 1F1B bubble against theory
+#   swap        bench_swap.sh: LoRA step time with K blocks' base swapped against none, and
+#               the share of the copies hidden behind compute
 #   vae         bench_vae.py: the VAE encoder against PyTorch's conv3d (Debian's torch)
 #   sp          bench_sp.sh: the sequence-parallel all-to-all of 2-4 processes against memcpy
 #
@@ -64,6 +66,7 @@ if [ "$full" = 1 ]; then
   bench decode bench/bench_decode.sh "$build" 1 2
   bench precompute bench/bench_precompute.sh "$build"
   bench checkpoint bench/bench_checkpoint.sh "$build"
+  bench swap bench/bench_swap.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1
   bench sp bench/bench_sp.sh "$build" 32 10 3 4
 else
@@ -73,6 +76,7 @@ else
   bench decode env REPEATS=1 bench/bench_decode.sh "$build" 1
   bench precompute env REPEATS=1 RSS_SIZES=64 bench/bench_precompute.sh "$build"
   bench checkpoint env STEPS=20 REPEATS=1 BSTEPS=8 bench/bench_checkpoint.sh "$build"
+  bench swap env STEPS=6 REPEATS=1 DEPTH=4 K=2 bench/bench_swap.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1 --quick
   bench sp bench/bench_sp.sh "$build" 8 5 1 3
 fi

@@ -34,6 +34,12 @@ const char *vf_cpu_isa(void);
 /* ---- memory (memory.c): host memory through vf_alloc (accounted to the caller). */
 void *vf_cpu_alloc(size_t bytes, vf_status *st);
 void vf_cpu_free(void *p);
+/* swap.c: block swap (ops.h): host memory, and a copy queue served by a thread */
+void *vf_cpu_swap_new(int slots, vf_status *st);
+void vf_cpu_swap_free(void *q);
+void vf_cpu_swap_in(void *q, int slot, void *dst, const void *src, size_t bytes);
+void vf_cpu_swap_wait(void *q, int slot);
+void vf_cpu_swap_stats(void *q, double *copy_s, double *wait_s);
 /* f32 host data to/from storage of dtype F32, BF16 or F16 (round to nearest even). */
 void vf_cpu_upload(void *dst, const float *src, int64_t n, vf_dtype dst_dtype);
 void vf_cpu_download(float *dst, const void *src, int64_t n, vf_dtype src_dtype);

@@ -90,13 +90,13 @@ static void *cu_alloc_pinned(vf_backend *be, size_t bytes, vf_status *st)
 {
     vf_cuda_ctx *c = vf_cuda_ctx_of(be);
     vf_account *a = vf_account_current();
-    if (vf_account_charge(a, (int64_t)bytes, st)) return NULL;
+    if (a && vf_account_charge(a, (int64_t)bytes, st)) return NULL;
     void *p = NULL;
     vf_cuda_op_begin(c);
     cudaError_t e = cudaHostAlloc(&p, bytes + PINNED_PREFIX, cudaHostAllocPortable);
     vf_cuda_op_end(c);
     if (e != cudaSuccess) {
-        vf_account_credit(a, (int64_t)bytes);
+        if (a) vf_account_credit(a, (int64_t)bytes);
         vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "cuda:%d: cudaHostAlloc of %zu bytes: %s", c->device, bytes,
                       cudaGetErrorString(e));
         return NULL;
@@ -110,7 +110,8 @@ static void cu_free_pinned(vf_backend *be, void *p)
 {
     if (!p) return;
     char *base = (char *)p - PINNED_PREFIX;
-    vf_account_credit(*(vf_account **)(base + sizeof(size_t)), (int64_t) * (size_t *)base);
+    vf_account *a = *(vf_account **)(base + sizeof(size_t));
+    if (a) vf_account_credit(a, (int64_t) * (size_t *)base);
     vf_cuda_ctx *c = vf_cuda_ctx_of(be);
     vf_cuda_op_begin(c);
     VF_CUDA_NOTE(c, cudaFreeHost(base));
@@ -242,6 +243,11 @@ static vf_backend *backend_new(int index, vf_status *st)
         .copy = vf_cuda_copy,
         .copy2d = vf_cuda_copy2d,
         .sync = cu_sync,
+        .swap_new = vf_cuda_swap_new,
+        .swap_free = vf_cuda_swap_free,
+        .swap_in = vf_cuda_swap_in,
+        .swap_wait = vf_cuda_swap_wait,
+        .swap_stats = vf_cuda_swap_stats,
         .graph_begin = vf_cuda_graph_begin,
         .graph_end = vf_cuda_graph_end,
         .matmul_fwd = vf_cuda_matmul_fwd,

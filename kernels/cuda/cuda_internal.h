@@ -156,6 +156,12 @@ void vf_cuda_download(vf_backend *be, float *dst, const void *src, int64_t n, vf
 void vf_cuda_copy(vf_backend *be, void *dst, const void *src, size_t bytes);
 void vf_cuda_copy2d(vf_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
                     size_t width, size_t rows);
+/* swap.c: block swap (ops.h): pinned host memory and a copy stream with events */
+void *vf_cuda_swap_new(vf_backend *be, int slots, vf_status *st);
+void vf_cuda_swap_free(vf_backend *be, void *q);
+void vf_cuda_swap_in(vf_backend *be, void *q, int slot, void *dst, const void *src, size_t bytes);
+void vf_cuda_swap_wait(vf_backend *be, void *q, int slot);
+void vf_cuda_swap_stats(vf_backend *be, void *q, double *copy_s, double *wait_s);
 /* layout.cu */
 void vf_cuda_permute(vf_backend *be, void *out, const void *inp, int ndim, const int64_t *shape,
                      const int *perm);

@@ -67,6 +67,9 @@ static const vf_param_spec dit_params[] = {
     {"base_dtype", VF_P_STR, "\"\"", VF_ANY,
      "with LoRA: \"fp8\" holds the frozen base's block linears in FP8 E4M3 with a scale per tensor; "
      "\"\" = the model's dtype"},
+    {"swap_blocks", VF_P_INT, "0", VF_RANGE(0, 4096),
+     "with LoRA: the last K blocks of the partition keep their base weights in pinned host memory, "
+     "streamed in ahead of use (below the partition's blocks)"},
     {0},
 };
 
@@ -77,6 +80,7 @@ typedef struct pgeo {
     vf_dit_layout *l;
     vf_dit_lora *lora;       /* NULL: the trainable vector is the model's */
     int p, P, S, M;
+    int swap;                /* swap_blocks */
     int splits[VF_TRAIN_MAX_PARTS + 1];
     int64_t off, n;          /* range of the trainable vector */
     int64_t boff, bn;        /* range of the model's vector */
@@ -139,6 +143,13 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     g->M = (int)vf_param_int(prm, "micro_batches");
     VF_TRY(vf_dit_base_dtype(prm, g->lora != NULL, &g->fp8, st));
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
+    g->swap = (int)vf_param_int(prm, "swap_blocks");
+    VF_TRY(vf_dit_swap_check(g->swap, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], st));
+    /* the swapped blocks stream as the model's dtype: an FP8 base keeps its linears
+     * resident (1 B/param) and swaps none */
+    if (g->swap && g->fp8)
+        VF_FAIL(st, VF_EUSAGE, "dit: swap_blocks %d with base_dtype \"fp8\": an FP8 base is not swapped; set one of them",
+                g->swap);
     vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
     vf_dit_layout_range(tl, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
     int64_t block = vf_train_norm_block(tl->total), b0, b1;
@@ -292,10 +303,13 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
-    if (g.lora && g.fp8) {
+    if (g.lora && g.fp8) { /* an FP8 base swaps no blocks (pgeo_init refuses both) */
         vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, as);
     } else if (g.lora) { /* the frozen base once, in the partition's dtype */
-        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * g.bn);
+        int64_t hole = 0, hole_n = 0, blk_n = 0;
+        if (g.swap) vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &hole, &hole_n, &blk_n);
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * (g.bn - hole_n));
+        vf_dit_swap_plan(out, dev, g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, as);
     }
     if (g.lora) { /* gradients for the adapters only */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters (lent to the shards)", (int64_t)as * g.n);
@@ -359,9 +373,13 @@ static int load_base(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_st
     vf_dit_wsrc *w = NULL;
     float *host = vf_alloc(sizeof(float) * (size_t)vf_dit_largest_in(h->l, h->boff, h->bn), st);
     if (!host) VF_FAIL(st, VF_ENOMEM, "%s: no host staging for the base weights", vf_stage_name(s));
-    h->base = h->be->alloc(h->be, h->as * (size_t)(h->bn ? h->bn : 1), st);
+    int64_t resident = vf_dit_swap_resident(h);
+    h->base = h->be->alloc(h->be, h->as * (size_t)(resident ? resident : 1), st);
     if (!h->base) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld base weights",
-                          vf_stage_name(s), (long long)h->bn);
+                          vf_stage_name(s), (long long)resident);
+    if (h->swap_hole_n && !(h->swap_host = h->be->alloc_pinned(h->be, h->as * (size_t)h->swap_hole_n, st)))
+        VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no host memory for the %lld base weights of "
+                "%d swapped blocks", vf_stage_name(s), (long long)h->swap_hole_n, h->swap);
     const char *path = vf_param_str(prm, "weights");
     if (path[0]) {
         VF_TRY(vf_dit_wsrc_open(path, &w, st));
@@ -373,7 +391,12 @@ static int load_base(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_st
         if (t->numel == 0 || t->offset < h->boff || t->offset + t->numel > h->boff + h->bn) continue;
         if (w) VF_TRY(vf_dit_wsrc_read(w, h->l, host, t->offset, t->numel, st));
         else vf_dit_init(h->l, seed, t->offset, t->numel, host);
-        h->be->upload(h->be, (char *)h->base + (size_t)(t->offset - h->boff) * h->as, host, t->numel, h->act);
+        bool on_host;
+        void *dst = vf_dit_swap_dst(h, t->offset - h->boff, &on_host);
+        if (on_host) /* the swapped blocks' host copy, converted to the partition's dtype here */
+            vf_backend_cpu()->upload(vf_backend_cpu(), dst, host, t->numel, h->act);
+        else
+            h->be->upload(h->be, dst, host, t->numel, h->act);
     }
 fail:
     vf_dit_wsrc_close(w);
@@ -391,6 +414,11 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     VF_TRY(pgeo_init(prm, &g, st));
     h->cfg = g.cfg, h->l = g.l, h->lora = g.lora, h->p = g.p, h->P = g.P, h->S = g.S, h->M = g.M;
     h->boff = g.boff, h->bn = g.bn;
+    h->swap = g.swap;
+    if (h->swap) {
+        int64_t blk_n;
+        vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &h->swap_hole, &h->swap_hole_n, &blk_n);
+    }
     memcpy(h->splits, g.splits, sizeof h->splits);
     memcpy(h->slo, g.slo, sizeof h->slo);
     memcpy(h->shi, g.shi, sizeof h->shi);
@@ -437,6 +465,7 @@ static void dit_fini(vf_stage *s)
     if (h->be && h->grads) h->be->free_shared(h->be, h->grads);
     if (h->be && h->base) h->be->free(h->be, h->base);
     vf_dit_fp8_free(h->fp8);
+    if (h->be && h->swap_host) h->be->free_pinned(h->be, h->swap_host);
     vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
     free(h);
@@ -536,6 +565,7 @@ static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
                  "\"busy_s\":%.6f,\"window_s\":%.6f}", (long long)step, h->p, h->r, o.busy_ns * 1e-9,
                  (t1 - t0) * 1e-9);
         vf_metric_row(ctx, row);
+        vf_dit_swap_metrics(ctx, h, step);
         double el = (double)(vf_train_now_ns() - t_run);
         vf_metric(ctx, "busy", el > 0 ? (double)busy_total / el : 0);
         if (step == h->steps) break;
@@ -560,6 +590,8 @@ static const vf_knob_spec dit_knobs[] = {
      .move = VF_KNOB_SET, .value = "true", .rank = 15, .note = "one more self-attention forward per block in the backward"},
     {.name = "micro_batches", .param = "micro_batches", .arg = "micro_batches", .arg_only = true,
      .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
+    {.name = "swap_blocks", .param = "swap_blocks", .arg = "swap_blocks", .move = VF_KNOB_STEP, .max = 64,
+     .rank = 25, .note = "base weights of K blocks a partition in pinned host memory, streamed in ahead of use"},
     {.name = "stages", .param = "splits", .arg = "stages", .arg_only = true, .move = VF_KNOB_STEP, .max = 24,
      .max_factor = 4, .current = partitions, .rank = 30},
     {0},

@@ -30,9 +30,13 @@ typedef struct dit_part_state {
     vf_dit_lora *lora;                       /* NULL: full fine-tune */
     int64_t boff, bn;                        /* with LoRA: the range of the frozen base */
     void *base;                              /* with LoRA: the base weights of the range (act
-                                                dtype), loaded once and never updated */
+                                                dtype), loaded once and never updated; with
+                                                block swap without the swapped blocks */
     vf_dit_fp8 *fp8;                         /* with base_dtype "fp8": the base instead, its
                                                 block linears in FP8 (base then NULL) */
+    int swap;                                /* swap_blocks K: the last K blocks' base in swap_host */
+    void *swap_host;                         /* pinned host memory (be->alloc_pinned) of those blocks */
+    int64_t swap_hole, swap_hole_n;          /* their elements, relative to boff */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     int64_t steps;
     double peak;                             /* the device's bf16 peak FLOP/s, 0 unknown (CPU) */
@@ -141,5 +145,17 @@ int vf_dit_base_dtype(const vf_params *prm, bool lora, bool *fp8, vf_status *st)
 void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int64_t off, int64_t n,
                           size_t as);
 int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st);
+/* Block swap (dit_swap.c). check: swap_blocks K of partition p (blocks [b0, b1)) is
+ * usable: 0, or with LoRA and below the blocks (VF_EUSAGE naming both numbers). plan: its
+ * lines in the stage's memory plan (ring on the device, swapped blocks on the host).
+ * resident: base elements that stay on the device. dst: where the base element at rel
+ * (from boff) is loaded, in swap_host (*host true) or in base. */
+int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
+void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int b0, int b1, int K,
+                      size_t as);
+int64_t vf_dit_swap_resident(const dit_part_state *h);
+void *vf_dit_swap_dst(const dit_part_state *h, int64_t rel, bool *host);
+/* metrics: a "swap" row of the partition's copy totals after `step` (nothing without swap). */
+void vf_dit_swap_metrics(vf_ctx *ctx, const dit_part_state *h, int64_t step);
 
 #endif /* VF_DIT_STAGE_H */

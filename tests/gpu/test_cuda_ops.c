@@ -1201,6 +1201,47 @@ VF_TEST(memory_ops)
     VF_CHECK_EQ_INT(G->sync(G, &st), 0);
 }
 
+/* Block swap: host blocks streamed through a ring of two device buffers on the copy
+ * queue, each added into a device sum right after it lands (what a partition's swapped
+ * blocks do): the sum equals the host sum, so every copy arrived whole and before its use,
+ * and no copy overwrote a buffer its previous use still read. */
+VF_TEST(swap_ops)
+{
+    const int64_t n = 4096;
+    const int K = 5;
+    const size_t es = vf_dtype_size(G->act_dtype);
+    vf_status st = {0};
+    char *host = G->alloc_pinned(G, (size_t)(K * n) * es, &st);
+    VF_CHECK_MSG(host != NULL, "alloc_pinned: %s", st.msg);
+    void *q = host ? G->swap_new(G, 2, &st) : NULL;
+    VF_CHECK_MSG(q != NULL, "swap_new: %s", st.msg);
+    if (!host || !q) return;
+    float *x = malloc(sizeof(float) * n), *want = calloc((size_t)n, sizeof(float));
+    for (int k = 0; k < K; k++) {
+        for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7 + k * 13) % 61) - 30.0f; /* sums exact in bf16 */
+        vf_backend_cpu()->upload(vf_backend_cpu(), host + (size_t)(k * n) * es, x, n, G->act_dtype);
+        for (int64_t i = 0; i < n; i++) want[i] += x[i];
+    }
+    dbuf ring[2] = {dbf(NULL, n, 1), dbf(NULL, n, 2)}, sum = dbf(NULL, n, 3);
+    G->memset0(G, sum.p, (size_t)n * es);
+    G->swap_in(G, q, 0, ring[0].p, host, (size_t)n * es);
+    G->swap_in(G, q, 1, ring[1].p, host + (size_t)n * es, (size_t)n * es);
+    for (int k = 0; k < K; k++) {
+        G->swap_wait(G, q, k % 2);
+        G->add(G, sum.p, sum.p, ring[k % 2].p, n);
+        if (k + 2 < K) G->swap_in(G, q, k % 2, ring[k % 2].p, host + (size_t)((k + 2) * n) * es, (size_t)n * es);
+    }
+    cmpd("swap_in ring of 2, 5 blocks", sum, want, 0);
+    double cs, ws;
+    G->swap_stats(G, q, &cs, &ws);
+    VF_CHECK(cs >= 0 && ws >= 0);
+    G->swap_free(G, q);
+    G->free_pinned(G, host);
+    dfree(ring[0]), dfree(ring[1]), dfree(sum);
+    free(x), free(want);
+    VF_CHECK_EQ_INT(G->sync(G, &st), 0);
+}
+
 /* ------------------------------------------------------------------ coverage */
 
 /* Which comparison above covers which ops of kernels/ops_list.h. Each op must appear in
@@ -1208,6 +1249,7 @@ VF_TEST(memory_ops)
  * comparison's VF_TEST, so dropping a comparison without its entry breaks the build. */
 #define VF_CUDA_OP_CASES(X)                                                         \
     X(memory_ops, "alloc free alloc_shared free_shared alloc_pinned free_pinned memset0 upload download copy copy2d sync") \
+    X(swap_ops, "swap_new swap_free swap_in swap_wait swap_stats") \
     X(graph, "graph_begin graph_end")                                               \
     X(matmul, "matmul_fwd matmul_bwd")                                              \
     X(matmul_fused, "matmul_gelu_fwd matmul_dgelu_bwd matmul_batch_fwd matmul_batch_bwd") \

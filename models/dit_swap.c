@@ -1,0 +1,117 @@
+/* dit_swap.c — block swap of a DiT partition (dit.h vf_dit_part_set_swap): the last K
+ * blocks' frozen weights live in host memory and stream into a ring of device buffers
+ * just ahead of the block that needs them.
+ *
+ * A pass (the forward of a micro-batch, or its backward) uses the swapped blocks in a
+ * fixed order, j = 0 … K−1 (forward ascending, backward descending); use j sits in ring
+ * buffer j mod R. The pass enqueues the first R copies when it begins; when use j is
+ * done its buffer takes the copy of use j + R, which the copy queue starts only after
+ * the ops of use j (ops.h swap_in), and use j + 1 waits for its own copy before its ops
+ * (swap_wait). So one block computes while the next copies, and a block's weights are
+ * the same bytes whichever buffer holds them: the results are those without swap, bit
+ * for bit.
+ */
+#include "models/dit_internal.h"
+
+void vf_dit_swap_split(const vf_dit_layout *l, int b0, int b1, int K, int64_t *hole, int64_t *hole_n,
+                       int64_t *blk_n)
+{
+    int64_t off, n;
+    vf_dit_layout_range(l, b0, b1, &off, &n);
+    *blk_n = l->block_start[b0 + 1] - l->block_start[b0];
+    *hole = l->block_start[b1 - K] - off;
+    *hole_n = l->block_start[b1] - l->block_start[b1 - K];
+}
+
+int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st)
+{
+    int rc = 0;
+    int nb = p->pl.nb;
+    if (K <= 0 || K >= nb)
+        VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): swap_blocks %d must be above 0 and below its %d blocks",
+                p->pl.b0, p->pl.b1, K, nb);
+    if (p->grads)
+        VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): block swap streams weights in only, so it needs a "
+                "frozen base (LoRA)", p->pl.b0, p->pl.b1);
+    vf_dit_swap_split(p->l, p->pl.b0, p->pl.b1, K, &p->hole, &p->hole_n, &p->blk_n);
+    p->nring = K < DIT_SWAP_RING ? K : DIT_SWAP_RING;
+    for (int i = 0; i < p->nring; i++) {
+        p->ring[i] = p->be->alloc(p->be, (size_t)p->blk_n * p->pl.as, st);
+        if (!p->ring[i]) {
+            vf_status_prefix(st, "dit partition [%d, %d): block swap ring buffer of %lld weights", p->pl.b0,
+                             p->pl.b1, (long long)p->blk_n);
+            rc = st && st->code ? st->code : VF_ENOMEM;
+            goto fail;
+        }
+    }
+    p->swapq = p->be->swap_new(p->be, p->nring, st);
+    if (!p->swapq) {
+        rc = st && st->code ? st->code : VF_ENOMEM;
+        goto fail;
+    }
+    p->swap_host = host;
+    p->nswap = K;
+    p->blk_w = NULL;
+    return 0;
+fail:
+    return rc;
+}
+
+/* Frees what vf_dit_part_set_swap made (vf_dit_part_free calls it). */
+void dit_swap_free(vf_dit_part *p)
+{
+    if (p->swapq) p->be->swap_free(p->be, p->swapq);
+    for (int i = 0; i < DIT_SWAP_RING; i++)
+        if (p->ring[i]) p->be->free(p->be, p->ring[i]);
+    p->swapq = NULL;
+    p->nswap = 0;
+}
+
+void vf_dit_part_swap_stats(const vf_dit_part *p, double *copy_s, double *wait_s)
+{
+    *copy_s = *wait_s = 0;
+    if (p->swapq) p->be->swap_stats(p->be, p->swapq, copy_s, wait_s);
+}
+
+/* The swapped block of use j of the pass in flight. */
+static int use_block(const vf_dit_part *p, int j)
+{
+    int first = p->pl.b1 - p->nswap;
+    return p->swap_bwd ? p->pl.b1 - 1 - j : first + j;
+}
+
+static void issue(vf_dit_part *p)
+{
+    int j = p->swap_issued++;
+    int slot = j % p->nring;
+    int64_t k = use_block(p, j) - (p->pl.b1 - p->nswap);
+    size_t bytes = (size_t)p->blk_n * p->pl.as;
+    p->be->swap_in(p->be, p->swapq, slot, p->ring[slot], p->swap_host + (size_t)k * bytes, bytes);
+}
+
+void dit_swap_pass(vf_dit_part *p, bool backward)
+{
+    if (!p->nswap) return;
+    p->swap_bwd = backward;
+    p->swap_used = p->swap_issued = 0;
+    p->blk_w = NULL;
+    while (p->swap_issued < p->nring) issue(p);
+}
+
+void dit_swap_enter(vf_dit_part *p, int blk)
+{
+    if (!p->nswap || blk < p->pl.b1 - p->nswap) return;
+    VF_ASSERT(use_block(p, p->swap_used) == blk);
+    int slot = p->swap_used % p->nring;
+    p->be->swap_wait(p->be, p->swapq, slot);
+    p->blk_w = p->ring[slot];
+    p->blk_cur = blk;
+}
+
+void dit_swap_leave(vf_dit_part *p, int blk)
+{
+    if (!p->nswap || blk < p->pl.b1 - p->nswap) return;
+    p->swap_used++;
+    p->blk_w = NULL;
+    if (p->swap_issued < p->nswap) issue(p);
+}

@@ -1,0 +1,163 @@
+/* test_cuda_swap.c — block swap (models/dit.h vf_dit_part_set_swap) on the GPU: a LoRA
+ * partition whose last K blocks' base streams from pinned host memory through the ring on
+ * the copy stream gives the adapter gradients and losses of the same partition with its
+ * whole base on the device, bit for bit (the kernels are deterministic and the bytes a
+ * block reads are the same; a copy that lands late, or a ring buffer overwritten while a
+ * block still reads it, changes them). Two micro-batches a step, so each ring buffer is
+ * refilled across passes; K ∈ {1, 2, 3} of 4 blocks; with and without recompute.
+ *
+ * vflow-test: labels=gpu timeout=300
+ *
+ * VFLOW_GPU_TEST_ON_CPU=1 runs it on the CPU backend (the copy queue's thread), a check
+ * of the test itself on a machine without a GPU. Exits 77 without CUDA or a device.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/vf_test.h"
+
+#include "kernels/ops.h"
+#include "models/dit.h"
+#include "models/dit_lora.h"
+#include "runtime/philox.h"
+
+static vf_backend *G;
+
+static float *normal(int64_t n, uint64_t seed, float sd)
+{
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    vf_rng r;
+    vf_rng_init(&r, seed, 0, 0, VF_RNG_TEST);
+    vf_rng_normal(&r, 0, n, p);
+    for (int64_t i = 0; i < n; i++) p[i] = vf_bf16_to_f32(vf_f32_to_bf16(p[i] * sd));
+    return p;
+}
+
+typedef struct setup {
+    vf_dit_config c;
+    vf_dit_layout *l;
+    vf_dit_lora *lo;
+    vf_dit_dims d;
+    float *w, *lw;                    /* host f32: the base, the adapters */
+    float *xt[2], *tg[2], t[2][2];
+    int32_t text[2][2 * 8], len[2][2];
+} setup;
+
+/* Two micro-batches of 2 through a partition of all blocks, K swapped (0: none):
+ * the adapters' accumulated gradient (host f32) into g, the losses into loss. */
+static int run(setup *s, int K, bool recompute, float *g, double *loss)
+{
+    vf_status st = {0};
+    vf_backend *be = G;
+    const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
+    const int64_t total = s->l->total, lt = s->lo->l->total, nlat = 2 * (int64_t)s->c.z * s->d.T * s->d.H * s->d.W;
+    int64_t hole = 0, hole_n = 0, blk_n = 0;
+    if (K) vf_dit_swap_split(s->l, 0, s->c.depth, K, &hole, &hole_n, &blk_n);
+    void *wp = be->alloc(be, (size_t)(total - hole_n) * as, &st), *host = NULL;
+    void *lp = be->alloc(be, (size_t)lt * as, &st), *lg = be->alloc(be, (size_t)lt * gs, &st);
+    void *xt = be->alloc(be, (size_t)nlat * as, &st), *tg = be->alloc(be, (size_t)nlat * as, &st);
+    vf_dit_part *p = NULL;
+    vf_dit_saved *sv = NULL;
+    int rc = -1;
+    if (!wp || !lp || !lg || !xt || !tg) goto done;
+    /* the resident base packed around the hole; the hole's blocks on the host */
+    be->upload(be, wp, s->w, hole ? hole : total, be->act_dtype);
+    if (K) {
+        if (!(host = be->alloc_pinned(be, (size_t)hole_n * as, &st))) goto done;
+        vf_backend_cpu()->upload(vf_backend_cpu(), host, s->w + hole, hole_n, be->act_dtype);
+        if (total > hole + hole_n)
+            be->upload(be, (char *)wp + (size_t)hole * as, s->w + hole + hole_n, total - hole - hole_n, be->act_dtype);
+    }
+    be->upload(be, lp, s->lw, lt, be->act_dtype);
+    be->memset0(be, lg, (size_t)lt * gs);
+    rc = vf_dit_part_new(be, s->l, 0, s->c.depth, &s->d, recompute, wp, NULL, &p, &st);
+    if (rc == 0) rc = vf_dit_part_set_lora(p, s->lo, lp, lg, &st);
+    if (rc == 0 && K) rc = vf_dit_part_set_swap(p, K, host, &st);
+    if (rc == 0) rc = vf_dit_saved_new(p, &sv, &st);
+    for (int m = 0; m < 2 && rc == 0; m++) {
+        be->upload(be, xt, s->xt[m], nlat, be->act_dtype);
+        be->upload(be, tg, s->tg[m], nlat, be->act_dtype);
+        vf_dit_batch b = {.dims = s->d, .x_t = xt, .t = s->t[m], .text = s->text[m], .text_len = s->len[m], .target = tg};
+        rc = vf_dit_part_forward(p, &b, NULL, NULL, sv, &st);
+        if (rc == 0) rc = vf_dit_part_loss(p, &b, sv, 0.5f, &loss[m], &st);
+        if (rc == 0) rc = vf_dit_part_backward(p, &b, sv, NULL, &st);
+        if (rc == 0) rc = be->sync(be, &st);
+    }
+    if (rc == 0) be->download(be, g, lg, lt, be->grad_dtype);
+done:
+    if (rc) fprintf(stderr, "swap K=%d on %s: %s\n", K, be->name, st.msg);
+    vf_dit_saved_free(sv);
+    vf_dit_part_free(p);
+    if (host) be->free_pinned(be, host);
+    void *bufs[] = {wp, lp, lg, xt, tg};
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    return rc;
+}
+
+VF_TEST(swap_equals_resident)
+{
+    setup s;
+    memset(&s, 0, sizeof s);
+    vf_status st = {0};
+    VF_ASSERT(vf_dit_preset("tiny", &s.c, NULL) == 0);
+    s.c.depth = 4, s.c.text_len = 8;
+    VF_CHECK(vf_dit_layout_new(&s.c, &s.l, &st) == 0);
+    vf_dit_lora_cfg lc = {.rank = 4, .alpha = 4, .ntargets = 1};
+    snprintf(lc.targets[0], VF_DIT_NAME_MAX, "*");
+    VF_CHECK_MSG(vf_dit_lora_new(s.l, &lc, &s.lo, &st) == 0, "%s", st.msg);
+    if (!s.l || !s.lo) return;
+    s.d = vf_dit_dims_of(&s.c, 2, 1, 8, 8);
+    s.w = normal(s.l->total, 11, 0.05f);
+    s.lw = normal(s.lo->l->total, 12, 0.05f); /* B off zero: every adapter carries signal */
+    int64_t nlat = 2 * (int64_t)s.c.z * s.d.T * s.d.H * s.d.W;
+    for (int m = 0; m < 2; m++) {
+        s.xt[m] = normal(nlat, 20 + m, 1.0f), s.tg[m] = normal(nlat, 30 + m, 1.0f);
+        for (int i = 0; i < 2; i++) {
+            s.t[m][i] = 0.25f + 0.5f * i - 0.1f * m;
+            s.len[m][i] = 3 + 4 * i;
+            for (int j = 0; j < 8; j++) s.text[m][i * 8 + j] = 'a' + (m * 5 + i * 7 + j) % 26;
+        }
+    }
+    const int64_t lt = s.lo->l->total;
+    float *ref = calloc((size_t)lt, 4), *got = calloc((size_t)lt, 4);
+    for (int rec = 0; rec < 2; rec++) {
+        double l0[2], l1[2];
+        VF_CHECK(run(&s, 0, rec, ref, l0) == 0);
+        for (int K = 1; K <= 3; K++) {
+            memset(got, 0, 4 * (size_t)lt);
+            VF_CHECK(run(&s, K, rec, got, l1) == 0);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < lt; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
+            fprintf(stderr, "  K=%d recompute=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld adapter "
+                    "gradients differ\n", K, rec, l1[0], l1[1], l0[0], l0[1], (long long)diff, (long long)lt);
+            VF_CHECK(diff == 0 && l1[0] == l0[0] && l1[1] == l0[1]);
+        }
+    }
+    free(ref), free(got), free(s.w), free(s.lw);
+    for (int m = 0; m < 2; m++) free(s.xt[m]), free(s.tg[m]);
+    vf_dit_lora_free(s.lo);
+    vf_dit_layout_free(s.l);
+}
+
+int main(void)
+{
+    const char *on_cpu = getenv("VFLOW_GPU_TEST_ON_CPU");
+    if (on_cpu && atoi(on_cpu)) {
+        G = vf_backend_cpu();
+        return vf_test_main();
+    }
+#ifndef VFLOW_HAVE_CUDA
+    printf("skip: vflow was built without CUDA\n");
+    return 77;
+#else
+    vf_status st = {0};
+    G = vf_backend_cuda(0, &st);
+    if (!G) {
+        printf("skip: %s\n", st.msg);
+        return 77;
+    }
+    return vf_test_main();
+#endif
+}

@@ -1,0 +1,60 @@
+#!/bin/bash
+# test_train_swap.sh — block swap (`swap_blocks` of the dit partitions, README "Block swap")
+# on the CPU backend, where the partition's copy queue is a thread:
+#  - LoRA on a frozen base (a model of 6 blocks trained 8 steps in full first): with K
+#    blocks of each partition swapped the adapters after 8 steps are BITWISE those without
+#    swap, for P ∈ {1, 2} partitions × S ∈ {1, 2} shards, micro-batches, and recompute;
+#  - each swapped partition's metrics report its copies (swap rows, copy_s > 0);
+#  - a full fine-tune with swap_blocks is refused at check time (exit 2, naming
+#    swap_blocks and LoRA), and so is K not below the partition's blocks (both numbers)
+#    and swap with the FP8 base (an FP8 base stays resident).
+# vflow-test: timeout=600
+set -u
+source "$(dirname "$0")/train_lib.sh"
+cd "$TMP"
+
+lora_md5() { md5sum < "$1/ckpt/step-$2/lora.safetensors" | cut -d' ' -f1; }
+
+train base --set depth=6 --set steps=8 --set every=0 --set batch=4 --set lr=2e-3 --set stages=1 \
+  || fail "base: $(tail -5 base.out)"
+BASE=$TMP/base/ckpt/step-8/model.safetensors
+[ -f "$BASE" ] || fail "no base model"
+
+STEPS=8
+LORA=(--set depth=6 --set weights="$BASE" --set lora_rank=4 --set lora_alpha=8 --set batch=4 --set lr=5e-3
+      --set steps=$STEPS --set every=0)
+# the references, without swap: M = 1 and M = 2 micro-batches (a different sum order)
+for m in 1 2; do
+  train ref$m "${LORA[@]}" --set stages=1 --set shards=1 --set micro_batches=$m || fail "LoRA without swap: $(tail -5 ref$m.out)"
+  echo "LoRA without swap, M=$m: $(lora_md5 ref$m $STEPS)"
+done
+# P S M K [extra]: partitions of 6/P blocks, K of them swapped in each
+for c in "1 1 1 4" "1 2 2 2" "2 1 2 2" "2 2 2 1" "2 2 2 2 recompute=true" "1 1 2 5 recompute=true"; do
+  set -- $c
+  ref=$(lora_md5 ref$3 $STEPS)
+  d=p$1s$2m$3k$4${5:+_${5%%=*}}
+  train $d "${LORA[@]}" --set stages=$1 --set shards=$2 --set micro_batches=$3 --set swap_blocks=$4 ${5:+--set $5} \
+    || fail "swap P=$1 S=$2 M=$3 K=$4 ${5:-}: $(tail -5 $d.out)"
+  h=$(lora_md5 $d $STEPS)
+  echo "swap P=$1 S=$2 M=$3 K=$4 ${5:-}: $h"
+  [ "$h" = "$ref" ] || fail "swap P=$1 S=$2 M=$3 K=$4 ${5:-}: adapters differ from the run without swap, M=$3 ($h vs $ref)"
+  n=$(grep '"event":"swap"' $d/metrics.jsonl | grep -c '"copy_s":[0-9.]*[1-9]')
+  [ "$n" -ge "$1" ] || fail "$d: $n swap rows with copies in metrics.jsonl (want one per partition at least)"
+done
+
+# refusals: one line naming the knob, exit 2, before anything runs
+"$VFLOW" check "$PIPE" --set cache="$CACHE" --set depth=6 --set swap_blocks=2 > full.out 2>&1
+rc=$?
+[ $rc = 2 ] || fail "full fine-tune with swap_blocks: exit $rc, want 2 ($(tail -3 full.out))"
+grep -q "swap_blocks 2 needs LoRA" full.out || fail "full fine-tune with swap_blocks: $(tail -3 full.out)"
+"$VFLOW" check "$PIPE" --set cache="$CACHE" "${LORA[@]}" --set stages=2 --set swap_blocks=3 > big.out 2>&1
+rc=$?
+[ $rc = 2 ] || fail "swap_blocks 3 of 3 blocks: exit $rc, want 2 ($(tail -3 big.out))"
+grep -q "swap_blocks 3 is not below the partition's 3 blocks" big.out || fail "swap_blocks 3 of 3: $(tail -3 big.out)"
+"$VFLOW" check "$PIPE" --set cache="$CACHE" "${LORA[@]}" --set stages=2 --set swap_blocks=1 --set fp8_base=true \
+  > fp8.out 2>&1
+rc=$?
+[ $rc = 2 ] || fail "swap_blocks with the FP8 base: exit $rc, want 2 ($(tail -3 fp8.out))"
+grep -q 'swap_blocks 1 with base_dtype "fp8"' fp8.out || fail "swap_blocks with the FP8 base: $(tail -3 fp8.out)"
+echo "refused: $(grep -m1 -o 'dit partition.*' full.out | cut -c1-90)…; $(grep -m1 -o 'dit partition.*' big.out | cut -c1-80)…"
+echo "ok"

@@ -171,13 +171,12 @@ def main():
 
     # by hand: p:stage + p:connect, every = 2
     text = open(os.path.join(SRC, "pipelines", "train_dit.lua")).read()
-    call = "weights = a.weights, sample = sample }"
-    check(call in text, "train_dit.lua's p:train call changed; update this test")
-    hand = text.replace(call, "weights = a.weights }\n"
-                        "local s = p:stage(\"sample\", { prompts = { %s }, frames = %d, size = { %d, %d }, steps = 3,"
-                        " fps = %d, every = 2, model = model })\n"
-                        "p:connect({ ckpt, \"done\" }, { s, \"ckpt\" })\n" % (json.dumps(j("cat.safetensors")), F, W,
-                                                                               H, FPS))
+    call, end = "weights = a.weights, sample = sample,", "\nreturn p\n"
+    check(call in text and text.endswith(end), "train_dit.lua's p:train call changed; update this test")
+    hand = text.replace(call, "weights = a.weights,")[:-len(end)] + (
+        "\nlocal s = p:stage(\"sample\", { prompts = { %s }, frames = %d, size = { %d, %d }, steps = 3,"
+        " fps = %d, every = 2, model = model })\n"
+        "p:connect({ ckpt, \"done\" }, { s, \"ckpt\" })" % (json.dumps(j("cat.safetensors")), F, W, H, FPS)) + end
     with open(j("hand.lua"), "w") as f:
         f.write(hand)
     rh = j("rh")

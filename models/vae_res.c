@@ -142,7 +142,10 @@ vf_vw_act vf_vw_dup_up(vf_vw_walk *w, vf_vw_act x, int64_t cout, int ft, int fs,
         perm(w, a, r, 4, shp, p);
     }
     /* (B·cout·n·ft, fs, fs, h, w) -> (.., h, fs, w, fs): frames t·ft + it of (h·fs, w·fs) */
-    int o = vf_vw_pick(w, bx | vf_vw_bit(a), elems);
+    /* with a temporal factor the stream's first chunk is compacted from r into o (frame 0
+     * keeps one sub-frame): o is never r, in every pass, so the copy never overlaps and the
+     * buffers picked are the same whether or not the chunk is the first */
+    int o = vf_vw_pick(w, bx | vf_vw_bit(a) | (ft > 1 ? vf_vw_bit(r) : 0u), elems);
     {
         int64_t shp[5] = {BCo * x.n * ft, fs, fs, x.H, x.W};
         int p[5] = {0, 3, 1, 4, 2};

@@ -120,6 +120,12 @@ static int sample_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_device dev;
     VF_TRY(check_params(p, st));
     VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &c, st));
+    /* refused at check time rather than at the first checkpoint of a long run */
+    if (vf_dit_in_dim(&c) != c.z || c.img_dim > 0)
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: an image-to-video model (in_dim %d, img_dim %d): the sample stage takes "
+                             "text-to-video models",
+                             vf_dit_in_dim(&c), c.img_dim);
     opts_of(p, &o);
     VF_TRY(vf_device_parse(o.device, &dev, st));
     /* the device's activation dtype: f32 on the CPU backend, bf16 on CUDA */

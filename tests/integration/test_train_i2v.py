@@ -12,7 +12,9 @@
 #    exactly zero unless the batch's y arrives;
 #  - bad input, each one line and exit 2 before any step: the same I2V model on a
 #    text-only cache (naming both kinds), a text-to-video model on the concat cache, a
-#    first_frame precompute into the text-only cache (naming both kinds).
+#    first_frame precompute into the text-only cache (naming both kinds), and samples
+#    asked of the I2V model while it trains (refused at check time, not at the first
+#    checkpoint: sampling takes text-to-video models).
 # vflow-test: timeout=600
 import json
 import os
@@ -185,7 +187,9 @@ def main():
         # bad inputs: one line, exit 2, no step
         for name, cache, sets, words in (
                 ("i2v-on-t2v", t2v, ("in_dim=12",), ("conditioning kind is text", "needs concat", t2v)),
-                ("t2v-on-i2v", i2v, (), ("conditioning kind is concat", "needs text", i2v))):
+                ("t2v-on-i2v", i2v, (), ("conditioning kind is concat", "needs text", i2v)),
+                ("i2v-samples", i2v, ("in_dim=12", "sample_captions=a cat"),
+                 ("sample stage takes text-to-video models", "in_dim 12"))):
             r, _, ln = train(tmp, name, cache, *sets)
             out = r.stdout + r.stderr
             check(r.returncode == 2 and not ln and all(w in out for w in words),

@@ -6,7 +6,8 @@
 #    original names; the low one as a sharded index in BF16), a diffusers pipeline
 #    directory (transformer/ + transformer_2/, diffusers names), two ComfyUI single files;
 #    `dit_tool weights expert=...` reads each expert bit for bit as written here (BF16
-#    rounded here), never the other one;
+#    rounded here), never the other one; so does a two-expert checkpoint step
+#    (high_noise_model/ with a sharded index, low_noise_model/ a trained model.safetensors);
 #  - `vflow check pipelines/finetune_wan22.lua` takes each layout and each expert, and
 #    refuses with exit 2 and one line: a mis-shaped tensor in one expert (the file, the
 #    tensor, both shapes), a directory without the expert named (what it looked for), a
@@ -226,6 +227,28 @@ def main():
                   "%s: the low expert from the pair ends where the run from its file ends" % tag)
             check(runs["pair-low"] != runs["high-file-as-low"],
                   "%s: the high expert's weights (same timesteps) end elsewhere" % tag)
+        # the agreed two-expert checkpoint step: each expert's dir holds a step's model files
+        # (the index of shards for high, the low run's trained model.safetensors for low)
+        trained = os.path.join(tmp, "full-pair-low", "ckpt", "step-3", "model.safetensors")
+        os.makedirs(p("step/high_noise_model"))
+        os.makedirs(p("step/low_noise_model"))
+        with open(p("step/state.json"), "w") as f:
+            json.dump({"experts": ["high", "low"], "boundary": 0.875}, f)
+        names, wmap = sorted(w["high"]), {}
+        for i in range(2):
+            fn = "model-%05d-of-00002.safetensors" % (i + 1)
+            part = names[i * len(names) // 2:(i + 1) * len(names) // 2]
+            write_st(p("step/high_noise_model/" + fn), f32({k: w["high"][k] for k in part}))
+            wmap.update({k: fn for k in part})
+        with open(p("step/high_noise_model/model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": wmap}, f)
+        if os.path.exists(trained):
+            os.link(trained, p("step/low_noise_model/model.safetensors"))
+        for expert, want in (("high", w["high"]), ("low", read_st(trained) if os.path.exists(trained) else None)):
+            r, got = read_expert(p("step"), expert)
+            check(want is not None and r.returncode == 0 and same(got, want),
+                  "two-expert checkpoint step, %s: read bit for bit: exit %d %s" % (expert, r.returncode,
+                                                                                  r.stderr[-300:]))
         # resuming the low expert's run as the high expert is refused
         r, _ = vflow("run", tmp, "full-pair-low", "steps=4", "every=3", "weights=" + p("wanai"), "experts=high",
                      resume=True)

@@ -54,6 +54,11 @@ return {
                              head_dim = 128, ffn = 13824, z = 16, text_dim = 4096, text_len = 512,
                              freq_dim = 256, text = "embeddings", in_dim = 36, img_dim = 1280,
                              img_len = 257 },
+  -- Wan 2.2 T2V-A14B, one expert (high- and low-noise have this shape): Wan 2.1 T2V 14B's
+  -- shape; the two experts' weights are one source (pipelines/finetune_wan22.lua)
+  ["wan2.2-a14b"] = preset { name = "wan2.2-a14b", dim = 5120, depth = 40, heads = 40,
+                             head_dim = 128, ffn = 13824, z = 16, text_dim = 4096, text_len = 512,
+                             freq_dim = 256, text = "embeddings" },
   -- Wan 2.2 I2V-A14B, one expert (high- and low-noise have this shape): 36 input channels,
   -- no CLIP
   ["wan2.2-i2v-a14b"] = preset { name = "wan2.2-i2v-a14b", dim = 5120, depth = 40, heads = 40,

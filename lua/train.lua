@@ -10,6 +10,10 @@
 --   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200,
 --             weights = "Wan2.1-T2V-1.3B/diffusion_pytorch_model.safetensors.index.json" }
 -- (weights: optional; a .safetensors file, a sharded index or a diffusers directory)
+--   p:train { ..., weights = "Wan2.2-T2V-A14B/", expert = "high" }
+-- (expert: which expert of a two-expert source (Wan 2.2 A14B: high_noise_model/ and
+-- low_noise_model/, or a diffusers pipeline's transformer/ and transformer_2/) the run
+-- trains; models/dit_experts.h)
 --   p:train { ..., lora = { rank = 32, alpha = 32, targets = {"self_attn.q", "cross_attn.*", "ffn.*"} },
 --             lora_init = "my_lora.safetensors" }
 -- (lora: train adapters on a frozen base (targets: a list, or "a,b,c"): the partitions hold the base weights once and
@@ -216,7 +220,7 @@ return function(vf)
   -- ------------------------------------------------------------ train
 
   local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std",
-                       "t_sampling", "t_shift", "t_min", "t_max", "weights", "sample", "lora", "lora_init" }
+                       "t_sampling", "t_shift", "t_min", "t_max", "weights", "expert", "sample", "lora", "lora_init" }
   -- the timestep distribution: set on every partition (which samples it) and shard (whose
   -- checkpoints record it, so a resume with another one is refused)
   local T_KEYS = { "t_mean", "t_std", "t_sampling", "t_shift", "t_min", "t_max" }
@@ -462,6 +466,17 @@ return function(vf)
     if t.weights ~= nil and t.weights ~= "" then
       if type(t.weights) ~= "string" then fail("p:train: weights must be a path (a string)") end
       for _, a in ipairs(opt.members) do a.params.weights = t.weights end
+    end
+    -- expert = "high" | "low": the weights hold two experts and the stages that read them
+    -- take this one (a resume checks it: the shards record it in the config)
+    if t.expert ~= nil then
+      if t.expert ~= "high" and t.expert ~= "low" then
+        fail("p:train: expert %q is not \"high\" or \"low\"", tostring(t.expert))
+      end
+      if t.weights == nil or t.weights == "" then fail("p:train: expert needs weights (the two-expert model)") end
+      local fixed_expert = "is p:train's expert option at " .. where .. "; set it there"
+      for _, st in ipairs(m:stages()) do st.params.expert = t.expert; link(st, "expert", fixed_expert) end
+      for _, a in ipairs(opt.members) do a.params.expert = t.expert; link(a, "expert", fixed_expert) end
     end
     -- the shards take the partitions' weight and gradient dtype: bf16 on GPUs, f32 on the
     -- CPU; a shard in host memory next to GPU partitions (offload) converts to its f32 state

@@ -106,7 +106,7 @@ static inline int64_t vf_dit_ctx_len(const vf_dit_config *c)
 
 /* Fills a built-in preset: "tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b", and the
  * image-to-video "wan-i2v-14b" (Wan 2.1 I2V 480p and 720p: 36 input channels, CLIP image
- * branch) and "wan2.2-i2v-a14b" (one Wan 2.2 I2V-A14B expert: 36 input channels, no
+ * branch), "wan2.2-a14b" (one Wan 2.2 T2V-A14B expert: Wan 2.1 14B's shape) and "wan2.2-i2v-a14b" (one Wan 2.2 I2V-A14B expert: 36 input channels, no
  * CLIP) (the same numbers as lua/model_dit.lua). VF_ENOTFOUND for another name. */
 int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st);
 /* Checks ranges and consistency; VF_EINVAL naming the field. */

@@ -34,6 +34,8 @@ static const dit_preset presets[] = {
      * latent 16 = 36 input channels, CLIP ViT-H/14 features (257 × 1280) through img_emb */
     {"wan-i2v-14b",
      {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1, 36, 1280, 257}},
+    /* Wan 2.2 T2V-A14B, one expert (high- and low-noise have this shape): Wan 2.1 T2V 14B's */
+    {"wan2.2-a14b", {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
     /* Wan 2.2 I2V-A14B, one expert (high- and low-noise have this shape): 36 input channels,
      * no image branch */
     {"wan2.2-i2v-a14b",
@@ -52,7 +54,7 @@ int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
     }
     return vf_status_set(st, VF_ENOTFOUND, __FILE__, __LINE__,
                          "dit: unknown preset '%s' (tiny, small, dit-xl-2, wan-1.3b, wan-14b, "
-                         "wan-i2v-14b, wan2.2-i2v-a14b, wan2.2-ti2v-5b)",
+                         "wan-i2v-14b, wan2.2-a14b, wan2.2-i2v-a14b, wan2.2-ti2v-5b)",
                          name);
 }
 

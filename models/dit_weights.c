@@ -237,8 +237,14 @@ static int open_dir(vf_dit_wsrc *w, const char *dir, vf_status *st)
     if (is_file(p)) return open_set(w, p, st);
     snprintf(p, sizeof p, "%s/diffusion_pytorch_model.safetensors", dir);
     if (is_file(p)) return open_set(w, p, st);
-    return bad(st, "%s: a directory without diffusion_pytorch_model.safetensors(.index.json): not a model "
-               "directory (diffusers' or Wan-AI's)", dir);
+    /* an expert's dir of a two-expert checkpoint step (high_noise_model/, models/
+     * dit_experts.h): the step's model files, with no state.json beside them */
+    snprintf(p, sizeof p, "%s/" VF_CKPT_MODEL_INDEX, dir);
+    if (is_file(p)) return open_set(w, p, st);
+    snprintf(p, sizeof p, "%s/" VF_CKPT_MODEL, dir);
+    if (is_file(p)) return open_set(w, p, st);
+    return bad(st, "%s: a directory without diffusion_pytorch_model.safetensors(.index.json) or %s(.index.json): "
+               "not a model directory (diffusers', Wan-AI's or a checkpoint expert's)", dir, VF_CKPT_MODEL);
 }
 
 static const vf_st_tensor *find_any(const vf_dit_wsrc *w, const char *name, int *fi)

@@ -10,6 +10,8 @@
  *     (a WanModel config.json, original names); the config must describe the model
  *     (heads, head_dim, layers, widths, patch, input channels, and text- or image-to-video:
  *     model_type, image_dim),
+ *   - a directory holding model.safetensors or model.safetensors.index.json alone (an
+ *     expert's subdir of a two-expert vflow checkpoint step, models/dit_experts.h),
  *   - a vflow checkpoint: a step dir (its model.safetensors or the index of its shards),
  *     or a checkpoint dir (its newest complete step, formats/ckpt.h); a LoRA run's step
  *     holds adapters, not a model, and is refused saying so,

@@ -42,7 +42,7 @@
 #include "stages/train/adamw_io.h"
 #include "models/dit_base.h"
 #include "models/dit_lora.h"
-#include "models/dit_weights.h"
+#include "models/dit_experts.h"
 #include "stages/train/dit_train.h"
 #include "formats/ckpt.h"
 
@@ -90,6 +90,9 @@ static const vf_param_spec adamw_params[] = {
      "start from these DiT weights (a .safetensors file, a sharded *.safetensors.index.json, a diffusers "
      "directory or a vflow checkpoint step dir; original, ComfyUI or diffusers names; F32/BF16/F16, scaled FP8); "
      "\"\" = init from seed (set by p:train)"},
+    {"expert", VF_P_STR, "\"\"", VF_ANY,
+     "with weights of a two-expert model (Wan 2.2 A14B): which expert to start from (set by p:train); "
+     "\"\" = the weights are one model (high | low: checked with the weights)"},
     {"lora", VF_P_STR, "\"\"", VF_ANY,
      "LoRA adapters as JSON {rank, alpha, targets} (set by p:train): the shard holds a slice of the adapters "
      "only; \"\" = every weight"},
@@ -197,9 +200,10 @@ static void warn_cb(void *user, const char *msg) { vf_log(user, VF_LOG_WARN, "%s
 static int lora_base_of_run(const vf_params *p, const vf_ckpt *ck, char **json, vf_status *st)
 {
     int rc = 0;
-    const char *w = vf_param_str(p, "weights");
+    char w[PATH_MAX];
     vf_dit_base b = {0};
     vf_json *o = NULL;
+    VF_TRY(vf_dit_expert_path(vf_param_str(p, "weights"), vf_param_str(p, "expert"), w, sizeof w, st));
     if (ck) VF_TRY(vf_dit_base_verify(ck->path, ck->state, w, false, "--set weights=", &b, st));
     if (!w[0]) return 0; /* the seeded init: nothing to record */
     if (!b.sha256[0]) VF_TRY(vf_dit_base_id(w, &b, st));
@@ -274,7 +278,7 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
             VF_FAIL(st, VF_ENOMEM, "adamw %s: out of memory", vf_stage_name(s));
         VF_TRY(vf_ckpt_config_check(ck.path, vf_ckpt_state_config(ck.state), h->config, st));
     } else if (!h->g.lora && wpath[0]) {
-        VF_TRY(vf_dit_wsrc_open(wpath, &w, st));
+        VF_TRY(vf_dit_wsrc_open_expert(wpath, vf_param_str(p, "expert"), &w, st));
         VF_TRY(vf_dit_wsrc_check(w, h->g.l, st));
     }
     for (int64_t a = 0; a < n; a += ce) {

@@ -3,7 +3,7 @@
  * it declares and the memory it declares for the plan (adamw.c runs it). */
 #include "stages/train/adamw_internal.h"
 #include "models/dit_base.h"
-#include "models/dit_weights.h"
+#include "models/dit_experts.h"
 #include "stages/train/dit_train.h"
 
 #include <stdio.h>
@@ -96,7 +96,7 @@ static int check_weights(const vf_params *p, const vf_adamw_geo *g, int64_t *lar
     vf_dit_wsrc *w = NULL;
     *largest = 0;
     if (!path || !path[0]) return 0;
-    int rc = vf_dit_wsrc_open(path, &w, st);
+    int rc = vf_dit_wsrc_open_expert(path, vf_param_str(p, "expert"), &w, st);
     if (rc == 0) rc = vf_dit_wsrc_check(w, g->l, st);
     if (rc == 0) *largest = vf_dit_wsrc_largest(w);
     vf_dit_wsrc_close(w);

@@ -64,6 +64,8 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
         snprintf(key, sizeof key, "train.%s", tk[i]);
         VF_TRY(put(o, key, vf_json_num(vf_param_num(p, tk[i])), st));
     }
+    /* a run that trains one expert of a two-expert model resumes only as that expert */
+    if (vf_param_str(p, "expert")[0]) VF_TRY(put(o, "train.expert", vf_json_str(vf_param_str(p, "expert")), st));
     /* a LoRA run resumes only as the same adapters */
     const char *lj = vf_param_str(p, "lora");
     if (lj && lj[0]) {

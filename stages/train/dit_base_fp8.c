@@ -8,7 +8,7 @@
  * quantises the block linears by vf_fp8_quantise's rule.
  */
 #include "stages/train/dit_stage.h"
-#include "models/dit_weights.h"
+#include "models/dit_experts.h"
 
 #include <string.h>
 
@@ -49,9 +49,8 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
         vf_status_prefix(st, "%s: the FP8 base", vf_stage_name(s));
         goto fail;
     }
-    const char *path = vf_param_str(prm, "weights");
-    if (path[0]) {
-        VF_TRY(vf_dit_wsrc_open(path, &w, st));
+    if (vf_param_str(prm, "weights")[0]) {
+        VF_TRY(vf_dit_wsrc_open_expert(vf_param_str(prm, "weights"), vf_param_str(prm, "expert"), &w, st));
         VF_TRY(vf_dit_wsrc_check(w, h->l, st));
     }
     const uint64_t seed = (uint64_t)vf_param_int(prm, "seed");

@@ -23,7 +23,7 @@
  */
 #include "stages/train/dit_stage.h"
 #include "formats/ckpt.h"
-#include "models/dit_weights.h"
+#include "models/dit_experts.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +64,9 @@ static const vf_param_spec dit_params[] = {
      "LoRA adapters as JSON {rank, alpha, targets} (set by p:train); \"\" = train every weight"},
     {"weights", VF_P_STR, "\"\"", VF_ANY,
      "with LoRA: the frozen base weights of this partition (set by p:train); \"\" = init from seed"},
+    {"expert", VF_P_STR, "\"\"", VF_ANY,
+     "with weights of a two-expert model (Wan 2.2 A14B): which expert this partition loads (set by p:train); "
+     "\"\" = the weights are one model (high | low: checked with the weights)"},
     {"base_dtype", VF_P_STR, "\"\"", VF_ANY,
      "with LoRA: \"fp8\" holds the frozen base's block linears in FP8 E4M3 with a scale per tensor; "
      "\"\" = the model's dtype"},
@@ -380,9 +383,8 @@ static int load_base(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_st
     if (h->swap_hole_n && !(h->swap_host = h->be->alloc_pinned(h->be, h->as * (size_t)h->swap_hole_n, st)))
         VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no host memory for the %lld base weights of "
                 "%d swapped blocks", vf_stage_name(s), (long long)h->swap_hole_n, h->swap);
-    const char *path = vf_param_str(prm, "weights");
-    if (path[0]) {
-        VF_TRY(vf_dit_wsrc_open(path, &w, st));
+    if (vf_param_str(prm, "weights")[0]) {
+        VF_TRY(vf_dit_wsrc_open_expert(vf_param_str(prm, "weights"), vf_param_str(prm, "expert"), &w, st));
         VF_TRY(vf_dit_wsrc_check(w, h->l, st));
     }
     uint64_t seed = (uint64_t)vf_param_int(prm, "seed");

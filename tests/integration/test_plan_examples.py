@@ -28,6 +28,10 @@ numbers computed here by hand, independently of vflow's code:
     hand (the T2V 14B's, patch_embedding's 20 conditioning channels, img_emb, each block's
     k_img/v_img/norm_k_img), 12 B/param of optimizer state on 8 x 80 GB where every GPU
     fits, and the LoRA on one 80 GB GPU with k_img/v_img adapters counted;
+  - Wan 2.2 A14B, both experts side by side (two trains of the 14B shape): the full
+    fine-tune on 4 + 4 x 80 GB with host optimizer state fits, each expert 12 B/param on
+    the host and 2 + 2 on its own GPUs, and not without offload; both LoRA experts on one
+    GPU hold two FP8 bases (1 B per block-linear weight) and fit 80 GiB at 61 frames, not 81;
   - every example loads on a machine without GPUs (devices marked not present) and the
     verdicts are what docs/PLANNING.md says: the 14B full fine-tune fits 8 x 80 GiB with
     at least 10 % of each GPU to spare.
@@ -360,12 +364,50 @@ def ti2v5b():
            pre[0] / GiB))
 
 
+def wan22_a14b():
+    """Both Wan 2.2 A14B experts side by side, each a train of its own (two Wan 2.1 14B
+    shapes): the full fine-tune on 4 + 4 GPUs with host optimizer state fits 80 GiB each,
+    the low expert's GPUs hold what the high expert's hold, each expert's partitions 2 + 2
+    B/param and its shards 12 B/param on the host; without offload it does not fit. Both
+    LoRA experts on one GPU hold two FP8 bases (1 B per block-linear parameter each) and
+    do not fit 80 GiB at 81x480x832, even with the attention rerun; at 61 frames they do."""
+    N, block, embed, head = wan_params(5120, 13824, 40)
+    budget = ("--budget", "cuda=80GiB,cpu=1TiB")
+    p, rc = plan("plan_wan22_a14b.lua", *budget)
+    check(rc == 0 and p["fits"], "A14B both experts, full fine-tune on 4 + 4 x 80 GiB fits: %s" % p["verdict"])
+    gpus = [dev(p, "cuda:%d" % g)["total"] for g in range(8)]
+    check(gpus[:4] == gpus[4:], "the low expert's GPUs hold what the high expert's hold: %r" % gpus)
+    check(max(gpus) <= 80 * GiB, "every GPU within 80 GiB: %.2f GiB" % (max(gpus) / GiB))
+    for e in ("high", "low"):
+        opt = sum(line_sum(p, stage="adamw_%s_%d" % (e, k), device="cpu", what="master weights + moments")
+                  for k in range(4))
+        check(opt == 12 * N, "%s: optimizer state on the host = 12 B/param: %d vs %d" % (e, opt, 12 * N))
+        w = sum(line_sum(p, stage="dit_%s_%d" % (e, q), what="weights (lent") for q in range(4))
+        g = sum(line_sum(p, stage="dit_%s_%d" % (e, q), what="gradients (lent") for q in range(4))
+        check(w == g == 2 * N, "%s: partitions' bf16 weights and gradients 2 + 2 B/param" % e)
+    full, rcf = plan("plan_wan22_a14b.lua", *budget, "--set", "offload=false")
+    check(rcf == 2 and not full["fits"], "without offload it does not fit: %s" % full["verdict"])
+    lora = ("--set", "lora_rank=32", "--set", "gpus=1", "--set", "recompute_attention=true")
+    l81, rc81 = plan("plan_wan22_a14b.lua", *budget, *lora)
+    l61, rc61 = plan("plan_wan22_a14b.lua", *budget, *lora, "--set", "frames=61")
+    check(rc81 == 2 and not l81["fits"], "both LoRA experts on one GPU at 81 frames: over: %s" % l81["verdict"])
+    check(rc61 == 0 and l61["fits"], "both LoRA experts on one GPU at 61 frames fit: %s" % l61["verdict"])
+    linears = 40 * (8 * 5120 * 5120 + 2 * 5120 * 13824)  # q k v o, cross q k v o, ffn.0, ffn.2 weights
+    fp8 = line_sum(l61, device="cuda:0", what="frozen base: block linears in FP8")
+    check(fp8 == 2 * linears, "two FP8 bases on cuda:0, 1 B per block-linear weight: %d vs %d" % (fp8, 2 * linears))
+    print("wan2.2-a14b both experts: full 4 + 4 x 80 with host optimizer %.2f-%.2f GiB per GPU, cpu %.2f GiB "
+          "(%.2f GiB without offload); LoRA r=32 both on cuda:0 %.2f GiB at 81 frames, %.2f GiB at 61" %
+          (min(gpus) / GiB, max(gpus) / GiB, dev(p, "cpu")["total"] / GiB, dev(full, "cuda:0")["total"] / GiB,
+           dev(l81, "cuda:0")["total"] / GiB, dev(l61, "cuda:0")["total"] / GiB))
+
+
 wan13b()
 wan14b()
 wan14b_lora()
 wan_i2v()
 precompute()
 ti2v5b()
+wan22_a14b()
 if FAILS:
     print("%d check(s) failed" % len(FAILS))
     sys.exit(1)

@@ -29,6 +29,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from st_lib import bf16, f32, read_st, write_st  # noqa: E402
+
 BUILD = os.environ.get("VFLOW_BUILD", "build")
 VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
 SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
@@ -44,47 +47,6 @@ def check(cond, msg):
         failed.append(msg)
         print("FAIL: " + msg)
     return cond
-
-
-def write_st(path, tensors, header_len=None):
-    """safetensors by hand: tensors = {name: (dtype, shape, raw bytes)}."""
-    hdr, off, blobs = {}, 0, []
-    for name in sorted(tensors):
-        dt, shape, raw = tensors[name]
-        hdr[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
-        off += len(raw)
-        blobs.append(raw)
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", header_len if header_len is not None else len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
-def read_st(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        hdr = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in hdr.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        out[k] = np.frombuffer(data[b:e], dtype="<f4").reshape(v["shape"]).copy()
-    return out
-
-
-def f32(tensors):
-    return {k: ("F32", v.shape, v.astype("<f4").tobytes()) for k, v in tensors.items()}
-
-
-def bf16(v):
-    u = v.astype("<f4").view("<u4").astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")  # round to nearest even
-    return r.tobytes(), (r.astype("<u4") << 16).view("<f4")
 
 
 def vflow(cmd, tmp, name, *sets):

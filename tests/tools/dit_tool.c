@@ -5,8 +5,9 @@
  *                 (with lora_cfg: the tensors of the LoRA adapter vector instead)
  *   dit_tool init CFG seed=S out=params.bin  deterministic init, raw f32
  *   dit_tool save CFG params=P out=F         raw f32 params -> safetensors by tensor name
- *   dit_tool weights CFG weights=PATH [out=params.bin] [part=k/S]
- *                 checks a weights file / index / diffusers dir against CFG (models/dit_weights.h)
+ *   dit_tool weights CFG weights=PATH [expert=high|low] [out=params.bin] [part=k/S]
+ *                 checks a weights file / index / diffusers dir against CFG (models/dit_weights.h;
+ *                 expert: that expert of a two-expert source, models/dit_experts.h)
  *                 and reads it (part: only elements [k·N/S, (k+1)·N/S), as an optimizer shard
  *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
  *                 maxrss_mib <peak resident MiB>", writes raw f32 params
@@ -41,7 +42,7 @@
 #include "models/dit.h"
 #include "models/dit_lora.h"
 #include "models/dit_sample.h"
-#include "models/dit_weights.h"
+#include "models/dit_experts.h"
 #include "runtime/philox.h"
 
 #include <stdio.h>
@@ -287,7 +288,9 @@ int main(int argc, char **argv)
         int64_t lo = l->total * k / S, hi = l->total * (k + 1) / S;
         vf_dit_wsrc *w = NULL;
         float *p = malloc(sizeof(float) * (size_t)(hi - lo + 1));
-        if (!p || vf_dit_wsrc_open(arg(argc, argv, "weights"), &w, &st) || vf_dit_wsrc_check(w, l, &st) ||
+        const char *ex = arg(argc, argv, "expert");
+        if (!p || vf_dit_wsrc_open_expert(arg(argc, argv, "weights"), ex ? ex : "", &w, &st) ||
+            vf_dit_wsrc_check(w, l, &st) ||
             vf_dit_wsrc_read(w, l, p, lo, hi - lo, &st))
             die(&st);
         struct rusage ru;

@@ -213,8 +213,8 @@ VF_TEST(presets_and_sizes)
     vf_status st = {0};
     vf_dit_config c;
     const char *names[] = {"tiny", "small", "dit-xl-2", "wan-1.3b", "wan-14b", "wan-i2v-14b",
-                           "wan2.2-i2v-a14b", "wan2.2-ti2v-5b"};
-    for (int i = 0; i < 8; i++) {
+                           "wan2.2-a14b", "wan2.2-i2v-a14b", "wan2.2-ti2v-5b"};
+    for (int i = 0; i < 9; i++) {
         VF_CHECK(vf_dit_preset(names[i], &c, &st) == 0);
         VF_CHECK_MSG(vf_dit_config_check(&c, &st) == 0, "%s: %s", names[i], st.msg);
         vf_dit_dims d = vf_dit_dims_of(&c, 1, 21, 60, 104); /* 81 frames at 480x832 through Wan's VAE */
@@ -238,6 +238,9 @@ VF_TEST(presets_and_sizes)
      * input channels of patch_embedding (5120 × 20 × 1·2·2); A14B nothing else; I2V-14B
      * also img_emb (LN 1280, Linear 1280→1280, Linear 1280→5120, LN 5120) and per block
      * k_img, v_img (5120² + 5120 each) and norm_k_img (5120) */
+    /* a Wan 2.2 T2V-A14B expert is Wan 2.1 T2V 14B's shape, parameter for parameter */
+    VF_CHECK(vf_dit_preset("wan2.2-a14b", &c, &st) == 0);
+    VF_CHECK(vf_dit_param_count(&c) == n);
     const int64_t patch20 = 5120LL * 20 * 4;
     VF_CHECK(vf_dit_preset("wan2.2-i2v-a14b", &c, &st) == 0);
     VF_CHECK(vf_dit_param_count(&c) == n + patch20);
@@ -300,7 +303,7 @@ VF_TEST(lua_presets_match_c_presets)
             n++;
         }
     }
-    VF_CHECK_EQ_INT(n, 8);
+    VF_CHECK_EQ_INT(n, 9);
     lua_close(L);
 }
 

@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+# test_train_wan22.py — the two experts of a Wan 2.2 A14B source (models/dit_experts.h) and
+# pipelines/finetune_wan22.lua, on the tiny preset through the real binaries:
+#  - each layout holds the high-noise expert (the tiny init of seed 0) and the low-noise
+#    one (seed 7): Wan-AI's (high_noise_model/ + low_noise_model/, WanModel config.json,
+#    original names; the low one as a sharded index in BF16), a diffusers pipeline
+#    directory (transformer/ + transformer_2/, diffusers names), two ComfyUI single files;
+#    `dit_tool weights expert=...` reads each expert bit for bit as written here (BF16
+#    rounded here), never the other one; so does a two-expert checkpoint step
+#    (high_noise_model/ with a sharded index, low_noise_model/ a trained model.safetensors);
+#  - `vflow check pipelines/finetune_wan22.lua` takes each layout and each expert, and
+#    refuses with exit 2 and one line: a mis-shaped tensor in one expert (the file, the
+#    tensor, both shapes), a directory without the expert named (what it looked for), a
+#    two-expert directory given where one model is expected (train_dit.lua), a timestep
+#    range crossing the boundary, experts=both;
+#  - a run of one expert from the two-expert directory ends bitwise where the run from
+#    that expert's own file ends (full fine-tune and LoRA), and not where a run of the other
+#    expert's weights on the same timesteps ends; a resume as the other expert is refused
+#    naming train.expert.
+# vflow-test: timeout=600
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from st_lib import bf16, f32, read_st, write_st  # noqa: E402
+
+BUILD = os.environ.get("VFLOW_BUILD", "build")
+VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
+SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
+TRAIN_TOOL = os.path.join(BUILD, "tools", "train_tool")
+DIT_TOOL = os.path.join(BUILD, "tools", "dit_tool")
+PIPE = os.path.join(SRC, "pipelines", "finetune_wan22.lua")
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+failed = []
+
+# diffusers' TRANSFORMER_KEYS_RENAME_DICT (convert_wan_transformer_to_diffusers), in its order
+TO_DIFFUSERS = [
+    ("time_embedding.0", "condition_embedder.time_embedder.linear_1"),
+    ("time_embedding.2", "condition_embedder.time_embedder.linear_2"),
+    ("text_embedding.0", "condition_embedder.text_embedder.linear_1"),
+    ("text_embedding.2", "condition_embedder.text_embedder.linear_2"),
+    ("time_projection.1", "condition_embedder.time_proj"),
+    ("cross_attn", "attn2"), ("self_attn", "attn1"), (".o.", ".to_out.0."), (".q.", ".to_q."),
+    (".k.", ".to_k."), (".v.", ".to_v."), ("head.modulation", "scale_shift_table"), ("head.head", "proj_out"),
+    ("modulation", "scale_shift_table"), ("ffn.0", "ffn.net.0.proj"), ("ffn.2", "ffn.net.2"),
+    ("norm2", "norm__placeholder"), ("norm3", "norm2"), ("norm__placeholder", "norm3"),
+]
+WANMODEL = {"_class_name": "WanModel", "dim": 64, "eps": 1e-06, "ffn_dim": 256, "freq_dim": 64, "in_dim": 4,
+            "model_type": "t2v", "num_heads": 4, "num_layers": 4, "out_dim": 4, "text_len": 32}
+
+
+def check(cond, msg):
+    if not cond:
+        failed.append(msg)
+        print("FAIL: " + msg)
+    return cond
+
+
+def f32_named(tensors, rename=lambda k: k):
+    return {rename(k): v for k, v in f32(tensors).items()}
+
+
+def bf16_named(tensors, rename=lambda k: k):
+    """BF16 tensors under rename(name), and the f32 values they stand for."""
+    out, vals = {}, {}
+    for k, v in tensors.items():
+        raw, vals[k] = bf16(v)
+        out[rename(k)] = ("BF16", v.shape, raw)
+        vals[k] = vals[k].reshape(v.shape)
+    return out, vals
+
+
+def diffusers_name(k):
+    for a, b in TO_DIFFUSERS:
+        k = k.replace(a, b)
+    return k
+
+
+def model_dir(d, cls_config, tensors, shards=1):
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cls_config, f)
+    if shards == 1:
+        write_st(os.path.join(d, "diffusion_pytorch_model.safetensors"), tensors)
+        return
+    names, wmap = sorted(tensors), {}
+    for i in range(shards):
+        fn = "diffusion_pytorch_model-%05d-of-%05d.safetensors" % (i + 1, shards)
+        part = names[i * len(names) // shards:(i + 1) * len(names) // shards]
+        write_st(os.path.join(d, fn), {k: tensors[k] for k in part})
+        wmap.update({k: fn for k in part})
+    with open(os.path.join(d, "diffusion_pytorch_model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": wmap}, f)
+
+
+def layout_order():
+    rows = [ln.split() for ln in subprocess.run([DIT_TOOL, "layout"], capture_output=True, text=True,
+                                                check=True).stdout.splitlines()]
+    return [(nm, int(o), int(n)) for nm, o, n, _ in rows]
+
+
+def vflow(cmd, tmp, name, *sets, pipe=PIPE, resume=False):
+    run = os.path.join(tmp, name)
+    args = [VFLOW, cmd, pipe] + (["--run-dir", run] if cmd == "run" else []) + (["--resume"] if resume else [])
+    base = ("cache=" + os.path.join(tmp, "cache.lmdb"), "batch=2", "every=0")
+    if pipe == PIPE:
+        base += ("preset=tiny", "device=cpu", "frames=1", "size=64", "t_sampling=uniform")
+    for s in base + sets:
+        args += ["--set", s]
+    r = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=180)
+    return r, run
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        p = lambda n: os.path.join(tmp, n)  # noqa: E731
+        subprocess.run([TRAIN_TOOL, "mkcache", p("cache.lmdb"), "16", "4", "1", "8", "8", "7"], check=True,
+                       capture_output=True)
+        w = {}
+        for tag, seed in (("high", 0), ("low", 7)):
+            subprocess.run([DIT_TOOL, "init", "seed=%d" % seed, "out=" + p("init%d.bin" % seed)], check=True)
+            subprocess.run([DIT_TOOL, "save", "params=" + p("init%d.bin" % seed), "out=" + p("%s.safetensors" % tag)],
+                           check=True)
+            w[tag] = read_st(p("%s.safetensors" % tag))
+            # the init's head is zero, which would leave a frozen base's adapters without
+            # gradients: a head of its own per expert makes the LoRA runs depend on the base
+            head = w[tag]["head.head.weight"]
+            w[tag]["head.head.weight"] = (np.random.default_rng(seed).standard_normal(head.shape) * 0.05).astype("<f4")
+            write_st(p("%s.safetensors" % tag), f32(w[tag]))
+        # the tiny inits differ in every weight matrix (zero-initialised ones aside)
+        check(any(not np.array_equal(w["high"][k], w["low"][k]) for k in w["high"]), "two distinct experts")
+
+        # Wan-AI's layout: high F32 in one file, low BF16 as an index of 3 shards
+        low_bf16, low_vals = bf16_named(w["low"])
+        model_dir(p("wanai/high_noise_model"), WANMODEL, f32(w["high"]))
+        model_dir(p("wanai/low_noise_model"), WANMODEL, low_bf16, shards=3)
+        # a diffusers pipeline: transformer = high, transformer_2 = low, diffusers names
+        dcfg = {"_class_name": "WanTransformer3DModel", "num_attention_heads": 4, "attention_head_dim": 16,
+                "num_layers": 4, "ffn_dim": 256, "in_channels": 4, "out_channels": 4, "text_dim": 64,
+                "freq_dim": 64, "patch_size": [1, 2, 2], "eps": 1e-06}
+        model_dir(p("pipe/transformer"), dcfg, f32_named(w["high"], diffusers_name))
+        model_dir(p("pipe/transformer_2"), dcfg, f32_named(w["low"], diffusers_name))
+        with open(p("pipe/model_index.json"), "w") as f:
+            json.dump({"_class_name": "WanPipeline", "boundary_ratio": 0.875}, f)
+        # two ComfyUI single files, BF16
+        comfy = lambda k: "model.diffusion_model." + k  # noqa: E731
+        high_c, high_cvals = bf16_named(w["high"], comfy)
+        low_c, _ = bf16_named(w["low"], comfy)
+        write_st(p("comfy_high.safetensors"), high_c)
+        write_st(p("comfy_low.safetensors"), low_c)
+
+        lay = layout_order()
+
+        def read_expert(src, expert):
+            r = subprocess.run([DIT_TOOL, "weights", "weights=" + src, "expert=" + expert, "out=" + p("got.bin")],
+                               capture_output=True, text=True)
+            return r, (np.fromfile(p("got.bin"), dtype="<f4") if r.returncode == 0 else None)
+
+        def same(got, want):
+            return got is not None and all(np.array_equal(got[o:o + n].view("<u4"), want[nm].ravel().view("<u4"))
+                                           for nm, o, n in lay)
+
+        for src, expert, want, tag in ((p("wanai"), "high", w["high"], "Wan-AI high"),
+                                       (p("wanai"), "low", low_vals, "Wan-AI low (BF16 shards)"),
+                                       (p("pipe"), "high", w["high"], "diffusers transformer"),
+                                       (p("pipe"), "low", w["low"], "diffusers transformer_2"),
+                                       (p("comfy_high.safetensors"), "high", high_cvals, "ComfyUI file")):
+            r, got = read_expert(src, expert)
+            other = w["low"] if expert == "high" else w["high"]
+            check(r.returncode == 0 and same(got, want) and not same(got, other),
+                  "%s: read bit for bit: exit %d %s" % (tag, r.returncode, r.stderr[-300:]))
+
+        # vflow check: every layout and expert
+        for tag, sets in (("wanai-high", ("weights=" + p("wanai"), "experts=high")),
+                          ("wanai-low", ("weights=" + p("wanai"), "experts=low")),
+                          ("pipe-low", ("weights=" + p("pipe"), "experts=low")),
+                          ("comfy-low", ("weights_low=" + p("comfy_low.safetensors"), "experts=low"))):
+            r, _ = vflow("check", tmp, tag, *sets)
+            check(r.returncode == 0, "check %s: exit %d %s" % (tag, r.returncode, (r.stdout + r.stderr)[-400:]))
+
+        def bad(tag, words, *sets, pipe=PIPE):
+            r, _ = vflow("check", tmp, tag, *sets, pipe=pipe)
+            out = (r.stdout + r.stderr).strip()
+            ok = check(r.returncode == 2 and all(x in out for x in words),
+                       "%s: want exit 2 naming %s, got %d: %s" % (tag, words, r.returncode, out[-400:]))
+            if ok:
+                print("%-14s exit 2: %s" % (tag, out.splitlines()[-1][-170:]))
+
+        # one expert with a mis-shaped tensor: the other still loads, this one is refused
+        shp = dict(w["low"], **{"head.head.bias": np.ones(8, np.float32)})
+        model_dir(p("badlow/low_noise_model"), WANMODEL, f32(shp))
+        model_dir(p("badlow/high_noise_model"), WANMODEL, f32(w["high"]))
+        r, _ = vflow("check", tmp, "badlow-high", "weights=" + p("badlow"), "experts=high")
+        check(r.returncode == 0, "the sound expert of a pair with one bad: exit %d %s" % (r.returncode, r.stderr[-300:]))
+        bad("badlow-low", ("low_noise_model/diffusion_pytorch_model.safetensors", "head.head.bias", "[8]", "[16]"),
+            "weights=" + p("badlow"), "experts=low")
+        os.makedirs(p("onlyhigh"))
+        os.symlink(p("wanai/high_noise_model"), p("onlyhigh/high_noise_model"))
+        bad("no-low", ("onlyhigh", "low_noise_model/", "transformer_2/"), "weights=" + p("onlyhigh"), "experts=low")
+        bad("two-as-one", ("wanai", "two experts", "high_noise_model/"), "weights=" + p("wanai"),
+            pipe=os.path.join(SRC, "pipelines", "train_dit.lua"))
+        bad("t-range", ("t_min 0.5", "boundary 0.875"), "weights=" + p("wanai"), "experts=high", "t_min=0.5")
+        bad("both", ("experts=both",), "weights=" + p("wanai"), "experts=both")
+
+        # a run of one expert from the pair = the run from that expert's own file, bitwise
+        def model_of(run, name="model.safetensors"):
+            path = os.path.join(run, "ckpt", "step-3", name)
+            return open(path, "rb").read() if os.path.exists(path) else None
+
+        for tag, extra, fname in (("full", (), "model.safetensors"),
+                                  ("lora", ("lora_rank=4",), "lora.safetensors")):
+            runs = {}
+            for src_tag, sets in (("pair-low", ("weights=" + p("wanai"), "experts=low")),
+                                  ("file-low", ("weights_low=" + p("wanai/low_noise_model/"
+                                                                   "diffusion_pytorch_model.safetensors.index.json"),
+                                                "experts=low")),
+                                  ("high-file-as-low", ("weights_low=" + p("high.safetensors"), "experts=low"))):
+                r, run = vflow("run", tmp, tag + "-" + src_tag, "steps=3", "every=3", *(sets + extra))
+                check(r.returncode == 0, "%s %s run: exit %d %s" % (tag, src_tag, r.returncode, r.stderr[-400:]))
+                runs[src_tag] = model_of(run, fname)
+            check(runs["pair-low"] is not None and runs["pair-low"] == runs["file-low"],
+                  "%s: the low expert from the pair ends where the run from its file ends" % tag)
+            check(runs["pair-low"] != runs["high-file-as-low"],
+                  "%s: the high expert's weights (same timesteps) end elsewhere" % tag)
+        # the agreed two-expert checkpoint step: each expert's dir holds a step's model files
+        # (the index of shards for high, the low run's trained model.safetensors for low)
+        trained = os.path.join(tmp, "full-pair-low", "ckpt", "step-3", "model.safetensors")
+        os.makedirs(p("step/high_noise_model"))
+        os.makedirs(p("step/low_noise_model"))
+        with open(p("step/state.json"), "w") as f:
+            json.dump({"experts": ["high", "low"], "boundary": 0.875}, f)
+        names, wmap = sorted(w["high"]), {}
+        for i in range(2):
+            fn = "model-%05d-of-00002.safetensors" % (i + 1)
+            part = names[i * len(names) // 2:(i + 1) * len(names) // 2]
+            write_st(p("step/high_noise_model/" + fn), f32({k: w["high"][k] for k in part}))
+            wmap.update({k: fn for k in part})
+        with open(p("step/high_noise_model/model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": wmap}, f)
+        if os.path.exists(trained):
+            os.link(trained, p("step/low_noise_model/model.safetensors"))
+        for expert, want in (("high", w["high"]), ("low", read_st(trained) if os.path.exists(trained) else None)):
+            r, got = read_expert(p("step"), expert)
+            check(want is not None and r.returncode == 0 and same(got, want),
+                  "two-expert checkpoint step, %s: read bit for bit: exit %d %s" % (expert, r.returncode,
+                                                                                  r.stderr[-300:]))
+        # resuming the low expert's run as the high expert is refused
+        r, _ = vflow("run", tmp, "full-pair-low", "steps=4", "every=3", "weights=" + p("wanai"), "experts=high",
+                     resume=True)
+        out = r.stdout + r.stderr
+        check(r.returncode == 2 and "train.expert" in out, "resume as the other expert: exit %d %s" % (
+            r.returncode, out[-400:]))
+    print("PASS" if not failed else "FAIL (%d)" % len(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -126,10 +126,11 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                       vf_status *st);
 
 /* Sequence parallelism (dit_sp_rank.c). check: sp divides the heads, sp_rank below sp,
- * sp > 1 on the CPU backend (VF_EUSAGE naming the numbers or the device). open (setup, sp > 1): the group of the partition's
- * ranks and the partition's SP geometry for micro-batches up to max. close: both gone.
- * dims: d (whole sequences) cut to the rank's tokens (d->L = Lr); unchanged with sp = 1.
- * loss: the ranks' losses summed in rank order (every rank gets the sum). */
+ * sp > 1 on the CPU backend (VF_EUSAGE naming the numbers or the device). open (setup,
+ * sp > 1): the group of the partition's ranks and the partition's SP geometry, for
+ * micro-batches up to max (h owns both). close: both gone. dims: d (whole sequences)
+ * cut to the rank's tokens (d->L = Lr); unchanged with sp = 1. loss: the ranks' losses
+ * summed in rank order (every rank gets the sum). */
 int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_device dev, vf_status *st);
 int vf_dit_sp_rank_open(dit_part_state *h, const vf_dit_dims *max, vf_status *st);
 void vf_dit_sp_rank_close(dit_part_state *h);

@@ -132,7 +132,8 @@ static shared_out *run_case(int n, int B, int T, int H, int W)
 VF_TEST(whole_model_matches_one_rank)
 {
     /* the patch (1, 2, 2): (2, 4, 6) makes 12 tokens a sample, (3, 2, 2) makes 3, (1, 4, 10) 10 */
-    static const int cases[][5] = {{2, 2, 2, 4, 6}, {3, 2, 2, 4, 6}, {2, 3, 3, 2, 2}, {3, 3, 3, 2, 2}, {3, 1, 1, 4, 10}};
+    static const int cases[][5] = {{2, 2, 2, 4, 6}, {3, 2, 2, 4, 6}, {2, 3, 3, 2, 2},
+                                   {3, 3, 3, 2, 2}, {3, 1, 1, 4, 10}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         shared_out *so = run_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4]);
         if (so) munmap(so, sizeof *so);

@@ -4,7 +4,13 @@
 -- edges; the C stages (stages/train/dit_stage.c, adamw.c, checkpoint.c) never see the sugar.
 --
 --   local dit  = p:pipeline_parallel(vf.models.dit "tiny", { stages = P, micro_batches = M,
---                  recompute = true, devices = {"cpu", "cpu"}, replicas = D })
+--                  recompute = true, devices = {"cpu", "cpu"}, replicas = D, sp = N })
+-- (sp = N: sequence parallelism, each partition runs as N rank processes of one node, each
+-- holding 1/N of every sample's tokens, with an all-to-all around self-attention; N
+-- divides the model's heads. The ranks of partition q talk to the same rank of q - 1 and
+-- q + 1, all of a replica's ranks read its reader's batches, and the shards sum the
+-- ranks' gradients with the replicas' in one fixed order, rank after rank: to the shards
+-- the D replicas of N ranks are D·N "replicas", numbered r·N + rank)
 --   local opt  = p:stage("adamw", { lr = 1e-3, shards = S, ... })
 --   local ckpt = p:stage("checkpoint", { dir = "runs/x/ckpt", every = 50, keep = 2 })
 --   p:train { data = reader, model = dit, optimizer = opt, checkpoint = ckpt, steps = 200,
@@ -24,7 +30,8 @@
 -- (sample: optional, needs a checkpoint stage; the params of a `sample` stage, or one made
 -- with p:stage("sample", {...}): videos of the checkpoints in <run dir>/samples/step-N/)
 --
--- The plain graph (D = 1; with D > 1 partitions are dit_<q>_r<r> and readers <name>_r<r>):
+-- The plain graph (D = 1; with D > 1 partitions are dit_<q>_r<r> and readers <name>_r<r>;
+-- with sp = N > 1 each partition is N stages dit_<q>_s<k> (dit_<q>_r<r>_s<k>), k the rank):
 --   stages   dit_0 .. dit_{P-1}          kind dit, stage = q, splits = block boundaries
 --            adamw_0 .. adamw_{S-1}      kind adamw, shard = k, shards = S
 --            the reader, the checkpoint stage
@@ -110,7 +117,7 @@ return function(vf)
   function Model:_endpoints(dir)
     if dir == "in" then
       local out = {}
-      for r = 1, self.D do out[#out + 1] = { self.parts[r][1], "batch" } end
+      for r = 1, self.R do out[#out + 1] = { self.parts[r][1], "batch" } end
       return out
     end
     fail("the pipeline model has no output to connect: p:train wires its gradients to the optimizer")
@@ -118,14 +125,14 @@ return function(vf)
 
   function Model:stages()
     local out = {}
-    for r = 1, self.D do
+    for r = 1, self.R do
       for q = 1, self.P do out[#out + 1] = self.parts[r][q] end
     end
     return out
   end
 
   local PP_OPTS = { "stages", "micro_batches", "recompute", "recompute_attention", "devices", "replicas", "name",
-                    "isolate", "nodes", "base_dtype", "swap_blocks" }
+                    "isolate", "nodes", "base_dtype", "swap_blocks", "sp" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -147,6 +154,13 @@ return function(vf)
     local P = int_of(opts.stages or 1, "pipeline_parallel: stages", 1, math.min(24, depth))
     local M = int_of(opts.micro_batches or 1, "pipeline_parallel: micro_batches", 1, 4096)
     local D = int_of(opts.replicas or 1, "pipeline_parallel: replicas", 1, 64)
+    local SP = int_of(opts.sp or 1, "pipeline_parallel: sp", 1, 64)
+    local heads = int_of(model.heads, "model.heads", 1, 1 << 20)
+    if heads % SP ~= 0 then
+      fail("pipeline_parallel: sp = %d does not divide the model's %d heads (each rank attends with heads/sp of them)",
+           SP, heads)
+    end
+    if D * SP > 64 then fail("pipeline_parallel: replicas %d x sp %d is more than 64 ranks of a partition", D, SP) end
     local base = opts.name or "dit"
     if type(base) ~= "string" then fail("pipeline_parallel: name must be a string") end
     local devices = opts.devices or "cpu"
@@ -164,17 +178,25 @@ return function(vf)
     local N = int_of(opts.nodes or 1, "pipeline_parallel: nodes", 1, P * D)
     local splits = {}
     for i = 0, P do splits[i + 1] = i * depth // P end
-    local m = { p = p, P = P, M = M, D = D, model = model, splits = splits, parts = {}, isolate = isolate }
-    for r = 0, D - 1 do
+    -- rows of partitions: R = D·SP, row l = r·SP + k is rank k of replica r; the ranks of
+    -- one partition share its node (their all-to-all is over the node's shared memory)
+    local R = D * SP
+    local m = { p = p, P = P, M = M, D = D, SP = SP, R = R, replica_of = {}, model = model, splits = splits,
+                parts = {}, isolate = isolate }
+    for l = 0, R - 1 do
+      local r, k = l // SP, l % SP
+      m.replica_of[l + 1] = r + 1
       local row = {}
       for q = 0, P - 1 do
         local name = D == 1 and (base .. "_" .. q) or (base .. "_" .. q .. "_r" .. r)
+        if SP > 1 then name = name .. "_s" .. k end
         local dev = #devices == 1 and devices[1] or #devices == P and devices[q + 1] or devices[r * P + q + 1]
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,
           swap_blocks = swap > 0 and swap or nil,
           device = dev, replicas = D, replica = r, base_dtype = opts.base_dtype,
+          sp = SP > 1 and SP or nil, sp_rank = SP > 1 and k or nil,
           worker = isolate and name or nil, group = base,
           node = N > 1 and (r * P + q) * N // (P * D) or nil,
         })
@@ -183,7 +205,7 @@ return function(vf)
           p:connect({ row[q + 1], "grad_out" }, { row[q], "grad_in" }, { capacity = M, loop = true })
         end
       end
-      m.parts[r + 1] = row
+      m.parts[l + 1] = row
     end
     return setmetatable(m, Model)
   end)
@@ -315,7 +337,7 @@ return function(vf)
              tostring(rdim), tostring(m.model.text_dim))
       end
       m.model.text = "embeddings"
-      for r = 1, m.D do
+      for r = 1, m.R do
         for q = 1, m.P do m.parts[r][q].params.model.text = "embeddings" end
       end
     end
@@ -371,7 +393,7 @@ return function(vf)
                      " from the model and its `stages`/`replicas`; set those there"
     local fixed_sync = "decides the ack edges p:train wires at " .. where ..
                        "; set the checkpoint stage's `sync` in the script"
-    for r = 1, m.D do
+    for r = 1, m.R do
       for q = 1, m.P do
         local d = m.parts[r][q]
         for _, k in ipairs { "steps", "seed" } do link(d, k, "=train." .. k) end
@@ -380,7 +402,7 @@ return function(vf)
         link(d, "micro_batches", "=pp.micro_batches")
         link(d, "model", fixed_model)
         link(d, "shards", fixed_shards)
-        for _, k in ipairs { "splits", "stage", "replicas", "replica" } do link(d, k, fixed_pp) end
+        for _, k in ipairs { "splits", "stage", "replicas", "replica", "sp", "sp_rank" } do link(d, k, fixed_pp) end
       end
     end
     for _, a in ipairs(opt.members) do
@@ -426,8 +448,8 @@ return function(vf)
     if ck then ck.params.chunk = chunk end
     local model_params = m.model
 
-    for r = 1, m.D do
-      p:connect(readers[r], { m.parts[r][1], "batch" }, { capacity = 2 })
+    for r = 1, m.R do
+      p:connect(readers[m.replica_of[r]], { m.parts[r][1], "batch" }, { capacity = 2 })
       for q = 1, m.P do
         local s = m.parts[r][q].params
         s.shards, s.steps, s.seed, s.ckpt_dir = opt.S, steps, seed, dir
@@ -444,7 +466,7 @@ return function(vf)
       for _, a in ipairs(opt.members) do a.params.lora_init = t.lora_init end
     end
     if lora then
-      for r = 1, m.D do
+      for r = 1, m.R do
         for q = 1, m.P do
           local d = m.parts[r][q]
           d.params.lora = lora
@@ -483,7 +505,7 @@ return function(vf)
     -- (param dtype); and a shard plans chunk buffers for the partitions not on its device
     -- (param part_devices)
     local part_dtype, part_devices = nil, {}
-    for r = 1, m.D do
+    for r = 1, m.R do
       for q = 1, m.P do
         local dev = tostring(m.parts[r][q].params.device or "cpu")
         part_devices[#part_devices + 1] = dev
@@ -501,7 +523,7 @@ return function(vf)
       local s = a.params
       s.dtype = part_dtype
       link(a, "dtype", fixed_dtype)
-      s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.D, steps, seed
+      s.model, s.splits, s.replicas, s.steps, s.seed = model_params, m.splits, m.R, steps, seed
       s.part_devices = part_devices
       for _, k in ipairs(T_KEYS) do s[k] = tv[k] end
       s.data, s.every, s.ckpt_dir, s.sync = data_json, every, dir, sync
@@ -527,7 +549,7 @@ return function(vf)
       p:connect({ ck, "done" }, { ss, "ckpt" }, { capacity = 2 })
     end
 
-    for r = 1, m.D do
+    for r = 1, m.R do
       for q = 1, m.P do
         local d = m.parts[r][q]
         for k, a in ipairs(opt.members) do

@@ -32,6 +32,7 @@ return function(vf)
       devices = devices,
       base_dtype = a.fp8_base == true and "fp8" or nil,
       swap_blocks = a.swap_blocks,
+      sp = a.sp or 1,
     })
     local opt = p:stage("adamw", {
       lr = a.lr or 1e-5,

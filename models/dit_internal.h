@@ -347,6 +347,15 @@ int dit_sp_error(vf_dit_part *p, vf_status *st);
  * p->w.rcos/rsin; 1 done, 0 without sp. */
 int dit_sp_rope(vf_dit_part *p, const int g[3]);
 void dit_sp_free(vf_dit_part *p);
+/* With p->sp at the ends: the embeddings of b's whole sequences, this rank's rows kept in
+ * sv->xs[0]; their backward from this rank's rows' gradient dx (B, Lr, dim), the other
+ * rows' taken as zero (w.gx holds the whole sequences then); the loss's targets: this
+ * rank's rows of the patchified target into sv->hd.target_tok, a pad's row its
+ * prediction's. */
+int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);
+void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de, void *de0,
+                      void *dctx);
+void dit_sp_loss_targets(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, const void *target);
 /* dit_swap.c: block swap around the block loops. pass: a forward (backward = false) or
  * backward pass of the blocks begins; the first ring's copies are enqueued. enter: block
  * blk is about to compute (a swapped block: its copy is waited for and blk_w points at

@@ -144,7 +144,8 @@ size_t vf_dit_part_workspace_bytes(const vf_dit_part *p) { return p->wbytes; }
 
 const void *vf_dit_saved_pred(const vf_dit_saved *sv)
 {
-    return sv->p->pl.last && sv->state >= 1 ? sv->hd.pred : NULL;
+    /* a sequence-parallel rank predicts its tokens only: no whole latent */
+    return sv->p->pl.last && sv->state >= 1 && !sv->p->sp ? sv->hd.pred : NULL;
 }
 
 /* With recompute: block i's activations in the partition's one-block area, its
@@ -207,7 +208,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     sv->state = 0;
 
     if (pl->first) {
-        VF_TRY(dit_embed_fwd(p, b, sv, st));
+        VF_TRY(p->sp ? dit_sp_embed_fwd(p, b, sv, st) : dit_embed_fwd(p, b, sv, st));
     } else {
         be->copy(be, sv->xs[0], in->x, bytes_a(p, N * D));
         be->copy(be, sv->e, in->e, bytes_a(p, d->B * D));
@@ -252,10 +253,13 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     if (memcmp(d, &b->dims, sizeof *d) != 0)
         VF_FAIL(st, VF_EINVAL, "dit loss: batch geometry differs from the forward's");
     int64_t n = d->B * d->L * p->pl.c.z * p->pl.P;
-    dit_patchify(p, d, p->pl.c.z, sv->hd.target_tok, b->target, true);
+    /* a sequence-parallel rank: its tokens' share of the mean over the whole sequences */
+    double share = p->sp ? (double)p->sp->Lr / (double)p->sp->L : 1.0;
+    if (p->sp) dit_sp_loss_targets(p, d, sv, b->target);
+    else dit_patchify(p, d, p->pl.c.z, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
-    *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
-                            grad_scale);
+    *loss = share * be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
+                                    (float)(grad_scale * share));
     sv->state = 2;
     return 0;
 fail:
@@ -310,7 +314,9 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         cur = nxt;
     }
     VF_TRY(dit_sp_error(p, st));
-    if (pl->first && p->grads) /* a frozen base (LoRA) needs no embedding gradients */
+    if (pl->first && p->grads && p->sp) /* a frozen base (LoRA) needs no embedding gradients */
+        dit_sp_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
+    else if (pl->first && p->grads)
         dit_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
     else if (cur != g->x)
         be->copy(be, g->x, cur, bytes_g(p, N * D));

@@ -152,10 +152,11 @@ int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
 {
     const dit_plan *pl = &p->pl;
-    if (pl->first || pl->last)
+    /* the ends stage whole sequences in the act-dtype buffers the gradients use (dit_sp_take) */
+    if ((pl->first || pl->last) && pl->as != pl->gs)
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                             "dit partition [%d, %d): sequence parallelism runs partitions of blocks only (the "
-                             "embeddings and the head take whole sequences)", pl->b0, pl->b1);
+                             "dit partition [%d, %d): sequence parallelism at the embeddings or the head takes "
+                             "one dtype for activations and gradients", pl->b0, pl->b1);
     int rc = check_backend(p->be, st);
     if (rc) return rc;
     if (sp->Lr > pl->L)
@@ -256,4 +257,87 @@ int dit_sp_rope(vf_dit_part *p, const int g[3])
     memcpy(p->rope_grid, g, sizeof p->rope_grid);
     vf_free(all);
     return 1;
+}
+
+/* ------------------------------------------------------------------ the ends
+ *
+ * The first partition embeds every sample's whole sequence on every rank (the embeddings
+ * are the same on all of them) and keeps its own tokens; the backward spreads its tokens'
+ * gradient back into a whole sequence, zero elsewhere, so each rank's embedding gradients
+ * are its tokens' share and the ranks' sum is the whole. The last partition runs the
+ * head on its tokens and the loss on their targets, normalised by the whole sequence's
+ * count, so the ranks' losses and gradients add up to one rank's. */
+
+/* This rank's rows of B whole sequences of `w` values a row: src (B, L, w) -> dst
+ * (B, Lr, w), pad rows zero. Buffers owned by the caller, distinct. */
+static void take_rows(vf_dit_part *p, void *dst, const void *src, int64_t B, int64_t w, size_t es)
+{
+    const vf_dit_sp *sp = p->sp;
+    int64_t lo, cnt;
+    vf_dit_sp_range(sp, &lo, &cnt);
+    size_t row = (size_t)w * es;
+    for (int64_t b = 0; b < B; b++) {
+        char *d = (char *)dst + (size_t)(b * sp->Lr) * row;
+        if (cnt) p->be->copy(p->be, d, (const char *)src + (size_t)(b * sp->L + lo) * row, (size_t)cnt * row);
+        if (sp->Lr > cnt) p->be->memset0(p->be, d + (size_t)cnt * row, (size_t)(sp->Lr - cnt) * row);
+    }
+}
+
+/* The inverse: src (B, Lr, w) into dst (B, L, w), zero outside this rank's rows. */
+static void spread_rows(vf_dit_part *p, void *dst, const void *src, int64_t B, int64_t w, size_t es)
+{
+    const vf_dit_sp *sp = p->sp;
+    int64_t lo, cnt;
+    vf_dit_sp_range(sp, &lo, &cnt);
+    size_t row = (size_t)w * es;
+    p->be->memset0(p->be, dst, (size_t)(B * sp->L) * row);
+    for (int64_t b = 0; b < B && cnt; b++)
+        p->be->copy(p->be, (char *)dst + (size_t)(b * sp->L + lo) * row, (const char *)src + (size_t)(b * sp->Lr) * row,
+                    (size_t)cnt * row);
+}
+
+int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
+{
+    vf_dit_batch whole = *b;
+    whole.dims.L = p->sp->L, whole.dims.N = 0;
+    int rc = dit_embed_fwd(p, &whole, sv, st);
+    if (rc) return rc;
+    int64_t B = b->dims.B, D = p->pl.c.dim;
+    /* spw[0] holds a local (B, Lr, heads·head_dim) tensor: one rank's rows */
+    take_rows(p, p->spw[0], sv->xs[0], B, D, p->pl.as);
+    p->be->copy(p->be, sv->xs[0], p->spw[0], (size_t)(B * p->sp->Lr * D) * p->pl.as);
+    return 0;
+}
+
+void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de, void *de0,
+                      void *dctx)
+{
+    vf_dit_dims whole = *d;
+    whole.L = p->sp->L, whole.N = 0;
+    int64_t D = p->pl.c.dim;
+    const void *src = dx;
+    if (dx == p->w.gx) { /* w.gx (sized for whole sequences) takes the spread rows */
+        p->be->copy(p->be, p->spw[0], dx, (size_t)(d->B * p->sp->Lr * D) * p->pl.gs);
+        src = p->spw[0];
+    }
+    spread_rows(p, p->w.gx, src, d->B, D, p->pl.gs);
+    dit_embed_bwd(p, &whole, sv, p->w.gx, de, de0, dctx);
+}
+
+void dit_sp_loss_targets(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, const void *target)
+{
+    const vf_dit_sp *sp = p->sp;
+    vf_dit_dims whole = *d;
+    whole.L = sp->L, whole.N = 0;
+    int64_t zP = (int64_t)p->pl.c.z * p->pl.P, lo, cnt;
+    dit_head_saved *h = &sv->hd;
+    /* dpred_tok (whole sequences, cleared by the loss next) stages the patchified target */
+    dit_patchify(p, &whole, p->pl.c.z, h->dpred_tok, target, true);
+    take_rows(p, h->target_tok, h->dpred_tok, d->B, zP, p->pl.as);
+    /* a pad's target is its prediction: no loss, no gradient */
+    vf_dit_sp_range(sp, &lo, &cnt);
+    size_t row = (size_t)zP * p->pl.as;
+    for (int64_t b = 0; b < d->B && sp->Lr > cnt; b++)
+        p->be->copy(p->be, (char *)h->target_tok + (size_t)(b * sp->Lr + cnt) * row,
+                    (const char *)h->pred_tok + (size_t)(b * sp->Lr + cnt) * row, (size_t)(sp->Lr - cnt) * row);
 }

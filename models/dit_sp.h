@@ -64,9 +64,13 @@ int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config
 
 /* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
- * whole latent, whose tokens are sp->L), p made for such dims. The partition holds blocks
- * only (its neighbours hold the embeddings and the head, which take whole sequences):
- * VF_EUSAGE otherwise. Its all-to-all failures come back from vf_dit_part_forward and
+ * whole latent, whose tokens are sp->L), p made for the whole sequences (the first
+ * partition embeds them all and keeps this rank's rows; the last runs the head and the
+ * loss on this rank's rows, the loss and its gradients this rank's share of the whole
+ * sequences' mean, so the ranks' losses and weight gradients add up to one rank's). sp's
+ * L and Lr may be changed between micro-batches (another bucket) as long as sp->L stays
+ * within what it was at this call. VF_EUSAGE at an end whose activation and gradient
+ * dtypes differ. Its all-to-all failures come back from vf_dit_part_forward and
  * vf_dit_part_backward. */
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st);
 

@@ -35,7 +35,9 @@
 -- the last K blocks of each partition keep their frozen weights in pinned host memory,
 -- streamed in ahead of use; README "Block swap"), t_sampling (logit_normal | uniform),
 -- t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none; t <- s*t/(1+(s-1)*t)),
--- t_min / t_max (0 / 1: the timesteps mapped into this range after the shift).
+-- t_min / t_max (0 / 1: the timesteps mapped into this range after the shift), sp (1:
+-- sequence parallelism, each partition as sp rank processes holding 1/sp of the tokens;
+-- divides the heads: 12 for wan-1.3b, 40 for wan-14b; the CPU backend's all-to-all for now).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan")

@@ -18,6 +18,8 @@
 --   micro_batches  micro-batches M per step                                (2)
 --   recompute      keep only block inputs (true/false)                     (false)
 --   replicas       data-parallel replicas D                                (1)
+--   sp             sequence parallelism: each partition as this many rank processes,
+--                  each holding 1/sp of every sample's tokens; divides heads (1)
 --   shards         optimizer shards S                                      (1)
 --   lr warmup schedule min_lr weight_decay clip   AdamW                    (1e-3, 0, constant, 0, 0.01, 1.0)
 --   every keep     checkpoint interval (steps; 0 = last only) and count    (50, 2)
@@ -81,6 +83,7 @@ local dit = p:pipeline_parallel(model, {
   recompute = a.recompute == true,
   devices = a.device or "cpu",
   replicas = a.replicas or 1,
+  sp = a.sp or 1,
   isolate = isolate,
   nodes = a.nodes,
   base_dtype = a.fp8_base == true and "fp8" or nil,

@@ -57,7 +57,9 @@ static const vf_param_spec adamw_params[] = {
     {"shard", VF_P_INT, "0", VF_RANGE(0, VF_TRAIN_MAX_SHARDS - 1), "index k of this shard (set by the adamw expander)"},
     {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S"},
     {"splits", VF_P_LIST_INT, "[]", VF_RANGE(0, 1 << 20), "partition block boundaries {0, …, depth} (set by p:train); [] = one partition"},
-    {"replicas", VF_P_INT, "1", VF_RANGE(1, 64), "data-parallel replicas D of the pipeline"},
+    {"replicas", VF_P_INT, "1", VF_RANGE(1, 64),
+     "gradient sources per partition: data-parallel replicas D times sequence-parallel ranks sp (set by p:train), "
+     "summed in order"},
     {"lr", VF_P_NUM, "1e-3", VF_RANGE(0, 10), "peak learning rate"},
     {"beta1", VF_P_NUM, "0.9", VF_RANGE(0, 1), "Adam β1"},
     {"beta2", VF_P_NUM, "0.999", VF_RANGE(0, 1), "Adam β2"},

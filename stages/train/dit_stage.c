@@ -50,6 +50,10 @@ static const vf_param_spec dit_params[] = {
     {"shards", VF_P_INT, "1", VF_RANGE(1, VF_TRAIN_MAX_SHARDS), "optimizer shards S (set by p:train)"},
     {"replicas", VF_P_INT, "1", VF_RANGE(1, 64), "data-parallel replicas D (set by p:train)"},
     {"replica", VF_P_INT, "0", VF_RANGE(0, 63), "this partition's replica r"},
+    {"sp", VF_P_INT, "1", VF_RANGE(1, 64),
+     "sequence parallelism: ranks N of the partition, each holding 1/N of every sample's tokens (set by "
+     "pipeline_parallel; divides the heads)"},
+    {"sp_rank", VF_P_INT, "0", VF_RANGE(0, 63), "this partition's rank among its sp ranks"},
     {"steps", VF_P_INT, "0", VF_RANGE(0, 1e12), "optimizer steps of the run (set by p:train)"},
     {"seed", VF_P_INT, "0", VF_RANGE(0, 9007199254740991.0), "noise / timestep seed (Philox key)"},
     {"t_mean", VF_P_NUM, "0", VF_ANY, "logit-normal timestep mean"},
@@ -146,6 +150,8 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     g->M = (int)vf_param_int(prm, "micro_batches");
     VF_TRY(vf_dit_base_dtype(prm, g->lora != NULL, &g->fp8, st));
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
+    VF_TRY(vf_dit_sp_rank_check(&g->cfg, (int)vf_param_int(prm, "sp"), (int)vf_param_int(prm, "sp_rank"),
+                                vf_param_device(prm, "device"), st));
     g->swap = (int)vf_param_int(prm, "swap_blocks");
     VF_TRY(vf_dit_swap_check(g->swap, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], st));
     /* the swapped blocks stream as the model's dtype: an FP8 base keeps its linears
@@ -429,6 +435,8 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->D = (int)vf_param_int(prm, "replicas");
     h->r = (int)vf_param_int(prm, "replica");
     if (h->r >= h->D) VF_FAIL(st, VF_EUSAGE, "%s: replica %d is not below replicas %d", vf_stage_name(s), h->r, h->D);
+    h->sp = (int)vf_param_int(prm, "sp");
+    h->sp_rank = (int)vf_param_int(prm, "sp_rank");
     h->recompute = dit_recompute_of(prm);
     h->steps = vf_param_int(prm, "steps");
     h->rf = g.rf;
@@ -498,7 +506,7 @@ static int resume_cursor(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t st
                            "%s: the shards resume at step %lld but the newest checkpoint in %s is step %lld",
                            vf_stage_name(s), (long long)start, dir, (long long)ck.step);
     } else {
-        const char *cur = vf_ckpt_state_cursor(ck.state, h->r);
+        const char *cur = vf_ckpt_state_cursor(ck.state, VF_DIT_LANE(h));
         snprintf(h->skip_to, sizeof h->skip_to, "%s", cur);
         if (!cur[0])
             rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__, "%s: %s/state.json has no data cursor for replica %d",
@@ -527,6 +535,8 @@ static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     int rc = 0;
     dit_part_state *h = vf_stage_state(s);
     int64_t step = -1, busy_total = 0, t_run = vf_train_now_ns();
+    h->ctx = ctx;
+    snprintf(h->run_dir, sizeof h->run_dir, "%s", vf_run_dir(ctx));
     VF_TRY(vf_dit_xchg_lend(s, ctx, h, st));
     for (;;) {
         int64_t ws = step < 0 ? -1 : step;
@@ -555,7 +565,7 @@ static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         int64_t t1 = vf_train_now_ns();
         busy_total += o.busy_ns;
         VF_TRY(vf_dit_xchg_send(s, ctx, h, step, &o, t0, t1, st));
-        if (h->last) {
+        if (h->last && h->sp_rank == 0) { /* every rank has the ranks' sum */
             char row[256];
             snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"loss\":%.9g,\"replica\":%d}",
                      (long long)step, o.loss, h->r);

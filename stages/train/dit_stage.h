@@ -22,6 +22,11 @@ typedef struct dit_part_state {
     vf_dtype act, grad;
     size_t as, gs;
     int p, P, M, S, D, r;
+    int sp, sp_rank;                         /* sequence parallelism: ranks N and this one */
+    vf_ctx *ctx;                             /* the run's (its abort flag stops a waiting rank) */
+    char run_dir[4096];
+    vf_a2a *a2a;                             /* the ranks' group (sp > 1, from setup) */
+    struct vf_dit_sp *spg;                   /* the rank's geometry, which the partition reads */
     int splits[VF_TRAIN_MAX_PARTS + 1];
     bool first, last;
     int recompute;          /* vf_dit_recompute */
@@ -119,6 +124,20 @@ void vf_dit_stage_teardown(dit_part_state *h);
  * when the input ended before the step began. */
 int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
                       vf_status *st);
+
+/* Sequence parallelism (dit_sp_rank.c). check: sp divides the heads, sp_rank below sp,
+ * sp > 1 on the CPU backend (VF_EUSAGE naming the numbers or the device). open (setup,
+ * sp > 1): the group of the partition's ranks and the partition's SP geometry, for
+ * micro-batches up to max (h owns both). close: both gone. dims: d (whole sequences)
+ * cut to the rank's tokens (d->L = Lr); unchanged with sp = 1. loss: the ranks' losses
+ * summed in rank order (every rank gets the sum). */
+int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_device dev, vf_status *st);
+int vf_dit_sp_rank_open(dit_part_state *h, const vf_dit_dims *max, vf_status *st);
+void vf_dit_sp_rank_close(dit_part_state *h);
+void vf_dit_sp_rank_dims(dit_part_state *h, vf_dit_dims *d);
+int vf_dit_sp_rank_loss(dit_part_state *h, double *loss, vf_status *st);
+/* The index the shards know this partition by among their D·sp "replicas". */
+#define VF_DIT_LANE(h) ((h)->r * (h)->sp + (h)->sp_rank)
 
 /* The exchange with the optimizer shards (dit_xchg.c). lend: before the first step, the
  * weights' views to every shard (step -1). recv: the S replies of one step, *step set from

@@ -60,6 +60,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));
     if (h->fp8) VF_TRY(vf_dit_part_set_fp8(h->part, h->fp8, st));
     if (h->swap) VF_TRY(vf_dit_part_set_swap(h->part, h->swap, h->swap_host, st));
+    VF_TRY(vf_dit_sp_rank_open(h, max, st));
     h->ops = calloc((size_t)(2 * h->M), sizeof *h->ops);
     if (!h->ops) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");
     h->nsv = vf_train_1f1b(h->P, h->p, h->M, h->ops);
@@ -125,6 +126,7 @@ void vf_dit_stage_teardown(dit_part_state *h)
     h->ops = NULL;
     vf_dit_part_free(h->part);
     h->part = NULL;
+    vf_dit_sp_rank_close(h);
     for (int i = 0; i < XF_N; i++) vf_bufpool_unref(h->act_pool[i]), h->act_pool[i] = NULL;
     for (int i = 0; i <= XF_CTX; i++) vf_bufpool_unref(h->gout_pool[i]), h->gout_pool[i] = NULL;
     vf_free(h->h_xt), vf_free(h->h_target), vf_free(h->h_t), vf_free(h->h_text), vf_free(h->h_len);
@@ -401,9 +403,11 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             VF_FAIL(st, VF_EBADINPUT, "%s: a micro-batch of %d x %lld latent values exceeds the geometry the "
                     "partition was sized for (%lld)", name, (bd.B + h->M - 1) / h->M, (long long)h->per,
                     (long long)h->cap);
-        o->samples = bd.B;
-        o->tokens = (int64_t)bd.B * bd.L;
-        o->flops = bd.B * vf_dit_train_flops(&h->cfg, bd.L, h->cfg.text_len, h->recompute);
+        if (h->sp_rank == 0) { /* a replica's batch counts once, not once per rank */
+            o->samples = bd.B;
+            o->tokens = (int64_t)bd.B * bd.L;
+            o->flops = bd.B * vf_dit_train_flops(&h->cfg, bd.L, h->cfg.text_len, h->recompute);
+        }
     }
     mi = calloc((size_t)h->M, sizeof *mi);
     if (!mi) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", name);
@@ -425,6 +429,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 int f0, nb;
                 vf_train_mb_range(bd.B, h->M, m, &f0, &nb);
                 mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, nb, bd.T, bd.H, bd.W), bd.B};
+                vf_dit_sp_rank_dims(h, &mi[m].d);
                 t0 = vf_train_now_ns();
                 make_pairs(h, batch, step, f0, nb);
                 be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
@@ -463,6 +468,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                     VF_TRY(vf_dit_stage_setup(h, &mx, st));
                     op = h->ops[k];
                 }
+                vf_dit_sp_rank_dims(h, &mi[m].d);
                 xfer_of(it, &in);
                 b.dims = mi[m].d;
                 vf_tensor *tg = vf_item_get(it, "target");
@@ -538,6 +544,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             }
         }
     }
+    if (h->last) VF_TRY(vf_dit_sp_rank_loss(h, &o->loss, st));
 fail:
     vf_item_free(it);
     vf_item_free(out);

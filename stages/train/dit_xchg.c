@@ -57,13 +57,13 @@ static int lend(vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out
         int64_t off, n;
         vf_train_overlap(h->off, h->off + h->n, h->slo[k], h->shi[k], &off, &n);
         snprintf(name, sizeof name, "grad_s%d", k);
-        snprintf(id, sizeof id, "g%lld.p%d.r%d", (long long)step, h->p, h->r);
+        snprintf(id, sizeof id, "g%lld.p%d.r%d", (long long)step, h->p, VF_DIT_LANE(h));
         vf_item *it = vf_item_new(id, st);
         if (!it) return VF_ENOMEM;
         if (n > 0) rc = put_views(h, it, off, n, h->lend_w[k], o != NULL, st);
         const char *keys[] = {"step",    "part",    "replica", "off",  "n",     "t0_ns",     "t1_ns",
                               "busy_ns", "samples", "tokens",  "loss", "flops", "peak_flops"};
-        double vals[] = {(double)step, h->p, h->r, (double)off, (double)n, (double)t0, (double)t1,
+        double vals[] = {(double)step, h->p, VF_DIT_LANE(h), (double)off, (double)n, (double)t0, (double)t1,
                          o ? (double)o->busy_ns : 0, o ? o->samples : 0, o ? (double)o->tokens : 0,
                          o ? o->loss : 0, o ? o->flops : 0, h->peak};
         for (int i = 0; i < (o ? 13 : 5) && !rc; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);

@@ -9,7 +9,8 @@ a launcher would set for it, one rank per node.
      byte, as test_train_determinism.sh does);
   2. Slurm-style (SLURM_PROCID, a compact SLURM_JOB_NODELIST whose first name is the
      meeting host, the port from SLURM_JOB_ID): D = 2 replicas, one per node, bitwise the
-     one-node D = 2 weights;
+     one-node D = 2 weights; and sequence parallelism, P = 2 partitions of sp = 2 ranks,
+     each partition's ranks on its node, bitwise the one-node sp = 2 weights;
   3. Open MPI-style (OMPI_COMM_WORLD_*, the meeting place passed as VFLOW_MASTER_*):
      precompute with a decoder and a VAE encoder on each node feeding one latent_cache
      on node 0 gives the same cache as the same pipeline on one node: every key and every
@@ -104,6 +105,24 @@ def training(net, tmp, cache):
     a, b = md5(os.path.join(ref_d, "ckpt/step-8/model.safetensors")), md5(os.path.join(n.run_dir, "ckpt/step-8/model.safetensors"))
     print("D=2 one node %s, two nodes %s" % (a, b))
     check(a is not None and a == b, "D=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
+
+    # sequence parallelism: P = 2 partitions of sp = 2 ranks (6 heads), a partition's ranks
+    # on its node (their all-to-all is over the node's shared memory), the activations
+    # between the nodes over tcp rank to rank
+    common_s = common + ["dim=96", "heads=6", "head_dim=16", "sp=2"]
+    r = subprocess.run([VFLOW, "graph", TRAIN] + sum([["--set", v] for v in common_s + ["nodes=2"]], []),
+                       env=clean_env(), capture_output=True, text=True)
+    check(r.returncode == 0 and all(re.search(r'label="node %d: w\d+-dit_%d_s%d"' % (q, q, k), r.stdout)
+                                    for q in (0, 1) for k in (0, 1)),
+          "sp=2: each partition's ranks on its node:\n%s%s" % (r.stdout, r.stderr))
+    ref_s = one_node(tmp, "sp2_one", TRAIN, common_s)
+    n = Nodes(net, tmp, "sp2_two", "slurm", TRAIN, common_s + ["nodes=2"], port=20000 + 4243,
+              env={"VFLOW_RUN_KEY": os.urandom(32).hex()})
+    rcs = n.wait()
+    check(rcs == {0: 0, 1: 0}, "sp=2 P=2 on two nodes: exits %r\n%s" % (rcs, n.describe()))
+    a, b = md5(os.path.join(ref_s, "ckpt/step-8/model.safetensors")), md5(os.path.join(n.run_dir, "ckpt/step-8/model.safetensors"))
+    print("sp=2 P=2 one node %s, two nodes %s" % (a, b))
+    check(a is not None and a == b, "sp=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
     return ref
 
 

@@ -13,16 +13,7 @@ set -u
 source "$(dirname "$0")/train_lib.sh"
 cd "$TMP"
 
-BK=$TMP/buckets.lmdb
-for b in "16 16 1 4 0" "32 16 5 2 100" "64 32 1 2 200"; do
-  set -- $b
-  "$TOOL" mkbucket "$BK" 13 4 $1 $2 $3 $4 $5 > /dev/null || fail "mkbucket $b"
-done
-trainb() {
-  local dir=$1
-  shift
-  "$VFLOW" run "$PIPE" --run-dir "$dir" --set cache="$BK" "$@" > "$dir.out" 2>&1
-}
+make_buckets
 
 STEPS=24
 COMMON=(--set steps=$STEPS --set every=4 --set keep=2 --set lr=2e-3 --set micro_batches=2)

@@ -5,10 +5,12 @@
 #   train_compare.py TOL STEP REF_DIR DIR...
 #
 # For each DIR against REF_DIR: the relative L2 distance of all weights of the checkpoint
-# at STEP (model.safetensors, tensors by name), and the largest relative difference of
+# at STEP (model.safetensors, tensors by name; VF_COMPARE_FILE=lora.safetensors compares
+# a LoRA run's adapters instead), and the largest relative difference of
 # the loss and of the gradient norm over steps 1..STEP of metrics.jsonl. Prints them and
 # exits 1 when any exceeds TOL (or a run lacks a tensor or a step).
 import json
+import os
 import struct
 import sys
 
@@ -27,9 +29,16 @@ def steps(d):
     return {r["step"]: r for r in map(json.loads, open(d + "/metrics.jsonl")) if r.get("event") == "train_step"}
 
 
+def rel_diff(a, b):
+    """|a - b| / |a|; two zeros (a LoRA's first gradient norm, B starting at zero) agree"""
+    if a == 0:
+        return 0.0 if b == 0 else float("inf")
+    return abs(a - b) / abs(a)
+
+
 def main():
     tol, last, ref_dir, others = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    model = "/ckpt/step-%d/model.safetensors" % last
+    model = "/ckpt/step-%d/%s" % (last, os.environ.get("VF_COMPARE_FILE", "model.safetensors"))
     A, la = load(ref_dir + model), steps(ref_dir)
     va = np.concatenate([A[k] for k in sorted(A)]).astype(np.float64)
     ok = True
@@ -41,8 +50,8 @@ def main():
             continue
         vb = np.concatenate([B[k] for k in sorted(A)]).astype(np.float64)
         rel = np.linalg.norm(va - vb) / np.linalg.norm(va)
-        loss = max(abs(la[s]["loss"] - lb[s]["loss"]) / abs(la[s]["loss"]) for s in range(1, last + 1))
-        gn = max(abs(la[s]["grad_norm"] - lb[s]["grad_norm"]) / la[s]["grad_norm"] for s in range(1, last + 1))
+        loss = max(rel_diff(la[s]["loss"], lb[s]["loss"]) for s in range(1, last + 1))
+        gn = max(rel_diff(la[s]["grad_norm"], lb[s]["grad_norm"]) for s in range(1, last + 1))
         print("%s vs %s: weights rel L2 %.2e, loss rel %.2e, grad norm rel %.2e" % (d, ref_dir, rel, loss, gn))
         ok = ok and rel <= tol and loss <= tol and gn <= tol
     return 0 if ok else 1

@@ -41,3 +41,42 @@ steps_done() {
   n=$(grep -c '"event":"train_step"' "$1/metrics.jsonl" 2>/dev/null)
   echo "${n:-0}"
 }
+
+# train_kill RUN_DIR STAGE STEPS [--set k=v ...]: like train, but SIGKILLs STAGE's worker
+# once STEPS steps are done (its pid from the driver's spawn trace) and waits for the run;
+# 0 when the run failed after the kill, else 1 with the reason on stdout
+train_kill() {
+  local dir=$1 stage=$2 at=$3 pid="" vpid i
+  shift 3
+  rm -f "$dir.trace"
+  VFLOW_TRACE_SPAWN=$TMP/$dir.trace "$VFLOW" run "$PIPE" --run-dir "$dir" --set cache="$CACHE" "$@" \
+    > "$dir.out" 2>&1 &
+  vpid=$!
+  for i in $(seq 1 3000); do
+    [ -z "$pid" ] && pid=$(awk -v v="stages=$stage" '$3 == v {sub("pid=", "", $1); print $1}' "$dir.trace" 2>/dev/null)
+    [ -n "$pid" ] && [ "$(steps_done "$dir")" -ge "$at" ] && break
+    kill -0 $vpid 2>/dev/null || break
+    sleep 0.01
+  done
+  [ -n "$pid" ] || { echo "no worker $stage in the spawn trace: $(tail -5 "$dir.out")"; return 1; }
+  kill -9 "$pid" 2>/dev/null || { echo "$stage (pid $pid) already gone: the run ended first"; return 1; }
+  wait $vpid && { echo "the run succeeded although $stage was killed"; return 1; }
+  return 0
+}
+
+# make_buckets: a bucketed cache $BK of three buckets, 1, 4 and 8 tokens a sample, in
+# batches of 4, 2 and 2 (so the largest micro-batch by B·L is not the one of the largest
+# B); trainb RUN_DIR [--set k=v ...]: train on it
+BK=$TMP/buckets.lmdb
+make_buckets() {
+  local b
+  for b in "16 16 1 4 0" "32 16 5 2 100" "64 32 1 2 200"; do
+    set -- $b
+    "$TOOL" mkbucket "$BK" 13 4 $1 $2 $3 $4 $5 > /dev/null || fail "mkbucket $b"
+  done
+}
+trainb() {
+  local dir=$1
+  shift
+  "$VFLOW" run "$PIPE" --run-dir "$dir" --set cache="$BK" "$@" > "$dir.out" 2>&1
+}

@@ -12,8 +12,8 @@
  *     tensor's largest value (the sums run in another order, so not to the bit);
  *   - run twice, every rank's results, its partial gradients included, are the same bits.
  * The group opens with vf_dit_sp_chunk_bytes (a chunk too small fails the run), and
- * vf_dit_part_set_sp allocates vf_dit_sp_scratch_bytes, as the account sees it.
- * And a partition holding the embeddings or the head refuses sequence parallelism.
+ * vf_dit_part_set_sp allocates vf_dit_sp_scratch_bytes, as the account sees it. The
+ * embeddings and the head under sequence parallelism: test_dit_sp_ends.c.
  * Every computation runs in a forked child (the parent only compares), so no OpenMP
  * pool crosses a fork.
  */
@@ -221,32 +221,6 @@ VF_TEST(each_rank_is_deterministic)
         VF_CHECK(memcmp(a->v[1], b->v[1], sizeof a->v[1]) == 0 && memcmp(a->v[2], b->v[2], sizeof a->v[2]) == 0);
     if (a) munmap(a, sizeof *a);
     if (b) munmap(b, sizeof *b);
-}
-
-VF_TEST(embeddings_and_head_refuse)
-{
-    vf_status st = {0};
-    vf_dit_config c = cfg();
-    vf_dit_layout *l = NULL;
-    VF_CHECK(vf_dit_layout_new(&c, &l, &st) == 0);
-    vf_dit_dims d = vf_dit_dims_of(&c, 1, 2, 4, 6);
-    float *params = random_params(l, 3), *grads = calloc((size_t)l->total, 4);
-    vf_dit_sp sp;
-    VF_CHECK(vf_dit_sp_init(&sp, NULL, 1, 0, d.L, c.heads, &st) == 0);
-    static const int bounds[2][2] = {{0, 2}, {2, 4}};
-    for (int i = 0; i < 2; i++) {
-        vf_dit_part *p = NULL;
-        int64_t off, np;
-        vf_dit_layout_range(l, bounds[i][0], bounds[i][1], &off, &np);
-        VF_CHECK(vf_dit_part_new(vf_backend_cpu(), l, bounds[i][0], bounds[i][1], &d, VF_DIT_KEEP, params + off,
-                                 grads + off, &p, &st) == 0);
-        st = (vf_status){0};
-        VF_CHECK_EQ_INT(vf_dit_part_set_sp(p, &sp, &st), VF_EUSAGE);
-        VF_CHECK(strstr(st.msg, "blocks only") != NULL);
-        vf_dit_part_free(p);
-    }
-    free(params), free(grads);
-    vf_dit_layout_free(l);
 }
 
 int main(void) { return vf_test_main(); }

@@ -30,6 +30,7 @@
     X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
     X(swap_new, swap) X(swap_free, swap)    \
     X(swap_in, swap) X(swap_wait, swap) X(swap_stats, swap)                        \
+    X(a2a_open, collective) X(a2a_run, collective) X(a2a_close, collective)        \
     X(graph_begin, graph) X(graph_end, graph)                                      \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(matmul_gelu_fwd, matmul) X(matmul_dgelu_bwd, matmul)                         \

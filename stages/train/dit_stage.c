@@ -70,6 +70,8 @@ static const vf_param_spec dit_params[] = {
     {"swap_blocks", VF_P_INT, "0", VF_RANGE(0, 4096),
      "with LoRA: the last K blocks of the partition keep their base weights in pinned host memory, "
      "streamed in ahead of use (below the partition's blocks)"},
+    {"sp", VF_P_INT, "1", VF_RANGE(1, 64), "sequence-parallel ranks N of this partition (set by pipeline_parallel)"},
+    {"sp_rank", VF_P_INT, "0", VF_RANGE(0, 63), "this partition's sequence-parallel rank"},
     {0},
 };
 
@@ -303,6 +305,10 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
+    /* a rank of a sequence-parallel partition carves itself for its share of the tokens */
+    int sp = (int)vf_param_int(prm, "sp");
+    vf_dit_dims whole = mx;
+    vf_dit_sp_dims(sp, &mx, each, neach);
     if (g.lora && g.fp8) { /* an FP8 base swaps no blocks (pgeo_init refuses both) */
         vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, as);
     } else if (g.lora) { /* the frozen base once, in the partition's dtype */
@@ -339,7 +345,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         /* the CUDA backend's cuDNN attention workspace, grown to the largest micro-batch
          * shape's (bucket by bucket: it scales with B·L², not with the largest B and L) */
         int64_t aws = 0;
-        for (int i = 0; i < neach; i++) {
+        if (sp > 1) vf_dit_sp_plan(out, dev, &g.cfg, sp, &whole, each, neach, as);
+        for (int i = 0; i < neach && sp <= 1; i++) {
             int64_t w = vf_dit_attn_workspace(&g.cfg, &each[i], dev);
             aws = w > aws ? w : aws;
         }

@@ -4,7 +4,8 @@
  * The family is the file an op lives in, the same name on both backends:
  * kernels/cpu/<family>.c and kernels/cuda/<family>.{cu,c}; its CPU finite-difference
  * test is tests/unit/test_ops_<family>.c (modulate shares test_ops_elementwise.c; graph,
- * which computes nothing on the CPU, is checked in test_ops_backend.c). Files
+ * which computes nothing on the CPU, is checked in test_ops_backend.c; collective, which
+ * moves bytes between processes, in tests/gpu/test_cuda_a2a.c on both backends). Files
  * that are backend infrastructure keep names of their own: cpu/gemm.c (the sgemm core
  * under matmul and conv3d), cpu/simd.c; cuda/backend_cuda.c (the table), pool.c,
  * xfer_cuda.c (device transports), common.cuh.

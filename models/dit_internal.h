@@ -8,7 +8,6 @@
 
 #include "models/dit.h"
 #include "models/dit_fp8.h"
-#include "models/dit_sp.h"
 
 #include <string.h>
 
@@ -253,8 +252,7 @@ struct vf_dit_part {
     /* sequence parallelism (dit_sp.c; sp NULL: one rank): the ranks' group, the
      * self-attention's scratch, and the first error of a pass's all-to-alls (the block's
      * ops return none: the pass reports it when its blocks are done) */
-    const struct vf_dit_sp *sp; /* &spc, or NULL */
-    struct vf_dit_sp spc;       /* the caller's geometry, with the device group spg */
+    const struct vf_dit_sp *sp;
     void *spg;                  /* the backend's device group (ops.h a2a_open), or NULL */
     void *spw[5];
     int sp_rc;

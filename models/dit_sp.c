@@ -188,9 +188,7 @@ int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
             return st && st->code ? st->code : VF_ENOMEM;
         }
     }
-    p->spc = *sp;
-    p->spc.grp = p->spg;
-    p->sp = &p->spc;
+    p->sp = sp;
     p->rope_grid[0] = -1;
     return 0;
 }
@@ -211,6 +209,14 @@ static void keep_error(vf_dit_part *p, int rc)
     if (rc && !p->sp_rc) p->sp_rc = rc;
 }
 
+/* The caller's geometry (which it may change between passes) with p's device group. */
+static vf_dit_sp with_group(const vf_dit_part *p)
+{
+    vf_dit_sp s = *p->sp;
+    s.grp = p->spg;
+    return s;
+}
+
 void dit_self_att_fwd(vf_dit_part *p, void *out, float *lse, const void *q, const void *k, const void *v,
                       int64_t B, int64_t L, float scale)
 {
@@ -220,8 +226,9 @@ void dit_self_att_fwd(vf_dit_part *p, void *out, float *lse, const void *q, cons
         return;
     }
     vf_status st = {0};
+    vf_dit_sp s = with_group(p);
     if (!p->sp_rc)
-        keep_error(p, vf_dit_sp_attention_fwd(p->be, p->sp, out, lse, q, k, v, B, c->heads, c->head_dim, scale,
+        keep_error(p, vf_dit_sp_attention_fwd(p->be, &s, out, lse, q, k, v, B, c->heads, c->head_dim, scale,
                                               p->spw, &st));
     if (p->sp_rc && !p->sp_st.code) p->sp_st = st;
 }
@@ -236,8 +243,9 @@ void dit_self_att_bwd(vf_dit_part *p, void *dq, void *dk, void *dv, const void *
         return;
     }
     vf_status st = {0};
+    vf_dit_sp s = with_group(p);
     if (!p->sp_rc)
-        keep_error(p, vf_dit_sp_attention_bwd(p->be, p->sp, dq, dk, dv, dout, q, k, v, out, lse, B, c->heads,
+        keep_error(p, vf_dit_sp_attention_bwd(p->be, &s, dq, dk, dv, dout, q, k, v, out, lse, B, c->heads,
                                               c->head_dim, scale, p->spw, &st));
     if (p->sp_rc && !p->sp_st.code) p->sp_st = st;
 }

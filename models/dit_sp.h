@@ -71,7 +71,7 @@ int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config
 void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as,
                            int64_t *host, int64_t *device);
 
-/* Runs partition p's self-attentions as rank sp->rank of sp (copied; sp->a2a, not owned, outlives p),
+/* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
  * whole latent, whose tokens are sp->L), p made for such dims. The partition holds blocks
  * only (its neighbours hold the embeddings and the head, which take whole sequences):

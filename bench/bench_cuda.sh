@@ -293,6 +293,7 @@ section dit_torch_eager 80 1 "$PY" "$SRC/bench/bench_cuda_dit.py" step --preset 
 section vae_large 150 1 "$PY" "$SRC/bench/bench_cuda_vae.py" "$BUILD" --shape $VLARGE --repeat 2 --budget 140
 section ipc 40 0 "$BUILD/tests/gpu_test_cuda_xfer" bench $SIZES
 section swap_vflow 90 0 "$B" swap preset=wan-1.3b $DIT
+section a2a 60 0 "$BUILD/tests/gpu_test_cuda_a2a" bench 256 20   # exit 77 (skip) on one GPU
 
 # ---------------------------------------------------------------- results
 echo "== results ($(( $(date +%s) - START )) s so far)"

@@ -81,6 +81,15 @@ static void cpu_swap_stats(vf_backend *be, void *q, double *copy_s, double *wait
 {
     (void)be, vf_cpu_swap_stats(q, copy_s, wait_s);
 }
+static void *cpu_a2a_open(vf_backend *be, vf_a2a *boot, int n, int rank, size_t chunk_max, vf_status *st)
+{
+    return (void)be, vf_cpu_a2a_open(boot, n, rank, chunk_max, st);
+}
+static int cpu_a2a_run(vf_backend *be, void *g, const void *send, void *recv, size_t chunk, vf_status *st)
+{
+    return (void)be, vf_cpu_a2a_run(g, send, recv, chunk, st);
+}
+static void cpu_a2a_close(vf_backend *be, void *g) { (void)be, (void)g; } /* boot's owner closes it */
 static void cpu_memset0(vf_backend *be, void *p, size_t bytes) { (void)be, memset(p, 0, bytes); }
 static void cpu_upload(vf_backend *be, void *dst, const float *src, int64_t n, vf_dtype dt)
 {
@@ -360,6 +369,9 @@ static vf_backend cpu_backend = {
     .swap_in = cpu_swap_in,
     .swap_wait = cpu_swap_wait,
     .swap_stats = cpu_swap_stats,
+    .a2a_open = cpu_a2a_open,
+    .a2a_run = cpu_a2a_run,
+    .a2a_close = cpu_a2a_close,
     .graph_begin = cpu_graph_begin,
     .graph_end = cpu_graph_end,
     .matmul_fwd = cpu_matmul_fwd,

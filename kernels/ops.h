@@ -95,6 +95,23 @@ struct vf_backend {
     void (*swap_wait)(vf_backend *be, void *q, int slot);
     void (*swap_stats)(vf_backend *be, void *q, double *copy_s, double *wait_s);
 
+    /* ---- all-to-all among the ranks of a group (sequence parallelism, models/dit_sp.h).
+     * a2a_open: this device's group for rank `rank` of n ranks and chunks up to chunk_max
+     * bytes, joined through `boot`, the ranks' host group (vflow.h vf_a2a), which every
+     * rank passes in the same state and which outlives the device group: the CPU backend's
+     * group is boot itself; the CUDA backend's is an NCCL communicator of the n devices,
+     * whose unique id goes from rank 0 to the others over boot (one exchange), or, built
+     * without NCCL, boot carrying pinned copies. Caller owns it (a2a_close).
+     * a2a_run: send and recv are n chunks of `chunk` bytes of this backend's memory, chunk
+     * j of send for rank j, chunk i of recv from rank i; they are the same buffer or do not
+     * overlap. Every rank calls it the same number of times with the same chunk. It is
+     * ordered with the compute ops around it (CUDA: enqueued on the compute stream) and
+     * returns the errors it can see (a rank gone, the run stopping, NCCL's). The bytes are
+     * moved, never combined: the same bits whatever the timing. */
+    void *(*a2a_open)(vf_backend *be, vf_a2a *boot, int n, int rank, size_t chunk_max, vf_status *st);
+    int (*a2a_run)(vf_backend *be, void *g, const void *send, void *recv, size_t chunk, vf_status *st);
+    void (*a2a_close)(vf_backend *be, void *g);
+
     /* ---- recorded units (CUDA graphs). The ops a caller enqueues between graph_begin and
      * graph_end form one unit named by key[0..nkey): words that determine the unit's work
      * completely (what it is, its shapes, every pointer its ops touch; nkey ≤ 128).

@@ -4,7 +4,8 @@
  * The family is the file an op lives in, the same name on both backends:
  * kernels/cpu/<family>.c and kernels/cuda/<family>.{cu,c}; its CPU finite-difference
  * test is tests/unit/test_ops_<family>.c (modulate shares test_ops_elementwise.c; graph,
- * which computes nothing on the CPU, is checked in test_ops_backend.c). Files
+ * which computes nothing on the CPU, is checked in test_ops_backend.c; collective, which
+ * moves bytes between processes, in tests/gpu/test_cuda_a2a.c on both backends). Files
  * that are backend infrastructure keep names of their own: cpu/gemm.c (the sgemm core
  * under matmul and conv3d), cpu/simd.c; cuda/backend_cuda.c (the table), pool.c,
  * xfer_cuda.c (device transports), common.cuh.
@@ -30,6 +31,7 @@
     X(download, memory) X(copy, memory) X(copy2d, memory) X(sync, memory)          \
     X(swap_new, swap) X(swap_free, swap)    \
     X(swap_in, swap) X(swap_wait, swap) X(swap_stats, swap)                        \
+    X(a2a_open, collective) X(a2a_run, collective) X(a2a_close, collective)        \
     X(graph_begin, graph) X(graph_end, graph)                                      \
     X(matmul_fwd, matmul) X(matmul_bwd, matmul)                                    \
     X(matmul_gelu_fwd, matmul) X(matmul_dgelu_bwd, matmul)                         \

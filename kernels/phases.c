@@ -278,6 +278,21 @@ static void w_swap_stats(vf_backend *be, void *q, double *copy_s, double *wait_s
     PH(be)->inner->swap_stats(PH(be)->inner, q, copy_s, wait_s);
 }
 
+/* the all-to-all is transfer time (what a rank waits for its peers is part of it) */
+static void *w_a2a_open(vf_backend *be, vf_a2a *boot, int n, int rank, size_t chunk_max, vf_status *st)
+{
+    return PH(be)->inner->a2a_open(PH(be)->inner, boot, n, rank, chunk_max, st);
+}
+static int w_a2a_run(vf_backend *be, void *g, const void *send, void *recv, size_t chunk, vf_status *st)
+{
+    vf_phases *p = PH(be);
+    int k = p->on ? mark_begin(p, VF_PHASE_TRANSFER) : -1;
+    int rc = p->inner->a2a_run(p->inner, g, send, recv, chunk, st);
+    if (k >= 0) mark_end(p, k);
+    return rc;
+}
+static void w_a2a_close(vf_backend *be, void *g) { PH(be)->inner->a2a_close(PH(be)->inner, g); }
+
 const char *vf_phase_name(vf_phase ph)
 {
     static const char *const names[VF_PHASE_N] = {"attention", "gemm",     "conv",  "elementwise",

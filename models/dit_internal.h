@@ -253,6 +253,7 @@ struct vf_dit_part {
      * self-attention's scratch, and the first error of a pass's all-to-alls (the block's
      * ops return none: the pass reports it when its blocks are done) */
     const struct vf_dit_sp *sp;
+    void *spg;                  /* the backend's device group (ops.h a2a_open), or NULL */
     void *spw[5];
     int sp_rc;
     vf_status sp_st;

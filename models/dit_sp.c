@@ -55,7 +55,7 @@ static int trade(vf_backend *be, const vf_dit_sp *sp, bool heads, void *dst, con
     be->permute(be, work, src, 5, heads ? local : whole, heads ? local_to_chunks : swap01);
     if (N > 1) {
         size_t chunk = (size_t)(B * sp->Lr * Hg * Dh) * vf_dtype_size(be->act_dtype);
-        int rc = vf_a2a_run(sp->a2a, work, work, chunk, st);
+        int rc = sp->grp ? be->a2a_run(be, sp->grp, work, work, chunk, st) : vf_a2a_run(sp->a2a, work, work, chunk, st);
         if (rc) return rc;
     }
     be->permute(be, dst, work, 5, chunks, heads ? swap01 : chunks_to_local);
@@ -74,11 +74,12 @@ static int to_tokens(vf_backend *be, const vf_dit_sp *sp, void *dst, const void 
     return trade(be, sp, false, dst, src, work, B, H, Dh, st);
 }
 
-static int check_backend(const vf_backend *be, vf_status *st)
+/* Without a device group the exchange reads and writes the buffers as host memory. */
+static int check_backend(const vf_backend *be, const vf_dit_sp *sp, vf_status *st)
 {
-    if (be->device.kind == VF_DEV_CPU) return 0;
+    if (be->device.kind == VF_DEV_CPU || sp->grp || sp->n == 1) return 0;
     return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                         "sequence parallelism: the all-to-all over shared memory takes the CPU backend, not %s",
+                         "sequence parallelism: %s buffers need the backend's device group (vf_dit_part_set_sp)",
                          be->name);
 }
 
@@ -86,7 +87,7 @@ int vf_dit_sp_attention_fwd(vf_backend *be, const vf_dit_sp *sp, void *out, floa
                             const void *k, const void *v, int64_t B, int64_t H, int64_t Dh, float scale,
                             void *const work[VF_DIT_SP_WORK_FWD], vf_status *st)
 {
-    int rc = check_backend(be, st);
+    int rc = check_backend(be, sp, st);
     const void *src[3] = {q, k, v};
     for (int i = 0; i < 3 && !rc; i++) rc = to_heads(be, sp, work[i], src[i], work[3], B, H, Dh, st);
     if (rc) return rc;
@@ -105,7 +106,7 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
                             int64_t B, int64_t H, int64_t Dh, float scale, void *const work[VF_DIT_SP_WORK_BWD],
                             vf_status *st)
 {
-    int rc = check_backend(be, st);
+    int rc = check_backend(be, sp, st);
     /* q, k, v, out, dout in the heads layout, dq (not written yet) the scratch */
     const void *src[5] = {q, k, v, out, dout};
     for (int i = 0; i < 5 && !rc; i++) rc = to_heads(be, sp, work[i], src[i], dq, B, H, Dh, st);
@@ -149,6 +150,15 @@ int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config
     return VF_DIT_SP_WORK_BWD * local_elems(n, L, B, c) * (int64_t)as;
 }
 
+void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as,
+                           int64_t *host, int64_t *device)
+{
+    int64_t chunk = n > 1 ? (int64_t)vf_dit_sp_chunk_bytes(n, L, B, c, as) : 0;
+    chunk = (chunk + 63) / 64 * 64; /* the host group's slots are 64-byte aligned */
+    *host = dev.kind == VF_DEV_CPU ? 2 * n * chunk : 0;
+    *device = dev.kind == VF_DEV_CPU ? 0 : n * chunk;
+}
+
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
 {
     const dit_plan *pl = &p->pl;
@@ -157,8 +167,6 @@ int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
                              "dit partition [%d, %d): sequence parallelism at the embeddings or the head takes "
                              "one dtype for activations and gradients", pl->b0, pl->b1);
-    int rc = check_backend(p->be, st);
-    if (rc) return rc;
     if (sp->Lr > pl->L)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit partition [%d, %d): made for %lld tokens a sample, a rank of sp = %d holds %lld",
@@ -174,6 +182,13 @@ int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
                                  pl->b1, bytes);
         }
     }
+    if (p->be->device.kind != VF_DEV_CPU && sp->n > 1) {
+        size_t chunk = vf_dit_sp_chunk_bytes(sp->n, sp->L, pl->B, &pl->c, pl->as);
+        if (!(p->spg = p->be->a2a_open(p->be, sp->a2a, sp->n, sp->rank, chunk, st))) {
+            dit_sp_free(p);
+            return st && st->code ? st->code : VF_ENOMEM;
+        }
+    }
     p->sp = sp;
     p->rope_grid[0] = -1;
     return 0;
@@ -185,12 +200,22 @@ void dit_sp_free(vf_dit_part *p)
         if (p->spw[i]) p->be->free(p->be, p->spw[i]);
         p->spw[i] = NULL;
     }
+    if (p->spg) p->be->a2a_close(p->be, p->spg);
+    p->spg = NULL;
     p->sp = NULL;
 }
 
 static void keep_error(vf_dit_part *p, int rc)
 {
     if (rc && !p->sp_rc) p->sp_rc = rc;
+}
+
+/* The caller's geometry (which it may change between passes) with p's device group. */
+static vf_dit_sp with_group(const vf_dit_part *p)
+{
+    vf_dit_sp s = *p->sp;
+    s.grp = p->spg;
+    return s;
 }
 
 void dit_self_att_fwd(vf_dit_part *p, void *out, float *lse, const void *q, const void *k, const void *v,
@@ -202,8 +227,9 @@ void dit_self_att_fwd(vf_dit_part *p, void *out, float *lse, const void *q, cons
         return;
     }
     vf_status st = {0};
+    vf_dit_sp s = with_group(p);
     if (!p->sp_rc)
-        keep_error(p, vf_dit_sp_attention_fwd(p->be, p->sp, out, lse, q, k, v, B, c->heads, c->head_dim, scale,
+        keep_error(p, vf_dit_sp_attention_fwd(p->be, &s, out, lse, q, k, v, B, c->heads, c->head_dim, scale,
                                               p->spw, &st));
     if (p->sp_rc && !p->sp_st.code) p->sp_st = st;
 }
@@ -218,8 +244,9 @@ void dit_self_att_bwd(vf_dit_part *p, void *dq, void *dk, void *dv, const void *
         return;
     }
     vf_status st = {0};
+    vf_dit_sp s = with_group(p);
     if (!p->sp_rc)
-        keep_error(p, vf_dit_sp_attention_bwd(p->be, p->sp, dq, dk, dv, dout, q, k, v, out, lse, B, c->heads,
+        keep_error(p, vf_dit_sp_attention_bwd(p->be, &s, dq, dk, dv, dout, q, k, v, out, lse, B, c->heads,
                                               c->head_dim, scale, p->spw, &st));
     if (p->sp_rc && !p->sp_st.code) p->sp_st = st;
 }

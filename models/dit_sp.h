@@ -14,7 +14,8 @@
  * the heads layout a rank attends in is (B, N·Lr, H/N, Dh), as many elements. Each row
  * of every (b, head) attention is computed by the same kernel over the same keys as
  * without SP, so the results are the same bits as one rank's attention over the whole
- * sequence. The all-to-all runs over host memory: the CPU backend.
+ * sequence. The all-to-all is the backend's (ops.h a2a_run): on the CPU the ranks'
+ * shared-memory group, on GPUs NCCL among their devices.
  */
 #ifndef VF_DIT_SP_H
 #define VF_DIT_SP_H
@@ -23,7 +24,9 @@
 #include "models/dit.h"
 
 typedef struct vf_dit_sp {
-    vf_a2a *a2a;     /* the partition's group (not owned); NULL with one rank */
+    vf_a2a *a2a;     /* the partition's host group (not owned); NULL with one rank */
+    void *grp;       /* the backend's device group over it (ops.h a2a_open; not owned), or
+                        NULL: the exchanges go through a2a itself (the CPU backend) */
     int n, rank;     /* ranks N and this one */
     int64_t L, Lr;   /* real tokens of the sequence, tokens each rank holds */
 } vf_dit_sp;
@@ -61,6 +64,12 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
  * the attention's scratch (what a memory plan adds to the partition's). */
 size_t vf_dit_sp_chunk_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as);
 int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as);
+/* The bytes of rank's share of the all-to-all's own buffers on device dev, for the same
+ * geometry: on the CPU its part of the host group's shared memory (two banks of n × n
+ * chunks, which the n ranks map once: 2·n chunks each), on a GPU the device group's
+ * staging (n chunks; ops.h a2a_open). *host: the host bytes, *device: the device's. */
+void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as,
+                           int64_t *host, int64_t *device);
 
 /* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
@@ -70,7 +79,9 @@ int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config
  * sequences' mean, so the ranks' losses and weight gradients add up to one rank's). sp's
  * L and Lr may be changed between micro-batches (another bucket) as long as sp->L stays
  * within what it was at this call. VF_EUSAGE at an end whose activation and gradient
- * dtypes differ. Its all-to-all failures come back from vf_dit_part_forward and
+ * dtypes differ. On a backend other than the CPU's it joins the device group of sp's
+ * ranks (ops.h a2a_open over sp->a2a: every rank sets its partition at the same point),
+ * which p owns. Its all-to-all failures come back from vf_dit_part_forward and
  * vf_dit_part_backward. */
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st);
 

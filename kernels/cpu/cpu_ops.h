@@ -40,6 +40,10 @@ void vf_cpu_swap_free(void *q);
 void vf_cpu_swap_in(void *q, int slot, void *dst, const void *src, size_t bytes);
 void vf_cpu_swap_wait(void *q, int slot);
 void vf_cpu_swap_stats(void *q, double *copy_s, double *wait_s);
+
+/* collective.c: the all-to-all (ops.h): the host group is the device group (not owned) */
+void *vf_cpu_a2a_open(vf_a2a *boot, int n, int rank, size_t chunk_max, vf_status *st);
+int vf_cpu_a2a_run(void *g, const void *send, void *recv, size_t chunk, vf_status *st);
 /* f32 host data to/from storage of dtype F32, BF16 or F16 (round to nearest even). */
 void vf_cpu_upload(void *dst, const float *src, int64_t n, vf_dtype dst_dtype);
 void vf_cpu_download(float *dst, const void *src, int64_t n, vf_dtype src_dtype);

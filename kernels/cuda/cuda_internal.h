@@ -162,6 +162,12 @@ void vf_cuda_swap_free(vf_backend *be, void *q);
 void vf_cuda_swap_in(vf_backend *be, void *q, int slot, void *dst, const void *src, size_t bytes);
 void vf_cuda_swap_wait(vf_backend *be, void *q, int slot);
 void vf_cuda_swap_stats(vf_backend *be, void *q, double *copy_s, double *wait_s);
+
+/* collective.c: the all-to-all (ops.h): NCCL among the ranks' devices, bootstrapped over
+ * their host group; the host group itself without NCCL. Caller owns the group. */
+void *vf_cuda_a2a_open(vf_backend *be, vf_a2a *boot, int n, int rank, size_t chunk_max, vf_status *st);
+int vf_cuda_a2a_run(vf_backend *be, void *g, const void *send, void *recv, size_t chunk, vf_status *st);
+void vf_cuda_a2a_close(vf_backend *be, void *g);
 /* layout.cu */
 void vf_cuda_permute(vf_backend *be, void *out, const void *inp, int ndim, const int64_t *shape,
                      const int *perm);

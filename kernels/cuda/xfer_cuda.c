@@ -46,7 +46,7 @@
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/xfer_state.h"
 #ifdef VFLOW_HAVE_NCCL
-#include <nccl.h>
+#include "kernels/cuda/nccl_util.h"
 #endif
 
 typedef struct rev { /* an imported event slot */
@@ -136,29 +136,6 @@ static xedge *xedge_get(void **state, vf_status *st)
 }
 
 #ifdef VFLOW_HAVE_NCCL
-/* Communicators are non-blocking (REFERENCE: a dead peer can hang a collective): every
- * NCCL call that may wait is followed by this poll of the communicator's state, which
- * gives up when the run stops (the supervisor sets the flag once a peer died) and
- * aborts the communicator. */
-static int nccl_wait(ncclComm_t comm, ncclResult_t r, const char *what, vf_status *st)
-{
-    while (r == ncclInProgress || r == ncclSuccess) {
-        ncclResult_t a = ncclSuccess;
-        if (ncclCommGetAsyncError(comm, &a) != ncclSuccess) break;
-        if (a == ncclSuccess) return 0;
-        if (a != ncclInProgress) {
-            r = a;
-            break;
-        }
-        if (vf_runtime_stopping()) {
-            ncclCommAbort(comm);
-            return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__, "%s: the run is stopping", what);
-        }
-        usleep(200);
-    }
-    return vf_status_set(st, VF_ECUDA, __FILE__, __LINE__, "%s: %s", what, ncclGetErrorString(r));
-}
-
 static int nccl_join(xedge *x, int rank, vf_status *st)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -167,7 +144,7 @@ static int nccl_join(xedge *x, int rank, vf_status *st)
     if (r != ncclSuccess && r != ncclInProgress)
         return vf_status_set(st, VF_ECUDA, __FILE__, __LINE__, "ncclCommInitRank (rank %d): %s", rank,
                              ncclGetErrorString(r));
-    int rc = nccl_wait(x->comm, r, rank ? "ncclCommInitRank (receiver)" : "ncclCommInitRank (sender)", st);
+    int rc = vf_cuda_nccl_wait(x->comm, r, rank ? "ncclCommInitRank (receiver)" : "ncclCommInitRank (sender)", st);
     if (rc < 0) {
         if (rc != VF_ESTOPPED) ncclCommAbort(x->comm);
         return rc;
@@ -493,7 +470,7 @@ static int xsent(void **state, const vf_edge_desc *ed, vf_status *st)
     if (r == ncclSuccess) r = e;
     vf_cuda_op_end(c);
     x->npending = 0;
-    VF_TRY(nccl_wait(x->comm, r, "ncclSend", st));
+    VF_TRY(vf_cuda_nccl_wait(x->comm, r, "ncclSend", st));
 fail:
     return rc;
 #else
@@ -692,7 +669,7 @@ static int xrecv(void **state, const vf_edge_desc *ed, vf_item **itp, vf_status 
         ncclResult_t r = ncclGroupEnd();
         vf_cuda_op_end(c);
         nccl_group = false;
-        VF_TRY(nccl_wait(x->comm, r, "ncclRecv", st));
+        VF_TRY(vf_cuda_nccl_wait(x->comm, r, "ncclRecv", st));
     }
 #endif
     if (copied) { /* the producer may reuse its buffers once we credit: finish the copies */

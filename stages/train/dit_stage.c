@@ -312,6 +312,10 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
+    /* a rank of a sequence-parallel partition holds its partition, saved stores and items
+     * for whole sequences (the ends embed and stage them whole; dit_step.c), and adds what
+     * vf_dit_sp_plan lists */
+    int sp = (int)vf_param_int(prm, "sp");
     if (g.lora && g.fp8) { /* an FP8 base swaps no blocks (pgeo_init refuses both) */
         vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, as);
     } else if (g.lora) { /* the frozen base once, in the partition's dtype */
@@ -348,7 +352,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         /* the CUDA backend's cuDNN attention workspace, grown to the largest micro-batch
          * shape's (bucket by bucket: it scales with B·L², not with the largest B and L) */
         int64_t aws = 0;
-        for (int i = 0; i < neach; i++) {
+        if (sp > 1) vf_dit_sp_plan(out, dev, &g.cfg, sp, &mx, each, neach, as);
+        for (int i = 0; i < neach && sp <= 1; i++) {
             int64_t w = vf_dit_attn_workspace(&g.cfg, &each[i], dev);
             aws = w > aws ? w : aws;
         }

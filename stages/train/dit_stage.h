@@ -172,6 +172,12 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
 int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
 void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int b0, int b1, int K,
                       size_t as);
+/* Sequence parallelism in the plan (dit_sp_plan.c), for sp = N ranks of the partition: the
+ * lines SP adds to one rank's (the attention's heads-layout scratch, the all-to-all's
+ * buffers, the cuDNN workspace of H/N heads over every token), given the whole sequence's
+ * geometry mx and each bucket's. */
+void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int sp, const vf_dit_dims *mx,
+                    const vf_dit_dims *each, int neach, size_t as);
 int64_t vf_dit_swap_resident(const dit_part_state *h);
 void *vf_dit_swap_dst(const dit_part_state *h, int64_t rel, bool *host);
 /* metrics: a "swap" row of the partition's copy totals after `step` (nothing without swap). */

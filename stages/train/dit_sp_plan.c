@@ -1,0 +1,38 @@
+/* dit_sp_plan.c — what sequence parallelism changes in a `dit` partition's memory plan.
+ *
+ * A rank of sp = N computes on ⌈L/N⌉ of each sample's L tokens (models/dit_sp.h), but
+ * holds its partition, its saved stores and its items for whole sequences, as the stage
+ * allocates them (dit_step.c: the first partition embeds whole sequences, the last stages
+ * whole targets), so the partition's lines are those of one rank. What SP adds: the
+ * self-attention's scratch (its heads layout, vf_dit_sp_scratch_bytes), the all-to-all's
+ * own buffers (the host group's shared memory on the CPU, the device group's staging on a
+ * GPU), and a cuDNN attention workspace over every token for H/N heads, one sample at a
+ * time.
+ */
+#include "stages/train/dit_stage.h"
+
+#include "models/dit_sp.h"
+
+void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int sp, const vf_dit_dims *mx,
+                    const vf_dit_dims *each, int neach, size_t as)
+{
+    if (sp <= 1) return;
+    vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sequence parallel: attention heads layout",
+                    vf_dit_sp_scratch_bytes(sp, mx->L, mx->B, c, as));
+    int64_t host = 0, device = 0;
+    vf_dit_sp_group_bytes(dev, sp, mx->L, mx->B, c, as, &host, &device);
+    vf_device cpu = {VF_DEV_CPU, 0};
+    if (host) vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "sequence parallel: all-to-all slots (shared memory)", host);
+    if (device) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "sequence parallel: all-to-all staging", device);
+    /* the attention over every token for H/N heads, sample by sample */
+    vf_dit_config ch = *c;
+    ch.heads = c->heads / sp;
+    int64_t aws = 0;
+    for (int i = 0; i < neach; i++) {
+        vf_dit_dims one = each[i];
+        one.B = 1;
+        int64_t w = vf_dit_attn_workspace(&ch, &one, dev);
+        aws = w > aws ? w : aws;
+    }
+    if (aws > 0) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "cuDNN attention workspace (bound, H/N heads)", aws);
+}

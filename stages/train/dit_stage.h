@@ -35,6 +35,7 @@ typedef struct dit_part_state {
     vf_dit_fp8 *fp8;                         /* with base_dtype "fp8": the base instead, its
                                                 block linears in FP8 (base then NULL) */
     int swap;                                /* swap_blocks K: the last K blocks' base in swap_host */
+    bool offload;                            /* offload_activations */
     void *swap_host;                         /* pinned host memory (be->alloc_pinned) of those blocks */
     int64_t swap_hole, swap_hole_n;          /* their elements, relative to boff */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
@@ -151,6 +152,12 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
  * resident: base elements that stay on the device. dst: where the base element at rel
  * (from boff) is loaded, in swap_host (*host true) or in base. */
 int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
+/* dit_offload.c: offload_activations refused without recompute (VF_EUSAGE naming the
+ * partition); its plan lines for nsv saved stores, returning the bytes of one saved store
+ * on the device (what replaces vf_dit_mem.saved). */
+int vf_dit_offload_check(bool offload, int recompute, int p, vf_status *st);
+int64_t vf_dit_offload_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int b0, int b1,
+                            const vf_dit_dims *max, int recompute, size_t as, size_t gs, int nsv);
 void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int b0, int b1, int K,
                       size_t as);
 int64_t vf_dit_swap_resident(const dit_part_state *h);

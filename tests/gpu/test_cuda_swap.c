@@ -5,6 +5,10 @@
  * block reads are the same; a copy that lands late, or a ring buffer overwritten while a
  * block still reads it, changes them). Two micro-batches a step, so each ring buffer is
  * refilled across passes; K ∈ {1, 2, 3} of 4 blocks; with and without recompute.
+ * Activation offload (vf_dit_part_set_offload) likewise: with recompute (keeping the
+ * self-attention's result or not), block inputs copied device to host on the copy stream
+ * after each block's forward and back before its backward, alone and with K = 2 swapped,
+ * give the same bits.
  *
  * vflow-test: labels=gpu timeout=300
  *
@@ -44,9 +48,10 @@ typedef struct setup {
     int32_t text[2][2 * 8], len[2][2];
 } setup;
 
-/* Two micro-batches of 2 through a partition of all blocks, K swapped (0: none):
- * the adapters' accumulated gradient (host f32) into g, the losses into loss. */
-static int run(setup *s, int K, bool recompute, float *g, double *loss)
+/* Two micro-batches of 2 through a partition of all blocks, K swapped (0: none),
+ * recompute a vf_dit_recompute, activations offloaded or not: the adapters' accumulated
+ * gradient (host f32) into g, the losses into loss. */
+static int run(setup *s, int K, int recompute, bool offload, float *g, double *loss)
 {
     vf_status st = {0};
     vf_backend *be = G;
@@ -74,6 +79,7 @@ static int run(setup *s, int K, bool recompute, float *g, double *loss)
     rc = vf_dit_part_new(be, s->l, 0, s->c.depth, &s->d, recompute, wp, NULL, &p, &st);
     if (rc == 0) rc = vf_dit_part_set_lora(p, s->lo, lp, lg, &st);
     if (rc == 0 && K) rc = vf_dit_part_set_swap(p, K, host, &st);
+    if (rc == 0 && offload) rc = vf_dit_part_set_offload(p, &st);
     if (rc == 0) rc = vf_dit_saved_new(p, &sv, &st);
     for (int m = 0; m < 2 && rc == 0; m++) {
         be->upload(be, xt, s->xt[m], nlat, be->act_dtype);
@@ -86,7 +92,7 @@ static int run(setup *s, int K, bool recompute, float *g, double *loss)
     }
     if (rc == 0) be->download(be, g, lg, lt, be->grad_dtype);
 done:
-    if (rc) fprintf(stderr, "swap K=%d on %s: %s\n", K, be->name, st.msg);
+    if (rc) fprintf(stderr, "swap K=%d offload=%d on %s: %s\n", K, offload, be->name, st.msg);
     vf_dit_saved_free(sv);
     vf_dit_part_free(p);
     if (host) be->free_pinned(be, host);
@@ -122,16 +128,21 @@ VF_TEST(swap_equals_resident)
     }
     const int64_t lt = s.lo->l->total;
     float *ref = calloc((size_t)lt, 4), *got = calloc((size_t)lt, 4);
-    for (int rec = 0; rec < 2; rec++) {
+    for (int rec = 0; rec <= VF_DIT_RECOMPUTE_ALL; rec++) {
         double l0[2], l1[2];
-        VF_CHECK(run(&s, 0, rec, ref, l0) == 0);
-        for (int K = 1; K <= 3; K++) {
+        VF_CHECK(run(&s, 0, rec, false, ref, l0) == 0);
+        /* K swapped blocks (1 … 3), then with recompute activation offload (K 0 and 2) */
+        for (int k = 1; k <= 5; k++) {
+            const bool off = k > 3;
+            const int K = off ? 2 * (k - 4) : k;
+            if ((off && !rec) || (!off && rec == VF_DIT_RECOMPUTE_ALL)) continue;
             memset(got, 0, 4 * (size_t)lt);
-            VF_CHECK(run(&s, K, rec, got, l1) == 0);
+            VF_CHECK(run(&s, K, rec, off, got, l1) == 0);
             int64_t diff = 0;
             for (int64_t i = 0; i < lt; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
-            fprintf(stderr, "  K=%d recompute=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld adapter "
-                    "gradients differ\n", K, rec, l1[0], l1[1], l0[0], l0[1], (long long)diff, (long long)lt);
+            fprintf(stderr, "  K=%d recompute=%d offload=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld "
+                    "adapter gradients differ\n", K, rec, off, l1[0], l1[1], l0[0], l0[1], (long long)diff,
+                    (long long)lt);
             VF_CHECK(diff == 0 && l1[0] == l0[0] && l1[1] == l0[1]);
         }
     }

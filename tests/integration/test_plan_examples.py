@@ -24,6 +24,9 @@ numbers computed here by hand, independently of vflow's code:
   - Wan 2.2 TI2V-5B: the full fine-tune fits one 80 GB GPU with the optimizer state on
     the host (12 B/param there) and not without; rank-32 LoRA at 480x832 fits 24 GB with
     the base once in bf16; the Wan 2.2 VAE's device memory does not grow with the clip;
+  - the 14B LoRA on one 24 GB GPU: with block swap and the block inputs on the host it
+    fits; the host's block inputs, the device ring and the swapped base counted by hand;
+    without activation offload it does not, and the planner's fix is offload_activations;
   - Wan 2.1 I2V-14B (the same scripts, --set model=wan-i2v-14b): its parameters counted by
     hand (the T2V 14B's, patch_embedding's 20 conditioning channels, img_emb, each block's
     k_img/v_img/norm_k_img), 12 B/param of optimizer state on 8 x 80 GB where every GPU
@@ -280,6 +283,33 @@ def wan14b_lora():
           (NL, dev(p, "cuda:0")["total"] / GiB, dev(full, "cuda:0")["total"] / GiB, dev(p, "cpu")["total"] / GiB))
 
 
+def wan14b_lora_24gb():
+    """Wan-14B LoRA r=32 at 81x480x832 on one 24 GiB GPU: with block swap (K = 39) and the
+    block inputs in pinned host memory it fits; the host holds the inputs of blocks 1..39
+    (bf16, s x h each; block 0's input stays on the device) and the device a ring of 3; the
+    swapped blocks' base is 39 blocks' parameters in bf16. Without activation offload it
+    does not fit, and the planner names offload_activations as the fix that fits."""
+    budget = ("--budget", "cuda=24GiB,cpu=256GiB")
+    p, rc = plan("plan_wan14b_lora_24gb.lua", *budget)
+    s, h, d, f = 21 * 30 * 52, 5120, 5120, 13824
+    check(rc == 0 and p["fits"], "14B LoRA on 24 GiB with swap and activation offload fits: %s" % p["verdict"])
+    host = line_sum(p, stage="dit_0", what="activation offload: saved block inputs")
+    check(host == 39 * 2 * s * h, "host block inputs 39 x 2·s·h: %d vs %d" % (host, 39 * 2 * s * h))
+    ring = line_sum(p, stage="dit_0", what="activation offload ring")
+    check(ring == 3 * 2 * s * h, "offload ring 3 x 2·s·h: %d vs %d" % (ring, 3 * 2 * s * h))
+    per_block = 4 * d * d + 4 * d + 2 * d + 2 * d + 4 * d * d + 4 * d + 2 * d + 2 * d * f + f + d + 6 * d
+    swapped = line_sum(p, stage="dit_0", what="block swap: swapped blocks")
+    check(swapped == 39 * 2 * per_block, "swapped base 39 blocks in bf16: %d vs %d" % (swapped, 39 * 2 * per_block))
+    acts = line_sum(p, device="cuda:0", category="activations")
+    check(acts <= 4 * 2 * s * h, "activations on the device at most 4 x 2·s·h: %.2f GiB" % (acts / GiB))
+    q, rcq = plan("plan_wan14b_lora_24gb.lua", *budget, "--set", "offload_activations=false")
+    fx = [x for x in q.get("fixes", []) if x["knob"] == "offload_activations"]
+    check(rcq == 2 and not q["fits"], "without activation offload it does not fit: %s" % q["verdict"])
+    check(len(fx) == 1 and fx[0]["fits"], "offload_activations is the fix that fits: %r" % q.get("fixes"))
+    print("wan-14b LoRA 24 GB: cuda:0 %.2f GiB with activation offload (host inputs %.2f GiB), %.2f GiB without" %
+          (dev(p, "cuda:0")["total"] / GiB, host / GiB, dev(q, "cuda:0")["total"] / GiB))
+
+
 def i2v_extra(d=5120, L=40, clip=1280, cond=20, patch=4):
     """What Wan 2.1 I2V-14B adds to the T2V 14B, counted by hand: patch_embedding's 20
     conditioning channels, img_emb (LayerNorm, Linear, GELU, Linear, LayerNorm, all affine)
@@ -364,6 +394,7 @@ def ti2v5b():
 wan13b()
 wan14b()
 wan14b_lora()
+wan14b_lora_24gb()
 wan_i2v()
 precompute()
 ti2v5b()

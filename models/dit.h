@@ -331,8 +331,10 @@ void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads);
  * *blk_n elements each. vf_dit_part_set_swap: `host` (borrowed, outlives p; host memory
  * from be->alloc_pinned) holds those hole_n elements in the act dtype, and the params
  * given to vf_dit_part_new must then hold the range without the hole (what precedes it,
- * then what follows). 0 < K < nb, else VF_EUSAGE naming both numbers. Allocates the ring
- * and the copy queue. */
+ * then what follows). 0 < K < nb, else VF_EUSAGE naming both numbers. With an FP8 base
+ * (vf_dit_part_set_fp8 first) `host` is not read: the base's own host copy of the swapped
+ * blocks' FP8 bytes streams instead (vf_dit_fp8_new_swap with the same K, else
+ * VF_EUSAGE), one byte a weight. Allocates the ring and the copy queue. */
 void vf_dit_swap_split(const vf_dit_layout *l, int b0, int b1, int K, int64_t *hole, int64_t *hole_n,
                        int64_t *blk_n);
 int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st);

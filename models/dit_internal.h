@@ -230,6 +230,11 @@ struct vf_dit_fp8 {
     void *rest;                     /* packed non-FP8 tensors, act dtype, device */
     uint8_t *w8;                    /* FP8 bytes, device */
     void *wbuf;                     /* dequantisation scratch, act dtype, device */
+    /* block swap (vf_dit_fp8_new_swap; host8 NULL: none): the FP8 bytes from offset
+     * hole8 on (the last blocks' linears, the end of w8) live in pinned host memory
+     * host8, blk8 bytes a block; w8 then holds the bytes before hole8 only */
+    uint8_t *host8;
+    int64_t hole8, blk8;
 };
 #define DIT_SWAP_RING 2 /* ring buffers of block swap: one computes while the next copies */
 /* device records of activation offload: a block reads one and writes the next while the
@@ -278,6 +283,8 @@ struct vf_dit_part {
      * computes (between dit_swap_enter and dit_swap_leave), else NULL. */
     int nswap, nring;
     const char *swap_host;
+    size_t swap_bytes;              /* bytes of one swapped block (its FP8 bytes with an
+                                       FP8 base, else blk_n weights) */
     int64_t hole, hole_n, blk_n;
     void *ring[DIT_SWAP_RING];
     void *swapq;
@@ -302,7 +309,7 @@ struct vf_dit_part {
 static inline void *dit_w(const vf_dit_part *p, int idx)
 {
     if (p->fp8) { /* the packed rest; an FP8 tensor is reached through dit_fp8_lin_* only
-                   * (a partition with an FP8 base swaps no blocks: dit_swap refuses both) */
+                   * (with block swap too: the rest stays resident) */
         VF_ASSERT(!vf_dit_fp8_tensor(p->l, idx) && p->fp8->at[idx] >= 0);
         return (char *)p->fp8->rest + (size_t)p->fp8->at[idx] * p->pl.as;
     }

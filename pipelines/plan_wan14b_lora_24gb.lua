@@ -22,8 +22,7 @@
 -- At 81 frames the block inputs and the partition's workspace alone are over 24 GiB: this
 -- size fits one 24 GB GPU only with the block inputs on the host (docs/PLANNING.md gives
 -- the figures). `fp8_base = true` holds the base in FP8 instead (1
--- byte a weight, resident: a partition swaps a bf16 base or keeps an FP8 one, so it sets
--- swap_blocks to 0 unless given).
+-- byte a weight; the swapped blocks then stream their FP8 bytes).
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
 -- run` needs the GPU, the cache and the base weights (`weights`).
 -- Knobs (vf.args): model (wan-14b), swap_blocks (depth − 1), fp8_base (false), lora_rank
@@ -54,7 +53,7 @@ local dit = p:pipeline_parallel(model, {
   recompute = a.recompute ~= false,
   recompute_attention = a.recompute_attention ~= false,
   devices = dev,
-  swap_blocks = a.swap_blocks or (fp8 and 0 or model.depth - 1),
+  swap_blocks = a.swap_blocks or model.depth - 1,
   base_dtype = fp8 and "fp8" or nil,
   offload_activations = a.offload_activations ~= false and a.recompute ~= false,
 })

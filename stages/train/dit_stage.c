@@ -151,11 +151,6 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     VF_TRY(vf_dit_swap_check(g->swap, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], st));
     g->offload = vf_param_bool(prm, "offload_activations");
     VF_TRY(vf_dit_offload_check(g->offload, dit_recompute_of(prm), g->p, st));
-    /* the swapped blocks stream as the model's dtype: an FP8 base keeps its linears
-     * resident (1 B/param) and swaps none */
-    if (g->swap && g->fp8)
-        VF_FAIL(st, VF_EUSAGE, "dit: swap_blocks %d with base_dtype \"fp8\": an FP8 base is not swapped; set one of them",
-                g->swap);
     vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
     vf_dit_layout_range(tl, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
     int64_t block = vf_train_norm_block(tl->total), b0, b1;
@@ -309,8 +304,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
-    if (g.lora && g.fp8) { /* an FP8 base swaps no blocks (pgeo_init refuses both) */
-        vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, as);
+    if (g.lora && g.fp8) { /* with block swap its swapped blocks' FP8 bytes on the host */
+        vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, g.splits[g.p + 1], g.swap, as);
     } else if (g.lora) { /* the frozen base once, in the partition's dtype */
         int64_t hole = 0, hole_n = 0, blk_n = 0;
         if (g.swap) vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &hole, &hole_n, &blk_n);

@@ -139,12 +139,13 @@ int64_t vf_dit_largest_in(const vf_dit_layout *l, int64_t off, int64_t n);
  * ("" the model's dtype, "fp8"); *fp8 set; VF_EUSAGE naming the param for another value
  * or for "fp8" without LoRA (lora false: a full fine-tune trains the base). plan: the
  * base's device bytes (FP8 bytes, the other tensors at as, the dequantisation scratch)
- * and its host scales. load: the base of h's range from the `weights` file (F8_E4M3
+ * and its host scales; with `swap` blocks swapped (the last of a partition ending at
+ * block b1) their FP8 bytes on the host and a ring of two on the device. load: the base of h's range from the `weights` file (F8_E4M3
  * tensors with their scales kept as they are, others quantised) or the seeded init,
  * into h->fp8. */
 int vf_dit_base_dtype(const vf_params *prm, bool lora, bool *fp8, vf_status *st);
 void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int64_t off, int64_t n,
-                          size_t as);
+                          int b1, int swap, size_t as);
 int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st);
 /* Block swap (dit_swap.c). check: swap_blocks K of partition p (blocks [b0, b1)) is
  * usable: 0, or with LoRA and below the blocks (VF_EUSAGE naming both numbers). plan: its

@@ -48,7 +48,9 @@
 #   swap_vflow        block swap: a LoRA step (Wan-1.3B dims, recompute) with the whole
 #                     frozen base on the GPU, then with the last depth−4 blocks streamed
 #                     from pinned host memory on the copy stream: step times, their
-#                     ratio, the copies' own time and the share of it hidden
+#                     ratio, the copies' own time and the share of it hidden; and the
+#                     step with the block inputs offloaded to host memory instead
+#                     (offload_activations), its ratio to the resident step
 #
 # The environment it sets up: the pack's libraries and PyTorch's cuDNN wheel (vflow
 # dlopens libcudnn.so.9) on LD_LIBRARY_PATH; the carried wheels in .whl/ installed with

@@ -22,7 +22,9 @@
  *       device, then with the base of the last K blocks streamed from pinned host memory
  *       through the ring on the copy stream, same process. Median step times, their
  *       ratio, the copies' own time (each pass's K blocks copied alone, timed) and the
- *       share of it hidden behind compute: 1 − (swap − resident) / copies.
+ *       share of it hidden behind compute: 1 − (swap − resident) / copies. Then the
+ *       same step with the whole base resident and the block inputs offloaded to pinned
+ *       host memory (vf_dit_part_set_offload): its median and ratio to the resident one.
  *   bench_cuda_dit attn [B=1] [L=13104] [Lk=L] [H=12] [D=128] [iters=20]
  *       attention forward and forward+backward alone: TFLOP/s with the usual counts
  *       (forward 4·B·H·Lq·Lk·D, backward 2.5x that).
@@ -352,14 +354,18 @@ static int swap_bench(int argc, char **argv, vf_backend *be)
     }
     float *emb = c.text_emb ? randn((int64_t)d.B * c.text_len * c.text_dim, 5, 1.0f) : NULL;
     vf_dit_batch b = {.dims = d, .x_t = xt, .t = t, .text = text, .text_emb = emb, .text_len = tl, .target = tg};
-    double ms[2];
-    for (int mode = 0; mode < 2; mode++) { /* 0: the whole base resident, 1: K blocks swapped */
+    double ms[3];
+    /* 0: the whole base resident, 1: K blocks swapped, 2: the base resident and the block
+     * inputs offloaded to pinned host memory (vf_dit_part_set_offload) */
+    static const char *const mode_name[] = {"resident", "swapped", "offloaded"};
+    for (int mode = 0; mode < 3; mode++) {
         vf_dit_part *p = NULL;
         vf_dit_saved *sv = NULL;
-        if (vf_dit_part_new(be, l, 0, c.depth, &d, 1, mode ? wr : w, NULL, &p, &st) ||
-            vf_dit_part_set_lora(p, lo, lp, lg, &st) || (mode && vf_dit_part_set_swap(p, K, host, &st)) ||
-            vf_dit_saved_new(p, &sv, &st) || lora_steps(be, p, sv, &b, lg, (size_t)LT * gs, steps, warmup, &ms[mode], &st))
-            DIE("swap bench, %s: %s", mode ? "swapped" : "resident", st.msg);
+        if (vf_dit_part_new(be, l, 0, c.depth, &d, 1, mode == 1 ? wr : w, NULL, &p, &st) ||
+            vf_dit_part_set_lora(p, lo, lp, lg, &st) || (mode == 1 && vf_dit_part_set_swap(p, K, host, &st)) ||
+            (mode == 2 && vf_dit_part_set_offload(p, &st)) || vf_dit_saved_new(p, &sv, &st) ||
+            lora_steps(be, p, sv, &b, lg, (size_t)LT * gs, steps, warmup, &ms[mode], &st))
+            DIE("swap bench, %s: %s", mode_name[mode], st.msg);
         vf_dit_saved_free(sv);
         vf_dit_part_free(p);
     }
@@ -379,12 +385,13 @@ static int swap_bench(int argc, char **argv, vf_backend *be)
     double hidden = 1.0 - (ms[1] - ms[0]) / copy;
     hidden = hidden < 0 ? 0 : hidden > 1 ? 1 : hidden;
     printf("vflow block swap: %s K=%d of %d blocks (%.1f MiB each), recompute, LoRA rank %d: resident %.1f ms, "
-           "swapped %.1f ms (ratio %.3f); copies alone %.1f ms a step, %.0f %% hidden\n",
+           "swapped %.1f ms (ratio %.3f); copies alone %.1f ms a step, %.0f %% hidden; activations offloaded "
+           "%.1f ms (ratio %.3f)\n",
            arg(argc, argv, "preset", "wan-1.3b"), K, c.depth, (double)blk_n * (double)as / 1048576.0, lc.rank,
-           ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0], copy * 1e3, 100 * hidden);
+           ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0], copy * 1e3, 100 * hidden, ms[2] * 1e3, ms[2] / ms[0]);
     printf("{\"bench\":\"swap\",\"K\":%d,\"depth\":%d,\"resident_ms\":%.3f,\"swap_ms\":%.3f,\"ratio\":%.4f,"
-           "\"copy_ms\":%.3f,\"hidden\":%.4f}\n", K, c.depth, ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0], copy * 1e3,
-           hidden);
+           "\"copy_ms\":%.3f,\"hidden\":%.4f,\"offload_ms\":%.3f,\"offload_ratio\":%.4f}\n", K, c.depth,
+           ms[0] * 1e3, ms[1] * 1e3, ms[1] / ms[0], copy * 1e3, hidden, ms[2] * 1e3, ms[2] / ms[0]);
     free(text), free(emb);
     void *bufs[] = {w, wr, lp, lg, xt, tg};
     for (int i = 0; i < 6; i++) be->free(be, bufs[i]);

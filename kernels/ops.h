@@ -83,7 +83,7 @@ struct vf_backend {
      * of use, on a copy stream beside the compute stream, so that a copy runs while the
      * ops before it compute. The weights' host memory is alloc_pinned's. swap_new: a copy queue with `slots` numbered slots (events); caller owns
      * it (swap_free, which waits for its copies). swap_in: copy `bytes` from host src to
-     * device dst on the queue, starting only after every op enqueued on the compute
+     * device dst (or, for activation offload, from device src to host dst) on the queue, starting only after every op enqueued on the compute
      * stream so far (the slot's previous user of dst is done), and mark `slot` by it.
      * swap_wait: ops enqueued after it start only once slot's latest copy has landed.
      * swap_stats: seconds the queue's copies took, and seconds the caller waited for
@@ -185,7 +185,7 @@ struct vf_backend {
     void (*axpy)(vf_backend *be, void *y, const void *x, float alpha, int64_t n);
     /* GELU, tanh approximation (as torch.nn.GELU(approximate="tanh")) */
     void (*gelu_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);
-    /* dinp = gelu'(inp)·dout, WRITTEN */
+    /* dinp = gelu'(inp)·dout, WRITTEN; dinp may be dout (in place) */
     void (*gelu_bwd)(vf_backend *be, void *dinp, const void *dout, const void *inp, int64_t n);
     /* GELU, exact: 0.5·x·(1 + erf(x/√2)) (torch.nn.GELU(), Wan's image embedder) */
     void (*gelu_erf_fwd)(vf_backend *be, void *out, const void *inp, int64_t n);

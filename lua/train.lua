@@ -132,7 +132,7 @@ return function(vf)
   end
 
   local PP_OPTS = { "stages", "micro_batches", "recompute", "recompute_attention", "devices", "replicas", "name",
-                    "isolate", "nodes", "base_dtype", "swap_blocks", "sp" }
+                    "isolate", "nodes", "base_dtype", "swap_blocks", "sp", "offload_activations" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -195,6 +195,7 @@ return function(vf)
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,
           swap_blocks = swap > 0 and swap or nil,
+          offload_activations = opts.offload_activations == true or nil,
           device = dev, replicas = D, replica = r, base_dtype = opts.base_dtype,
           sp = SP > 1 and SP or nil, sp_rank = SP > 1 and k or nil,
           worker = isolate and name or nil, group = base,

@@ -33,6 +33,7 @@ return function(vf)
       base_dtype = a.fp8_base == true and "fp8" or nil,
       swap_blocks = a.swap_blocks,
       sp = a.sp or 1,
+      offload_activations = a.offload_activations == true,
     })
     local opt = p:stage("adamw", {
       lr = a.lr or 1e-5,

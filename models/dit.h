@@ -331,14 +331,32 @@ void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads);
  * *blk_n elements each. vf_dit_part_set_swap: `host` (borrowed, outlives p; host memory
  * from be->alloc_pinned) holds those hole_n elements in the act dtype, and the params
  * given to vf_dit_part_new must then hold the range without the hole (what precedes it,
- * then what follows). 0 < K < nb, else VF_EUSAGE naming both numbers. Allocates the ring
- * and the copy queue. */
+ * then what follows). 0 < K < nb, else VF_EUSAGE naming both numbers. With an FP8 base
+ * (vf_dit_part_set_fp8 first) `host` is not read: the base's own host copy of the swapped
+ * blocks' FP8 bytes streams instead (vf_dit_fp8_new_swap with the same K, else
+ * VF_EUSAGE), one byte a weight. Allocates the ring and the copy queue. */
 void vf_dit_swap_split(const vf_dit_layout *l, int b0, int b1, int K, int64_t *hole, int64_t *hole_n,
                        int64_t *blk_n);
 int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st);
 /* Seconds the copies of p's swap took and the compute waited for them (ops.h swap_stats;
  * zeros without swap). */
 void vf_dit_part_swap_stats(const vf_dit_part *p, double *copy_s, double *wait_s);
+
+/* Activation offload (models/dit_offload.c), for a partition with recompute: what each
+ * block keeps for its backward (its input, and with VF_DIT_RECOMPUTE its self-attention
+ * result) goes to pinned host memory after the block's forward and comes back ahead of
+ * its backward in reverse order, through a ring of 3 device records on a copy queue
+ * (ops.h "block swap"). The results are bitwise those without. Call it before the first
+ * vf_dit_saved_new: each saved store then holds on the device only the partition's input
+ * (and the head's) and takes a host store. Without recompute VF_EUSAGE. */
+int vf_dit_part_set_offload(vf_dit_part *p, vf_status *st);
+/* Bytes with activation offload: one saved store on the device (what replaces
+ * vf_dit_mem.saved), its host store, and the partition's device ring. */
+typedef struct vf_dit_offload_mem {
+    int64_t saved, host, ring;
+} vf_dit_offload_mem;
+void vf_dit_offload_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int recompute,
+                           size_t act_size, size_t grad_size, vf_dit_offload_mem *out);
 
 /* Saved activations of one micro-batch in flight (1F1B keeps up to P per partition).
  * Sized for the partition's max geometry. Caller owns *out (vf_dit_saved_free). */

@@ -211,9 +211,11 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     /* the late scratch in the block's dead activations (dit_bwd_place) */
     dit_bwd_slots bs;
     dit_bwd_place(&p->pl, &bs);
-    void *g[6], *dead[2] = {s->f1, s->g};
+    VF_ASSERT((const char *)s->g - (const char *)s->f1 ==
+              (ptrdiff_t)((((size_t)(p->pl.N * F) * as) + 63) & ~(size_t)63)); /* one region */
+    void *g[6];
     for (int i = 0; i < 6; i++)
-        g[i] = i < 2 || bs.buf[i - 2] < 0 ? p->w.g[i] : (char *)dead[bs.buf[i - 2]] + bs.at[i - 2];
+        g[i] = i < 2 || bs.buf[i - 2] < 0 ? p->w.g[i] : (char *)s->f1 + bs.at[i - 2];
     void *gf0 = p->w.gf[0], *gf1 = p->w.gf[1];
     void *gc0 = p->w.gc[0], *gc1 = p->w.gc[1], *gc2 = p->w.gc[2];
     void *deb = p->w.deb;
@@ -230,7 +232,7 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     if (p->fp8 || dit_lora_on(p, blk, BT_F2_W)) { /* the adapter's term joins before the GELU's backward */
         dit_lin_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D, WR);
         dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
-        be->gelu_bwd(be, gf1, gf0, s->f1, N * F);
+        be->gelu_bwd(be, gf1, gf0, s->f1, N * F); /* in place: gf1 is gf0 */
         dit_lin_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F, WR);
     } else {
         be->matmul_dgelu_bwd(be, gf1, G(BT_F1_B), G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W),

@@ -55,6 +55,7 @@ void vf_dit_fp8_free(vf_dit_fp8 *fb)
     if (fb->rest) fb->be->free(fb->be, fb->rest);
     if (fb->w8) fb->be->free(fb->be, fb->w8);
     if (fb->wbuf) fb->be->free(fb->be, fb->wbuf);
+    if (fb->host8) fb->be->free_pinned(fb->be, fb->host8);
     free(fb->at);
     free(fb->scale);
     free(fb);
@@ -62,6 +63,27 @@ void vf_dit_fp8_free(vf_dit_fp8 *fb)
 
 int vf_dit_fp8_new(vf_backend *be, const vf_dit_layout *l, int64_t off, int64_t n, vf_dit_fp8 **out,
                    vf_status *st)
+{
+    return vf_dit_fp8_new_swap(be, l, off, n, 0, 0, out, st);
+}
+
+/* With K swapped blocks ending at b1: where their FP8 bytes begin in w8 (*hole) and one
+ * block's bytes (*blk); they are the last FP8 bytes of the range. */
+static int swap_hole(const vf_dit_fp8 *fb, int b1, int K, int64_t *hole, int64_t *blk, vf_status *st)
+{
+    const int first = dit_tidx_block(b1 - K, BT_SQ_W), next = dit_tidx_block(b1 - K + 1, BT_SQ_W);
+    if (K <= 0 || b1 - K < 0 || b1 > fb->l->cfg.depth || fb->at[first] < 0 ||
+        fb->at[dit_tidx_block(b1 - 1, BT_SQ_W)] < 0)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "dit fp8 base: swap of blocks [%d, %d) outside its range", b1 - K, b1);
+    *hole = fb->at[first];
+    *blk = (K > 1 ? fb->at[next] : fb->mem.fp8) - *hole;
+    VF_ASSERT(*blk * K == fb->mem.fp8 - *hole); /* blocks of one shape, the swapped ones last */
+    return 0;
+}
+
+int vf_dit_fp8_new_swap(vf_backend *be, const vf_dit_layout *l, int64_t off, int64_t n, int b1, int K,
+                        vf_dit_fp8 **out, vf_status *st)
 {
     int rc = 0;
     *out = NULL;
@@ -83,9 +105,18 @@ int vf_dit_fp8_new(vf_backend *be, const vf_dit_layout *l, int64_t off, int64_t 
         fb->at[i] = *next;
         *next += t->numel;
     }
+    int64_t n8 = fb->mem.fp8; /* FP8 bytes on the device */
+    if (K) {
+        VF_TRY(swap_hole(fb, b1, K, &fb->hole8, &fb->blk8, st));
+        n8 = fb->hole8;
+        fb->host8 = be->alloc_pinned(be, (size_t)(fb->mem.fp8 - fb->hole8), st);
+        if (!fb->host8)
+            VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "dit fp8 base: no host memory for the %lld FP8 "
+                    "bytes of %d swapped blocks", (long long)(fb->mem.fp8 - fb->hole8), K);
+    }
     /* a range with no FP8 tensor or no other tensor still gets its (one-element) buffer */
     fb->rest = be->alloc(be, (size_t)(fb->mem.rest ? fb->mem.rest : (int64_t)as), st);
-    fb->w8 = fb->rest ? be->alloc(be, (size_t)(fb->mem.fp8 ? fb->mem.fp8 : 1), st) : NULL;
+    fb->w8 = fb->rest ? be->alloc(be, (size_t)(n8 ? n8 : 1), st) : NULL;
     fb->wbuf = fb->w8 ? be->alloc(be, (size_t)(fb->mem.scratch ? fb->mem.scratch : (int64_t)as), st) : NULL;
     if (!fb->wbuf)
         VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM,
@@ -113,6 +144,10 @@ int vf_dit_fp8_put_bytes(vf_dit_fp8 *fb, int idx, const uint8_t *bytes, float sc
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit fp8 base: %s is not a tensor the base holds in FP8", fb->l->t[idx].name);
     fb->scale[idx] = scale;
+    if (fb->host8 && fb->at[idx] >= fb->hole8) { /* a swapped block's: its host copy */
+        memcpy(fb->host8 + (fb->at[idx] - fb->hole8), bytes, (size_t)fb->l->t[idx].numel);
+        return 0;
+    }
     /* copy takes host memory on either backend */
     fb->be->copy(fb->be, fb->w8 + fb->at[idx], bytes, (size_t)fb->l->t[idx].numel);
     return fb->be->sync(fb->be, st);
@@ -148,6 +183,17 @@ int vf_dit_part_set_fp8(vf_dit_part *p, const vf_dit_fp8 *fb, vf_status *st)
 
 /* ------------------------------------------------------------------ the block linears */
 
+/* FP8 bytes of tensor i: in w8, or for a swapped block (entered: dit_swap_enter) in the
+ * ring buffer that holds its bytes now. */
+static const uint8_t *fp8_w(const vf_dit_part *p, int i)
+{
+    const vf_dit_fp8 *fb = p->fp8;
+    if (!fb->host8 || fb->at[i] < fb->hole8) return fb->w8 + fb->at[i];
+    VF_ASSERT(p->blk_w);
+    const int64_t at = fb->hole8 + (int64_t)(p->blk_cur - (p->pl.b1 - p->nswap)) * fb->blk8;
+    return (const uint8_t *)p->blk_w + (fb->at[i] - at);
+}
+
 void dit_lin_fwd(vf_dit_part *p, int blk, int k, void *out, const void *in, int64_t rows, int64_t C,
                  int64_t OC)
 {
@@ -155,8 +201,7 @@ void dit_lin_fwd(vf_dit_part *p, int blk, int k, void *out, const void *in, int6
     const int i = dit_tidx_block(blk, k);
     const void *bias = dit_w(p, i + 1);
     if (p->fp8)
-        be->matmul_fp8_fwd(be, out, in, p->fp8->w8 + p->fp8->at[i], p->fp8->scale[i], bias, p->fp8->wbuf, rows,
-                           C, OC);
+        be->matmul_fp8_fwd(be, out, in, fp8_w(p, i), p->fp8->scale[i], bias, p->fp8->wbuf, rows, C, OC);
     else
         be->matmul_fwd(be, out, in, dit_w(p, i), bias, rows, C, OC);
 }
@@ -167,8 +212,7 @@ void dit_lin_bwd(vf_dit_part *p, int blk, int k, void *dinp, const void *dout, c
     vf_backend *be = p->be;
     const int i = dit_tidx_block(blk, k);
     if (p->fp8)
-        be->matmul_fp8_bwd(be, dinp, dout, p->fp8->w8 + p->fp8->at[i], p->fp8->scale[i], p->fp8->wbuf, rows, C,
-                           OC, mode);
+        be->matmul_fp8_bwd(be, dinp, dout, fp8_w(p, i), p->fp8->scale[i], p->fp8->wbuf, rows, C, OC, mode);
     else
         be->matmul_bwd(be, dinp, dit_g(p, i), dit_g(p, i + 1), dout, in, dit_w(p, i), rows, C, OC, mode);
 }

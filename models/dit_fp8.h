@@ -46,6 +46,13 @@ typedef struct vf_dit_fp8 vf_dit_fp8;
 int vf_dit_fp8_new(vf_backend *be, const vf_dit_layout *l, int64_t off, int64_t n, vf_dit_fp8 **out,
                    vf_status *st);
 void vf_dit_fp8_free(vf_dit_fp8 *fb); /* NULL is fine */
+/* The same, made for block swap of its last K blocks, which end at block b1 (the range's
+ * last block): their FP8 bytes live in pinned host memory the base owns, one block's
+ * bytes after another, and the device holds the rest; vf_dit_part_set_swap with the same
+ * K streams them (ops.h "block swap"). The other tensors stay resident. K 0: none;
+ * blocks outside the range VF_EUSAGE. */
+int vf_dit_fp8_new_swap(vf_backend *be, const vf_dit_layout *l, int64_t off, int64_t n, int b1, int K,
+                        vf_dit_fp8 **out, vf_status *st);
 
 /* Tensor idx from host f32 values (numel floats, read; an FP8 tensor's are quantised in
  * place, so the caller's buffer holds its bytes afterwards). */
@@ -53,6 +60,7 @@ int vf_dit_fp8_put(vf_dit_fp8 *fb, int idx, float *host, vf_status *st);
 /* FP8 tensor idx from the bytes and scale a file ships (numel bytes, read). VF_EINVAL for
  * a tensor the base does not hold in FP8. */
 int vf_dit_fp8_put_bytes(vf_dit_fp8 *fb, int idx, const uint8_t *bytes, float scale, vf_status *st);
+
 
 /* Runs partition p on the FP8 base fb (borrowed: it must outlive p's use of it), whose
  * range must be p's. p must have no base gradients (a frozen base). */

@@ -69,6 +69,8 @@ typedef struct dit_plan {
     bool first, last;
     int recompute;           /* vf_dit_recompute */
     bool att_kept;           /* the self-attention's output and lse kept (VF_DIT_RECOMPUTE) */
+    bool offload;            /* activation offload (dit_offload.c): the saved store keeps on
+                                the device only the partition's input and the head's input */
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
     int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
     bool img;                /* the image branch (img_dim > 0) */
@@ -116,6 +118,9 @@ typedef struct dit_att_kept {
     float *lse;     /* (B, heads, L) */
 } dit_att_kept;
 
+/* Carves k at the plan's largest geometry (dit_mem.c). */
+void dit_carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k);
+
 /* Embedding activations (first partition). */
 typedef struct dit_emb_saved {
     void *patches;      /* (N, z·P) patchified x_t, vector order (z, pt, ph, pw) */
@@ -156,6 +161,10 @@ struct vf_dit_saved {
     dit_att_kept *att;      /* nb entries where att_kept (else NULL) */
     dit_emb_saved em;
     dit_head_saved hd;
+    /* activation offload (dit_offload.c; NULL without): pinned host memory holding the
+     * inputs of blocks 1 … nb−1 (xs[1 … nb−1] are then NULL) and, where att_kept, every
+     * block's kept self-attention result (att[i] then NULL) */
+    char *host;
 };
 
 void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s);
@@ -169,7 +178,9 @@ typedef struct dit_work {
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
     void *g[6];                     /* (N, dim) grad scratch; g[2..5] NULL where they live
                                        in the block's dead activations (dit_bwd_slots) */
-    void *gf[2];                    /* (N, ffn) grad scratch */
+    void *gf[2];                    /* (N, ffn) grad scratch: one buffer (gf[1] is gf[0]):
+                                       the unfused MLP backward's GELU runs in place, the
+                                       fused one writes gf[1] only */
     void *gc[3];                    /* (Nt, dim) grad scratch */
     void *gi[3];                    /* (Ni, dim) grad scratch of the image branch */
     void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
@@ -193,15 +204,16 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
 /* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
  * block's activations (the saved ones die with it; the recompute area is rebuilt for the
  * next block), and the MLP's come first: f1 and g are dead once the MLP's backward has
- * read them, so the scratch first used by the attention sections goes there: g[2..4] one
- * after another in f1 (the batched q/k/v backward reads them with one stride), g[5] in g.
- * The GELU's gradient (gf[1]) keeps a buffer of its own: the fused GELU backward writes
- * it while it still reads g. What does not fit (a gradient dtype wider than the
- * activations', an ffn below 3 x dim) has a buffer of its own. Pure function of the plan:
- * the carving and the backward agree. */
+ * read them, so the scratch first used by the attention sections goes there. f1 and g
+ * are carved one after the other, one region of 2 x (N, ffn) activations: g[2..4] one
+ * after another from its start (the batched q/k/v backward reads them with one stride),
+ * g[5] after them. The GELU's gradient (gf[1]) is not among them: the fused GELU
+ * backward writes it while it still reads g. What does not fit (a gradient dtype wider
+ * than the activations', an ffn below 1.5 x dim) has a buffer of its own. Pure function of
+ * the plan: the carving and the backward agree. */
 typedef struct dit_bwd_slots {
-    int buf[4];     /* g[2 + i]: -1 its own buffer, 0 in the saved f1, 1 in the saved g */
-    size_t at[4];   /* its byte offset there */
+    int buf[4];     /* g[2 + i]: -1 its own buffer, 0 in the region of the saved f1 and g */
+    size_t at[4];   /* its byte offset from f1 */
 } dit_bwd_slots;
 void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o);
 
@@ -218,8 +230,16 @@ struct vf_dit_fp8 {
     void *rest;                     /* packed non-FP8 tensors, act dtype, device */
     uint8_t *w8;                    /* FP8 bytes, device */
     void *wbuf;                     /* dequantisation scratch, act dtype, device */
+    /* block swap (vf_dit_fp8_new_swap; host8 NULL: none): the FP8 bytes from offset
+     * hole8 on (the last blocks' linears, the end of w8) live in pinned host memory
+     * host8, blk8 bytes a block; w8 then holds the bytes before hole8 only */
+    uint8_t *host8;
+    int64_t hole8, blk8;
 };
 #define DIT_SWAP_RING 2 /* ring buffers of block swap: one computes while the next copies */
+/* device records of activation offload: a block reads one and writes the next while the
+ * record before them is copied out (forward), or computes on one while two come in */
+#define DIT_OFFLOAD_RING 3
 
 struct vf_dit_part {
     vf_backend *be;
@@ -264,6 +284,8 @@ struct vf_dit_part {
      * computes (between dit_swap_enter and dit_swap_leave), else NULL. */
     int nswap, nring;
     const char *swap_host;
+    size_t swap_bytes;              /* bytes of one swapped block (its FP8 bytes with an
+                                       FP8 base, else blk_n weights) */
     int64_t hole, hole_n, blk_n;
     void *ring[DIT_SWAP_RING];
     void *swapq;
@@ -271,6 +293,16 @@ struct vf_dit_part {
     int blk_cur;
     bool swap_bwd;                  /* the pass in flight walks the blocks in reverse */
     int swap_used, swap_issued;     /* uses of the pass entered, copies of it enqueued */
+    /* Activation offload (dit_offload.c; offq NULL: none): a ring of DIT_OFFLOAD_RING
+     * device records, each a block input and (att_kept) its kept self-attention result,
+     * and a copy queue of their own. off_n: tokens B·L of the pass in flight; off_issued:
+     * records of the backward pass enqueued host to device. */
+    void *offq;
+    void *oring[DIT_OFFLOAD_RING];
+    dit_att_kept oatt[DIT_OFFLOAD_RING];
+    void *omem;
+    int64_t off_n;
+    int off_issued;
 };
 
 /* Weight / gradient of tensor `idx` (must lie in the partition's range; with block swap
@@ -278,7 +310,7 @@ struct vf_dit_part {
 static inline void *dit_w(const vf_dit_part *p, int idx)
 {
     if (p->fp8) { /* the packed rest; an FP8 tensor is reached through dit_fp8_lin_* only
-                   * (a partition with an FP8 base swaps no blocks: dit_swap refuses both) */
+                   * (with block swap too: the rest stays resident) */
         VF_ASSERT(!vf_dit_fp8_tensor(p->l, idx) && p->fp8->at[idx] >= 0);
         return (char *)p->fp8->rest + (size_t)p->fp8->at[idx] * p->pl.as;
     }
@@ -367,6 +399,23 @@ void dit_swap_enter(vf_dit_part *p, int blk);
 void dit_swap_leave(vf_dit_part *p, int blk);
 /* Frees the ring and the copy queue (vf_dit_part_free). */
 void dit_swap_free(vf_dit_part *p);
+
+/* dit_offload.c: activation offload around each block of a pass (no-ops are the
+ * caller's: call them only where p->pl.offload). Forward: fwd_enter points *x at block
+ * i's input, *y (block i + 1 < nb) and s's kept attention result at ring slots, waiting
+ * for those slots' copies out; fwd_leave enqueues record i's copy out. Backward:
+ * bwd_pass enqueues the first records back (n: tokens B·L of the micro-batch), bwd_enter
+ * waits for record i and points *x and s at it, bwd_leave enqueues the next.
+ * saved_new/saved_free: the host store of one vf_dit_saved (pinned, sv->host). */
+void dit_offload_free(vf_dit_part *p);
+int dit_offload_saved_new(vf_dit_part *p, vf_dit_saved *sv, vf_status *st);
+void dit_offload_saved_free(vf_dit_part *p, vf_dit_saved *sv);
+void dit_offload_fwd_enter(vf_dit_part *p, const vf_dit_saved *sv, int i, int64_t n, const void **x,
+                           void **y, dit_blk_saved *s);
+void dit_offload_fwd_leave(vf_dit_part *p, vf_dit_saved *sv, int i);
+void dit_offload_bwd_pass(vf_dit_part *p, vf_dit_saved *sv, int64_t n);
+void dit_offload_bwd_enter(vf_dit_part *p, const vf_dit_saved *sv, int i, const void **x, dit_blk_saved *s);
+void dit_offload_bwd_leave(vf_dit_part *p, vf_dit_saved *sv);
 
 /* dit_embed.c: embeddings (first partition) and head (last partition). */
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);

@@ -99,8 +99,7 @@ void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s, b
     }
 }
 
-/* A recomputed block's kept self-attention result (dit_att_kept) */
-static void carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k)
+void dit_carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k)
 {
     k->a = A(pl->N * pl->c.dim);
     k->lse = F(pl->c.heads * pl->N);
@@ -114,16 +113,19 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
      * output of the last block is kept only where the head needs it; elsewhere it is
      * written straight into the caller's xfer buffer. */
     for (int i = 0; i < pl->nb + (pl->last ? 1 : 0); i++) {
-        void *x = A(N * D);
+        /* activation offload: the inputs of blocks 1 … nb−1 live in host memory */
+        void *x = pl->offload && i > 0 && i < pl->nb ? NULL : A(N * D);
         if (s->xs) s->xs[i] = x;
     }
     s->e = A(B * D);
     s->e0 = A(6 * B * D);
     s->ctx = A(pl->Nc * D);
     for (int i = 0; i < pl->nb; i++) {
-        if (pl->att_kept) {
+        if (pl->att_kept && pl->offload) { /* in host memory (dit_offload.c) */
+            if (s->att) s->att[i] = (dit_att_kept){NULL, NULL};
+        } else if (pl->att_kept) {
             dit_att_kept tmp, *k = s->att ? &s->att[i] : &tmp;
-            carve_att_kept(cv, pl, k);
+            dit_carve_att_kept(cv, pl, k);
         } else if (!pl->recompute) {
             dit_blk_saved tmp, *b = s->blk ? &s->blk[i] : &tmp;
             dit_carve_blk_saved(cv, pl, b, true);
@@ -171,15 +173,19 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
 void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o)
 {
     const size_t slot = ((size_t)(pl->N * pl->c.dim) * pl->gs + 63) & ~(size_t)63;
-    const size_t room = (size_t)(pl->N * pl->c.ffn) * pl->as; /* the saved f1 and g each */
+    const size_t one = (size_t)(pl->N * pl->c.ffn) * pl->as; /* the saved f1 and g each */
+    const size_t room = ((one + 63) & ~(size_t)63) + one;   /* both, carved in a row */
     memset(o, 0, sizeof *o);
-    /* g[2..4] one after another in f1 (the batched q/k/v backward reads them with one
-     * stride), g[5] in g; each where it fits */
+    /* g[2..4] one after another from f1's start (the batched q/k/v backward reads them
+     * with one stride), g[5] after them; each where it fits */
+    size_t end = 0;
     for (int i = 0; i < 3; i++) {
         o->buf[i] = 3 * slot <= room ? 0 : -1;
         o->at[i] = (size_t)i * slot;
     }
-    o->buf[3] = slot <= room ? 1 : -1;
+    if (o->buf[0] == 0) end = 3 * slot;
+    o->buf[3] = end + slot <= room ? 0 : -1;
+    o->at[3] = end;
 }
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
@@ -194,7 +200,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     w->gx = G(N * D);
     for (int i = 1; i < 6; i++) w->g[i] = i < 2 || bs.buf[i - 2] < 0 ? G(N * D) : NULL;
     w->gf[0] = G(N * pl->c.ffn);
-    w->gf[1] = G(N * pl->c.ffn);
+    w->gf[1] = w->gf[0]; /* dit_work: never two live at once */
     for (int i = 0; i < 3; i++) w->gc[i] = G(Nt * D);
     for (int i = 0; i < 3; i++) w->gi[i] = pl->img ? G(Ni * D) : NULL;
     w->deb = G(6 * B * D);
@@ -279,7 +285,7 @@ int64_t vf_dit_block_act_bytes(const vf_dit_config *c, int64_t B, int64_t L, int
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size); /* its input, in vf_dit_saved.xs */
     if (pl.att_kept) {
         dit_att_kept k;
-        carve_att_kept(&cv, &pl, &k);
+        dit_carve_att_kept(&cv, &pl, &k);
     } else if (!pl.recompute) {
         dit_blk_saved s;
         dit_carve_blk_saved(&cv, &pl, &s, true);

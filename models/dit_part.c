@@ -81,6 +81,7 @@ void vf_dit_part_free(vf_dit_part *p)
 {
     if (!p) return;
     dit_swap_free(p);
+    dit_offload_free(p);
     if (p->wmem) p->be->free(p->be, p->wmem);
     if (p->lmem) p->be->free(p->be, p->lmem);
     dit_sp_free(p);
@@ -122,6 +123,7 @@ int vf_dit_saved_new(vf_dit_part *p, vf_dit_saved **out, vf_status *st)
     }
     cv = (dit_carver){s->mem, 0};
     dit_carve_saved(&cv, &p->pl, s);
+    VF_TRY(dit_offload_saved_new(p, s, st));
     *out = s;
     return 0;
 fail:
@@ -133,6 +135,7 @@ void vf_dit_saved_free(vf_dit_saved *s)
 {
     if (!s) return;
     if (s->mem) s->p->be->free(s->p->be, s->mem);
+    dit_offload_saved_free(s->p, s);
     vf_free(s->xs);
     vf_free(s->blk);
     vf_free(s->att);
@@ -154,7 +157,7 @@ const void *vf_dit_saved_pred(const vf_dit_saved *sv)
 static dit_blk_saved *recompute_area(vf_dit_part *p, vf_dit_saved *sv, int i, dit_blk_saved *s)
 {
     *s = p->w.rc;
-    if (p->pl.att_kept) {
+    if (p->pl.att_kept && !p->pl.offload) { /* else dit_offload_*_enter points them */
         s->a = sv->att[i].a;
         s->lse1 = sv->att[i].lse;
     }
@@ -220,9 +223,12 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     for (int i = 0; i < pl->nb; i++) {
         dit_blk_saved rs, *s = pl->recompute ? recompute_area(p, sv, i, &rs) : &sv->blk[i];
         void *y = (i + 1 < pl->nb || pl->last) ? sv->xs[i + 1] : out->x;
+        const void *x = sv->xs[i];
+        if (pl->offload) dit_offload_fwd_enter(p, sv, i, N, &x, &y, s);
         dit_swap_enter(p, pl->b0 + i);
-        dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], y, sv->e0, sv->ctx, s, false);
+        dit_block_fwd(p, pl->b0 + i, d, x, y, sv->e0, sv->ctx, s, false);
         dit_swap_leave(p, pl->b0 + i);
+        if (pl->offload) dit_offload_fwd_leave(p, sv, i);
     }
     VF_TRY(dit_sp_error(p, st));
     if (pl->last) {
@@ -291,6 +297,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): backward needs dx, de, de0, dctx buffers",
                 pl->b0, pl->b1);
     dit_swap_pass(p, true); /* the first copies run while the head's backward computes */
+    if (pl->offload) dit_offload_bwd_pass(p, sv, N);
     if (pl->last) { /* the sums every block adds to; the head writes dx */
         be->memset0(be, g->e, bytes_g(p, d->B * D));
         be->memset0(be, g->e0, bytes_g(p, 6 * d->B * D));
@@ -302,15 +309,18 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     for (int i = pl->nb - 1; i >= 0; i--) {
         void *nxt = cur == g->x ? p->w.gx : g->x;
         dit_blk_saved rs, *s;
+        const void *x = sv->xs[i];
         dit_swap_enter(p, pl->b0 + i);
         if (pl->recompute) { /* all but a self-attention whose result the forward kept */
             s = recompute_area(p, sv, i, &rs);
-            dit_block_fwd(p, pl->b0 + i, d, sv->xs[i], NULL, sv->e0, sv->ctx, s, pl->att_kept);
+            if (pl->offload) dit_offload_bwd_enter(p, sv, i, &x, s);
+            dit_block_fwd(p, pl->b0 + i, d, x, NULL, sv->e0, sv->ctx, s, pl->att_kept);
         } else {
             s = &sv->blk[i];
         }
-        dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, sv->xs[i], sv->ctx, s);
+        dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, x, sv->ctx, s);
         dit_swap_leave(p, pl->b0 + i);
+        if (pl->offload) dit_offload_bwd_leave(p, sv);
         cur = nxt;
     }
     VF_TRY(dit_sp_error(p, st));

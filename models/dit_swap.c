@@ -1,6 +1,8 @@
 /* dit_swap.c — block swap of a DiT partition (dit.h vf_dit_part_set_swap): the last K
  * blocks' frozen weights live in host memory and stream into a ring of device buffers
- * just ahead of the block that needs them.
+ * just ahead of the block that needs them. With a frozen base in FP8 (dit_fp8.c) what
+ * streams is the swapped blocks' FP8 bytes (their linears; the other tensors stay
+ * resident), from the base's own host copy.
  *
  * A pass (the forward of a micro-batch, or its backward) uses the swapped blocks in a
  * fixed order, j = 0 … K−1 (forward ascending, backward descending); use j sits in ring
@@ -34,9 +36,18 @@ int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st)
         VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): block swap streams weights in only, so it needs a "
                 "frozen base (LoRA)", p->pl.b0, p->pl.b1);
     vf_dit_swap_split(p->l, p->pl.b0, p->pl.b1, K, &p->hole, &p->hole_n, &p->blk_n);
+    p->swap_bytes = (size_t)p->blk_n * p->pl.as;
+    if (p->fp8) { /* the FP8 base's own host copy of the swapped linears (dit_fp8.c) */
+        const vf_dit_fp8 *fb = p->fp8;
+        if (!fb->host8 || fb->hole8 != fb->at[dit_tidx_block(p->pl.b1 - K, BT_SQ_W)])
+            VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): swap_blocks %d needs the FP8 base made for it "
+                    "(vf_dit_fp8_new_swap with the same blocks)", p->pl.b0, p->pl.b1, K);
+        host = fb->host8;
+        p->swap_bytes = (size_t)fb->blk8;
+    }
     p->nring = K < DIT_SWAP_RING ? K : DIT_SWAP_RING;
     for (int i = 0; i < p->nring; i++) {
-        p->ring[i] = p->be->alloc(p->be, (size_t)p->blk_n * p->pl.as, st);
+        p->ring[i] = p->be->alloc(p->be, p->swap_bytes, st);
         if (!p->ring[i]) {
             vf_status_prefix(st, "dit partition [%d, %d): block swap ring buffer of %lld weights", p->pl.b0,
                              p->pl.b1, (long long)p->blk_n);
@@ -85,7 +96,7 @@ static void issue(vf_dit_part *p)
     int j = p->swap_issued++;
     int slot = j % p->nring;
     int64_t k = use_block(p, j) - (p->pl.b1 - p->nswap);
-    size_t bytes = (size_t)p->blk_n * p->pl.as;
+    size_t bytes = p->swap_bytes;
     p->be->swap_in(p->be, p->swapq, slot, p->ring[slot], p->swap_host + (size_t)k * bytes, bytes);
 }
 

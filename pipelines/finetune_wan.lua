@@ -33,7 +33,9 @@
 -- docs/TRAINING.md#lora-adapters-on-a-frozen-base), fp8_base (false; with lora_rank: the
 -- frozen base's block linears held in FP8, README "FP8 base"), swap_blocks (0; with LoRA:
 -- the last K blocks of each partition keep their frozen weights in pinned host memory,
--- streamed in ahead of use; README "Block swap"), t_sampling (logit_normal | uniform),
+-- streamed in ahead of use; README "Block swap"), offload_activations (false; with recompute:
+-- the block inputs kept for backward wait in pinned host memory; README "Activation
+-- offload"), t_sampling (logit_normal | uniform),
 -- t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none; t <- s*t/(1+(s-1)*t)),
 -- t_min / t_max (0 / 1: the timesteps mapped into this range after the shift), sp (1:
 -- sequence parallelism, each partition as sp rank processes holding 1/sp of the tokens;

@@ -4,26 +4,30 @@
 -- every linear of the 40 blocks (as pipelines/plan_wan14b_lora_1x80.lua), planned as
 -- frugally as vflow can: block swap (the frozen bf16 base of the last `swap_blocks` blocks
 -- in pinned host memory, streamed in ahead of use; README "Block swap"), recompute of
--- everything but block inputs (recompute_attention) and the optimizer on the host.
+-- everything but block inputs (recompute_attention), those block inputs in pinned host
+-- memory too (activation offload; README "Activation offload") and the optimizer on the
+-- host.
 --
---   vflow plan pipelines/plan_wan14b_lora_24gb.lua --budget cuda=24GiB,cpu=256GiB                 # exit 2: over
---   vflow plan pipelines/plan_wan14b_lora_24gb.lua --budget cuda=24GiB,cpu=256GiB --set frames=57  # fits
+--   vflow plan pipelines/plan_wan14b_lora_24gb.lua --budget cuda=24GiB,cpu=256GiB                 # fits
+--   vflow plan pipelines/plan_wan14b_lora_24gb.lua --budget cuda=24GiB,cpu=256GiB \
+--        --set offload_activations=false                                                        # exit 2: over
+--   vflow plan pipelines/plan_wan14b_lora_24gb.lua --budget cuda=24GiB,cpu=256GiB \
+--        --set offload_activations=false --set frames=57                                        # fits
 --   vflow plan pipelines/plan_wan14b_lora_24gb.lua --budget cuda=80GiB,cpu=256GiB --set swap_blocks=0 \
---        --set recompute_attention=false --set offload=false                                    # fits
+--        --set recompute_attention=false --set offload=false --set offload_activations=false    # fits
 --   vflow plan pipelines/plan_wan14b_lora_24gb.lua --set model=wan-1.3b --budget cuda=12GiB,cpu=64GiB   # fits
 --   vflow plan pipelines/plan_wan14b_lora_24gb.lua --set model=wan-1.3b --budget cuda=8GiB,cpu=64GiB \
 --        --set frames=65                                                                        # fits
 --
--- At 81 frames the activations and the partition's workspace alone are over 24 GiB, so
--- this size does not fit one 24 GB GPU whatever K is, with or without an 8-bit base
--- (docs/PLANNING.md gives the figures). `fp8_base = true` holds the base in FP8 instead (1
--- byte a weight, resident: a partition swaps a bf16 base or keeps an FP8 one, so it sets
--- swap_blocks to 0 unless given).
+-- At 81 frames the block inputs and the partition's workspace alone are over 24 GiB: this
+-- size fits one 24 GB GPU only with the block inputs on the host (docs/PLANNING.md gives
+-- the figures). `fp8_base = true` holds the base in FP8 instead (1
+-- byte a weight; the swapped blocks then stream their FP8 bytes).
 -- It names cuda:0 and a cache that need not exist: `vflow plan` works anywhere, `vflow
 -- run` needs the GPU, the cache and the base weights (`weights`).
 -- Knobs (vf.args): model (wan-14b), swap_blocks (depth − 1), fp8_base (false), lora_rank
 -- (32), lora_alpha (rank), lora_targets (self_attn.*,cross_attn.*,ffn.*), recompute (true),
--- recompute_attention (true), offload (true), micro_batches (1), batch (1), frames (81),
+-- recompute_attention (true), offload_activations (true), offload (true), micro_batches (1), batch (1), frames (81),
 -- size (832x480, WxH), device ("cuda:0"), cache, weights.
 local vf = require "vflow"
 local a = vf.args
@@ -49,8 +53,9 @@ local dit = p:pipeline_parallel(model, {
   recompute = a.recompute ~= false,
   recompute_attention = a.recompute_attention ~= false,
   devices = dev,
-  swap_blocks = a.swap_blocks or (fp8 and 0 or model.depth - 1),
+  swap_blocks = a.swap_blocks or model.depth - 1,
   base_dtype = fp8 and "fp8" or nil,
+  offload_activations = a.offload_activations ~= false and a.recompute ~= false,
 })
 -- offload: the adapters' master weights and moments on the host (the step's optimizer
 -- work is the adapters' only: small)

@@ -3,10 +3,10 @@
 -- own in one graph (its reader, partitions, AdamW shards and checkpoint stage, named
 -- <stage>_high / <stage>_low), at 81x480x832 (32,760 video tokens), batch 1, recompute.
 --
---   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB   # fits: 33.8-52.7 GiB per GPU, 325 GiB of host
---   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB --set offload=false   # exit 2: 93.3 GiB
---   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB --set lora_rank=32 --set gpus=1 --set recompute_attention=true   # exit 2: 82.1 GiB
---   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB --set lora_rank=32 --set gpus=1 --set recompute_attention=true --set frames=61   # fits: 69.7 GiB
+--   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB   # fits: 32.0-50.9 GiB per GPU, 325 GiB of host
+--   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB --set offload=false   # exit 2: 91.5 GiB
+--   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB --set lora_rank=32 --set gpus=1 --set recompute_attention=true   # fits: 78.6 GiB (103.3 GiB without recompute_attention)
+--   vflow plan pipelines/plan_wan22_a14b.lua --budget cuda=80GiB,cpu=1TiB --set lora_rank=32 --set gpus=1 --set recompute_attention=true --set frames=61   # fits: 67.0 GiB
 --
 -- lora_rank = 0 (default): full fine-tune on 8 GPUs, 4 + 4: each expert's 4 partitions
 -- (10 of the 40 blocks each) on its own 4 GPUs (high on cuda:0-3, low on cuda:4-7), 1F1B

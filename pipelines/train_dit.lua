@@ -17,6 +17,8 @@
 --   stages         pipeline partitions P                                   (2)
 --   micro_batches  micro-batches M per step                                (2)
 --   recompute      keep only block inputs (true/false)                     (false)
+--   recompute_attention  with recompute: rerun the self-attention in backward too,
+--                  keeping only block inputs (true/false)                  (false)
 --   replicas       data-parallel replicas D                                (1)
 --   sp             sequence parallelism: each partition as this many rank processes,
 --                  each holding 1/sp of every sample's tokens; divides heads (1)
@@ -44,6 +46,8 @@
 --                  (README "FP8 base") (true/false)                        (false)
 --   swap_blocks    with LoRA: the last K blocks of each partition keep their frozen
 --                  weights in host memory, streamed in ahead of use        (0)
+--   offload_activations  with recompute: the block inputs kept for backward wait in
+--                  pinned host memory (README "Activation offload") (true/false) (false)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
 --   offload        the shards' master weights and moments in host memory (true/false): the
 --                  partitions keep bf16 weights and gradients on their GPU (false)
@@ -81,6 +85,7 @@ local dit = p:pipeline_parallel(model, {
   stages = a.stages or 2,
   micro_batches = a.micro_batches or 2,
   recompute = a.recompute == true,
+  recompute_attention = a.recompute_attention == true,
   devices = a.device or "cpu",
   replicas = a.replicas or 1,
   sp = a.sp or 1,
@@ -88,6 +93,7 @@ local dit = p:pipeline_parallel(model, {
   nodes = a.nodes,
   base_dtype = a.fp8_base == true and "fp8" or nil,
   swap_blocks = a.swap_blocks,
+  offload_activations = a.offload_activations == true,
 })
 local opt = p:stage("adamw", {
   lr = a.lr or 1e-3,

@@ -62,7 +62,7 @@ void vf_cuda_swap_in(vf_backend *be, void *qv, int slot, void *dst, const void *
     vf_cuda_op_begin(c);
     VF_CUDA_NOTE(c, cudaEventRecord(q->ready, c->stream));
     VF_CUDA_NOTE(c, cudaStreamWaitEvent(q->cs, q->ready, 0));
-    if (bytes) VF_CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, q->cs));
+    if (bytes) VF_CUDA_NOTE(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, q->cs));
     VF_CUDA_NOTE(c, cudaEventRecord(q->done[slot], q->cs));
     vf_cuda_op_end(c);
 }

@@ -5,7 +5,8 @@
  * A file that ships FP8 (ComfyUI's fp8_scaled, diffusers/quanto's weight_scale) keeps
  * its bytes and scales: requantising a dequantised weight would round it a second time.
  * Every other tensor arrives in f32 (read, or the seeded init) and the model's store
- * quantises the block linears by vf_fp8_quantise's rule.
+ * quantises the block linears by vf_fp8_quantise's rule. With block swap the swapped
+ * blocks' FP8 bytes go to the base's pinned host copy (vf_dit_fp8_new_swap).
  */
 #include "stages/train/dit_stage.h"
 #include "models/dit_experts.h"
@@ -28,11 +29,24 @@ int vf_dit_base_dtype(const vf_params *prm, bool lora, bool *fp8, vf_status *st)
 }
 
 void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int64_t off, int64_t n,
-                          size_t as)
+                          int b1, int swap, size_t as)
 {
-    vf_dit_fp8_mem m;
+    vf_dit_fp8_mem m, blk;
     vf_dit_fp8_memory(l, off, n, as, &m);
-    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base: block linears in FP8 (1 B/param)", m.fp8);
+    int64_t host = 0, ring = 0;
+    if (swap) { /* the last `swap` blocks' linears: one block's FP8 bytes each */
+        int64_t boff, bn;
+        vf_dit_layout_range(l, b1 - 1, b1, &boff, &bn);
+        vf_dit_fp8_memory(l, boff, bn, as, &blk);
+        host = blk.fp8 * swap;
+        ring = blk.fp8 * (swap < 2 ? swap : 2);
+    }
+    vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base: block linears in FP8 (1 B/param)", m.fp8 - host);
+    if (swap) {
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "block swap ring (FP8 bytes of the blocks in flight)", ring);
+        vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_WEIGHTS,
+                        "block swap: swapped blocks' FP8 bytes (pinned host)", host);
+    }
     vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base: norms, biases, embeddings, head", m.rest);
     vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "FP8 base: one linear's weight dequantised", m.scratch);
     vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_OTHER, "FP8 base: per-tensor scales and offsets (host)", m.host);
@@ -44,7 +58,7 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
     vf_dit_wsrc *w = NULL;
     float *host = vf_alloc(sizeof(float) * (size_t)vf_dit_largest_in(h->l, h->boff, h->bn), st);
     if (!host) VF_FAIL(st, VF_ENOMEM, "%s: no host staging for the base weights", vf_stage_name(s));
-    rc = vf_dit_fp8_new(h->be, h->l, h->boff, h->bn, &h->fp8, st);
+    rc = vf_dit_fp8_new_swap(h->be, h->l, h->boff, h->bn, h->splits[h->p + 1], h->swap, &h->fp8, st);
     if (rc) {
         vf_status_prefix(st, "%s: the FP8 base", vf_stage_name(s));
         goto fail;

@@ -77,6 +77,9 @@ static const vf_param_spec dit_params[] = {
     {"swap_blocks", VF_P_INT, "0", VF_RANGE(0, 4096),
      "with LoRA: the last K blocks of the partition keep their base weights in pinned host memory, "
      "streamed in ahead of use (below the partition's blocks)"},
+    {"offload_activations", VF_P_BOOL, "false", VF_ANY,
+     "with recompute: the block inputs kept for backward wait in pinned host memory, copied out after "
+     "each block's forward and back ahead of its backward"},
     {0},
 };
 
@@ -88,6 +91,7 @@ typedef struct pgeo {
     vf_dit_lora *lora;       /* NULL: the trainable vector is the model's */
     int p, P, S, M;
     int swap;                /* swap_blocks */
+    bool offload;            /* offload_activations */
     int splits[VF_TRAIN_MAX_PARTS + 1];
     int64_t off, n;          /* range of the trainable vector */
     int64_t boff, bn;        /* range of the model's vector */
@@ -154,11 +158,8 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
                                 vf_param_device(prm, "device"), st));
     g->swap = (int)vf_param_int(prm, "swap_blocks");
     VF_TRY(vf_dit_swap_check(g->swap, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], st));
-    /* the swapped blocks stream as the model's dtype: an FP8 base keeps its linears
-     * resident (1 B/param) and swaps none */
-    if (g->swap && g->fp8)
-        VF_FAIL(st, VF_EUSAGE, "dit: swap_blocks %d with base_dtype \"fp8\": an FP8 base is not swapped; set one of them",
-                g->swap);
+    g->offload = vf_param_bool(prm, "offload_activations");
+    VF_TRY(vf_dit_offload_check(g->offload, dit_recompute_of(prm), g->p, st));
     vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
     vf_dit_layout_range(tl, g->splits[g->p], g->splits[g->p + 1], &g->off, &g->n);
     int64_t block = vf_train_norm_block(tl->total), b0, b1;
@@ -316,8 +317,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
      * for whole sequences (the ends embed and stage them whole; dit_step.c), and adds what
      * vf_dit_sp_plan lists */
     int sp = (int)vf_param_int(prm, "sp");
-    if (g.lora && g.fp8) { /* an FP8 base swaps no blocks (pgeo_init refuses both) */
-        vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, as);
+    if (g.lora && g.fp8) { /* with block swap its swapped blocks' FP8 bytes on the host */
+        vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, g.splits[g.p + 1], g.swap, as);
     } else if (g.lora) { /* the frozen base once, in the partition's dtype */
         int64_t hole = 0, hole_n = 0, blk_n = 0;
         if (g.swap) vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &hole, &hole_n, &blk_n);
@@ -344,6 +345,9 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         vf_1f1b_op *ops = calloc((size_t)(2 * g.M), sizeof *ops);
         int nsv = ops ? vf_train_1f1b(g.P, g.p, g.M, ops) : g.M;
         free(ops);
+        if (g.offload)
+            m.saved = vf_dit_offload_plan(out, dev, &g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx,
+                                          dit_recompute_of(prm), as, gs, nsv);
         vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)", nsv * m.saved);
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
         if (g.lora)
@@ -428,6 +432,7 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->cfg = g.cfg, h->l = g.l, h->lora = g.lora, h->p = g.p, h->P = g.P, h->S = g.S, h->M = g.M;
     h->boff = g.boff, h->bn = g.bn;
     h->swap = g.swap;
+    h->offload = g.offload;
     if (h->swap) {
         int64_t blk_n;
         vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &h->swap_hole, &h->swap_hole_n, &blk_n);
@@ -609,6 +614,9 @@ static const vf_knob_spec dit_knobs[] = {
      .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
     {.name = "swap_blocks", .param = "swap_blocks", .arg = "swap_blocks", .move = VF_KNOB_STEP, .max = 64,
      .rank = 25, .note = "base weights of K blocks a partition in pinned host memory, streamed in ahead of use"},
+    {.name = "offload_activations", .param = "offload_activations", .arg = "offload_activations",
+     .move = VF_KNOB_SET, .value = "true", .rank = 27,
+     .note = "block inputs kept for backward in pinned host memory, copied out and back on a copy queue"},
     {.name = "stages", .param = "splits", .arg = "stages", .arg_only = true, .move = VF_KNOB_STEP, .max = 24,
      .max_factor = 4, .current = partitions, .rank = 30},
     {0},

@@ -40,6 +40,7 @@ typedef struct dit_part_state {
     vf_dit_fp8 *fp8;                         /* with base_dtype "fp8": the base instead, its
                                                 block linears in FP8 (base then NULL) */
     int swap;                                /* swap_blocks K: the last K blocks' base in swap_host */
+    bool offload;                            /* offload_activations */
     void *swap_host;                         /* pinned host memory (be->alloc_pinned) of those blocks */
     int64_t swap_hole, swap_hole_n;          /* their elements, relative to boff */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
@@ -157,12 +158,13 @@ int64_t vf_dit_largest_in(const vf_dit_layout *l, int64_t off, int64_t n);
  * ("" the model's dtype, "fp8"); *fp8 set; VF_EUSAGE naming the param for another value
  * or for "fp8" without LoRA (lora false: a full fine-tune trains the base). plan: the
  * base's device bytes (FP8 bytes, the other tensors at as, the dequantisation scratch)
- * and its host scales. load: the base of h's range from the `weights` file (F8_E4M3
+ * and its host scales; with `swap` blocks swapped (the last of a partition ending at
+ * block b1) their FP8 bytes on the host and a ring of two on the device. load: the base of h's range from the `weights` file (F8_E4M3
  * tensors with their scales kept as they are, others quantised) or the seeded init,
  * into h->fp8. */
 int vf_dit_base_dtype(const vf_params *prm, bool lora, bool *fp8, vf_status *st);
 void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int64_t off, int64_t n,
-                          size_t as);
+                          int b1, int swap, size_t as);
 int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st);
 /* Block swap (dit_swap.c). check: swap_blocks K of partition p (blocks [b0, b1)) is
  * usable: 0, or with LoRA and below the blocks (VF_EUSAGE naming both numbers). plan: its
@@ -170,6 +172,12 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
  * resident: base elements that stay on the device. dst: where the base element at rel
  * (from boff) is loaded, in swap_host (*host true) or in base. */
 int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
+/* dit_offload.c: offload_activations refused without recompute (VF_EUSAGE naming the
+ * partition); its plan lines for nsv saved stores, returning the bytes of one saved store
+ * on the device (what replaces vf_dit_mem.saved). */
+int vf_dit_offload_check(bool offload, int recompute, int p, vf_status *st);
+int64_t vf_dit_offload_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int b0, int b1,
+                            const vf_dit_dims *max, int recompute, size_t as, size_t gs, int nsv);
 void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int b0, int b1, int K,
                       size_t as);
 /* Sequence parallelism in the plan (dit_sp_plan.c), for sp = N ranks of the partition: the

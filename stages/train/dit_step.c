@@ -60,6 +60,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));
     if (h->fp8) VF_TRY(vf_dit_part_set_fp8(h->part, h->fp8, st));
     if (h->swap) VF_TRY(vf_dit_part_set_swap(h->part, h->swap, h->swap_host, st));
+    if (h->offload) VF_TRY(vf_dit_part_set_offload(h->part, st));
     VF_TRY(vf_dit_sp_rank_open(h, max, st));
     h->ops = calloc((size_t)(2 * h->M), sizeof *h->ops);
     if (!h->ops) VF_FAIL(st, VF_ENOMEM, "dit: out of memory");

@@ -5,6 +5,11 @@
  * block reads are the same; a copy that lands late, or a ring buffer overwritten while a
  * block still reads it, changes them). Two micro-batches a step, so each ring buffer is
  * refilled across passes; K ∈ {1, 2, 3} of 4 blocks; with and without recompute.
+ * Activation offload (vf_dit_part_set_offload) likewise: with recompute (keeping the
+ * self-attention's result or not), block inputs copied device to host on the copy stream
+ * after each block's forward and back before its backward, alone and with K = 2 swapped,
+ * give the same bits. With the base in FP8 (vf_dit_fp8_new_swap) the swapped blocks' FP8
+ * bytes stream from the base's host copy: the same bits as the FP8 base resident.
  *
  * vflow-test: labels=gpu timeout=300
  *
@@ -19,6 +24,7 @@
 
 #include "kernels/ops.h"
 #include "models/dit.h"
+#include "models/dit_fp8.h"
 #include "models/dit_lora.h"
 #include "runtime/philox.h"
 
@@ -44,9 +50,10 @@ typedef struct setup {
     int32_t text[2][2 * 8], len[2][2];
 } setup;
 
-/* Two micro-batches of 2 through a partition of all blocks, K swapped (0: none):
+/* Two micro-batches of 2 through a partition of all blocks, K swapped (0: none),
+ * recompute a vf_dit_recompute, activations offloaded or not, the base in FP8 or not:
  * the adapters' accumulated gradient (host f32) into g, the losses into loss. */
-static int run(setup *s, int K, bool recompute, float *g, double *loss)
+static int run(setup *s, int K, int recompute, bool offload, bool fp8, float *g, double *loss)
 {
     vf_status st = {0};
     vf_backend *be = G;
@@ -59,8 +66,21 @@ static int run(setup *s, int K, bool recompute, float *g, double *loss)
     void *xt = be->alloc(be, (size_t)nlat * as, &st), *tg = be->alloc(be, (size_t)nlat * as, &st);
     vf_dit_part *p = NULL;
     vf_dit_saved *sv = NULL;
+    vf_dit_fp8 *fb = NULL;
     int rc = -1;
     if (!wp || !lp || !lg || !xt || !tg) goto done;
+    if (fp8) { /* the FP8 base, quantised at load from the same f32 weights */
+        float *tmp = malloc(sizeof(float) * (size_t)total);
+        rc = tmp ? vf_dit_fp8_new_swap(be, s->l, 0, total, s->c.depth, K, &fb, &st) : -1;
+        for (int i = 0; i < s->l->n && rc == 0; i++) {
+            const vf_dit_tensor *t = &s->l->t[i];
+            if (!t->numel) continue;
+            memcpy(tmp + t->offset, s->w + t->offset, sizeof(float) * (size_t)t->numel);
+            rc = vf_dit_fp8_put(fb, i, tmp + t->offset, &st);
+        }
+        free(tmp);
+        if (rc) goto done;
+    }
     /* the resident base packed around the hole; the hole's blocks on the host */
     be->upload(be, wp, s->w, hole ? hole : total, be->act_dtype);
     if (K) {
@@ -73,7 +93,9 @@ static int run(setup *s, int K, bool recompute, float *g, double *loss)
     be->memset0(be, lg, (size_t)lt * gs);
     rc = vf_dit_part_new(be, s->l, 0, s->c.depth, &s->d, recompute, wp, NULL, &p, &st);
     if (rc == 0) rc = vf_dit_part_set_lora(p, s->lo, lp, lg, &st);
+    if (rc == 0 && fb) rc = vf_dit_part_set_fp8(p, fb, &st);
     if (rc == 0 && K) rc = vf_dit_part_set_swap(p, K, host, &st);
+    if (rc == 0 && offload) rc = vf_dit_part_set_offload(p, &st);
     if (rc == 0) rc = vf_dit_saved_new(p, &sv, &st);
     for (int m = 0; m < 2 && rc == 0; m++) {
         be->upload(be, xt, s->xt[m], nlat, be->act_dtype);
@@ -86,9 +108,10 @@ static int run(setup *s, int K, bool recompute, float *g, double *loss)
     }
     if (rc == 0) be->download(be, g, lg, lt, be->grad_dtype);
 done:
-    if (rc) fprintf(stderr, "swap K=%d on %s: %s\n", K, be->name, st.msg);
+    if (rc) fprintf(stderr, "swap K=%d offload=%d on %s: %s\n", K, offload, be->name, st.msg);
     vf_dit_saved_free(sv);
     vf_dit_part_free(p);
+    vf_dit_fp8_free(fb);
     if (host) be->free_pinned(be, host);
     void *bufs[] = {wp, lp, lg, xt, tg};
     for (int i = 0; i < 5; i++)
@@ -122,18 +145,35 @@ VF_TEST(swap_equals_resident)
     }
     const int64_t lt = s.lo->l->total;
     float *ref = calloc((size_t)lt, 4), *got = calloc((size_t)lt, 4);
-    for (int rec = 0; rec < 2; rec++) {
+    for (int rec = 0; rec <= VF_DIT_RECOMPUTE_ALL; rec++) {
         double l0[2], l1[2];
-        VF_CHECK(run(&s, 0, rec, ref, l0) == 0);
-        for (int K = 1; K <= 3; K++) {
+        VF_CHECK(run(&s, 0, rec, false, false, ref, l0) == 0);
+        /* K swapped blocks (1 … 3), then with recompute activation offload (K 0 and 2) */
+        for (int k = 1; k <= 5; k++) {
+            const bool off = k > 3;
+            const int K = off ? 2 * (k - 4) : k;
+            if ((off && !rec) || (!off && rec == VF_DIT_RECOMPUTE_ALL)) continue;
             memset(got, 0, 4 * (size_t)lt);
-            VF_CHECK(run(&s, K, rec, got, l1) == 0);
+            VF_CHECK(run(&s, K, rec, off, false, got, l1) == 0);
             int64_t diff = 0;
             for (int64_t i = 0; i < lt; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
-            fprintf(stderr, "  K=%d recompute=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld adapter "
-                    "gradients differ\n", K, rec, l1[0], l1[1], l0[0], l0[1], (long long)diff, (long long)lt);
+            fprintf(stderr, "  K=%d recompute=%d offload=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld "
+                    "adapter gradients differ\n", K, rec, off, l1[0], l1[1], l0[0], l0[1], (long long)diff,
+                    (long long)lt);
             VF_CHECK(diff == 0 && l1[0] == l0[0] && l1[1] == l0[1]);
         }
+    }
+    /* the FP8 base: K = 3 swapped, and K = 2 with recompute and offload, against it resident */
+    double l0[2], l1[2];
+    VF_CHECK(run(&s, 0, 0, false, true, ref, l0) == 0);
+    for (int k = 0; k < 2; k++) {
+        memset(got, 0, 4 * (size_t)lt);
+        VF_CHECK(run(&s, 3 - k, k, k == 1, true, got, l1) == 0);
+        int64_t diff = 0;
+        for (int64_t i = 0; i < lt; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
+        fprintf(stderr, "  FP8 base K=%d recompute=%d offload=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld "
+                "adapter gradients differ\n", 3 - k, k, k, l1[0], l1[1], l0[0], l0[1], (long long)diff, (long long)lt);
+        VF_CHECK(diff == 0 && l1[0] == l0[0] && l1[1] == l0[1]);
     }
     free(ref), free(got), free(s.w), free(s.lw);
     for (int m = 0; m < 2; m++) free(s.xt[m]), free(s.tg[m]);

@@ -8,10 +8,13 @@
 #    (1 − mask)·condition + mask·latents with the clean first-frame latent as condition,
 #    and the timestep mask[0][0][:, ::2, ::2]·t flattened per token (frame 0 at 0);
 #  - "free": every token at a time of its own, so no two neighbours share one.
-# Checked per set:
+# The C construction (vf_dit_first_frame through dit_tool first_frame) of the model input
+# and the token times from the noisy latents, the clean ones and sigma equals the
+# pipeline's bit for bit. Checked per set:
 #  - the prediction equals diffusers' forward to a relative error <= 1e-5;
-#  - the loss and the gradient of EVERY tensor equal torch autograd through diffusers' model
-#    to <= 1e-4 (||g − ref|| / ||ref||), mapped by name;
+#  - the loss (for "ti2v" over latent frames 1.., frame 0 left out, skip=1) and the
+#    gradient of EVERY tensor equal torch autograd through diffusers' model to <= 1e-4
+#    (||g − ref|| / ||ref||), mapped by name;
 #  - the reference depends on the per-token times: feeding it each sample's t for every
 #    token moves its prediction by far more than the tolerance.
 # vflow-test: labels=reference timeout=600
@@ -71,7 +74,7 @@ def inputs():
     L = ts.shape[1]
     # every token a time of its own: sigma · (k + 1)/16, k = 0..15 cycling (exact in f32)
     free = torch.stack([t * (torch.arange(L) % 16 + 1).float() / 16 for t in sigma * 1000])
-    return model_input, emb, noise - x0, {"ti2v": ts, "free": free}, sigma
+    return model_input, emb, noise - x0, {"ti2v": ts, "free": free}, sigma, latents, x0
 
 
 def main():
@@ -100,19 +103,33 @@ def main():
     check(sorted(to_diff.values()) == sorted(sd), "layout names differ from the diffusers model's")
     by_diff = {v: k for k, v in to_diff.items()}
 
-    x_in, emb, target, sets, sigma = inputs()
+    x_in, emb, target, sets, sigma, latents, x0 = inputs()
     with tempfile.TemporaryDirectory() as d:
         f = lambda n: os.path.join(d, n)  # noqa: E731
         save_file(sd, f("w.safetensors"))
+        # the C construction of the model input and the token times from the noisy latents,
+        # the clean latents and sigma: the pipeline's, bit for bit
+        latents.numpy().tofile(f("noisy.bin"))
+        x0.numpy().tofile(f("x0.bin"))
+        sigma.numpy().astype(np.float32).tofile(f("t.bin"))
+        r = run(["first_frame"] + CFG + ["dims=%d,%d,%d,%d" % DIMS, "xt=" + f("noisy.bin"), "x0=" + f("x0.bin"),
+                                         "t=" + f("t.bin"), "out=" + f("xin.bin"), "ttok_out=" + f("tt.bin")])
+        if check(r.returncode == 0, "dit_tool first_frame: %s" % r.stderr):
+            cx = np.fromfile(f("xin.bin"), dtype=np.float32)
+            ct = np.fromfile(f("tt.bin"), dtype=np.float32)
+            check(np.array_equal(cx, x_in.numpy().ravel()),
+                  "the model input is not the pipeline's (1 - mask)·condition + mask·latents")
+            check(np.array_equal(ct, (sets["ti2v"] / 1000).numpy().ravel()),
+                  "the token times are not the pipeline's mask[0][0][:, ::2, ::2]·t")
         x_in.numpy().tofile(f("xt.bin"))
         target.numpy().tofile(f("target.bin"))
-        sigma.numpy().astype(np.float32).tofile(f("t.bin"))
         emb.numpy().tofile(f("emb.bin"))
         np.full(DIMS[0], TL, np.int32).tofile(f("len.bin"))
         for tag, ts in sets.items():
             model.zero_grad()
             pred = model(hidden_states=x_in, timestep=ts, encoder_hidden_states=emb, return_dict=False)[0]
-            loss = ((pred - target) ** 2).mean()
+            skip = 1 if tag == "ti2v" else 0   # TI2V leaves the image's frame out of the loss
+            loss = ((pred - target)[:, :, skip:] ** 2).mean()
             loss.backward()
             ref_pred = pred.detach().numpy().ravel()
             ref_grads = {by_diff[k]: p.grad.detach().numpy().ravel() for k, p in model.named_parameters()}
@@ -125,7 +142,7 @@ def main():
             r = run(["grad"] + CFG + ["dims=%d,%d,%d,%d" % DIMS, "weights=" + f("w.safetensors"),
                                       "xt=" + f("xt.bin"), "t=" + f("t.bin"), "ttok=" + f("ttok.bin"),
                                       "emb=" + f("emb.bin"), "len=" + f("len.bin"), "target=" + f("target.bin"),
-                                      "grads=" + f("g.bin"), "pred=" + f("p.bin")])
+                                      "skip=%d" % skip, "grads=" + f("g.bin"), "pred=" + f("p.bin")])
             if not check(r.returncode == 0, "%s: dit_tool grad: %s" % (tag, r.stderr)):
                 continue
             closs = float(r.stdout.split()[1])

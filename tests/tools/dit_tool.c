@@ -11,12 +11,16 @@
  *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
  *                 maxrss_mib <peak resident MiB>", writes raw f32 params
  *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
- *                 [cond=C] [img=M] [ttok=U] [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
+ *                 [cond=C] [img=M] [ttok=U] [skip=F] [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 [lora=F lora_cfg=JSON]
- *                 prints "loss <value>"; writes the flat gradient and the prediction (f32);
+ *                 prints "loss <value>" (skip=F: over the latent frames after the first F);
+ *                 writes the flat gradient and the prediction (f32);
  *                 with lora= the adapters of file F (any naming models/dit_lora.h reads) run
  *                 on the frozen weights as in LoRA training, and grads= gets the adapter
  *                 vector's gradient
+ *   dit_tool first_frame CFG dims=B,T,H,W xt=X x0=X0 t=T out=XIN ttok_out=U
+ *                 TI2V's model input (vf_dit_first_frame): each sample's x_t with frame 0 of
+ *                 its clean latent x0 (B,z,T,H,W), and each token's time (B,L)
  *   dit_tool lora CFG lora=F lora_cfg=JSON [out=A.bin]
  *                 reads a LoRA file into the adapter vector (raw f32, adapter layout order);
  *                 prints "adapters <n> params <count>"; bad input: the message, exit 2
@@ -266,6 +270,17 @@ int main(int argc, char **argv)
             printf("\n");
         }
         vf_dit_lora_free(lo);
+    } else if (strcmp(cmd, "first_frame") == 0) {
+        vf_dit_dims d;
+        parse_dims(argc, argv, &c, &d);
+        size_t per = (size_t)c.z * d.T * d.H * d.W;
+        float *xt = slurp(arg(argc, argv, "xt"), per * d.B * 4), *x0 = slurp(arg(argc, argv, "x0"), per * d.B * 4);
+        float *t = slurp(arg(argc, argv, "t"), (size_t)d.B * 4), *tt = malloc(sizeof(float) * (size_t)(d.B * d.L));
+        for (int i = 0; i < d.B; i++)
+            vf_dit_first_frame(&c, d.T, d.H, d.W, x0 + per * i, d.T, t[i], xt + per * i, tt + d.L * i);
+        spit(arg(argc, argv, "out"), xt, per * d.B * 4);
+        spit(arg(argc, argv, "ttok_out"), tt, (size_t)(d.B * d.L) * 4);
+        free(xt), free(x0), free(t), free(tt);
     } else if (strcmp(cmd, "init") == 0) {
         float *p = malloc(sizeof(float) * (size_t)l->total);
         s = arg(argc, argv, "seed");
@@ -372,6 +387,7 @@ int main(int argc, char **argv)
         }
         b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target, b.text_emb = emb;
         b.cond = cond, b.img = img, b.t_tok = ttok;
+        b.skip_frames = (s = arg(argc, argv, "skip")) ? atoi(s) : 0;
         if ((s = arg(argc, argv, "lora"))) {
             vf_dit_lora_cfg lc;
             if (vf_dit_lora_cfg_parse(arg(argc, argv, "lora_cfg"), &lc, &st) || vf_dit_lora_new(l, &lc, &g_lora, &st))

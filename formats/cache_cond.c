@@ -6,16 +6,16 @@
 
 #include <string.h>
 
-static const char *const cond_names[] = {"text", "concat", "concat+clip"};
+static const char *const cond_names[] = {"text", "concat", "concat+clip", "first_frame"};
 
 const char *vf_cache_cond_name(vf_cache_cond c)
 {
-    return c >= VF_CACHE_COND_TEXT && c <= VF_CACHE_COND_CONCAT_CLIP ? cond_names[c] : "?";
+    return c >= VF_CACHE_COND_TEXT && c <= VF_CACHE_COND_FIRST_FRAME ? cond_names[c] : "?";
 }
 
 int vf_cache_cond_parse(const char *s, vf_cache_cond *out)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (s && !strcmp(s, cond_names[i])) {
             *out = (vf_cache_cond)i;
             return 0;
@@ -25,7 +25,10 @@ int vf_cache_cond_parse(const char *s, vf_cache_cond *out)
 
 vf_cache_cond vf_cache_item_cond(const vf_item *it)
 {
-    if (!vf_item_get(it, VF_CACHE_Y_TENSOR)) return VF_CACHE_COND_TEXT;
+    double ff;
+    if (!vf_item_get(it, VF_CACHE_Y_TENSOR))
+        return vf_item_num(it, VF_CACHE_FIRST_FRAME_KEY, &ff) == 0 && ff == 1 ? VF_CACHE_COND_FIRST_FRAME
+                                                                            : VF_CACHE_COND_TEXT;
     if (vf_item_get(it, VF_CACHE_CLIP_TENSOR) || vf_item_str(it, "clip_key")) return VF_CACHE_COND_CONCAT_CLIP;
     return VF_CACHE_COND_CONCAT;
 }

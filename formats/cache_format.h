@@ -48,6 +48,10 @@
  * "concat+clip" (also the clip's CLIP image features, "clip_emb"). The summary records
  * "cond":"concat"|"concat+clip" from its first such entry; no "cond" = "text". An entry
  * of another kind than the cache's is refused.
+ * A fourth kind, "first_frame" (Wan 2.2 TI2V: the image's latent replaces the noisy
+ * latent's frame 0), adds no tensor: the causal encoder takes the first frame alone, so
+ * the latent's frame 0 is the image's own encode. Its entries carry metadata
+ * "first_frame" = 1, which makes the kind.
  *
  * CLIP image features. An item may carry tensor "clip_emb" bf16 (L, D) (Wan 2.1 I2V: the
  * CLIP ViT-H/14 penultimate states of its first frame, (257, 1280)). They are stored as
@@ -74,6 +78,7 @@
 #define VF_CACHE_Y_TENSOR "y"
 #define VF_CACHE_CLIP_TENSOR "clip_emb"
 #define VF_CACHE_CLIP_PREFIX "clip:"
+#define VF_CACHE_FIRST_FRAME_KEY "first_frame" /* entry metadata, 1: of kind first_frame */
 
 /* A kind of record stored once per content and referenced from entries: text
  * embeddings (vf_cache_text) and CLIP image features (vf_cache_clip). */
@@ -107,12 +112,13 @@ typedef enum vf_cache_cond {
     VF_CACHE_COND_TEXT = 0,        /* latents (and text) only: text-to-video */
     VF_CACHE_COND_CONCAT = 1,      /* + "y": Wan 2.2 I2V-A14B */
     VF_CACHE_COND_CONCAT_CLIP = 2, /* + "y" and CLIP image features: Wan 2.1 I2V */
+    VF_CACHE_COND_FIRST_FRAME = 3, /* latents whose frame 0 is the image's: Wan 2.2 TI2V */
 } vf_cache_cond;
 
-const char *vf_cache_cond_name(vf_cache_cond c); /* "text" | "concat" | "concat+clip" */
+const char *vf_cache_cond_name(vf_cache_cond c); /* "text" | "concat" | "concat+clip" | "first_frame" */
 int vf_cache_cond_parse(const char *s, vf_cache_cond *out); /* 0 or VF_EINVAL */
 /* The kind of one item: by its tensor "y" and its CLIP features (tensor "clip_emb" or,
- * stored, metadata "clip_key"). */
+ * stored, metadata "clip_key"), or its metadata "first_frame". */
 vf_cache_cond vf_cache_item_cond(const vf_item *it);
 /* The kind a summary records (NULL or no "cond": text). */
 vf_cache_cond vf_cache_meta_cond(const vf_json *meta);

@@ -20,6 +20,8 @@
 --              0 = no image branch
 --   img_len    image feature rows per sample (Wan 2.1 I2V: 257)
 --   (in_dim, img_dim and img_len default to 0: the text-to-video presets leave them out)
+--   time       "sample" (default): one time embedding per sample; "token": one per token
+--              (Wan 2.2 TI2V, whose image latent frame sits at t = 0 beside noisy frames)
 --
 -- The same numbers are compiled into models/dit_layout.c (vf_dit_preset, used by tools
 -- and tests); tests/unit/test_dit.c checks the two agree.
@@ -68,5 +70,6 @@ return {
   -- Wan 2.2 TI2V-5B: 48 latent channels (the Wan 2.2 VAE, vf.models.vae "wan2.2")
   ["wan2.2-ti2v-5b"] = preset { name = "wan2.2-ti2v-5b", dim = 3072, depth = 30, heads = 24,
                                 head_dim = 128, ffn = 14336, z = 48, text_dim = 4096,
-                                text_len = 512, freq_dim = 256, text = "embeddings" },
+                                text_len = 512, freq_dim = 256, text = "embeddings",
+                                time = "token" },
 }

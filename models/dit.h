@@ -6,6 +6,8 @@
  *     --patch_embedding (linear, = Wan's Conv3d with kernel = stride = patch)--> x (B, L, dim)
  *   t (B) in [0,1] --sinusoid(t·t_scale, freq_dim)--> time_embedding: Linear-SiLU-Linear
  *     --> e (B, dim) ; time_projection: SiLU-Linear --> e0 (B, 6, dim)      [shared by all blocks]
+ *     per token (t_tokens, Wan 2.2 TI2V): t (B, L) --> e (B, L, dim), e0 (6, B, L, dim): each
+ *     token's m and head (shift, scale) below are those of its own time
  *   image-to-video (in_dim > z): the channels of cond (B, in_dim − z, T, H, W) follow x_t's
  *     before patchify (Wan I2V: 4-channel first-frame mask ‖ 16-channel latent of the first
  *     frame followed by zeros), so patch_embedding takes in_dim·pt·ph·pw features a token
@@ -94,6 +96,9 @@ typedef struct vf_dit_config {
     int img_dim;      /* width of the image features img_emb takes (CLIP ViT-H/14: 1280); 0 =
                          no image branch (img_emb, cross_attn.k_img/v_img/norm_k_img) */
     int img_len;      /* image feature rows per sample (Wan 2.1 I2V: 257); 0 without images */
+    int t_tokens;     /* 1: a time embedding per token (Wan 2.2 TI2V: t (B, L), e (B, L, dim),
+                         e0 (6, B, L, dim)), so tokens of one sample may sit at different
+                         times; 0: one per sample (Wan 2.1, Wan 2.2 A14B) */
 } vf_dit_config;
 
 /* The channels patch_embedding takes (in_dim, or z when in_dim is 0). */
@@ -269,6 +274,8 @@ int64_t vf_dit_attn_workspace(const vf_dit_config *c, const vf_dit_dims *d, vf_d
  *   x   (B, L, dim)     hidden state after the sender's last block
  *   e   (B, dim)        time embedding: input of the head's adaLN
  *   e0  (B, 6, dim)     time projection: input of every block's adaLN
+ *                       (t_tokens: e (B, L, dim) and e0 (6, B, L, dim), one row a token, the
+ *                       six chunks one after another)
  *   ctx (B, Lctx, dim)  cross-attention k/v input: the caption tokens after text_embedding,
  *                       B·text_len rows, then (img_dim > 0) the image tokens after img_emb,
  *                       B·img_len rows (Lctx = vf_dit_ctx_len)
@@ -282,8 +289,9 @@ typedef struct vf_dit_xfer {
 } vf_dit_xfer;
 
 /* Adds the four tensors of a vf_dit_xfer item to port spec p, named "x", "e", "e0",
- * "ctx", of dtype dt, shaped (B, L, dim), (B, dim), (B, 6, dim), (B, Lctx, dim) with
- * B and L symbolic, bounded by `max` (the same names serve forward and gradient edges). */
+ * "ctx", of dtype dt, shaped (B, L, dim), (B, dim), (B, 6, dim), (B, Lctx, dim)
+ * (t_tokens: e (B, L, dim), e0 (6, B, L, dim)) with B and L symbolic, bounded by `max`
+ * (the same names serve forward and gradient edges). */
 void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims *max,
                       vf_dtype dt);
 
@@ -301,6 +309,12 @@ typedef struct vf_dit_batch {
                                  conditioning channels after x_t's; partition 0, in_dim > z */
     const float *img;         /* (B, img_len, img_dim) host f32 image features (Wan 2.1 I2V:
                                  CLIP ViT-H/14 penultimate states); partition 0, img_dim > 0 */
+    const float *t_tok;       /* (B, L) host, flow time of each token (t_tokens models; Wan 2.2
+                                 TI2V gives the first frame's tokens 0); NULL: each token takes
+                                 its sample's t; partition 0 */
+    int skip_frames;          /* latent frames at the start of each sample the loss leaves out
+                                 (Wan 2.2 TI2V: 1, the image's), a multiple of the time patch;
+                                 last partition */
 } vf_dit_batch;
 
 typedef struct vf_dit_part vf_dit_part;
@@ -383,7 +397,9 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
                         vf_dit_xfer *out, vf_dit_saved *sv, vf_status *st);
 
 /* Last partition only, after forward: *loss = mean over B·z·T·H·W of (pred − target)²
- * (f64); stores grad_scale · ∂loss/∂pred in sv for backward. grad_scale is typically
+ * (f64), over the frames after b->skip_frames of each sample where it is set (then the mean
+ * of the samples' means, which is the same over samples of one geometry); stores
+ * grad_scale · ∂loss/∂pred in sv for backward. grad_scale is typically
  * the micro-batch's share of the global batch (B / B_global) so accumulated gradients
  * are those of the global mean. */
 int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
@@ -436,6 +452,15 @@ float vf_dit_rf_t(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id);
  * index inside a micro-batch. */
 float vf_dit_rf_sample(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id, int64_t n,
                        const float *x0, float *x_t, float *target);
+
+/* Image-to-video by the first frame (Wan 2.2 TI2V, diffusers' expand_timesteps): one sample's
+ * noisy latent x_t (z, T, H, W) gets frame 0 of the image's clean latent `image` (z, image_T,
+ * H, W) as its frame 0, and t_tok (L) each token's time: 0 for frame 0's tokens, t for every
+ * other. c's time patch must be 1 (with a larger one no token is frame 0's alone; the
+ * training stage refuses it). The target is left as the pair made it: the loss leaves
+ * frame 0 out (vf_dit_batch.skip_frames). */
+void vf_dit_first_frame(const vf_dit_config *c, int T, int H, int W, const float *image, int image_T, float t,
+                        float *x_t, float *t_tok);
 
 /* Host helpers shared with tests and tools: 3D RoPE angle tables cos/sin (L, head_dim/2)
  * for a grid of T'·H'·W' tokens (Wan's split: head_dim/2 − 2·⌊head_dim/6⌋ frequencies for

@@ -1,7 +1,11 @@
 /* dit_block.c — one DiT block, forward and backward, as a sequence of backend ops.
  *
  *   m  = modulation (6, dim) + e0[b]              stored chunk-major as eb (6, B, dim) so each
- *                                                 chunk is the contiguous (B, dim) the ops take
+ *                                                 chunk is the contiguous (B, dim) the ops take;
+ *                                                 per token (t_tokens) e0 is (6, B·L, dim), m
+ *                                                 one broadcast add into the partition's
+ *                                                 workspace, formed again by the backward (a
+ *                                                 block keeps no (6, B·L, dim) of its own)
  *   x1 = x  + m[2] · o(attn(rope(rms(q(h1'))), rope(rms(k(h1'))), v(h1'))),
  *        h1' = LN(x)·(1+m[1]) + m[0]
  *   x2 = x1 + co(attn(rms(cq(LN3(x1))), rms(ck(ctx)), cv(ctx)))       LN3 with affine
@@ -93,6 +97,26 @@ static void key_block(unit_key *k, const vf_dit_part *p, int what, int blk, cons
 
 /* ------------------------------------------------------------------ forward */
 
+/* eb = the block's modulation table + e0, chunk-major (6, R, dim): per sample into s->eb,
+ * per token (t_tokens) into the workspace's ebt as one broadcast add (x·(1 + 0) + table[k]
+ * is x + table[k]). Returns eb. */
+static const void *modulation(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *e0,
+                              const dit_blk_saved *s)
+{
+    vf_backend *be = p->be;
+    const size_t as = p->pl.as;
+    const int64_t B = d->B, D = p->pl.c.dim;
+    if (p->pl.c.t_tokens) {
+        be->modulate_fwd(be, p->w.ebt, e0, W(BT_MOD), p->w.zeros, 6, B * d->L, D);
+        return p->w.ebt;
+    }
+    for (int k = 0; k < 6; k++)
+        for (int64_t b = 0; b < B; b++)
+            be->add(be, dit_at(s->eb, (k * B + b) * D, as), dit_at(W(BT_MOD), k * D, as),
+                    dit_at(e0, (b * 6 + k) * D, as), D);
+    return s->eb;
+}
+
 static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
                       const void *e0, const void *ctx, dit_blk_saved *s, bool att_kept)
 {
@@ -105,16 +129,15 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     const float eps = c->eps, scale = (float)(1.0 / sqrt((double)Dh));
     const float *cs = p->w.rcos, *sn = p->w.rsin;
 
-    for (int k = 0; k < 6; k++)
-        for (int64_t b = 0; b < B; b++)
-            be->add(be, dit_at(s->eb, (k * B + b) * D, as), dit_at(W(BT_MOD), k * D, as),
-                    dit_at(e0, (b * 6 + k) * D, as), D);
-    const void *shift1 = s->eb, *scale1 = dit_at(s->eb, B * D, as),
-               *gate1 = dit_at(s->eb, 2 * B * D, as), *shift2 = dit_at(s->eb, 3 * B * D, as),
-               *scale2 = dit_at(s->eb, 4 * B * D, as), *gate2 = dit_at(s->eb, 5 * B * D, as);
+    int64_t R, per; /* the adaLN's rows: samples, or tokens (t_tokens) */
+    dit_time_rows(&p->pl, d, &R, &per);
+    const void *eb = modulation(p, blk, d, e0, s);
+    const void *shift1 = eb, *scale1 = dit_at(eb, R * D, as), *gate1 = dit_at(eb, 2 * R * D, as),
+               *shift2 = dit_at(eb, 3 * R * D, as), *scale2 = dit_at(eb, 4 * R * D, as),
+               *gate2 = dit_at(eb, 5 * R * D, as);
 
     /* self-attention */
-    be->ln_modulate_fwd(be, s->m1, s->mean1, s->rstd1, x, shift1, scale1, B, L, D, eps);
+    be->ln_modulate_fwd(be, s->m1, s->mean1, s->rstd1, x, shift1, scale1, R, per, D, eps);
     if (p->fp8) { /* one linear at a time, each dequantised in turn */
         dit_lin_fwd(p, blk, BT_SQ_W, s->q, s->m1, N, D, D);
         dit_lin_fwd(p, blk, BT_SK_W, s->k, s->m1, N, D, D);
@@ -131,7 +154,7 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     if (!att_kept) dit_self_att_fwd(p, s->a, s->lse1, s->qr, s->kr, s->v, B, L, scale);
     dit_lin_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
     dit_lora_fwd(p, blk, BT_SO_W, s->o, s->a, N, D, D);
-    be->gated_add_fwd(be, s->x1, x, gate1, s->o, B, L, D);
+    be->gated_add_fwd(be, s->x1, x, gate1, s->o, R, per, D);
 
     /* cross-attention to the caption */
     be->layernorm_fwd(be, s->h3, s->mean3, s->rstd3, s->x1, W(BT_N3_W), W(BT_N3_B), N, D, eps);
@@ -166,7 +189,7 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     be->add(be, s->x2, s->x1, p->w.fx, N * D);
 
     /* MLP */
-    be->ln_modulate_fwd(be, s->m2, s->mean2, s->rstd2, s->x2, shift2, scale2, B, L, D, eps);
+    be->ln_modulate_fwd(be, s->m2, s->mean2, s->rstd2, s->x2, shift2, scale2, R, per, D, eps);
     if (p->fp8 || dit_lora_on(p, blk, BT_F1_W)) { /* the adapter's term joins before the GELU */
         dit_lin_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
         dit_lora_fwd(p, blk, BT_F1_W, s->f1, s->m2, N, D, F);
@@ -176,7 +199,7 @@ static void block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     }
     dit_lin_fwd(p, blk, BT_F2_W, s->f2, s->g, N, F, D);
     dit_lora_fwd(p, blk, BT_F2_W, s->f2, s->g, N, F, D);
-    if (out) be->gated_add_fwd(be, out, s->x2, gate2, s->f2, B, L, D);
+    if (out) be->gated_add_fwd(be, out, s->x2, gate2, s->f2, R, per, D);
 }
 
 void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
@@ -197,7 +220,7 @@ void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x,
 /* ------------------------------------------------------------------ backward */
 
 static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
-                      void *de0, void *dctx, const void *x, const void *ctx,
+                      void *de0, void *dctx, const void *x, const void *e0, const void *ctx,
                       const dit_blk_saved *s)
 {
     vf_backend *be = p->be;
@@ -221,14 +244,18 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     void *deb = p->w.deb;
     const vf_grad_mode WR = VF_GRAD_WRITE, ADD = VF_GRAD_ADD;
 
-    const void *scale1 = dit_at(s->eb, B * D, as), *gate1 = dit_at(s->eb, 2 * B * D, as),
-               *scale2 = dit_at(s->eb, 4 * B * D, as), *gate2 = dit_at(s->eb, 5 * B * D, as);
-    void *dshift1 = deb, *dscale1 = dit_at(deb, B * D, gs), *dgate1 = dit_at(deb, 2 * B * D, gs),
-         *dshift2 = dit_at(deb, 3 * B * D, gs), *dscale2 = dit_at(deb, 4 * B * D, gs),
-         *dgate2 = dit_at(deb, 5 * B * D, gs);
+    int64_t R, per; /* the adaLN's rows: samples, or tokens (t_tokens) */
+    dit_time_rows(&p->pl, d, &R, &per);
+    /* per token the modulation is formed again (the per-sample one is in s) */
+    const void *eb = p->pl.c.t_tokens ? modulation(p, blk, d, e0, s) : s->eb;
+    const void *scale1 = dit_at(eb, R * D, as), *gate1 = dit_at(eb, 2 * R * D, as),
+               *scale2 = dit_at(eb, 4 * R * D, as), *gate2 = dit_at(eb, 5 * R * D, as);
+    void *dshift1 = deb, *dscale1 = dit_at(deb, R * D, gs), *dgate1 = dit_at(deb, 2 * R * D, gs),
+         *dshift2 = dit_at(deb, 3 * R * D, gs), *dscale2 = dit_at(deb, 4 * R * D, gs),
+         *dgate2 = dit_at(deb, 5 * R * D, gs);
 
     /* MLP: x3 = x2 + gate2 · f2; dx = dx3 from here */
-    be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, B, L, D);
+    be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, R, per, D);
     if (p->fp8 || dit_lora_on(p, blk, BT_F2_W)) { /* the adapter's term joins before the GELU's backward */
         dit_lin_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D, WR);
         dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
@@ -240,7 +267,7 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
         be->matmul_bwd(be, g[1], G(BT_F1_W), NULL, gf1, s->m2, W(BT_F1_W), N, D, F, WR);
     }
     dit_lora_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F);
-    be->ln_modulate_bwd(be, dx, dshift2, dscale2, g[1], s->x2, s->mean2, s->rstd2, scale2, B, L, D,
+    be->ln_modulate_bwd(be, dx, dshift2, dscale2, g[1], s->x2, s->mean2, s->rstd2, scale2, R, per, D,
                         eps, ADD);
 
     /* cross-attention: x2 = x1 + co(ca [+ cia]); dx now holds dx2 = dco */
@@ -281,7 +308,7 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
 
     /* self-attention: x1 = x + gate1 · o; dx holds dx1, which already is the residual's
      * share of dx0, hence no dx argument to gated_add_bwd */
-    be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, B, L, D);
+    be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, R, per, D);
     dit_lin_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D, WR);
     dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
     dit_self_att_bwd(p, g[0], g[5], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, scale);
@@ -299,9 +326,18 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
         be->matmul_batch_bwd(be, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), N, D, D, 3,
                              wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(g[2], g[3], g[4], gs), WR);
     }
-    be->ln_modulate_bwd(be, dx, dshift1, dscale1, g[1], x, s->mean1, s->rstd1, scale1, B, L, D, eps,
+    be->ln_modulate_bwd(be, dx, dshift1, dscale1, g[1], x, s->mean1, s->rstd1, scale1, R, per, D, eps,
                         ADD);
 
+    if (p->pl.c.t_tokens) { /* m[k][r] = table[k] + e0[k][r]: de0 takes deb as laid out, the
+                               table the sum of its rows over the tokens */
+        be->axpy(be, de0, deb, 1.0f, 6 * R * D);
+        if (p->grads) {
+            be->modulate_bwd(be, NULL, p->w.dmod, NULL, deb, deb, p->w.zeros, 6, R, D);
+            be->axpy(be, G(BT_MOD), p->w.dmod, 1.0f, 6 * D);
+        }
+        return;
+    }
     /* modulation: m[k][b] = table[k] + e0[b][k] */
     for (int k = 0; k < 6; k++) {
         for (int64_t b = 0; b < B; b++) {
@@ -313,15 +349,15 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
 }
 
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
-                   void *de0, void *dctx, const void *x, const void *ctx,
+                   void *de0, void *dctx, const void *x, const void *e0, const void *ctx,
                    const dit_blk_saved *s)
 {
     unit_key k = {.n = 0};
     key_block(&k, p, UNIT_BWD, blk, d, s);
-    const void *ptrs[] = {dout, dx, de0, dctx, x, ctx};
+    const void *ptrs[] = {dout, dx, de0, dctx, x, e0, ctx};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) key_ptr(&k, ptrs[i]);
     vf_backend *be = p->be;
     do {
-        if (be->graph_begin(be, k.w, k.n)) block_bwd(p, blk, d, dout, dx, de0, dctx, x, ctx, s);
+        if (be->graph_begin(be, k.w, k.n)) block_bwd(p, blk, d, dout, dx, de0, dctx, x, e0, ctx, s);
     } while (be->graph_end(be));
 }

@@ -6,6 +6,11 @@
  * Wan's unpatchify einsum 'fhwpqrc->cfphqwr'. Both reorderings are two permutes (the op
  * takes ≤ 6 dims): (B·z·T', pt, H', ph, W', pw) <-> (B, z, L, P), then (B, z, L, P) <->
  * (B, L, ·).
+ *
+ * The time embedding has R rows: one a sample, or one a token (t_tokens, Wan 2.2 TI2V). Per
+ * token, e0's six chunks are six GEMMs of time_projection's row blocks, written one after
+ * another (6, R, dim), so every block's modulation is one broadcast add of its table and
+ * its gradient a column sum, each one op however many tokens there are.
  */
 #include "models/dit_internal.h"
 
@@ -186,6 +191,28 @@ static void img_emb_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, 
                       em->irstd0, Ni, Di);
 }
 
+/* The time embedding per token: row r = i·L + l is token l of sample i, at b->t_tok's
+ * time, or its sample's t where the batch gives none. */
+static void time_tok_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv)
+{
+    vf_backend *be = p->be;
+    const vf_dit_config *c = &p->pl.c;
+    dit_emb_saved *em = &sv->em;
+    const size_t as = p->pl.as;
+    const int64_t L = b->dims.L, R = b->dims.B * L, D = c->dim;
+    float *tt = p->host + R * c->freq_dim; /* dit_part.c sizes host for both */
+    for (int64_t r = 0; r < R; r++) tt[r] = b->t_tok ? b->t_tok[r] : b->t[r / L];
+    vf_dit_timestep_features(c, tt, (int)R, p->host);
+    be->upload(be, em->sinus, p->host, R * c->freq_dim, be->act_dtype);
+    be->matmul_fwd(be, em->te1, em->sinus, WE(ET_TIME1_W), WE(ET_TIME1_B), R, c->freq_dim, D);
+    be->silu_fwd(be, em->te1s, em->te1, R * D);
+    be->matmul_fwd(be, sv->e, em->te1s, WE(ET_TIME2_W), WE(ET_TIME2_B), R, D, D);
+    be->silu_fwd(be, em->se, sv->e, R * D);
+    for (int k = 0; k < 6; k++)
+        be->matmul_fwd(be, dit_at(sv->e0, k * R * D, as), em->se, dit_at(WE(ET_PROJ_W), k * D * D, as),
+                       dit_at(WE(ET_PROJ_B), k * D, as), R, D, D);
+}
+
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
 {
     int rc = 0;
@@ -206,13 +233,17 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     }
     be->matmul_fwd(be, sv->xs[0], em->patches, WE(ET_PATCH_W), WE(ET_PATCH_B), N, iP, D);
 
-    vf_dit_timestep_features(c, b->t, (int)B, p->host);
-    be->upload(be, em->sinus, p->host, B * c->freq_dim, be->act_dtype);
-    be->matmul_fwd(be, em->te1, em->sinus, WE(ET_TIME1_W), WE(ET_TIME1_B), B, c->freq_dim, D);
-    be->silu_fwd(be, em->te1s, em->te1, B * D);
-    be->matmul_fwd(be, sv->e, em->te1s, WE(ET_TIME2_W), WE(ET_TIME2_B), B, D, D);
-    be->silu_fwd(be, em->se, sv->e, B * D);
-    be->matmul_fwd(be, sv->e0, em->se, WE(ET_PROJ_W), WE(ET_PROJ_B), B, D, 6 * D);
+    if (c->t_tokens) {
+        time_tok_fwd(p, b, sv);
+    } else {
+        vf_dit_timestep_features(c, b->t, (int)B, p->host);
+        be->upload(be, em->sinus, p->host, B * c->freq_dim, be->act_dtype);
+        be->matmul_fwd(be, em->te1, em->sinus, WE(ET_TIME1_W), WE(ET_TIME1_B), B, c->freq_dim, D);
+        be->silu_fwd(be, em->te1s, em->te1, B * D);
+        be->matmul_fwd(be, sv->e, em->te1s, WE(ET_TIME2_W), WE(ET_TIME2_B), B, D, D);
+        be->silu_fwd(be, em->se, sv->e, B * D);
+        be->matmul_fwd(be, sv->e0, em->se, WE(ET_PROJ_W), WE(ET_PROJ_B), B, D, 6 * D);
+    }
 
     if (c->text_emb) {
         VF_TRY(upload_text_emb(p, b, em->temb, st));
@@ -246,15 +277,26 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     /* image features: ctx's rows after the text's */
     if (p->pl.img) img_emb_bwd(p, d, sv, dit_at(dctx, Nt * D, p->pl.gs));
 
-    /* time: e0 = proj(silu(e)), e = mlp(sinus); de already holds the head's share */
-    be->matmul_bwd(be, w->dse, GE(ET_PROJ_W), GE(ET_PROJ_B), de0, em->se, WE(ET_PROJ_W), B, D,
-                   6 * D, VF_GRAD_WRITE);
-    be->silu_bwd(be, de, w->dse, sv->e, B * D, VF_GRAD_ADD);
+    /* time: e0 = proj(silu(e)), e = mlp(sinus); de already holds the head's share. R rows:
+     * B, or B·L per token, whose e0 is six row blocks of proj (6, R, dim) */
+    const int64_t R = c->t_tokens ? N : B;
+    if (c->t_tokens) {
+        const size_t as = p->pl.as, gs = p->pl.gs;
+        for (int k = 0; k < 6; k++)
+            be->matmul_bwd(be, w->dse, p->grads ? dit_at(GE(ET_PROJ_W), k * D * D, gs) : NULL,
+                           p->grads ? dit_at(GE(ET_PROJ_B), k * D, gs) : NULL,
+                           dit_at(de0, k * R * D, gs), em->se, dit_at(WE(ET_PROJ_W), k * D * D, as),
+                           R, D, D, k ? VF_GRAD_ADD : VF_GRAD_WRITE);
+    } else {
+        be->matmul_bwd(be, w->dse, GE(ET_PROJ_W), GE(ET_PROJ_B), de0, em->se, WE(ET_PROJ_W), B, D,
+                       6 * D, VF_GRAD_WRITE);
+    }
+    be->silu_bwd(be, de, w->dse, sv->e, R * D, VF_GRAD_ADD);
     be->matmul_bwd(be, w->dte1s, GE(ET_TIME2_W), GE(ET_TIME2_B), de, em->te1s, WE(ET_TIME2_W),
-                   B, D, D, VF_GRAD_WRITE);
-    be->silu_bwd(be, w->dte1, w->dte1s, em->te1, B * D, VF_GRAD_WRITE);
+                   R, D, D, VF_GRAD_WRITE);
+    be->silu_bwd(be, w->dte1, w->dte1s, em->te1, R * D, VF_GRAD_WRITE);
     be->matmul_bwd(be, NULL, GE(ET_TIME1_W), GE(ET_TIME1_B), w->dte1, em->sinus, WE(ET_TIME1_W),
-                   B, c->freq_dim, D, VF_GRAD_WRITE);
+                   R, c->freq_dim, D, VF_GRAD_WRITE);
 
     /* text: ctx = mlp(table[tok]), or mlp(text_emb) whose input needs no gradient; the
      * GELU's backward runs in the second linear's (its first's bias gradient with it) */
@@ -279,11 +321,18 @@ void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv)
     const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
     const void *x = sv->xs[p->pl.nb];
 
-    for (int k = 0; k < 2; k++)
-        for (int64_t b = 0; b < B; b++)
-            be->add(be, dit_at(h->eh, (k * B + b) * D, as), dit_at(WH(HT_MOD), k * D, as),
-                    dit_at(sv->e, b * D, as), D);
-    be->ln_modulate_fwd(be, h->hm, h->mean, h->rstd, x, h->eh, dit_at(h->eh, B * D, as), B, L, D,
+    int64_t R, per;
+    dit_time_rows(&p->pl, d, &R, &per);
+    if (c->t_tokens) /* each token's row of e, plus the table's row k: one broadcast add */
+        for (int k = 0; k < 2; k++)
+            be->modulate_fwd(be, dit_at(h->eh, k * R * D, as), sv->e, dit_at(WH(HT_MOD), k * D, as),
+                             p->w.zeros, 1, R, D);
+    else
+        for (int k = 0; k < 2; k++)
+            for (int64_t b = 0; b < B; b++)
+                be->add(be, dit_at(h->eh, (k * B + b) * D, as), dit_at(WH(HT_MOD), k * D, as),
+                        dit_at(sv->e, b * D, as), D);
+    be->ln_modulate_fwd(be, h->hm, h->mean, h->rstd, x, h->eh, dit_at(h->eh, R * D, as), R, per, D,
                         c->eps);
     be->matmul_fwd(be, h->pred_tok, h->hm, WH(HT_W), WH(HT_B), N, D, zP);
     unpatchify(p, d, h->pred, h->pred_tok);
@@ -299,11 +348,21 @@ void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *
     const size_t as = p->pl.as, gs = p->pl.gs;
     const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
 
+    int64_t R, per;
+    dit_time_rows(&p->pl, d, &R, &per);
     be->matmul_bwd(be, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), N, D, zP,
                    VF_GRAD_WRITE);
-    be->ln_modulate_bwd(be, dx, w->deh, dit_at(w->deh, B * D, gs), w->dhm, sv->xs[p->pl.nb],
-                        h->mean, h->rstd, dit_at(h->eh, B * D, as), B, L, D, c->eps,
+    be->ln_modulate_bwd(be, dx, w->deh, dit_at(w->deh, R * D, gs), w->dhm, sv->xs[p->pl.nb],
+                        h->mean, h->rstd, dit_at(h->eh, R * D, as), R, per, D, c->eps,
                         VF_GRAD_WRITE);
+    if (c->t_tokens) { /* de per token; the table's gradient sums its rows over the tokens */
+        for (int k = 0; k < 2; k++) be->axpy(be, de, dit_at(w->deh, k * R * D, gs), 1.0f, R * D);
+        if (p->grads) {
+            be->modulate_bwd(be, NULL, w->dmod, NULL, w->deh, w->deh, p->w.zeros, 2, R, D);
+            be->axpy(be, GH(HT_MOD), w->dmod, 1.0f, 2 * D);
+        }
+        return;
+    }
     for (int k = 0; k < 2; k++) {
         for (int64_t b = 0; b < B; b++) {
             const void *src = dit_at(w->deh, (k * B + b) * D, gs);

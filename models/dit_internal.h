@@ -73,6 +73,7 @@ typedef struct dit_plan {
                                 the device only the partition's input and the head's input */
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
     int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
+    int64_t R;               /* rows of the time embedding: B, or N with t_tokens */
     bool img;                /* the image branch (img_dim > 0) */
     int in_dim;              /* channels patch_embedding takes */
     int64_t P;               /* patch volume pt·ph·pw */
@@ -87,7 +88,8 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
  * batched GEMM), and so are ck, cv. The adaLN's normalised inputs are not kept: the fused
  * LayerNorm+modulate backward forms them again from x and mean/rstd. */
 typedef struct dit_blk_saved {
-    void *eb;                                   /* (6, B, dim) modulation + e0, chunk-major */
+    void *eb;                                   /* (6, B, dim) modulation + e0, chunk-major;
+                                                   NULL with t_tokens (dit_work.ebt) */
     void *m1, *q, *k, *v, *qr, *kr, *o;         /* (N, dim) self-attention path */
     void *x1, *h3, *cq, *cqr, *ca, *x2, *m2, *f2;       /* (N, dim) cross-attn and MLP */
     void *ck, *cv, *ckr;                        /* (Nt, dim) cross-attention keys/values */
@@ -125,9 +127,9 @@ void dit_carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k);
 typedef struct dit_emb_saved {
     void *patches;      /* (N, z·P) patchified x_t, vector order (z, pt, ph, pw) */
     int32_t *tok;       /* (Nt) token ids with pads, device; NULL with text embeddings */
-    void *sinus;        /* (B, freq_dim) */
-    void *te1, *te1s;   /* (B, dim) time MLP pre/post SiLU */
-    void *se;           /* (B, dim) SiLU(e) */
+    void *sinus;        /* (R, freq_dim) */
+    void *te1, *te1s;   /* (R, dim) time MLP pre/post SiLU */
+    void *se;           /* (R, dim) SiLU(e) */
     void *temb;         /* (Nt, text_dim) text embeddings (zero-padded) or byte-token rows */
     void *t1, *t1g;     /* (Nt, dim) text MLP pre/post GELU */
     void *xin;          /* (B, in_dim, T, H, W) x_t with cond's channels after it (in_dim > z) */
@@ -141,7 +143,7 @@ typedef struct dit_emb_saved {
 typedef struct dit_head_saved {
     void *hm;           /* (N, dim) LN(x), modulated */
     float *mean, *rstd; /* (N) */
-    void *eh;           /* (2, B, dim) head modulation + e */
+    void *eh;           /* (2, R, dim) head modulation + e */
     void *pred_tok;     /* (N, P·z) head output, vector order (pt, ph, pw, z) */
     void *pred;         /* (B, z, T, H, W) unpatchified */
     void *target_tok;   /* (N, P·z) target in head order */
@@ -156,7 +158,7 @@ struct vf_dit_saved {
     int state;              /* 0 empty, 1 forward done, 2 loss done */
     void **xs;              /* nb + 1 entries: (N, dim) input of block b0+i; xs[nb] = output */
     void *e, *e0, *ctx;     /* conditioning, (B, dim), (B, 6, dim), (Nc, dim): text rows, then
-                               image rows */
+                               image rows; with t_tokens e (R, dim), e0 (6, R, dim) */
     dit_blk_saved *blk;     /* nb entries (NULL with recompute) */
     dit_att_kept *att;      /* nb entries where att_kept (else NULL) */
     dit_emb_saved em;
@@ -183,16 +185,22 @@ typedef struct dit_work {
                                        fused one writes gf[1] only */
     void *gc[3];                    /* (Nt, dim) grad scratch */
     void *gi[3];                    /* (Ni, dim) grad scratch of the image branch */
-    void *deb;                      /* (6, B, dim) grad: one block's modulation gradient */
+    void *deb;                      /* (6, R, dim) grad: one block's modulation gradient */
+    /* t_tokens only (NULL else): one block's modulation + e0 (a (6, N, dim) a block would
+     * otherwise keep: the backward forms it again from e0), zeros for the broadcast add
+     * of a table, and a table's gradient */
+    void *ebt;                      /* (6, R, dim) act */
+    void *zeros;                    /* (6, dim) act, zero */
+    void *dmod;                     /* (6, dim) grad */
     /* first partition */
-    void *dse, *dte1s, *dte1;       /* (B, dim) grad */
+    void *dse, *dte1s, *dte1;       /* (R, dim) grad */
     void *dt1;                      /* (Nt, dim) grad */
     void *dtemb;                    /* (Nt, text_dim) grad; NULL with text embeddings */
     void *di3;                      /* (Ni, dim) grad: img_emb's second Linear output */
     void *dia, *dib;                /* (Ni, img_dim) grad: img_emb's hidden gradients */
     /* last partition */
     void *dhm;                      /* (N, dim) grad */
-    void *deh;                      /* (2, B, dim) grad */
+    void *deh;                      /* (2, R, dim) grad */
     /* first and last: boundary gradients when no caller buffers are given */
     vf_dit_xfer dint;
     float *rcos, *rsin;             /* (L, head_dim/2) f32 RoPE tables */
@@ -340,12 +348,21 @@ static inline void *dit_at(const void *base, int64_t elems, size_t es)
  * backend's recording (ops.h graph_begin). att_kept: s->a and s->lse1 already hold the
  * self-attention's result (the backward's recompute), which is then not run again. dx
  * receives the input gradient (written: no memset needed); de0 (B, 6, dim) and dctx
- * (Nc, dim) accumulate. */
+ * (Nc, dim) accumulate (t_tokens: de0 (6, R, dim); the backward reads e0). */
 void dit_block_fwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *x, void *out,
                    const void *e0, const void *ctx, dit_blk_saved *s, bool att_kept);
 void dit_block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void *dout, void *dx,
-                   void *de0, void *dctx, const void *x, const void *ctx,
+                   void *de0, void *dctx, const void *x, const void *e0, const void *ctx,
                    const dit_blk_saved *s);
+
+/* Rows of the time embedding for dims d (B, or B·L with t_tokens), and the tokens each
+ * row's modulation is broadcast over (L, or 1): the (B, L) the adaLN ops take. */
+static inline void dit_time_rows(const dit_plan *pl, const vf_dit_dims *d, int64_t *rows,
+                                 int64_t *per)
+{
+    *rows = pl->c.t_tokens ? (int64_t)d->B * d->L : d->B;
+    *per = pl->c.t_tokens ? 1 : d->L;
+}
 
 /* dit_lora.c: the adapter of block blk's linear k (a BT_*_W index), if targeted.
  * Forward: y (rows, out) += s · B (A x). Backward (after the base's matmul_bwd):

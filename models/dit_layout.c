@@ -40,8 +40,10 @@ static const dit_preset presets[] = {
      * no image branch */
     {"wan2.2-i2v-a14b",
      {5120, 40, 40, 128, 13824, 16, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1, 36, 0, 0}},
-    /* Wan 2.2 TI2V-5B: the Wan 2.2 VAE's 48 latent channels in and out */
-    {"wan2.2-ti2v-5b", {3072, 30, 24, 128, 14336, 48, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1}},
+    /* Wan 2.2 TI2V-5B: the Wan 2.2 VAE's 48 latent channels in and out, a time embedding per
+     * token (the image's latent frame sits at t = 0 while the rest is noisy) */
+    {"wan2.2-ti2v-5b",
+     {3072, 30, 24, 128, 14336, 48, {1, 2, 2}, 4096, 512, 256, 1000.f, 1e-6f, 1, 0, 0, 0, 1}},
 };
 
 int vf_dit_preset(const char *name, vf_dit_config *out, vf_status *st)
@@ -98,24 +100,27 @@ int vf_dit_config_check(const vf_dit_config *c, vf_status *st)
     CHECK(c->img_dim == 0 || c->text_emb,
           "dit config: an image branch (img_dim = %d) needs text = embeddings (Wan 2.1 I2V)",
           c->img_dim);
+    CHECK(c->t_tokens == 0 || c->t_tokens == 1, "dit config: t_tokens = %d is not 0 or 1",
+          c->t_tokens);
 #undef CHECK
     return 0;
 }
 
 int vf_dit_config_str(const vf_dit_config *c, char *buf, size_t n)
 {
-    /* text=embeddings, in_dim and the image branch only when set, so the text of a
-     * text-to-video model is unchanged */
+    /* text=embeddings, in_dim, the image branch and time=token only when set, so the text
+     * of a text-to-video model is unchanged */
     char extra[96] = "";
     if (vf_dit_in_dim(c) != c->z || c->img_dim > 0)
         snprintf(extra, sizeof extra, " in_dim=%d img_dim=%d img_len=%d", vf_dit_in_dim(c),
                  c->img_dim, c->img_len);
     return snprintf(buf, n,
                     "dim=%d depth=%d heads=%d head_dim=%d ffn=%d z=%d patch=%d,%d,%d "
-                    "text_dim=%d text_len=%d freq_dim=%d t_scale=%g eps=%g%s%s",
+                    "text_dim=%d text_len=%d freq_dim=%d t_scale=%g eps=%g%s%s%s",
                     c->dim, c->depth, c->heads, c->head_dim, c->ffn, c->z, c->patch[0],
                     c->patch[1], c->patch[2], c->text_dim, c->text_len, c->freq_dim,
-                    (double)c->t_scale, (double)c->eps, c->text_emb ? " text=embeddings" : "", extra);
+                    (double)c->t_scale, (double)c->eps, c->text_emb ? " text=embeddings" : "", extra,
+                    c->t_tokens ? " time=token" : "");
 }
 
 /* ------------------------------------------------------------------ layout */

@@ -27,6 +27,7 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->img = c->img_dim > 0;
     pl->Ni = pl->img ? pl->B * c->img_len : 0;
     pl->Nc = pl->Nt + pl->Ni;
+    pl->R = c->t_tokens ? pl->N : pl->B;
     pl->in_dim = vf_dit_in_dim(c);
     pl->P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
     pl->as = as;
@@ -68,7 +69,7 @@ void dit_carve_blk_saved(dit_carver *cv, const dit_plan *pl, dit_blk_saved *s, b
 {
     int64_t N = pl->N, Nt = pl->Nt, D = pl->c.dim, F = pl->c.ffn;
     int64_t lse = pl->c.heads * pl->N;
-    s->eb = A(6 * pl->B * D);
+    s->eb = pl->c.t_tokens ? NULL : A(6 * pl->B * D);
     /* q, k, v in a row (one stride), as ck, cv: the batched projections write them */
     void **nd[] = {&s->m1, &s->q, &s->k, &s->v, &s->qr, &s->kr, &s->o, &s->x1, &s->h3,
                    &s->cq, &s->cqr, &s->ca, &s->x2, &s->m2, &s->f2};
@@ -107,7 +108,7 @@ void dit_carve_att_kept(dit_carver *cv, const dit_plan *pl, dit_att_kept *k)
 
 void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
 {
-    int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
+    int64_t N = pl->N, Nt = pl->Nt, R = pl->R, D = pl->c.dim, zP = pl->c.z * pl->P;
     int64_t iP = (int64_t)pl->in_dim * pl->P, Ni = pl->Ni, Di = pl->c.img_dim;
     /* xs/blk pointer arrays are host memory owned by vf_dit_saved (dit_part.c). The
      * output of the last block is kept only where the head needs it; elsewhere it is
@@ -117,8 +118,8 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         void *x = pl->offload && i > 0 && i < pl->nb ? NULL : A(N * D);
         if (s->xs) s->xs[i] = x;
     }
-    s->e = A(B * D);
-    s->e0 = A(6 * B * D);
+    s->e = A(R * D);
+    s->e0 = A(6 * R * D);
     s->ctx = A(pl->Nc * D);
     for (int i = 0; i < pl->nb; i++) {
         if (pl->att_kept && pl->offload) { /* in host memory (dit_offload.c) */
@@ -135,10 +136,10 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         dit_emb_saved *e = &s->em;
         e->patches = A(N * iP);
         e->tok = pl->c.text_emb ? NULL : (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
-        e->sinus = A(B * pl->c.freq_dim);
-        e->te1 = A(B * D);
-        e->te1s = A(B * D);
-        e->se = A(B * D);
+        e->sinus = A(R * pl->c.freq_dim);
+        e->te1 = A(R * D);
+        e->te1s = A(R * D);
+        e->se = A(R * D);
         e->temb = A(Nt * pl->c.text_dim);
         e->t1 = A(Nt * D);
         e->t1g = A(Nt * D);
@@ -162,7 +163,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         h->hm = A(N * D);
         h->mean = F(N);
         h->rstd = F(N);
-        h->eh = A(2 * B * D);
+        h->eh = A(2 * R * D);
         h->pred_tok = A(N * zP);
         h->pred = A(N * zP);
         h->target_tok = A(N * zP);
@@ -190,7 +191,7 @@ void dit_bwd_place(const dit_plan *pl, dit_bwd_slots *o)
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 {
-    int64_t N = pl->N, Nt = pl->Nt, B = pl->B, D = pl->c.dim, zP = pl->c.z * pl->P;
+    int64_t N = pl->N, Nt = pl->Nt, R = pl->R, D = pl->c.dim, zP = pl->c.z * pl->P;
     int64_t iP = (int64_t)pl->in_dim * pl->P, Ni = pl->Ni, Di = pl->c.img_dim;
     dit_bwd_slots bs;
     dit_bwd_place(pl, &bs);
@@ -203,11 +204,14 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     w->gf[1] = w->gf[0]; /* dit_work: never two live at once */
     for (int i = 0; i < 3; i++) w->gc[i] = G(Nt * D);
     for (int i = 0; i < 3; i++) w->gi[i] = pl->img ? G(Ni * D) : NULL;
-    w->deb = G(6 * B * D);
+    w->deb = G(6 * R * D);
+    w->ebt = pl->c.t_tokens ? A(6 * R * D) : NULL;
+    w->zeros = pl->c.t_tokens ? A(6 * D) : NULL;
+    w->dmod = pl->c.t_tokens ? G(6 * D) : NULL;
     if (pl->first) {
-        w->dse = G(B * D);
-        w->dte1s = G(B * D);
-        w->dte1 = G(B * D);
+        w->dse = G(R * D);
+        w->dte1s = G(R * D);
+        w->dte1 = G(R * D);
         w->dt1 = G(Nt * D);
         w->dtemb = pl->c.text_emb ? NULL : G(Nt * pl->c.text_dim); /* byte-table gradient */
         w->di3 = pl->img ? G(Ni * D) : NULL;
@@ -216,12 +220,12 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     }
     if (pl->last) {
         w->dhm = G(N * D);
-        w->deh = G(2 * B * D);
+        w->deh = G(2 * R * D);
     }
     if (pl->first && pl->last) {
         w->dint.x = G(N * D);
-        w->dint.e = G(B * D);
-        w->dint.e0 = G(6 * B * D);
+        w->dint.e = G(R * D);
+        w->dint.e0 = G(6 * R * D);
         w->dint.ctx = G(pl->Nc * D);
     }
     w->rcos = F(pl->L * pl->c.head_dim / 2);
@@ -267,8 +271,8 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
 
     cv.off = 0;
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size);
-    dit_carve(&cv, (size_t)(pl.B * c->dim) * act_size);
-    dit_carve(&cv, (size_t)(6 * pl.B * c->dim) * act_size);
+    dit_carve(&cv, (size_t)(pl.R * c->dim) * act_size);
+    dit_carve(&cv, (size_t)(6 * pl.R * c->dim) * act_size);
     dit_carve(&cv, (size_t)(pl.Nc * c->dim) * act_size);
     out->xfer = (int64_t)cv.off;
 }

@@ -31,6 +31,9 @@ const vf_param_spec vf_dit_model_fields[] = {
     {"img_dim", VF_P_INT, "0", VF_RANGE(0, 65536),
      "width of the image features img_emb takes (Wan 2.1 I2V: CLIP 1280); 0 = no image branch"},
     {"img_len", VF_P_INT, "0", VF_RANGE(0, 65536), "image feature rows per sample (Wan 2.1 I2V: 257)"},
+    {"time", VF_P_STR, "\"sample\"", VF_ANY,
+     "time embedding: one per sample, or one per token (Wan 2.2 TI2V: the first frame's tokens "
+     "at t = 0)", "sample|token"},
     {0},
 };
 
@@ -56,6 +59,7 @@ int vf_dit_config_from_params(const vf_params *m, vf_dit_config *c, vf_status *s
     c->in_dim = (int)vf_param_int(m, "in_dim");
     c->img_dim = (int)vf_param_int(m, "img_dim");
     c->img_len = (int)vf_param_int(m, "img_len");
+    c->t_tokens = strcmp(vf_param_str(m, "time"), "token") == 0;
     int rc = vf_dit_config_check(c, st);
     if (rc) vf_status_prefix(st, "model '%s'", vf_param_str(m, "name"));
     return rc;
@@ -66,8 +70,14 @@ void vf_dit_xfer_port(vf_port_spec *p, const vf_dit_config *c, const vf_dit_dims
 {
     const int64_t B = max->B, L = max->L, D = c->dim;
     const char *const sx[3] = {"B", "L", ""}, *const sb[3] = {"B", "", ""};
+    const char *const s0[4] = {"", "B", "L", ""};
     vf_port_tensor(p, "x", dt, 3, (const int64_t[]){B, L, D}, sx);
-    vf_port_tensor(p, "e", dt, 2, (const int64_t[]){B, D}, sb);
-    vf_port_tensor(p, "e0", dt, 3, (const int64_t[]){B, 6, D}, sb);
+    if (c->t_tokens) { /* one time row a token, e0's six chunks one after another */
+        vf_port_tensor(p, "e", dt, 3, (const int64_t[]){B, L, D}, sx);
+        vf_port_tensor(p, "e0", dt, 4, (const int64_t[]){6, B, L, D}, s0);
+    } else {
+        vf_port_tensor(p, "e", dt, 2, (const int64_t[]){B, D}, sb);
+        vf_port_tensor(p, "e0", dt, 3, (const int64_t[]){B, 6, D}, sb);
+    }
     vf_port_tensor(p, "ctx", dt, 3, (const int64_t[]){B, vf_dit_ctx_len(c), D}, sb);
 }

@@ -61,8 +61,10 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
     }
     cv = (dit_carver){p->wmem, 0};
     dit_carve_work(&cv, &p->pl, &p->w);
+    if (p->w.zeros) be->memset0(be, p->w.zeros, 6 * (size_t)c->dim * p->pl.as);
 
-    int64_t hn = p->pl.B * c->freq_dim;
+    /* per token the sinusoid's rows and, after them, each token's time */
+    int64_t hn = p->pl.R * (c->freq_dim + (c->t_tokens ? 1 : 0));
     if (p->pl.Nt > hn) hn = p->pl.Nt;
     if (p->pl.L * c->head_dim > hn) hn = p->pl.L * c->head_dim; /* cos and sin tables */
     if (c->text_emb && p->pl.first && p->pl.Nt * c->text_dim > hn)
@@ -198,7 +200,11 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     VF_TRY(check_dims(p, d, st));
     if (sv->p != p) VF_FAIL(st, VF_EINVAL, "dit forward: saved store belongs to another partition");
     int64_t L = d->L, N = d->B * L, Nc = (int64_t)d->B * vf_dit_ctx_len(&pl->c);
-    int64_t D = pl->c.dim;
+    int64_t D = pl->c.dim, R, per;
+    dit_time_rows(pl, d, &R, &per);
+    if (pl->c.t_tokens && p->sp)
+        VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): a time embedding per token (time = "
+                "\"token\") does not run with sequence parallelism", pl->b0, pl->b1);
     if (!pl->first && (!in || !in->x || !in->e || !in->e0 || !in->ctx))
         VF_FAIL(st, VF_EINVAL, "dit partition [%d, %d): forward needs x, e, e0, ctx from the "
                 "previous partition", pl->b0, pl->b1);
@@ -214,8 +220,8 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
         VF_TRY(p->sp ? dit_sp_embed_fwd(p, b, sv, st) : dit_embed_fwd(p, b, sv, st));
     } else {
         be->copy(be, sv->xs[0], in->x, bytes_a(p, N * D));
-        be->copy(be, sv->e, in->e, bytes_a(p, d->B * D));
-        be->copy(be, sv->e0, in->e0, bytes_a(p, 6 * d->B * D));
+        be->copy(be, sv->e, in->e, bytes_a(p, R * D));
+        be->copy(be, sv->e0, in->e0, bytes_a(p, 6 * R * D));
         be->copy(be, sv->ctx, in->ctx, bytes_a(p, Nc * D));
     }
     dit_rope_prepare(p, d);
@@ -235,9 +241,9 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
         dit_head_fwd(p, d, sv);
     } else {
         const vf_dit_xfer *src = pl->first ? NULL : in;
-        if (out->e && (!src || out->e != src->e)) be->copy(be, out->e, sv->e, bytes_a(p, d->B * D));
+        if (out->e && (!src || out->e != src->e)) be->copy(be, out->e, sv->e, bytes_a(p, R * D));
         if (out->e0 && (!src || out->e0 != src->e0))
-            be->copy(be, out->e0, sv->e0, bytes_a(p, 6 * d->B * D));
+            be->copy(be, out->e0, sv->e0, bytes_a(p, 6 * R * D));
         if (out->ctx && (!src || out->ctx != src->ctx))
             be->copy(be, out->ctx, sv->ctx, bytes_a(p, Nc * D));
     }
@@ -258,14 +264,35 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     const vf_dit_dims *d = &sv->dims;
     if (memcmp(d, &b->dims, sizeof *d) != 0)
         VF_FAIL(st, VF_EINVAL, "dit loss: batch geometry differs from the forward's");
-    int64_t n = d->B * d->L * p->pl.c.z * p->pl.P;
-    /* a sequence-parallel rank: its tokens' share of the mean over the whole sequences */
-    double share = p->sp ? (double)p->sp->Lr / (double)p->sp->L : 1.0;
+    const vf_dit_config *c = &p->pl.c;
+    int64_t zP = c->z * p->pl.P, n = d->B * d->L * zP;
+    if (b->skip_frames < 0 || b->skip_frames % c->patch[0] || b->skip_frames >= d->T)
+        VF_FAIL(st, VF_EINVAL, "dit loss: skip_frames = %d: a multiple of the time patch %d below the %d "
+                "latent frames", b->skip_frames, c->patch[0], d->T);
+    if (p->sp && b->skip_frames)
+        VF_FAIL(st, VF_EUSAGE, "dit loss: skip_frames = %d on a sequence-parallel rank (not supported)",
+                b->skip_frames);
+    /* the targets first: a sequence-parallel rank stages the whole sequences' in dpred_tok */
     if (p->sp) dit_sp_loss_targets(p, d, sv, b->target);
-    else dit_patchify(p, d, p->pl.c.z, sv->hd.target_tok, b->target, true);
+    else dit_patchify(p, d, c->z, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
-    *loss = share * be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
-                                    (float)(grad_scale * share));
+    if (p->sp) { /* a sequence-parallel rank: its tokens' share of the mean over the whole sequences */
+        double share = (double)p->sp->Lr / (double)p->sp->L;
+        *loss = share * be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
+                                        (float)(grad_scale * share));
+    } else if (b->skip_frames == 0) {
+        *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n, grad_scale);
+    } else { /* per sample, its tokens after the skipped frames' (token order (t', h', w')) */
+        int64_t skip = (int64_t)(b->skip_frames / c->patch[0]) * (d->H / c->patch[1]) * (d->W / c->patch[2]);
+        int64_t ni = (d->L - skip) * zP;
+        *loss = 0;
+        for (int64_t i = 0; i < d->B; i++) {
+            int64_t at = (i * d->L + skip) * zP;
+            *loss += be->mse_fwd_bwd(be, dit_at(sv->hd.dpred_tok, at, p->pl.gs), dit_at(sv->hd.pred_tok, at, p->pl.as),
+                                     dit_at(sv->hd.target_tok, at, p->pl.as), ni, grad_scale / (float)d->B);
+        }
+        *loss /= (double)d->B;
+    }
     sv->state = 2;
     return 0;
 fail:
@@ -285,7 +312,8 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
                 pl->last ? "forward and loss" : "forward");
     const vf_dit_dims *d = &sv->dims;
     int64_t L = d->L, N = d->B * L, Nc = (int64_t)d->B * vf_dit_ctx_len(&pl->c);
-    int64_t D = pl->c.dim;
+    int64_t D = pl->c.dim, R, per;
+    dit_time_rows(pl, d, &R, &per);
     vf_dit_xfer *g = dx;
     if (!g) {
         if (!(pl->first && pl->last))
@@ -299,8 +327,8 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
     dit_swap_pass(p, true); /* the first copies run while the head's backward computes */
     if (pl->offload) dit_offload_bwd_pass(p, sv, N);
     if (pl->last) { /* the sums every block adds to; the head writes dx */
-        be->memset0(be, g->e, bytes_g(p, d->B * D));
-        be->memset0(be, g->e0, bytes_g(p, 6 * d->B * D));
+        be->memset0(be, g->e, bytes_g(p, R * D));
+        be->memset0(be, g->e0, bytes_g(p, 6 * R * D));
         be->memset0(be, g->ctx, bytes_g(p, Nc * D));
         dit_head_bwd(p, d, sv, g->x, g->e);
     }
@@ -318,7 +346,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         } else {
             s = &sv->blk[i];
         }
-        dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, x, sv->ctx, s);
+        dit_block_bwd(p, pl->b0 + i, d, cur, nxt, g->e0, g->ctx, x, sv->e0, sv->ctx, s);
         dit_swap_leave(p, pl->b0 + i);
         if (pl->offload) dit_offload_bwd_leave(p, sv);
         cur = nxt;

@@ -38,6 +38,17 @@ float vf_dit_rf_t(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id)
     return (float)s;
 }
 
+void vf_dit_first_frame(const vf_dit_config *c, int T, int H, int W, const float *image, int image_T, float t,
+                        float *x_t, float *t_tok)
+{
+    const int64_t plane = (int64_t)H * W;
+    for (int64_t ch = 0; ch < c->z; ch++) /* frame 0 of channel ch is its first plane */
+        memcpy(x_t + ch * T * plane, image + ch * image_T * plane, sizeof(float) * (size_t)plane);
+    const int64_t frame = (int64_t)(H / c->patch[1]) * (W / c->patch[2]);
+    const int64_t L = (int64_t)(T / c->patch[0]) * frame;
+    for (int64_t l = 0; l < L; l++) t_tok[l] = l < frame ? 0.0f : t;
+}
+
 float vf_dit_rf_sample(const vf_dit_rf *rf, uint64_t step, uint64_t sample_id, int64_t n,
                        const float *x0, float *x_t, float *target)
 {

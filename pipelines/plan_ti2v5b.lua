@@ -11,11 +11,13 @@
 -- moments, 12 bytes per parameter) on the host; on the GPU alone (offload=false) it does
 -- not. On 24 GB rank-32 adapters on every linear of the 30 blocks train over the base
 -- held once in bf16, frozen, at 480x832 (121 frames: latents (48, 31, 30, 52)); at
--- 704x1280 they do not fit 24 GB. It names cuda:0 and a cache that need not exist:
+-- 704x1280 they do not fit 24 GB. The time embedding per token (TI2V's first frame at
+-- t = 0) is counted: e and e0 of every token, 7 x 27,280 x 3072 values per sample at 704p. It names cuda:0 and a cache that need not exist:
 -- `vflow plan` works anywhere, `vflow run` needs the GPU, the cache and the base weights.
 -- Knobs (vf.args): lora_rank (0 = full fine-tune), lora_alpha (rank), offload (false),
 -- recompute (true), micro_batches (1), batch (1), frames (121), size (1280x704, WxH),
--- device ("cuda:0"), cache, weights.
+-- device ("cuda:0"), cache, weights, time ("token"; "sample": the time embedding per sample, to
+-- compare).
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "ti2v5b"
@@ -23,7 +25,9 @@ local p = vf.pipeline "ti2v5b"
 local T = 1 + ((a.frames or 121) - 1) // 4          -- the VAE's 4x causal time compression
 local W, H = vf.size(a.size or "1280x704", "size")
 local h, w = H // 16, W // 16                        -- the Wan 2.2 VAE's 16x space compression
-local model = vf.models.dit "wan2.2-ti2v-5b"
+-- the preset's time embedding is per token (e (B, L, dim) and e0 (6, B, L, dim) held as
+-- activations); time = "sample" plans the per-sample one for comparison
+local model = vf.models.dit("wan2.2-ti2v-5b", { time = a.time or "token" })
 local dev = a.device or "cuda:0"
 local rank = a.lora_rank or 0
 

@@ -7,7 +7,8 @@
 -- named by the manifest column text_emb; docs/PRECOMPUTE.md), text_len, tensorboard (false: no
 -- event files in <run dir>/tb/), first_frame (true: image-to-video, each entry also holds "y",
 -- the latent of [first frame, zeros]; docs/PRECOMPUTE.md), image_dim / image_len (Wan 2.1 I2V:
--- the CLIP image features the manifest column clip_emb names, 1280 / 257). Other params: --set decode.PARAM=v (every decode instance),
+-- the CLIP image features the manifest column clip_emb names, 1280 / 257), ti2v (true: image-to-video
+-- by the first frame, Wan 2.2 TI2V: the entries are of kind first_frame). Other params: --set decode.PARAM=v (every decode instance),
 -- --set vae_encode.PARAM=v, --set latent_cache.PARAM=v.
 local vf = require "vflow"
 local a = vf.args
@@ -37,6 +38,7 @@ local vae = p:stage("vae_encode", {
   chunk = a.chunk or 4,
   device = a.device or "cpu",
   first_frame = a.first_frame, -- image-to-video: also the first-frame latent "y"
+  ti2v = a.ti2v, -- image-to-video by the first frame: the latents' frame 0 is the image's
   skip_cached = cache_path, -- a rerun drops clips the cache holds before encoding them
 })
 local cache = p:stage("latent_cache", { path = cache_path })

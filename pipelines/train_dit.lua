@@ -9,7 +9,10 @@
 --   run            pipeline name = run dir runs/<run>                      (train)
 --   cache          LMDB latent cache                                       (cache/latents.lmdb)
 --   model          DiT preset                                              (tiny)
---   dim depth heads head_dim ffn text_len in_dim img_dim img_len   overrides of the preset's fields
+--   dim depth heads head_dim ffn text_len in_dim img_dim img_len time   overrides of the preset's fields
+--                  (time = "token": a time embedding per token, Wan 2.2 TI2V)
+--   cond           the cache's conditioning kind the reader takes: text, concat, concat+clip,
+--                  first_frame (TI2V, a model with time = "token")     (from the model)
 --   text_dim       condition on the cache's text embeddings of this width (text = embeddings;
 --                  the Wan presets always do)                             (caption bytes)
 --   steps          optimizer steps                                         (200)
@@ -66,7 +69,7 @@ local a = vf.args
 local p = vf.pipeline(a.run or "train", { tensorboard = a.tensorboard })
 
 local overrides = {}
-for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len", "in_dim", "img_dim", "img_len" } do
+for _, k in ipairs { "dim", "depth", "heads", "head_dim", "ffn", "text_len", "in_dim", "img_dim", "img_len", "time" } do
   if a[k] ~= nil then overrides[k] = a[k] end
 end
 if a.text_dim ~= nil then overrides.text_dim, overrides.text = a.text_dim, "embeddings" end
@@ -80,6 +83,7 @@ local data = p:stage("latent_reader", {
   seed = seed,
   text_len = model.text_len,
   text_dim = model.text == "embeddings" and model.text_dim or nil,
+  cond = a.cond,
 })
 local dit = p:pipeline_parallel(model, {
   stages = a.stages or 2,

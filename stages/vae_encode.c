@@ -19,6 +19,11 @@
  * encode of the micro-batch normalised as the latent: what Wan's I2V models take beside
  * the noisy latent. A skip_cached cache of the other kind is refused at init.
  *
+ * Image-to-video by the first frame (`ti2v`, Wan 2.2 TI2V): no second encode. The encoder
+ * takes the first frame alone before the rest, so the latent's frame 0 is the image's
+ * own encode; each clip gets metadata "first_frame" = 1, which makes its cache entry of
+ * kind first_frame (formats/cache_format.h).
+ *
  * Clips are gathered into micro-batches of `micro_batch` clips of the same shape (a
  * clip of another shape, or the end of the stream, flushes a partial batch) and encoded
  * `chunk` frames at a time through the streaming encoder of models/vae.h: its caches and
@@ -98,6 +103,9 @@ static const vf_param_spec vae_params[] = {
     {"first_frame", VF_P_BOOL, "false", VF_ANY,
      "image-to-video: also emit \"y\", the latent of [the clip's first frame, zeros], encoded and normalised "
      "as the latent"},
+    {"ti2v", VF_P_BOOL, "false", VF_ANY,
+     "image-to-video by the first frame (Wan 2.2 TI2V): mark the latents as of kind first_frame, their frame 0 "
+     "(the first frame encoded alone) the image's latent that training keeps clean"},
     {"skip_cached", VF_P_STR, "null", VF_ANY,
      "LMDB latent cache: drop clips whose key (source, clip, transform, this VAE) it holds, "
      "before encoding (a rerun redoes only what is missing)"},
@@ -291,6 +299,7 @@ typedef struct vae_state {
     int patch;                   /* the DiT's spatial patch the frame sides must allow */
     bool logvar;
     bool first_frame;            /* also emit "y", the latent of [first frame, zeros] */
+    bool ti2v;                   /* mark the latents as of kind first_frame */
     vf_item **batch;
     int nb;
     int64_t bT, bH, bW;          /* shape of the clips in `batch` */
@@ -327,10 +336,13 @@ static int open_cache(vae_state *v, const char *path, vf_status *st)
     /* a clip of the cache is skipped whatever its conditioning: a cache of the other kind
      * would keep its entries and never get these */
     vf_cache_cond have = vf_cache_meta_cond(meta);
-    if (meta && vf_json_get_int(meta, "entries", 0) > 0 && (have != VF_CACHE_COND_TEXT) != v->first_frame)
-        VF_FAIL(st, VF_EBADINPUT, "%s holds entries of conditioning kind %s; this stage (first_frame = %s) writes %s: "
-                "precompute into a cache of its own", path, vf_cache_cond_name(have), v->first_frame ? "true" : "false",
-                v->first_frame ? "concat entries" : "text entries");
+    bool fits = v->ti2v ? have == VF_CACHE_COND_FIRST_FRAME
+                        : have != VF_CACHE_COND_FIRST_FRAME && (have != VF_CACHE_COND_TEXT) == v->first_frame;
+    if (meta && vf_json_get_int(meta, "entries", 0) > 0 && !fits)
+        VF_FAIL(st, VF_EBADINPUT, "%s holds entries of conditioning kind %s; this stage (first_frame = %s, ti2v = %s) "
+                "writes %s entries: precompute into a cache of its own", path, vf_cache_cond_name(have),
+                v->first_frame ? "true" : "false", v->ti2v ? "true" : "false",
+                v->ti2v ? "first_frame" : v->first_frame ? "concat" : "text");
 fail:
     if (txn) mdb_txn_abort(txn);
     vf_json_free(meta);
@@ -409,6 +421,10 @@ static int vae_init(vf_stage *s, const vf_params *p, vf_status *st)
     v->patch = (int)vf_param_int(p, "patch");
     v->logvar = vf_param_bool(p, "logvar");
     v->first_frame = vf_param_bool(p, "first_frame");
+    v->ti2v = vf_param_bool(p, "ti2v");
+    if (v->first_frame && v->ti2v)
+        VF_FAIL(st, VF_EUSAGE, "vae_encode: first_frame and ti2v are two conditioning kinds (concat, "
+                "first_frame): a cache holds one; choose one");
     if (!(v->batch = vf_calloc(sizeof *v->batch * (size_t)v->micro_batch, st)))
         VF_FAIL(st, VF_ENOMEM, "vae_encode: out of memory");
     vf_device dev = vf_param_device(p, "device");
@@ -554,6 +570,7 @@ static int flush(vae_state *v, vf_ctx *ctx, vf_port *out, vf_status *st)
         vf_item *it = v->batch[b];
         vf_tensor_unref(vf_item_take(it, "frames"));
         VF_TRY(vf_item_set_str(it, "vae", v->vae_id, st));
+        if (v->ti2v) VF_TRY(vf_item_set_num(it, VF_CACHE_FIRST_FRAME_KEY, 1, st));
         if (v->norm_json) {
             VF_TRY(vf_item_set_str(it, "latent_norm", v->norm_json, st));
         } else {

@@ -96,6 +96,8 @@ int vf_lr_check_cond(const char *path, vf_lmdb *db, MDB_txn *txn, vf_cache_cond 
                          "%s: the cache's conditioning kind is %s; the model needs %s (%s)", path,
                          vf_cache_cond_name(have), vf_cache_cond_name(want),
                          want == VF_CACHE_COND_TEXT ? "a text-to-video model: train it on a cache without first-frame latents"
+                         : want == VF_CACHE_COND_FIRST_FRAME
+                             ? "image-to-video by the first frame (Wan 2.2 TI2V): precompute with vae_encode ti2v = true"
                          : want == VF_CACHE_COND_CONCAT
                              ? "an image-to-video model: precompute with vae_encode first_frame = true, docs/PRECOMPUTE.md"
                              : "an image-to-video model with CLIP image features: precompute with first_frame = true and "
@@ -208,6 +210,7 @@ int vf_lr_item(vf_latent_reader *r, const char *id, vf_tensor *t[6], double inde
     VF_TRY(vf_item_set_num(it, "index", index, st));
     VF_TRY(vf_item_set_str(it, "cursor", cursor, st));
     VF_TRY(vf_item_set_str(it, "keys", keys, st));
+    if (r->o.cond == VF_CACHE_COND_FIRST_FRAME) VF_TRY(vf_item_set_num(it, VF_CACHE_FIRST_FRAME_KEY, 1, st));
     *out = it;
     return 0;
 fail:
@@ -224,7 +227,8 @@ int vf_lr_batch_new(vf_latent_reader *r, int B, vf_lr_batch *b, vf_status *st)
     if (!(b->lat = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st)) || !(b->text = vf_tensor_zeros(VF_DTYPE_I32, 2, tshape, st)) ||
         !(b->tlen = vf_tensor_zeros(VF_DTYPE_I32, 1, tshape, st)) || !(b->keys = malloc(33 * (size_t)B + 1)) ||
         (D && !(b->emb = vf_tensor_zeros(VF_DTYPE_F32, 3, (int64_t[3]){B, TL, D}, st))) ||
-        (r->o.cond != VF_CACHE_COND_TEXT && !(b->y = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st))) ||
+        ((r->o.cond == VF_CACHE_COND_CONCAT || r->o.cond == VF_CACHE_COND_CONCAT_CLIP) &&
+         !(b->y = vf_tensor_new(VF_DTYPE_F32, 5, lshape, st))) ||
         (r->o.cond == VF_CACHE_COND_CONCAT_CLIP &&
          !(b->img = vf_tensor_new(VF_DTYPE_F32, 3, (int64_t[3]){B, r->o.image_len, r->o.image_dim}, st)))) {
         vf_lr_batch_free(b);

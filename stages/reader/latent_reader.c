@@ -20,7 +20,9 @@
  * at open (exit 2, naming both). With concat each batch also carries "y" f32 (B, z, T',
  * h, w), the entries' first-frame latents; with concat+clip also "clip_emb" f32 (B,
  * image_len, image_dim), the entries' CLIP image features widened from bf16 (a cache
- * whose features have another shape is refused the same way).
+ * whose features have another shape is refused the same way). With first_frame (Wan 2.2
+ * TI2V) the batch carries no more tensors, and metadata "first_frame" = 1: the latents'
+ * frame 0 is the image's, which training keeps clean.
  *
  * Calls go one way in stages/reader/: latent_reader.c → latent_buckets.c →
  * latent_batch.c. This file is the top: the stage, opening and closing a reader, the
@@ -402,8 +404,9 @@ static const vf_param_spec reader_params[] = {
      "width of the text embeddings the model takes: emit \"text_emb\" (the cache must hold them); 0 = caption bytes only", NULL, NULL},
     {"cond", VF_P_STR, "\"text\"", VF_ANY,
      "conditioning the model needs: text; concat (image-to-video: emit \"y\", the first-frame latents); the cache "
-     "must be of this kind; concat+clip (also \"clip_emb\", CLIP image features of image_len x image_dim)",
-     "text|concat|concat+clip", NULL},
+     "must be of this kind; concat+clip (also \"clip_emb\", CLIP image features of image_len x image_dim); "
+     "first_frame (Wan 2.2 TI2V: the latents' frame 0 is the image's)",
+     "text|concat|concat+clip|first_frame", NULL},
     {"image_dim", VF_P_INT, "1280", VF_RANGE(1, 1 << 20), "cond = concat+clip: width of the CLIP image features",
      NULL, NULL},
     {"image_len", VF_P_INT, "257", VF_RANGE(1, 65536), "cond = concat+clip: rows of the CLIP image features", NULL,
@@ -620,7 +623,7 @@ static int reader_ports(const vf_params *p, const vf_port_specs *upstream, vf_po
     vf_port_tensor(o, "latent", VF_DTYPE_F32, 5, ld, lsym);
     vf_port_tensor(o, "text", VF_DTYPE_I32, 2, td, tsym);
     vf_port_tensor(o, "text_len", VF_DTYPE_I32, 1, td, tsym);
-    if (strcmp(vf_param_str(p, "cond"), "text") != 0) vf_port_tensor(o, VF_CACHE_Y_TENSOR, VF_DTYPE_F32, 5, ld, lsym);
+    if (!strncmp(vf_param_str(p, "cond"), "concat", 6)) vf_port_tensor(o, VF_CACHE_Y_TENSOR, VF_DTYPE_F32, 5, ld, lsym);
     if (!strcmp(vf_param_str(p, "cond"), "concat+clip"))
         vf_port_tensor(o, VF_CACHE_CLIP_TENSOR, VF_DTYPE_F32, 3,
                        (int64_t[3]){B, vf_param_int(p, "image_len"), vf_param_int(p, "image_dim")}, lsym);
@@ -653,7 +656,7 @@ static int reader_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     if (g.nbk) /* entry lists and permutations of the buckets, the epoch's batch schedule */
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "bucket lists + batch schedule", n * 16 + 8 * (n + g.nbk));
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch being filled", 4 * g.most + B * (4 * vf_param_int(p, "text_len") + 4) + 33 * B);
-    bool y = strcmp(vf_param_str(p, "cond"), "text") != 0; /* the batch's first-frame latents, and a record's */
+    bool y = !strncmp(vf_param_str(p, "cond"), "concat", 6); /* the batch's first-frame latents, and a record's */
     vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "one decoded record", (y ? 3 : 2) * per + 4096);
     if (y) vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "batch first-frame latents", 4 * g.most);
     if (!strcmp(vf_param_str(p, "cond"), "concat+clip")) /* the batch's f32 features, one decoded bf16 record */

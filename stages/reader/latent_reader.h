@@ -65,7 +65,8 @@ typedef struct vf_latent_reader_opts {
     int64_t text_dim;    /* > 0: emit "text_emb"; the cache must hold embeddings of this width */
     vf_cache_cond cond;  /* the conditioning the model needs: the cache's kind must be it;
                             concat: emit "y" (B, z, T', h, w); concat+clip also
-                            "clip_emb" (B, image_len, image_dim) */
+                            "clip_emb" (B, image_len, image_dim); first_frame: batches
+                            carry metadata "first_frame" = 1 */
     int64_t image_len, image_dim; /* concat+clip: the CLIP features' shape the model takes */
     const char *cursor;  /* NULL / "" = start of epoch 0 */
     bool skip_bad;       /* on_bad = skip (else fail) */

@@ -71,6 +71,7 @@ typedef struct dit_part_state {
     float *h_cond;                           /* (B, in_dim − z, T, H, W) image-to-video conditioning */
     void *d_cond;                            /* its device copy (dit_cond.c) */
     float *h_img;                            /* (B, img_len, img_dim) CLIP image features (img_dim > 0) */
+    float *h_ttok;                           /* (B, L) each token's time (t_tokens models) */
     int32_t *h_text, *h_len;
     void *d_xt, *d_target;
     int64_t per;                             /* latent elements per sample of this step */
@@ -93,6 +94,11 @@ int vf_dit_cond_check(const char *stage, const dit_part_state *h, const vf_item 
  * values, act dtype of `as` bytes on device dev. */
 void vf_dit_cond_memory(const vf_dit_config *c, int64_t B, int64_t per, int64_t as, vf_device dev, vf_mem_plan *out);
 int64_t vf_dit_cond_fill(dit_part_state *h, const vf_item *batch, int first, int nb); /* its elements */
+/* Image-to-video by the first frame (a batch of kind first_frame, Wan 2.2 TI2V): the pairs
+ * of micro-batch [first, first + nb) made, each sample's frame 0 of h->h_xt becomes its
+ * clean latent's and h->h_ttok gets its tokens' times (vf_dit_first_frame). Returns the
+ * latent frames the loss leaves out: 1, or 0 for a batch of another kind (nothing done). */
+int vf_dit_cond_first_frame(dit_part_state *h, const vf_item *batch, int first, int nb);
 
 /* What one step produced, for the gradient items and the metrics. */
 typedef struct dit_step_out {

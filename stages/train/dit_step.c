@@ -35,8 +35,13 @@ static void xf_shapes(const dit_part_state *h, const vf_dit_dims *d, int64_t shp
     const vf_dit_config *c = &h->cfg;
     int64_t B = d->B, L = d->L, D = c->dim;
     nd[XF_X] = 3, shp[XF_X][0] = B, shp[XF_X][1] = L, shp[XF_X][2] = D;
-    nd[XF_E] = 2, shp[XF_E][0] = B, shp[XF_E][1] = D;
-    nd[XF_E0] = 3, shp[XF_E0][0] = B, shp[XF_E0][1] = 6, shp[XF_E0][2] = D;
+    if (c->t_tokens) { /* a time row a token (models/dit.h vf_dit_xfer) */
+        nd[XF_E] = 3, shp[XF_E][0] = B, shp[XF_E][1] = L, shp[XF_E][2] = D;
+        nd[XF_E0] = 4, shp[XF_E0][0] = 6, shp[XF_E0][1] = B, shp[XF_E0][2] = L, shp[XF_E0][3] = D;
+    } else {
+        nd[XF_E] = 2, shp[XF_E][0] = B, shp[XF_E][1] = D;
+        nd[XF_E0] = 3, shp[XF_E0][0] = B, shp[XF_E0][1] = 6, shp[XF_E0][2] = D;
+    }
     nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = vf_dit_ctx_len(c), shp[XF_CTX][2] = D;
     nd[XF_TARGET] = 5, shp[XF_TARGET][0] = B, shp[XF_TARGET][1] = c->z, shp[XF_TARGET][2] = d->T;
     shp[XF_TARGET][3] = d->H, shp[XF_TARGET][4] = d->W;
@@ -79,6 +84,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     int64_t zP = (int64_t)h->cfg.z * h->cfg.patch[0] * h->cfg.patch[1] * h->cfg.patch[2];
     elems[XF_X] = (size_t)(ntok * h->cfg.dim);
     elems[XF_TARGET] = (size_t)(ntok * zP);
+    if (h->cfg.t_tokens) elems[XF_E] = (size_t)(ntok * h->cfg.dim), elems[XF_E0] = 6 * elems[XF_E];
     if (!h->last) {
         /* a middle partition forwards the received e, e0, ctx, target: it makes only x */
         int nx = h->first ? XF_N : XF_X + 1;
@@ -368,6 +374,7 @@ int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char
 typedef struct mb_info {
     vf_dit_dims d;
     int Bg;
+    int skip; /* latent frames the loss leaves out (vf_dit_batch.skip_frames) */
 } mb_info;
 
 int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
@@ -429,12 +436,14 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             if (h->first) {
                 int f0, nb;
                 vf_train_mb_range(bd.B, h->M, m, &f0, &nb);
-                mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, nb, bd.T, bd.H, bd.W), bd.B};
+                mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, nb, bd.T, bd.H, bd.W), bd.B, 0};
                 vf_dit_sp_rank_dims(h, &mi[m].d);
                 t0 = vf_train_now_ns();
                 make_pairs(h, batch, step, f0, nb);
+                mi[m].skip = vf_dit_cond_first_frame(h, batch, f0, nb);
                 be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
                 b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL, h->h_emb};
+                b.t_tok = mi[m].skip ? h->h_ttok : NULL, b.skip_frames = mi[m].skip;
                 int64_t ncond = vf_dit_cond_fill(h, batch, f0, nb);
                 if (h->d_cond) be->upload(be, h->d_cond, h->h_cond, ncond, h->act);
                 b.cond = h->d_cond, b.img = h->h_img;
@@ -461,7 +470,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                             name, meta(it, "step"), meta(it, "mb"), (long long)step, m);
                 mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, (int)meta(it, "B"), (int)meta(it, "T"), (int)meta(it, "H"),
                                                  (int)meta(it, "W")),
-                                  (int)meta(it, "Bg")};
+                                  (int)meta(it, "Bg"), meta(it, "skip") > 0 ? (int)meta(it, "skip") : 0};
                 if (!h->ready) {
                     vf_dit_dims mx = vf_dit_dims_of(&h->cfg, (int)meta(it, "Bmax"), (int)meta(it, "Tmax"),
                                                     (int)meta(it, "Hmax"), (int)meta(it, "Wmax"));
@@ -472,6 +481,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 vf_dit_sp_rank_dims(h, &mi[m].d);
                 xfer_of(it, &in);
                 b.dims = mi[m].d;
+                b.skip_frames = mi[m].skip;
                 vf_tensor *tg = vf_item_get(it, "target");
                 if (!tg) VF_FAIL(st, VF_EINVAL, "%s: activations without \"target\"", name);
                 if (h->last) {
@@ -502,11 +512,11 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             vf_item_free(it);
             it = NULL;
             if (!h->last) {
-                static const char *const keys[] = {"step", "mb",   "B",    "Bg",   "Bmax", "T",
-                                                   "H",    "W",    "Tmax", "Hmax", "Wmax", "Nmax"};
-                double vals[] = {(double)step, m,         mi[m].d.B, mi[m].Bg,  h->max.B,  mi[m].d.T,
-                                 mi[m].d.H,    mi[m].d.W, h->max.T,  h->max.H,  h->max.W,  (double)h->max.N};
-                VF_TRY(set_nums(out, st, 12, keys, vals));
+                static const char *const keys[] = {"step", "mb",   "B",    "Bg",   "Bmax", "T",   "H",
+                                                   "W",    "Tmax", "Hmax", "Wmax", "Nmax", "skip"};
+                double vals[] = {(double)step, m,         mi[m].d.B, mi[m].Bg, h->max.B, mi[m].d.T, mi[m].d.H,
+                                 mi[m].d.W,    h->max.T,  h->max.H,  h->max.W, (double)h->max.N, mi[m].skip};
+                VF_TRY(set_nums(out, st, 13, keys, vals));
                 rc = vf_send(vf_out(ctx, "act_out"), out, st);
                 out = NULL;
                 VF_TRY(rc);

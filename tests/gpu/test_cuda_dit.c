@@ -14,7 +14,9 @@
  * tiny preset (head dim 16, the padded attention path) and a head dim 64 model (the fast
  * path). With VFLOW_CUDA_GRAPHS=1 three steps on one partition (each block's passes run
  * eagerly, then recorded, then replayed as CUDA graphs) give the eager step's gradients
- * bit for bit, with and without recompute. Exits 77 without CUDA or a usable device.
+ * bit for bit, with and without recompute. A third case has a time embedding per token
+ * (t_tokens, TI2V's first frame at t = 0 and out of the loss). Exits 77 without CUDA or a
+ * usable device.
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +41,7 @@ typedef struct inputs {
     float *xt, *target, *t;
     int32_t *text, *len;
     int64_t nlat;
+    float *ttok; /* (B, L) token times of a t_tokens model (frame 0 at 0), else NULL */
 } inputs;
 
 static void inputs_make(inputs *in, const vf_dit_config *c, vf_dit_dims d)
@@ -64,9 +67,17 @@ static void inputs_make(inputs *in, const vf_dit_config *c, vf_dit_dims d)
     }
     for (int64_t i = 0; i < in->nlat; i++) in->xt[i] = bfr(in->xt[i]), in->target[i] = bfr(in->target[i]);
     free(x0);
+    if (c->t_tokens) { /* TI2V's times: the first frame's tokens at 0, the rest at the sample's t */
+        const int64_t L = vf_dit_tokens(c, &d), frame = (int64_t)(d.H / c->patch[1]) * (d.W / c->patch[2]);
+        in->ttok = malloc(sizeof(float) * (size_t)(d.B * L));
+        for (int64_t r = 0; r < d.B * L; r++) in->ttok[r] = r % L < frame ? 0.0f : in->t[r / L];
+    }
 }
 
-static void inputs_free(inputs *in) { free(in->xt), free(in->target), free(in->t), free(in->text), free(in->len); }
+static void inputs_free(inputs *in)
+{
+    free(in->xt), free(in->target), free(in->t), free(in->text), free(in->len), free(in->ttok);
+}
 
 /* One micro-batch through partitions `bounds` on backend be; params (host f32, bf16
  * values) in, flat gradient (host f32) and loss out. */
@@ -84,30 +95,32 @@ static int run(vf_backend *be, const vf_dit_layout *l, const int *bounds, int P,
     be->memset0(be, gp, (size_t)l->total * gs);
     be->upload(be, xt, in->xt, in->nlat, be->act_dtype);
     be->upload(be, tg, in->target, in->nlat, be->act_dtype);
-    vf_dit_batch b = {.dims = in->d, .x_t = xt, .t = in->t, .text = in->text, .text_len = in->len, .target = tg};
+    vf_dit_batch b = {.dims = in->d, .x_t = xt, .t = in->t, .text = in->text, .text_len = in->len, .target = tg,
+                       .t_tok = in->ttok, .skip_frames = in->ttok ? 1 : 0};
     vf_dit_part *pp[4] = {0};
     vf_dit_saved *sv[4] = {0};
     vf_dit_xfer fx[4], gx[4];
     memset(fx, 0, sizeof fx), memset(gx, 0, sizeof gx);
     const int64_t L = vf_dit_tokens(c, &in->d), B = in->d.B, D = c->dim, Lt = c->text_len;
+    const int64_t R = c->t_tokens ? B * L : B; /* rows of the time embedding */
     for (int i = 0; i < P && rc == 0; i++) {
         int64_t off, n;
         vf_dit_layout_range(l, bounds[i], bounds[i + 1], &off, &n);
         rc = vf_dit_part_new(be, l, bounds[i], bounds[i + 1], &in->d, recompute, (char *)wp + off * as,
                              (char *)gp + off * gs, &pp[i], &st);
         if (rc == 0) rc = vf_dit_saved_new(pp[i], &sv[i], &st);
-        fx[i].x = be->alloc(be, (size_t)(B * L * D) * as, &st), fx[i].e = be->alloc(be, (size_t)(B * D) * as, &st);
-        fx[i].e0 = be->alloc(be, (size_t)(6 * B * D) * as, &st), fx[i].ctx = be->alloc(be, (size_t)(B * Lt * D) * as, &st);
-        gx[i].x = be->alloc(be, (size_t)(B * L * D) * gs, &st), gx[i].e = be->alloc(be, (size_t)(B * D) * gs, &st);
-        gx[i].e0 = be->alloc(be, (size_t)(6 * B * D) * gs, &st), gx[i].ctx = be->alloc(be, (size_t)(B * Lt * D) * gs, &st);
+        fx[i].x = be->alloc(be, (size_t)(B * L * D) * as, &st), fx[i].e = be->alloc(be, (size_t)(R * D) * as, &st);
+        fx[i].e0 = be->alloc(be, (size_t)(6 * R * D) * as, &st), fx[i].ctx = be->alloc(be, (size_t)(B * Lt * D) * as, &st);
+        gx[i].x = be->alloc(be, (size_t)(B * L * D) * gs, &st), gx[i].e = be->alloc(be, (size_t)(R * D) * gs, &st);
+        gx[i].e0 = be->alloc(be, (size_t)(6 * R * D) * gs, &st), gx[i].ctx = be->alloc(be, (size_t)(B * Lt * D) * gs, &st);
     }
     for (int i = 0; i < P && rc == 0; i++) rc = vf_dit_part_forward(pp[i], &b, i ? &fx[i - 1] : NULL, &fx[i], sv[i], &st);
     if (rc == 0) rc = vf_dit_part_loss(pp[P - 1], &b, sv[P - 1], 1.0f, loss, &st);
     for (int i = P - 1; i >= 0 && rc == 0; i--) {
         if (i < P - 1) { /* what partition i+1 hands back */
             be->copy(be, gx[i].x, gx[i + 1].x, (size_t)(B * L * D) * gs);
-            be->copy(be, gx[i].e, gx[i + 1].e, (size_t)(B * D) * gs);
-            be->copy(be, gx[i].e0, gx[i + 1].e0, (size_t)(6 * B * D) * gs);
+            be->copy(be, gx[i].e, gx[i + 1].e, (size_t)(R * D) * gs);
+            be->copy(be, gx[i].e0, gx[i + 1].e0, (size_t)(6 * R * D) * gs);
             be->copy(be, gx[i].ctx, gx[i + 1].ctx, (size_t)(B * Lt * D) * gs);
         }
         rc = vf_dit_part_backward(pp[i], &b, sv[i], &gx[i], &st);
@@ -136,19 +149,21 @@ static int run_steps(vf_backend *be, const vf_dit_layout *l, bool recompute, con
     const vf_dit_config *c = &l->cfg;
     const size_t as = vf_dtype_size(be->act_dtype), gs = vf_dtype_size(be->grad_dtype);
     const int64_t L = vf_dit_tokens(c, &in->d), B = in->d.B, D = c->dim, Lt = c->text_len;
+    const int64_t R = c->t_tokens ? B * L : B; /* rows of the time embedding */
     int rc = -1;
     vf_dit_part *p = NULL;
     vf_dit_saved *sv = NULL;
     vf_dit_xfer gx = {0};
     void *wp = be->alloc(be, (size_t)l->total * as, &st), *gp = be->alloc(be, (size_t)l->total * gs, &st);
     void *xt = be->alloc(be, (size_t)in->nlat * as, &st), *tg = be->alloc(be, (size_t)in->nlat * as, &st);
-    gx.x = be->alloc(be, (size_t)(B * L * D) * gs, &st), gx.e = be->alloc(be, (size_t)(B * D) * gs, &st);
-    gx.e0 = be->alloc(be, (size_t)(6 * B * D) * gs, &st), gx.ctx = be->alloc(be, (size_t)(B * Lt * D) * gs, &st);
+    gx.x = be->alloc(be, (size_t)(B * L * D) * gs, &st), gx.e = be->alloc(be, (size_t)(R * D) * gs, &st);
+    gx.e0 = be->alloc(be, (size_t)(6 * R * D) * gs, &st), gx.ctx = be->alloc(be, (size_t)(B * Lt * D) * gs, &st);
     if (!wp || !gp || !xt || !tg || !gx.x || !gx.e || !gx.e0 || !gx.ctx) goto done;
     be->upload(be, wp, params, l->total, be->act_dtype);
     be->upload(be, xt, in->xt, in->nlat, be->act_dtype);
     be->upload(be, tg, in->target, in->nlat, be->act_dtype);
-    vf_dit_batch b = {.dims = in->d, .x_t = xt, .t = in->t, .text = in->text, .text_len = in->len, .target = tg};
+    vf_dit_batch b = {.dims = in->d, .x_t = xt, .t = in->t, .text = in->text, .text_len = in->len, .target = tg,
+                       .t_tok = in->ttok, .skip_frames = in->ttok ? 1 : 0};
     rc = vf_dit_part_new(be, l, 0, c->depth, &in->d, recompute, wp, gp, &p, &st);
     if (rc == 0) rc = vf_dit_saved_new(p, &sv, &st);
     for (int s = 0; s < nsteps && rc == 0; s++) {
@@ -287,6 +302,17 @@ VF_TEST(dit_head64)
     VF_CHECK(vf_dit_preset("tiny", &c, &st) == 0);
     c.dim = 128, c.heads = 2, c.head_dim = 64, c.ffn = 256, c.text_len = 40;
     model_case(c, vf_dit_dims_of(&c, 1, 3, 16, 12));
+}
+
+/* The time embedding per token (Wan 2.2 TI2V): e and e0 a row a token, the first frame's
+ * tokens at t = 0 and out of the loss. */
+VF_TEST(dit_tiny_token_time)
+{
+    vf_status st = {0};
+    vf_dit_config c;
+    VF_CHECK(vf_dit_preset("tiny", &c, &st) == 0);
+    c.t_tokens = 1;
+    model_case(c, vf_dit_dims_of(&c, 2, 4, 8, 8));
 }
 
 int main(void)

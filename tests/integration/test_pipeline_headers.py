@@ -19,7 +19,8 @@ from run_harness import check, finish  # noqa: E402
 SRC = os.environ.get("VFLOW_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 VFLOW = os.environ.get("VFLOW_BIN") or os.path.join(os.environ.get("VFLOW_BUILD", "build"), "vflow")
 # what only the user has: these commands are shown, not run
-NEEDS = ["Wan2.1-T2V", "Wan2.1-I2V", "Wan2.2-T2V-A14B", "wan_2.1_vae", "clips_emb.csv", "clips_i2v.csv", "umt5"]
+NEEDS = ["Wan2.1-T2V", "Wan2.1-I2V", "Wan2.2-T2V-A14B", "Wan2.2-TI2V", "wan_2.1_vae", "clips_emb.csv", "clips_i2v.csv",
+         "umt5"]
 # the order the scripts' commands build on each other (caches before training on them)
 ORDER = ["precompute_latents", "precompute_buckets", "train_dit", "train_buckets"]
 

@@ -21,7 +21,7 @@ numbers computed here by hand, independently of vflow's code:
   - the 14B on 8x80: checkpointing on the host bounded by chunk x capacity (the snapshot
     streams), and with offload the shards' f32 state and their bounded bf16 chunk buffers
     on the host, within 512 GiB, every GPU with 10 % headroom;
-  - Wan 2.2 TI2V-5B: the full fine-tune fits one 80 GB GPU with the optimizer state on
+  - Wan 2.2 TI2V-5B (its time embedding per token counted): the full fine-tune fits one 80 GB GPU with the optimizer state on
     the host (12 B/param there) and not without; rank-32 LoRA at 480x832 fits 24 GB with
     the base once in bf16; the Wan 2.2 VAE's device memory does not grow with the clip;
   - the 14B LoRA on one 24 GB GPU: with block swap and the block inputs on the host it
@@ -376,6 +376,13 @@ def ti2v5b():
     check(line_sum(off, stage="adamw_0", what="master weights + moments") == 12 * N,
           "host optimizer state 12 B/param of %d" % N)
     check(line_sum(off, stage="dit_0", what="weights") >= 2 * N, "bf16 weights on cuda:0")
+    # the time embedding per token is counted: e and e0 of each of the 31·22·40 tokens, 7 x dim
+    # bf16 values, in the saved activations, over the same plan with a time per sample
+    ps, _ = plan("plan_ti2v5b.lua", *b80, "--set", "offload=true", "--set", "time=sample")
+    tok = 31 * 22 * 40
+    grow = line_sum(off, stage="dit_0", what="saved activations") - line_sum(ps, stage="dit_0", what="saved activations")
+    check(grow >= 7 * tok * 3072 * 2, "per-token e, e0 in the saved activations: %d bytes more, want >= %d" % (
+        grow, 7 * tok * 3072 * 2))
     b24 = ("--budget", "cuda=24GiB,cpu=64GiB")
     lo, rc_lo = plan("plan_ti2v5b.lua", *b24, "--set", "lora_rank=32", "--set", "size=832x480")
     r, d, f = 32, 3072, 14336
@@ -390,10 +397,10 @@ def ti2v5b():
         check(rc == 0 and pp["fits"], "Wan 2.2 VAE precompute of %d frames 704p fits: %s" % (frames, pp["verdict"]))
         pre.append(line_sum(pp, stage="vae_encode", device="cuda:0"))
     check(pre[0] == pre[1] > 0, "Wan 2.2 VAE device memory independent of the clip length: %d vs %d" % tuple(pre))
-    print("ti2v-5b: %d params; full fine-tune + host optimizer cuda:0 %.2f GiB, cpu %.2f GiB; LoRA r=32 480p "
-          "cuda:0 %.2f GiB; Wan 2.2 VAE precompute 704p cuda:0 %.2f GiB" %
-          (N, dev(off, "cuda:0")["total"] / GiB, dev(off, "cpu")["total"] / GiB, dev(lo, "cuda:0")["total"] / GiB,
-           pre[0] / GiB))
+    print("ti2v-5b: %d params; full fine-tune + host optimizer cuda:0 %.2f GiB (time per sample %.2f GiB), cpu "
+          "%.2f GiB; LoRA r=32 480p cuda:0 %.2f GiB; Wan 2.2 VAE precompute 704p cuda:0 %.2f GiB" %
+          (N, dev(off, "cuda:0")["total"] / GiB, dev(ps, "cuda:0")["total"] / GiB, dev(off, "cpu")["total"] / GiB,
+           dev(lo, "cuda:0")["total"] / GiB, pre[0] / GiB))
 
 
 def wan22_a14b():

@@ -25,11 +25,10 @@ import tempfile
 
 import numpy as np
 
-BUILD = os.environ.get("VFLOW_BUILD", "build")
-VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
-SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
-TOOLS = os.path.join(BUILD, "tools")
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import i2v_lib  # noqa: E402
+from i2v_lib import TOOLS, run, train  # noqa: E402
+
 SIZE, FRAMES = 32, 5
 failed = []
 
@@ -74,32 +73,8 @@ def st_write(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def run(args, timeout=240):
-    return subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=timeout)
-
-
 def precompute(tmp, name, manifest, cache, *sets):
-    args = [VFLOW, "run", os.path.join(SRC, "pipelines", "precompute_latents.lua"), "--run-dir",
-            os.path.join(tmp, name), "--set", "manifest=" + manifest, "--set", "cache=" + cache,
-            "--set", "size=%d" % SIZE, "--set", "frames=%d" % FRAMES, "--set", "workers=1"]
-    for s in sets:
-        args += ["--set", s]
-    return run(args)
-
-
-def train(tmp, name, cache, *sets):
-    rd = os.path.join(tmp, name)
-    args = [VFLOW, "run", os.path.join(SRC, "pipelines", "train_dit.lua"), "--run-dir", rd, "--set",
-            "cache=" + cache, "--set", "steps=2", "--set", "every=0", "--set", "batch=2", "--set", "stages=2",
-            "--set", "micro_batches=2"]
-    for s in sets:
-        args += ["--set", s]
-    r = run(args)
-    losses = []
-    if os.path.exists(os.path.join(rd, "metrics.jsonl")):
-        with open(os.path.join(rd, "metrics.jsonl")) as f:
-            losses = [json.loads(ln)["loss"] for ln in f if '"event":"train_step"' in ln]
-    return r, rd, losses
+    return i2v_lib.precompute(tmp, name, manifest, cache, SIZE, FRAMES, *sets)
 
 
 def frame0(video):
@@ -111,17 +86,9 @@ def frame0(video):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        videos = []
-        for i in range(2):
-            v = os.path.join(tmp, "v%d.mp4" % i)
-            r = run([os.path.join(TOOLS, "mkvideo"), "-o", v, "-n", str(FRAMES), "-s", "%dx%d" % (SIZE, SIZE),
-                     "-c", "libx264", "-q", "1", "-g", "1"])
-            if not check(r.returncode == 0, "mkvideo: " + r.stderr):
-                return 1
-            videos.append(v)
-        manifest = os.path.join(tmp, "m.csv")
-        with open(manifest, "w") as f:
-            f.write("path,text\n" + "".join("%s,clip %d\n" % (v, i) for i, v in enumerate(videos)))
+        videos, manifest, err = i2v_lib.videos(tmp, 2, SIZE, FRAMES)
+        if not check(not err, "mkvideo: " + err):
+            return 1
         i2v, t2v = os.path.join(tmp, "i2v.lmdb"), os.path.join(tmp, "t2v.lmdb")
         r = precompute(tmp, "pre_i2v", manifest, i2v, "first_frame=true")
         if not check(r.returncode == 0, "precompute first_frame: exit %d %s" % (r.returncode, r.stderr[-800:])):

@@ -18,7 +18,7 @@
  *   cache_tool read PATH [--batch B] [--seed S] [--epochs E] [--shard k/K]
  *                     [--cursor C] [--max N] [--skip-bad] [--keep-last]
  *                     [--text-len L] [--text-dim D] [--dump DIR] [--buckets WxHxF:B,…]
- *                     [--cond text|concat|concat+clip] [--image L,D]
+ *                     [--cond text|concat|concat+clip|first_frame] [--image L,D]
  *       one line per batch: "<cursor>\t<keys>", then "\t<bucket>" when the batch has one;
  *       --buckets declares the reader's buckets; --dump writes each batch's tensors
  *       (latent, text, text_len, text_emb when the cache has embeddings, y with --cond

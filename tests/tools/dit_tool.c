@@ -12,12 +12,16 @@
  *                 does); prints "naming <name> tensors <n> read <elements> largest <bytes>
  *                 maxrss_mib <peak resident MiB>", writes raw f32 params
  *   dit_tool grad CFG dims=B,T,H,W params=P|weights=PATH xt=X t=T text=I|emb=E len=N target=Y
- *                 [cond=C] [img=M] [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
+ *                 [cond=C] [img=M] [ttok=U] [skip=F] [parts=1] [recompute=0] [grads=G.bin] [pred=V.bin]
  *                 [lora=F lora_cfg=JSON]
- *                 prints "loss <value>"; writes the flat gradient and the prediction (f32);
+ *                 prints "loss <value>" (skip=F: over the latent frames after the first F);
+ *                 writes the flat gradient and the prediction (f32);
  *                 with lora= the adapters of file F (any naming models/dit_lora.h reads) run
  *                 on the frozen weights as in LoRA training, and grads= gets the adapter
  *                 vector's gradient
+ *   dit_tool first_frame CFG dims=B,T,H,W xt=X x0=X0 t=T out=XIN ttok_out=U
+ *                 TI2V's model input (vf_dit_first_frame): each sample's x_t with frame 0 of
+ *                 its clean latent x0 (B,z,T,H,W), and each token's time (B,L)
  *   dit_tool lora CFG lora=F lora_cfg=JSON [out=A.bin]
  *                 reads a LoRA file into the adapter vector (raw f32, adapter layout order);
  *                 prints "adapters <n> params <count>"; bad input: the message, exit 2
@@ -33,11 +37,13 @@
  *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
- * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1 in_dim img_dim img_len),
+ * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1 in_dim img_dim img_len
+ * t_tokens=0|1),
  * starting from preset "tiny". Inputs are raw little-endian arrays: params f32 (layout
  * order), xt/target f32 (B,z,T,H,W), t f32 (B), text i32 (B,text_len) (text_emb=0) or emb
  * f32 (B,text_len,text_dim) (text_emb=1), len i32 (B); image-to-video: cond f32
- * (B,in_dim-z,T,H,W), img f32 (B,img_len,img_dim).
+ * (B,in_dim-z,T,H,W), img f32 (B,img_len,img_dim); t_tokens=1: ttok f32 (B,L), each token's
+ * time (without it every token takes its sample's t).
  */
 #include "models/dit.h"
 #include "models/dit_lora.h"
@@ -74,6 +80,7 @@ static int parse_cfg(int argc, char **argv, vf_dit_config *c, vf_status *st)
     }
     const char *tm = arg(argc, argv, "text_emb");
     if (tm) c->text_emb = atoi(tm);
+    if ((tm = arg(argc, argv, "t_tokens"))) c->t_tokens = atoi(tm);
     const char *p = arg(argc, argv, "patch");
     if (p && sscanf(p, "%d,%d,%d", &c->patch[0], &c->patch[1], &c->patch[2]) != 3) {
         fprintf(stderr, "dit_tool: patch=pt,ph,pw\n");
@@ -145,6 +152,7 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
     vf_dit_saved *sv[64];
     vf_dit_xfer fx[64], gx[64];
     int64_t L = b->dims.L, N = b->dims.B * L, Nt = (int64_t)b->dims.B * vf_dit_ctx_len(c);
+    int64_t R = c->t_tokens ? N : b->dims.B; /* rows of the time embedding */
     for (int i = 0; i < parts; i++) {
         int b0 = c->depth * i / parts, b1 = c->depth * (i + 1) / parts;
         int64_t off, n;
@@ -156,7 +164,7 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
             (g_lora && vf_dit_part_set_lora(pp[i], g_lora, g_lparams + loff, grads + loff, &st)) ||
             vf_dit_saved_new(pp[i], &sv[i], &st))
             die(&st);
-        size_t sz[4] = {N * c->dim, b->dims.B * c->dim, 6 * b->dims.B * c->dim, Nt * c->dim};
+        size_t sz[4] = {N * c->dim, R * c->dim, 6 * R * c->dim, Nt * c->dim};
         void **f[4] = {&fx[i].x, &fx[i].e, &fx[i].e0, &fx[i].ctx};
         void **g[4] = {&gx[i].x, &gx[i].e, &gx[i].e0, &gx[i].ctx};
         for (int k = 0; k < 4; k++) {
@@ -176,7 +184,7 @@ static double run_step(vf_backend *be, const vf_dit_layout *l, int parts, bool r
     for (int i = parts - 1; i >= 0; i--) {
         vf_dit_xfer *d = &gx[i];
         if (i < parts - 1) { /* received from i+1: copy, as a transport would */
-            size_t sz[4] = {N * c->dim, b->dims.B * c->dim, 6 * b->dims.B * c->dim, Nt * c->dim};
+            size_t sz[4] = {N * c->dim, R * c->dim, 6 * R * c->dim, Nt * c->dim};
             memcpy(d->x, gx[i + 1].x, sz[0] * 4);
             memcpy(d->e, gx[i + 1].e, sz[1] * 4);
             memcpy(d->e0, gx[i + 1].e0, sz[2] * 4);
@@ -263,6 +271,17 @@ int main(int argc, char **argv)
             printf("\n");
         }
         vf_dit_lora_free(lo);
+    } else if (strcmp(cmd, "first_frame") == 0) {
+        vf_dit_dims d;
+        parse_dims(argc, argv, &c, &d);
+        size_t per = (size_t)c.z * d.T * d.H * d.W;
+        float *xt = slurp(arg(argc, argv, "xt"), per * d.B * 4), *x0 = slurp(arg(argc, argv, "x0"), per * d.B * 4);
+        float *t = slurp(arg(argc, argv, "t"), (size_t)d.B * 4), *tt = malloc(sizeof(float) * (size_t)(d.B * d.L));
+        for (int i = 0; i < d.B; i++)
+            vf_dit_first_frame(&c, d.T, d.H, d.W, x0 + per * i, d.T, t[i], xt + per * i, tt + d.L * i);
+        spit(arg(argc, argv, "out"), xt, per * d.B * 4);
+        spit(arg(argc, argv, "ttok_out"), tt, (size_t)(d.B * d.L) * 4);
+        free(xt), free(x0), free(t), free(tt);
     } else if (strcmp(cmd, "init") == 0) {
         float *p = malloc(sizeof(float) * (size_t)l->total);
         s = arg(argc, argv, "seed");
@@ -327,7 +346,7 @@ int main(int argc, char **argv)
         size_t nlat = (size_t)b.dims.B * c.z * b.dims.T * b.dims.H * b.dims.W;
         size_t ntxt = (size_t)b.dims.B * c.text_len;
         size_t np = (size_t)l->total;
-        float *params, *xt, *t, *target, *emb = NULL, *cond = NULL, *img = NULL;
+        float *params, *xt, *t, *target, *emb = NULL, *cond = NULL, *img = NULL, *ttok = NULL;
         int32_t *text = NULL, *len;
         if (strcmp(cmd, "grad") == 0) {
             params = arg(argc, argv, "weights") ? load_weights(l, arg(argc, argv, "weights"), NULL, NULL)
@@ -343,6 +362,7 @@ int main(int argc, char **argv)
             size_t ncond = nlat / (size_t)c.z * (size_t)(vf_dit_in_dim(&c) - c.z);
             if (ncond) cond = slurp(arg(argc, argv, "cond"), ncond * 4);
             if (c.img_dim) img = slurp(arg(argc, argv, "img"), (size_t)b.dims.B * c.img_len * c.img_dim * 4);
+            if ((s = arg(argc, argv, "ttok"))) ttok = slurp(s, (size_t)(b.dims.B * b.dims.L) * 4);
         } else { /* bench: init weights, random latents, rectified-flow pairs */
             params = malloc(np * 4), xt = malloc(nlat * 4), target = malloc(nlat * 4);
             t = malloc((size_t)b.dims.B * 4);
@@ -369,7 +389,8 @@ int main(int argc, char **argv)
             free(x0);
         }
         b.x_t = xt, b.t = t, b.text = text, b.text_len = len, b.target = target, b.text_emb = emb;
-        b.cond = cond, b.img = img;
+        b.cond = cond, b.img = img, b.t_tok = ttok;
+        b.skip_frames = (s = arg(argc, argv, "skip")) ? atoi(s) : 0;
         if ((s = arg(argc, argv, "lora"))) {
             vf_dit_lora_cfg lc;
             if (vf_dit_lora_cfg_parse(arg(argc, argv, "lora_cfg"), &lc, &st) || vf_dit_lora_new(l, &lc, &g_lora, &st))
@@ -405,7 +426,7 @@ int main(int argc, char **argv)
                    flop / 1e9, flop / 1e6 / ms, loss);
         }
         free(params), free(xt), free(t), free(text), free(len), free(target), free(grads),
-            free(pred), free(emb), free(cond), free(img);
+            free(pred), free(emb), free(cond), free(img), free(ttok);
     } else if (strcmp(cmd, "sample") == 0) {
         vf_dit_dims d;
         parse_dims(argc, argv, &c, &d);

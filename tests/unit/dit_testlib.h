@@ -100,22 +100,28 @@ static inline void mb_free(mb *m)
     free(m->temb), free(m->cond), free(m->img);
 }
 
+/* Rows of the time embedding: a sample's, or a token's (t_tokens). */
+static inline int64_t time_rows(const vf_dit_config *c, const vf_dit_dims *d)
+{
+    return c->t_tokens ? d->B * vf_dit_tokens(c, d) : d->B;
+}
+
 static inline void xfer_alloc(vf_dit_xfer *x, const vf_dit_config *c, const vf_dit_dims *d)
 {
-    int64_t L = vf_dit_tokens(c, d);
+    int64_t L = vf_dit_tokens(c, d), R = time_rows(c, d);
     x->x = calloc((size_t)(d->B * L * c->dim), 4);
-    x->e = calloc((size_t)(d->B * c->dim), 4);
-    x->e0 = calloc((size_t)(6 * d->B * c->dim), 4);
+    x->e = calloc((size_t)(R * c->dim), 4);
+    x->e0 = calloc((size_t)(6 * R * c->dim), 4);
     x->ctx = calloc((size_t)(d->B * vf_dit_ctx_len(c) * c->dim), 4);
 }
 
 static inline void xfer_copy(vf_dit_xfer *dst, const vf_dit_xfer *src, const vf_dit_config *c,
                       const vf_dit_dims *d)
 {
-    int64_t L = vf_dit_tokens(c, d);
+    int64_t L = vf_dit_tokens(c, d), R = time_rows(c, d);
     memcpy(dst->x, src->x, (size_t)(d->B * L * c->dim) * 4);
-    memcpy(dst->e, src->e, (size_t)(d->B * c->dim) * 4);
-    memcpy(dst->e0, src->e0, (size_t)(6 * d->B * c->dim) * 4);
+    memcpy(dst->e, src->e, (size_t)(R * c->dim) * 4);
+    memcpy(dst->e0, src->e0, (size_t)(6 * R * c->dim) * 4);
     memcpy(dst->ctx, src->ctx, (size_t)(d->B * vf_dit_ctx_len(c) * c->dim) * 4);
 }
 
@@ -182,6 +188,22 @@ static inline void run_parts(const vf_dit_layout *l, const int *bounds, int P, i
         }
         vf_dit_part_free(pp[i]);
     }
+}
+
+/* The prediction of one forward (one partition) into out. */
+static inline int predict(const vf_dit_layout *l, float *params, const vf_dit_batch *b, float *out,
+                          size_t n, vf_status *st)
+{
+    vf_backend *be = vf_backend_cpu();
+    vf_dit_part *p = NULL;
+    vf_dit_saved *sv = NULL;
+    int rc = vf_dit_part_new(be, l, 0, l->cfg.depth, &b->dims, false, params, NULL, &p, st);
+    if (rc == 0) rc = vf_dit_saved_new(p, &sv, st);
+    if (rc == 0) rc = vf_dit_part_forward(p, b, NULL, NULL, sv, st);
+    if (rc == 0) memcpy(out, vf_dit_saved_pred(sv), n * sizeof(float));
+    vf_dit_saved_free(sv);
+    vf_dit_part_free(p);
+    return rc;
 }
 
 static inline double loss_at(const vf_dit_layout *l, float *params, mb *m)

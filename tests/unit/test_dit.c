@@ -293,6 +293,11 @@ VF_TEST(lua_presets_match_c_presets)
             VF_CHECK_MSG((tm && strcmp(tm, "embeddings") == 0) == (c.text_emb == 1),
                          "%s.text: lua %s, C text_emb %d", name, tm ? tm : "(bytes)", c.text_emb);
             lua_pop(L, 1);
+            lua_getfield(L, -1, "time");
+            const char *tt = lua_tostring(L, -1);
+            VF_CHECK_MSG((tt && strcmp(tt, "token") == 0) == (c.t_tokens == 1),
+                         "%s.time: lua %s, C t_tokens %d", name, tt ? tt : "(sample)", c.t_tokens);
+            lua_pop(L, 1);
             lua_getfield(L, -1, "patch");
             for (int i = 0; i < 3; i++) {
                 lua_geti(L, -1, i + 1);

@@ -185,22 +185,6 @@ VF_TEST(i2v_partitions_and_recompute_are_bitwise_equal)
     vf_dit_layout_free(l);
 }
 
-/* The prediction of one forward (one partition) into out. */
-static int predict(const vf_dit_layout *l, float *params, const vf_dit_batch *b, float *out, size_t n,
-                   vf_status *st)
-{
-    vf_backend *be = vf_backend_cpu();
-    vf_dit_part *p = NULL;
-    vf_dit_saved *sv = NULL;
-    int rc = vf_dit_part_new(be, l, 0, l->cfg.depth, &b->dims, false, params, NULL, &p, st);
-    if (rc == 0) rc = vf_dit_saved_new(p, &sv, st);
-    if (rc == 0) rc = vf_dit_part_forward(p, b, NULL, NULL, sv, st);
-    if (rc == 0) memcpy(out, vf_dit_saved_pred(sv), n * sizeof(float));
-    vf_dit_saved_free(sv);
-    vf_dit_part_free(p);
-    return rc;
-}
-
 VF_TEST(i2v_inputs_reach_the_prediction)
 {
     vf_status st = {0};

@@ -72,6 +72,32 @@ VF_TEST(encode_chunked_equals_whole)
     vf_vae_free(m);
 }
 
+/* The encoder is causal and takes frame 0 alone first: a clip's latent frame 0 is the
+ * encode of its first frame by itself, bit for bit (what TI2V training takes as the image's
+ * latent, models/dit.h vf_dit_first_frame). */
+VF_TEST(encode_first_frame_alone_is_latent_frame_0)
+{
+    vf_vae *m = model(0, 4);
+    const int64_t T = 9, Tl = 3, plane = (int64_t)(H_ / 16) * (W_ / 16), n = 8 * Tl * plane;
+    float *x = ramp(3 * T * H_ * W_, 6), *x0 = malloc(sizeof(float) * 3 * H_ * W_);
+    float *whole = calloc((size_t)n, 4), *one = calloc((size_t)(8 * plane), 4);
+    for (int c = 0; c < 3; c++) memcpy(x0 + c * H_ * W_, x + c * T * H_ * W_, sizeof(float) * H_ * W_);
+    vf_status st = {0};
+    vf_vae_enc *e = NULL;
+    VF_CHECK(vf_vae_enc_new(m, 1, 4, H_, W_, &e, &st) == 0);
+    VF_CHECK(vf_vae_encode_f32(e, 1, T, x, whole, NULL, &st) == Tl);
+    vf_vae_enc_free(e);
+    e = NULL;
+    VF_CHECK(vf_vae_enc_new(m, 1, 4, H_, W_, &e, &st) == 0);
+    VF_CHECK(vf_vae_encode_f32(e, 1, 1, x0, one, NULL, &st) == 1);
+    vf_vae_enc_free(e);
+    for (int c = 0; c < 8; c++)
+        VF_CHECK_MSG(memcmp(one + c * plane, whole + c * Tl * plane, sizeof(float) * (size_t)plane) == 0,
+                     "channel %d", c);
+    free(x), free(x0), free(whole), free(one);
+    vf_vae_free(m);
+}
+
 VF_TEST(decode_chunked_equals_whole)
 {
     vf_vae *m = model(1, 4);

@@ -14,7 +14,13 @@
 #    text-only cache (naming both kinds), a text-to-video model on the concat cache, a
 #    first_frame precompute into the text-only cache (naming both kinds), and samples
 #    asked of the I2V model while it trains (refused at check time, not at the first
-#    checkpoint: sampling takes text-to-video models).
+#    checkpoint: the sample stage needs the first frame, `image`, for an I2V model);
+#  - vflow sample from an image: a constructed model that copies y into the latent (copy_model)
+#    makes frame 0 the VAE's decode of the image's own latent (vae_tool encode + decode of
+#    [image, zeros]) within 80 dB PSNR, and at least 30 dB above what another image gives;
+#    the sample stage of an I2V run with sample_image writes its video; bad input (no
+#    --image, an image of another size, a missing image, --image-embeds for a model without
+#    an image branch, --image for a text-to-video checkpoint) is exit 2 with one line.
 # vflow-test: timeout=600
 import json
 import os
@@ -137,7 +143,7 @@ def copy_model(lay, K=4.0, C=1e4):
     return t
 
 
-def sample_from_image(tmp, rd, videos, lay):
+def sample_from_image(tmp, rd, videos, lay, cache):
     """vflow sample from an image: the first frame follows the image (the constructed model
     copies y, so frame 0 must be the VAE's decode of the image's own latent), another image
     does not give it, and bad input is exit 2 with one line."""
@@ -177,6 +183,14 @@ def sample_from_image(tmp, rd, videos, lay):
     print("frame 0 vs the VAE's decode of image 0's latent: PSNR %s" % {k: "%.1f dB" % v for k, v in got.items()})
     check(got.get("image 0", 0) >= 80 and got.get("image 0", 0) >= got.get("image 1", 999) + 30,
           "the first frame follows the image: PSNR %r (image 0 at least 80 dB and 30 dB above image 1)" % got)
+
+    # the sample stage of an I2V training run, from the same image: a video of the final checkpoint
+    r, srd, ln = train(tmp, "i2v-sampled", cache, "in_dim=12", "sample_captions=a cat", "sample_image=" + pngs[0],
+                       "sample_size=%d" % SIZE, "sample_frames=%d" % FRAMES, "sample_steps=2")
+    vids = [f for f in os.listdir(os.path.join(srd, "samples", "step-2"))
+            if f.endswith(".mp4")] if os.path.isdir(os.path.join(srd, "samples", "step-2")) else []
+    check(r.returncode == 0 and len(ln) == 2 and len(vids) == 1,
+          "the sample stage with image: exit %d, videos %r %s" % (r.returncode, vids, r.stderr[-600:]))
 
     # bad input: one line naming it, exit 2
     r, t2v_rd, _ = train(tmp, "t2v", os.path.join(tmp, "t2v.lmdb"))
@@ -270,7 +284,7 @@ def main():
             print("I2V losses %s; the y columns of patch_embedding moved by up to %g" % (ln, moved))
             check(moved > 0, "the y columns of patch_embedding moved off their init: %g" % moved)
 
-        sample_from_image(tmp, rd, videos, lay)
+        sample_from_image(tmp, rd, videos, lay, i2v)
 
         # bad inputs: one line, exit 2, no step
         for name, cache, sets, words in (

@@ -14,6 +14,8 @@
 #    returns, relative error <= 1e-5 (max abs difference over max abs reference);
 #  - the final latents after 6 steps (shift 3, guidance 5 with a negative text; shift 5,
 #    guidance 1 positive alone) equal the pipeline's to <= 1e-4;
+#  - Wan 2.2 I2V-A14B's two experts (WanImageToVideoPipeline(transformer_2=…,
+#    boundary_ratio=0.9), guidance 3.5 / 2) switching mid-run: final latents to <= 1e-4;
 #  - the checks can fail: the pipeline run on a condition with the y part zeroed, or with
 #    the mask on every frame, lies far outside the tolerance from vflow's latent.
 # vflow-test: labels=reference timeout=600
@@ -64,9 +66,10 @@ def perturbed_vae():
     return wan_ref.perturb(AutoencoderKLWan.from_config(VAE), seed=3)
 
 
-def pipeline(model, vae, shift, feats):
+def pipeline(model, vae, shift, feats, low=None, boundary=None):
+    kw = dict(transformer_2=low, boundary_ratio=boundary) if low is not None else {}
     pipe = WanImageToVideoPipeline(tokenizer=None, text_encoder=None, vae=vae,
-                                   scheduler=FlowMatchEulerDiscreteScheduler(shift=shift), transformer=model)
+                                   scheduler=FlowMatchEulerDiscreteScheduler(shift=shift), transformer=model, **kw)
     pipe.set_progress_bar_config(disable=True)
     pipe.encode_image = lambda image, device: feats  # the features a CLIPVisionModel would give
     captured = {}
@@ -157,6 +160,30 @@ def main():
                     eb = rel_max(lat, broken)
                     print("%-40s vflow vs pipeline with %s: rel err %.2e" % (name, what, eb))
                     check(eb > 100 * TOL, "%s: a pipeline with %s is within %.3g of vflow" % (name, what, eb))
+        # Wan 2.2 I2V-A14B: two experts of the Wan 2.2 layout switching at boundary 0.9 (shift 5,
+        # guidance 3.5 high-noise, 2 low-noise), WanImageToVideoPipeline(transformer_2=, boundary_ratio=)
+        torch.manual_seed(0)
+        high = wan_ref.perturb(WanTransformer3DModel.from_config(BASE))
+        low = wan_ref.perturb(WanTransformer3DModel.from_config(BASE), seed=7)
+        for name, m in (("high.st", high), ("low.st", low)):
+            save_file({k: v.detach().float().numpy().copy() for k, v in m.state_dict().items()}, f(name))
+        pipe, _ = pipeline(high, vae, 5.0, None, low=low, boundary=0.9)
+        with torch.no_grad():
+            ref = pipe(image=image, prompt_embeds=pos, negative_prompt_embeds=neg, height=H * 8, width=W * 8,
+                       num_frames=(T - 1) * 4 + 1, num_inference_steps=STEPS, guidance_scale=3.5,
+                       guidance_scale_2=2.0, latents=noise.clone(), output_type="latent",
+                       return_dict=False)[0].float().numpy().ravel()
+        r = run(["sample"] + CFG + ["dims=%d,%d,%d,%d" % DIMS, "weights=" + f("high.st"), "pos=" + f("pos.bin"),
+                                    "neg=" + f("neg.bin"), "steps=%d" % STEPS, "shift=5", "guidance=3.5",
+                                    "noise=" + f("noise.bin"), "image=" + f("image.png"), "vae=" + f("vae"),
+                                    "low=" + f("low.st"), "boundary=0.9", "guidance2=2", "out=" + f("lat.bin")])
+        if check(r.returncode == 0, "two experts: dit_tool sample: %s" % r.stderr.strip()):
+            lat = np.fromfile(f("lat.bin"), dtype=np.float32)
+            experts = dict(line.split(" ", 1) for line in r.stdout.splitlines()).get("experts", "")
+            e = rel_max(lat, ref)
+            print("%-40s experts %s, latent rel err %.2e" % ("wan2.2-i2v-a14b two experts", experts, e))
+            check("high" in experts and "low" in experts, "two experts: no switch mid-run: %s" % experts)
+            check(e <= TOL, "two experts: latent relative error %.3g > %g" % (e, TOL))
     return checks.verdict()
 
 

@@ -44,7 +44,7 @@ struct vf_dit_video {
     void *dev_w;                 /* the weights on the device (l->total, act dtype) */
     void *dev_low;               /* the low-noise expert's, or NULL (one model) */
     char mdir[PATH_MAX + 32];    /* the step dir or expert subdir holding the main model's files */
-    char low[PATH_MAX + 32];     /* the low-noise expert's weights source, "" = none */
+    char low[PATH_MAX + 80];     /* the low-noise expert's weights source, "" = none */
     double boundary;             /* where the experts switch, with two */
     vf_vae *vm;
     vf_vae_dec *dec;

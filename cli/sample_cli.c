@@ -6,6 +6,8 @@
  *                [--seed 0] [--fps 16] [--device cpu|cuda:N] [--chunk 1] [--png F]
  *                [--vae PATH] [--vae-preset tiny|wan|wan2.2] [--vae-seed N] [--cache LMDB]
  *                [--latent-out F] [--frames-out F] [--weights F] [--lora F]
+ *                [--image F [--image-embeds F]]                   (image-to-video models)
+ *                [--low CKPT|F] [--boundary B] [--guidance-2 G]   (two experts, Wan 2.2 A14B)
  *
  * CKPT is a checkpoint step dir or a checkpoint dir (its newest complete step). The DiT's
  * config comes from the checkpoint's state.json, its weights from model.safetensors (or
@@ -20,6 +22,22 @@
  * classifier-free guidance (models/dit_sample.h); the latent is de-normalised and decoded by the causal VAE
  * decoder chunk by chunk (models/vae.h) and written by formats/video_write.h; all of it
  * through models/dit_video.h, which the `sample` stage shares.
+ *
+ * An image-to-video checkpoint (Wan I2V: in_dim 36) samples from an image: --image F, the
+ * first frame, an image file of the video's size (--size); its conditioning is the
+ * first-frame mask and the VAE latent of [image, zeros], normalised like the latents, as
+ * diffusers' WanImageToVideoPipeline builds it (models/dit_i2v.h). A Wan 2.1 I2V model
+ * (CLIP image branch) also takes --image-embeds F, the image's CLIP features as
+ * tools/encode_images.py writes them. A text-to-video checkpoint with --image, an
+ * image-to-video one without, or an image of another size is exit 2 naming it.
+ *
+ * Two experts (Wan 2.2 A14B): a two-expert checkpoint step dir (high_noise_model/ and
+ * low_noise_model/, state.json's "boundary"), or any checkpoint with --low naming the
+ * low-noise expert (a weights file, or a checkpoint whose model it is). The high-noise
+ * expert runs the steps whose timestep t = σ·1000 is at least boundary·1000 with
+ * --guidance, the low-noise one the rest with --guidance-2 (default --guidance), as
+ * diffusers' WanPipeline(transformer, transformer_2, boundary_ratio) with guidance_scale
+ * and guidance_scale_2. --boundary overrides the checkpoint's.
  *
  * The latents' normalisation must be the one the model was trained on: the per-channel
  * mean/std the cache recorded (--cache), else a diffusers VAE directory's config.json
@@ -43,9 +61,9 @@
 
 typedef struct sample_args {
     const char *ckpt, *pos, *neg, *caption, *neg_caption, *out, *png, *vae, *vae_preset, *cache, *device, *lat_out, *frames_out;
-    const char *weights, *lora;
+    const char *weights, *lora, *image, *image_embeds, *low;
     int frames, width, height, steps, chunk;
-    double shift, guidance, fps;
+    double shift, guidance, fps, boundary, guidance2;
     uint64_t seed, vae_seed;
 } sample_args;
 
@@ -55,7 +73,8 @@ static const char USAGE[] =
     "         [--size WxH|S] [--steps 30] [--shift 3] [--guidance 5] [--seed 0] [--fps 16]\n"
     "         [--device cpu] [--chunk 1] [--png F] [--vae PATH] [--vae-preset tiny|wan|wan2.2]\n"
     "         [--vae-seed 0] [--cache LMDB] [--latent-out F] [--frames-out F]\n"
-    "         [--weights F] [--lora F]\n";
+    "         [--weights F] [--lora F] [--image F [--image-embeds F]]\n"
+    "         [--low CKPT|F] [--boundary B] [--guidance-2 G]\n";
 
 static int bad(const char *fmt, const char *a, const char *b)
 {
@@ -81,7 +100,7 @@ static int num(const char *flag, const char *v, double lo, double hi, double *ou
 static int parse(int argc, char **argv, sample_args *a)
 {
     *a = (sample_args){.frames = 17, .width = 256, .height = 256, .steps = 30, .chunk = 1, .shift = 3.0,
-                       .guidance = 5.0, .fps = 16.0, .device = "cpu"};
+                       .guidance = 5.0, .fps = 16.0, .device = "cpu", .boundary = -1, .guidance2 = -1};
     for (int i = 2; i < argc; i++) {
         const char *s = argv[i], *v = NULL;
         char flag[64];
@@ -108,6 +127,14 @@ static int parse(int argc, char **argv, sample_args *a)
         else if (!strcmp(flag, "--vae")) a->vae = v;
         else if (!strcmp(flag, "--weights")) a->weights = v;
         else if (!strcmp(flag, "--lora")) a->lora = v;
+        else if (!strcmp(flag, "--image")) a->image = v;
+        else if (!strcmp(flag, "--image-embeds")) a->image_embeds = v;
+        else if (!strcmp(flag, "--low")) a->low = v;
+        else if (!strcmp(flag, "--boundary")) {
+            if (num(flag, v, 0, 1, &a->boundary)) return 2;
+        } else if (!strcmp(flag, "--guidance-2")) {
+            if (num(flag, v, 0, 1e6, &a->guidance2)) return 2;
+        }
         else if (!strcmp(flag, "--vae-preset")) a->vae_preset = v;
         else if (!strcmp(flag, "--cache")) a->cache = v;
         else if (!strcmp(flag, "--device")) a->device = v;
@@ -179,7 +206,8 @@ int vf_cli_sample(int argc, char **argv)
     o.frames = a.frames, o.width = a.width, o.height = a.height, o.steps = a.steps, o.chunk = a.chunk;
     o.shift = a.shift, o.guidance = a.guidance, o.fps = a.fps, o.seed = a.seed, o.vae_seed = a.vae_seed;
     o.vae = a.vae, o.vae_preset = a.vae_preset, o.cache = a.cache, o.device = a.device;
-    o.weights = a.weights, o.lora = a.lora;
+    o.weights = a.weights, o.lora = a.lora, o.image = a.image, o.image_embeds = a.image_embeds;
+    o.low = a.low, o.boundary = a.boundary, o.guidance2 = a.guidance2;
 
     VF_TRY(vf_dit_video_find_ckpt(a.ckpt, &ck, &st));
     VF_TRY(vf_dit_video_open(&ck, &o, &v, &st));

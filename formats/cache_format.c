@@ -116,6 +116,23 @@ void vf_cache_item_text_hash(const vf_item *it, char out[VF_CACHE_KEY_LEN + 1])
     else if (k) snprintf(out, VF_CACHE_KEY_LEN + 1, "%s", k);
 }
 
+void vf_cache_item_cond_hash(const vf_item *it, const char *th, char out[VF_CACHE_KEY_LEN + 1])
+{
+    const vf_tensor *t = vf_item_get(it, VF_CACHE_CLIP_TENSOR);
+    const char *k = vf_item_str(it, vf_cache_clip->ref);
+    char ch[VF_CACHE_KEY_LEN + 1] = "";
+    if (t && t->dtype == VF_DTYPE_BF16 && t->ndim == 2) vf_cache_shared_hash(vf_cache_clip, t, ch);
+    else if (k) snprintf(ch, sizeof ch, "%s", k);
+    if (!ch[0]) { /* no CLIP features: the text hash, so those keys stay as they were */
+        snprintf(out, VF_CACHE_KEY_LEN + 1, "%s", th);
+        return;
+    }
+    u128 h = fnv_field(fnv_basis(), "vflow-cond-key/1");
+    h = fnv_field(h, th);
+    h = fnv_field(h, ch);
+    to_hex(h, out);
+}
+
 static bool is_hex32(const char *k)
 {
     for (size_t i = 0; i < VF_CACHE_KEY_LEN; i++)
@@ -153,6 +170,9 @@ int vf_cache_key_of_item_text(const vf_item *it, vf_cache_keying k, const char *
 {
     int rc = 0;
     const char *bucket = vf_item_str(it, "bucket");
+    char kh[VF_CACHE_KEY_LEN + 1];
+    vf_cache_item_cond_hash(it, th, kh);
+    th = kh;
     if (k == VF_CACHE_KEY_ID) {
         key_of_id_text(vf_item_id(it), th, bucket, out);
         return 0;

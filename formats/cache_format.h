@@ -60,7 +60,9 @@
  * (a codec record, id = that key, tensor "clip_emb"); the entry keeps metadata
  * "clip_key" (32 hex chars) and "clip_rows" (L). The summary counts
  *   "clips":N, "clip_bytes":B, "clip_dim":D, "clip_len":L (one shape per cache).
- * The entry key does not include it: a cache holds one set of features per clip.
+ * An item with CLIP features keys its entry with, in place of its text hash, the
+ * FNV-1a-128 hex of "vflow-cond-key/1\0" text hash "\0" clip key "\0" (vf_cache_item_cond_hash),
+ * so features that change (another image encoder, another frame) make a new entry key.
  */
 #ifndef VF_CACHE_FORMAT_H
 #define VF_CACHE_FORMAT_H
@@ -166,6 +168,10 @@ int vf_cache_item_bucket(const vf_item *it, char name[VF_CACHE_BUCKET_MAX], int6
 /* The text hash an item's key includes: of its "text_emb" tensor when it carries one,
  * else its "text_key" metadata (a stored entry), else "" (none). */
 void vf_cache_item_text_hash(const vf_item *it, char out[VF_CACHE_KEY_LEN + 1]);
+/* The hash an item's entry key includes in place of its text hash th
+ * (vf_cache_item_text_hash): th itself for an item without CLIP features, else the hash
+ * of th and its CLIP key (of its "clip_emb" tensor, else its "clip_key" metadata). */
+void vf_cache_item_cond_hash(const vf_item *it, const char *th, char out[VF_CACHE_KEY_LEN + 1]);
 /* Whether an LMDB key is a text record key ("text:" + 32 lowercase hex chars). */
 bool vf_cache_is_text_key(const void *key, size_t klen);
 /* Checks a text embedding tensor: bf16, 2 dims (L >= 1, D >= 1), host. VF_EINVAL naming

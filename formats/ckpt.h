@@ -68,6 +68,11 @@
 #define VF_CKPT_MODEL_STEM "model" /* of the shards: model-00001-of-0000N.safetensors */
 #define VF_CKPT_MODEL_INDEX "model.safetensors.index.json"
 #define VF_CKPT_LORA "lora.safetensors"   /* a LoRA run's adapters, instead of the model */
+/* A two-expert run (Wan 2.2 A14B): one subdir per expert, each laid out as a one-model
+ * step dir's model files; state.json records "experts" (["high", "low"] or one of them)
+ * and "boundary" (the t fraction after the shift where the experts switch). */
+#define VF_CKPT_EXPERT_HIGH "high_noise_model"
+#define VF_CKPT_EXPERT_LOW "low_noise_model"
 
 /* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
  * it is empty. */

@@ -14,6 +14,8 @@
 #include "formats/text_emb.h"
 #include "formats/video_write.h"
 #include "kernels/ops.h"
+#include "formats/image_read.h"
+#include "models/dit_i2v.h"
 #include "models/dit_lora.h"
 #include "models/dit_sample.h"
 #include "models/dit_weights.h"
@@ -40,11 +42,17 @@ struct vf_dit_video {
     float mean[64], sd[64];
     vf_backend *be;
     void *dev_w;                 /* the weights on the device (l->total, act dtype) */
+    void *dev_low;               /* the low-noise expert's, or NULL (one model) */
+    char mdir[PATH_MAX + 32];    /* the step dir or expert subdir holding the main model's files */
+    char low[PATH_MAX + 80];     /* the low-noise expert's weights source, "" = none */
+    double boundary;             /* where the experts switch, with two */
     vf_vae *vm;
     vf_vae_dec *dec;
     float *pos, *neg, *lat, *frames; /* embeddings (text_len, text_dim); latent; decoded clip */
     int32_t *pos_tok, *neg_tok;  /* caption byte tokens (text_len), text = bytes */
     uint8_t *rgb;
+    uint8_t *image;              /* image-to-video: the first frame (height, width, 3) */
+    float *cond, *img;           /* image-to-video: mask ‖ y (in_dim − z, T', h, w); CLIP features */
     int32_t pos_len, neg_len;
     bool have_neg;
 };
@@ -52,7 +60,8 @@ struct vf_dit_video {
 void vf_dit_video_opts_default(vf_dit_video_opts *o)
 {
     *o = (vf_dit_video_opts){.frames = 17, .width = 256, .height = 256, .steps = 30, .chunk = 1, .shift = 3.0,
-                             .guidance = 5.0, .fps = 16.0, .device = "cpu", .flag_prefix = "--"};
+                             .guidance = 5.0, .fps = 16.0, .device = "cpu", .flag_prefix = "--",
+                             .boundary = -1, .guidance2 = -1};
 }
 
 static const char *pf(const vf_dit_video *v) { return v->o.flag_prefix ? v->o.flag_prefix : ""; }
@@ -114,10 +123,6 @@ int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st)
         vf_status_prefix(st, "%s/state.json", ck->path);
         return VF_EBADINPUT;
     }
-    if (vf_dit_in_dim(c) != c->z || c->img_dim > 0)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
-                             "%s/state.json: an image-to-video model (in_dim %d, img_dim %d): sampling "
-                             "takes text-to-video models", ck->path, vf_dit_in_dim(c), c->img_dim);
 fail:
     return rc;
 }
@@ -217,6 +222,94 @@ fail:
     return rc;
 }
 
+/* What an image-to-video model needs and a text-to-video one refuses: the image (of the
+ * video's size) and, with an image branch, its CLIP features. */
+static int image_inputs(vf_dit_video *v, vf_status *st)
+{
+    int rc = 0, w = 0, h = 0;
+    const char *img = v->o.image && v->o.image[0] ? v->o.image : NULL;
+    const char *emb = v->o.image_embeds && v->o.image_embeds[0] ? v->o.image_embeds : NULL;
+    const bool i2v = vf_dit_in_dim(&v->c) > v->c.z;
+    char what[PATH_MAX + 32];
+    if (!i2v && (img || emb))
+        VF_FAIL(st, VF_EBADINPUT, "%s%s %s: the checkpoint %s holds a text-to-video model (in_dim = z = %d); an image "
+                "conditions image-to-video models only", pf(v), img ? "image" : "image-embeds", img ? img : emb,
+                v->ckpt, v->c.z);
+    if (!i2v) return 0;
+    if (!img)
+        VF_FAIL(st, VF_EBADINPUT, "%s: an image-to-video model (in_dim %d): give the first frame with %simage FILE",
+                v->ckpt, vf_dit_in_dim(&v->c), pf(v));
+    if (v->c.img_dim > 0 && !emb)
+        VF_FAIL(st, VF_EBADINPUT, "%s: the model takes the image's CLIP features (img_dim %d, img_len %d) and vflow has "
+                "no CLIP model: give %simage-embeds FILE (tools/encode_images.py writes it)", v->ckpt, v->c.img_dim,
+                v->c.img_len, pf(v));
+    if (v->c.img_dim == 0 && emb)
+        VF_FAIL(st, VF_EBADINPUT, "%simage-embeds %s: the model has no image branch (img_dim 0, as Wan 2.2 I2V-A14B); "
+                "leave it out", pf(v), emb);
+    if ((rc = vf_image_read(img, &v->image, &w, &h, st))) {
+        vf_status_prefix(st, "%simage", pf(v));
+        goto fail;
+    }
+    if (w != v->o.width || h != v->o.height)
+        VF_FAIL(st, VF_EBADINPUT, "%simage %s: %dx%d pixels, the video is %dx%d: give the first frame at the "
+                "video's size", pf(v), img, w, h, v->o.width, v->o.height);
+    size_t nc = (size_t)(vf_dit_in_dim(&v->c) - v->c.z) * (size_t)v->Tl * v->d.H * v->d.W;
+    if (!(v->cond = malloc(sizeof(float) * nc))) VF_FAIL(st, VF_ENOMEM, "out of memory");
+    if (emb) {
+        if (!(v->img = malloc(sizeof(float) * (size_t)v->c.img_len * v->c.img_dim))) VF_FAIL(st, VF_ENOMEM, "out of memory");
+        snprintf(what, sizeof what, "%simage-embeds", pf(v));
+        VF_TRY(vf_dit_i2v_clip_read(&v->c, emb, what, v->img, st));
+    }
+fail:
+    return rc;
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Which model files the main model and the low-noise expert come from, and the boundary:
+ * a two-expert checkpoint's high_noise_model/ (main) and low_noise_model/, a one-expert
+ * one's subdir, or the step dir itself; o.low (a file, or a checkpoint's model)
+ * overrides the low expert. */
+static int experts(vf_dit_video *v, const vf_ckpt *ck, vf_status *st)
+{
+    int rc = 0;
+    vf_ckpt lk = {0};
+    char hi[PATH_MAX + 32], lo[PATH_MAX + 32];
+    snprintf(hi, sizeof hi, "%s/%s", v->ckpt, VF_CKPT_EXPERT_HIGH);
+    snprintf(lo, sizeof lo, "%s/%s", v->ckpt, VF_CKPT_EXPERT_LOW);
+    bool h = is_dir(hi), l = is_dir(lo);
+    snprintf(v->mdir, sizeof v->mdir, "%s", h ? hi : l ? lo : v->ckpt);
+    v->low[0] = 0;
+    if (h && l) snprintf(v->low, sizeof v->low, "%s/%s", lo, VF_CKPT_MODEL);
+    if (v->o.low && v->o.low[0]) {
+        struct stat sb;
+        snprintf(v->low, sizeof v->low, "%s", v->o.low);
+        if (stat(v->o.low, &sb) != 0)
+            VF_FAIL(st, VF_EBADINPUT, "%slow %s: %s", pf(v), v->o.low, strerror(errno));
+        if (S_ISDIR(sb.st_mode) && vf_dit_video_find_ckpt(v->o.low, &lk, st) == 0)
+            snprintf(v->low, sizeof v->low, "%s/%s", lk.path, VF_CKPT_MODEL);
+        st->code = 0, st->msg[0] = 0; /* not a checkpoint: a weights file or diffusers dir */
+    }
+    if (v->low[0] && !strcmp(v->low + strlen(v->low) - strlen(VF_CKPT_MODEL), VF_CKPT_MODEL)) {
+        struct stat sb; /* a step dir's model: one file or the sharded index */
+        if (stat(v->low, &sb) != 0) strcpy(v->low + strlen(v->low) - strlen(VF_CKPT_MODEL), VF_CKPT_MODEL_INDEX);
+    }
+    v->boundary = v->o.boundary >= 0 ? v->o.boundary : vf_json_get_num(ck->state, "boundary", -1);
+    if (v->low[0] && (!isfinite(v->boundary) || v->boundary < 0 || v->boundary > 1))
+        VF_FAIL(st, VF_EBADINPUT, "%s: two experts (high and low noise) and no boundary in [0, 1] where they switch: "
+                "give %sboundary (Wan 2.2 A14B: 0.875 text-to-video, 0.9 image-to-video)", v->ckpt, pf(v));
+    if (v->o.guidance2 >= 0 && !v->low[0])
+        VF_FAIL(st, VF_EBADINPUT, "%sguidance-2 %g: %s holds one model; the second guidance is the low-noise "
+                "expert's (give %slow or a two-expert checkpoint)", pf(v), v->o.guidance2, v->ckpt, pf(v));
+fail:
+    vf_ckpt_fini(&lk);
+    return rc;
+}
+
 int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_video **out, vf_status *st)
 {
     int rc = 0;
@@ -249,6 +342,8 @@ int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_vide
                     "model trained on) or %svae (a diffusers AutoencoderKLWan directory)", pf(v), pf(v));
         for (int i = 0; i < v->c.z; i++) v->mean[i] = v->vc.shift, v->sd[i] = 1.0f / v->vc.scale; /* latent = (x - shift)·scale */
     }
+    VF_TRY(image_inputs(v, st));
+    VF_TRY(experts(v, ck, st));
     *out = v;
     return 0;
 fail:
@@ -256,10 +351,43 @@ fail:
     return rc;
 }
 
-int vf_dit_video_load(vf_dit_video *v, vf_status *st)
+/* The VAE's weights into model m: o.vae's, else the preset's seeded init. */
+static int vae_weights(const vf_dit_video *v, vf_vae *m, vf_status *st)
+{
+    if (v->o.vae && v->o.vae[0]) return vf_vae_load(m, v->o.vae, st);
+    return vf_vae_init_seeded(m, v->o.vae_seed, st);
+}
+
+/* The image's conditioning channels, through an encoder that lives for this call only. */
+static int image_cond(vf_dit_video *v, vf_status *st)
+{
+    int rc = 0;
+    vf_vae *enc = NULL;
+    VF_TRY(vf_vae_new(&v->vc, v->be, &enc, st));
+    VF_TRY(vae_weights(v, enc, st));
+    VF_TRY(vf_dit_i2v_cond(&v->c, enc, vf_vae_time_factor(&v->vc), v->image, v->o.width, v->o.height, v->T, v->mean,
+                           v->sd, v->cond, st));
+fail:
+    vf_vae_free(enc);
+    return rc;
+}
+
+/* The flat weights of layout l from a weights source (file, index, diffusers dir), checked. */
+static int read_weights(const vf_dit_layout *l, const char *path, float *host, vf_status *st)
 {
     int rc = 0;
     vf_dit_wsrc *ws = NULL;
+    VF_TRY(vf_dit_wsrc_open(path, &ws, st));
+    VF_TRY(vf_dit_wsrc_check(ws, l, st));
+    VF_TRY(vf_dit_wsrc_read(ws, l, host, 0, l->total, st));
+fail:
+    vf_dit_wsrc_close(ws);
+    return rc;
+}
+
+int vf_dit_video_load(vf_dit_video *v, vf_status *st)
+{
+    int rc = 0;
     vf_dit_lora *lo = NULL;
     float *host_w = NULL, *lvec = NULL;
     vf_ckpt ck = {0};
@@ -271,8 +399,8 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
     snprintf(lora, sizeof lora, "%s/%s", v->ckpt, VF_CKPT_LORA);
     bool lora_ckpt = stat(lora, &sb) == 0;
     uint64_t seed = 0;
-    snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL);
-    if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/%s", v->ckpt, VF_CKPT_MODEL_INDEX);
+    snprintf(model, sizeof model, "%s/%s", v->mdir, VF_CKPT_MODEL);
+    if (stat(model, &sb) != 0) snprintf(model, sizeof model, "%s/%s", v->mdir, VF_CKPT_MODEL_INDEX);
     bool own_model = stat(model, &sb) == 0;
     if (!own_model && lora_ckpt && !(v->o.lora && v->o.lora[0])) {
         /* the checkpoint's adapters go on the base they were trained on: the one recorded,
@@ -296,9 +424,7 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
     }
     if (!(host_w = malloc(sizeof(float) * (size_t)l->total))) VF_FAIL(st, VF_ENOMEM, "out of memory");
     if (base) {
-        VF_TRY(vf_dit_wsrc_open(base, &ws, st));
-        VF_TRY(vf_dit_wsrc_check(ws, l, st));
-        VF_TRY(vf_dit_wsrc_read(ws, l, host_w, 0, l->total, st));
+        VF_TRY(read_weights(l, base, host_w, st));
     } else {
         vf_dit_init(l, seed, 0, l->total, host_w); /* a LoRA run on the seeded init */
     }
@@ -326,12 +452,23 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
         goto fail;
     }
     v->be->upload(v->be, v->dev_w, host_w, l->total, v->be->act_dtype);
+    if (v->low[0]) {
+        if ((rc = read_weights(l, v->low, host_w, st))) {
+            vf_status_prefix(st, "the low-noise expert");
+            goto fail;
+        }
+        if (!(v->dev_low = v->be->alloc(v->be, (size_t)l->total * vf_dtype_size(v->be->act_dtype), st))) {
+            rc = st->code ? st->code : VF_ENOMEM;
+            goto fail;
+        }
+        v->be->upload(v->be, v->dev_low, host_w, l->total, v->be->act_dtype);
+    }
     free(host_w);
     host_w = NULL;
 
+    if (v->image) VF_TRY(image_cond(v, st));
     VF_TRY(vf_vae_dec_model_new(&v->vc, v->be, &v->vm, st));
-    if (v->o.vae && v->o.vae[0]) VF_TRY(vf_vae_load(v->vm, v->o.vae, st));
-    else VF_TRY(vf_vae_init_seeded(v->vm, v->o.vae_seed, st));
+    VF_TRY(vae_weights(v, v->vm, st));
     int chunk = v->o.chunk < v->Tl ? v->o.chunk : (int)v->Tl;
     VF_TRY(vf_vae_dec_new(v->vm, 1, chunk, v->d.H, v->d.W, &v->dec, st));
     size_t plane = (size_t)v->o.height * (size_t)v->o.width;
@@ -342,7 +479,6 @@ fail:
     vf_free(lvec);
     vf_dit_lora_free(lo);
     vf_ckpt_fini(&ck);
-    vf_dit_wsrc_close(ws);
     return rc;
 }
 
@@ -402,13 +538,15 @@ int vf_dit_video_render(vf_dit_video *v, const vf_dit_video_out *o, vf_dit_video
     memset(s, 0, sizeof *s);
     if (!v->dec) VF_FAIL(st, VF_EINVAL, "dit_video: render before load");
 
-    vf_dit_sample_cfg sc = {v->o.steps, v->o.shift, v->o.guidance, v->o.seed, v->c.text_dim};
+    vf_dit_sample_expert low = {v->l, v->dev_low, v->boundary, v->o.guidance2 >= 0 ? v->o.guidance2 : v->o.guidance};
+    vf_dit_sample_cfg sc = {v->o.steps, v->o.shift, v->o.guidance, v->o.seed, v->c.text_dim, v->dev_low ? &low : NULL};
     VF_TRY(vf_dit_sample_check(&sc, &v->c, st));
     double t1 = now_s();
     vf_dit_prompt pp = {.len = &v->pos_len}, np = {.len = &v->neg_len};
     if (v->c.text_emb) pp.emb = v->pos, np.emb = v->neg;
     else pp.tokens = v->pos_tok, np.tokens = v->neg_tok;
-    VF_TRY(vf_dit_sample(v->be, v->l, v->dev_w, &sc, &v->d, &pp, v->have_neg ? &np : NULL, NULL, v->lat, st));
+    vf_dit_sample_cond cond = {v->cond, v->img};
+    VF_TRY(vf_dit_sample(v->be, v->l, v->dev_w, &sc, &v->d, &pp, v->have_neg ? &np : NULL, &cond, NULL, v->lat, st));
     s->sample_s = now_s() - t1;
     if (o->latent) VF_TRY(spit(o->latent, v->lat, sizeof(float) * nlat, st));
 
@@ -461,8 +599,10 @@ void vf_dit_video_free(vf_dit_video *v)
     vf_vae_dec_free(v->dec);
     vf_vae_free(v->vm);
     if (v->dev_w) v->be->free(v->be, v->dev_w);
+    if (v->dev_low) v->be->free(v->be, v->dev_low);
     vf_dit_layout_free(v->l);
     free(v->pos), free(v->neg), free(v->pos_tok), free(v->neg_tok), free(v->lat), free(v->frames), free(v->rgb);
+    free(v->image), free(v->cond), free(v->img);
     free(v);
 }
 
@@ -497,6 +637,11 @@ int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size
      * low-resolution planes, about 3 bytes per padded pixel) and its fixed tables, an
      * estimate: libav does not say what it holds */
     m->encoder = 48 * 3 * (int64_t)(o->width + 64) * (o->height + 64) + ((int64_t)6 << 20);
+    int64_t cc = (int64_t)vf_dit_in_dim(c) - c->z;
+    if (cc > 0) { /* the image, its conditioning (host f32, device), the CLIP features; the encoder */
+        m->cond = plane * 3 + cc * Tl * d.H * d.W * (4 + (int64_t)elem) + (int64_t)c->img_len * c->img_dim * 4;
+        VF_TRY(vf_vae_mem(&vc, elem, 1, vf_vae_time_factor(&vc), o->height, o->width, &m->vae_enc, st));
+    }
 fail:
     vf_dit_layout_free(l);
     return rc;

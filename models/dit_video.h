@@ -41,10 +41,21 @@ typedef struct vf_dit_video_opts {
                                   the seeded init of train.seed), or NULL */
     const char *lora;          /* a LoRA file merged into the weights (instead of a LoRA
                                   checkpoint's own lora.safetensors), or NULL */
+    const char *image;         /* image-to-video: the first frame (an image file of the video's
+                                  size, formats/image_read.h), or NULL for a text-to-video model */
+    const char *image_embeds;  /* Wan 2.1 I2V (img_dim > 0): the image's CLIP features (a
+                                  safetensors file of one (img_len, img_dim) tensor), or NULL */
+    const char *low;           /* the low-noise expert (Wan 2.2 A14B): a weights file or a checkpoint
+                                  (its model), or NULL: a two-expert checkpoint's low_noise_model/,
+                                  else one model */
+    double boundary;           /* where the experts switch (t fraction after the shift); < 0 = the
+                                  checkpoint's state.json "boundary" */
+    double guidance2;          /* the low-noise expert's guidance; < 0 = guidance (as diffusers) */
     const char *flag_prefix;   /* how messages name the options: "--" (CLI) or "" (stage params) */
 } vf_dit_video_opts;
 
-/* The CLI's defaults: 17 frames, 256x256, 30 steps, chunk 1, shift 3, guidance 5, 16 fps, cpu. */
+/* The CLI's defaults: 17 frames, 256x256, 30 steps, chunk 1, shift 3, guidance 5, 16 fps, cpu,
+ * boundary and guidance2 unset (-1). */
 void vf_dit_video_opts_default(vf_dit_video_opts *o);
 
 /* The checkpoint step dir: `path` itself when it holds state.json (verified), else its
@@ -52,17 +63,26 @@ void vf_dit_video_opts_default(vf_dit_video_opts *o);
 int vf_dit_video_find_ckpt(const char *path, vf_ckpt *ck, vf_status *st);
 
 /* The DiT config a checkpoint was trained with (state.json's model.* over the tiny
- * preset); VF_EBADINPUT for a checkpoint that is not a DiT's. */
+ * preset); VF_EBADINPUT for a checkpoint that is not a DiT's. An image-to-video model
+ * (in_dim > z, img_dim > 0) is returned as such: vf_dit_video_open checks the inputs it
+ * needs. */
 int vf_dit_video_config(const vf_ckpt *ck, vf_dit_config *c, vf_status *st);
 
 typedef struct vf_dit_video vf_dit_video;
 
 /* The config, the clip's latent geometry and the latents' normalisation (cache, else the
- * VAE directory's config, else the preset's scalar affine). Nothing heavy. */
+ * VAE directory's config, else the preset's scalar affine); for an image-to-video model
+ * the image (read, its size checked against the video's) and the CLIP features. Nothing
+ * heavy. VF_EBADINPUT naming the option for an image given to a text-to-video model, an
+ * image-to-video model without one, an image of another size, a Wan 2.1 I2V model
+ * without image_embeds. */
 int vf_dit_video_open(const vf_ckpt *ck, const vf_dit_video_opts *o, vf_dit_video **out, vf_status *st);
 /* The DiT weights onto the device (read tensor by tensor through a host f32 copy), with
  * a LoRA adapter merged in (W += alpha/rank · B·A) when the checkpoint is a LoRA run's or
- * o.lora names one, and the VAE decoder. */
+ * o.lora names one, the low-noise expert's beside them when there are two (a two-expert
+ * checkpoint's high_noise_model/ is the main model), and the VAE decoder; for an
+ * image-to-video model the VAE encoder
+ * too, which encodes the image's conditioning (models/dit_i2v.h) and is freed. */
 int vf_dit_video_load(vf_dit_video *v, vf_status *st);
 /* The prompt's embeddings (a safetensors file of one (L, text_dim) tensor) and the
  * negative one's (NULL: the empty caption when guidance > 1). `what` names the input in
@@ -106,6 +126,8 @@ void vf_dit_video_free(vf_dit_video *v); /* NULL is fine */
 typedef struct vf_dit_video_mem {
     int64_t weights, staging, acts, vae_weights, vae_caches, vae_workspace, vae_conv_workspace, vae_host, frames;
     int64_t encoder; /* the video encoder's frames and tables (an estimate) */
+    int64_t cond;    /* image-to-video: the conditioning and image features, host and device */
+    vf_vae_mem_info vae_enc; /* image-to-video: the VAE encoder of the image (freed before sampling) */
 } vf_dit_video_mem;
 int vf_dit_video_mem_of(const vf_dit_config *c, const vf_dit_video_opts *o, size_t elem, vf_dit_video_mem *m,
                         vf_status *st);

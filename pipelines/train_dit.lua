@@ -64,6 +64,9 @@
 --                  bytes (no text_dim): a video of each per checkpoint       (none)
 --   sample_negative sample_frames sample_size (WxH or one number) sample_steps sample_shift sample_guidance
 --   sample_seed sample_fps sample_every sample_device sample_cache   the sample stage's params
+--   sample_image sample_image_embeds   an image-to-video model's first frame (an image file
+--                  of the sample size) and, for Wan 2.1 I2V, its CLIP features
+
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "train", { tensorboard = a.tensorboard })
@@ -121,7 +124,7 @@ local ckpt = p:stage("checkpoint", {
 -- every knob is read whether it applies or not: a knob the script never reads is refused
 local sk = {}
 for _, k in ipairs { "prompts", "captions", "negative", "frames", "size", "steps", "shift", "guidance", "seed",
-                     "fps", "every", "device", "cache" } do sk[k] = a["sample_" .. k] end
+                     "fps", "every", "device", "cache", "image", "image_embeds" } do sk[k] = a["sample_" .. k] end
 local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
 local sample
 local function nonempty(v) return v ~= nil and v ~= "" end
@@ -134,7 +137,8 @@ if nonempty(sk.prompts) or nonempty(sk.captions) then
   sample = {
     prompts = #prompts > 0 and prompts or nil, captions = #captions > 0 and captions or nil, negative = sk.negative,
     frames = sk.frames, size = size, steps = sk.steps, shift = sk.shift, guidance = sk.guidance, seed = sk.seed,
-    fps = sk.fps, every = sk.every, device = sk.device, cache = sk.cache,
+    fps = sk.fps, every = sk.every, device = sk.device, cache = sk.cache, image = sk.image,
+    image_embeds = sk.image_embeds,
   }
 end
 local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,

@@ -11,6 +11,10 @@
  * `vflow sample` takes; the files appear by rename when complete). Each finished video is
  * a metrics row {"event":"sample","step","path","seconds","image":"samples/step-N/<stem>
  * .frame0.png","tag":"sample/<stem>"}, which the driver shows as a TensorBoard image.
+ * An image-to-video model samples every video from one image (`image`, and for Wan 2.1
+ * I2V its CLIP features `image_embeds`), conditioned as vflow sample --image is; a
+ * two-expert checkpoint (high_noise_model/, low_noise_model/) or `low` samples with both
+ * experts, switching at `boundary` (else the checkpoint's).
  * A notification that arrives while a job is in flight is skipped, logged
  * ("step N skipped, still sampling step M") and counted (gauge sample_skipped).
  *
@@ -63,6 +67,16 @@ static const vf_param_spec sample_params[] = {
      "latent cache whose recorded normalisation de-normalises the latents (as vflow sample --cache); \"\" = none"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where sampling and decoding run"},
     {"every", VF_P_INT, "1", VF_RANGE(1, 1e9), "sample the k-th, 2k-th, … checkpoint (and the final one)"},
+    {"image", VF_P_STR, "\"\"", VF_ANY,
+     "image-to-video: the first frame of every video, an image file of the videos' size (as vflow sample --image)"},
+    {"image_embeds", VF_P_STR, "\"\"", VF_ANY,
+     "Wan 2.1 I2V: the image's CLIP features (tools/encode_images.py), as vflow sample --image-embeds"},
+    {"low", VF_P_STR, "\"\"", VF_ANY,
+     "the low-noise expert's weights (file or checkpoint) beside each checkpoint's model; \"\" = the checkpoint's "
+     "low_noise_model/ when it has one"},
+    {"boundary", VF_P_NUM, "-1", VF_RANGE(-1, 1),
+     "two experts: the t fraction after the shift where they switch; -1 = the checkpoint's"},
+    {"guidance_2", VF_P_NUM, "-1", VF_RANGE(-1, 1e6), "the low-noise expert's guidance; -1 = guidance"},
     {"model", VF_P_TABLE, VF_DIT_MODEL_DEFAULT, VF_ANY, "DiT preset, for the memory plan (set by p:train)", NULL,
      vf_dit_model_fields},
     {0},
@@ -85,6 +99,11 @@ static void opts_of(const vf_params *p, vf_dit_video_opts *o)
     o->vae_preset = vf_param_str(p, "vae_preset");
     o->cache = vf_param_str(p, "cache");
     o->device = vf_param_str(p, "device");
+    o->image = vf_param_str(p, "image");
+    o->image_embeds = vf_param_str(p, "image_embeds");
+    o->low = vf_param_str(p, "low");
+    o->boundary = vf_param_num(p, "boundary");
+    o->guidance2 = vf_param_num(p, "guidance_2");
     o->flag_prefix = "";
 }
 
@@ -120,13 +139,17 @@ static int sample_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     vf_device dev;
     VF_TRY(check_params(p, st));
     VF_TRY(vf_dit_config_from_params(vf_param_table(p, "model"), &c, st));
-    /* refused at check time rather than at the first checkpoint of a long run */
-    if (vf_dit_in_dim(&c) != c.z || c.img_dim > 0)
-        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
-                             "sample: an image-to-video model (in_dim %d, img_dim %d): the sample stage takes "
-                             "text-to-video models",
-                             vf_dit_in_dim(&c), c.img_dim);
     opts_of(p, &o);
+    /* refused at check time rather than at the first checkpoint of a long run */
+    const bool i2v = vf_dit_in_dim(&c) != c.z;
+    if (i2v != (o.image[0] != 0) || (c.img_dim > 0) != (o.image_embeds[0] != 0))
+        return vf_status_set(st, VF_EBADINPUT, __FILE__, __LINE__,
+                             "sample: %s model (in_dim %d, img_dim %d) %s", i2v ? "an image-to-video" : "a text-to-video",
+                             vf_dit_in_dim(&c), c.img_dim,
+                             !i2v                   ? "takes no image nor image_embeds"
+                             : !o.image[0]          ? "needs image (the first frame, an image file of the videos' size)"
+                             : c.img_dim > 0        ? "needs image_embeds (the image's CLIP features, tools/encode_images.py)"
+                                                    : "has no image branch: leave image_embeds out");
     VF_TRY(vf_device_parse(o.device, &dev, st));
     /* the device's activation dtype: f32 on the CPU backend, bf16 on CUDA */
     size_t elem = dev.kind == VF_DEV_CUDA ? 2 : 4;
@@ -137,6 +160,14 @@ static int sample_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_
     /* everything is allocated on the worker pthread, in no stage account: library figures */
     const vf_device cpu = {VF_DEV_CPU, 0};
     vf_mem_plan_add_lib(out, dev, VF_MEM_WEIGHTS, "sample DiT weights", m.weights);
+    if (o.low[0] || o.boundary >= 0) /* two experts: both on the device */
+        vf_mem_plan_add_lib(out, dev, VF_MEM_WEIGHTS, "sample DiT weights (low-noise expert)", m.weights);
+    if (i2v) { /* the image's encoder, freed before sampling, and its conditioning */
+        vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE encoder (image)",
+                            m.vae_enc.weights + m.vae_enc.caches + m.vae_enc.workspace);
+        vf_mem_plan_add_lib(out, cpu, VF_MEM_VAE, "sample VAE encoder host (image)", m.vae_enc.host);
+        vf_mem_plan_add_lib(out, cpu, VF_MEM_ITEMS, "sample image conditioning", m.cond);
+    }
     vf_mem_plan_add_lib(out, cpu, VF_MEM_WEIGHTS, "sample f32 staging (loading)", m.staging);
     vf_mem_plan_add_lib(out, dev, VF_MEM_ACTS, "sampler activations", m.acts);
     vf_mem_plan_add_lib(out, dev, VF_MEM_VAE, "sample VAE weights", m.vae_weights);

@@ -457,9 +457,10 @@ static int is_cached(vae_state *v, const vf_item *it, bool *hit, vf_status *st)
     } else {
         const char *src = vf_item_str(it, "source"), *tf = vf_item_str(it, "transform");
         if (!src || !tf || vf_item_num(it, "clip", &clip) != 0) return 0;
-        char th[VF_CACHE_KEY_LEN + 1];
+        char th[VF_CACHE_KEY_LEN + 1], kh[VF_CACHE_KEY_LEN + 1];
         vf_cache_item_text_hash(it, th);
-        vf_cache_key_bucket(src, (int64_t)clip, tf, v->vae_id, th, vf_item_str(it, "bucket"), key);
+        vf_cache_item_cond_hash(it, th, kh);
+        vf_cache_key_bucket(src, (int64_t)clip, tf, v->vae_id, kh, vf_item_str(it, "bucket"), key);
     }
     int rc = vf_lmdb_exists(v->cache, key, VF_CACHE_KEY_LEN, hit, st);
     if (rc < 0) vf_status_prefix(st, "vae_encode: skip_cached: item '%s'", vf_item_id(it));

@@ -20,11 +20,14 @@
 #  - a byte-caption model (the tiny preset without text_dim) sampled with --prompt TEXT:
 #    its latent equals dit_tool sample fed the caption's bytes, cut at text_len and
 #    padded, as tokens; another caption gives another latent;
+#  - two experts (--low F --boundary B --guidance-2 G): the latent equals dit_tool sample
+#    low=… boundary=… guidance2=… bit for bit, and differs from the one-model latent;
 #  - bad input, each exit 2 with one line naming it and no output file: a size the VAE
 #    stride x patch does not divide, a frame count the VAE cannot make, embeddings of
 #    another width, embeddings for a byte-caption checkpoint and a caption for an
 #    embeddings one, an output directory that does not exist,
-#    a missing checkpoint, --vae-preset wan for a 4-channel model.
+#    a missing checkpoint, --vae-preset wan for a 4-channel model, --guidance-2 with one
+#    model, --low without a boundary, a --low file that is not there.
 import os
 import random
 import struct
@@ -107,6 +110,24 @@ def main():
     lat, ref = open(j("s.lat"), "rb").read(), open(j("ref.lat"), "rb").read()
     check(len(lat) == 4 * 4 * Tl * h * w and lat == ref, "latent differs from dit_tool sample's (%d vs %d bytes)" %
           (len(lat), len(ref)))
+
+    # two experts: --low FILE switching at --boundary with --guidance-2, against dit_tool sample
+    # low= (held to WanPipeline with transformer_2 by test_wan_experts_sample_diffusers.py)
+    cfg = ["text_emb=1", "text_dim=16"]
+    run([os.path.join(TOOLS, "dit_tool"), "init"] + cfg + ["seed=3", "out=" + j("low.bin")])
+    run([os.path.join(TOOLS, "dit_tool"), "save"] + cfg + ["params=" + j("low.bin"), "out=" + j("low.safetensors")])
+    r = run(base + ["--low", j("low.safetensors"), "--boundary", "0.875", "--guidance-2", "2", "--out", j("e.mp4"),
+                    "--latent-out", j("e.lat")])
+    check(r.returncode == 0, "vflow sample --low: exit %d: %s" % (r.returncode, r.stderr[-500:]))
+    r = run([os.path.join(TOOLS, "dit_tool"), "sample"] + cfg + [
+        "dims=1,%d,%d,%d" % (Tl, h, w), "weights=" + os.path.join(step, "model.safetensors"), "pos=" + j("pos.f32"),
+        "pos_len=" + j("pos_len"), "neg=" + j("neg.f32"), "neg_len=" + j("neg_len"), "steps=5", "shift=3",
+        "guidance=4.5", "seed=11", "low=" + j("low.safetensors"), "boundary=0.875", "guidance2=2",
+        "out=" + j("eref.lat")])
+    check(r.returncode == 0 and "low" in r.stdout and "high" in r.stdout, "dit_tool sample low=: " + r.stderr[-300:])
+    elat = open(j("e.lat"), "rb").read() if os.path.exists(j("e.lat")) else b""
+    check(elat == open(j("eref.lat"), "rb").read() and elat != lat,
+          "two experts: the latent differs from dit_tool sample low='s, or equals the one-model latent")
 
     # the frames against vae_tool decode of that latent (tiny VAE, seed 0, scale 1 shift 0)
     zs = struct.unpack("<%df" % (len(lat) // 4), lat)
@@ -204,6 +225,9 @@ def main():
         ("out dir", ["--out", j("nodir", "x.mp4")], "x.mp4"),
         ("missing ckpt", ["CKPT=" + j("nothere")], "nothere"),
         ("vae preset", ["--vae-preset", "wan"], "--vae-preset wan"),
+        ("second guidance, one model", ["--guidance-2", "2"], "--guidance-2"),
+        ("two experts, no boundary", ["--low", j("low.safetensors")], "--boundary"),
+        ("low expert missing", ["--low", j("nolow.safetensors"), "--boundary", "0.9"], "nolow.safetensors"),
     ]
     for name, extra, words in cases:
         args = list(base) + ["--out", j("bad.mp4")]

@@ -70,6 +70,24 @@ def rel_max(a, ref):
     return float(np.abs(a - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
+class Checks:
+    """Counts failed checks: check(cond, msg) prints "FAIL: msg" when cond is false and
+    returns cond; failed is the count, verdict() prints PASS/FAIL and gives the exit code."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, cond, msg):
+        if not cond:
+            self.failed += 1
+            print("FAIL: " + msg)
+        return cond
+
+    def verdict(self):
+        print("PASS" if not self.failed else "FAIL (%d)" % self.failed)
+        return 1 if self.failed else 0
+
+
 def rel_norm(a, ref):
     """||a − ref|| / ||ref|| (numpy arrays)."""
     import numpy as np

@@ -34,7 +34,14 @@
  *                 tokens i32 (B,text_len) with text_emb=0)
  *                 flow-matching Euler sampling with guidance (models/dit_sample.h): prints
  *                 "sigmas s0 … sN" and "ms <wall time>"; writes the final latent (f32); noise
- *                 from the seed unless noise= gives it (noise_out= writes the seed's noise)
+ *                 from the seed unless noise= gives it (noise_out= writes the seed's noise);
+ *                 image-to-video: image=PNG (the first frame, (H·s)x(W·s) for the VAE's
+ *                 stride s) vae=PATH (its weights and latent normalisation, a diffusers
+ *                 AutoencoderKLWan dir) [vae_preset=tiny] [cond_out=C] builds the
+ *                 conditioning as models/dit_i2v.h does for every sample (cond_out=: it,
+ *                 f32 (in_dim-z,T,H,W)); img=M the CLIP features f32 (B,img_len,img_dim);
+ *                 two experts: low=PATH (the low-noise expert's weights) boundary=B
+ *                 [guidance2=G] (default: guidance); prints "experts high|low …", one per step
  *
  * CFG is either preset=NAME or key=value pairs of vf_dit_config (dim depth heads head_dim
  * ffn z patch=pt,ph,pw text_dim text_len freq_dim text_emb=0|1 in_dim img_dim img_len
@@ -47,6 +54,8 @@
  */
 #include "models/dit.h"
 #include "models/dit_lora.h"
+#include "formats/image_read.h"
+#include "models/dit_i2v.h"
 #include "models/dit_sample.h"
 #include "models/dit_experts.h"
 #include "runtime/philox.h"
@@ -232,6 +241,45 @@ static void parse_dims(int argc, char **argv, const vf_dit_config *c, vf_dit_dim
         exit(2);
     }
     *d = vf_dit_dims_of(c, B, T, H, W);
+}
+
+/* The image-to-video conditioning of image file `path` for every sample of d, built by
+ * models/dit_i2v.c with the VAE of vae= (weights and normalisation). */
+static float *i2v_cond(int argc, char **argv, vf_backend *be, const vf_dit_config *c, const vf_dit_dims *d,
+                       const char *path)
+{
+    vf_status st = {0};
+    vf_vae_config vc;
+    vf_vae *m = NULL;
+    const char *vae = arg(argc, argv, "vae"), *pre = arg(argc, argv, "vae_preset");
+    if (pre && strcmp(pre, "tiny")) vf_vae_config_wan(&vc);
+    else vf_vae_config_tiny(&vc);
+    float mean[64], sd[64];
+    bool found = false;
+    uint8_t *rgb = NULL;
+    int w = 0, h = 0;
+    const int sf = vf_vae_space_factor(&vc);
+    int64_t T = vf_vae_decoded_frames(&vc, d->T), per = (vf_dit_in_dim(c) - c->z) * (int64_t)d->T * d->H * d->W;
+    if (!vae) {
+        fprintf(stderr, "dit_tool: image= needs vae=DIR\n");
+        exit(2);
+    }
+    if (vf_image_read(path, &rgb, &w, &h, &st) || vf_vae_config_norm(vae, c->z, mean, sd, &found, &st) ||
+        vf_vae_new(&vc, be, &m, &st) || vf_vae_load(m, vae, &st))
+        die(&st);
+    if (!found || w != d->W * sf || h != d->H * sf) {
+        fprintf(stderr, "dit_tool: %s: %dx%d (want %dx%d) or %s has no latents_mean/std\n", path, w, h, d->W * sf,
+                d->H * sf, vae);
+        exit(2);
+    }
+    float *cond = malloc(sizeof(float) * (size_t)(per * d->B));
+    if (vf_dit_i2v_cond(c, m, vf_vae_time_factor(&vc), rgb, w, h, T, mean, sd, cond, &st)) die(&st);
+    for (int b = 1; b < d->B; b++) memcpy(cond + b * per, cond, sizeof(float) * (size_t)per);
+    const char *out = arg(argc, argv, "cond_out");
+    if (out) spit(out, cond, sizeof(float) * (size_t)per);
+    vf_vae_free(m);
+    free(rgb);
+    return cond;
 }
 
 static double clock_ms(clockid_t id)
@@ -482,11 +530,29 @@ int main(int argc, char **argv)
         double t0 = now_ms();
         vf_dit_prompt pp = {.emb = pos, .tokens = ptok, .len = pos_len},
                       np = {.emb = neg, .tokens = ntok, .len = neg_len};
-        if (vf_dit_sample(be, l, w, &sc, &d, &pp, neg || ntok ? &np : NULL, noise, lat, &st)) die(&st);
+        vf_dit_sample_cond cond = {0};
+        vf_dit_sample_expert low = {l, NULL, (s = arg(argc, argv, "boundary")) ? strtod(s, NULL) : -1,
+                                    (s = arg(argc, argv, "guidance2")) ? strtod(s, NULL) : sc.guidance};
+        float *lw = NULL;
+        if ((s = arg(argc, argv, "low"))) {
+            lw = load_weights(l, s, NULL, NULL);
+            if (!(low.weights = be->alloc(be, (size_t)l->total * vf_dtype_size(be->act_dtype), &st))) die(&st);
+            be->upload(be, low.weights, lw, l->total, be->act_dtype);
+            sc.low = &low;
+        }
+        if ((s = arg(argc, argv, "image"))) cond.cond = i2v_cond(argc, argv, be, &c, &d, s);
+        if ((s = arg(argc, argv, "img"))) cond.img = slurp(s, (size_t)d.B * c.img_len * c.img_dim * 4);
+        if (vf_dit_sample(be, l, w, &sc, &d, &pp, neg || ntok ? &np : NULL, &cond, noise, lat, &st)) die(&st);
+        free((void *)cond.cond), free((void *)cond.img), free(lw);
+        if (low.weights) be->free(be, low.weights);
         double ms = now_ms() - t0;
         vf_dit_sample_sigmas(sc.steps, sc.shift, sig);
         printf("sigmas");
         for (int i = 0; i <= sc.steps; i++) printf(" %.9g", sig[i]);
+        if (sc.low) { /* which expert each step ran */
+            printf("\nexperts");
+            for (int i = 0; i < sc.steps; i++) printf(" %s", vf_dit_sample_is_low(sig[i], low.boundary) ? "low" : "high");
+        }
         printf("\nms %.1f\n", ms);
         spit(out, lat, nlat * 4);
         be->free(be, w);

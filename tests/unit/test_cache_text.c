@@ -145,6 +145,40 @@ VF_TEST(loader_accepts_floats_refuses_bad_files)
     }
 }
 
+VF_TEST(keys_change_with_the_clip_features)
+{
+    vf_status st;
+    vf_status_clear(&st);
+    char a[33], b[33], c[33], plain[33], ch[33], again[33];
+    vf_item *x = make_item(0, D), *y = make_item(0, D), *z = make_item(0, D);
+    vf_tensor *fx = make_emb(2, D);
+    vf_item_put(x, "clip_emb", vf_tensor_ref(fx), &st);
+    vf_item_put(y, "clip_emb", make_emb(3, D), &st); /* the same clip and caption, other features */
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(x, VF_CACHE_KEY_PROVENANCE, a, &st), 0);
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(y, VF_CACHE_KEY_PROVENANCE, b, &st), 0);
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(z, VF_CACHE_KEY_PROVENANCE, c, &st), 0);
+    VF_CHECK(strcmp(a, b) != 0);
+    VF_CHECK(strcmp(a, c) != 0);
+    char th[33];
+    vf_cache_item_text_hash(z, th);
+    vf_cache_key_text("0000000000000000", 0, "frames=5", "vaeA", th, plain);
+    VF_CHECK_STR(c, plain); /* without features: the key it always had */
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(x, VF_CACHE_KEY_ID, a, &st), 0);
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(y, VF_CACHE_KEY_ID, b, &st), 0);
+    VF_CHECK(strcmp(a, b) != 0);
+    /* a stored entry (the clip_key reference in place of the tensor) keeps its key */
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(x, VF_CACHE_KEY_PROVENANCE, a, &st), 0);
+    vf_cache_shared_hash(vf_cache_clip, fx, ch);
+    vf_tensor_unref(vf_item_take(x, "clip_emb"));
+    vf_item_set_str(x, "clip_key", ch, &st);
+    VF_CHECK_EQ_INT(vf_cache_key_of_item(x, VF_CACHE_KEY_PROVENANCE, again, &st), 0);
+    VF_CHECK_STR(a, again);
+    vf_tensor_unref(fx);
+    vf_item_free(x);
+    vf_item_free(y);
+    vf_item_free(z);
+}
+
 VF_TEST(keys_change_with_the_embedding)
 {
     vf_status st;

@@ -7,6 +7,8 @@
 #include "models/dit_experts.h"
 
 #include <errno.h>
+#include "formats/ckpt.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,8 +16,8 @@
 
 const char *vf_dit_expert_dir(const char *expert)
 {
-    if (!strcmp(expert, "high")) return "high_noise_model";
-    if (!strcmp(expert, "low")) return "low_noise_model";
+    if (!strcmp(expert, "high")) return VF_CKPT_EXPERT_HIGH;
+    if (!strcmp(expert, "low")) return VF_CKPT_EXPERT_LOW;
     return NULL;
 }
 

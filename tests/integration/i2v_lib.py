@@ -58,3 +58,13 @@ def train(tmp, name, cache, *sets):
         with open(os.path.join(rd, "metrics.jsonl")) as f:
             losses = [json.loads(ln)["loss"] for ln in f if '"event":"train_step"' in ln]
     return r, rd, losses
+
+
+def refusals(tmp, cases):
+    """Trains each case (name, cache, sets, words) that must be refused: yields (ok, message),
+    ok when the run exits 2 before its first step with every word in its output."""
+    for name, cache, sets, words in cases:
+        r, _, ln = train(tmp, name, cache, *sets)
+        out = r.stdout + r.stderr
+        yield (r.returncode == 2 and not ln and all(w in out for w in words),
+               "%s: exit %d, %d steps, want %r: %s" % (name, r.returncode, len(ln), words, out[-600:]))

@@ -455,11 +455,14 @@ void vf_cuda_matmul_dgelu_bwd(vf_backend *be, void *dpre, void *dbias_pre, void 
 }
 
 /* ------------------------------------------------------------------ nb layers, one input
- * One strided-batched GEMM: the weights (and biases, through BIAS_BATCH_STRIDE) at the
- * layout's stride, the input shared (stride 0), the outputs at theirs; the weight
- * gradients likewise (the bias gradients by the column-sum kernel per layer). The input
- * gradient sums over the layers, which a batch cannot: nb GEMMs, the first writing where
- * the mode says so. Where cuBLASLt takes no batch of these strides, layer by layer. */
+ * The forward is one strided-batched GEMM: the weights (and biases, through
+ * BIAS_BATCH_STRIDE) at the layout's stride, the input shared (stride 0), the outputs at
+ * theirs. The backward runs layer by layer: the input gradient sums over the layers,
+ * which a batch cannot, and the weight gradients accumulate (beta 1) into the parameters'
+ * layout, where cuBLASLt's batched GEMM with the shared input at stride 0 gives wrong
+ * weight gradients (seen on an H200 with CUDA 13.0: rel 0.69 in test_cuda_ops' batch
+ * cases); each layer's GEMM is large at a DiT's sizes, so one batch would save little. Where
+ * cuBLASLt takes no batch of these strides, the forward also runs layer by layer. */
 
 void vf_cuda_matmul_batch_fwd(vf_backend *be, void *out, const void *inp, const void *w, const void *bias,
                               int64_t N, int64_t C, int64_t OC, int nb, int64_t wstride, int64_t ostride)
@@ -491,15 +494,7 @@ void vf_cuda_matmul_batch_bwd(vf_backend *be, void *dinp, void *dw, void *dbias,
         dense_dinp(c, dinp, (const char *)dout + (size_t)(i * ostride) * 2,
                    (const char *)w + (size_t)(i * wstride) * 2, N, C, OC,
                    i == 0 && mode == VF_GRAD_WRITE ? 0.0f : 1.0f);
-    int rc = VF_ENOTFOUND;
-    if (dw && nb > 1 && C > 0 && OC > 0) {
-        const lt_extra xb = {.batch = nb, .sa = 0, .sb = ostride, .sd = wstride};
-        rc = lt_gemm(c, 0, 1, C, OC, N, inp, C, dout, OC, dw, C, 1.0f, &xb);
-        for (int i = 0; rc == 0 && dbias && i < nb; i++)
-            vf_cuda_bias_grad(c, (char *)dbias + (size_t)(i * wstride) * 2,
-                              (const char *)dout + (size_t)(i * ostride) * 2, N, OC);
-    }
-    if (rc == VF_ENOTFOUND && OC > 0)
+    if (OC > 0)
         for (int i = 0; i < nb; i++)
             dense_wgrad(c, dw ? (char *)dw + (size_t)(i * wstride) * 2 : NULL,
                         dbias ? (char *)dbias + (size_t)(i * wstride) * 2 : NULL,

@@ -71,7 +71,9 @@ static void one_config(bool recompute, bool warm)
 
     /* a fresh account per config: its device twin is what the pool charges */
     char name[64];
-    snprintf(name, sizeof name, "plan_gpu_%s", recompute ? "rc" : "norc");
+    /* the warm-up's own name: the workspaces it grows (cuDNN's, cuBLASLt's) stay charged
+     * to the account it ran under, which the measured pass must not read */
+    snprintf(name, sizeof name, "plan_gpu_%s%s", warm ? "warm_" : "", recompute ? "rc" : "norc");
     vf_account *acct = vf_account_new(name);
     vf_account *prev = vf_account_set_current(acct);
     vf_cuda_pool_trim(0); /* blocks cached by an earlier config would hide from cudaMemGetInfo */

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "tests/vf_test.h"
+#include "tests/gpu/gpu_test_main.h"
 
 #include "kernels/ops.h"
 #include "models/dit.h"
@@ -315,26 +316,4 @@ VF_TEST(dit_tiny_token_time)
     model_case(c, vf_dit_dims_of(&c, 2, 4, 8, 8));
 }
 
-int main(void)
-{
-    /* VFLOW_GPU_TEST_ON_CPU=1 runs the harness with the CPU backend standing in for the
-     * GPU (every comparison must then pass trivially): a check of the test itself on a
-     * machine without a GPU. */
-    const char *on_cpu = getenv("VFLOW_GPU_TEST_ON_CPU");
-    if (on_cpu && atoi(on_cpu)) {
-        G = vf_backend_cpu();
-        return vf_test_main();
-    }
-#ifndef VFLOW_HAVE_CUDA
-    printf("skip: vflow was built without CUDA\n");
-    return 77;
-#else
-    vf_status st = {0};
-    G = vf_backend_cuda(0, &st);
-    if (!G) {
-        printf("skip: %s\n", st.msg);
-        return 77;
-    }
-    return vf_test_main();
-#endif
-}
+int main(void) { return vf_gpu_test_main(&G, NULL); }

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "tests/vf_test.h"
+#include "tests/gpu/gpu_test_main.h"
 
 #include "kernels/ops.h"
 #include "kernels/phases.h"
@@ -121,26 +122,4 @@ VF_TEST(same_bits_and_phases)
     free(hx), free(hw), free(hq), free(r1), free(r2), free(b1), free(b2);
 }
 
-int main(void)
-{
-    /* VFLOW_GPU_TEST_ON_CPU=1 runs the harness with the CPU backend standing in for the
-     * GPU (the host clock then takes the events' place): a check of the test itself on a
-     * machine without a GPU. */
-    const char *on_cpu = getenv("VFLOW_GPU_TEST_ON_CPU");
-    if (on_cpu && atoi(on_cpu)) {
-        G = vf_backend_cpu();
-        return vf_test_main();
-    }
-#ifndef VFLOW_HAVE_CUDA
-    printf("skip: vflow was built without CUDA\n");
-    return 77;
-#else
-    vf_status st = {0};
-    G = vf_backend_cuda(0, &st);
-    if (!G) {
-        printf("skip: %s\n", st.msg);
-        return 77;
-    }
-    return vf_test_main();
-#endif
-}
+int main(void) { return vf_gpu_test_main(&G, NULL); }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "tests/vf_test.h"
+#include "tests/gpu/gpu_test_main.h"
 
 #include "kernels/ops.h"
 #include "models/dit.h"
@@ -181,23 +182,4 @@ VF_TEST(swap_equals_resident)
     vf_dit_layout_free(s.l);
 }
 
-int main(void)
-{
-    const char *on_cpu = getenv("VFLOW_GPU_TEST_ON_CPU");
-    if (on_cpu && atoi(on_cpu)) {
-        G = vf_backend_cpu();
-        return vf_test_main();
-    }
-#ifndef VFLOW_HAVE_CUDA
-    printf("skip: vflow was built without CUDA\n");
-    return 77;
-#else
-    vf_status st = {0};
-    G = vf_backend_cuda(0, &st);
-    if (!G) {
-        printf("skip: %s\n", st.msg);
-        return 77;
-    }
-    return vf_test_main();
-#endif
-}
+int main(void) { return vf_gpu_test_main(&G, NULL); }

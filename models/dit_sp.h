@@ -58,6 +58,11 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
                             int64_t B, int64_t H, int64_t Dh, float scale, void *const work[VF_DIT_SP_WORK_BWD],
                             vf_status *st);
 
+/* The geometry one rank of n holds for micro-batches up to max (whole sequences; N the
+ * largest B·L over buckets, 0 when that is B·L): L = ⌈L/n⌉, N a bound on B·⌈L/n⌉ over
+ * the buckets, ⌊(N + B·(n − 1))/n⌋ (0 when that is not below B·⌈L/n⌉); B, T, H, W kept. */
+vf_dit_dims vf_dit_sp_rank_max(const vf_dit_dims *max, int n);
+
 /* For sp = n ranks over sequences of up to L tokens, micro-batches of up to B samples
  * of model c in element size as: the bytes of one all-to-all chunk (what the group's
  * vf_a2a_open takes as chunk_max), and the device bytes vf_dit_part_set_sp allocates for

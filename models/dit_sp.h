@@ -78,13 +78,16 @@ void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_
 
 /* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
- * whole latent, whose tokens are sp->L), p made for the whole sequences (the first
- * partition embeds them all and keeps this rank's rows; the last runs the head and the
- * loss on this rank's rows, the loss and its gradients this rank's share of the whole
- * sequences' mean, so the ranks' losses and weight gradients add up to one rank's). sp's
+ * whole latent, whose tokens are sp->L), p made for the rank's tokens (vf_dit_part_new_sp
+ * with sp->n ranks over sequences of at least sp->L tokens; a middle partition may also
+ * be vf_dit_part_new's for sp->Lr tokens). The first partition embeds the whole
+ * sequences in its ends' buffers and keeps this rank's rows; the last runs the head and
+ * the loss on this rank's rows, the loss and its gradients this rank's share of the whole
+ * sequences' mean, so the ranks' losses and weight gradients add up to one rank's. sp's
  * L and Lr may be changed between micro-batches (another bucket) as long as sp->L stays
  * within what it was at this call. VF_EUSAGE at an end whose activation and gradient
- * dtypes differ. On a backend other than the CPU's it joins the device group of sp's
+ * dtypes differ, or whose partition vf_dit_part_new_sp did not make for sp->n ranks over
+ * sp->L tokens or more. On a backend other than the CPU's it joins the device group of sp's
  * ranks (ops.h a2a_open over sp->a2a: every rank sets its partition at the same point),
  * which p owns. Its all-to-all failures come back from vf_dit_part_forward and
  * vf_dit_part_backward. */

@@ -5,9 +5,10 @@
 -- every clip's tokens; 1F1B over micro-batches of one clip, recompute, the AdamW state in
 -- 8 shards, shard k on GPU k.
 --
---   vflow plan pipelines/plan_wan14b_720p_sp.lua --budget cuda=80GiB,cpu=2TiB              # 2 x sp 4: fits
+--   vflow plan pipelines/plan_wan14b_720p_sp.lua --budget cuda=80GiB,cpu=2TiB   # fits: 63.5-72.0 GiB per GPU
 --   vflow plan pipelines/plan_wan14b_720p_sp.lua --budget cuda=80GiB,cpu=2TiB --set sp=1 \
---        --set stages=8                                                                     # PP alone: over
+--        --set stages=8                                                           # exit 2: PP alone, 115.4 GiB on cuda:0
+--   vflow plan pipelines/plan_wan14b_720p_sp.lua --budget cuda=80GiB,cpu=2TiB --set stages=4 --set sp=2   # exit 2
 --
 -- Partition q's rank k runs on cuda:(k·stages + q). With sp = 1 and stages = 8 this is
 -- pipelines/plan_wan14b_8x80.lua at 720p.

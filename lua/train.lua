@@ -165,9 +165,9 @@ return function(vf)
     if type(base) ~= "string" then fail("pipeline_parallel: name must be a string") end
     local devices = opts.devices or "cpu"
     if type(devices) == "string" then devices = { devices } end
-    if type(devices) ~= "table" or (#devices ~= 1 and #devices ~= P and #devices ~= P * D) then
-      fail("pipeline_parallel: devices must be one device, %d (one per stage) or %d (per stage and replica)",
-           P, P * D)
+    if type(devices) ~= "table" or (#devices ~= 1 and #devices ~= P and #devices ~= P * D and #devices ~= P * D * SP) then
+      fail("pipeline_parallel: devices must be one device, %d (one per stage), %d (per stage and replica) or %d "
+           .. "(per stage, replica and sp rank)", P, P * D, P * D * SP)
     end
     local isolate = opts.isolate ~= false
     -- swap_blocks = K: in every partition, the last K blocks' frozen base stream in from
@@ -190,7 +190,9 @@ return function(vf)
       for q = 0, P - 1 do
         local name = D == 1 and (base .. "_" .. q) or (base .. "_" .. q .. "_r" .. r)
         if SP > 1 then name = name .. "_s" .. k end
-        local dev = #devices == 1 and devices[1] or #devices == P and devices[q + 1] or devices[r * P + q + 1]
+        -- P·D·SP devices: row l's partition q on devices[l·P + q + 1], each rank on its own
+        local dev = #devices == 1 and devices[1] or #devices == P and devices[q + 1]
+                    or #devices == P * D and devices[r * P + q + 1] or devices[l * P + q + 1]
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,

@@ -248,6 +248,10 @@ typedef struct vf_dit_mem {
     int64_t workspace;   /* scratch of the partition object (backward buffers, RoPE tables,
                             the one-block recompute area) */
     int64_t xfer;        /* one vf_dit_xfer (x, e, e0, ctx) as sent between partitions */
+    /* a rank of sequence parallelism (vf_dit_part_memory_sp, sp > 1; 0 else): */
+    int64_t saved_ends;  /* of saved: the first partition's whole-clip embedding inputs */
+    int64_t ends;        /* the whole sequences the embedding and the targets are staged in,
+                            allocated apart from the workspace */
 } vf_dit_mem;
 
 /* Memory of partition [b0, b1) at geometry `max` with element sizes act_size (weights,
@@ -255,6 +259,10 @@ typedef struct vf_dit_mem {
  * params + grads + M·saved + workspace. */
 void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
                         int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out);
+/* The same for one rank of sp ranks (models/dit_sp.h) of micro-batches up to max (whole
+ * sequences): what vf_dit_part_new_sp allocates. sp = 1 is vf_dit_part_memory. */
+void vf_dit_part_memory_sp(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int sp,
+                           int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out);
 /* Saved activation bytes of one block for B samples of L tokens (act_size per element)
  * as recompute (vf_dit_recompute) says: everything its backward reads; its input (B, L,
  * dim) and what the recompute does not redo, the self-attention's output (B, L, dim) and
@@ -329,6 +337,13 @@ typedef struct vf_dit_saved vf_dit_saved;
 int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
                     const vf_dit_dims *max, int recompute, void *params, void *grads,
                     vf_dit_part **out, vf_status *st);
+/* The partition as one rank of sp ranks of sequence parallelism (models/dit_sp.h), for
+ * micro-batches up to max (whole sequences): its blocks, saved stores and workspace hold
+ * the rank's tokens (vf_dit_sp_rank_max), the first partition's embedding inputs and the
+ * ends' staging whole sequences (vf_dit_mem saved_ends, ends). sp = 1 is vf_dit_part_new.
+ * Ownership as there. */
+int vf_dit_part_new_sp(vf_backend *be, const vf_dit_layout *l, int b0, int b1, const vf_dit_dims *max, int sp,
+                       int recompute, void *params, void *grads, vf_dit_part **out, vf_status *st);
 void vf_dit_part_free(vf_dit_part *p);          /* NULL is fine */
 bool vf_dit_part_is_first(const vf_dit_part *p);
 bool vf_dit_part_is_last(const vf_dit_part *p);
@@ -365,12 +380,13 @@ void vf_dit_part_swap_stats(const vf_dit_part *p, double *copy_s, double *wait_s
  * (and the head's) and takes a host store. Without recompute VF_EUSAGE. */
 int vf_dit_part_set_offload(vf_dit_part *p, vf_status *st);
 /* Bytes with activation offload: one saved store on the device (what replaces
- * vf_dit_mem.saved), its host store, and the partition's device ring. */
+ * vf_dit_mem.saved), its host store, and the partition's device ring; for a rank of sp
+ * ranks as vf_dit_part_memory_sp counts it (sp = 1: one rank). */
 typedef struct vf_dit_offload_mem {
     int64_t saved, host, ring;
 } vf_dit_offload_mem;
-void vf_dit_offload_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int recompute,
-                           size_t act_size, size_t grad_size, vf_dit_offload_mem *out);
+void vf_dit_offload_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int sp,
+                           int recompute, size_t act_size, size_t grad_size, vf_dit_offload_mem *out);
 
 /* Saved activations of one micro-batch in flight (1F1B keeps up to P per partition).
  * Sized for the partition's max geometry. Caller owns *out (vf_dit_saved_free). */
@@ -380,6 +396,8 @@ void vf_dit_saved_free(vf_dit_saved *s);        /* NULL is fine */
  * workspace figures for the same partition and geometry). */
 size_t vf_dit_saved_bytes(const vf_dit_saved *s);
 size_t vf_dit_part_workspace_bytes(const vf_dit_part *p);
+/* vf_dit_mem.ends of a partition made by vf_dit_part_new_sp (0 with one rank). */
+size_t vf_dit_part_ends_bytes(const vf_dit_part *p);
 /* The prediction v (B, z, T, H, W) of the last partition's forward (act dtype, inside
  * sv; valid until sv is reused). NULL on other partitions. */
 const void *vf_dit_saved_pred(const vf_dit_saved *sv);

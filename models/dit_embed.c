@@ -335,7 +335,8 @@ void dit_head_fwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv)
     be->ln_modulate_fwd(be, h->hm, h->mean, h->rstd, x, h->eh, dit_at(h->eh, R * D, as), R, per, D,
                         c->eps);
     be->matmul_fwd(be, h->pred_tok, h->hm, WH(HT_W), WH(HT_B), N, D, zP);
-    unpatchify(p, d, h->pred, h->pred_tok);
+    if (h->pred) /* a rank of sequence parallelism predicts its tokens only: no latent */
+        unpatchify(p, d, h->pred, h->pred_tok);
 }
 
 /* dx (N, dim) is written: the head is the first writer of the last block's gradient */

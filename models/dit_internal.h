@@ -72,6 +72,9 @@ typedef struct dit_plan {
     bool offload;            /* activation offload (dit_offload.c): the saved store keeps on
                                 the device only the partition's input and the head's input */
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
+    int sp;                  /* ranks of sequence parallelism (dit_plan_sp): L and N are
+                                then one rank's, Lw and Nw the whole sequences' */
+    int64_t Lw, Nw;          /* whole sequences at the ends (the embedding, the targets) */
     int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
     int64_t R;               /* rows of the time embedding: B, or N with t_tokens */
     bool img;                /* the image branch (img_dim > 0) */
@@ -82,6 +85,9 @@ typedef struct dit_plan {
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
                    const vf_dit_dims *max, int recompute, size_t as, size_t gs);
+/* A rank of sp = n (n > 1) over the whole-sequence plan pl made of max: L, N, R become the
+ * rank's (vf_dit_sp_rank_max), Lw, Nw stay the whole sequences' the ends work on. */
+void dit_plan_sp(dit_plan *pl, int n, const vf_dit_dims *max);
 
 /* Everything one block's backward reads (input x and output live in vf_dit_saved.xs).
  * q, k, v are carved one after another with one stride (the q/k/v projections run as one
@@ -145,7 +151,8 @@ typedef struct dit_head_saved {
     float *mean, *rstd; /* (N) */
     void *eh;           /* (2, R, dim) head modulation + e */
     void *pred_tok;     /* (N, P·z) head output, vector order (pt, ph, pw, z) */
-    void *pred;         /* (B, z, T, H, W) unpatchified */
+    void *pred;         /* (B, z, T, H, W) unpatchified; NULL with sp > 1 (a rank
+                           predicts its tokens only) */
     void *target_tok;   /* (N, P·z) target in head order */
     void *dpred_tok;    /* (N, P·z) grad dtype: ∂loss/∂pred_tok · grad_scale */
 } dit_head_saved;
@@ -176,7 +183,12 @@ typedef struct dit_work {
     void *fx;                       /* (N, dim) act: forward scratch (the cross-attention's
                                        output projection), g[0] where it fits: the forward
                                        of a block never overlaps a backward */
-    void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging */
+    void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging; with
+                                       sp > 1 (Nw, ·) in the ends' area */
+    void *whole;                    /* sp > 1 at the ends (NULL else): (Nw, max(dim, z·P))
+                                       of the larger of act and grad, in the ends' area:
+                                       the embedding's whole output, its gradient spread
+                                       over the whole sequences, the patchified targets */
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
     void *g[6];                     /* (N, dim) grad scratch; g[2..5] NULL where they live
                                        in the block's dead activations (dit_bwd_slots) */
@@ -208,6 +220,9 @@ typedef struct dit_work {
 } dit_work;
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
+/* The ends' whole-sequence buffers (w->tmp, w->whole) of a rank of sp > 1, allocated apart
+ * from the workspace; nothing elsewhere. */
+void dit_carve_ends(dit_carver *cv, const dit_plan *pl, dit_work *w);
 
 /* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
  * block's activations (the saved ones die with it; the recompute area is rebuilt for the
@@ -260,6 +275,8 @@ struct vf_dit_part {
     char *params, *grads;           /* at element layout offset `off0` */
     int64_t off0, nparams;
     void *wmem;
+    void *emem;                     /* the ends' whole sequences (dit_carve_ends), or NULL */
+    size_t ebytes;
     size_t wbytes;
     dit_work w;
     float *host;                    /* host staging: sinusoid, tokens or text embeddings,
@@ -397,11 +414,11 @@ int dit_sp_error(vf_dit_part *p, vf_status *st);
  * p->w.rcos/rsin; 1 done, 0 without sp. */
 int dit_sp_rope(vf_dit_part *p, const int g[3]);
 void dit_sp_free(vf_dit_part *p);
-/* With p->sp at the ends: the embeddings of b's whole sequences, this rank's rows kept in
- * sv->xs[0]; their backward from this rank's rows' gradient dx (B, Lr, dim), the other
- * rows' taken as zero (w.gx holds the whole sequences then); the loss's targets: this
- * rank's rows of the patchified target into sv->hd.target_tok, a pad's row its
- * prediction's. */
+/* With p->sp at the ends: the embeddings of b's whole sequences (in w.whole), this rank's
+ * rows kept in sv->xs[0]; their backward from this rank's rows' gradient dx (B, Lr, dim),
+ * the other rows' taken as zero (w.whole holds the whole sequences then); the loss's
+ * targets: this rank's rows of the target patchified in w.whole into sv->hd.target_tok, a
+ * pad's row its prediction's. */
 int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);
 void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de, void *de0,
                       void *dctx);

@@ -7,6 +7,7 @@
  * Every buffer is 64-byte aligned.
  */
 #include "models/dit_internal.h"
+#include "models/dit_sp.h"
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
                    const vf_dit_dims *max, int recompute, size_t as, size_t gs)
@@ -32,6 +33,19 @@ void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
     pl->P = (int64_t)c->patch[0] * c->patch[1] * c->patch[2];
     pl->as = as;
     pl->gs = gs;
+    pl->sp = 1;
+    pl->Lw = pl->L;
+    pl->Nw = pl->N;
+}
+
+void dit_plan_sp(dit_plan *pl, int n, const vf_dit_dims *max)
+{
+    if (n < 2) return;
+    vf_dit_dims r = vf_dit_sp_rank_max(max, n);
+    pl->sp = n;
+    pl->L = r.L;
+    pl->N = r.N > 0 ? r.N : pl->B * r.L;
+    pl->R = pl->c.t_tokens ? pl->N : pl->B;
 }
 
 int64_t vf_dit_tokens(const vf_dit_config *c, const vf_dit_dims *d)
@@ -133,8 +147,9 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         }
     }
     if (pl->first) {
+        /* the embedding runs on whole sequences (Nw = N without sequence parallelism) */
         dit_emb_saved *e = &s->em;
-        e->patches = A(N * iP);
+        e->patches = A(pl->Nw * iP);
         e->tok = pl->c.text_emb ? NULL : (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
         e->sinus = A(R * pl->c.freq_dim);
         e->te1 = A(R * D);
@@ -143,7 +158,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         e->temb = A(Nt * pl->c.text_dim);
         e->t1 = A(Nt * D);
         e->t1g = A(Nt * D);
-        e->xin = pl->in_dim > pl->c.z ? A(N * iP) : NULL;
+        e->xin = pl->in_dim > pl->c.z ? A(pl->Nw * iP) : NULL;
         e->ii = e->in0 = e->i1 = e->i1g = e->i3 = NULL;
         e->imean0 = e->irstd0 = e->imean4 = e->irstd4 = NULL;
         if (pl->img) {
@@ -165,7 +180,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         h->rstd = F(N);
         h->eh = A(2 * R * D);
         h->pred_tok = A(N * zP);
-        h->pred = A(N * zP);
+        h->pred = pl->sp > 1 ? NULL : A(N * zP);
         h->target_tok = A(N * zP);
         h->dpred_tok = G(N * zP);
     }
@@ -197,7 +212,7 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     dit_bwd_place(pl, &bs);
     w->g[0] = G(N * D);
     w->fx = pl->as <= pl->gs ? w->g[0] : A(N * D);
-    w->tmp = pl->first ? A(N * (iP > zP ? iP : zP)) : pl->last ? A(N * zP) : NULL;
+    if (pl->sp < 2) w->tmp = pl->first ? A(N * (iP > zP ? iP : zP)) : pl->last ? A(N * zP) : NULL;
     w->gx = G(N * D);
     for (int i = 1; i < 6; i++) w->g[i] = i < 2 || bs.buf[i - 2] < 0 ? G(N * D) : NULL;
     w->gf[0] = G(N * pl->c.ffn);
@@ -233,6 +248,15 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
     if (pl->recompute) dit_carve_blk_saved(cv, pl, &w->rc, !pl->att_kept);
 }
 
+void dit_carve_ends(dit_carver *cv, const dit_plan *pl, dit_work *w)
+{
+    if (pl->sp < 2 || !(pl->first || pl->last)) return;
+    int64_t Nw = pl->Nw, D = pl->c.dim, zP = pl->c.z * pl->P, iP = (int64_t)pl->in_dim * pl->P;
+    int64_t tw = pl->first && iP > zP ? iP : zP, ww = pl->first && D > zP ? D : zP;
+    w->tmp = A(Nw * tw);
+    w->whole = dit_carve(cv, (size_t)(Nw * ww) * (pl->as > pl->gs ? pl->as : pl->gs));
+}
+
 #undef A
 #undef G
 #undef F
@@ -240,8 +264,15 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max,
                         int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
 {
+    vf_dit_part_memory_sp(c, b0, b1, max, 1, recompute, act_size, grad_size, out);
+}
+
+void vf_dit_part_memory_sp(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int sp,
+                           int recompute, size_t act_size, size_t grad_size, vf_dit_mem *out)
+{
     dit_plan pl;
     dit_plan_init(&pl, c, b0, b1, max, recompute, act_size, grad_size);
+    dit_plan_sp(&pl, sp, max);
     memset(out, 0, sizeof *out);
 
     /* the partition's parameter range, without building the layout */
@@ -264,10 +295,20 @@ void vf_dit_part_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dim
     out->saved = (int64_t)cv.off;
     out->saved_block = vf_dit_block_act_bytes(c, pl.B, pl.L, recompute, act_size);
 
+    if (pl.sp > 1 && pl.first) { /* the embedding's whole-sequence inputs, carved as above */
+        dit_carver ce = {0};
+        dit_carve(&ce, (size_t)(pl.Nw * pl.in_dim * pl.P) * act_size);
+        if (pl.in_dim > c->z) dit_carve(&ce, (size_t)(pl.Nw * pl.in_dim * pl.P) * act_size);
+        out->saved_ends = (int64_t)ce.off;
+    }
+
     cv.off = 0;
     dit_work w;
     dit_carve_work(&cv, &pl, &w);
     out->workspace = (int64_t)cv.off;
+    cv.off = 0;
+    dit_carve_ends(&cv, &pl, &w);
+    out->ends = (int64_t)cv.off;
 
     cv.off = 0;
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size);

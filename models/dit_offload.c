@@ -47,11 +47,12 @@ static char *host_att(const vf_dit_part *p, const vf_dit_saved *sv, int i)
     return sv->host + (size_t)(p->pl.nb - 1) * rec_x(&p->pl) + (size_t)i * rec_att(&p->pl);
 }
 
-void vf_dit_offload_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int recompute,
-                           size_t act_size, size_t grad_size, vf_dit_offload_mem *out)
+void vf_dit_offload_memory(const vf_dit_config *c, int b0, int b1, const vf_dit_dims *max, int sp,
+                           int recompute, size_t act_size, size_t grad_size, vf_dit_offload_mem *out)
 {
     dit_plan pl;
     dit_plan_init(&pl, c, b0, b1, max, recompute, act_size, grad_size);
+    dit_plan_sp(&pl, sp, max);
     pl.offload = true;
     dit_carver cv = {0};
     vf_dit_saved s;

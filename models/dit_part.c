@@ -24,6 +24,12 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
                     const vf_dit_dims *max, int recompute, void *params, void *grads,
                     vf_dit_part **out, vf_status *st)
 {
+    return vf_dit_part_new_sp(be, l, b0, b1, max, 1, recompute, params, grads, out, st);
+}
+
+int vf_dit_part_new_sp(vf_backend *be, const vf_dit_layout *l, int b0, int b1, const vf_dit_dims *max, int sp,
+                       int recompute, void *params, void *grads, vf_dit_part **out, vf_status *st)
+{
     int rc = 0;
     vf_dit_part *p = NULL;
     const vf_dit_config *c = &l->cfg;
@@ -45,6 +51,7 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
     p->l = l;
     dit_plan_init(&p->pl, c, b0, b1, max, recompute, vf_dtype_size(be->act_dtype),
                   vf_dtype_size(be->grad_dtype));
+    dit_plan_sp(&p->pl, sp, max);
     vf_dit_layout_range(l, b0, b1, &p->off0, &p->nparams);
     p->params = params;
     p->grads = grads;
@@ -61,6 +68,18 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
     }
     cv = (dit_carver){p->wmem, 0};
     dit_carve_work(&cv, &p->pl, &p->w);
+    cv = (dit_carver){0};
+    dit_carve_ends(&cv, &p->pl, &p->w);
+    if ((p->ebytes = cv.off) > 0) { /* a rank's whole sequences at the ends, apart */
+        if (!(p->emem = be->alloc(be, p->ebytes, st))) {
+            vf_status_prefix(st, "dit partition [%d, %d): whole sequences at the ends, %zu bytes", b0, b1,
+                             p->ebytes);
+            rc = st && st->code ? st->code : VF_ENOMEM;
+            goto fail;
+        }
+        cv = (dit_carver){p->emem, 0};
+        dit_carve_ends(&cv, &p->pl, &p->w);
+    }
     if (p->w.zeros) be->memset0(be, p->w.zeros, 6 * (size_t)c->dim * p->pl.as);
 
     /* per token the sinusoid's rows and, after them, each token's time */
@@ -85,6 +104,7 @@ void vf_dit_part_free(vf_dit_part *p)
     dit_swap_free(p);
     dit_offload_free(p);
     if (p->wmem) p->be->free(p->be, p->wmem);
+    if (p->emem) p->be->free(p->be, p->emem);
     if (p->lmem) p->be->free(p->be, p->lmem);
     dit_sp_free(p);
     vf_free(p->host);
@@ -146,6 +166,7 @@ void vf_dit_saved_free(vf_dit_saved *s)
 
 size_t vf_dit_saved_bytes(const vf_dit_saved *s) { return s->bytes; }
 size_t vf_dit_part_workspace_bytes(const vf_dit_part *p) { return p->wbytes; }
+size_t vf_dit_part_ends_bytes(const vf_dit_part *p) { return p->ebytes; }
 
 const void *vf_dit_saved_pred(const vf_dit_saved *sv)
 {

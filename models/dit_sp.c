@@ -134,6 +134,17 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
 
 /* ------------------------------------------------------------------ in a partition */
 
+vf_dit_dims vf_dit_sp_rank_max(const vf_dit_dims *max, int n)
+{
+    vf_dit_dims r = *max;
+    if (n < 2) return r;
+    int64_t B = max->B, Lr = (max->L + n - 1) / n;
+    int64_t N = max->N > 0 ? (max->N + B * (n - 1)) / n : 0; /* B_i·⌈L_i/n⌉ <= (B_i·L_i + B_i·(n−1))/n */
+    r.L = Lr;
+    r.N = N > 0 && N < B * Lr ? N : 0;
+    return r;
+}
+
 /* Elements of a local tensor of sp = n over L tokens: B·⌈L/n⌉·heads·head_dim. */
 static int64_t local_elems(int n, int64_t L, int64_t B, const vf_dit_config *c)
 {
@@ -171,6 +182,13 @@ int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit partition [%d, %d): made for %lld tokens a sample, a rank of sp = %d holds %lld",
                              pl->b0, pl->b1, (long long)pl->L, sp->n, (long long)sp->Lr);
+    /* the ends work on whole sequences in w.whole, which vf_dit_part_new_sp allocates */
+    if ((pl->first || pl->last) && sp->n > 1 && (pl->sp != sp->n || sp->L > pl->Lw))
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "dit partition [%d, %d): the embeddings or the head of a rank of sp = %d over %lld "
+                             "tokens need a partition made for it (vf_dit_part_new_sp with sp = %d over at least "
+                             "as many; this one: sp = %d, %lld tokens)", pl->b0, pl->b1, sp->n, (long long)sp->L,
+                             sp->n, pl->sp, (long long)pl->Lw);
     dit_sp_free(p);
     size_t bytes = (size_t)(vf_dit_sp_scratch_bytes(sp->n, sp->L, pl->B, &pl->c, pl->as) / VF_DIT_SP_WORK_BWD);
     for (int i = 0; i < VF_DIT_SP_WORK_BWD; i++) {
@@ -327,12 +345,13 @@ int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf
 {
     vf_dit_batch whole = *b;
     whole.dims.L = p->sp->L, whole.dims.N = 0;
+    /* the embedding writes the whole sequences where the blocks' input would be: w.whole */
+    void *mine = sv->xs[0];
+    sv->xs[0] = p->w.whole;
     int rc = dit_embed_fwd(p, &whole, sv, st);
+    sv->xs[0] = mine;
     if (rc) return rc;
-    int64_t B = b->dims.B, D = p->pl.c.dim;
-    /* spw[0] holds a local (B, Lr, heads·head_dim) tensor: one rank's rows */
-    take_rows(p, p->spw[0], sv->xs[0], B, D, p->pl.as);
-    p->be->copy(p->be, sv->xs[0], p->spw[0], (size_t)(B * p->sp->Lr * D) * p->pl.as);
+    take_rows(p, mine, p->w.whole, b->dims.B, p->pl.c.dim, p->pl.as);
     return 0;
 }
 
@@ -341,14 +360,8 @@ void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, vo
 {
     vf_dit_dims whole = *d;
     whole.L = p->sp->L, whole.N = 0;
-    int64_t D = p->pl.c.dim;
-    const void *src = dx;
-    if (dx == p->w.gx) { /* w.gx (sized for whole sequences) takes the spread rows */
-        p->be->copy(p->be, p->spw[0], dx, (size_t)(d->B * p->sp->Lr * D) * p->pl.gs);
-        src = p->spw[0];
-    }
-    spread_rows(p, p->w.gx, src, d->B, D, p->pl.gs);
-    dit_embed_bwd(p, &whole, sv, p->w.gx, de, de0, dctx);
+    spread_rows(p, p->w.whole, dx, d->B, p->pl.c.dim, p->pl.gs);
+    dit_embed_bwd(p, &whole, sv, p->w.whole, de, de0, dctx);
 }
 
 void dit_sp_loss_targets(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, const void *target)
@@ -358,9 +371,8 @@ void dit_sp_loss_targets(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv,
     whole.L = sp->L, whole.N = 0;
     int64_t zP = (int64_t)p->pl.c.z * p->pl.P, lo, cnt;
     dit_head_saved *h = &sv->hd;
-    /* dpred_tok (whole sequences, cleared by the loss next) stages the patchified target */
-    dit_patchify(p, &whole, p->pl.c.z, h->dpred_tok, target, true);
-    take_rows(p, h->target_tok, h->dpred_tok, d->B, zP, p->pl.as);
+    dit_patchify(p, &whole, p->pl.c.z, p->w.whole, target, true);
+    take_rows(p, h->target_tok, p->w.whole, d->B, zP, p->pl.as);
     /* a pad's target is its prediction: no loss, no gradient */
     vf_dit_sp_range(sp, &lo, &cnt);
     size_t row = (size_t)zP * p->pl.as;

@@ -58,6 +58,11 @@ int vf_dit_sp_attention_bwd(vf_backend *be, const vf_dit_sp *sp, void *dq, void 
                             int64_t B, int64_t H, int64_t Dh, float scale, void *const work[VF_DIT_SP_WORK_BWD],
                             vf_status *st);
 
+/* The geometry one rank of n holds for micro-batches up to max (whole sequences; N the
+ * largest B·L over buckets, 0 when that is B·L): L = ⌈L/n⌉, N a bound on B·⌈L/n⌉ over
+ * the buckets, ⌊(N + B·(n − 1))/n⌋ (0 when that is not below B·⌈L/n⌉); B, T, H, W kept. */
+vf_dit_dims vf_dit_sp_rank_max(const vf_dit_dims *max, int n);
+
 /* For sp = n ranks over sequences of up to L tokens, micro-batches of up to B samples
  * of model c in element size as: the bytes of one all-to-all chunk (what the group's
  * vf_a2a_open takes as chunk_max), and the device bytes vf_dit_part_set_sp allocates for
@@ -73,13 +78,16 @@ void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_
 
 /* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
- * whole latent, whose tokens are sp->L), p made for the whole sequences (the first
- * partition embeds them all and keeps this rank's rows; the last runs the head and the
- * loss on this rank's rows, the loss and its gradients this rank's share of the whole
- * sequences' mean, so the ranks' losses and weight gradients add up to one rank's). sp's
+ * whole latent, whose tokens are sp->L), p made for the rank's tokens (vf_dit_part_new_sp
+ * with sp->n ranks over sequences of at least sp->L tokens; a middle partition may also
+ * be vf_dit_part_new's for sp->Lr tokens). The first partition embeds the whole
+ * sequences in its ends' buffers and keeps this rank's rows; the last runs the head and
+ * the loss on this rank's rows, the loss and its gradients this rank's share of the whole
+ * sequences' mean, so the ranks' losses and weight gradients add up to one rank's. sp's
  * L and Lr may be changed between micro-batches (another bucket) as long as sp->L stays
  * within what it was at this call. VF_EUSAGE at an end whose activation and gradient
- * dtypes differ. On a backend other than the CPU's it joins the device group of sp's
+ * dtypes differ, or whose partition vf_dit_part_new_sp did not make for sp->n ranks over
+ * sp->L tokens or more. On a backend other than the CPU's it joins the device group of sp's
  * ranks (ops.h a2a_open over sp->a2a: every rank sets its partition at the same point),
  * which p owns. Its all-to-all failures come back from vf_dit_part_forward and
  * vf_dit_part_backward. */

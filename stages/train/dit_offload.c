@@ -15,10 +15,10 @@ int vf_dit_offload_check(bool offload, int recompute, int p, vf_status *st)
 }
 
 int64_t vf_dit_offload_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int b0, int b1,
-                            const vf_dit_dims *max, int recompute, size_t as, size_t gs, int nsv)
+                            const vf_dit_dims *max, int sp, int recompute, size_t as, size_t gs, int nsv)
 {
     vf_dit_offload_mem m;
-    vf_dit_offload_memory(c, b0, b1, max, recompute, as, gs, &m);
+    vf_dit_offload_memory(c, b0, b1, max, sp, recompute, as, gs, &m);
     vf_device host = {VF_DEV_CPU, 0};
     vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "activation offload ring (block inputs in flight)", m.ring);
     vf_mem_plan_add(out, host, VF_MEM_ACTS, "activation offload: saved block inputs (pinned host)",

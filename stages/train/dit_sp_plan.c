@@ -1,13 +1,16 @@
 /* dit_sp_plan.c — what sequence parallelism changes in a `dit` partition's memory plan.
  *
- * A rank of sp = N computes on ⌈L/N⌉ of each sample's L tokens (models/dit_sp.h), but
- * holds its partition, its saved stores and its items for whole sequences, as the stage
- * allocates them (dit_step.c: the first partition embeds whole sequences, the last stages
- * whole targets), so the partition's lines are those of one rank. What SP adds: the
- * self-attention's scratch (its heads layout, vf_dit_sp_scratch_bytes), the all-to-all's
- * own buffers (the host group's shared memory on the CPU, the device group's staging on a
- * GPU), and a cuDNN attention workspace over every token for H/N heads, one sample at a
- * time.
+ * A rank of sp = N computes on ⌈L/N⌉ of each sample's L tokens (models/dit_sp.h) and
+ * holds its partition, its saved stores and its x items for those tokens, as the stage
+ * allocates them (dit_step.c, models/dit.h vf_dit_part_new_sp): the partition's lines are
+ * one rank's. The ends work on whole sequences, which stay whole and are listed on their
+ * own: the first partition embeds every sample's whole clip (the embedding's inputs in
+ * each saved store, its output and its gradient staged whole), the last stages the whole
+ * targets before it keeps its rows (the target also travels whole between partitions:
+ * z·patch values a token, against dim for x). What SP adds: the self-attention's
+ * scratch (its heads layout, vf_dit_sp_scratch_bytes), the all-to-all's own buffers (the
+ * host group's shared memory on the CPU, the device group's staging on a GPU), and a
+ * cuDNN attention workspace over every token for H/N heads, one sample at a time.
  */
 #include "stages/train/dit_stage.h"
 
@@ -35,4 +38,12 @@ void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int
         aws = w > aws ? w : aws;
     }
     if (aws > 0) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "cuDNN attention workspace (bound, H/N heads)", aws);
+}
+
+void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m, int nsv)
+{
+    if (m->saved_ends)
+        vf_mem_plan_add(out, dev, VF_MEM_ACTS, "sequence parallel: whole clips' patches", (int64_t)nsv * m->saved_ends);
+    if (m->ends)
+        vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sequence parallel: whole sequences (ends)", m->ends);
 }

@@ -18,7 +18,7 @@
 
 static bool aborting(void *user) { return vf_aborting(user); }
 
-int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_device dev, vf_status *st)
+int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_status *st)
 {
     if (c->heads % sp)
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
@@ -26,6 +26,11 @@ int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_device 
                              sp, c->heads);
     if (sp_rank >= sp)
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__, "dit: sp_rank %d is not below sp = %d", sp_rank, sp);
+    return 0;
+}
+
+int vf_dit_sp_rank_device(int sp, vf_device dev, vf_status *st)
+{
     if (sp > 1 && dev.kind != VF_DEV_CPU) {
         char name[32];
         vf_device_str(dev, name, sizeof name);

@@ -22,6 +22,7 @@
  * the data continue exactly where the checkpointed step left them.
  */
 #include "stages/train/dit_stage.h"
+#include "models/dit_sp.h"
 #include "formats/ckpt.h"
 #include "models/dit_experts.h"
 
@@ -154,8 +155,7 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     g->M = (int)vf_param_int(prm, "micro_batches");
     VF_TRY(vf_dit_base_dtype(prm, g->lora != NULL, &g->fp8, st));
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
-    VF_TRY(vf_dit_sp_rank_check(&g->cfg, (int)vf_param_int(prm, "sp"), (int)vf_param_int(prm, "sp_rank"),
-                                vf_param_device(prm, "device"), st));
+    VF_TRY(vf_dit_sp_rank_check(&g->cfg, (int)vf_param_int(prm, "sp"), (int)vf_param_int(prm, "sp_rank"), st));
     g->swap = (int)vf_param_int(prm, "swap_blocks");
     VF_TRY(vf_dit_swap_check(g->swap, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], st));
     g->offload = vf_param_bool(prm, "offload_activations");
@@ -251,23 +251,25 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
             VF_FAIL(st, VF_EUSAGE, "dit: batches of %lld samples cannot be cut into %d micro-batches",
                     (long long)up->t[0].dims[0], g.M);
     }
+    /* a rank of sequence parallelism sends and receives x for its tokens */
+    vf_dit_dims mr = vf_dit_sp_rank_max(&mx, (int)vf_param_int(prm, "sp"));
     vf_port_spec *in = vf_port_add(out, g.p == 0 ? "batch" : "act_in", VF_PORT_IN, true);
     in->device = g.p == 0 ? (vf_device){VF_DEV_CPU, 0} : dev;
     if (up) mirror(in, up);
     if (g.p + 1 < g.P) {
         vf_port_spec *ao = vf_port_add(out, "act_out", VF_PORT_OUT, true);
         ao->device = dev;
-        xfer_spec(ao, &g, &mx, act, true);
+        xfer_spec(ao, &g, &mr, act, true);
         if (up) /* the next partition sizes for the same buckets */
             memcpy(ao->geometries, up->geometries, sizeof ao->geometries);
         vf_port_spec *gi = vf_port_add(out, "grad_in", VF_PORT_IN, true);
         gi->device = dev;
-        xfer_spec(gi, &g, &mx, grad, false);
+        xfer_spec(gi, &g, &mr, grad, false);
     }
     if (g.p > 0) {
         vf_port_spec *go = vf_port_add(out, "grad_out", VF_PORT_OUT, true);
         go->device = dev;
-        xfer_spec(go, &g, &mx, grad, false);
+        xfer_spec(go, &g, &mr, grad, false);
     }
     /* the exchange with the shards (dit_xchg.c): views of the weights and gradients out,
      * replies in, which carry the weights as data only where the views crossed as copies */
@@ -313,10 +315,11 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
-    /* a rank of a sequence-parallel partition holds its partition, saved stores and items
-     * for whole sequences (the ends embed and stage them whole; dit_step.c), and adds what
-     * vf_dit_sp_plan lists */
+    /* a rank of a sequence-parallel partition holds its partition, saved stores and x items
+     * for its ⌈L/sp⌉ tokens (mr), the ends' whole sequences apart (vf_dit_sp_ends_plan),
+     * and adds what vf_dit_sp_plan lists */
     int sp = (int)vf_param_int(prm, "sp");
+    vf_dit_dims mr = vf_dit_sp_rank_max(&mx, sp);
     if (g.lora && g.fp8) { /* with block swap its swapped blocks' FP8 bytes on the host */
         vf_dit_base_fp8_plan(out, dev, g.l, g.boff, g.bn, g.splits[g.p + 1], g.swap, as);
     } else if (g.lora) { /* the frozen base once, in the partition's dtype */
@@ -341,18 +344,20 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
     if (mx.B > 0) {
         vf_dit_mem m;
         bool last = g.p == g.P - 1, first = g.p == 0;
-        vf_dit_part_memory(&g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, dit_recompute_of(prm), as, gs, &m);
+        vf_dit_part_memory_sp(&g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, sp, dit_recompute_of(prm), as, gs, &m);
         vf_1f1b_op *ops = calloc((size_t)(2 * g.M), sizeof *ops);
         int nsv = ops ? vf_train_1f1b(g.P, g.p, g.M, ops) : g.M;
         free(ops);
         if (g.offload)
-            m.saved = vf_dit_offload_plan(out, dev, &g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx,
+            m.saved = vf_dit_offload_plan(out, dev, &g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, sp,
                                           dit_recompute_of(prm), as, gs, nsv);
-        vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)", nsv * m.saved);
+        vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)",
+                        nsv * (m.saved - m.saved_ends));
+        if (sp > 1) vf_dit_sp_ends_plan(out, dev, &m, nsv);
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
         if (g.lora)
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
-                            vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mx, as, gs));
+                            vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mr, as, gs));
         /* the CUDA backend's cuDNN attention workspace, grown to the largest micro-batch
          * shape's (bucket by bucket: it scales with B·L², not with the largest B and L) */
         int64_t aws = 0;
@@ -447,6 +452,7 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     if (h->r >= h->D) VF_FAIL(st, VF_EUSAGE, "%s: replica %d is not below replicas %d", vf_stage_name(s), h->r, h->D);
     h->sp = (int)vf_param_int(prm, "sp");
     h->sp_rank = (int)vf_param_int(prm, "sp_rank");
+    VF_TRY(vf_dit_sp_rank_device(h->sp, vf_param_device(prm, "device"), st));
     h->recompute = dit_recompute_of(prm);
     h->steps = vf_param_int(prm, "steps");
     h->rf = g.rf;
@@ -622,6 +628,12 @@ static const vf_knob_spec dit_knobs[] = {
     {0},
 };
 
+/* What only a run needs: sequence parallelism on the CPU backend (a plan takes any device). */
+static int dit_preflight(const vf_params *prm, vf_status *st)
+{
+    return vf_dit_sp_rank_device((int)vf_param_int(prm, "sp"), vf_param_device(prm, "device"), st);
+}
+
 static const vf_stage_ops dit_ops = {
     .api_version = VF_API_VERSION,
     .kind = "dit",
@@ -634,5 +646,6 @@ static const vf_stage_ops dit_ops = {
     .run = dit_run,
     .fini = dit_fini,
     .knobs = dit_knobs,
+    .preflight = dit_preflight,
 };
 VF_REGISTER_STAGE(dit_ops)

@@ -132,13 +132,16 @@ void vf_dit_stage_teardown(dit_part_state *h);
 int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
                       vf_status *st);
 
-/* Sequence parallelism (dit_sp_rank.c). check: sp divides the heads, sp_rank below sp,
- * sp > 1 on the CPU backend (VF_EUSAGE naming the numbers or the device). open (setup,
+/* Sequence parallelism (dit_sp_rank.c). check: sp divides the heads, sp_rank below sp
+ * (VF_EUSAGE naming the numbers). device: sp > 1 runs on the CPU backend (VF_EUSAGE naming
+ * the device; what `vflow run` checks before it starts anything, while `vflow plan`
+ * plans a rank on any device). open (setup,
  * sp > 1): the group of the partition's ranks and the partition's SP geometry, for
  * micro-batches up to max (h owns both). close: both gone. dims: d (whole sequences)
  * cut to the rank's tokens (d->L = Lr); unchanged with sp = 1. loss: the ranks' losses
  * summed in rank order (every rank gets the sum). */
-int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_device dev, vf_status *st);
+int vf_dit_sp_rank_check(const vf_dit_config *c, int sp, int sp_rank, vf_status *st);
+int vf_dit_sp_rank_device(int sp, vf_device dev, vf_status *st);
 int vf_dit_sp_rank_open(dit_part_state *h, const vf_dit_dims *max, vf_status *st);
 void vf_dit_sp_rank_close(dit_part_state *h);
 void vf_dit_sp_rank_dims(dit_part_state *h, vf_dit_dims *d);
@@ -179,11 +182,11 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
  * (from boff) is loaded, in swap_host (*host true) or in base. */
 int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
 /* dit_offload.c: offload_activations refused without recompute (VF_EUSAGE naming the
- * partition); its plan lines for nsv saved stores, returning the bytes of one saved store
- * on the device (what replaces vf_dit_mem.saved). */
+ * partition); its plan lines for nsv saved stores of a rank of sp, returning the bytes of
+ * one saved store on the device (what replaces vf_dit_mem.saved). */
 int vf_dit_offload_check(bool offload, int recompute, int p, vf_status *st);
 int64_t vf_dit_offload_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int b0, int b1,
-                            const vf_dit_dims *max, int recompute, size_t as, size_t gs, int nsv);
+                            const vf_dit_dims *max, int sp, int recompute, size_t as, size_t gs, int nsv);
 void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int b0, int b1, int K,
                       size_t as);
 /* Sequence parallelism in the plan (dit_sp_plan.c), for sp = N ranks of the partition: the
@@ -192,6 +195,11 @@ void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, i
  * geometry mx and each bucket's. */
 void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int sp, const vf_dit_dims *mx,
                     const vf_dit_dims *each, int neach, size_t as);
+/* The whole sequences a rank's ends hold (dit_sp_plan.c), from its partition's m
+ * (vf_dit_part_memory_sp): the first partition's embedding inputs in each of nsv saved
+ * stores (m->saved_ends), the staging of the embedding's output and gradient and of the
+ * targets (m->ends). */
+void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m, int nsv);
 int64_t vf_dit_swap_resident(const dit_part_state *h);
 void *vf_dit_swap_dst(const dit_part_state *h, int64_t rel, bool *host);
 /* metrics: a "swap" row of the partition's copy totals after `step` (nothing without swap). */

@@ -21,6 +21,7 @@
  */
 #include "stages/train/dit_stage.h"
 #include "formats/lr_cursor.h"
+#include "models/dit_sp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +61,9 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     vf_backend *be = h->be;
     h->max = *max;
     /* with LoRA the partition runs on the frozen base and trains the adapters only */
-    VF_TRY(vf_dit_part_new(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->recompute,
-                           h->lora ? h->base : h->params, h->lora ? NULL : h->grads, &h->part, st));
+    /* a rank of sequence parallelism holds its tokens; the ends whole sequences (dit.h) */
+    VF_TRY(vf_dit_part_new_sp(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->sp, h->recompute,
+                              h->lora ? h->base : h->params, h->lora ? NULL : h->grads, &h->part, st));
     if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));
     if (h->fp8) VF_TRY(vf_dit_part_set_fp8(h->part, h->fp8, st));
     if (h->swap) VF_TRY(vf_dit_part_set_swap(h->part, h->swap, h->swap_host, st));
@@ -79,10 +81,13 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     xf_shapes(h, max, shp, nd);
     size_t elems[XF_N];
     for (int i = 0; i < XF_N; i++) elems[i] = numel(shp[i], nd[i]);
-    /* over several buckets the B·L tokens of x and target are bounded by N */
+    /* over several buckets the B·L tokens of x and target are bounded by N; x holds the
+     * rank's tokens, the target travels whole (the last partition cuts it) */
     int64_t ntok = max->N ? max->N : (int64_t)max->B * max->L;
+    vf_dit_dims rk = vf_dit_sp_rank_max(max, h->sp);
+    int64_t nx = rk.N ? rk.N : (int64_t)rk.B * rk.L;
     int64_t zP = (int64_t)h->cfg.z * h->cfg.patch[0] * h->cfg.patch[1] * h->cfg.patch[2];
-    elems[XF_X] = (size_t)(ntok * h->cfg.dim);
+    elems[XF_X] = (size_t)(nx * h->cfg.dim);
     elems[XF_TARGET] = (size_t)(ntok * zP);
     if (h->cfg.t_tokens) elems[XF_E] = (size_t)(ntok * h->cfg.dim), elems[XF_E0] = 6 * elems[XF_E];
     if (!h->last) {

@@ -36,6 +36,9 @@ numbers computed here by hand, independently of vflow's code:
     the host and 2 + 2 on its own GPUs, and not without offload; both LoRA experts on one
     GPU hold two FP8 bases (1 B per block-linear weight) and fit 80 GiB at 81 frames only
     with the attention rerun;
+  - the 14B at 81x720x1280 on 8 x 80 GB: pipeline parallelism alone does not fit, 2
+    partitions x sp 4 ranks do, each rank's activations those of its 18,900 tokens and
+    the ends' whole sequences counted by hand;
   - every example loads on a machine without GPUs (devices marked not present) and the
     verdicts are what docs/PLANNING.md says: the 14B full fine-tune fits 8 x 80 GiB with
     at least 10 % of each GPU to spare.
@@ -442,8 +445,46 @@ def wan22_a14b():
            dev(l81, "cuda:0")["total"] / GiB, dev(l61, "cuda:0")["total"] / GiB))
 
 
+def wan14b_720p_sp():
+    """Wan-14B at 81x720x1280 (75,600 tokens) on 8 x 80 GB: pipeline parallelism alone does
+    not fit, 2 partitions x sp 4 ranks do. A rank's activations are those of its 18,900
+    tokens (1F1B: P - p micro-batches in flight, each block its input, self-attention
+    output and lse), the whole sequences at the ends counted by hand."""
+    budget = ("--budget", "cuda=80GiB,cpu=2TiB")
+    pp, rcp = plan("plan_wan14b_8x80.lua", *budget, "--set", "size=1280x720")
+    check(rcp == 2 and not pp["fits"], "14B at 720p, pipeline parallelism alone: does not fit 8 x 80")
+    p, rc = plan("plan_wan14b_720p_sp.lua", *budget)
+    check(rc == 0 and p["fits"], "14B at 720p, 2 partitions x sp 4: fits: %s" % p["verdict"])
+    for d in p["devices"]:
+        if d["device"].startswith("cuda"):
+            check(d["total"] <= 0.9 * 80 * GiB, "720p sp: %s %.2f GiB, over 90 %% of 80 GiB" %
+                  (d["device"], d["total"] / GiB))
+    L, s, h, zP = 21 * 45 * 80, 21 * 45 * 80 // 4, 5120, 16 * 4
+    al = lambda b: (b + 63) // 64 * 64
+    for q in (0, 1):
+        for k in range(4):
+            st = "dit_%d_s%d" % (q, k)
+            acts = line_sum(p, stage=st, what="saved activations")
+            want = (2 - q) * 20 * (2 * s * h + 2 * s * h + 4 * 40 * s)
+            extra = 3 * 2 * s * h if q == 1 else 0
+            check(want <= acts <= 1.15 * want + extra, "%s: %.2f GiB activations vs %.2f GiB for its %d tokens" %
+                  (st, acts / GiB, want / GiB, s))
+            # the ends: the first partition's whole clips' patches in each saved store, its
+            # embedding's output (dim) and the patchify staging; the last's targets staged whole
+            patches = line_sum(p, stage=st, what="sequence parallel: whole clips' patches")
+            ends = line_sum(p, stage=st, what="sequence parallel: whole sequences (ends)")
+            check(patches == (2 * al(2 * L * zP) if q == 0 else 0), "%s: whole clips' patches %d" % (st, patches))
+            check(ends == al(2 * L * zP) + al(2 * L * (h if q == 0 else zP)), "%s: whole sequences %d" % (st, ends))
+    q4, rc4 = plan("plan_wan14b_720p_sp.lua", *budget, "--set", "stages=4", "--set", "sp=2")
+    check(rc4 == 2, "4 partitions x sp 2 do not fit 8 x 80 GB without recompute_attention")
+    print("wan-14b 720p: PP alone cuda:0 %.2f GiB; 2 x sp 4 %.2f-%.2f GiB per GPU; 4 x sp 2 cuda:0 %.2f GiB" %
+          (dev(pp, "cuda:0")["total"] / GiB, min(d["total"] for d in p["devices"] if d["device"] != "cpu") / GiB,
+           max(d["total"] for d in p["devices"] if d["device"] != "cpu") / GiB, dev(q4, "cuda:0")["total"] / GiB))
+
+
 wan13b()
 wan14b()
+wan14b_720p_sp()
 wan14b_lora()
 wan14b_lora_24gb()
 wan_i2v()

@@ -8,7 +8,12 @@
  *   - the ranks' losses add up to the one-rank loss within 1e-6 relative;
  *   - their weight gradients (each a partial sum over the rank's tokens, the embeddings'
  *     included) add up to the one-rank gradients within 2e-5 of the largest;
- *   - run twice, every rank's loss and gradients are the same bits.
+ *   - run twice, every rank's loss and gradients are the same bits;
+ *   - a rank's partition (vf_dit_part_new_sp) holds its ⌈L/sp⌉ tokens: its saved store and
+ *     workspace are those of one rank's partition made for ⌈L/sp⌉ tokens, less the
+ *     latent-shaped prediction and the patchify staging and plus the embedding's patches of
+ *     the whole clips; its ends hold the whole sequences' staging apart; each as
+ *     vf_dit_part_memory_sp plans it.
  * A rank that counted its pads, or lost the loss's share, is off by far more. Every
  * computation runs in a forked child (the parent only compares).
  */
@@ -37,6 +42,40 @@ static vf_dit_config cfg(void)
     return c;
 }
 
+static int64_t al64(int64_t b) { return (b + 63) / 64 * 64; }
+
+/* What a rank of n allocates against vf_dit_part_memory_sp, and against an independent
+ * count of what divides by n: one rank's partition made for ⌈L/n⌉ tokens a sample. */
+static int check_memory(int n, vf_dit_dims d, const vf_dit_part *p, const vf_dit_saved *sv, vf_status *st)
+{
+    vf_dit_config c = cfg();
+    vf_dit_mem m;
+    vf_dit_part_memory_sp(&c, 0, c.depth, &d, n, VF_DIT_KEEP, 4, 4, &m);
+    if ((int64_t)vf_dit_saved_bytes(sv) != m.saved || (int64_t)vf_dit_part_workspace_bytes(p) != m.workspace ||
+        (int64_t)vf_dit_part_ends_bytes(p) != m.ends)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "sp=%d: allocated saved %zu, workspace %zu, ends "
+                             "%zu; planned %lld, %lld, %lld", n, vf_dit_saved_bytes(sv), vf_dit_part_workspace_bytes(p),
+                             vf_dit_part_ends_bytes(p), (long long)m.saved, (long long)m.workspace, (long long)m.ends);
+    if (n < 2) return 0;
+    /* the reference: one rank's partition made for ⌈L/n⌉ tokens a sample, less what a rank
+     * holds for whole sequences instead (its patches) or not at all (the latent-shaped
+     * prediction, the patchify staging, which move to the ends) */
+    vf_dit_dims r = d;
+    r.L = (d.L + n - 1) / n;
+    vf_dit_mem one;
+    vf_dit_part_memory(&c, 0, c.depth, &r, VF_DIT_KEEP, 4, 4, &one);
+    int64_t zP = (int64_t)c.z * c.patch[0] * c.patch[1] * c.patch[2]; /* in_dim = z: the patches' width too */
+    int64_t tok_r = al64(d.B * r.L * zP * 4), tok_w = al64(d.B * d.L * zP * 4);
+    if (m.saved_ends != tok_w || m.saved != one.saved - 2 * tok_r + tok_w || m.workspace != one.workspace - tok_r ||
+        m.ends != tok_w + al64(d.B * d.L * c.dim * 4))
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "sp=%d over %lld tokens: a rank holds saved %lld "
+                             "(whole patches %lld), workspace %lld, ends %lld; one rank of %lld tokens: saved %lld, "
+                             "workspace %lld", n, (long long)d.L, (long long)m.saved, (long long)m.saved_ends,
+                             (long long)m.workspace, (long long)m.ends, (long long)r.L, (long long)one.saved,
+                             (long long)one.workspace);
+    return 0;
+}
+
 /* role 0: one rank over the whole sequence; role 1 + r: rank r of n. */
 static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char *key)
 {
@@ -61,9 +100,11 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     if (!rc) {
         params = random_params(l, 5);
         grads = calloc((size_t)l->total, sizeof(float));
-        rc = vf_dit_part_new(vf_backend_cpu(), l, 0, c.depth, &d, VF_DIT_KEEP, params, grads, &p, &st);
+        rc = vf_dit_part_new_sp(vf_backend_cpu(), l, 0, c.depth, &d, role > 0 ? n : 1, VF_DIT_KEEP, params, grads,
+                                &p, &st);
         if (!rc && role > 0) rc = vf_dit_part_set_sp(p, &sp, &st);
         if (!rc) rc = vf_dit_saved_new(p, &sv, &st);
+        if (!rc) rc = check_memory(role > 0 ? n : 1, d, p, sv, &st);
     }
     if (!rc) {
         mb_make(&m, &c, d, 9, 0);

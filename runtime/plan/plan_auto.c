@@ -17,8 +17,8 @@
  * stages sharing an over-budget device share the blocks to swap.
  * A value the stage refuses (more blocks than the partition has) or past the knob's `max`
  * ends the search: one line naming the stage, what it needs at the largest value it takes
- * and the budget (VF_EBUDGET, exit 2). A bucketed source is planned at its largest bucket
- * shapes, so the worst bucket decides the value.
+ * and the budget (VF_EBUDGET, exit 2). A bucketed run sizes its buffers once for its
+ * largest bucket shapes, which is what the plan holds, so the value covers every bucket.
  */
 #include "runtime/plan/plan.h"
 #include "runtime/core/params.h"

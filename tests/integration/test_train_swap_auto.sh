@@ -8,6 +8,8 @@
 #  - `vflow plan` names that K for each partition; the run with "auto" trains adapters
 #    BITWISE those of the run with that K given explicitly, and swaps K blocks;
 #  - with two partitions under one swap_budget, each resolves to its own K, bitwise too;
+#  - with a bucketed cache the plan of the largest bucket shapes decides K (at least
+#    what the worst bucket alone needs), bitwise too;
 #  - without swap_budget the CPU device's budget (the machine's memory) holds: K = 0;
 #  - a budget that no K meets is exit 2 with one line naming the stage, before any run
 #    dir exists; so is "auto" without LoRA, and a swap_budget that is no size.
@@ -91,6 +93,31 @@ done
 train twoexp "${LORA[@]}" "${TWO[@]}" --set dit_0.swap_blocks=${W[0]} --set dit_1.swap_blocks=${W[1]} \
   || fail "P=2 explicit: $(tail -5 twoexp.out)"
 [ "$(lora_md5 two $STEPS)" = "$(lora_md5 twoexp $STEPS)" ] || fail "P=2: auto's adapters differ from the explicit Ks'"
+
+# a bucketed cache: the run sizes its buffers once for the largest bucket shapes (the
+# plan's), so K is the smallest with which that plan fits, and at least what the worst
+# bucket planned alone (latent_reader.only) needs
+make_buckets
+BKS=(16x16x1 32x16x5 64x32x1)
+declare -A BR
+for K in 0 3 4 5; do
+  for b in all "${BKS[@]}"; do
+    only=(); [ $b = all ] || only=(--set latent_reader.only=$b)
+    BR[$b$K]=$(region dit_0 $K --set stages=1 --set cache="$BK" "${only[@]}")
+    [[ "${BR[$b$K]}" =~ ^[0-9]+$ ]] || fail "buckets $b K=$K: ${BR[$b$K]}"
+  done
+done
+BB=$(( BR[all4] + (BR[all3] - BR[all4]) / 2 ))
+KB=""; for K in 0 3 4 5; do [ -z "$KB" ] && [ "${BR[all$K]}" -le "$BB" ] && KB=$K; done
+for b in "${BKS[@]}"; do
+  kb=""; for K in 0 3 4 5; do [ -z "$kb" ] && [ "${BR[$b$K]}" -le "$BB" ] && kb=$K; done
+  [ "$KB" -ge "$kb" ] || fail "buckets: the plan's K $KB is below bucket $b's $kb"
+done
+trainb bk "${LORA[@]}" --set stages=1 --set swap_blocks=auto --set swap_budget=${BB}B || fail "buckets auto: $(tail -5 bk.out)"
+grep -q "stage 'dit_0' (cpu) takes swap_blocks = $KB:" bk.out || fail "buckets: not K = $KB: $(grep -m1 auto bk.out)"
+trainb bkexp "${LORA[@]}" --set stages=1 --set swap_blocks=$KB || fail "buckets K=$KB: $(tail -5 bkexp.out)"
+[ "$(lora_md5 bk $STEPS)" = "$(lora_md5 bkexp $STEPS)" ] || fail "buckets: auto's adapters differ from K=$KB's"
+echo "buckets: budget $BB, K = $KB (each bucket alone: ${BR[16x16x1$KB]} ${BR[32x16x5$KB]} ${BR[64x32x1$KB]} at K)"
 
 # no swap_budget: the CPU device's budget is the machine's memory, which the run fits as it is
 "$VFLOW" plan "$PIPE" --set cache="$CACHE" "${LORA[@]}" --set stages=1 --set swap_blocks=auto > dev.plan 2>&1 \

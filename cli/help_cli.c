@@ -25,7 +25,11 @@ static void range_text(const vf_param_spec *p, char *buf, size_t n)
 {
     char lo[32], hi[32];
     buf[0] = 0;
-    if (p->choices) {
+    if (p->choices && p->type == VF_P_INT && p->min <= p->max) { /* an integer or one of the words */
+        num_text(p->min, lo, sizeof lo);
+        num_text(p->max, hi, sizeof hi);
+        snprintf(buf, n, "%s .. %s or %s", lo, hi, p->choices);
+    } else if (p->choices) {
         snprintf(buf, n, "%s", p->choices);
     } else if (p->min <= p->max) {
         num_text(p->min, lo, sizeof lo);

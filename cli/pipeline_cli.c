@@ -186,6 +186,24 @@ fail:
     return rc;
 }
 
+/* Params "auto" (vf_plan_auto): their values appended to c->sets (which keep pointing
+ * into a buffer this function owns for the life of the process) and *g loaded again. */
+static int resolve_auto(cli *c, int nnodes, vf_graph **g, vf_status *st)
+{
+    enum { MAX_AUTO = 64 };
+    static char vals[MAX_AUTO][VF_PLAN_SET_MAX];
+    vf_plan_req req = {c->script, c->sets, c->nsets, c->budget, c->json};
+    int n = vf_plan_auto(*g, &req, vals, MAX_AUTO, c->json ? stderr : stdout, st);
+    if (n <= 0) return n;
+    const char **more = realloc(c->sets, sizeof *more * (size_t)(c->nsets + n + 1));
+    if (!more) return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "out of memory");
+    c->sets = more;
+    for (int i = 0; i < n; i++) c->sets[c->nsets++] = vals[i];
+    vf_graph_free(*g);
+    *g = NULL;
+    return load_graph(c, nnodes, g, st);
+}
+
 /* This node's cluster address and the meeting address's IP (cluster.h). */
 static int cluster_addrs(const cli *c, const vf_rank_info *r, char *addr, char *master, vf_status *st)
 {
@@ -242,6 +260,10 @@ int vf_cli_pipeline(int argc, char **argv)
     rc = load_graph(&c, nnodes, &g, &st);
     if (rc < 0) goto done;
     if (strcmp(c.cmd, "plan") == 0 || strcmp(c.cmd, "run") == 0) {
+        /* params "auto" (swap_blocks) resolved against the budgets, and the script loaded
+         * again with their values */
+        rc = resolve_auto(&c, nnodes, &g, &st);
+        if (rc < 0) goto done;
         /* admission = "shrink": the buckets that do not fit get smaller batches (or none),
          * and the script is loaded again with those --set pairs */
         static char extra[4][VF_PLAN_SET_MAX];

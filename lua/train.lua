@@ -132,7 +132,7 @@ return function(vf)
   end
 
   local PP_OPTS = { "stages", "micro_batches", "recompute", "recompute_attention", "devices", "replicas", "name",
-                    "isolate", "nodes", "base_dtype", "swap_blocks", "sp", "offload_activations" }
+                    "isolate", "nodes", "base_dtype", "swap_blocks", "swap_budget", "sp", "offload_activations" }
 
   vf.extend("pipeline_parallel", function(p, model, opts)
     if getmetatable(p) ~= vf.Pipeline then fail("call it as p:pipeline_parallel(model, opts), with a colon") end
@@ -171,8 +171,27 @@ return function(vf)
     end
     local isolate = opts.isolate ~= false
     -- swap_blocks = K: in every partition, the last K blocks' frozen base stream in from
-    -- host memory (the stage checks K against the partition and the LoRA)
-    local swap = int_of(opts.swap_blocks or 0, "pipeline_parallel: swap_blocks", 0, 4096)
+    -- host memory (the stage checks K against the partition and the LoRA); "auto": each
+    -- partition's smallest K that fits, which `vflow plan` and `vflow run` find against its
+    -- device's budget, or against swap_budget (a size: the partition's own device memory)
+    local swap = opts.swap_blocks == "auto" and "auto" or nil
+    if not swap then
+      if type(opts.swap_blocks) == "string" then
+        fail("pipeline_parallel: swap_blocks must be an integer in 0..4096 or \"auto\", got \"%s\"", opts.swap_blocks)
+      end
+      swap = int_of(opts.swap_blocks or 0, "pipeline_parallel: swap_blocks", 0, 4096)
+    end
+    local swap_budget = opts.swap_budget
+    if math.type(swap_budget) == "integer" or (math.type(swap_budget) == "float" and swap_budget == math.floor(swap_budget)) then
+      swap_budget = string.format("%d", swap_budget)
+    end
+    if swap_budget ~= nil and type(swap_budget) ~= "string" then
+      fail("pipeline_parallel: swap_budget must be a size (\"12GiB\", bytes), got %s", tostring(swap_budget))
+    end
+    if swap_budget ~= nil and swap ~= "auto" then
+      fail("pipeline_parallel: swap_budget is what swap_blocks = \"auto\" fits; with swap_blocks = %s it does nothing",
+           tostring(swap))
+    end
     -- nodes = N spreads the P x D partitions over nodes 0..N-1 in order (replica-major),
     -- so neighbouring partitions share a node where they can
     local N = int_of(opts.nodes or 1, "pipeline_parallel: nodes", 1, P * D)
@@ -196,7 +215,7 @@ return function(vf)
         row[q + 1] = p:raw_stage("dit", {
           name = name, model = model, stage = q, splits = splits, micro_batches = M,
           recompute = opts.recompute == true, recompute_attention = opts.recompute_attention == true,
-          swap_blocks = swap > 0 and swap or nil,
+          swap_blocks = (swap == "auto" or swap > 0) and swap or nil, swap_budget = swap_budget,
           offload_activations = opts.offload_activations == true or nil,
           device = dev, replicas = D, replica = r, base_dtype = opts.base_dtype,
           sp = SP > 1 and SP or nil, sp_rank = SP > 1 and k or nil,

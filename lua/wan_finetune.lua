@@ -32,6 +32,7 @@ return function(vf)
       devices = devices,
       base_dtype = a.fp8_base == true and "fp8" or nil,
       swap_blocks = a.swap_blocks,
+      swap_budget = a.swap_budget,
       sp = a.sp or 1,
       offload_activations = a.offload_activations == true,
     })

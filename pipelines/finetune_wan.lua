@@ -33,7 +33,9 @@
 -- docs/TRAINING.md#lora-adapters-on-a-frozen-base), fp8_base (false; with lora_rank: the
 -- frozen base's block linears held in FP8, README "FP8 base"), swap_blocks (0; with LoRA:
 -- the last K blocks of each partition keep their frozen weights in pinned host memory,
--- streamed in ahead of use; README "Block swap"), offload_activations (false; with recompute:
+-- streamed in ahead of use; "auto": the smallest K that fits the GPU; README "Block swap"),
+-- swap_budget (with swap_blocks=auto: the device memory a partition may hold, "20GiB";
+-- default its GPU's budget), offload_activations (false; with recompute:
 -- the block inputs kept for backward wait in pinned host memory; README "Activation
 -- offload"), t_sampling (logit_normal | uniform),
 -- t_mean / t_std (0 / 1: the logit-normal's), t_shift (1: none; t <- s*t/(1+(s-1)*t)),

@@ -29,7 +29,7 @@
 -- (50), stages (1), micro_batches (1), recompute (true), shards (1), offload (false),
 -- device ("cuda:0") or devices (comma list, one per stage), every (250), keep (2),
 -- model_shard_bytes (1e10), seed (0), frames / size (81 / 832x480), lora_rank (off),
--- lora_alpha, lora_targets, lora_init, fp8_base (false), swap_blocks (0), t_sampling
+-- lora_alpha, lora_targets, lora_init, fp8_base (false), swap_blocks (0; "auto"), swap_budget, t_sampling
 -- (logit_normal | uniform), t_mean / t_std (0 / 1), t_shift (1), t_min / t_max (the
 -- expert's side of the boundary): each as in finetune_wan.lua.
 local vf = require "vflow"

@@ -48,7 +48,10 @@
 --   fp8_base       with lora_rank: hold the frozen base's block linears in FP8
 --                  (README "FP8 base") (true/false)                        (false)
 --   swap_blocks    with LoRA: the last K blocks of each partition keep their frozen
---                  weights in host memory, streamed in ahead of use        (0)
+--                  weights in host memory, streamed in ahead of use; "auto": the smallest
+--                  K with which each partition fits its budget             (0)
+--   swap_budget    with swap_blocks=auto: the device memory a partition may hold
+--                  ("12GiB"); the CPU backend needs it            (its device's budget)
 --   offload_activations  with recompute: the block inputs kept for backward wait in
 --                  pinned host memory (README "Activation offload") (true/false) (false)
 --   device         "cpu" or "cuda:N" for every partition and shard         (cpu)
@@ -100,6 +103,7 @@ local dit = p:pipeline_parallel(model, {
   nodes = a.nodes,
   base_dtype = a.fp8_base == true and "fp8" or nil,
   swap_blocks = a.swap_blocks,
+  swap_budget = a.swap_budget,
   offload_activations = a.offload_activations == true,
 })
 local opt = p:stage("adamw", {

@@ -315,7 +315,8 @@ typedef struct vf_param_spec {
     const char *def;       /* default as JSON text ("4", "\"cpu\"", "[256,256]"); NULL = required */
     double min, max;       /* range of numbers / list elements; ignored when min > max */
     const char *doc;       /* one line, goes into README's generated table */
-    const char *choices;   /* for strings: "a|b|c", or NULL for any */
+    const char *choices;   /* for strings: "a|b|c", or NULL for any; for an int: words it
+                              takes besides integers ("auto"), read with vf_param_str */
     const struct vf_param_spec *fields; /* VF_P_TABLE, VF_P_LIST_TABLE: schema of its keys,
                                            {0}-terminated */
 } vf_param_spec;
@@ -429,6 +430,9 @@ typedef enum vf_mem_holder {
                            producer allocated them, so they are in the producer's account */
     VF_MEM_LIBRARY,     /* a library's own allocations (libav, a writer's buffer): in the
                            totals and the worker's RSS, in no account */
+    VF_MEM_PINNED,      /* host memory the stage pins for its device's copy queue (block
+                           swap's host copy): its own account, as VF_MEM_OWN; outside the
+                           device memory a partition on the CPU backend stands for */
 } vf_mem_holder;
 
 /* What a stage declares it will hold, per device, before anything runs. */
@@ -459,6 +463,8 @@ typedef struct vf_mem_plan {
 void vf_mem_plan_add(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_input(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
 void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const char *what, int64_t bytes);
+/* Pinned host memory (VF_MEM_PINNED), always on the host. */
+void vf_mem_plan_add_pinned(vf_mem_plan *m, vf_mem_cat cat, const char *what, int64_t bytes);
 int64_t vf_mem_plan_total(const vf_mem_plan *m, vf_device dev);
 /* Declares that the stage holds training state (weights, gradients or optimizer state:
  * the entries of those categories) of n parameters on dev. `vflow plan` divides the
@@ -503,6 +509,15 @@ typedef struct vf_knob_spec {
                                 the same name on several kinds moves all of them together */
     const char *note;        /* what it trades, shown with the fix ("optimizer shards on the
                                 host"); NULL: nothing to add */
+    /* The param may be "auto" (a VF_KNOB_STEP knob whose param spec lists "auto" among its
+     * choices): `vflow plan` and `vflow run` resolve it before anything starts to the
+     * smallest value from `min` up with which the stage fits (runtime/plan/plan_auto.c):
+     * its device's plan total within that device's budget or, when the stage's param
+     * `auto_budget` names a size, the stage's own device memory (its entries on its
+     * device but the pinned ones) within that size. The stage treats an unresolved
+     * "auto" as `min` when planned and refuses it when it starts. */
+    bool auto_value;
+    const char *auto_budget;
 } vf_knob_spec;
 
 typedef struct vf_stage_ops {

@@ -375,6 +375,8 @@ static int check_scalar(vf_json *v, vf_param_type t, const vf_param_spec *s, con
     char got[96];
     switch (t) {
     case VF_P_INT:
+        /* an int param with choices also takes those words ("auto"), kept as strings */
+        if (v->type == VF_JSON_STR && s->choices) return check_choice(v->s, s, key, elem, c);
         if (!to_int(v)) break;
         return check_range(v, s, key, elem, c);
     case VF_P_NUM:
@@ -397,6 +399,7 @@ static int check_scalar(vf_json *v, vf_param_type t, const vf_param_spec *s, con
     default: break;
     }
     describe(v, got, sizeof got);
+    if (t == VF_P_INT && s->choices) return verr(c, key, "%sexpected an integer or %s, got %s", elem, s->choices, got);
     return verr(c, key, "%sexpected %s, got %s", elem, expected(t), got);
 }
 

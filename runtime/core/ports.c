@@ -111,6 +111,11 @@ void vf_mem_plan_add_lib(vf_mem_plan *m, vf_device dev, vf_mem_cat cat, const ch
     mem_add(m, dev, cat, VF_MEM_LIBRARY, what, bytes);
 }
 
+void vf_mem_plan_add_pinned(vf_mem_plan *m, vf_mem_cat cat, const char *what, int64_t bytes)
+{
+    mem_add(m, (vf_device){VF_DEV_CPU, 0}, cat, VF_MEM_PINNED, what, bytes);
+}
+
 int64_t vf_mem_plan_total(const vf_mem_plan *m, vf_device dev)
 {
     int64_t n = 0;

@@ -221,6 +221,18 @@ int vf_plan_admission(const vf_plan_req *req, const vf_mplan *base, const vf_bud
                       const vf_plan_bucket *bk, int nbk, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
                       vf_status *st);
 
+/* ------------------------------------------------------------------ "auto" params */
+
+/* Stage params set to "auto" (vf_knob_spec.auto_value, e.g. the DiT's swap_blocks),
+ * resolved against the budgets `vflow run` uses (plan_auto.c): each to the smallest value
+ * from its knob's min up with which the stage fits its device's budget, or its own
+ * `auto_budget` size. Writes one "NAME.PARAM=V" pair per such stage into sets (the caller
+ * loads the script again with them) and one line each on report (NULL: none); returns
+ * their count (0: no "auto"), or VF_EBUDGET with one line naming the stage when even its
+ * largest value does not fit (VF_EUSAGE for a bad auto_budget size). */
+int vf_plan_auto(const vf_graph *g, const vf_plan_req *req, char (*sets)[VF_PLAN_SET_MAX], int max, FILE *report,
+                 vf_status *st);
+
 /* ------------------------------------------------------------------ output */
 
 /* Text (or JSON) of the plan, its verdict and the fixes (nfix may be 0). */

@@ -44,8 +44,7 @@ void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *
     vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base: block linears in FP8 (1 B/param)", m.fp8 - host);
     if (swap) {
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "block swap ring (FP8 bytes of the blocks in flight)", ring);
-        vf_mem_plan_add(out, (vf_device){VF_DEV_CPU, 0}, VF_MEM_WEIGHTS,
-                        "block swap: swapped blocks' FP8 bytes (pinned host)", host);
+        vf_mem_plan_add_pinned(out, VF_MEM_WEIGHTS, "block swap: swapped blocks' FP8 bytes (pinned host)", host);
     }
     vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base: norms, biases, embeddings, head", m.rest);
     vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "FP8 base: one linear's weight dequantised", m.scratch);

@@ -19,9 +19,8 @@ int64_t vf_dit_offload_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config
 {
     vf_dit_offload_mem m;
     vf_dit_offload_memory(c, b0, b1, max, sp, recompute, as, gs, &m);
-    vf_device host = {VF_DEV_CPU, 0};
     vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "activation offload ring (block inputs in flight)", m.ring);
-    vf_mem_plan_add(out, host, VF_MEM_ACTS, "activation offload: saved block inputs (pinned host)",
-                    (int64_t)nsv * m.host);
+    vf_mem_plan_add_pinned(out, VF_MEM_ACTS, "activation offload: saved block inputs (pinned host)",
+                           (int64_t)nsv * m.host);
     return m.saved;
 }

@@ -77,7 +77,12 @@ static const vf_param_spec dit_params[] = {
      "\"\" = the model's dtype"},
     {"swap_blocks", VF_P_INT, "0", VF_RANGE(0, 4096),
      "with LoRA: the last K blocks of the partition keep their base weights in pinned host memory, "
-     "streamed in ahead of use (below the partition's blocks)"},
+     "streamed in ahead of use (below the partition's blocks); \"auto\": the smallest K with which the "
+     "partition fits its budget, resolved by `vflow plan` and `vflow run` before the run starts", "auto"},
+    {"swap_budget", VF_P_STR, "\"\"", VF_ANY,
+     "with swap_blocks \"auto\": the device memory the partition may hold (\"12GiB\"; what it declares on its "
+     "device, the pinned host copies not counted), which the CPU backend (host and device memory one) needs; "
+     "\"\" = its device's budget (--budget, else what the device has)"},
     {"offload_activations", VF_P_BOOL, "false", VF_ANY,
      "with recompute: the block inputs kept for backward wait in pinned host memory, copied out after "
      "each block's forward and back ahead of its backward"},
@@ -92,6 +97,7 @@ typedef struct pgeo {
     vf_dit_lora *lora;       /* NULL: the trainable vector is the model's */
     int p, P, S, M;
     int swap;                /* swap_blocks */
+    bool swap_auto;          /* swap_blocks "auto", planned as 0 until the planner resolves it */
     bool offload;            /* offload_activations */
     int splits[VF_TRAIN_MAX_PARTS + 1];
     int64_t off, n;          /* range of the trainable vector */
@@ -156,8 +162,8 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     VF_TRY(vf_dit_base_dtype(prm, g->lora != NULL, &g->fp8, st));
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
     VF_TRY(vf_dit_sp_rank_check(&g->cfg, (int)vf_param_int(prm, "sp"), (int)vf_param_int(prm, "sp_rank"), st));
-    g->swap = (int)vf_param_int(prm, "swap_blocks");
-    VF_TRY(vf_dit_swap_check(g->swap, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], st));
+    VF_TRY(vf_dit_swap_param(prm, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], &g->swap,
+                             &g->swap_auto, st));
     g->offload = vf_param_bool(prm, "offload_activations");
     VF_TRY(vf_dit_offload_check(g->offload, dit_recompute_of(prm), g->p, st));
     vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
@@ -434,6 +440,9 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     vf_stage_set_state(s, h);
     pgeo g;
     VF_TRY(pgeo_init(prm, &g, st));
+    if (g.swap_auto)
+        VF_FAIL(st, VF_EUSAGE, "%s: swap_blocks \"auto\" reached the partition unresolved: `vflow run` resolves "
+                "it against the budget before the run starts", vf_stage_name(s));
     h->cfg = g.cfg, h->l = g.l, h->lora = g.lora, h->p = g.p, h->P = g.P, h->S = g.S, h->M = g.M;
     h->boff = g.boff, h->bn = g.bn;
     h->swap = g.swap;
@@ -619,7 +628,8 @@ static const vf_knob_spec dit_knobs[] = {
     {.name = "micro_batches", .param = "micro_batches", .arg = "micro_batches", .arg_only = true,
      .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
     {.name = "swap_blocks", .param = "swap_blocks", .arg = "swap_blocks", .move = VF_KNOB_STEP, .max = 64,
-     .rank = 25, .note = "base weights of K blocks a partition in pinned host memory, streamed in ahead of use"},
+     .rank = 25, .note = "base weights of K blocks a partition in pinned host memory, streamed in ahead of use",
+     .auto_value = true, .auto_budget = "swap_budget"},
     {.name = "offload_activations", .param = "offload_activations", .arg = "offload_activations",
      .move = VF_KNOB_SET, .value = "true", .rank = 27,
      .note = "block inputs kept for backward in pinned host memory, copied out and back on a copy queue"},

@@ -181,6 +181,10 @@ int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, v
  * resident: base elements that stay on the device. dst: where the base element at rel
  * (from boff) is loaded, in swap_host (*host true) or in base. */
 int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
+/* The swap_blocks param: *K (0 while it is "auto", *is_auto then), checked as above; "auto"
+ * needs LoRA too. */
+int vf_dit_swap_param(const vf_params *prm, bool lora, int p, int b0, int b1, int *K, bool *is_auto,
+                      vf_status *st);
 /* dit_offload.c: offload_activations refused without recompute (VF_EUSAGE naming the
  * partition); its plan lines for nsv saved stores of a rank of sp, returning the bytes of
  * one saved store on the device (what replaces vf_dit_mem.saved). */

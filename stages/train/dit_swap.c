@@ -8,6 +8,19 @@
 #include <stdio.h>
 #include <string.h>
 
+int vf_dit_swap_param(const vf_params *prm, bool lora, int p, int b0, int b1, int *K, bool *is_auto,
+                      vf_status *st)
+{
+    /* the schema takes one word besides integers: "auto" */
+    *is_auto = vf_param_str(prm, "swap_blocks") != NULL;
+    *K = *is_auto ? 0 : (int)vf_param_int(prm, "swap_blocks");
+    if (*is_auto && !lora)
+        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
+                             "dit partition %d: swap_blocks \"auto\" needs LoRA (a frozen base): block swap streams "
+                             "weights host to device only", p);
+    return vf_dit_swap_check(*K, lora, p, b0, b1, st);
+}
+
 int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st)
 {
     if (K == 0) return 0;
@@ -30,11 +43,10 @@ void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, i
     int64_t hole, hole_n, blk_n;
     vf_dit_swap_split(l, b0, b1, K, &hole, &hole_n, &blk_n);
     int nring = K < 2 ? K : 2;
-    vf_device host = {VF_DEV_CPU, 0};
     vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "block swap ring (base weights of the blocks in flight)",
                     (int64_t)as * blk_n * nring);
-    vf_mem_plan_add(out, host, VF_MEM_WEIGHTS, "block swap: swapped blocks' base weights (pinned host)",
-                    (int64_t)as * hole_n);
+    vf_mem_plan_add_pinned(out, VF_MEM_WEIGHTS, "block swap: swapped blocks' base weights (pinned host)",
+                           (int64_t)as * hole_n);
 }
 
 int64_t vf_dit_swap_resident(const dit_part_state *h)

@@ -5,7 +5,9 @@ pipelines/train_dit.lua on cuda:0 (planned here without the GPU), one partition 
   - with a device budget between the plans of two K, the fixes list `swap_blocks` with the
     smallest K that fits (K found by re-planning each K here: an independent search), and
     its predicted device total is that K's plan;
-  - a budget that no K meets lists no fitting swap_blocks fix.
+  - swap_blocks = "auto" under those budgets takes that K (it says so; the plan is K's);
+  - a budget that no K meets lists no fitting swap_blocks fix, and "auto" under it is
+    one line, exit 2.
 vflow-test: labels=integration timeout=300
 """
 import json
@@ -91,10 +93,20 @@ def main():
             print("budget %s: fix %s %s (fits: %s)" % (budget, f["knob"], f["change"], f["fits"]))
             check(f["fits"] and "swap_blocks=%d" % want in f["change"], "fix is swap_blocks=%d: %r" % (want, f))
             check(f["totals"]["cuda:0"] == cuda[want], "fix predicts K's plan %d: %r" % (cuda[want], f["totals"]))
-    # below what the most swap gives: no swap_blocks fix fits
+        # swap_blocks = "auto" takes the fix's K: the plan is that K's, and fits
+        rc, p, err = plan(tmp, ["swap_blocks=auto"], budget)
+        line = "swap_blocks \"auto\": stage 'dit_0' (cuda:0) takes swap_blocks = %d: cuda:0 plans" % want
+        print("budget %s, auto: %s" % (budget, err.strip().splitlines()[-1] if err.strip() else "(nothing)"))
+        check(rc == 0 and p and line in err, "auto under %s: exit %d, want K=%d: %s" % (budget, rc, want, err[-300:]))
+        check(p and p["totals"]["cuda:0"] == cuda[want], "auto under %s: plan is K=%d's" % (budget, want))
+    # below what the most swap gives: no swap_blocks fix fits, and "auto" is refused
     rc, p, err = plan(tmp, [], "cuda=%dB" % (cuda[5] - blk))
     fx = [f for f in (p or {}).get("fixes", []) if f["knob"] == "swap_blocks" and f["fits"]]
     check(rc == 2 and not fx, "a budget below K=5's plan: no fitting swap_blocks fix (%r)" % fx)
+    rc, p, err = plan(tmp, ["swap_blocks=auto"], "cuda=%dB" % (cuda[5] - blk))
+    want = "stage 'dit_0' (cuda:0): swap_blocks \"auto\": no value fits: at swap_blocks = 5, the most it takes"
+    check(rc == 2 and want in err and len(err.strip().splitlines()) == 1,
+          "auto under a budget below K=5's plan: exit %d, %s" % (rc, err))
     if FAILS:
         print("%d check(s) failed (kept %s)" % (len(FAILS), tmp))
         sys.exit(1)

@@ -319,4 +319,34 @@ VF_TEST(did_you_mean)
     VF_CHECK_STR(vf_did_you_mean("bacth", k, 5), "batch");
 }
 
+/* An int param with choices takes those words too, as strings; anything else names both. */
+VF_TEST(int_or_word)
+{
+    static const vf_param_spec sch[] = {
+        {"blocks", VF_P_INT, "0", VF_RANGE(0, 64), "how many", "auto", NULL},
+        {0},
+    };
+    const char *ok[] = {"{\"blocks\":\"auto\"}", "{\"blocks\":7}", "{}"};
+    for (int i = 0; i < 3; i++) {
+        vf_status st = {0};
+        vf_params *p = vf_params_from_json(ok[i], &st);
+        VF_CHECK(p && vf_params_validate_kind(p, sch, "d", "dit", "pipe.lua:3", &st) == 0);
+        if (p && i == 0) VF_CHECK_STR(vf_param_str(p, "blocks"), "auto");
+        if (p && i == 1) VF_CHECK(vf_param_str(p, "blocks") == NULL && vf_param_int(p, "blocks") == 7);
+        vf_params_free(p);
+    }
+    const char *bad[][2] = {
+        {"{\"blocks\":\"some\"}", "pipe.lua:3: stage 'd' (dit): param 'blocks': \"some\" is not one of: auto"},
+        {"{\"blocks\":1.5}", "pipe.lua:3: stage 'd' (dit): param 'blocks': expected an integer or auto, got number 1.5"},
+        {"{\"blocks\":65}", "pipe.lua:3: stage 'd' (dit): param 'blocks': 65 is out of range [0, 64]"},
+    };
+    for (int i = 0; i < 3; i++) {
+        vf_status st = {0};
+        vf_params *p = vf_params_from_json(bad[i][0], &st);
+        VF_CHECK(p && vf_params_validate_kind(p, sch, "d", "dit", "pipe.lua:3", &st) == VF_EUSAGE);
+        VF_CHECK_STR(st.msg, bad[i][1]);
+        vf_params_free(p);
+    }
+}
+
 int main(void) { return vf_test_main(); }

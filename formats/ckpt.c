@@ -17,8 +17,10 @@
 
 void vf_ckpt_dir(const char *param, const char *run_dir, char *out, size_t n)
 {
-    if (param && param[0]) snprintf(out, n, "%s", param);
-    else snprintf(out, n, "%s/ckpt", run_dir && run_dir[0] ? run_dir : ".");
+    const char *run = run_dir && run_dir[0] ? run_dir : ".";
+    if (param && !strncmp(param, "<run>/", 6)) snprintf(out, n, "%s/%s", run, param + 6);
+    else if (param && param[0]) snprintf(out, n, "%s", param);
+    else snprintf(out, n, "%s/ckpt", run);
 }
 
 /* "step-N" (or "step-N.tmp" with tmp): N, else -1. */

@@ -74,8 +74,9 @@
 #define VF_CKPT_EXPERT_HIGH "high_noise_model"
 #define VF_CKPT_EXPERT_LOW "low_noise_model"
 
-/* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
- * it is empty. */
+/* The checkpoint dir for a stage's `dir` param: the param itself, <run dir>/ckpt when
+ * it is empty, or <run dir>/REST for "<run>/REST" (a dir inside the run dir the script
+ * cannot name: the experts' dirs of finetune_wan22.lua). */
 void vf_ckpt_dir(const char *param, const char *run_dir, char *out, size_t n);
 
 /* A verified checkpoint. */

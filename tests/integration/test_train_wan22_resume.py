@@ -23,14 +23,8 @@ DIT_TOOL = os.path.join(BUILD, "tools", "dit_tool")
 PIPE = os.path.join(SRC, "pipelines", "finetune_wan22.lua")
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 STEPS = 40
-failed = []
-
-
-def check(cond, msg):
-    if not cond:
-        failed.append(msg)
-        print("FAIL: " + msg)
-    return cond
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_harness import check, finish  # noqa: E402
 
 
 def md5(run, expert):
@@ -110,9 +104,8 @@ def main():
             for e in ("high", "low"):
                 d = os.path.join(p(name), "ckpt", e)
                 check(not [x for x in os.listdir(d) if x.endswith(".tmp")], "%s: a .tmp is left in %s" % (victim, d))
-    print("PASS" if not failed else "FAIL (%d)" % len(failed))
-    return 1 if failed else 0
+    finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

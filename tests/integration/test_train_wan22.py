@@ -22,7 +22,9 @@
 #    (full fine-tune and LoRA), each in its checkpoint dir (ckpt/high, ckpt/low); each
 #    expert's micro-batches drew their t on its side of the boundary, 3 steps x 2 each,
 #    mapped from the draws of an unrestricted run of finetune_wan.lua on the same seed;
-#    TensorBoard has train/<expert>/loss, lr and grad_norm for each.
+#    TensorBoard has train/<expert>/loss, lr and grad_norm for each; `vflow sample` of the
+#    high expert's checkpoint with --low the low one's runs and differs from the high one
+#    alone; `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
 # vflow-test: timeout=600
 import json
 import os
@@ -315,6 +317,32 @@ def main():
             check(np.allclose(hi, 0.875 + 0.125 * s0, rtol=0, atol=1e-6) and np.allclose(lo, 0.875 * s0, rtol=0,
                                                                                           atol=1e-6),
                   "the experts' t are the draws mapped onto their sides: %s %s %s" % (s0, hi, lo))
+        # `vflow sample` switches from the run's high expert to its low one at the boundary:
+        # the latent differs from the high expert's alone
+        lat = {}
+        for tag, extra in (("two", ["--low", os.path.join(both_run, "ckpt", "low", "step-3"), "--boundary", "0.875"]),
+                           ("high", [])):
+            r = subprocess.run([VFLOW, "sample", os.path.join(both_run, "ckpt", "high", "step-3"), "--prompt", "a cat",
+                                "--frames", "1", "--size", "64x64", "--steps", "4", "--out", p("s-%s.mp4" % tag),
+                                "--latent-out", p("l-%s.bin" % tag)] + extra, capture_output=True, text=True, env=ENV)
+            check(r.returncode == 0, "sample %s: exit %d %s" % (tag, r.returncode, r.stderr[-300:]))
+            lat[tag] = open(p("l-%s.bin" % tag), "rb").read() if r.returncode == 0 else None
+        check(lat["two"] is not None and lat["high"] is not None and lat["two"] != lat["high"],
+              "sampling both experts differs from the high expert alone")
+        # devices_high / devices_low: disjoint device groups, each expert's stages on its own
+        r, _ = vflow("plan", tmp, "plan-both", "weights=" + p("wanai"), "experts=both", "stages=2",
+                     "devices_high=cuda:0,cuda:1", "devices_low=cuda:2,cuda:3")
+        where, dev = {}, None
+        for ln in r.stdout.splitlines():
+            f = ln.split()
+            if len(f) > 1 and f[0].startswith("cuda:") and "of state:" in ln:
+                dev = f[0]
+            elif dev and f and f[0].startswith(("dit_", "adamw_")):
+                where.setdefault(f[0], set()).add(dev)
+        want = {"dit_high_0": {"cuda:0"}, "dit_high_1": {"cuda:1"}, "adamw_high_0": {"cuda:0"},
+                "dit_low_0": {"cuda:2"}, "dit_low_1": {"cuda:3"}, "adamw_low_0": {"cuda:2"}}
+        check(r.returncode == 0 and where == want, "plan of disjoint groups: exit %d, %s %s" % (
+            r.returncode, where, r.stderr[-300:]))
         # resuming the low expert's run as the high expert is refused
         r, _ = vflow("run", tmp, "full-pair-low", "steps=4", "every=3", "weights=" + p("wanai"), "experts=high",
                      resume=True)

@@ -36,9 +36,11 @@
 -- memory is that run's (no expert waits on, or buffers batches for, the other), its bits
 -- are those of experts = high (or low) alone on the same seed, and a kill + resume resumes
 -- each expert from its own newest checkpoint. Each expert takes one optimizer step per
--- step of the run, over the same clips in the same order. Checkpoints go to ckpt/high
--- and ckpt/low (<ckpt>/high, <ckpt>/low with --set ckpt=DIR): sample both with
--- `vflow sample CKPT/high/step-N --low CKPT/low/step-N --boundary B`.
+-- step of the run, over the same clips in the same order. Each expert's checkpoints (with
+-- its optimizer state, what a resume reads) go to ckpt/high and ckpt/low (<ckpt>/high,
+-- <ckpt>/low with --set ckpt=DIR); stage ckpt_join joins each step both wrote into
+-- ckpt/step-N with high_noise_model/ and low_noise_model/ (formats/ckpt.h), which
+-- `vflow sample ckpt` samples, switching experts at the boundary.
 --
 -- Knobs (vf.args): weights or weights_high / weights_low (required), experts (required: high | low | both),
 -- boundary (0.875; 0.900 for wan2.2-i2v-a14b), model or preset (wan2.2-a14b |
@@ -117,5 +119,10 @@ for _, e in ipairs { "high", "low" } do
   p:wan_finetune(model, a, { weights = weights_of(e), expert = e, t_min = range[e][1], t_max = range[e][2] },
                  { suffix = "_" .. e, devices = devs,
                    ckpt = (ckpt or "<run>/ckpt") .. "/" .. e })
+end
+-- each step both experts committed becomes one two-expert step dir next to their dirs
+local join = p:stage("ckpt_join", { name = "checkpoint", dir = ckpt or "", boundary = boundary, keep = a.keep or 2 })
+for _, e in ipairs { "high", "low" } do
+  p:connect({ p:find("checkpoint_" .. e), "done" }, { join, e }, { capacity = 2 })
 end
 return p

@@ -19,12 +19,15 @@
 #    expert's weights on the same timesteps ends; a resume as the other expert is refused
 #    naming train.expert;
 #  - experts=both: each expert's model ends bitwise where the run of that expert alone ends
-#    (full fine-tune and LoRA), each in its checkpoint dir (ckpt/high, ckpt/low); each
+#    (full fine-tune and LoRA), each in its checkpoint dir (ckpt/high, ckpt/low) and in the
+#    two-expert step the run joins them into (ckpt/step-N: high_noise_model/ +
+#    low_noise_model/, or lora_high_noise / lora_low_noise; state.json's experts and
+#    boundary; verified against its manifest); each
 #    expert's micro-batches drew their t on its side of the boundary, 3 steps x 2 each,
 #    mapped from the draws of an unrestricted run of finetune_wan.lua on the same seed;
 #    TensorBoard has train/<expert>/loss, lr and grad_norm for each; `vflow sample` of the
-#    high expert's checkpoint with --low the low one's runs and differs from the high one
-#    alone; `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
+#    run's checkpoint dir equals sampling the high expert's dir with --low the low one's
+#    and --boundary, and differs from the high one alone; `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
 # vflow-test: timeout=600
 import json
 import os
@@ -37,6 +40,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from st_lib import bf16, f32, read_st, write_st  # noqa: E402
 
+# formats/ckpt.h: the subdirs of a two-expert checkpoint step
+VF_EXPERT = {"high": "high_noise_model", "low": "low_noise_model"}
 BUILD = os.environ.get("VFLOW_BUILD", "build")
 VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
 SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
@@ -254,11 +259,21 @@ def main():
             r, run = vflow("run", tmp, tag + "-both", "steps=3", "every=3", "weights=" + p("wanai"), "experts=both",
                            *extra)
             check(r.returncode == 0, "%s both run: exit %d %s" % (tag, r.returncode, r.stderr[-400:]))
+            # ... in its own checkpoint dir and in the two-expert step the run joins them into
             for e in ("high", "low"):
-                got = model_of(run, fname, e)
-                check(got is not None and got == runs["pair-" + e],
-                      "%s: experts=both's %s expert ends where experts=%s alone ends" % (tag, e, e))
+                joined = VF_EXPERT[e] + "/" + fname if tag == "full" else "lora_%s_noise.safetensors" % e
+                got, two = model_of(run, fname, e), model_of(run, joined)
+                check(got is not None and got == runs["pair-" + e] and two == got,
+                      "%s: experts=both's %s expert (ckpt/%s and the joined step) ends where experts=%s alone ends"
+                      % (tag, e, e, e))
             check(model_of(run, fname, "high") != model_of(run, fname, "low"), "%s: the two experts differ" % tag)
+            r = subprocess.run([TRAIN_TOOL, "ckpt-find", os.path.join(run, "ckpt")], capture_output=True, text=True)
+            check(r.returncode == 0 and r.stdout.split()[:1] == ["3"],
+                  "%s: the joined step verifies against its manifest: %s %s" % (tag, r.stdout, r.stderr[-300:]))
+            sp = os.path.join(run, "ckpt", "step-3", "state.json")
+            state = json.load(open(sp)) if os.path.exists(sp) else {}
+            check(state.get("experts") == ["high", "low"] and state.get("boundary") == 0.875,
+                  "%s: state.json records the experts and the boundary: %s" % (tag, state))
             if tag == "full":
                 both_run = run
         # loss, lr and gradient norm per expert: TensorBoard tags with the expert's name
@@ -317,18 +332,20 @@ def main():
             check(np.allclose(hi, 0.875 + 0.125 * s0, rtol=0, atol=1e-6) and np.allclose(lo, 0.875 * s0, rtol=0,
                                                                                           atol=1e-6),
                   "the experts' t are the draws mapped onto their sides: %s %s %s" % (s0, hi, lo))
-        # `vflow sample` switches from the run's high expert to its low one at the boundary:
-        # the latent differs from the high expert's alone
+        # `vflow sample` of the run's checkpoint dir (its newest two-expert step) switches
+        # experts at the recorded boundary: the latent is the one of the high expert's dir
+        # with --low the low one's and --boundary, and differs from the high expert's alone
         lat = {}
-        for tag, extra in (("two", ["--low", os.path.join(both_run, "ckpt", "low", "step-3"), "--boundary", "0.875"]),
-                           ("high", [])):
-            r = subprocess.run([VFLOW, "sample", os.path.join(both_run, "ckpt", "high", "step-3"), "--prompt", "a cat",
-                                "--frames", "1", "--size", "64x64", "--steps", "4", "--out", p("s-%s.mp4" % tag),
-                                "--latent-out", p("l-%s.bin" % tag)] + extra, capture_output=True, text=True, env=ENV)
+        hi_ck, lo_ck = (os.path.join(both_run, "ckpt", e, "step-3") for e in ("high", "low"))
+        for tag, src, extra in (("joined", os.path.join(both_run, "ckpt"), []),
+                                ("two", hi_ck, ["--low", lo_ck, "--boundary", "0.875"]), ("high", hi_ck, [])):
+            r = subprocess.run([VFLOW, "sample", src, "--prompt", "a cat", "--frames", "1", "--size", "64x64", "--steps",
+                                "4", "--out", p("s-%s.mp4" % tag), "--latent-out", p("l-%s.bin" % tag)] + extra,
+                               capture_output=True, text=True, env=ENV)
             check(r.returncode == 0, "sample %s: exit %d %s" % (tag, r.returncode, r.stderr[-300:]))
             lat[tag] = open(p("l-%s.bin" % tag), "rb").read() if r.returncode == 0 else None
-        check(lat["two"] is not None and lat["high"] is not None and lat["two"] != lat["high"],
-              "sampling both experts differs from the high expert alone")
+        check(lat["joined"] is not None and lat["joined"] == lat["two"] and lat["two"] != lat["high"],
+              "sampling the joined step = the two expert dirs with --low and --boundary, not the high expert alone")
         # devices_high / devices_low: disjoint device groups, each expert's stages on its own
         r, _ = vflow("plan", tmp, "plan-both", "weights=" + p("wanai"), "experts=both", "stages=2",
                      "devices_high=cuda:0,cuda:1", "devices_low=cuda:2,cuda:3")

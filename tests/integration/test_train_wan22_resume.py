@@ -5,7 +5,8 @@
 #  - a SIGKILL of one expert's worker (a partition of the low expert, then the high
 #    expert's optimizer shard) fails the run, naming the signal; `--resume` then ends each
 #    expert bitwise where the uninterrupted run ends it, each from its own newest
-#    checkpoint (ckpt/high, ckpt/low), with no .tmp dir left.
+#    checkpoint (ckpt/high, ckpt/low), the final two-expert step (ckpt/step-N) holding
+#    both, with no .tmp dir left.
 # vflow-test: timeout=600
 import hashlib
 import os
@@ -27,8 +28,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_harness import check, finish  # noqa: E402
 
 
-def md5(run, expert):
-    path = os.path.join(run, "ckpt", expert, "step-%d" % STEPS, "model.safetensors")
+def md5(run, expert, sub=""):
+    """The model of `expert`'s checkpoint dir; with sub, the joined two-expert step's copy."""
+    path = os.path.join(run, "ckpt", "step-%d" % STEPS, sub, "model.safetensors") if sub else \
+        os.path.join(run, "ckpt", expert, "step-%d" % STEPS, "model.safetensors")
     return hashlib.md5(open(path, "rb").read()).hexdigest() if os.path.exists(path) else None
 
 
@@ -101,8 +104,9 @@ def main():
                 check(any("adamw_%s_0" % e in ln for ln in resumed),
                       "%s: the %s expert's shard resumed from a checkpoint: %s" % (victim, e, resumed))
             check(got == ref, "%s: the resumed experts %s end where the uninterrupted run's %s do" % (victim, got, ref))
-            for e in ("high", "low"):
-                d = os.path.join(p(name), "ckpt", e)
+            joined = {e: md5(p(name), e, sub) for e, sub in (("high", "high_noise_model"), ("low", "low_noise_model"))}
+            check(joined == ref, "%s: the joined two-expert step holds both experts' final models: %s" % (victim, joined))
+            for d in (os.path.join(p(name), "ckpt", e) for e in ("high", "low", "")):
                 check(not [x for x in os.listdir(d) if x.endswith(".tmp")], "%s: a .tmp is left in %s" % (victim, d))
     finish()
 

@@ -17,8 +17,10 @@
 
 void vf_ckpt_dir(const char *param, const char *run_dir, char *out, size_t n)
 {
-    if (param && param[0]) snprintf(out, n, "%s", param);
-    else snprintf(out, n, "%s/ckpt", run_dir && run_dir[0] ? run_dir : ".");
+    const char *run = run_dir && run_dir[0] ? run_dir : ".";
+    if (param && !strncmp(param, "<run>/", 6)) snprintf(out, n, "%s/%s", run, param + 6);
+    else if (param && param[0]) snprintf(out, n, "%s", param);
+    else snprintf(out, n, "%s/ckpt", run);
 }
 
 /* "step-N" (or "step-N.tmp" with tmp): N, else -1. */
@@ -148,11 +150,11 @@ static int file_crc(const char *path, int64_t *bytes, uint32_t *crc, vf_status *
 
 /* A sharded model: every file the index's weight_map names is in the manifest (and so
  * was checked), so a shard that went missing or was never written cannot pass. */
-static int index_listed(const char *path, const vf_json *files, vf_status *st)
+static int index_listed(const char *path, const char *sub, const vf_json *files, vf_status *st)
 {
-    char ip[PATH_MAX + 64];
+    char ip[PATH_MAX + 64], name[PATH_MAX];
     size_t len = 0;
-    snprintf(ip, sizeof ip, "%s/%s", path, VF_CKPT_MODEL_INDEX);
+    snprintf(ip, sizeof ip, "%s/%s%s", path, sub, VF_CKPT_MODEL_INDEX);
     char *text = slurp(ip, 64 << 20, &len, st);
     if (!text) return st && st->code ? st->code : VF_EIO;
     vf_status pst;
@@ -166,13 +168,42 @@ static int index_listed(const char *path, const vf_json *files, vf_status *st)
                            j ? "" : ": ", j ? "" : pst.msg);
     for (int i = 0; !rc && i < vf_json_len(map); i++) {
         const vf_json *v = vf_json_at(map, i);
-        if (!v || v->type != VF_JSON_STR || !vf_json_get(files, v->s))
+        if (v && v->type == VF_JSON_STR) snprintf(name, sizeof name, "%s%s", sub, v->s);
+        if (!v || v->type != VF_JSON_STR || !vf_json_get(files, name))
             rc = vf_status_set(st, VF_ECORRUPT, __FILE__, __LINE__,
                                "%s: tensor %s: its file %s is not in the manifest", ip, vf_json_key_at(map, i),
                                v && v->type == VF_JSON_STR ? v->s : "(not a string)");
     }
     vf_json_free(j);
     return rc;
+}
+
+/* The expert subdirs a listed name may be in ("high_noise_model/", "low_noise_model/"). */
+static const char *const expert_sub[2] = {VF_CKPT_EXPERT_HIGH "/", VF_CKPT_EXPERT_LOW "/"};
+
+/* A listed file's name: a plain name, or one in an expert subdir. */
+static bool listed_name_ok(const char *name)
+{
+    for (int e = 0; e < 2; e++)
+        if (!strncmp(name, expert_sub[e], strlen(expert_sub[e]))) name += strlen(expert_sub[e]);
+    return name[0] && !strchr(name, '/') && strcmp(name, "..") != 0 && strcmp(name, ".") != 0;
+}
+
+/* Whether the manifest's files hold a model: the one-model step's, an expert's in its
+ * subdir, or a LoRA run's two adapter files. */
+static bool model_listed(const vf_json *files)
+{
+    static const char *const top[] = {VF_CKPT_MODEL, VF_CKPT_MODEL_INDEX, VF_CKPT_LORA, VF_CKPT_LORA_HIGH,
+                                      VF_CKPT_LORA_LOW};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (vf_json_get(files, top[i])) return true;
+    char name[128];
+    for (int e = 0; e < 2; e++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "%s%s", expert_sub[e], k ? VF_CKPT_MODEL_INDEX : VF_CKPT_MODEL);
+            if (vf_json_get(files, name)) return true;
+        }
+    return false;
 }
 
 int vf_ckpt_verify(const char *path, vf_status *st)
@@ -192,16 +223,13 @@ int vf_ckpt_verify(const char *path, vf_status *st)
     vf_json *files = vf_json_get(m, "files");
     if (!files || files->type != VF_JSON_OBJ)
         VF_FAIL(st, VF_ECORRUPT, "%s: no \"files\" object", file);
-    if ((!vf_json_get(files, VF_CKPT_MODEL) && !vf_json_get(files, VF_CKPT_MODEL_INDEX) &&
-         !vf_json_get(files, VF_CKPT_LORA)) ||
-        !vf_json_get(files, VF_CKPT_STATE))
-        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s (or %s, or %s) and %s", file, VF_CKPT_MODEL,
+    if (!model_listed(files) || !vf_json_get(files, VF_CKPT_STATE))
+        VF_FAIL(st, VF_ECORRUPT, "%s: does not list %s (or %s, or %s, or an expert's) and %s", file, VF_CKPT_MODEL,
                 VF_CKPT_MODEL_INDEX, VF_CKPT_LORA, VF_CKPT_STATE);
     for (int i = 0; i < vf_json_len(files); i++) {
         const char *name = vf_json_key_at(files, i);
         const vf_json *f = files->items[i];
-        if (strchr(name, '/') || strcmp(name, "..") == 0)
-            VF_FAIL(st, VF_ECORRUPT, "%s: bad file name \"%s\"", file, name);
+        if (!listed_name_ok(name)) VF_FAIL(st, VF_ECORRUPT, "%s: bad file name \"%s\"", file, name);
         int64_t want = vf_json_get_int(f, "bytes", -1), got = 0;
         const char *crc_hex = vf_json_get_str(f, "crc32c", "");
         uint32_t crc = 0;
@@ -217,7 +245,12 @@ int vf_ckpt_verify(const char *path, vf_status *st)
             VF_FAIL(st, VF_ECORRUPT, "%s: CRC32C %s, the manifest says %s", fp, hex, crc_hex);
     }
     /* the sizes and CRCs hold for every listed file: the index's shards must be among them */
-    if (vf_json_get(files, VF_CKPT_MODEL_INDEX)) VF_TRY(index_listed(path, files, st));
+    if (vf_json_get(files, VF_CKPT_MODEL_INDEX)) VF_TRY(index_listed(path, "", files, st));
+    for (int e = 0; e < 2; e++) {
+        char ix[128];
+        snprintf(ix, sizeof ix, "%s%s", expert_sub[e], VF_CKPT_MODEL_INDEX);
+        if (vf_json_get(files, ix)) VF_TRY(index_listed(path, expert_sub[e], files, st));
+    }
 fail:
     vf_json_free(m);
     free(text);
@@ -434,11 +467,114 @@ int vf_ckpt_remove(const char *path, vf_status *st)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char f[PATH_MAX + 256];
         snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+        struct stat sb;
+        bool dir = e->d_type == DT_DIR || (e->d_type == DT_UNKNOWN && lstat(f, &sb) == 0 && S_ISDIR(sb.st_mode));
+        if (dir) { /* a two-expert step's subdir */
+            vf_status sub;
+            vf_status_clear(&sub);
+            if (vf_ckpt_remove(f, &sub) && !rc) rc = vf_status_set(st, sub.code, __FILE__, __LINE__, "%s", sub.msg);
+            continue;
+        }
         if (unlink(f) != 0 && errno != ENOENT && !rc)
             rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", f, strerror(errno));
     }
     closedir(d);
     if (rmdir(path) != 0 && errno != ENOENT && !rc)
         rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: %s", path, strerror(errno));
+    return rc;
+}
+
+/* ------------------------------------------------------------------ two experts */
+
+/* Where a one-model step's file `name` goes in the two-expert step of expert e: into the
+ * expert's subdir (the model files), renamed to the top (lora.safetensors), or nowhere
+ * (NULL: the optimizer's, state.json, the manifest). */
+static const char *expert_name(int e, const char *name, char *out, size_t n)
+{
+    size_t sl = strlen(VF_CKPT_MODEL_STEM);
+    bool shard = !strncmp(name, VF_CKPT_MODEL_STEM "-", sl + 1) && strlen(name) > 12 &&
+                 !strcmp(name + strlen(name) - 12, ".safetensors");
+    if (!strcmp(name, VF_CKPT_LORA)) snprintf(out, n, "%s", e ? VF_CKPT_LORA_LOW : VF_CKPT_LORA_HIGH);
+    else if (!strcmp(name, VF_CKPT_MODEL) || !strcmp(name, VF_CKPT_MODEL_INDEX) || shard)
+        snprintf(out, n, "%s%s", expert_sub[e], name);
+    else return NULL;
+    return out;
+}
+
+/* The model files of one expert's step dir `from`, linked into the writer's step and
+ * listed with the sizes and CRCs from's manifest gives. */
+static int link_expert(vf_ckpt_writer *w, int e, const char *from, vf_status *st)
+{
+    int rc = 0;
+    char mp[PATH_MAX + 64], to[PATH_MAX + 256], src[PATH_MAX + 256], name[PATH_MAX];
+    size_t len = 0;
+    snprintf(mp, sizeof mp, "%s/%s", from, VF_CKPT_MANIFEST);
+    char *text = slurp(mp, 64 << 20, &len, st);
+    if (!text) return st->code ? st->code : VF_EIO;
+    vf_json *m = vf_json_parse_n(text, len, st);
+    const vf_json *files = m ? vf_json_get(m, "files") : NULL;
+    if (!files || files->type != VF_JSON_OBJ) VF_FAIL(st, VF_ECORRUPT, "%s: no \"files\" object", mp);
+    bool sub = false; /* the subdir made (a LoRA run's step has none) */
+    for (int i = 0; i < vf_json_len(files); i++) {
+        const char *f = vf_json_key_at(files, i);
+        if (strchr(f, '/') || !expert_name(e, f, name, sizeof name)) continue;
+        const char *hex = vf_json_get_str(files->items[i], "crc32c", "");
+        char *end = NULL;
+        unsigned long crc = strtoul(hex, &end, 16);
+        int64_t bytes = vf_json_get_int(files->items[i], "bytes", -1);
+        if (strlen(hex) != 8 || *end || bytes < 0) VF_FAIL(st, VF_ECORRUPT, "%s: file %s: no bytes or crc32c", mp, f);
+        if (!sub && strchr(name, '/')) {
+            vf_ckpt_writer_path(w, expert_sub[e], to, sizeof to);
+            if (mkdir(to, 0755) != 0) VF_FAIL(st, VF_EIO, "checkpoint: mkdir %s: %s", to, strerror(errno));
+            sub = true;
+        }
+        snprintf(src, sizeof src, "%s/%s", from, f);
+        vf_ckpt_writer_path(w, name, to, sizeof to);
+        if (link(src, to) != 0) VF_FAIL(st, VF_EIO, "checkpoint: link %s -> %s: %s", src, to, strerror(errno));
+        VF_TRY(vf_ckpt_writer_add(w, name, bytes, (uint32_t)crc, st));
+    }
+    vf_ckpt_writer_path(w, sub ? expert_sub[e] : "", to, sizeof to);
+    rc = vf_ckpt_fsync_dir(to, st);
+fail:
+    vf_json_free(m);
+    free(text);
+    return rc;
+}
+
+int vf_ckpt_join_experts(const char *dir, int64_t step, const char *const from[2], double boundary, int keep,
+                         char *path, size_t n, vf_status *st)
+{
+    int rc = 0;
+    vf_ckpt_writer *w = NULL;
+    vf_json *state = NULL, *ex = NULL;
+    char *text = NULL, *out = NULL;
+    char sp[PATH_MAX + 64];
+    size_t len = 0;
+    VF_TRY(vf_ckpt_writer_begin(dir, step, &w, st));
+    for (int e = 0; e < 2; e++) VF_TRY(link_expert(w, e, from[e], st));
+    snprintf(sp, sizeof sp, "%s/%s", from[0], VF_CKPT_STATE);
+    text = slurp(sp, 64 << 20, &len, st);
+    if (!text) {
+        rc = st->code ? st->code : VF_EIO;
+        goto fail;
+    }
+    state = vf_json_parse_n(text, len, st);
+    if (!state || state->type != VF_JSON_OBJ) VF_FAIL(st, VF_ECORRUPT, "%s: not a JSON object", sp);
+    ex = vf_json_arr();
+    if (!ex || vf_json_push(ex, vf_json_str("high")) || vf_json_push(ex, vf_json_str("low")))
+        VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    rc = vf_json_set(state, "experts", ex);
+    ex = NULL; /* the set took it */
+    if (rc || vf_json_set(state, "boundary", vf_json_num(boundary)) || !(out = vf_json_emit(state, false, 2)))
+        VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    VF_TRY(vf_ckpt_writer_text(w, VF_CKPT_STATE, out, st));
+    rc = vf_ckpt_writer_commit(w, keep, path, n, NULL, st);
+    w = NULL; /* freed by the commit, also on failure */
+fail:
+    vf_ckpt_writer_abort(w);
+    vf_json_free(ex);
+    vf_json_free(state);
+    free(text);
+    free(out);
     return rc;
 }

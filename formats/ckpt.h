@@ -73,9 +73,13 @@
  * and "boundary" (the t fraction after the shift where the experts switch). */
 #define VF_CKPT_EXPERT_HIGH "high_noise_model"
 #define VF_CKPT_EXPERT_LOW "low_noise_model"
+/* ... and a LoRA run's two adapter files (ComfyUI keys, as lora.safetensors), at the top */
+#define VF_CKPT_LORA_HIGH "lora_high_noise.safetensors"
+#define VF_CKPT_LORA_LOW "lora_low_noise.safetensors"
 
-/* The checkpoint dir for a stage's `dir` param: the param itself, or <run dir>/ckpt when
- * it is empty. */
+/* The checkpoint dir for a stage's `dir` param: the param itself, <run dir>/ckpt when
+ * it is empty, or <run dir>/REST for "<run>/REST" (a dir inside the run dir the script
+ * cannot name: the experts' dirs of finetune_wan22.lua). */
 void vf_ckpt_dir(const char *param, const char *run_dir, char *out, size_t n);
 
 /* A verified checkpoint. */
@@ -106,8 +110,10 @@ int vf_ckpt_open(const char *path, int64_t step, vf_json **state, vf_status *st)
 
 /* Checks one step dir against its manifest: every listed file present with its size and
  * CRC32C, state.json listed and the model listed: model.safetensors, or its index and
- * every shard file the index's weight_map names. VF_ECORRUPT (or VF_ENOTFOUND for a
- * missing manifest) with the file and the mismatch in st. */
+ * every shard file the index's weight_map names (a two-expert step: in high_noise_model/
+ * or low_noise_model/, the only subdirs a listed name may have; or a LoRA run's
+ * lora_high_noise / lora_low_noise file). VF_ECORRUPT (or VF_ENOTFOUND for a missing
+ * manifest) with the file and the mismatch in st. */
 int vf_ckpt_verify(const char *path, vf_status *st);
 
 /* Complete step numbers in dir (names "step-N", no suffix), ascending; with `tmp` the
@@ -123,6 +129,17 @@ int vf_ckpt_latest(const char *dir, int64_t *step, vf_status *st);
 /* The model file of step dir `path` to open with vf_st_sharded_open: its index when the
  * model is sharded, else model.safetensors, else (a LoRA run's) lora.safetensors. */
 void vf_ckpt_model_path(const char *path, char *out, size_t n);
+
+/* Commits dir/step-`step` in the two-expert layout from the one-expert checkpoints of that
+ * step, from[0] the high-noise expert's step dir and from[1] the low-noise one's (each
+ * complete; borrowed): each one's model files hard-linked (the same file system: no
+ * copy) into high_noise_model/ and low_noise_model/, or its lora.safetensors as
+ * lora_high_noise / lora_low_noise; state.json the high expert's with "experts":
+ * ["high", "low"] and "boundary"; listed with the CRCs of their own manifests, and
+ * committed (and the complete steps beyond the newest `keep` removed) as any checkpoint.
+ * path (n bytes, may be NULL) gets the step dir. Errors name the file. */
+int vf_ckpt_join_experts(const char *dir, int64_t step, const char *const from[2], double boundary, int keep,
+                         char *path, size_t n, vf_status *st);
 
 /* Removes the step-N.tmp dirs a killed writer left in dir, calling each(user, path)
  * before each (each may be NULL). */

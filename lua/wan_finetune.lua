@@ -5,9 +5,16 @@
 -- `a` (vf.args; each knob is listed in finetune_wan.lua's header) and wires them with
 -- p:train, whose options `train` adds to or overrides (weights, expert, t_min, t_max).
 -- Every knob is read whether it applies or not: a knob a script never reads is refused.
+-- `own` (optional) makes it one of several trainings of one pipeline (the two experts of
+-- finetune_wan22.lua): own.suffix ends each stage's and group's name (latent_reader_high,
+-- dit_high_0, adamw_high, checkpoint_high), own.devices replaces the devices knob and
+-- own.ckpt the checkpoint dir.
 return function(vf)
-  vf.extend("wan_finetune", function(p, model, a, train)
+  vf.extend("wan_finetune", function(p, model, a, train, own)
+    own = own or {}
+    local suf = own.suffix or ""
     local devices, device = a.devices, a.device
+    if own.devices ~= nil then devices = own.devices end
     if type(devices) == "string" then
       local list = {}
       for d in devices:gmatch("[^,]+") do list[#list + 1] = d end
@@ -19,6 +26,7 @@ return function(vf)
     local W, H = vf.size(a.size or "832x480", "size")
 
     local data = p:stage("latent_reader", {
+      name = "latent_reader" .. suf,
       path = a.cache or "cache/wan.lmdb",
       batch = a.batch or 1,
       seed = a.seed or 0,
@@ -35,8 +43,10 @@ return function(vf)
       swap_budget = a.swap_budget,
       sp = a.sp or 1,
       offload_activations = a.offload_activations == true,
+      name = "dit" .. suf,
     })
     local opt = p:stage("adamw", {
+      name = "adamw" .. suf,
       lr = a.lr or 1e-5,
       warmup = a.warmup or 50,
       weight_decay = a.weight_decay or 0.0,
@@ -49,7 +59,8 @@ return function(vf)
     if a.offload ~= true and type(devices) == "table" and #devices > 1 then
       for k, s in ipairs(opt.members or {}) do s.params.device = devices[(k - 1) * #devices // #opt.members + 1] end
     end
-    local ckpt = p:stage("checkpoint", { dir = a.ckpt or "", every = a.every or 250, keep = a.keep or 2,
+    local ckpt = p:stage("checkpoint", { name = "checkpoint" .. suf, dir = own.ckpt or a.ckpt or "",
+                                        every = a.every or 250, keep = a.keep or 2,
                                         model_shard_bytes = a.model_shard_bytes })
     local lora_alpha, lora_targets = a.lora_alpha, a.lora_targets
     local lora = (a.lora_rank or 0) ~= 0 and { rank = a.lora_rank, alpha = lora_alpha,

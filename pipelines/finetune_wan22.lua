@@ -1,5 +1,5 @@
--- Fine-tune one expert of Wan 2.2 A14B (T2V, or I2V with model=wan2.2-i2v-a14b) from its
--- published weights on your own clips: the example to copy.
+-- Fine-tune Wan 2.2 A14B (T2V, or I2V with model=wan2.2-i2v-a14b) from its published
+-- weights on your own clips, one expert or both in one run: the example to copy.
 --
 --   # 1. latents and umT5 caption embeddings into a cache, as for Wan 2.1 (A14B keeps the
 --   #    Wan 2.1 VAE; pipelines/finetune_wan.lua, docs/PRECOMPUTE.md)
@@ -9,6 +9,10 @@
 --        --set lora_rank=32 --set fp8_base=true --budget cuda=80GiB
 --   vflow run   pipelines/finetune_wan22.lua --set weights=Wan2.2-T2V-A14B/ --set experts=high \
 --        --set lora_rank=32 --set fp8_base=true --set cache=cache/wan.lmdb
+--   # or both experts at once, each on its own 4 of 8 GPUs
+--   vflow run   pipelines/finetune_wan22.lua --set weights=Wan2.2-T2V-A14B/ --set experts=both \
+--        --set stages=4 --set micro_batches=4 --set shards=4 --set offload=true \
+--        --set devices_high=cuda:0,cuda:1,cuda:2,cuda:3 --set devices_low=cuda:4,cuda:5,cuda:6,cuda:7
 --
 -- weights: the two experts as one source, models/dit_experts.h: Wan-AI's layout
 -- (high_noise_model/, low_noise_model/), a diffusers pipeline directory (transformer/ =
@@ -20,56 +24,105 @@
 -- timestep after the shift (in [0, 1]; boundary 0.875 for T2V, 0.900 for I2V): the run's
 -- timesteps are mapped into the expert's side (t_min = boundary for high, t_max =
 -- boundary for low, unless given), so every micro-batch of the run is on its expert's
--- side. A run trains one expert (experts = high | low); the state of its checkpoints
--- records the expert, so a resume as the other one is refused.
+-- side. The state of its checkpoints records the expert, so a resume as the other one is
+-- refused.
 --
--- Knobs (vf.args): weights or weights_high / weights_low (required), experts (required: high | low),
+-- experts = both: the two one-expert runs side by side in one graph, each with its own
+-- reader, partitions, AdamW shards and checkpoint stage (named <stage>_high /
+-- <stage>_low), on devices_high / devices_low (or both on device / devices). The split is
+-- made where t is drawn: each expert's partitions draw every micro-batch's t on its own
+-- side of the boundary, so no micro-batch straddles it, and no stage routes batches
+-- between the experts. That keeps each expert's training a closed one-expert run: its
+-- memory is that run's (no expert waits on, or buffers batches for, the other), its bits
+-- are those of experts = high (or low) alone on the same seed, and a kill + resume resumes
+-- each expert from its own newest checkpoint. Each expert takes one optimizer step per
+-- step of the run, over the same clips in the same order. Each expert's checkpoints (with
+-- its optimizer state, what a resume reads) go to ckpt/high and ckpt/low (<ckpt>/high,
+-- <ckpt>/low with --set ckpt=DIR); stage ckpt_join joins each step both wrote into
+-- ckpt/step-N with high_noise_model/ and low_noise_model/ (formats/ckpt.h), which
+-- `vflow sample ckpt` samples, switching experts at the boundary.
+--
+-- Knobs (vf.args): weights or weights_high / weights_low (required), experts (required: high | low | both),
 -- boundary (0.875; 0.900 for wan2.2-i2v-a14b), model or preset (wan2.2-a14b |
 -- wan2.2-i2v-a14b), cache (cache/wan.lmdb), steps (2000), batch (1), lr (1e-5), warmup
 -- (50), stages (1), micro_batches (1), recompute (true), shards (1), offload (false),
--- device ("cuda:0") or devices (comma list, one per stage), every (250), keep (2),
+-- device ("cuda:0") or devices (comma list, one per stage), devices_high / devices_low
+-- (experts = both: each expert's devices, as devices), every (250), keep (2),
 -- model_shard_bytes (1e10), seed (0), frames / size (81 / 832x480), lora_rank (off),
 -- lora_alpha, lora_targets, lora_init, fp8_base (false), swap_blocks (0; "auto"), swap_budget, t_sampling
 -- (logit_normal | uniform), t_mean / t_std (0 / 1), t_shift (1), t_min / t_max (the
--- expert's side of the boundary): each as in finetune_wan.lua.
+-- expert's side of the boundary; not with experts = both): each as in finetune_wan.lua.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan22")
 
 local model = vf.models.dit(a.preset or a.model or "wan2.2-a14b")
 local experts = a.experts
-if experts == nil then vf.fail("finetune_wan22.lua: --set experts=high or experts=low (the expert this run trains) is required") end
-if experts == "both" then
-  vf.fail("finetune_wan22.lua: experts=both (the two experts in one run) is not available yet; " ..
-          "train them one after the other with experts=high and experts=low")
+if experts == nil then
+  vf.fail("finetune_wan22.lua: --set experts=high, low or both (the experts this run trains) is required")
 end
-if experts ~= "high" and experts ~= "low" then
-  vf.fail("finetune_wan22.lua: experts=%s: expected high or low", tostring(experts))
+if experts ~= "high" and experts ~= "low" and experts ~= "both" then
+  vf.fail("finetune_wan22.lua: experts=%s: expected high, low or both", tostring(experts))
 end
+local both = experts == "both"
 local weights, wh, wl = a.weights, a.weights_high, a.weights_low
-local expert_weights = experts == "high" and wh or wl
 if weights ~= nil and (wh ~= nil or wl ~= nil) then
   vf.fail("finetune_wan22.lua: give weights (both experts in one source) or weights_high / weights_low, not both")
 end
-if weights == nil and expert_weights == nil then
-  vf.fail("finetune_wan22.lua: --set weights=DIR (Wan-AI's high_noise_model/ + low_noise_model/, or a diffusers " ..
-          "pipeline's transformer/ + transformer_2/) or --set weights_%s=FILE is required", experts)
+local function weights_of(e)
+  if weights == nil and (e == "high" and wh or wl) == nil then
+    vf.fail("finetune_wan22.lua: --set weights=DIR (Wan-AI's high_noise_model/ + low_noise_model/, or a diffusers " ..
+            "pipeline's transformer/ + transformer_2/) or --set weights_%s=FILE is required", e)
+  end
+  return weights or (e == "high" and wh or wl)
 end
 local i2v = (model.in_dim or 0) > model.z
 local boundary = a.boundary or (i2v and 0.900 or 0.875)
 if type(boundary) ~= "number" or not (boundary > 0 and boundary < 1) then
   vf.fail("finetune_wan22.lua: boundary=%s: expected a number in (0, 1) (t after the shift)", tostring(boundary))
 end
-local t_min = a.t_min or (experts == "high" and boundary or 0.0)
-local t_max = a.t_max or (experts == "high" and 1.0 or boundary)
-if (experts == "high" and t_min < boundary) or (experts == "low" and t_max > boundary) then
-  vf.fail("finetune_wan22.lua: t_min %s .. t_max %s crosses the boundary %s into the other expert's side",
-          tostring(t_min), tostring(t_max), tostring(boundary))
+local t_min_knob, t_max_knob = a.t_min, a.t_max
+local devices_high, devices_low, ckpt = a.devices_high, a.devices_low, a.ckpt
+
+if not both then
+  if devices_high ~= nil or devices_low ~= nil then
+    vf.fail("finetune_wan22.lua: devices_high / devices_low place the experts of experts=both; " ..
+            "a one-expert run takes device or devices")
+  end
+  local t_min = t_min_knob or (experts == "high" and boundary or 0.0)
+  local t_max = t_max_knob or (experts == "high" and 1.0 or boundary)
+  if (experts == "high" and t_min < boundary) or (experts == "low" and t_max > boundary) then
+    vf.fail("finetune_wan22.lua: t_min %s .. t_max %s crosses the boundary %s into the other expert's side",
+            tostring(t_min), tostring(t_max), tostring(boundary))
+  end
+  -- the reader, partitions, shards and checkpoint stage from the knobs above (lua/wan_finetune.lua);
+  -- one source of both experts: the stages take the named expert's subdir; a file per
+  -- expert: that file is the expert
+  p:wan_finetune(model, a, { weights = weights_of(experts), expert = weights and experts or nil,
+                             t_min = t_min, t_max = t_max })
+  return p
 end
 
--- the reader, partitions, shards and checkpoint stage from the knobs above (lua/wan_finetune.lua);
--- one source of both experts: the stages take the named expert's subdir; a file per
--- expert: that file is the expert
-p:wan_finetune(model, a, { weights = weights or expert_weights, expert = weights and experts or nil,
-                           t_min = t_min, t_max = t_max })
+-- experts = both: two trainings side by side in one graph, each a one-expert run of its
+-- own (reader, partitions, shards, checkpoint stage, named <stage>_high / <stage>_low), sharing
+-- nothing but the knobs; t_min / t_max are each expert's side of the boundary.
+if t_min_knob ~= nil or t_max_knob ~= nil then
+  vf.fail("finetune_wan22.lua: t_min / t_max set one expert's range; with experts=both each expert " ..
+          "trains its side of the boundary %s (set boundary instead)", tostring(boundary))
+end
+if ckpt ~= nil and (type(ckpt) ~= "string" or ckpt == "") then
+  vf.fail("finetune_wan22.lua: ckpt=%s: expected a directory", tostring(ckpt))
+end
+local range = { high = { boundary, 1.0 }, low = { 0.0, boundary } }
+for _, e in ipairs { "high", "low" } do
+  local devs = e == "high" and devices_high or devices_low
+  p:wan_finetune(model, a, { weights = weights_of(e), expert = e, t_min = range[e][1], t_max = range[e][2] },
+                 { suffix = "_" .. e, devices = devs,
+                   ckpt = (ckpt or "<run>/ckpt") .. "/" .. e })
+end
+-- each step both experts committed becomes one two-expert step dir next to their dirs
+local join = p:stage("ckpt_join", { name = "checkpoint", dir = ckpt or "", boundary = boundary, keep = a.keep or 2 })
+for _, e in ipairs { "high", "low" } do
+  p:connect({ p:find("checkpoint_" .. e), "done" }, { join, e }, { capacity = 2 })
+end
 return p

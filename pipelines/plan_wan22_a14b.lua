@@ -14,8 +14,8 @@
 -- (offload). lora_rank = N with gpus = 1: both experts' rank-N adapters on one GPU, each
 -- frozen base held once in FP8 (fp8_base, default true with LoRA), one partition each.
 -- It names cuda devices and a cache that need not exist: `vflow plan` works anywhere.
--- Training both experts in one run with each micro-batch routed to one of them is not
--- implemented: this script plans the memory such a run holds, it does not train.
+-- It plans memory only; pipelines/finetune_wan22.lua with experts=both trains such a graph
+-- (each expert a train of its own, named the same way, on devices_high / devices_low).
 -- Knobs (vf.args): lora_rank (0), gpus (8: 4 per expert; 1: both on cuda:0), fp8_base
 -- (true with LoRA), offload (true), recompute_attention (false), micro_batches (4; 1 with gpus = 1), frames (81),
 -- size (832x480), cache.

@@ -197,10 +197,18 @@ void vf_tb_log_event(vf_tb_log *t, const vf_monitor *m, int stage, const vf_json
         {"samples_s", "perf/samples_s"}, {"tokens_s", "perf/tokens_s"},
         {"mfu", "perf/mfu"},
     };
+    /* a row of one expert of several (Wan 2.2 A14B: "high", "low") logs under
+     * train/<expert>/loss, perf/<expert>/step_s, …: two experts trained side by side
+     * would otherwise write one curve with two values per step */
+    const char *ex = vf_json_get_str(row, "expert", "");
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         const vf_json *v = vf_json_get(row, keys[k][0]);
-        if (v && (v->type == VF_JSON_NUM || v->type == VF_JSON_INT))
-            vf_tb_scalar(&t->w, step, keys[k][1], vf_json_get_num(row, keys[k][0], 0));
+        if (!v || (v->type != VF_JSON_NUM && v->type != VF_JSON_INT)) continue;
+        char tag[96];
+        const char *slash = strchr(keys[k][1], '/');
+        if (ex[0]) snprintf(tag, sizeof tag, "%.*s/%.16s%s", (int)(slash - keys[k][1]), keys[k][1], ex, slash);
+        else snprintf(tag, sizeof tag, "%s", keys[k][1]);
+        vf_tb_scalar(&t->w, step, tag, vf_json_get_num(row, keys[k][0], 0));
     }
 }
 

@@ -604,6 +604,11 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             double mfu = si.peak > 0 && dt > 0 ? si.flops / dt / si.peak : -1;
             size_t len = strlen(row);
             if (mfu >= 0 && len > 0) snprintf(row + len - 1, sizeof row - len + 1, ",\"mfu\":%.6g}", mfu);
+            /* the expert trained: its TensorBoard tags carry the name (runtime/driver/tb_log.c),
+             * so two experts trained in one run log apart */
+            const char *ex = vf_param_str(vf_stage_params(s), "expert");
+            len = strlen(row);
+            if (ex[0] && len > 0) snprintf(row + len - 1, sizeof row - len + 1, ",\"expert\":\"%.8s\"}", ex);
             vf_metric_row(ctx, row);
             if (mfu >= 0) vf_metric(ctx, "mfu", mfu);
             vf_metric(ctx, "step", (double)step);

@@ -253,9 +253,18 @@ static double num_or(const vf_item *it, const char *k, double def)
     return vf_item_num(it, k, &v) == 0 ? v : def;
 }
 
-/* Start: leftovers of a killed writer go; with --resume, say where the run continues. */
+/* Start: leftovers of a killed writer go; with --resume, say where the run continues.
+ * The dir's parents are made too: an expert's dir (<run>/ckpt/high) sits in one that may
+ * not exist yet. */
 static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
 {
+    char up[sizeof c->dir];
+    snprintf(up, sizeof up, "%s", c->dir);
+    for (char *q = strchr(up + 1, '/'); q; q = strchr(q + 1, '/')) {
+        *q = 0;
+        (void)mkdir(up, 0755); /* an error shows at the dir's own mkdir below */
+        *q = '/';
+    }
     if (mkdir(c->dir, 0755) != 0 && errno != EEXIST)
         return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: mkdir %s: %s", vf_stage_name(s), c->dir,
                              strerror(errno));

@@ -334,6 +334,22 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
     }
 }
 
+/* The timesteps micro-batch m drew, one metrics row {"event":"timesteps", "step", "replica",
+ * "mb", "timesteps": [...]}: which side of an expert boundary each micro-batch trained on is read
+ * off the run's metrics.jsonl (tests/integration/test_train_wan22.py). */
+static void log_timesteps(vf_ctx *ctx, const dit_part_state *h, int64_t step, int m, int nb)
+{
+    size_t n = 96 + 18 * (size_t)nb, len;
+    char *row = malloc(n);
+    if (!row) return; /* a row lost to a full memory is no reason to stop training */
+    len = (size_t)snprintf(row, n, "{\"event\":\"timesteps\",\"step\":%lld,\"replica\":%d,\"mb\":%d,\"timesteps\":[",
+                           (long long)step, h->r, m);
+    for (int i = 0; i < nb && len < n; i++) len += (size_t)snprintf(row + len, n - len, "%s%.9g", i ? "," : "", h->h_t[i]);
+    if (len < n) snprintf(row + len, n - len, "]}");
+    vf_metric_row(ctx, row);
+    free(row);
+}
+
 /* ------------------------------------------------------------------ buckets */
 
 int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char *geo, vf_dit_dims *max,
@@ -445,6 +461,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 vf_dit_sp_rank_dims(h, &mi[m].d);
                 t0 = vf_train_now_ns();
                 make_pairs(h, batch, step, f0, nb);
+                if (h->sp_rank == 0) log_timesteps(ctx, h, step, m, nb);
                 mi[m].skip = vf_dit_cond_first_frame(h, batch, f0, nb);
                 be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
                 b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL, h->h_emb};

@@ -12,11 +12,22 @@
 #    refuses with exit 2 and one line: a mis-shaped tensor in one expert (the file, the
 #    tensor, both shapes), a directory without the expert named (what it looked for), a
 #    two-expert directory given where one model is expected (train_dit.lua), a timestep
-#    range crossing the boundary, experts=both;
+#    range crossing the boundary, a range given to experts=both, devices_high / devices_low
+#    given to a one-expert run, experts=both without one expert's weights;
 #  - a run of one expert from the two-expert directory ends bitwise where the run from
 #    that expert's own file ends (full fine-tune and LoRA), and not where a run of the other
 #    expert's weights on the same timesteps ends; a resume as the other expert is refused
-#    naming train.expert.
+#    naming train.expert;
+#  - experts=both: each expert's model ends bitwise where the run of that expert alone ends
+#    (full fine-tune and LoRA), each in its checkpoint dir (ckpt/high, ckpt/low) and in the
+#    two-expert step the run joins them into (ckpt/step-N: high_noise_model/ +
+#    low_noise_model/, or lora_high_noise / lora_low_noise; state.json's experts and
+#    boundary; verified against its manifest); each
+#    expert's micro-batches drew their t on its side of the boundary, 3 steps x 2 each,
+#    mapped from the draws of an unrestricted run of finetune_wan.lua on the same seed;
+#    TensorBoard has train/<expert>/loss, lr and grad_norm for each; `vflow sample` of the
+#    run's checkpoint dir equals sampling the high expert's dir with --low the low one's
+#    and --boundary, and differs from the high one alone; `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
 # vflow-test: timeout=600
 import json
 import os
@@ -29,6 +40,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from st_lib import bf16, f32, read_st, write_st  # noqa: E402
 
+# formats/ckpt.h: the subdirs of a two-expert checkpoint step
+VF_EXPERT = {"high": "high_noise_model", "low": "low_noise_model"}
 BUILD = os.environ.get("VFLOW_BUILD", "build")
 VFLOW = os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow"))
 SRC = os.environ.get("VFLOW_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
@@ -205,11 +218,21 @@ def main():
         bad("two-as-one", ("wanai", "two experts", "high_noise_model/"), "weights=" + p("wanai"),
             pipe=os.path.join(SRC, "pipelines", "train_dit.lua"))
         bad("t-range", ("t_min 0.5", "boundary 0.875"), "weights=" + p("wanai"), "experts=high", "t_min=0.5")
-        bad("both", ("experts=both",), "weights=" + p("wanai"), "experts=both")
+        bad("both-t-range", ("t_min", "experts=both", "boundary 0.875"), "weights=" + p("wanai"), "experts=both",
+            "t_min=0.5")
+        bad("one-devices", ("devices_high", "experts=both"), "weights=" + p("wanai"), "experts=high",
+            "devices_high=cpu")
+        bad("both-no-low", ("weights_low",), "weights_high=" + p("comfy_high.safetensors"), "experts=both")
+        for tag, sets in (("both-wanai", ("weights=" + p("wanai"), "experts=both")),
+                          ("both-files", ("weights_high=" + p("comfy_high.safetensors"),
+                                          "weights_low=" + p("comfy_low.safetensors"), "experts=both",
+                                          "devices_high=cpu", "devices_low=cpu"))):
+            r, _ = vflow("check", tmp, tag, *sets)
+            check(r.returncode == 0, "check %s: exit %d %s" % (tag, r.returncode, (r.stdout + r.stderr)[-400:]))
 
         # a run of one expert from the pair = the run from that expert's own file, bitwise
-        def model_of(run, name="model.safetensors"):
-            path = os.path.join(run, "ckpt", "step-3", name)
+        def model_of(run, name="model.safetensors", sub=""):
+            path = os.path.join(run, "ckpt", sub, "step-3", name)
             return open(path, "rb").read() if os.path.exists(path) else None
 
         for tag, extra, fname in (("full", (), "model.safetensors"),
@@ -227,6 +250,38 @@ def main():
                   "%s: the low expert from the pair ends where the run from its file ends" % tag)
             check(runs["pair-low"] != runs["high-file-as-low"],
                   "%s: the high expert's weights (same timesteps) end elsewhere" % tag)
+            # both experts in one run: each ends bitwise where the run of that expert alone
+            # ends (it trains on its own micro-batches only), and each moved from its start
+            r, run = vflow("run", tmp, tag + "-pair-high", "steps=3", "every=3", "weights=" + p("wanai"),
+                           "experts=high", *extra)
+            check(r.returncode == 0, "%s pair-high run: exit %d %s" % (tag, r.returncode, r.stderr[-400:]))
+            runs["pair-high"] = model_of(run, fname)
+            r, run = vflow("run", tmp, tag + "-both", "steps=3", "every=3", "weights=" + p("wanai"), "experts=both",
+                           *extra)
+            check(r.returncode == 0, "%s both run: exit %d %s" % (tag, r.returncode, r.stderr[-400:]))
+            # ... in its own checkpoint dir and in the two-expert step the run joins them into
+            for e in ("high", "low"):
+                joined = VF_EXPERT[e] + "/" + fname if tag == "full" else "lora_%s_noise.safetensors" % e
+                got, two = model_of(run, fname, e), model_of(run, joined)
+                check(got is not None and got == runs["pair-" + e] and two == got,
+                      "%s: experts=both's %s expert (ckpt/%s and the joined step) ends where experts=%s alone ends"
+                      % (tag, e, e, e))
+            check(model_of(run, fname, "high") != model_of(run, fname, "low"), "%s: the two experts differ" % tag)
+            r = subprocess.run([TRAIN_TOOL, "ckpt-find", os.path.join(run, "ckpt")], capture_output=True, text=True)
+            check(r.returncode == 0 and r.stdout.split()[:1] == ["3"],
+                  "%s: the joined step verifies against its manifest: %s %s" % (tag, r.stdout, r.stderr[-300:]))
+            sp = os.path.join(run, "ckpt", "step-3", "state.json")
+            state = json.load(open(sp)) if os.path.exists(sp) else {}
+            check(state.get("experts") == ["high", "low"] and state.get("boundary") == 0.875,
+                  "%s: state.json records the experts and the boundary: %s" % (tag, state))
+            if tag == "full":
+                both_run = run
+        # loss, lr and gradient norm per expert: TensorBoard tags with the expert's name
+        tb = os.path.join(both_run, "tb")
+        events = b"".join(open(os.path.join(tb, f), "rb").read() for f in os.listdir(tb)) if os.path.isdir(tb) else b""
+        for e in ("high", "low"):
+            for k in ("loss", "lr", "grad_norm"):
+                check(("train/%s/%s" % (e, k)).encode() in events, "TensorBoard tag train/%s/%s" % (e, k))
         # the agreed two-expert checkpoint step: each expert's dir holds a step's model files
         # (the index of shards for high, the low run's trained model.safetensors for low)
         trained = os.path.join(tmp, "full-pair-low", "ckpt", "step-3", "model.safetensors")
@@ -249,6 +304,62 @@ def main():
             check(want is not None and r.returncode == 0 and same(got, want),
                   "two-expert checkpoint step, %s: read bit for bit: exit %d %s" % (expert, r.returncode,
                                                                                   r.stderr[-300:]))
+        # the routing: each expert's micro-batches drew their t on its side of the boundary,
+        # batch x steps of them each, as t = boundary + (1 - boundary)·s (high) and
+        # boundary·s (low) of the draws s of an unrestricted run (finetune_wan.lua, same seed)
+        def timesteps(run):
+            out = {}
+            if not os.path.exists(os.path.join(run, "metrics.jsonl")):
+                return out
+            with open(os.path.join(run, "metrics.jsonl")) as f:
+                for ln in f:
+                    row = json.loads(ln)
+                    if row.get("event") == "timesteps":
+                        out.setdefault(row.get("stage"), []).extend(row["timesteps"])
+            return out
+
+        r, free = vflow("run", tmp, "free", "steps=3", "every=3", "weights=" + p("high.safetensors"),
+                        "preset=tiny", "device=cpu", "frames=1", "size=64", "t_sampling=uniform",
+                        pipe=os.path.join(SRC, "pipelines", "finetune_wan.lua"))
+        check(r.returncode == 0, "unrestricted run: exit %d %s" % (r.returncode, r.stderr[-400:]))
+        s0 = np.array(timesteps(free).get("dit_0", []), np.float64)
+        ts = timesteps(both_run)
+        hi, lo = np.array(ts.get("dit_high_0", [])), np.array(ts.get("dit_low_0", []))
+        check(len(s0) == 6 and len(hi) == 6 and len(lo) == 6,
+              "timesteps drawn: %d unrestricted, %d high, %d low; want 3 steps x 2 each" % (len(s0), len(hi), len(lo)))
+        if len(s0) == len(hi) == len(lo) == 6:
+            check(hi.min() >= 0.875 and lo.max() < 0.875, "each expert on its side: high %s, low %s" % (hi, lo))
+            check(np.allclose(hi, 0.875 + 0.125 * s0, rtol=0, atol=1e-6) and np.allclose(lo, 0.875 * s0, rtol=0,
+                                                                                          atol=1e-6),
+                  "the experts' t are the draws mapped onto their sides: %s %s %s" % (s0, hi, lo))
+        # `vflow sample` of the run's checkpoint dir (its newest two-expert step) switches
+        # experts at the recorded boundary: the latent is the one of the high expert's dir
+        # with --low the low one's and --boundary, and differs from the high expert's alone
+        lat = {}
+        hi_ck, lo_ck = (os.path.join(both_run, "ckpt", e, "step-3") for e in ("high", "low"))
+        for tag, src, extra in (("joined", os.path.join(both_run, "ckpt"), []),
+                                ("two", hi_ck, ["--low", lo_ck, "--boundary", "0.875"]), ("high", hi_ck, [])):
+            r = subprocess.run([VFLOW, "sample", src, "--prompt", "a cat", "--frames", "1", "--size", "64x64", "--steps",
+                                "4", "--out", p("s-%s.mp4" % tag), "--latent-out", p("l-%s.bin" % tag)] + extra,
+                               capture_output=True, text=True, env=ENV)
+            check(r.returncode == 0, "sample %s: exit %d %s" % (tag, r.returncode, r.stderr[-300:]))
+            lat[tag] = open(p("l-%s.bin" % tag), "rb").read() if r.returncode == 0 else None
+        check(lat["joined"] is not None and lat["joined"] == lat["two"] and lat["two"] != lat["high"],
+              "sampling the joined step = the two expert dirs with --low and --boundary, not the high expert alone")
+        # devices_high / devices_low: disjoint device groups, each expert's stages on its own
+        r, _ = vflow("plan", tmp, "plan-both", "weights=" + p("wanai"), "experts=both", "stages=2",
+                     "devices_high=cuda:0,cuda:1", "devices_low=cuda:2,cuda:3")
+        where, dev = {}, None
+        for ln in r.stdout.splitlines():
+            f = ln.split()
+            if len(f) > 1 and f[0].startswith("cuda:") and "of state:" in ln:
+                dev = f[0]
+            elif dev and f and f[0].startswith(("dit_", "adamw_")):
+                where.setdefault(f[0], set()).add(dev)
+        want = {"dit_high_0": {"cuda:0"}, "dit_high_1": {"cuda:1"}, "adamw_high_0": {"cuda:0"},
+                "dit_low_0": {"cuda:2"}, "dit_low_1": {"cuda:3"}, "adamw_low_0": {"cuda:2"}}
+        check(r.returncode == 0 and where == want, "plan of disjoint groups: exit %d, %s %s" % (
+            r.returncode, where, r.stderr[-300:]))
         # resuming the low expert's run as the high expert is refused
         r, _ = vflow("run", tmp, "full-pair-low", "steps=4", "every=3", "weights=" + p("wanai"), "experts=high",
                      resume=True)

@@ -24,6 +24,8 @@ file. Fields (README's GPU table is made from them by scripts/gen_gpu_table):
                                 the convolutions and the mid-block attention) per "op FxHxW"
   ratios, goals                 vflow over its peer, and whether each goal of the
                                 issue is met (null where a figure is missing)
+  offload_step_ratio            the step with the optimizer shard on the host over the step
+                                with it on the GPU (tests/gpu/test_cuda_dit_ipc.py, tiny model)
   ipc_gb_s, ipc_copy_gb_s, ipc_vs_copy   the CUDA IPC handoff between two processes per
                                 size (MiB), a device copy's, their ratio
   tests, sections, notes        each test's and section's status, what went wrong
@@ -89,6 +91,7 @@ def assemble(rows, date=None):
     out["dit_graphs_tokens_s"] = bench("dit_vflow_graphs", "tokens_per_s")
     out["swap_ratio"] = bench("swap_vflow", "ratio")
     out["swap_hidden"] = bench("swap_vflow", "hidden")
+    out["offload_step_ratio"] = bench("test.cuda_dit_ipc", "ratio")  # optimizer shard on the host vs on the GPU
     out["torch_eager_tokens_s"] = bench("dit_torch_eager", "tokens_per_s")
     out["torch_compile_tokens_s"] = bench("dit_torch_compile", "tokens_per_s")
     out["mfu"] = bench("dit_vflow", "mfu")

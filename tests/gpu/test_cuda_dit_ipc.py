@@ -166,6 +166,8 @@ def main():
         agree(a, c, "offload")
         ta, tc = mean_step_s(a), mean_step_s(c)
         print("offload step time %.2f ms vs %.2f ms with the shard on the GPU: %.3fx" % (tc * 1e3, ta * 1e3, tc / ta))
+        # and as JSON, which bench/bench_cuda.sh keeps in the run's results
+        print(json.dumps({"bench": "offload_step", "offload_ms": tc * 1e3, "gpu_shard_ms": ta * 1e3, "ratio": tc / ta}))
     if FAILS:
         print("%d check(s) failed" % len(FAILS))
         sys.exit(1)

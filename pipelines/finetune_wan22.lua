@@ -40,7 +40,8 @@
 -- its optimizer state, what a resume reads) go to ckpt/high and ckpt/low (<ckpt>/high,
 -- <ckpt>/low with --set ckpt=DIR); stage ckpt_join joins each step both wrote into
 -- ckpt/step-N with high_noise_model/ and low_noise_model/ (formats/ckpt.h), which
--- `vflow sample ckpt` samples, switching experts at the boundary.
+-- `vflow sample ckpt` samples, switching experts at the boundary (a LoRA run's step: each
+-- adapter merged into the base its expert trained on).
 --
 -- Knobs (vf.args): weights or weights_high / weights_low (required), experts (required: high | low | both),
 -- boundary (0.875; 0.900 for wan2.2-i2v-a14b), model or preset (wan2.2-a14b |

@@ -33,9 +33,12 @@
  *
  * Two experts (Wan 2.2 A14B): a two-expert checkpoint step dir (high_noise_model/ and
  * low_noise_model/, state.json's "boundary"), or any checkpoint with --low naming the
- * low-noise expert (a weights file, or a checkpoint whose model it is). The high-noise
- * expert runs the steps whose timestep t = σ·1000 is at least boundary·1000 with
- * --guidance, the low-noise one the rest with --guidance-2 (default --guidance), as
+ * low-noise expert (a weights file, or a checkpoint whose model it is). A LoRA run's
+ * two-expert step (lora_high_noise, lora_low_noise) is sampled with each adapter merged
+ * into its expert's base: the ones its state.json records (the low one under
+ * "low_noise"), or --weights (high) and --low (low) naming them, checked by content.
+ * The high-noise expert runs the steps whose timestep t = σ·1000 is at least
+ * boundary·1000 with --guidance, the low-noise one the rest with --guidance-2 (default --guidance), as
  * diffusers' WanPipeline(transformer, transformer_2, boundary_ratio) with guidance_scale
  * and guidance_scale_2. --boundary overrides the checkpoint's.
  *

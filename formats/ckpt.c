@@ -541,6 +541,37 @@ fail:
     return rc;
 }
 
+/* The low expert's "lora_base" (from its step dir `from`) into the joined state under
+ * VF_CKPT_STATE_LOW; nothing when it records none (a full fine-tune, or a LoRA on the
+ * seeded init). The joined state.json is the high expert's, whose own "lora_base" names
+ * the high expert's base only. */
+static int low_base(vf_json *state, const char *from, vf_status *st)
+{
+    int rc = 0;
+    char sp[PATH_MAX + 64];
+    size_t len = 0;
+    vf_json *low = NULL, *rec = NULL, *obj = NULL;
+    snprintf(sp, sizeof sp, "%s/%s", from, VF_CKPT_STATE);
+    char *text = slurp(sp, 64 << 20, &len, st);
+    if (!text) return st->code ? st->code : VF_EIO;
+    low = vf_json_parse_n(text, len, st);
+    if (!low || low->type != VF_JSON_OBJ) VF_FAIL(st, VF_ECORRUPT, "%s: not a JSON object", sp);
+    if (!(rec = vf_json_take(low, "lora_base"))) goto fail;
+    if (!(obj = vf_json_obj())) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    rc = vf_json_set(obj, "lora_base", rec);
+    rec = NULL; /* the set took it */
+    if (rc) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    rc = vf_json_set(state, VF_CKPT_STATE_LOW, obj);
+    obj = NULL;
+    if (rc) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+fail:
+    vf_json_free(obj);
+    vf_json_free(rec);
+    vf_json_free(low);
+    free(text);
+    return rc;
+}
+
 int vf_ckpt_join_experts(const char *dir, int64_t step, const char *const from[2], double boundary, int keep,
                          char *path, size_t n, vf_status *st)
 {
@@ -565,8 +596,9 @@ int vf_ckpt_join_experts(const char *dir, int64_t step, const char *const from[2
         VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
     rc = vf_json_set(state, "experts", ex);
     ex = NULL; /* the set took it */
-    if (rc || vf_json_set(state, "boundary", vf_json_num(boundary)) || !(out = vf_json_emit(state, false, 2)))
-        VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    if (rc || vf_json_set(state, "boundary", vf_json_num(boundary))) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
+    VF_TRY(low_base(state, from[1], st));
+    if (!(out = vf_json_emit(state, false, 2))) VF_FAIL(st, VF_ENOMEM, "checkpoint: out of memory");
     VF_TRY(vf_ckpt_writer_text(w, VF_CKPT_STATE, out, st));
     rc = vf_ckpt_writer_commit(w, keep, path, n, NULL, st);
     w = NULL; /* freed by the commit, also on failure */

@@ -76,6 +76,11 @@
 /* ... and a LoRA run's two adapter files (ComfyUI keys, as lora.safetensors), at the top */
 #define VF_CKPT_LORA_HIGH "lora_high_noise.safetensors"
 #define VF_CKPT_LORA_LOW "lora_low_noise.safetensors"
+/* A LoRA two-expert step's state.json is the high expert's (its "lora_base" is the high
+ * expert's base); the low expert's record of its base is kept under this key as
+ * {"lora_base": {...}}, the object models/dit_base.h reads, so that the step alone tells
+ * which base each adapter belongs to. */
+#define VF_CKPT_STATE_LOW "low_noise"
 
 /* The checkpoint dir for a stage's `dir` param: the param itself, <run dir>/ckpt when
  * it is empty, or <run dir>/REST for "<run>/REST" (a dir inside the run dir the script
@@ -135,7 +140,8 @@ void vf_ckpt_model_path(const char *path, char *out, size_t n);
  * complete; borrowed): each one's model files hard-linked (the same file system: no
  * copy) into high_noise_model/ and low_noise_model/, or its lora.safetensors as
  * lora_high_noise / lora_low_noise; state.json the high expert's with "experts":
- * ["high", "low"] and "boundary"; listed with the CRCs of their own manifests, and
+ * ["high", "low"], "boundary" and (a LoRA run on given weights) the low expert's
+ * "lora_base" under VF_CKPT_STATE_LOW; listed with the CRCs of their own manifests, and
  * committed (and the complete steps beyond the newest `keep` removed) as any checkpoint.
  * path (n bytes, may be NULL) gets the step dir. Errors name the file. */
 int vf_ckpt_join_experts(const char *dir, int64_t step, const char *const from[2], double boundary, int keep,

@@ -44,7 +44,9 @@ struct vf_dit_video {
     void *dev_w;                 /* the weights on the device (l->total, act dtype) */
     void *dev_low;               /* the low-noise expert's, or NULL (one model) */
     char mdir[PATH_MAX + 32];    /* the step dir or expert subdir holding the main model's files */
-    char low[PATH_MAX + 80];     /* the low-noise expert's weights source, "" = none */
+    char low[PATH_MAX + 80];     /* the low-noise expert's weights source, "" = none; of a
+                                  * LoRA two-expert step: its base given with o.low */
+    bool lora2;                  /* a LoRA two-expert step: lora_high_noise + lora_low_noise */
     double boundary;             /* where the experts switch, with two */
     vf_vae *vm;
     vf_vae_dec *dec;
@@ -270,10 +272,18 @@ static bool is_dir(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+static bool is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 /* Which model files the main model and the low-noise expert come from, and the boundary:
  * a two-expert checkpoint's high_noise_model/ (main) and low_noise_model/, a one-expert
  * one's subdir, or the step dir itself; o.low (a file, or a checkpoint's model)
- * overrides the low expert. */
+ * overrides the low expert. A LoRA two-expert step (lora_high_noise, lora_low_noise) is
+ * two experts whose weights vf_dit_video_load makes of each expert's base and adapter;
+ * there o.low is the low expert's base. */
 static int experts(vf_dit_video *v, const vf_ckpt *ck, vf_status *st)
 {
     int rc = 0;
@@ -283,6 +293,14 @@ static int experts(vf_dit_video *v, const vf_ckpt *ck, vf_status *st)
     snprintf(lo, sizeof lo, "%s/%s", v->ckpt, VF_CKPT_EXPERT_LOW);
     bool h = is_dir(hi), l = is_dir(lo);
     snprintf(v->mdir, sizeof v->mdir, "%s", h ? hi : l ? lo : v->ckpt);
+    char lh[PATH_MAX + 32], ll[PATH_MAX + 32];
+    snprintf(lh, sizeof lh, "%s/%s", v->ckpt, VF_CKPT_LORA_HIGH);
+    snprintf(ll, sizeof ll, "%s/%s", v->ckpt, VF_CKPT_LORA_LOW);
+    v->lora2 = is_file(lh) && is_file(ll);
+    if (v->lora2 && v->o.lora && v->o.lora[0])
+        VF_FAIL(st, VF_EBADINPUT, "%slora %s: %s holds both experts' adapters (%s, %s); merge another adapter into "
+                "an expert's base and give that with %sweights (high) or %slow", pf(v), v->o.lora, v->ckpt,
+                VF_CKPT_LORA_HIGH, VF_CKPT_LORA_LOW, pf(v), pf(v));
     v->low[0] = 0;
     if (h && l) snprintf(v->low, sizeof v->low, "%s/%s", lo, VF_CKPT_MODEL);
     if (v->o.low && v->o.low[0]) {
@@ -299,10 +317,11 @@ static int experts(vf_dit_video *v, const vf_ckpt *ck, vf_status *st)
         if (stat(v->low, &sb) != 0) strcpy(v->low + strlen(v->low) - strlen(VF_CKPT_MODEL), VF_CKPT_MODEL_INDEX);
     }
     v->boundary = v->o.boundary >= 0 ? v->o.boundary : vf_json_get_num(ck->state, "boundary", -1);
-    if (v->low[0] && (!isfinite(v->boundary) || v->boundary < 0 || v->boundary > 1))
+    const bool two = v->low[0] || v->lora2;
+    if (two && (!isfinite(v->boundary) || v->boundary < 0 || v->boundary > 1))
         VF_FAIL(st, VF_EBADINPUT, "%s: two experts (high and low noise) and no boundary in [0, 1] where they switch: "
                 "give %sboundary (Wan 2.2 A14B: 0.875 text-to-video, 0.9 image-to-video)", v->ckpt, pf(v));
-    if (v->o.guidance2 >= 0 && !v->low[0])
+    if (v->o.guidance2 >= 0 && !two)
         VF_FAIL(st, VF_EBADINPUT, "%sguidance-2 %g: %s holds one model; the second guidance is the low-noise "
                 "expert's (give %slow or a two-expert checkpoint)", pf(v), v->o.guidance2, v->ckpt, pf(v));
 fail:
@@ -385,6 +404,44 @@ fail:
     return rc;
 }
 
+/* The low-noise expert's weights into host (l->total floats, the caller's): o.low's or the
+ * checkpoint's low_noise_model/; of a LoRA two-expert step (state: its parsed
+ * state.json, borrowed), lora_low_noise merged into the low expert's base: o.low, else
+ * the base the step records for the low expert (VF_CKPT_STATE_LOW), either checked
+ * against that record, else the seeded init when neither expert had a base. */
+static int low_weights(vf_dit_video *v, const vf_json *state, float *host, vf_status *st)
+{
+    int rc = 0;
+    vf_dit_lora *lo = NULL;
+    float *lvec = NULL;
+    vf_dit_base b, high;
+    char how[32], lpath[PATH_MAX + 64];
+    const vf_dit_layout *l = v->l;
+    if (!v->lora2) return read_weights(l, v->low, host, st);
+    const vf_json *rec = vf_json_get(state, VF_CKPT_STATE_LOW);
+    snprintf(how, sizeof how, "%slow ", pf(v));
+    if (!rec && !v->low[0] && vf_dit_base_recorded(state, &high))
+        VF_FAIL(st, VF_EBADINPUT, "%s: the adapters' bases: the high expert's is recorded (%s), the low expert's is "
+                "not (no \"%s\" in %s): give the low expert's base with %sPATH", v->ckpt, high.path,
+                VF_CKPT_STATE_LOW, VF_CKPT_STATE, how);
+    VF_TRY(vf_dit_base_verify(v->ckpt, rec, v->low, true, how, &b, st));
+    if (b.path[0]) {
+        VF_TRY(read_weights(l, b.path, host, st));
+    } else { /* a LoRA run on the seeded init */
+        vf_dit_init(l, (uint64_t)vf_json_get_int(vf_ckpt_state_config(state), "train.seed", 0), 0, l->total, host);
+    }
+    snprintf(lpath, sizeof lpath, "%s/%s", v->ckpt, VF_CKPT_LORA_LOW);
+    if (vf_dit_lora_from_file(l, lpath, &lo, &lvec, st)) {
+        rc = st->code = VF_EBADINPUT;
+        goto fail;
+    }
+    vf_dit_lora_merge(lo, l, lvec, host);
+fail:
+    vf_free(lvec);
+    vf_dit_lora_free(lo);
+    return rc;
+}
+
 int vf_dit_video_load(vf_dit_video *v, vf_status *st)
 {
     int rc = 0;
@@ -396,7 +453,7 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
     const vf_dit_layout *l = v->l;
     /* the model: --weights, the checkpoint's, or a LoRA checkpoint's base */
     const char *base = v->o.weights && v->o.weights[0] ? v->o.weights : NULL;
-    snprintf(lora, sizeof lora, "%s/%s", v->ckpt, VF_CKPT_LORA);
+    snprintf(lora, sizeof lora, "%s/%s", v->ckpt, v->lora2 ? VF_CKPT_LORA_HIGH : VF_CKPT_LORA);
     bool lora_ckpt = stat(lora, &sb) == 0;
     uint64_t seed = 0;
     snprintf(model, sizeof model, "%s/%s", v->mdir, VF_CKPT_MODEL);
@@ -452,8 +509,9 @@ int vf_dit_video_load(vf_dit_video *v, vf_status *st)
         goto fail;
     }
     v->be->upload(v->be, v->dev_w, host_w, l->total, v->be->act_dtype);
-    if (v->low[0]) {
-        if ((rc = read_weights(l, v->low, host_w, st))) {
+    if (v->low[0] || v->lora2) {
+        if (v->lora2 && !ck.state) VF_TRY(vf_dit_video_find_ckpt(v->ckpt, &ck, st));
+        if ((rc = low_weights(v, ck.state, host_w, st))) {
             vf_status_prefix(st, "the low-noise expert");
             goto fail;
         }

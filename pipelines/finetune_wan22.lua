@@ -40,12 +40,14 @@
 -- its optimizer state, what a resume reads) go to ckpt/high and ckpt/low (<ckpt>/high,
 -- <ckpt>/low with --set ckpt=DIR); stage ckpt_join joins each step both wrote into
 -- ckpt/step-N with high_noise_model/ and low_noise_model/ (formats/ckpt.h), which
--- `vflow sample ckpt` samples, switching experts at the boundary.
+-- `vflow sample ckpt` samples, switching experts at the boundary (a LoRA run's step: each
+-- adapter merged into the base its expert trained on).
 --
 -- Knobs (vf.args): weights or weights_high / weights_low (required), experts (required: high | low | both),
 -- boundary (0.875; 0.900 for wan2.2-i2v-a14b), model or preset (wan2.2-a14b |
--- wan2.2-i2v-a14b), cache (cache/wan.lmdb), steps (2000), batch (1), lr (1e-5), warmup
--- (50), stages (1), micro_batches (1), recompute (true), shards (1), offload (false),
+-- wan2.2-i2v-a14b), text_dim (the preset's; with it a preset on caption bytes such as tiny
+-- conditions on the cache's text embeddings of this width), cache (cache/wan.lmdb), steps
+-- (2000), batch (1), lr (1e-5), warmup (50), stages (1), micro_batches (1), recompute (true), shards (1), offload (false),
 -- device ("cuda:0") or devices (comma list, one per stage), devices_high / devices_low
 -- (experts = both: each expert's devices, as devices), every (250), keep (2),
 -- model_shard_bytes (1e10), seed (0), frames / size (81 / 832x480), lora_rank (off),
@@ -56,7 +58,11 @@ local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline(a.run or "finetune_wan22")
 
-local model = vf.models.dit(a.preset or a.model or "wan2.2-a14b")
+-- text_dim: a preset on caption bytes (tiny) conditions on the cache's text embeddings of
+-- this width instead, as the Wan presets do; what tests of a Wan checkpoint on tiny need
+local overrides = {}
+if a.text_dim ~= nil then overrides.text_dim, overrides.text = a.text_dim, "embeddings" end
+local model = vf.models.dit(a.preset or a.model or "wan2.2-a14b", overrides)
 local experts = a.experts
 if experts == nil then
   vf.fail("finetune_wan22.lua: --set experts=high, low or both (the experts this run trains) is required")

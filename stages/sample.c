@@ -13,8 +13,9 @@
  * .frame0.png","tag":"sample/<stem>"}, which the driver shows as a TensorBoard image.
  * An image-to-video model samples every video from one image (`image`, and for Wan 2.1
  * I2V its CLIP features `image_embeds`), conditioned as vflow sample --image is; a
- * two-expert checkpoint (high_noise_model/, low_noise_model/) or `low` samples with both
- * experts, switching at `boundary` (else the checkpoint's).
+ * two-expert checkpoint (high_noise_model/, low_noise_model/, or a LoRA run's
+ * lora_high_noise / lora_low_noise on the bases recorded, `low` naming the low one's) or
+ * `low` samples with both experts, switching at `boundary` (else the checkpoint's).
  * A notification that arrives while a job is in flight is skipped, logged
  * ("step N skipped, still sampling step M") and counted (gauge sample_skipped).
  *
@@ -72,8 +73,8 @@ static const vf_param_spec sample_params[] = {
     {"image_embeds", VF_P_STR, "\"\"", VF_ANY,
      "Wan 2.1 I2V: the image's CLIP features (tools/encode_images.py), as vflow sample --image-embeds"},
     {"low", VF_P_STR, "\"\"", VF_ANY,
-     "the low-noise expert's weights (file or checkpoint) beside each checkpoint's model; \"\" = the checkpoint's "
-     "low_noise_model/ when it has one"},
+     "the low-noise expert's weights (file or checkpoint) beside each checkpoint's model, or of a LoRA two-expert "
+     "checkpoint the low expert's base; \"\" = the checkpoint's low_noise_model/ (or recorded low base) when it has one"},
     {"boundary", VF_P_NUM, "-1", VF_RANGE(-1, 1),
      "two experts: the t fraction after the shift where they switch; -1 = the checkpoint's"},
     {"guidance_2", VF_P_NUM, "-1", VF_RANGE(-1, 1e6), "the low-noise expert's guidance; -1 = guidance"},

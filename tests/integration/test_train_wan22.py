@@ -27,7 +27,16 @@
 #    mapped from the draws of an unrestricted run of finetune_wan.lua on the same seed;
 #    TensorBoard has train/<expert>/loss, lr and grad_norm for each; `vflow sample` of the
 #    run's checkpoint dir equals sampling the high expert's dir with --low the low one's
-#    and --boundary, and differs from the high one alone; `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
+#    and --boundary, and differs from the high one alone;
+#  - sampling the LoRA run's joined step (lora_high_noise / lora_low_noise) merges each
+#    adapter into the base its expert trained on (the high one's recorded base, the low
+#    one's recorded in the joined state.json): its latent is bitwise the one of the high
+#    expert's one-expert LoRA checkpoint with --low a file holding the low base with the low
+#    adapter merged here, and of a model whose two experts are both merged here
+#    (W + alpha/rank·B·A, in models/dit_lora_io.c's order of sums); it differs with either
+#    adapter dropped; --low naming the recorded low base changes nothing; with the low base
+#    moved away sampling is refused with exit 2 and one line naming it;
+#  - `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
 # vflow-test: timeout=600
 import json
 import os
@@ -127,6 +136,31 @@ def vflow(cmd, tmp, name, *sets, pipe=PIPE, resume=False):
         args += ["--set", s]
     r = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=180)
     return r, run
+
+
+def merged(base, lora_path):
+    """base (name -> f32) with the ComfyUI-keyed adapters of lora_path merged, W +=
+    alpha/rank·B·A, in models/dit_lora_io.c's arithmetic: B rescaled to the file's first
+    alpha, the rank's products summed in f64 in order, the sum added in f64, rounded once."""
+    t = read_st(lora_path)
+    out = {k: v.copy() for k, v in base.items()}
+    pre, suf = "diffusion_model.", ".lora_A.weight"
+    first = next((float(v.ravel()[0]) for k, v in t.items() if k.endswith(".alpha") and v.ravel()[0] > 0), None)
+    for ka in (k for k in t if k.endswith(suf)):
+        m = ka[len(pre):-len(suf)]
+        a, b = t[ka].astype(np.float64), t[pre + m + ".lora_B.weight"]
+        rank = a.shape[0]
+        scale = np.float32((first if first is not None else 0.0) / rank)
+        al = t.get(pre + m + ".alpha")
+        k = (float(al.ravel()[0]) / rank if al is not None else 1.0) / float(scale)
+        if k != 1.0:
+            b = (b.astype(np.float64) * k).astype(np.float32)
+        b = b.astype(np.float64)
+        d = np.zeros((b.shape[0], a.shape[1]), np.float64)
+        for r in range(rank):
+            d += b[:, r, None] * a[None, r, :]
+        out[m + ".weight"] = (out[m + ".weight"].astype(np.float64) + float(scale) * d).astype(np.float32)
+    return out
 
 
 def main():
@@ -276,6 +310,8 @@ def main():
                   "%s: state.json records the experts and the boundary: %s" % (tag, state))
             if tag == "full":
                 both_run = run
+            else:
+                lora_run = run
         # loss, lr and gradient norm per expert: TensorBoard tags with the expert's name
         tb = os.path.join(both_run, "tb")
         events = b"".join(open(os.path.join(tb, f), "rb").read() for f in os.listdir(tb)) if os.path.isdir(tb) else b""
@@ -346,6 +382,54 @@ def main():
             lat[tag] = open(p("l-%s.bin" % tag), "rb").read() if r.returncode == 0 else None
         check(lat["joined"] is not None and lat["joined"] == lat["two"] and lat["two"] != lat["high"],
               "sampling the joined step = the two expert dirs with --low and --boundary, not the high expert alone")
+        # the LoRA run's joined step: each adapter on its expert's recorded base (wanai/'s
+        # high_noise_model F32, low_noise_model the BF16 shards), against bases merged here
+        lj = os.path.join(lora_run, "ckpt", "step-3")
+        state = json.load(open(os.path.join(lj, "state.json"))) if os.path.exists(lj) else {}
+        low_rec = state.get("low_noise", {}).get("lora_base", {}).get("path", "")
+        check(low_rec == os.path.realpath(p("wanai/low_noise_model")) and
+              state.get("lora_base", {}).get("path") == os.path.realpath(p("wanai/high_noise_model")),
+              "the joined LoRA step records each expert's base: %s" % state)
+        if os.path.exists(lj):
+            write_st(p("low_merged.safetensors"), f32(merged(low_vals, os.path.join(lj, "lora_low_noise.safetensors"))))
+            write_st(p("high_merged.safetensors"),
+                     f32(merged(w["high"], os.path.join(lj, "lora_high_noise.safetensors"))))
+            write_st(p("low_base.safetensors"), f32(low_vals))
+        lhi = os.path.join(lora_run, "ckpt", "high", "step-3")
+        two = ["--boundary", "0.875"]
+        for tag, src, extra in (("lora-joined", os.path.join(lora_run, "ckpt"), []),
+                                ("lora-joined-low", lj, ["--low", p("wanai/low_noise_model")]),
+                                ("lora-two", lhi, ["--low", p("low_merged.safetensors")] + two),
+                                ("lora-merged", hi_ck, ["--weights", p("high_merged.safetensors"),
+                                                        "--low", p("low_merged.safetensors")] + two),
+                                ("lora-no-low", lhi, ["--low", p("low_base.safetensors")] + two),
+                                ("lora-no-high", hi_ck, ["--weights", p("wanai/high_noise_model"),
+                                                         "--low", p("low_merged.safetensors")] + two)):
+            r = subprocess.run([VFLOW, "sample", src, "--prompt", "a cat", "--frames", "1", "--size", "64x64", "--steps",
+                                "4", "--out", p("s-%s.mp4" % tag), "--latent-out", p("l-%s.bin" % tag)] + extra,
+                               capture_output=True, text=True, env=ENV)
+            check(r.returncode == 0, "sample %s: exit %d %s" % (tag, r.returncode, r.stderr[-300:]))
+            lat[tag] = open(p("l-%s.bin" % tag), "rb").read() if r.returncode == 0 else None
+        check(lat["lora-joined"] is not None and lat["lora-joined"] == lat["lora-two"] == lat["lora-merged"],
+              "sampling the joined LoRA step = the high expert's LoRA checkpoint with --low the low base + adapter "
+              "merged = both experts merged independently")
+        check(lat["lora-joined-low"] == lat["lora-joined"], "--low naming the recorded low base changes nothing")
+        check(None not in (lat["lora-joined"], lat["lora-no-low"], lat["lora-no-high"]) and
+              lat["lora-joined"] not in (lat["lora-no-low"], lat["lora-no-high"]),
+              "sampling the joined LoRA step differs with either adapter dropped")
+        # the low expert's base gone: one line naming it, exit 2
+        os.rename(p("wanai/low_noise_model"), p("wanai-low-moved"))
+        try:
+            r = subprocess.run([VFLOW, "sample", lj, "--prompt", "a cat", "--frames", "1", "--size", "64x64",
+                                "--steps", "4", "--out", p("s-gone.mp4")], capture_output=True, text=True, env=ENV)
+        finally:
+            os.rename(p("wanai-low-moved"), p("wanai/low_noise_model"))
+        err = r.stderr.strip()
+        ok = check(r.returncode == 2 and len(err.splitlines()) == 1 and "low_noise_model" in err and "--low" in err,
+                   "a joined LoRA step whose low base is gone: want exit 2 and one line, got %d: %s"
+                   % (r.returncode, err[-400:]))
+        if ok:
+            print("low base gone   exit 2: %s" % err[-200:])
         # devices_high / devices_low: disjoint device groups, each expert's stages on its own
         r, _ = vflow("plan", tmp, "plan-both", "weights=" + p("wanai"), "experts=both", "stages=2",
                      "devices_high=cuda:0,cuda:1", "devices_low=cuda:2,cuda:3")

@@ -54,7 +54,9 @@ strip --strip-unneeded "$ROOT/vflow" "$ROOT"/tests/* "$ROOT"/tools/* "$ROOT"/ben
   echo "nvcc $(sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")/\1/p' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake | head -1)"
   echo "cuda_code $(grep -ho -- '--generate-code=[^ ]*' "$BUILD/CMakeFiles/vf_kernels.dir/flags.make" | sort -u | tr '\n' ' ')"
 } > "$ROOT/VERSION"
-tar -C "$OUTD" -cJf "$OUTD/vflow-cuda.tar.xz" vflow-cuda
+# xz -9: its 64 MiB dictionary spans several of the binaries, which share most of their
+# code (each links all of vflow), so they pack once (1.2 MiB less than xz's default)
+tar -C "$OUTD" -cf - vflow-cuda | xz -9 -T2 > "$OUTD/vflow-cuda.tar.xz"
 rm -rf "$ROOT"
 
 # ---------------------------------------------------------------- the wheels

@@ -267,6 +267,13 @@ static int wait_all(vf_a2a *a, uint64_t target, vf_status *st)
         if (late < 0) return 0;
         if (spins < 64) continue; /* a rank a few instructions behind */
         int rc = peer_failed(a, late, st);
+        /* The rank may have arrived, finished the call and closed (or exited) between the
+         * read of its seq above and the look at its liveness: its seq, stored before its
+         * close, says so, and then it is not late. */
+        if (rc && atomic_load_explicit(&h->seq[late], memory_order_acquire) >= target) {
+            if (st) memset(st, 0, sizeof *st);
+            continue;
+        }
         if (rc) return rc;
         if (a->o.cancel && a->o.cancel(a->o.user))
             return vf_status_set(st, VF_ESTOPPED, __FILE__, __LINE__,

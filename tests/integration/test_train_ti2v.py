@@ -26,19 +26,13 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_harness import FAILS, check  # noqa: E402
 import i2v_lib  # noqa: E402
 from i2v_lib import TOOLS, run, train  # noqa: E402
 
 SIZE, FRAMES = 32, 9
 TI2V = ("time=token", "cond=first_frame")
-failed = []
 
-
-def check(cond, msg):
-    if not cond:
-        failed.append(msg)
-        print("FAIL: " + msg)
-    return cond
 
 
 def precompute(tmp, name, manifest, cache, *sets):
@@ -115,8 +109,8 @@ def main():
         out = r.stdout + r.stderr
         check(r.returncode == 2 and "conditioning kind text" in out and "first_frame" in out,
               "ti2v into a text-only cache: exit %d %s" % (r.returncode, out[-600:]))
-    print("PASS" if not failed else "FAIL (%d)" % len(failed))
-    return 1 if failed else 0
+    print("PASS" if not FAILS else "FAIL (%d)" % len(FAILS))
+    return 1 if FAILS else 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_harness import FAILS, check  # noqa: E402
 from st_lib import bf16, f32, read_st, write_st  # noqa: E402
 
 # formats/ckpt.h: the subdirs of a two-expert checkpoint step
@@ -58,7 +59,6 @@ TRAIN_TOOL = os.path.join(BUILD, "tools", "train_tool")
 DIT_TOOL = os.path.join(BUILD, "tools", "dit_tool")
 PIPE = os.path.join(SRC, "pipelines", "finetune_wan22.lua")
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
-failed = []
 
 # diffusers' TRANSFORMER_KEYS_RENAME_DICT (convert_wan_transformer_to_diffusers), in its order
 TO_DIFFUSERS = [
@@ -75,12 +75,6 @@ TO_DIFFUSERS = [
 WANMODEL = {"_class_name": "WanModel", "dim": 64, "eps": 1e-06, "ffn_dim": 256, "freq_dim": 64, "in_dim": 4,
             "model_type": "t2v", "num_heads": 4, "num_layers": 4, "out_dim": 4, "text_len": 32}
 
-
-def check(cond, msg):
-    if not cond:
-        failed.append(msg)
-        print("FAIL: " + msg)
-    return cond
 
 
 def f32_named(tensors, rename=lambda k: k):
@@ -450,8 +444,8 @@ def main():
         out = r.stdout + r.stderr
         check(r.returncode == 2 and "train.expert" in out, "resume as the other expert: exit %d %s" % (
             r.returncode, out[-400:]))
-    print("PASS" if not failed else "FAIL (%d)" % len(failed))
-    return 1 if failed else 0
+    print("PASS" if not FAILS else "FAIL (%d)" % len(FAILS))
+    return 1 if FAILS else 0
 
 
 if __name__ == "__main__":

@@ -312,6 +312,18 @@ def main():
         for e in ("high", "low"):
             for k in ("loss", "lr", "grad_norm"):
                 check(("train/%s/%s" % (e, k)).encode() in events, "TensorBoard tag train/%s/%s" % (e, k))
+        # and as TensorBoard's own reader sees them (the reference venv scripts/setup.sh makes)
+        ref = os.environ.get("VFLOW_REF_PY", "/opt/vflow-ref/bin/python")
+        if os.path.exists(ref) and os.path.isdir(tb):
+            code = ("import sys\nfrom tensorboard.backend.event_processing.event_accumulator import "
+                    "EventAccumulator\na = EventAccumulator(sys.argv[1]); a.Reload()\n"
+                    "print(' '.join(sorted(a.Tags()['scalars'])))")
+            r = subprocess.run([ref, "-c", code, tb], capture_output=True, text=True, timeout=120)
+            tags = set(r.stdout.split())
+            for e in ("high", "low"):
+                for k in ("loss", "lr", "grad_norm"):
+                    check("train/%s/%s" % (e, k) in tags, "EventAccumulator: scalar train/%s/%s in %s (%s)"
+                          % (e, k, sorted(tags)[:8], r.stderr.strip()[-200:]))
         # the agreed two-expert checkpoint step: each expert's dir holds a step's model files
         # (the index of shards for high, the low run's trained model.safetensors for low)
         trained = os.path.join(tmp, "full-pair-low", "ckpt", "step-3", "model.safetensors")

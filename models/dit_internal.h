@@ -74,7 +74,7 @@ typedef struct dit_plan {
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
     int sp;                  /* ranks of sequence parallelism (dit_plan_sp): L and N are
                                 then one rank's, Lw and Nw the whole sequences' */
-    int64_t Lw, Nw;          /* whole sequences at the ends (the embedding, the targets) */
+    int64_t Lw, Nw;          /* whole sequences at the first partition's embedding */
     int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
     int64_t R;               /* rows of the time embedding: B, or N with t_tokens */
     bool img;                /* the image branch (img_dim > 0) */
@@ -184,11 +184,12 @@ typedef struct dit_work {
                                        output projection), g[0] where it fits: the forward
                                        of a block never overlaps a backward */
     void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging; with
-                                       sp > 1 (Nw, ·) in the ends' area */
-    void *whole;                    /* sp > 1 at the ends (NULL else): (Nw, max(dim, z·P))
+                                       sp > 1 (Nw, in_dim·P) in the first partition's ends'
+                                       area, NULL elsewhere */
+    void *whole;                    /* sp > 1 in the first partition (NULL else): (Nw, dim)
                                        of the larger of act and grad, in the ends' area:
                                        the embedding's whole output, its gradient spread
-                                       over the whole sequences, the patchified targets */
+                                       over the whole sequences */
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
     void *g[6];                     /* (N, dim) grad scratch; g[2..5] NULL where they live
                                        in the block's dead activations (dit_bwd_slots) */
@@ -220,8 +221,9 @@ typedef struct dit_work {
 } dit_work;
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
-/* The ends' whole-sequence buffers (w->tmp, w->whole) of a rank of sp > 1, allocated apart
- * from the workspace; nothing elsewhere. */
+/* The first partition's whole-sequence buffers (w->tmp, w->whole) of a rank of sp > 1,
+ * allocated apart from the workspace; nothing elsewhere (the last partition's targets
+ * come cut to the rank's rows). */
 void dit_carve_ends(dit_carver *cv, const dit_plan *pl, dit_work *w);
 
 /* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
@@ -417,8 +419,8 @@ void dit_sp_free(vf_dit_part *p);
 /* With p->sp at the ends: the embeddings of b's whole sequences (in w.whole), this rank's
  * rows kept in sv->xs[0]; their backward from this rank's rows' gradient dx (B, Lr, dim),
  * the other rows' taken as zero (w.whole holds the whole sequences then); the loss's
- * targets: this rank's rows of the target patchified in w.whole into sv->hd.target_tok, a
- * pad's row its prediction's. */
+ * targets: the rank's rows (vf_dit_sp_target_rows) into sv->hd.target_tok, a pad's row
+ * its prediction's. */
 int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);
 void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de, void *de0,
                       void *dctx);

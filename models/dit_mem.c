@@ -250,11 +250,11 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 
 void dit_carve_ends(dit_carver *cv, const dit_plan *pl, dit_work *w)
 {
-    if (pl->sp < 2 || !(pl->first || pl->last)) return;
-    int64_t Nw = pl->Nw, D = pl->c.dim, zP = pl->c.z * pl->P, iP = (int64_t)pl->in_dim * pl->P;
-    int64_t tw = pl->first && iP > zP ? iP : zP, ww = pl->first && D > zP ? D : zP;
-    w->tmp = A(Nw * tw);
-    w->whole = dit_carve(cv, (size_t)(Nw * ww) * (pl->as > pl->gs ? pl->as : pl->gs));
+    /* the last partition's targets arrive as the rank's rows: only the embedding is whole */
+    if (pl->sp < 2 || !pl->first) return;
+    int64_t Nw = pl->Nw, D = pl->c.dim, iP = (int64_t)pl->in_dim * pl->P;
+    w->tmp = A(Nw * iP);
+    w->whole = dit_carve(cv, (size_t)(Nw * D) * (pl->as > pl->gs ? pl->as : pl->gs));
 }
 
 #undef A

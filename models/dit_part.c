@@ -293,7 +293,7 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     if (p->sp && b->skip_frames)
         VF_FAIL(st, VF_EUSAGE, "dit loss: skip_frames = %d on a sequence-parallel rank (not supported)",
                 b->skip_frames);
-    /* the targets first: a sequence-parallel rank stages the whole sequences' in dpred_tok */
+    /* the targets in the head's order: a sequence-parallel rank's come as its rows */
     if (p->sp) dit_sp_loss_targets(p, d, sv, b->target);
     else dit_patchify(p, d, c->z, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));

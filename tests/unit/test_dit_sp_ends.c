@@ -2,8 +2,9 @@
  * sequence-parallel (models/dit_sp.h vf_dit_part_set_sp at the ends) against one rank.
  *
  * sp forked ranks each embed the whole clips and keep their token range, run the blocks
- * with the all-to-all, and the head and loss on their tokens; their losses are their
- * tokens' share of the whole mean. Checked for sp = 2, 3 on sequences they divide and do
+ * with the all-to-all, and the head and loss on their tokens against their rows of the
+ * targets (vf_dit_sp_target_rows; one rank patchifies the whole latents on the backend);
+ * their losses are their tokens' share of the whole mean. Checked for sp = 2, 3 on sequences they divide and do
  * not (pads), with several samples and text lengths:
  *   - the ranks' losses add up to the one-rank loss within 1e-6 relative;
  *   - their weight gradients (each a partial sum over the rank's tokens, the embeddings'
@@ -12,8 +13,9 @@
  *   - a rank's partition (vf_dit_part_new_sp) holds its ⌈L/sp⌉ tokens: its saved store and
  *     workspace are those of one rank's partition made for ⌈L/sp⌉ tokens, less the
  *     latent-shaped prediction and the patchify staging and plus the embedding's patches of
- *     the whole clips; its ends hold the whole sequences' staging apart; each as
- *     vf_dit_part_memory_sp plans it.
+ *     the whole clips; its ends hold the embedding's whole sequences apart; each as
+ *     vf_dit_part_memory_sp plans it. A last partition alone holds nothing whole: its
+ *     targets come as the rank's rows (vf_dit_sp_target_rows), which the loss takes.
  * A rank that counted its pads, or lost the loss's share, is off by far more. Every
  * computation runs in a forked child (the parent only compares).
  */
@@ -73,6 +75,16 @@ static int check_memory(int n, vf_dit_dims d, const vf_dit_part *p, const vf_dit
                              "workspace %lld", n, (long long)d.L, (long long)m.saved, (long long)m.saved_ends,
                              (long long)m.workspace, (long long)m.ends, (long long)r.L, (long long)one.saved,
                              (long long)one.workspace);
+    /* a last partition alone takes its targets as the rank's rows: nothing whole, its saved
+     * store one rank's of ⌈L/n⌉ tokens less the latent-shaped prediction */
+    vf_dit_mem ml, onel;
+    vf_dit_part_memory_sp(&c, 1, c.depth, &d, n, VF_DIT_KEEP, 4, 4, &ml);
+    vf_dit_part_memory(&c, 1, c.depth, &r, VF_DIT_KEEP, 4, 4, &onel);
+    if (ml.ends != 0 || ml.saved_ends != 0 || ml.saved != onel.saved - tok_r || ml.workspace != onel.workspace - tok_r)
+        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "sp=%d over %lld tokens: the last partition's rank "
+                             "holds ends %lld, saved %lld, workspace %lld; one rank of %lld tokens: saved %lld, "
+                             "workspace %lld", n, (long long)d.L, (long long)ml.ends, (long long)ml.saved,
+                             (long long)ml.workspace, (long long)r.L, (long long)onel.saved, (long long)onel.workspace);
     return 0;
 }
 
@@ -86,7 +98,7 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     vf_dit_saved *sv = NULL;
     vf_a2a *a = NULL;
     vf_dit_sp sp;
-    float *params = NULL, *grads = NULL;
+    float *params = NULL, *grads = NULL, *rows = NULL;
     mb m;
     memset(&m, 0, sizeof m);
     int rc = vf_dit_layout_new(&c, &l, &st);
@@ -108,7 +120,16 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     }
     if (!rc) {
         mb_make(&m, &c, d, 9, 0);
-        if (role > 0) m.b.dims.L = sp.Lr;
+        if (role > 0) { /* a rank's targets: its rows, in the head's order */
+            int64_t zP = (int64_t)c.z * c.patch[0] * c.patch[1] * c.patch[2];
+            rows = malloc(sizeof(float) * (size_t)(d.B * sp.Lr * zP));
+            if (rows) vf_dit_sp_target_rows(&c, &sp, &d, m.target, rows);
+            else rc = vf_status_set(&st, VF_ENOMEM, __FILE__, __LINE__, "no memory for the target rows");
+            m.b.target = rows;
+            m.b.dims.L = sp.Lr;
+        }
+    }
+    if (!rc) {
         rc = vf_dit_part_forward(p, &m.b, NULL, NULL, sv, &st);
         if (!rc) rc = vf_dit_part_loss(p, &m.b, sv, 0.5f, &so->loss[role], &st);
         if (!rc) rc = vf_dit_part_backward(p, &m.b, sv, NULL, &st);
@@ -121,7 +142,7 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     vf_dit_part_free(p);
     vf_a2a_close(a);
     vf_dit_layout_free(l);
-    free(params), free(grads);
+    free(params), free(grads), free(rows);
 }
 
 static shared_out *run_case(int n, int B, int T, int H, int W)

@@ -6,9 +6,9 @@
  * one rank's. So are the targets: the first partition cuts each rank's rows of them on
  * the host (models/dit_sp.h vf_dit_sp_target_rows), and they travel to the last partition
  * and are staged there as those rows (z·patch values a token). The first partition's
- * embedding works on whole sequences, which stay whole and are listed on their own: it
- * embeds every sample's whole clip (the embedding's inputs in each saved store, its output
- * and its gradient staged whole). What SP adds: the self-attention's
+ * embedding is per token too: its saved patches are the rank's tokens'; only the
+ * patchify of the whole clips it takes them from is staged whole, a line of its own.
+ * What SP adds: the self-attention's
  * scratch (its heads layout, vf_dit_sp_scratch_bytes), the all-to-all's own buffers (the
  * host group's shared memory on the CPU, the device group's staging on a GPU), and a
  * cuDNN attention workspace over every token for H/N heads, one sample at a time.
@@ -43,10 +43,8 @@ void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int
     if (aws > 0) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "cuDNN attention workspace (bound, H/N heads)", aws);
 }
 
-void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m, int nsv)
+void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m)
 {
-    if (m->saved_ends)
-        vf_mem_plan_add(out, dev, VF_MEM_ACTS, "sequence parallel: whole clips' patches", (int64_t)nsv * m->saved_ends);
     if (m->ends)
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sequence parallel: whole sequences (ends)", m->ends);
 }

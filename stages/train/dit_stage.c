@@ -360,8 +360,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
             m.saved = vf_dit_offload_plan(out, dev, &g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, sp,
                                           dit_recompute_of(prm), as, gs, nsv);
         vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)",
-                        nsv * (m.saved - m.saved_ends));
-        if (sp > 1) vf_dit_sp_ends_plan(out, dev, &m, nsv);
+                        nsv * m.saved);
+        if (sp > 1) vf_dit_sp_ends_plan(out, dev, &m);
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
         if (g.lora)
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",

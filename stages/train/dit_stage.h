@@ -201,9 +201,9 @@ void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, i
 void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int sp, const vf_dit_dims *mx,
                     const vf_dit_dims *each, int neach, size_t as);
 /* The whole sequences a rank of the first partition holds (dit_sp_plan.c), from its
- * partition's m (vf_dit_part_memory_sp): the embedding inputs in each of nsv saved stores
- * (m->saved_ends), the staging of the embedding's output and gradient (m->ends). */
-void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m, int nsv);
+ * partition's m (vf_dit_part_memory_sp): the patchify of the whole clips it takes its
+ * tokens' patches from (m->ends). */
+void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m);
 /* The target on activation port ps of a rank of sp > 1 (dit_sp_plan.c): its rows (B, L,
  * z·P) of dtype dt, mr the rank's geometry (vf_dit_sp_rank_max of mx); and, where ps lists
  * no geometries (one latent shape), mx's latent as its one entry, a batch of B·M samples

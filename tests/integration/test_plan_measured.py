@@ -195,11 +195,11 @@ def sequence_parallel(tmp, cache):
     """sp = 2 against sp = 1 (16 tokens a sample, 6 heads, 8 caption tokens): each rank's
     measured peak within 10 % of its plan (compare), and a rank holding its 8 tokens: its
     planned activations at most 0.6 of one rank's over all 16 (the saved stores'
-    per-token tensors halve; the caption's keys and values, the time embedding and the
-    whole clip's patches do not: 0.54-0.56), its measured peak below one rank's. A rank
-    that allocated for whole sequences plans and holds at least one rank's. The
-    activation item a rank sends is its tokens' x and target (the declared item bytes),
-    and the last partition plans nothing whole."""
+    per-token tensors halve; the caption's keys and values and the time embedding do
+    not: 0.54-0.56), its measured peak below one rank's. A rank that allocated for whole
+    sequences plans and holds at least one rank's. The activation item a rank sends is
+    its tokens' x and target (the declared item bytes), the last partition plans nothing
+    whole and the first only its patchify of the whole clips."""
     common = ["stages=2", "micro_batches=2", "shards=1", "dim=96", "heads=6", "head_dim=16", "text_len=8"]
     runs = {n: train(tmp, cache, "train-sp%d" % n, common + ["sp=%d" % n]) for n in (1, 2)}
     if not runs[1] or not runs[2]:
@@ -228,9 +228,14 @@ def sequence_parallel(tmp, cache):
         check(want <= drop <= want + 64, "sp=2: a rank's activation item is %d bytes below one rank's, its tokens' x "
               "and target %d" % (drop, want))
         print("  sp: activation item %d (sp=1) -> %d (sp=2 rank)" % (items[1][0], items[2][0]))
-    # the last partition takes the targets as the rank's rows: nothing whole there
-    whole = [x["what"] for x in plans[2]["lines"] if x.get("stage") == "dit_1_s0" and "whole" in x["what"]]
-    check(not whole, "sp=2 dit_1_s0 plans whole sequences: %r" % whole)
+    # the last partition takes the targets as the rank's rows: nothing whole there; the
+    # first embeds its tokens' patches, and stages whole only the clips' patchify (its
+    # output and staging: 2 samples of 16 tokens of 16 f32 values each)
+    whole = {q: [(x["what"], x["bytes"]) for x in plans[2]["lines"] if x.get("stage") == "dit_%d_s0" % q and
+                 "whole" in x["what"]] for q in (0, 1)}
+    check(not whole[1], "sp=2 dit_1_s0 plans whole sequences: %r" % whole[1])
+    check(whole[0] == [("sequence parallel: whole sequences (ends)", 2 * 4 * 2 * 16 * 16)],
+          "sp=2 dit_0_s0: whole sequences %r, not the clips' patchify" % whole[0])
 
 
 def budgets(tmp):

@@ -92,18 +92,17 @@ int64_t vf_dit_sp_target_values(const vf_dit_config *c, const vf_dit_dims *max, 
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
  * whole latent, whose tokens are sp->L), p made for the rank's tokens (vf_dit_part_new_sp
  * with sp->n ranks over sequences of at least sp->L tokens; a middle partition may also
- * be vf_dit_part_new's for sp->Lr tokens). The first partition embeds the whole
- * sequences in its ends' buffers and keeps this rank's rows; the last runs the head and
- * the loss on this rank's rows against their targets (vf_dit_sp_target_rows), the loss
- * and its gradients this rank's share of the whole sequences' mean, so the ranks' losses
- * and weight gradients add up to one rank's. sp's
- * L and Lr may be changed between micro-batches (another bucket) as long as sp->L stays
- * within what it was at this call. VF_EUSAGE at the first partition when its activation
- * and gradient dtypes differ, and at an end whose partition vf_dit_part_new_sp did not
- * make for sp->n ranks over sp->L tokens or more. On a backend other than the CPU's it joins the device group of sp's
- * ranks (ops.h a2a_open over sp->a2a: every rank sets its partition at the same point),
- * which p owns. Its all-to-all failures come back from vf_dit_part_forward and
- * vf_dit_part_backward. */
+ * be vf_dit_part_new's for sp->Lr tokens). The first partition patchifies the whole
+ * clips in its ends' buffers and embeds this rank's tokens' patches; the last runs the
+ * head and the loss on this rank's rows against their targets (vf_dit_sp_target_rows),
+ * the loss and its gradients this rank's share of the whole sequences' mean, so the
+ * ranks' losses and weight gradients add up to one rank's. sp's L and Lr may be changed
+ * between micro-batches (another bucket) as long as sp->L stays within what it was at
+ * this call. VF_EUSAGE at an end whose partition vf_dit_part_new_sp did not make for
+ * sp->n ranks over sp->L tokens or more. On a backend other than the CPU's it joins the
+ * device group of sp's ranks (ops.h a2a_open over sp->a2a: every rank sets its partition
+ * at the same point), which p owns. Its all-to-all failures come back from
+ * vf_dit_part_forward and vf_dit_part_backward. */
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st);
 
 #endif /* VF_DIT_SP_H */

@@ -65,7 +65,8 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     vf_backend *be = h->be;
     h->max = *max;
     /* with LoRA the partition runs on the frozen base and trains the adapters only */
-    /* a rank of sequence parallelism holds its tokens; the ends whole sequences (dit.h) */
+    /* a rank of sequence parallelism holds its tokens; the first partition's patchify
+     * whole clips (dit.h) */
     VF_TRY(vf_dit_part_new_sp(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->sp, h->recompute,
                               h->lora ? h->base : h->params, h->lora ? NULL : h->grads, &h->part, st));
     if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));

@@ -6,12 +6,13 @@
 #    replicas, P = 2, M = 2: per step, the (position, t) pairs the two routed runs trained
 #    are together exactly the pairs a run without routing draws (same seed, every position
 #    once), each expert's on its side of the boundary, every micro-batch on one side;
-#  - finetune_wan22.lua experts=both (routing t by default): per step the union of the
-#    experts' (position, t) is what finetune_wan.lua draws on the same seed; an expert's
-#    train_step row counts its samples, and a step with none of them says "samples":0 with
-#    no loss; its checkpoint of that step (model and optimizer files) is bitwise the one of
-#    the step before, while a step with samples changes its model; state.json's adam_step
-#    counts the steps with samples;
+#  - finetune_wan22.lua experts=both (routing t by default), full fine-tune and LoRA: per
+#    step the union of the experts' (position, t) is what finetune_wan.lua draws on the
+#    same seed; an expert's train_step row counts its samples, and a step with none of them
+#    says "samples":0 with no loss; its checkpoint of that step (model or adapters, and the
+#    optimizer files) is bitwise the one of the step before, while a step with samples
+#    changes it; state.json's adam_step counts the steps with samples; a resume with
+#    routing=each is refused naming train.route;
 #  - over 250 steps of 4 samples (logit-normal, shift 3) the high expert's share is
 #    P(t >= boundary) computed here from the distribution's formula (within 4 sigma).
 # vflow-test: timeout=600
@@ -23,8 +24,11 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_harness import check, finish  # noqa: E402
+from st_lib import f32, read_st, write_st  # noqa: E402
 
 BUILD = os.path.abspath(os.environ.get("VFLOW_BUILD", "build"))
 VFLOW = os.path.abspath(os.environ.get("VFLOW_BIN", os.path.join(BUILD, "vflow")))
@@ -122,6 +126,12 @@ def main():
             subprocess.run([DIT_TOOL, "init", "seed=%d" % seed, "out=init.bin"], check=True, capture_output=True)
             subprocess.run([DIT_TOOL, "save", "params=init.bin", "out=%s.safetensors" % tag], check=True,
                            capture_output=True)
+            # the init's head is zero, which would leave LoRA adapters on a frozen base
+            # without gradients: a head of its own per expert
+            w = read_st("%s.safetensors" % tag)
+            w["head.head.weight"] = (np.random.default_rng(seed).standard_normal(w["head.head.weight"].shape) *
+                                     0.05).astype("<f4")
+            write_st("%s.safetensors" % tag, f32(w))
         with open("route.lua", "w") as f:
             f.write(ROUTE_LUA)
 
@@ -146,51 +156,59 @@ def main():
                "device=cpu", "frames=1", "size=64", "t_sampling=uniform", "steps=6", "every=1", "keep=10",
                "stages=2", "micro_batches=2", "lr=2e-3", "experts=both", "weights_high=high.safetensors",
                "weights_low=low.safetensors"]
-        both = run(w22, "both")
         free = run([os.path.join(SRC, "pipelines", "finetune_wan.lua"), "cache=cache.lmdb", "batch=2",
                     "preset=tiny", "device=cpu", "frames=1", "size=64", "t_sampling=uniform", "steps=6", "every=0",
                     "weights=high.safetensors"], "free")
         plain, _ = drawn(free, "dit_0")
-        parts = {e: drawn(both, "dit_%s_0" % e)[0] for e in ("high", "low")}
-        union_is_plain("experts=both", plain, parts, b)
+        for tag, extra, fname in (("full", [], "model.safetensors"), ("lora", ["lora_rank=4"], "lora.safetensors")):
+            both = run(w22 + extra, "both-" + tag)
+            parts = {e: drawn(both, "dit_%s_0" % e)[0] for e in ("high", "low")}
+            union_is_plain("experts=both " + tag, plain, parts, b)
 
-        def files(e, s):
-            d = os.path.join(both, "ckpt", e, "step-%d" % s)
-            if not os.path.isdir(d):
-                return None
-            return {n: tensors(os.path.join(d, n)) for n in sorted(os.listdir(d)) if n.endswith(".safetensors")}
+            def files(e, s):
+                d = os.path.join(both, "ckpt", e, "step-%d" % s)
+                if not os.path.isdir(d):
+                    return None
+                return {n: tensors(os.path.join(d, n)) for n in sorted(os.listdir(d)) if n.endswith(".safetensors")}
 
-        for e in ("high", "low"):
-            steps = {r["step"]: r for r in rows(both, "train_step") if r.get("expert") == e}
-            check(sorted(steps) == list(range(1, 7)), "%s: a train_step row a step: %s" % (e, sorted(steps)))
-            updated = 0
-            for s, r in sorted(steps.items()):
-                n = len(parts[e].get(s, []))
-                check(r.get("samples") == n, "%s step %d: the row counts its %d samples: %s" % (e, s, n, r))
-                if n == 0:
-                    check("loss" not in r and "grad_norm" not in r, "%s step %d: no loss without samples: %s" % (
-                        e, s, r))
-                else:
-                    updated += 1
-                    check(isinstance(r.get("loss"), float) and r["loss"] > 0, "%s step %d: a loss: %s" % (e, s, r))
-                if s > 1:
-                    now, before = files(e, s), files(e, s - 1)
+            for e in ("high", "low"):
+                steps = {r["step"]: r for r in rows(both, "train_step") if r.get("expert") == e}
+                check(sorted(steps) == list(range(1, 7)), "%s %s: a train_step row a step: %s" % (tag, e, sorted(steps)))
+                updated = 0
+                for s, r in sorted(steps.items()):
+                    n = len(parts[e].get(s, []))
+                    check(r.get("samples") == n, "%s %s step %d: the row counts its %d samples: %s" % (tag, e, s, n, r))
                     if n == 0:
-                        check(now is not None and now == before,
-                              "%s step %d without samples: model and optimizer files bitwise those of step %d" % (
-                                  e, s, s - 1))
+                        check("loss" not in r and "grad_norm" not in r, "%s %s step %d: no loss without samples: %s"
+                              % (tag, e, s, r))
                     else:
-                        check(now is not None and before is not None and
-                              now["model.safetensors"] != before["model.safetensors"],
-                              "%s step %d with %d samples: the model moved" % (e, s, n))
-            state = os.path.join(both, "ckpt", e, "step-6", "state.json")
-            st = json.load(open(state)) if os.path.exists(state) else {}
-            check(st.get("adam_step") == updated and st.get("step") == 6,
-                  "%s: state.json's adam_step counts the %d steps with samples: %s" % (
-                      e, updated, {k: st.get(k) for k in ("step", "adam_step")}))
-        zero = [s for s in range(2, 7) if not parts["high"].get(s)]
-        check(len(zero) > 0, "the high expert had a step without samples (seed 0, uniform, batch 2)")
-        print("high expert: samples per step %s" % [len(parts["high"].get(s, [])) for s in range(1, 7)])
+                        updated += 1
+                        check(isinstance(r.get("loss"), float) and r["loss"] > 0, "%s %s step %d: a loss: %s" % (
+                            tag, e, s, r))
+                    if s > 1:
+                        now, before = files(e, s), files(e, s - 1)
+                        if n == 0:
+                            check(now is not None and now == before,
+                                  "%s %s step %d without samples: model and optimizer files bitwise those of step %d"
+                                  % (tag, e, s, s - 1))
+                        else:
+                            check(now is not None and before is not None and now[fname] != before[fname],
+                                  "%s %s step %d with %d samples: the %s moved" % (tag, e, s, n, fname))
+                state = os.path.join(both, "ckpt", e, "step-6", "state.json")
+                st = json.load(open(state)) if os.path.exists(state) else {}
+                check(st.get("adam_step") == updated and st.get("step") == 6,
+                      "%s %s: state.json's adam_step counts the %d steps with samples: %s" % (
+                          tag, e, updated, {k: st.get(k) for k in ("step", "adam_step")}))
+            zero = [s for s in range(2, 7) if not parts["high"].get(s)]
+            check(len(zero) > 0, "the high expert had a step without samples (seed 0, uniform, batch 2)")
+            print("%s: high expert's samples per step %s" % (tag, [len(parts["high"].get(s, [])) for s in range(1, 7)]))
+        # the checkpoints record the routing: resuming as routing=each is refused
+        r = subprocess.run([VFLOW, "run", w22[0], "--run-dir", "both-full", "--resume"] +
+                           [x for kv in w22[1:] + ["routing=each", "steps=7"] for x in ("--set", kv)],
+                           capture_output=True, text=True, env=ENV, timeout=240)
+        out = r.stdout + r.stderr
+        check(r.returncode == 2 and "train.route" in out, "resume as routing=each: exit %d %s" % (
+            r.returncode, out[-400:]))
 
         # 3. the share: P(t >= b), t = shift·s / (1 + (shift − 1)·s), s = sigmoid(x), x ~ N(0, 1)
         shift = 3.0

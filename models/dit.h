@@ -248,10 +248,9 @@ typedef struct vf_dit_mem {
     int64_t workspace;   /* scratch of the partition object (backward buffers, RoPE tables,
                             the one-block recompute area) */
     int64_t xfer;        /* one vf_dit_xfer (x, e, e0, ctx) as sent between partitions */
-    /* a rank of sequence parallelism (vf_dit_part_memory_sp, sp > 1; 0 else): */
-    int64_t saved_ends;  /* of saved: the first partition's whole-clip embedding inputs */
-    int64_t ends;        /* the whole sequences the embedding and the targets are staged in,
-                            allocated apart from the workspace */
+    int64_t ends;        /* a rank of sequence parallelism (vf_dit_part_memory_sp, sp > 1;
+                            0 else): the whole clips the first partition patchifies before
+                            it keeps its tokens' patches, allocated apart from the workspace */
 } vf_dit_mem;
 
 /* Memory of partition [b0, b1) at geometry `max` with element sizes act_size (weights,
@@ -310,7 +309,9 @@ typedef struct vf_dit_batch {
     const float *t;           /* (B) host, flow time in [0, 1]; partition 0 */
     const int32_t *text;      /* (B, text_len) host byte tokens; partition 0 (text = bytes) */
     const int32_t *text_len;  /* (B) host; NULL = all text_len tokens are real; partition 0 */
-    const void *target;       /* (B, z, T, H, W) backend memory, act dtype; last partition */
+    const void *target;       /* (B, z, T, H, W) backend memory, act dtype; last partition.
+                                 A rank of sequence parallelism (vf_dit_part_set_sp): its
+                                 tokens' rows (B, Lr, z·P) as vf_dit_sp_target_rows cuts them */
     const float *text_emb;    /* (B, text_len, text_dim) host f32; partition 0 (text =
                                  embeddings): rows at and past text_len[b] are taken as zero */
     const void *cond;         /* (B, in_dim − z, T, H, W) backend memory, act dtype: the
@@ -339,8 +340,8 @@ int vf_dit_part_new(vf_backend *be, const vf_dit_layout *l, int b0, int b1,
                     vf_dit_part **out, vf_status *st);
 /* The partition as one rank of sp ranks of sequence parallelism (models/dit_sp.h), for
  * micro-batches up to max (whole sequences): its blocks, saved stores and workspace hold
- * the rank's tokens (vf_dit_sp_rank_max), the first partition's embedding inputs and the
- * ends' staging whole sequences (vf_dit_mem saved_ends, ends). sp = 1 is vf_dit_part_new.
+ * the rank's tokens (vf_dit_sp_rank_max), the first partition's patchify staging whole
+ * clips (vf_dit_mem ends). sp = 1 is vf_dit_part_new.
  * Ownership as there. */
 int vf_dit_part_new_sp(vf_backend *be, const vf_dit_layout *l, int b0, int b1, const vf_dit_dims *max, int sp,
                        int recompute, void *params, void *grads, vf_dit_part **out, vf_status *st);

@@ -213,6 +213,19 @@ static void time_tok_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
                        dit_at(WE(ET_PROJ_B), k * D, as), R, D, D);
 }
 
+int dit_embed_patchify(vf_dit_part *p, const vf_dit_batch *b, void *xin, void *patches, vf_status *st)
+{
+    int rc = 0;
+    if (xin) {
+        VF_TRY(concat_cond(p, b, xin, st));
+        dit_patchify(p, &b->dims, p->pl.in_dim, patches, xin, false);
+    } else {
+        dit_patchify(p, &b->dims, p->pl.c.z, patches, b->x_t, false);
+    }
+fail:
+    return rc;
+}
+
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
 {
     int rc = 0;
@@ -225,12 +238,8 @@ int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_st
     if (!b->x_t || !b->t || (!c->text_emb && !b->text))
         VF_FAIL(st, VF_EINVAL, "dit partition 0: batch needs x_t, t and text");
 
-    if (em->xin) {
-        VF_TRY(concat_cond(p, b, em->xin, st));
-        dit_patchify(p, d, p->pl.in_dim, em->patches, em->xin, false);
-    } else {
-        dit_patchify(p, d, c->z, em->patches, b->x_t, false);
-    }
+    /* a sequence-parallel rank embeds its tokens' patches only (L is its Lr) */
+    VF_TRY(p->sp ? dit_sp_patches(p, b, em->patches, st) : dit_embed_patchify(p, b, em->xin, em->patches, st));
     be->matmul_fwd(be, sv->xs[0], em->patches, WE(ET_PATCH_W), WE(ET_PATCH_B), N, iP, D);
 
     if (c->t_tokens) {
@@ -270,7 +279,8 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     const int64_t B = d->B, L = d->L, N = B * L, Nt = B * c->text_len;
     const int64_t D = c->dim, iP = p->pl.in_dim * p->pl.P;
 
-    /* patches: no gradient for the input latent */
+    /* patches: no gradient for the input latent. A sequence-parallel rank's pad tokens add
+     * nothing: their patches are zero and their dx is (dit_sp.c, the ends) */
     be->matmul_bwd(be, NULL, GE(ET_PATCH_W), GE(ET_PATCH_B), dx, em->patches, WE(ET_PATCH_W),
                    N, iP, D, VF_GRAD_WRITE);
 

@@ -74,7 +74,7 @@ typedef struct dit_plan {
     int64_t B, L, N, Nt;     /* max samples, tokens per sample, B·L, B·text_len */
     int sp;                  /* ranks of sequence parallelism (dit_plan_sp): L and N are
                                 then one rank's, Lw and Nw the whole sequences' */
-    int64_t Lw, Nw;          /* whole sequences at the ends (the embedding, the targets) */
+    int64_t Lw, Nw;          /* whole sequences at the first partition's patchify */
     int64_t Ni, Nc;          /* B·img_len image rows (0 without images); Nt + Ni context rows */
     int64_t R;               /* rows of the time embedding: B, or N with t_tokens */
     bool img;                /* the image branch (img_dim > 0) */
@@ -184,11 +184,14 @@ typedef struct dit_work {
                                        output projection), g[0] where it fits: the forward
                                        of a block never overlaps a backward */
     void *tmp;                      /* (N, max(z, in_dim)·P) act: patchify staging; with
-                                       sp > 1 (Nw, ·) in the ends' area */
-    void *whole;                    /* sp > 1 at the ends (NULL else): (Nw, max(dim, z·P))
-                                       of the larger of act and grad, in the ends' area:
-                                       the embedding's whole output, its gradient spread
-                                       over the whole sequences, the patchified targets */
+                                       sp > 1 (Nw, in_dim·P) in the first partition's ends'
+                                       area, NULL elsewhere */
+    void *whole;                    /* sp > 1 in the first partition (NULL else): (Nw,
+                                       in_dim·P) act, in the ends' area: the whole clips'
+                                       patches a rank takes its rows of */
+    void *xin;                      /* sp > 1 in the first partition with in_dim > z (NULL
+                                       else): (Nw, in_dim·P) act, in the ends' area: x_t
+                                       and cond's channels concatenated */
     void *gx;                       /* (N, dim) grad: ping-pong partner of the dx buffer */
     void *g[6];                     /* (N, dim) grad scratch; g[2..5] NULL where they live
                                        in the block's dead activations (dit_bwd_slots) */
@@ -220,8 +223,9 @@ typedef struct dit_work {
 } dit_work;
 
 void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w);
-/* The ends' whole-sequence buffers (w->tmp, w->whole) of a rank of sp > 1, allocated apart
- * from the workspace; nothing elsewhere. */
+/* The first partition's whole-sequence buffers (w->tmp, w->whole) of a rank of sp > 1,
+ * allocated apart from the workspace; nothing elsewhere (the last partition's targets
+ * come cut to the rank's rows). */
 void dit_carve_ends(dit_carver *cv, const dit_plan *pl, dit_work *w);
 
 /* Where a block backward's late scratch lives (dit_block.c). The backward consumes the
@@ -414,14 +418,11 @@ int dit_sp_error(vf_dit_part *p, vf_status *st);
  * p->w.rcos/rsin; 1 done, 0 without sp. */
 int dit_sp_rope(vf_dit_part *p, const int g[3]);
 void dit_sp_free(vf_dit_part *p);
-/* With p->sp at the ends: the embeddings of b's whole sequences (in w.whole), this rank's
- * rows kept in sv->xs[0]; their backward from this rank's rows' gradient dx (B, Lr, dim),
- * the other rows' taken as zero (w.whole holds the whole sequences then); the loss's
- * targets: this rank's rows of the target patchified in w.whole into sv->hd.target_tok, a
- * pad's row its prediction's. */
-int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);
-void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de, void *de0,
-                      void *dctx);
+/* With p->sp at the ends. patches: this rank's rows (B, Lr, in_dim·P) of b's whole clips'
+ * patches (patchified in w.whole, their inputs concatenated in w.xin), pad rows zero, into
+ * patches (the caller's). loss_targets: the rank's rows of the targets
+ * (vf_dit_sp_target_rows) into sv->hd.target_tok, a pad's row its prediction's. */
+int dit_sp_patches(vf_dit_part *p, const vf_dit_batch *b, void *patches, vf_status *st);
 void dit_sp_loss_targets(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, const void *target);
 /* dit_swap.c: block swap around the block loops. pass: a forward (backward = false) or
  * backward pass of the blocks begins; the first ring's copies are enqueued. enter: block
@@ -451,7 +452,12 @@ void dit_offload_bwd_pass(vf_dit_part *p, vf_dit_saved *sv, int64_t n);
 void dit_offload_bwd_enter(vf_dit_part *p, const vf_dit_saved *sv, int i, const void **x, dit_blk_saved *s);
 void dit_offload_bwd_leave(vf_dit_part *p, vf_dit_saved *sv);
 
-/* dit_embed.c: embeddings (first partition) and head (last partition). */
+/* dit_embed.c: embeddings (first partition) and head (last partition). patchify: b's
+ * x_t, with cond's channels after it concatenated into xin (B, in_dim, T, H, W) where
+ * in_dim > z (else xin is unused), patchified into patches (B, L, in_dim·P), L the
+ * tokens of b's T, H, W; buffers the caller's, p->w.tmp the staging. fwd, bwd: with p->sp
+ * a rank's tokens' patches only (b->dims.L its Lr). */
+int dit_embed_patchify(vf_dit_part *p, const vf_dit_batch *b, void *xin, void *patches, vf_status *st);
 int dit_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st);
 void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de,
                    void *de0, void *dctx);

@@ -147,9 +147,10 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         }
     }
     if (pl->first) {
-        /* the embedding runs on whole sequences (Nw = N without sequence parallelism) */
+        /* a sequence-parallel rank's patches are its tokens'; its inputs' concatenation
+         * is staged in the ends (dit_carve_ends) */
         dit_emb_saved *e = &s->em;
-        e->patches = A(pl->Nw * iP);
+        e->patches = A(N * iP);
         e->tok = pl->c.text_emb ? NULL : (int32_t *)dit_carve(cv, (size_t)Nt * sizeof(int32_t));
         e->sinus = A(R * pl->c.freq_dim);
         e->te1 = A(R * D);
@@ -158,7 +159,7 @@ void dit_carve_saved(dit_carver *cv, const dit_plan *pl, vf_dit_saved *s)
         e->temb = A(Nt * pl->c.text_dim);
         e->t1 = A(Nt * D);
         e->t1g = A(Nt * D);
-        e->xin = pl->in_dim > pl->c.z ? A(pl->Nw * iP) : NULL;
+        e->xin = pl->in_dim > pl->c.z && pl->sp < 2 ? A(N * iP) : NULL;
         e->ii = e->in0 = e->i1 = e->i1g = e->i3 = NULL;
         e->imean0 = e->irstd0 = e->imean4 = e->irstd4 = NULL;
         if (pl->img) {
@@ -250,11 +251,12 @@ void dit_carve_work(dit_carver *cv, const dit_plan *pl, dit_work *w)
 
 void dit_carve_ends(dit_carver *cv, const dit_plan *pl, dit_work *w)
 {
-    if (pl->sp < 2 || !(pl->first || pl->last)) return;
-    int64_t Nw = pl->Nw, D = pl->c.dim, zP = pl->c.z * pl->P, iP = (int64_t)pl->in_dim * pl->P;
-    int64_t tw = pl->first && iP > zP ? iP : zP, ww = pl->first && D > zP ? D : zP;
-    w->tmp = A(Nw * tw);
-    w->whole = dit_carve(cv, (size_t)(Nw * ww) * (pl->as > pl->gs ? pl->as : pl->gs));
+    /* the last partition's targets arrive as the rank's rows: only the patchify is whole */
+    if (pl->sp < 2 || !pl->first) return;
+    int64_t Nw = pl->Nw, iP = (int64_t)pl->in_dim * pl->P;
+    w->tmp = A(Nw * iP);
+    w->whole = A(Nw * iP);
+    w->xin = pl->in_dim > pl->c.z ? A(Nw * iP) : NULL;
 }
 
 #undef A
@@ -294,13 +296,6 @@ void vf_dit_part_memory_sp(const vf_dit_config *c, int b0, int b1, const vf_dit_
     dit_carve_saved(&cv, &pl, &s);
     out->saved = (int64_t)cv.off;
     out->saved_block = vf_dit_block_act_bytes(c, pl.B, pl.L, recompute, act_size);
-
-    if (pl.sp > 1 && pl.first) { /* the embedding's whole-sequence inputs, carved as above */
-        dit_carver ce = {0};
-        dit_carve(&ce, (size_t)(pl.Nw * pl.in_dim * pl.P) * act_size);
-        if (pl.in_dim > c->z) dit_carve(&ce, (size_t)(pl.Nw * pl.in_dim * pl.P) * act_size);
-        out->saved_ends = (int64_t)ce.off;
-    }
 
     cv.off = 0;
     dit_work w;

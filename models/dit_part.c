@@ -238,7 +238,7 @@ int vf_dit_part_forward(vf_dit_part *p, const vf_dit_batch *b, const vf_dit_xfer
     sv->state = 0;
 
     if (pl->first) {
-        VF_TRY(p->sp ? dit_sp_embed_fwd(p, b, sv, st) : dit_embed_fwd(p, b, sv, st));
+        VF_TRY(dit_embed_fwd(p, b, sv, st));
     } else {
         be->copy(be, sv->xs[0], in->x, bytes_a(p, N * D));
         be->copy(be, sv->e, in->e, bytes_a(p, R * D));
@@ -293,7 +293,7 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     if (p->sp && b->skip_frames)
         VF_FAIL(st, VF_EUSAGE, "dit loss: skip_frames = %d on a sequence-parallel rank (not supported)",
                 b->skip_frames);
-    /* the targets first: a sequence-parallel rank stages the whole sequences' in dpred_tok */
+    /* the targets in the head's order: a sequence-parallel rank's come as its rows */
     if (p->sp) dit_sp_loss_targets(p, d, sv, b->target);
     else dit_patchify(p, d, c->z, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
@@ -373,9 +373,7 @@ int vf_dit_part_backward(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv
         cur = nxt;
     }
     VF_TRY(dit_sp_error(p, st));
-    if (pl->first && p->grads && p->sp) /* a frozen base (LoRA) needs no embedding gradients */
-        dit_sp_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
-    else if (pl->first && p->grads)
+    if (pl->first && p->grads) /* a frozen base (LoRA) needs no embedding gradients */
         dit_embed_bwd(p, d, sv, cur, g->e, g->e0, g->ctx);
     else if (cur != g->x)
         be->copy(be, g->x, cur, bytes_g(p, N * D));

@@ -173,16 +173,12 @@ void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
 {
     const dit_plan *pl = &p->pl;
-    /* the ends stage whole sequences in the act-dtype buffers the gradients use (dit_sp_take) */
-    if ((pl->first || pl->last) && pl->as != pl->gs)
-        return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
-                             "dit partition [%d, %d): sequence parallelism at the embeddings or the head takes "
-                             "one dtype for activations and gradients", pl->b0, pl->b1);
     if (sp->Lr > pl->L)
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "dit partition [%d, %d): made for %lld tokens a sample, a rank of sp = %d holds %lld",
                              pl->b0, pl->b1, (long long)pl->L, sp->n, (long long)sp->Lr);
-    /* the ends work on whole sequences in w.whole, which vf_dit_part_new_sp allocates */
+    /* the embedding patchifies whole clips in w.whole, which vf_dit_part_new_sp
+     * allocates; the head predicts the rank's rows only (no latent-shaped prediction) */
     if ((pl->first || pl->last) && sp->n > 1 && (pl->sp != sp->n || sp->L > pl->Lw))
         return vf_status_set(st, VF_EUSAGE, __FILE__, __LINE__,
                              "dit partition [%d, %d): the embeddings or the head of a rank of sp = %d over %lld "
@@ -306,12 +302,46 @@ int dit_sp_rope(vf_dit_part *p, const int g[3])
 
 /* ------------------------------------------------------------------ the ends
  *
- * The first partition embeds every sample's whole sequence on every rank (the embeddings
- * are the same on all of them) and keeps its own tokens; the backward spreads its tokens'
- * gradient back into a whole sequence, zero elsewhere, so each rank's embedding gradients
- * are its tokens' share and the ranks' sum is the whole. The last partition runs the
- * head on its tokens and the loss on their targets, normalised by the whole sequence's
- * count, so the ranks' losses and gradients add up to one rank's. */
+ * The first partition patchifies every sample's whole clip on every rank and keeps its
+ * own tokens' patches: the patch embedding is per token (a conv3d whose stride is its
+ * kernel), so each rank embeds its tokens only, pad tokens' patches zero. A pad's
+ * embedding (the patch bias) reaches no real token (dit_sp.h: the keys are cut to the real
+ * ones), and its gradient there is zero: the loss gives a pad none, every op of a block
+ * but the self-attention is per token, and that one's backward takes a pad's dout as zero
+ * and gives its dk, dv as zero. So each rank's patch-embedding gradients are its tokens'
+ * share and the ranks' sum is the whole. The time and text embeddings are per sample, the same
+ * on every rank. The last partition runs the head on its tokens and the loss on their
+ * targets, which arrive cut to its rows (vf_dit_sp_target_rows), normalised by the whole
+ * sequence's count, so the ranks' losses and gradients add up to one rank's. */
+
+void vf_dit_sp_target_rows(const vf_dit_config *c, const vf_dit_sp *sp, const vf_dit_dims *d, const float *src,
+                           float *dst)
+{
+    const int pt = c->patch[0], ph = c->patch[1], pw = c->patch[2], z = c->z;
+    const int64_t Hp = d->H / ph, Wp = d->W / pw, HW = (int64_t)d->H * d->W, zP = (int64_t)z * pt * ph * pw;
+    int64_t lo, cnt;
+    vf_dit_sp_range(sp, &lo, &cnt);
+    memset(dst, 0, sizeof(float) * (size_t)(d->B * sp->Lr * zP));
+    for (int64_t b = 0; b < d->B; b++) {
+        const float *lat = src + b * z * d->T * HW;
+        for (int64_t i = 0; i < cnt; i++) {
+            int64_t l = lo + i, t0 = l / (Hp * Wp) * pt, h0 = l / Wp % Hp * ph, w0 = l % Wp * pw;
+            float *o = dst + (b * sp->Lr + i) * zP; /* (pt, ph, pw, z): the head's order */
+            for (int a = 0; a < pt; a++)
+                for (int y = 0; y < ph; y++)
+                    for (int x = 0; x < pw; x++)
+                        for (int k = 0; k < z; k++)
+                            *o++ = lat[(int64_t)k * d->T * HW + (t0 + a) * HW + (h0 + y) * d->W + w0 + x];
+        }
+    }
+}
+
+int64_t vf_dit_sp_target_values(const vf_dit_config *c, const vf_dit_dims *max, int n)
+{
+    vf_dit_dims r = vf_dit_sp_rank_max(max, n);
+    int64_t ntok = r.N ? r.N : (int64_t)r.B * r.L;
+    return ntok * c->z * c->patch[0] * c->patch[1] * c->patch[2];
+}
 
 /* This rank's rows of B whole sequences of `w` values a row: src (B, L, w) -> dst
  * (B, Lr, w), pad rows zero. Buffers owned by the caller, distinct. */
@@ -328,54 +358,24 @@ static void take_rows(vf_dit_part *p, void *dst, const void *src, int64_t B, int
     }
 }
 
-/* The inverse: src (B, Lr, w) into dst (B, L, w), zero outside this rank's rows. */
-static void spread_rows(vf_dit_part *p, void *dst, const void *src, int64_t B, int64_t w, size_t es)
+int dit_sp_patches(vf_dit_part *p, const vf_dit_batch *b, void *patches, vf_status *st)
 {
-    const vf_dit_sp *sp = p->sp;
-    int64_t lo, cnt;
-    vf_dit_sp_range(sp, &lo, &cnt);
-    size_t row = (size_t)w * es;
-    p->be->memset0(p->be, dst, (size_t)(B * sp->L) * row);
-    for (int64_t b = 0; b < B && cnt; b++)
-        p->be->copy(p->be, (char *)dst + (size_t)(b * sp->L + lo) * row, (const char *)src + (size_t)(b * sp->Lr) * row,
-                    (size_t)cnt * row);
-}
-
-int dit_sp_embed_fwd(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv, vf_status *st)
-{
-    vf_dit_batch whole = *b;
-    whole.dims.L = p->sp->L, whole.dims.N = 0;
-    /* the embedding writes the whole sequences where the blocks' input would be: w.whole */
-    void *mine = sv->xs[0];
-    sv->xs[0] = p->w.whole;
-    int rc = dit_embed_fwd(p, &whole, sv, st);
-    sv->xs[0] = mine;
+    /* the whole clips' patches in w.whole (their inputs concatenated in w.xin) */
+    int rc = dit_embed_patchify(p, b, p->w.xin, p->w.whole, st);
     if (rc) return rc;
-    take_rows(p, mine, p->w.whole, b->dims.B, p->pl.c.dim, p->pl.as);
+    take_rows(p, patches, p->w.whole, b->dims.B, (int64_t)p->pl.in_dim * p->pl.P, p->pl.as);
     return 0;
-}
-
-void dit_sp_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *dx, void *de, void *de0,
-                      void *dctx)
-{
-    vf_dit_dims whole = *d;
-    whole.L = p->sp->L, whole.N = 0;
-    spread_rows(p, p->w.whole, dx, d->B, p->pl.c.dim, p->pl.gs);
-    dit_embed_bwd(p, &whole, sv, p->w.whole, de, de0, dctx);
 }
 
 void dit_sp_loss_targets(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, const void *target)
 {
     const vf_dit_sp *sp = p->sp;
-    vf_dit_dims whole = *d;
-    whole.L = sp->L, whole.N = 0;
     int64_t zP = (int64_t)p->pl.c.z * p->pl.P, lo, cnt;
     dit_head_saved *h = &sv->hd;
-    dit_patchify(p, &whole, p->pl.c.z, p->w.whole, target, true);
-    take_rows(p, h->target_tok, p->w.whole, d->B, zP, p->pl.as);
+    size_t row = (size_t)zP * p->pl.as;
+    p->be->copy(p->be, h->target_tok, target, (size_t)(d->B * sp->Lr) * row);
     /* a pad's target is its prediction: no loss, no gradient */
     vf_dit_sp_range(sp, &lo, &cnt);
-    size_t row = (size_t)zP * p->pl.as;
     for (int64_t b = 0; b < d->B && sp->Lr > cnt; b++)
         p->be->copy(p->be, (char *)h->target_tok + (size_t)(b * sp->Lr + cnt) * row,
                     (const char *)h->pred_tok + (size_t)(b * sp->Lr + cnt) * row, (size_t)(sp->Lr - cnt) * row);

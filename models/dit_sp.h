@@ -76,21 +76,33 @@ int64_t vf_dit_sp_scratch_bytes(int n, int64_t L, int64_t B, const vf_dit_config
 void vf_dit_sp_group_bytes(vf_device dev, int n, int64_t L, int64_t B, const vf_dit_config *c, size_t as,
                            int64_t *host, int64_t *device);
 
+/* This rank's rows of the targets of a micro-batch of d->B samples, in the order the head
+ * predicts them (token (t', h', w'), then its patch values (pt, ph, pw, z)): src (B, z, T,
+ * H, W) host f32, whole latents of d's T, H, W (sp->L tokens each) -> dst (B, Lr, z·P)
+ * host f32, pad rows zero. Buffers owned by the caller. What vf_dit_part_loss takes as
+ * the target of a rank, so the target travels between partitions as the rank's rows. */
+void vf_dit_sp_target_rows(const vf_dit_config *c, const vf_dit_sp *sp, const vf_dit_dims *d, const float *src,
+                           float *dst);
+/* Values of the largest micro-batch's target as a rank of n sends it, for micro-batches up
+ * to max (whole sequences): B·L·z·P (N·z·P over buckets) for n = 1, else the rank's rows,
+ * those of vf_dit_sp_rank_max. */
+int64_t vf_dit_sp_target_values(const vf_dit_config *c, const vf_dit_dims *max, int n);
+
 /* Runs partition p's self-attentions as rank sp->rank of sp (not owned: it outlives p),
  * and its passes on this rank's tokens: batch dims with L = sp->Lr (T, H, W those of the
  * whole latent, whose tokens are sp->L), p made for the rank's tokens (vf_dit_part_new_sp
  * with sp->n ranks over sequences of at least sp->L tokens; a middle partition may also
- * be vf_dit_part_new's for sp->Lr tokens). The first partition embeds the whole
- * sequences in its ends' buffers and keeps this rank's rows; the last runs the head and
- * the loss on this rank's rows, the loss and its gradients this rank's share of the whole
- * sequences' mean, so the ranks' losses and weight gradients add up to one rank's. sp's
- * L and Lr may be changed between micro-batches (another bucket) as long as sp->L stays
- * within what it was at this call. VF_EUSAGE at an end whose activation and gradient
- * dtypes differ, or whose partition vf_dit_part_new_sp did not make for sp->n ranks over
- * sp->L tokens or more. On a backend other than the CPU's it joins the device group of sp's
- * ranks (ops.h a2a_open over sp->a2a: every rank sets its partition at the same point),
- * which p owns. Its all-to-all failures come back from vf_dit_part_forward and
- * vf_dit_part_backward. */
+ * be vf_dit_part_new's for sp->Lr tokens). The first partition patchifies the whole
+ * clips in its ends' buffers and embeds this rank's tokens' patches; the last runs the
+ * head and the loss on this rank's rows against their targets (vf_dit_sp_target_rows),
+ * the loss and its gradients this rank's share of the whole sequences' mean, so the
+ * ranks' losses and weight gradients add up to one rank's. sp's L and Lr may be changed
+ * between micro-batches (another bucket) as long as sp->L stays within what it was at
+ * this call. VF_EUSAGE at an end whose partition vf_dit_part_new_sp did not make for
+ * sp->n ranks over sp->L tokens or more. On a backend other than the CPU's it joins the
+ * device group of sp's ranks (ops.h a2a_open over sp->a2a: every rank sets its partition
+ * at the same point), which p owns. Its all-to-all failures come back from
+ * vf_dit_part_forward and vf_dit_part_backward. */
 int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st);
 
 #endif /* VF_DIT_SP_H */

@@ -3,11 +3,12 @@
  * A rank of sp = N computes on ⌈L/N⌉ of each sample's L tokens (models/dit_sp.h) and
  * holds its partition, its saved stores and its x items for those tokens, as the stage
  * allocates them (dit_step.c, models/dit.h vf_dit_part_new_sp): the partition's lines are
- * one rank's. The ends work on whole sequences, which stay whole and are listed on their
- * own: the first partition embeds every sample's whole clip (the embedding's inputs in
- * each saved store, its output and its gradient staged whole), the last stages the whole
- * targets before it keeps its rows (the target also travels whole between partitions:
- * z·patch values a token, against dim for x). What SP adds: the self-attention's
+ * one rank's. So are the targets: the first partition cuts each rank's rows of them on
+ * the host (models/dit_sp.h vf_dit_sp_target_rows), and they travel to the last partition
+ * and are staged there as those rows (z·patch values a token). The first partition's
+ * embedding is per token too: its saved patches are the rank's tokens'; only the
+ * patchify of the whole clips it takes them from is staged whole, a line of its own.
+ * What SP adds: the self-attention's
  * scratch (its heads layout, vf_dit_sp_scratch_bytes), the all-to-all's own buffers (the
  * host group's shared memory on the CPU, the device group's staging on a GPU), and a
  * cuDNN attention workspace over every token for H/N heads, one sample at a time.
@@ -15,6 +16,8 @@
 #include "stages/train/dit_stage.h"
 
 #include "models/dit_sp.h"
+
+#include <stdio.h>
 
 void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int sp, const vf_dit_dims *mx,
                     const vf_dit_dims *each, int neach, size_t as)
@@ -40,10 +43,19 @@ void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int
     if (aws > 0) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "cuDNN attention workspace (bound, H/N heads)", aws);
 }
 
-void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m, int nsv)
+void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m)
 {
-    if (m->saved_ends)
-        vf_mem_plan_add(out, dev, VF_MEM_ACTS, "sequence parallel: whole clips' patches", (int64_t)nsv * m->saved_ends);
     if (m->ends)
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sequence parallel: whole sequences (ends)", m->ends);
+}
+
+void vf_dit_sp_target_port(vf_port_spec *ps, const vf_dit_config *c, const vf_dit_dims *mr, const vf_dit_dims *mx,
+                           int M, vf_dtype dt)
+{
+    static const char *const sym[3] = {"B", "L", ""};
+    int64_t zP = (int64_t)c->z * c->patch[0] * c->patch[1] * c->patch[2];
+    vf_port_tensor(ps, "target", dt, 3, (const int64_t[]){mr->B, mr->L, zP}, sym);
+    if (!ps->geometries[0] && mx->B > 0)
+        snprintf(ps->geometries, sizeof ps->geometries, "latent:%lld,%d,%d,%d,%d", (long long)mx->B * M, c->z, mx->T,
+                 mx->H, mx->W);
 }

@@ -56,6 +56,11 @@ int vf_dit_sp_rank_open(dit_part_state *h, const vf_dit_dims *max, vf_status *st
     /* the scratch is sized for the longest sequence; each step sets its own (dims) */
     VF_TRY(vf_dit_sp_init(h->spg, h->a2a, h->sp, h->sp_rank, max->L, h->cfg.heads, st));
     VF_TRY(vf_dit_part_set_sp(h->part, h->spg, st));
+    if (h->first) { /* the rank's targets go on as its rows (models/dit_sp.h) */
+        int64_t n = vf_dit_sp_target_values(&h->cfg, max, h->sp);
+        if (!(h->h_trows = vf_alloc(sizeof(float) * (size_t)n, st)))
+            VF_FAIL(st, VF_ENOMEM, "dit: no memory for the rank's %lld target values", (long long)n);
+    }
 fail:
     return rc;
 }
@@ -66,6 +71,19 @@ void vf_dit_sp_rank_close(dit_part_state *h)
     h->a2a = NULL;
     free(h->spg);
     h->spg = NULL;
+    vf_free(h->h_trows);
+    h->h_trows = NULL;
+}
+
+const float *vf_dit_sp_rank_target(dit_part_state *h, const vf_dit_dims *d, int64_t *n)
+{
+    if (h->sp < 2 || !h->spg) {
+        *n = (int64_t)d->B * h->per;
+        return h->h_target;
+    }
+    vf_dit_sp_target_rows(&h->cfg, h->spg, d, h->h_target, h->h_trows);
+    *n = (int64_t)d->B * h->spg->Lr * h->cfg.z * h->cfg.patch[0] * h->cfg.patch[1] * h->cfg.patch[2];
+    return h->h_trows;
 }
 
 void vf_dit_sp_rank_dims(dit_part_state *h, vf_dit_dims *d)

@@ -266,16 +266,18 @@ static int dit_ports(const vf_params *prm, const vf_port_specs *upstream, vf_por
                     (long long)up->t[0].dims[0], g.M);
     }
     /* a rank of sequence parallelism sends and receives x for its tokens */
-    vf_dit_dims mr = vf_dit_sp_rank_max(&mx, (int)vf_param_int(prm, "sp"));
+    int sp = (int)vf_param_int(prm, "sp");
+    vf_dit_dims mr = vf_dit_sp_rank_max(&mx, sp);
     vf_port_spec *in = vf_port_add(out, g.p == 0 ? "batch" : "act_in", VF_PORT_IN, true);
     in->device = g.p == 0 ? (vf_device){VF_DEV_CPU, 0} : dev;
     if (up) mirror(in, up);
     if (g.p + 1 < g.P) {
         vf_port_spec *ao = vf_port_add(out, "act_out", VF_PORT_OUT, true);
         ao->device = dev;
-        xfer_spec(ao, &g, &mr, act, true);
+        xfer_spec(ao, &g, &mr, act, sp < 2);
         if (up) /* the next partition sizes for the same buckets */
             memcpy(ao->geometries, up->geometries, sizeof ao->geometries);
+        if (sp > 1) vf_dit_sp_target_port(ao, &g.cfg, &mr, &mx, g.M, act);
         vf_port_spec *gi = vf_port_add(out, "grad_in", VF_PORT_IN, true);
         gi->device = dev;
         xfer_spec(gi, &g, &mr, grad, false);
@@ -329,9 +331,9 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         pgeo_fini(&g);
         return st ? st->code : VF_EINVAL;
     }
-    /* a rank of a sequence-parallel partition holds its partition, saved stores and x items
-     * for its ⌈L/sp⌉ tokens (mr), the ends' whole sequences apart (vf_dit_sp_ends_plan),
-     * and adds what vf_dit_sp_plan lists */
+    /* a rank of a sequence-parallel partition holds its partition, saved stores, x items
+     * and targets for its ⌈L/sp⌉ tokens (mr), the first partition's whole sequences apart
+     * (vf_dit_sp_ends_plan), and adds what vf_dit_sp_plan lists */
     int sp = (int)vf_param_int(prm, "sp");
     vf_dit_dims mr = vf_dit_sp_rank_max(&mx, sp);
     if (g.lora && g.fp8) { /* with block swap its swapped blocks' FP8 bytes on the host */
@@ -366,8 +368,8 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
             m.saved = vf_dit_offload_plan(out, dev, &g.cfg, g.splits[g.p], g.splits[g.p + 1], &mx, sp,
                                           dit_recompute_of(prm), as, gs, nsv);
         vf_mem_plan_add(out, dev, VF_MEM_ACTS, "saved activations (micro-batches in flight)",
-                        nsv * (m.saved - m.saved_ends));
-        if (sp > 1) vf_dit_sp_ends_plan(out, dev, &m, nsv);
+                        nsv * m.saved);
+        if (sp > 1) vf_dit_sp_ends_plan(out, dev, &m);
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
         if (g.lora)
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
@@ -384,14 +386,17 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         /* latent values of the largest micro-batch: B·L tokens of z·patch values */
         int64_t ntok = mx.N ? mx.N : (int64_t)mx.B * mx.L;
         int64_t per = ntok * g.cfg.z * g.cfg.patch[0] * g.cfg.patch[1] * g.cfg.patch[2];
-        if (!last) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", (m.xfer + (first ? (int64_t)as * per : 0)));
+        int64_t tper = vf_dit_sp_target_values(&g.cfg, &mx, sp); /* the targets as a rank sends them */
+        if (!last)
+            vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "activation item being built", m.xfer + (first ? (int64_t)as * tper : 0));
         if (last && !first) vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "gradient item being built", m.xfer / (int64_t)as * (int64_t)gs);
         if (first) {
             vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch pairs (host)", 8 * per + 8 * mx.B * (g.cfg.text_len + 2));
             if (g.cfg.text_emb) /* the micro-batch's embeddings, and the partition's zero-padded copy */
                 vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "micro-batch text embeddings (host)",
                                 8 * (int64_t)mx.B * g.cfg.text_len * g.cfg.text_dim);
-            vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch input", (int64_t)as * per * (last ? 2 : 1));
+            if (sp > 1) vf_mem_plan_add(out, cpu, VF_MEM_ITEMS, "sequence parallel: target rows (host)", 4 * tper);
+            vf_mem_plan_add(out, dev, VF_MEM_ITEMS, "micro-batch input", (int64_t)as * (per + (last ? tper : 0)));
             vf_dit_cond_memory(&g.cfg, mx.B, per, (int64_t)as, dev, out);
         }
     }

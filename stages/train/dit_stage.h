@@ -27,6 +27,7 @@ typedef struct dit_part_state {
     char run_dir[4096];
     vf_a2a *a2a;                             /* the ranks' group (sp > 1, from setup) */
     struct vf_dit_sp *spg;                   /* the rank's geometry, which the partition reads */
+    float *h_trows;                          /* first partition, sp > 1: the rank's target rows */
     int splits[VF_TRAIN_MAX_PARTS + 1];
     bool first, last;
     int recompute;          /* vf_dit_recompute */
@@ -223,11 +224,22 @@ void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, i
  * geometry mx and each bucket's. */
 void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int sp, const vf_dit_dims *mx,
                     const vf_dit_dims *each, int neach, size_t as);
-/* The whole sequences a rank's ends hold (dit_sp_plan.c), from its partition's m
- * (vf_dit_part_memory_sp): the first partition's embedding inputs in each of nsv saved
- * stores (m->saved_ends), the staging of the embedding's output and gradient and of the
- * targets (m->ends). */
-void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m, int nsv);
+/* The whole sequences a rank of the first partition holds (dit_sp_plan.c), from its
+ * partition's m (vf_dit_part_memory_sp): the patchify of the whole clips it takes its
+ * tokens' patches from (m->ends). */
+void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m);
+/* The target on activation port ps of a rank of sp > 1 (dit_sp_plan.c): its rows (B, L,
+ * z·P) of dtype dt, mr the rank's geometry (vf_dit_sp_rank_max of mx); and, where ps lists
+ * no geometries (one latent shape), mx's latent as its one entry, a batch of B·M samples
+ * (M micro-batches of mx's B): the next partition sizes for it, and a rank's target
+ * does not carry it. */
+void vf_dit_sp_target_port(vf_port_spec *ps, const vf_dit_config *c, const vf_dit_dims *mr, const vf_dit_dims *mx,
+                           int M, vf_dtype dt);
+/* The first partition's host rows of its targets (dit_sp_rank.c), for the rank's micro-batch
+ * d (d->B samples, d->L its tokens, whole latents' T, H, W): with sp = 1 the pairs' targets
+ * (h->h_target), else this rank's rows of them cut into h->h_trows
+ * (vf_dit_sp_target_rows); *n their values. The pointer is h's. */
+const float *vf_dit_sp_rank_target(dit_part_state *h, const vf_dit_dims *d, int64_t *n);
 int64_t vf_dit_swap_resident(const dit_part_state *h);
 void *vf_dit_swap_dst(const dit_part_state *h, int64_t rel, bool *host);
 /* metrics: a "swap" row of the partition's copy totals after `step` (nothing without swap). */

@@ -46,6 +46,10 @@ static void xf_shapes(const dit_part_state *h, const vf_dit_dims *d, int64_t shp
     nd[XF_CTX] = 3, shp[XF_CTX][0] = B, shp[XF_CTX][1] = vf_dit_ctx_len(c), shp[XF_CTX][2] = D;
     nd[XF_TARGET] = 5, shp[XF_TARGET][0] = B, shp[XF_TARGET][1] = c->z, shp[XF_TARGET][2] = d->T;
     shp[XF_TARGET][3] = d->H, shp[XF_TARGET][4] = d->W;
+    if (h->sp > 1) { /* a rank's rows of the targets (models/dit_sp.h vf_dit_sp_target_rows) */
+        nd[XF_TARGET] = 3, shp[XF_TARGET][1] = L;
+        shp[XF_TARGET][2] = (int64_t)c->z * c->patch[0] * c->patch[1] * c->patch[2];
+    }
 }
 
 static size_t numel(const int64_t *s, int n)
@@ -61,7 +65,8 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     vf_backend *be = h->be;
     h->max = *max;
     /* with LoRA the partition runs on the frozen base and trains the adapters only */
-    /* a rank of sequence parallelism holds its tokens; the ends whole sequences (dit.h) */
+    /* a rank of sequence parallelism holds its tokens; the first partition's patchify
+     * whole clips (dit.h) */
     VF_TRY(vf_dit_part_new_sp(be, h->l, h->splits[h->p], h->splits[h->p + 1], max, h->sp, h->recompute,
                               h->lora ? h->base : h->params, h->lora ? NULL : h->grads, &h->part, st));
     if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));
@@ -81,14 +86,14 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
     xf_shapes(h, max, shp, nd);
     size_t elems[XF_N];
     for (int i = 0; i < XF_N; i++) elems[i] = numel(shp[i], nd[i]);
-    /* over several buckets the B·L tokens of x and target are bounded by N; x holds the
-     * rank's tokens, the target travels whole (the last partition cuts it) */
+    /* over several buckets the B·L tokens of x and target are bounded by N; x and the
+     * target hold the rank's tokens */
     int64_t ntok = max->N ? max->N : (int64_t)max->B * max->L;
     vf_dit_dims rk = vf_dit_sp_rank_max(max, h->sp);
     int64_t nx = rk.N ? rk.N : (int64_t)rk.B * rk.L;
     int64_t zP = (int64_t)h->cfg.z * h->cfg.patch[0] * h->cfg.patch[1] * h->cfg.patch[2];
     elems[XF_X] = (size_t)(nx * h->cfg.dim);
-    elems[XF_TARGET] = (size_t)(ntok * zP);
+    elems[XF_TARGET] = (size_t)vf_dit_sp_target_values(&h->cfg, max, h->sp);
     if (h->cfg.t_tokens) elems[XF_E] = (size_t)(ntok * h->cfg.dim), elems[XF_E0] = 6 * elems[XF_E];
     if (!h->last) {
         /* a middle partition forwards the received e, e0, ctx, target: it makes only x */
@@ -117,7 +122,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
             if (!h->h_emb) VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch's text embeddings");
         }
         h->d_xt = h->h_len ? be->alloc(be, h->as * (size_t)h->cap, st) : NULL;
-        if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * (size_t)h->cap, st);
+        if (h->d_xt && h->last) h->d_target = be->alloc(be, h->as * elems[XF_TARGET], st);
         if (!h->d_xt || (h->last && !h->d_target))
             VF_FAIL(st, VF_ENOMEM, "dit: no memory for the micro-batch staging");
         VF_TRY(vf_dit_cond_setup(h, st));
@@ -489,13 +494,15 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                     int64_t ncond = vf_dit_cond_fill(h, batch, f0, nb);
                     if (h->d_cond) be->upload(be, h->d_cond, h->h_cond, ncond, h->act);
                     b.cond = h->d_cond, b.img = h->h_img;
+                    int64_t ntg;
+                    const float *tg = vf_dit_sp_rank_target(h, &mi[m].d, &ntg);
                     if (h->last) {
-                        be->upload(be, h->d_target, h->h_target, (int64_t)nb * h->per, h->act);
+                        be->upload(be, h->d_target, tg, ntg, h->act);
                         b.target = h->d_target;
                     } else {
                         out = pooled_item(h, id, h->act_pool, XF_N, h->act, &mi[m].d, st);
                         if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no activation buffers", name);
-                        be->upload(be, vf_item_get(out, "target")->data, h->h_target, (int64_t)nb * h->per, h->act);
+                        be->upload(be, vf_item_get(out, "target")->data, tg, ntg, h->act);
                         xfer_of(out, &xo);
                     }
                 }

@@ -195,9 +195,11 @@ def sequence_parallel(tmp, cache):
     """sp = 2 against sp = 1 (16 tokens a sample, 6 heads, 8 caption tokens): each rank's
     measured peak within 10 % of its plan (compare), and a rank holding its 8 tokens: its
     planned activations at most 0.6 of one rank's over all 16 (the saved stores'
-    per-token tensors halve; the caption's keys and values, the time embedding and the
-    whole clip's patches do not: 0.54-0.56), its measured peak below one rank's. A rank
-    that allocated for whole sequences plans and holds at least one rank's."""
+    per-token tensors halve; the caption's keys and values and the time embedding do
+    not: 0.54-0.56), its measured peak below one rank's. A rank that allocated for whole
+    sequences plans and holds at least one rank's. The activation item a rank sends is
+    its tokens' x and target (the declared item bytes), the last partition plans nothing
+    whole and the first only its patchify of the whole clips."""
     common = ["stages=2", "micro_batches=2", "shards=1", "dim=96", "heads=6", "head_dim=16", "text_len=8"]
     runs = {n: train(tmp, cache, "train-sp%d" % n, common + ["sp=%d" % n]) for n in (1, 2)}
     if not runs[1] or not runs[2]:
@@ -217,6 +219,23 @@ def sequence_parallel(tmp, cache):
               (rank, peaks[2][rank][1], peaks[1][one][1]))
         print("  sp: partition %d: activations planned %d (sp=1) -> %d (sp=2 rank); measured peak %d -> %d" %
               (q, acts[1], acts[2], peaks[1][one][1], peaks[2][rank][1]))
+    # the activation item a rank sends holds its tokens' x and target: against one rank's,
+    # B = 2 samples of 8 tokens fewer, dim 96 + z·patch 16 f32 values a token each
+    items = {n: [e["item_bytes"] for e in plans[n]["edges"] if e["src"] == ("dit_0" if n == 1 else "dit_0_s0") +
+                 ".act_out"] for n in (1, 2)}
+    if check(len(items[1]) == 1 and len(items[2]) == 1, "sp: the act_out edges %r" % items):
+        drop, want = items[1][0] - items[2][0], 4 * 2 * 8 * (96 + 16)
+        check(want <= drop <= want + 64, "sp=2: a rank's activation item is %d bytes below one rank's, its tokens' x "
+              "and target %d" % (drop, want))
+        print("  sp: activation item %d (sp=1) -> %d (sp=2 rank)" % (items[1][0], items[2][0]))
+    # the last partition takes the targets as the rank's rows: nothing whole there; the
+    # first embeds its tokens' patches, and stages whole only the clips' patchify (its
+    # output and staging: 2 samples of 16 tokens of 16 f32 values each)
+    whole = {q: [(x["what"], x["bytes"]) for x in plans[2]["lines"] if x.get("stage") == "dit_%d_s0" % q and
+                 "whole" in x["what"]] for q in (0, 1)}
+    check(not whole[1], "sp=2 dit_1_s0 plans whole sequences: %r" % whole[1])
+    check(whole[0] == [("sequence parallel: whole sequences (ends)", 2 * 4 * 2 * 16 * 16)],
+          "sp=2 dit_0_s0: whole sequences %r, not the clips' patchify" % whole[0])
 
 
 def budgets(tmp):

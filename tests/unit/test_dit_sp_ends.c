@@ -1,19 +1,22 @@
 /* test_dit_sp_ends.c — the whole DiT in one partition (embeddings, blocks, head, loss) run
  * sequence-parallel (models/dit_sp.h vf_dit_part_set_sp at the ends) against one rank.
  *
- * sp forked ranks each embed the whole clips and keep their token range, run the blocks
- * with the all-to-all, and the head and loss on their tokens; their losses are their
- * tokens' share of the whole mean. Checked for sp = 2, 3 on sequences they divide and do
+ * sp forked ranks each patchify the whole clips and embed their token range, run the
+ * blocks with the all-to-all, and the head and loss on their tokens against their rows of the
+ * targets (vf_dit_sp_target_rows; one rank patchifies the whole latents on the backend);
+ * their losses are their tokens' share of the whole mean. Checked for sp = 2, 3 on sequences they divide and do
  * not (pads), with several samples and text lengths:
  *   - the ranks' losses add up to the one-rank loss within 1e-6 relative;
  *   - their weight gradients (each a partial sum over the rank's tokens, the embeddings'
  *     included) add up to the one-rank gradients within 2e-5 of the largest;
  *   - run twice, every rank's loss and gradients are the same bits;
  *   - a rank's partition (vf_dit_part_new_sp) holds its ⌈L/sp⌉ tokens: its saved store and
- *     workspace are those of one rank's partition made for ⌈L/sp⌉ tokens, less the
- *     latent-shaped prediction and the patchify staging and plus the embedding's patches of
- *     the whole clips; its ends hold the whole sequences' staging apart; each as
- *     vf_dit_part_memory_sp plans it.
+ *     workspace are those of one rank's partition made for ⌈L/sp⌉ tokens (its patches
+ *     included: the patch embedding runs on the rank's tokens), less the latent-shaped
+ *     prediction and the patchify staging; its ends hold the whole clips' patchify apart;
+ *     each as vf_dit_part_memory_sp plans it. The same for the first and the last
+ *     partition alone; the last holds nothing whole: its targets come as the rank's rows
+ *     (vf_dit_sp_target_rows), which the loss takes.
  * A rank that counted its pads, or lost the loss's share, is off by far more. Every
  * computation runs in a forked child (the parent only compares).
  */
@@ -35,10 +38,15 @@ typedef struct shared_out {
     char msg[ROLES][512];
 } shared_out;
 
+/* The input channels of the case being run (0: z, a text-to-video model; above z the
+ * image-to-video conditioning channels after x_t's); the forked roles inherit it. */
+static int in_dim_case;
+
 static vf_dit_config cfg(void)
 {
     vf_dit_config c = small_cfg();
     c.heads = 6, c.head_dim = 8, c.dim = 48; /* sp = 2, 3 divide the heads */
+    if (in_dim_case) c.in_dim = in_dim_case;
     return c;
 }
 
@@ -58,21 +66,31 @@ static int check_memory(int n, vf_dit_dims d, const vf_dit_part *p, const vf_dit
                              vf_dit_part_ends_bytes(p), (long long)m.saved, (long long)m.workspace, (long long)m.ends);
     if (n < 2) return 0;
     /* the reference: one rank's partition made for ⌈L/n⌉ tokens a sample, less what a rank
-     * holds for whole sequences instead (its patches) or not at all (the latent-shaped
-     * prediction, the patchify staging, which move to the ends) */
+     * holds not at all (the latent-shaped prediction of a last partition, the patchify
+     * staging, which moves to the ends); the ends of a first partition: the whole clips'
+     * patchify, its staging and its output. Whole model, first and last partition alone. */
     vf_dit_dims r = d;
     r.L = (d.L + n - 1) / n;
-    vf_dit_mem one;
-    vf_dit_part_memory(&c, 0, c.depth, &r, VF_DIT_KEEP, 4, 4, &one);
-    int64_t zP = (int64_t)c.z * c.patch[0] * c.patch[1] * c.patch[2]; /* in_dim = z: the patches' width too */
-    int64_t tok_r = al64(d.B * r.L * zP * 4), tok_w = al64(d.B * d.L * zP * 4);
-    if (m.saved_ends != tok_w || m.saved != one.saved - 2 * tok_r + tok_w || m.workspace != one.workspace - tok_r ||
-        m.ends != tok_w + al64(d.B * d.L * c.dim * 4))
-        return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "sp=%d over %lld tokens: a rank holds saved %lld "
-                             "(whole patches %lld), workspace %lld, ends %lld; one rank of %lld tokens: saved %lld, "
-                             "workspace %lld", n, (long long)d.L, (long long)m.saved, (long long)m.saved_ends,
-                             (long long)m.workspace, (long long)m.ends, (long long)r.L, (long long)one.saved,
-                             (long long)one.workspace);
+    int64_t P = (int64_t)c.patch[0] * c.patch[1] * c.patch[2], in = vf_dit_in_dim(&c);
+    int64_t pz_r = al64(d.B * r.L * c.z * P * 4);                       /* a rank's prediction */
+    int64_t pi_r = al64(d.B * r.L * in * P * 4), pi_w = al64(d.B * d.L * in * P * 4); /* patches */
+    bool xin = in > c.z; /* x_t and cond concatenated: saved with one rank, in the ends with sp */
+    static const int ranges[3][2] = {{0, -1}, {0, 1}, {1, -1}};
+    for (int k = 0; k < 3; k++) {
+        int b0 = ranges[k][0], b1 = ranges[k][1] < 0 ? c.depth : ranges[k][1];
+        bool first = b0 == 0, last = b1 == c.depth;
+        vf_dit_mem mk, one;
+        vf_dit_part_memory_sp(&c, b0, b1, &d, n, VF_DIT_KEEP, 4, 4, &mk);
+        vf_dit_part_memory(&c, b0, b1, &r, VF_DIT_KEEP, 4, 4, &one);
+        int64_t saved = one.saved - (last ? pz_r : 0) - (first && xin ? pi_r : 0);
+        int64_t ws = one.workspace - (first ? pi_r : last ? pz_r : 0), ends = first ? (xin ? 3 : 2) * pi_w : 0;
+        if (mk.saved != saved || mk.workspace != ws || mk.ends != ends)
+            return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__, "sp=%d over %lld tokens, blocks [%d, %d): a rank "
+                                 "holds saved %lld, workspace %lld, ends %lld; want %lld, %lld, %lld (one rank of %lld "
+                                 "tokens: saved %lld, workspace %lld)", n, (long long)d.L, b0, b1, (long long)mk.saved,
+                                 (long long)mk.workspace, (long long)mk.ends, (long long)saved, (long long)ws,
+                                 (long long)ends, (long long)r.L, (long long)one.saved, (long long)one.workspace);
+    }
     return 0;
 }
 
@@ -86,7 +104,7 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     vf_dit_saved *sv = NULL;
     vf_a2a *a = NULL;
     vf_dit_sp sp;
-    float *params = NULL, *grads = NULL;
+    float *params = NULL, *grads = NULL, *rows = NULL;
     mb m;
     memset(&m, 0, sizeof m);
     int rc = vf_dit_layout_new(&c, &l, &st);
@@ -108,7 +126,16 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     }
     if (!rc) {
         mb_make(&m, &c, d, 9, 0);
-        if (role > 0) m.b.dims.L = sp.Lr;
+        if (role > 0) { /* a rank's targets: its rows, in the head's order */
+            int64_t zP = (int64_t)c.z * c.patch[0] * c.patch[1] * c.patch[2];
+            rows = malloc(sizeof(float) * (size_t)(d.B * sp.Lr * zP));
+            if (rows) vf_dit_sp_target_rows(&c, &sp, &d, m.target, rows);
+            else rc = vf_status_set(&st, VF_ENOMEM, __FILE__, __LINE__, "no memory for the target rows");
+            m.b.target = rows;
+            m.b.dims.L = sp.Lr;
+        }
+    }
+    if (!rc) {
         rc = vf_dit_part_forward(p, &m.b, NULL, NULL, sv, &st);
         if (!rc) rc = vf_dit_part_loss(p, &m.b, sv, 0.5f, &so->loss[role], &st);
         if (!rc) rc = vf_dit_part_backward(p, &m.b, sv, NULL, &st);
@@ -121,18 +148,19 @@ static void role_main(shared_out *so, int role, int n, vf_dit_dims d, const char
     vf_dit_part_free(p);
     vf_a2a_close(a);
     vf_dit_layout_free(l);
-    free(params), free(grads);
+    free(params), free(grads), free(rows);
 }
 
-static shared_out *run_case(int n, int B, int T, int H, int W)
+static shared_out *run_case(int n, int B, int T, int H, int W, int in_dim)
 {
+    in_dim_case = in_dim;
     vf_dit_config c = cfg();
     vf_dit_dims d = vf_dit_dims_of(&c, B, T, H, W);
     shared_out *so = mmap(NULL, sizeof *so, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     VF_CHECK(so != MAP_FAILED);
     if (so == MAP_FAILED) return NULL;
     char key[96];
-    snprintf(key, sizeof key, "test_dit_sp_ends/%ld/%d/%lld", (long)getpid(), n, (long long)d.L);
+    snprintf(key, sizeof key, "test_dit_sp_ends/%ld/%d/%lld/%d", (long)getpid(), n, (long long)d.L, in_dim);
     pid_t kids[ROLES];
     fflush(NULL);
     for (int role = 0; role <= n; role++) {
@@ -172,11 +200,12 @@ static shared_out *run_case(int n, int B, int T, int H, int W)
 
 VF_TEST(whole_model_matches_one_rank)
 {
-    /* the patch (1, 2, 2): (2, 4, 6) makes 12 tokens a sample, (3, 2, 2) makes 3, (1, 4, 10) 10 */
-    static const int cases[][5] = {{2, 2, 2, 4, 6}, {3, 2, 2, 4, 6}, {2, 3, 3, 2, 2},
-                                   {3, 3, 3, 2, 2}, {3, 1, 1, 4, 10}};
+    /* the patch (1, 2, 2): (2, 4, 6) makes 12 tokens a sample, (3, 2, 2) makes 3, (1, 4, 10)
+     * 10; the last case with 5 image-to-video conditioning channels (in_dim 9, z 4) */
+    static const int cases[][6] = {{2, 2, 2, 4, 6, 0}, {3, 2, 2, 4, 6, 0}, {2, 3, 3, 2, 2, 0},
+                                   {3, 3, 3, 2, 2, 0}, {3, 1, 1, 4, 10, 0}, {3, 2, 1, 4, 10, 9}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        shared_out *so = run_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4]);
+        shared_out *so = run_case(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], cases[i][5]);
         if (so) munmap(so, sizeof *so);
     }
 }
@@ -184,7 +213,7 @@ VF_TEST(whole_model_matches_one_rank)
 /* Every rank's loss and partial gradients are the same bits run after run. */
 VF_TEST(each_rank_is_deterministic)
 {
-    shared_out *a = run_case(3, 2, 1, 4, 10), *b = run_case(3, 2, 1, 4, 10);
+    shared_out *a = run_case(3, 2, 1, 4, 10, 0), *b = run_case(3, 2, 1, 4, 10, 0);
     VF_CHECK(a && b);
     if (a && b)
         for (int role = 1; role <= 3; role++)

@@ -76,8 +76,9 @@ static const vf_param_spec dit_params[] = {
      "with LoRA: \"fp8\" holds the frozen base's block linears in FP8 E4M3 with a scale per tensor; "
      "\"\" = the model's dtype"},
     {"swap_blocks", VF_P_INT, "0", VF_RANGE(0, 4096),
-     "with LoRA: the last K blocks of the partition keep their base weights in pinned host memory, "
-     "streamed in ahead of use (below the partition's blocks); \"auto\": the smallest K with which the "
+     "the last K blocks of the partition keep their weights in pinned host memory (LoRA: the frozen base; "
+     "a full fine-tune: weights and gradients, which go back after each block's backward), streamed in "
+     "ahead of use (below the partition's blocks); \"auto\": the smallest K with which the "
      "partition fits its budget, resolved by `vflow plan` and `vflow run` before the run starts", "auto"},
     {"swap_budget", VF_P_STR, "\"\"", VF_ANY,
      "with swap_blocks \"auto\": the device memory the partition may hold (\"12GiB\"; what it declares on its "
@@ -633,7 +634,8 @@ static const vf_knob_spec dit_knobs[] = {
     {.name = "micro_batches", .param = "micro_batches", .arg = "micro_batches", .arg_only = true,
      .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
     {.name = "swap_blocks", .param = "swap_blocks", .arg = "swap_blocks", .move = VF_KNOB_STEP, .max = 64,
-     .rank = 25, .note = "base weights of K blocks a partition in pinned host memory, streamed in ahead of use",
+     .rank = 25, .note = "weights (a full fine-tune's gradients too) of K blocks a partition in pinned host memory, streamed in "
+             "ahead of use",
      .auto_value = true, .auto_budget = "swap_budget"},
     {.name = "offload_activations", .param = "offload_activations", .arg = "offload_activations",
      .move = VF_KNOB_SET, .value = "true", .rank = 27,

@@ -12,7 +12,7 @@
 #    the shards update the host copy in place): the model after 8 steps is BITWISE the
 #    one trained without swap, for P ∈ {1, 2} partitions, S = 2 shards, M = 2
 #    micro-batches, with and without recompute, and with a shard boundary inside the
-#    swapped blocks (S = 3);
+#    swapped blocks (S = 3), with D = 2 replicas, and resumed from a checkpoint;
 #  - K not below the partition's blocks is refused at check time (exit 2, both numbers).
 # vflow-test: timeout=600
 set -u
@@ -76,6 +76,22 @@ for c in "1 2 true 4" "1 2 true 5" "2 2 true 2" "2 2 false 1" "2 3 true 2"; do
   n=$(grep '"event":"swap"' $d/metrics.jsonl | grep -c '"copy_s":[0-9.]*[1-9]')
   [ "$n" -ge "$1" ] || fail "$d: $n swap rows with copies in metrics.jsonl (want one per partition at least)"
 done
+
+# D = 2 data-parallel replicas: the shards sum the replicas' gradients view by view
+DP=(--set stages=2 --set shards=2 --set recompute=true --set replicas=2)
+train fdp "${FULL[@]}" "${DP[@]}" || fail "full fine-tune D=2 without swap: $(tail -5 fdp.out)"
+train fdps "${FULL[@]}" "${DP[@]}" --set swap_blocks=2 || fail "full fine-tune D=2 with swap: $(tail -5 fdps.out)"
+[ "$(model_md5 fdps $STEPS)" = "$(model_md5 fdp $STEPS)" ] || fail "full fine-tune D=2: weights differ with swap"
+echo "full fine-tune, D=2 replicas, K=2: $(model_md5 fdps $STEPS)"
+
+# resume: 4 steps with swap, then --resume to the 8th: the model of the uninterrupted run
+# without swap (the shards' checkpoint holds the swapped blocks' weights like the others)
+RES=(--set stages=2 --set shards=2 --set recompute=true --set swap_blocks=2 --set every=4)
+train fres "${FULL[@]}" "${RES[@]}" --set steps=4 || fail "full fine-tune with swap, 4 steps: $(tail -5 fres.out)"
+train fres "${FULL[@]}" "${RES[@]}" --resume || fail "full fine-tune with swap, resumed: $(tail -5 fres.out)"
+grep -q "resumed from step 4" fres.out || fail "full fine-tune with swap: not resumed from step 4: $(tail -5 fres.out)"
+[ "$(model_md5 fres $STEPS)" = "$(model_md5 fref22true $STEPS)" ] || fail "full fine-tune with swap: resumed weights differ"
+echo "full fine-tune with swap, resumed at step 4: $(model_md5 fres $STEPS)"
 
 # refusals: one line naming the knob, exit 2, before anything runs
 "$VFLOW" check "$PIPE" --set cache="$CACHE" --set depth=6 --set stages=2 --set swap_blocks=3 > full.out 2>&1

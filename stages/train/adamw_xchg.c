@@ -149,7 +149,10 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
     size_t es = vf_dtype_size(t->dtype);
     const char *src = (const char *)t->data + (size_t)off * es;
     bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
-    if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
+    if (host_t && host_be && t->dtype != dt && dt == VF_DTYPE_F32) {
+        /* host bf16 (a GPU partition's swapped blocks) to an f32 host shard */
+        vf_backend_cpu()->download(vf_backend_cpu(), dst, src, n, t->dtype);
+    } else if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
         if (t->dtype != dt) goto bad;
         be->copy(be, dst, src, (size_t)n * es);
     } else if (host_be) { /* device -> host: as it is (a bf16 host shard), or to f32 */
@@ -180,7 +183,10 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
     size_t es = vf_dtype_size(t->dtype);
     char *dst = (char *)t->data + (size_t)off * es;
     bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
-    if (host_t == host_be) {
+    if (host_t && host_be && t->dtype != dt && dt == VF_DTYPE_F32) {
+        /* an f32 host shard's weights into a GPU partition's swapped blocks (host bf16) */
+        vf_backend_cpu()->upload(vf_backend_cpu(), dst, src, n, t->dtype);
+    } else if (host_t == host_be) {
         if (t->dtype != dt) goto bad;
         be->copy(be, dst, src, (size_t)n * es);
     } else if (host_be) { /* host -> device: as it is (a bf16 host shard), or from f32 */

@@ -164,6 +164,9 @@ typedef struct vf_ckpt_state_info {
     int shards, replicas, stages;
     const char *lora_base; /* a LoRA run's base (path, hash: models/dit_base.h) as a JSON
                             * object's text, recorded as "lora_base"; NULL: none */
+    int64_t skipped;       /* steps the optimizer took no update in (an expert routed by the
+                            * drawn t that got no sample): "adam_step", Adam's step count
+                            * a resume continues, is step − skipped */
 } vf_ckpt_state_info;
 
 /* state.json's text (caller frees). NULL with st set when config or cursors are not

@@ -43,7 +43,7 @@ char *vf_ckpt_state_text(const vf_ckpt_state_info *s, vf_status *st)
         }
     }
     bad |= vf_json_set(o, "lr", lr);
-    bad |= vf_json_set(o, "adam_step", vf_json_int(s->step));
+    bad |= vf_json_set(o, "adam_step", vf_json_int(s->step - s->skipped));
     bad |= vf_json_set(o, "loss", vf_json_num(s->loss));
     bad |= vf_json_set(o, "params", vf_json_int(s->params));
     bad |= vf_json_set(o, "shards", vf_json_int(s->shards));

@@ -20,6 +20,10 @@
 -- (expert: which expert of a two-expert source (Wan 2.2 A14B: high_noise_model/ and
 -- low_noise_model/, or a diffusers pipeline's transformer/ and transformer_2/) the run
 -- trains; models/dit_experts.h)
+--   p:train { ..., expert = "high", route = "high", boundary = 0.875 }
+-- (route: the run trains only the samples whose t, drawn over [0, 1], falls on this
+-- expert's side of boundary, cut into its micro-batches; a step without one takes no
+-- update: the two experts of finetune_wan22.lua, stages/train/dit_route.c)
 --   p:train { ..., lora = { rank = 32, alpha = 32, targets = {"self_attn.q", "cross_attn.*", "ffn.*"} },
 --             lora_init = "my_lora.safetensors" }
 -- (lora: train adapters on a frozen base (targets: a list, or "a,b,c"): the partitions hold the base weights once and
@@ -56,7 +60,7 @@
 -- dir (checkpoint.dir = the partitions' and shards' ckpt_dir), the interval
 -- (checkpoint.every = the shards' every), the snapshot chunk (checkpoint.chunk = the
 -- shards' ckpt_chunk), steps, seed, the timestep distribution (t_sampling, t_mean, t_std,
--- t_shift, t_min, t_max) and micro_batches
+-- t_shift, t_min, t_max, route, boundary) and micro_batches
 -- are one value each, and `--set` of any copy (stage or group) sets them all; copies
 -- whose value shapes the graph (model, splits, shards, sync, …) refuse an override and
 -- say where to set them. The shards decide when to snapshot from `every`.
@@ -265,10 +269,12 @@ return function(vf)
   -- ------------------------------------------------------------ train
 
   local TRAIN_OPTS = { "data", "model", "optimizer", "checkpoint", "steps", "seed", "t_mean", "t_std",
-                       "t_sampling", "t_shift", "t_min", "t_max", "weights", "expert", "sample", "lora", "lora_init" }
+                       "t_sampling", "t_shift", "t_min", "t_max", "route", "boundary", "weights", "expert", "sample",
+                       "lora", "lora_init" }
   -- the timestep distribution: set on every partition (which samples it) and shard (whose
   -- checkpoints record it, so a resume with another one is refused)
-  local T_KEYS = { "t_mean", "t_std", "t_sampling", "t_shift", "t_min", "t_max" }
+  -- (route / boundary: an expert of two routed by the drawn t, stages/train/dit_route.c)
+  local T_KEYS = { "t_mean", "t_std", "t_sampling", "t_shift", "t_min", "t_max", "route", "boundary" }
 
   -- The `lora` option as the JSON the stages take, checked here so a typo fails at the line.
   local function lora_json(l)
@@ -337,9 +343,17 @@ return function(vf)
     local steps = int_of(t.steps, "p:train: steps", 1, 1 << 40)
     local seed = int_of(t.seed or 0, "p:train: seed", 0, 1 << 53)
     local tv = { t_mean = t.t_mean or 0.0, t_std = t.t_std or 1.0, t_sampling = t.t_sampling or "logit_normal",
-                 t_shift = t.t_shift or 1.0, t_min = t.t_min or 0.0, t_max = t.t_max or 1.0 }
+                 t_shift = t.t_shift or 1.0, t_min = t.t_min or 0.0, t_max = t.t_max or 1.0,
+                 route = t.route or "", boundary = t.boundary or 0.875 }
     for _, k in ipairs(T_KEYS) do
-      if k ~= "t_sampling" and type(tv[k]) ~= "number" then fail("p:train: %s is a number", k) end
+      if k ~= "t_sampling" and k ~= "route" and type(tv[k]) ~= "number" then fail("p:train: %s is a number", k) end
+    end
+    if tv.route ~= "" and tv.route ~= "high" and tv.route ~= "low" then
+      fail("p:train: route %q is not \"high\" or \"low\"", tostring(tv.route))
+    end
+    if tv.route ~= "" and (tv.t_min ~= 0 or tv.t_max ~= 1) then
+      fail("p:train: route draws t over [0, 1]; t_min %s .. t_max %s would remap it", tostring(tv.t_min),
+           tostring(tv.t_max))
     end
     if tv.t_sampling ~= "logit_normal" and tv.t_sampling ~= "uniform" then
       fail("p:train: t_sampling %q is not \"logit_normal\" or \"uniform\"", tostring(tv.t_sampling))

@@ -27,24 +27,40 @@
 -- side. The state of its checkpoints records the expert, so a resume as the other one is
 -- refused.
 --
--- experts = both: the two one-expert runs side by side in one graph, each with its own
--- reader, partitions, AdamW shards and checkpoint stage (named <stage>_high /
--- <stage>_low), on devices_high / devices_low (or both on device / devices). The split is
--- made where t is drawn: each expert's partitions draw every micro-batch's t on its own
--- side of the boundary, so no micro-batch straddles it, and no stage routes batches
--- between the experts. That keeps each expert's training a closed one-expert run: its
--- memory is that run's (no expert waits on, or buffers batches for, the other), its bits
--- are those of experts = high (or low) alone on the same seed, and a kill + resume resumes
--- each expert from its own newest checkpoint. Each expert takes one optimizer step per
--- step of the run, over the same clips in the same order. Each expert's checkpoints (with
--- its optimizer state, what a resume reads) go to ckpt/high and ckpt/low (<ckpt>/high,
--- <ckpt>/low with --set ckpt=DIR); stage ckpt_join joins each step both wrote into
--- ckpt/step-N with high_noise_model/ and low_noise_model/ (formats/ckpt.h), which
--- `vflow sample ckpt` samples, switching experts at the boundary (a LoRA run's step: each
--- adapter merged into the base its expert trained on).
+-- experts = both: two trainings in one graph, each with its own reader, partitions, AdamW
+-- shards and checkpoint stage (named <stage>_high / <stage>_low), on devices_high /
+-- devices_low (or both on device / devices). No stage passes batches between the experts:
+-- each expert's reader reads every batch, and which samples an expert trains is decided
+-- where t is drawn, so no expert waits on, or buffers batches for, the other.
+--   routing = t (the default): each sample's t is drawn from the run's whole distribution
+--     (t_sampling, t_mean / t_std, t_shift; no range), exactly as a one-model run draws it
+--     for (seed, step, position in the step's batch), and the sample trains the expert
+--     whose side it falls on. Each expert's first partition keeps the samples of the
+--     batch routed to it, in order, and cuts those into its micro_batches, so no
+--     micro-batch straddles the boundary and the experts share each step's samples by the
+--     draw (P(t >= boundary) of them to high). A micro-batch left empty (fewer routed
+--     samples than micro_batches) still flows through the partitions, computing nothing.
+--     Each expert's loss is the mean over its samples of the step. A step with none of an
+--     expert's samples leaves that expert as it was: no AdamW update, no weight decay,
+--     Adam's step count unchanged (state.json's adam_step; a resume continues it), and
+--     its train_step row says "samples":0 with no loss. The rows of a step with samples
+--     have the expert, its loss, lr, grad_norm and "samples" (TensorBoard
+--     train/<expert>/loss, lr, grad_norm, samples); the "timesteps" rows name each
+--     sample's t and position.
+--   routing = each: the two one-expert runs side by side: every sample trains both
+--     experts, each drawing its t on its own side of the boundary (high: boundary +
+--     (1 - boundary)·s, low: boundary·s, s the draw), so each expert's bits are those of
+--     experts = high (or low) alone on the same seed, one optimizer step per step each.
+-- Either way each expert checkpoints on the same steps (with its optimizer state, what a
+-- resume reads: a kill + --resume resumes each from its own newest checkpoint) into
+-- ckpt/high and ckpt/low (<ckpt>/high, <ckpt>/low with --set ckpt=DIR); stage ckpt_join
+-- joins each step both wrote into ckpt/step-N with high_noise_model/ and
+-- low_noise_model/ (formats/ckpt.h), which `vflow sample ckpt` samples, switching experts
+-- at the boundary (a LoRA run's step: each adapter merged into the base its expert
+-- trained on). A checkpoint records the routing, so a resume with the other is refused.
 --
 -- Knobs (vf.args): weights or weights_high / weights_low (required), experts (required: high | low | both),
--- boundary (0.875; 0.900 for wan2.2-i2v-a14b), model or preset (wan2.2-a14b |
+-- boundary (0.875; 0.900 for wan2.2-i2v-a14b), routing (experts = both: t | each; t), model or preset (wan2.2-a14b |
 -- wan2.2-i2v-a14b), text_dim (the preset's; with it a preset on caption bytes such as tiny
 -- conditions on the cache's text embeddings of this width), cache (cache/wan.lmdb), steps
 -- (2000), batch (1), lr (1e-5), warmup (50), stages (1), micro_batches (1), recompute (true), shards (1), offload (false),
@@ -89,11 +105,16 @@ if type(boundary) ~= "number" or not (boundary > 0 and boundary < 1) then
 end
 local t_min_knob, t_max_knob = a.t_min, a.t_max
 local devices_high, devices_low, ckpt = a.devices_high, a.devices_low, a.ckpt
+local routing = a.routing
 
 if not both then
   if devices_high ~= nil or devices_low ~= nil then
     vf.fail("finetune_wan22.lua: devices_high / devices_low place the experts of experts=both; " ..
             "a one-expert run takes device or devices")
+  end
+  if routing ~= nil then
+    vf.fail("finetune_wan22.lua: routing=%s shares the samples between the experts of experts=both; " ..
+            "a one-expert run trains every sample on its side", tostring(routing))
   end
   local t_min = t_min_knob or (experts == "high" and boundary or 0.0)
   local t_max = t_max_knob or (experts == "high" and 1.0 or boundary)
@@ -111,7 +132,14 @@ end
 
 -- experts = both: two trainings side by side in one graph, each a one-expert run of its
 -- own (reader, partitions, shards, checkpoint stage, named <stage>_high / <stage>_low), sharing
--- nothing but the knobs; t_min / t_max are each expert's side of the boundary.
+-- nothing but the knobs; routing = t: each sample trains the expert its drawn t routes it to
+-- (the partitions' route, stages/train/dit_route.c); routing = each: t_min / t_max are each
+-- expert's side of the boundary, every sample trains both.
+routing = routing or "t"
+if routing ~= "t" and routing ~= "each" then
+  vf.fail("finetune_wan22.lua: routing=%s: expected t (each sample to the expert of its drawn t) or each " ..
+          "(every sample to both, at a t on each one's side)", tostring(routing))
+end
 if t_min_knob ~= nil or t_max_knob ~= nil then
   vf.fail("finetune_wan22.lua: t_min / t_max set one expert's range; with experts=both each expert " ..
           "trains its side of the boundary %s (set boundary instead)", tostring(boundary))
@@ -122,7 +150,9 @@ end
 local range = { high = { boundary, 1.0 }, low = { 0.0, boundary } }
 for _, e in ipairs { "high", "low" } do
   local devs = e == "high" and devices_high or devices_low
-  p:wan_finetune(model, a, { weights = weights_of(e), expert = e, t_min = range[e][1], t_max = range[e][2] },
+  local train = routing == "t" and { weights = weights_of(e), expert = e, route = e, boundary = boundary }
+                or { weights = weights_of(e), expert = e, t_min = range[e][1], t_max = range[e][2] }
+  p:wan_finetune(model, a, train,
                  { suffix = "_" .. e, devices = devs,
                    ckpt = (ckpt or "<run>/ckpt") .. "/" .. e })
 end

@@ -195,7 +195,7 @@ void vf_tb_log_event(vf_tb_log *t, const vf_monitor *m, int stage, const vf_json
         {"loss", "train/loss"},       {"lr", "train/lr"},
         {"grad_norm", "train/grad_norm"}, {"step_s", "perf/step_s"},
         {"samples_s", "perf/samples_s"}, {"tokens_s", "perf/tokens_s"},
-        {"mfu", "perf/mfu"},
+        {"mfu", "perf/mfu"},          {"samples", "train/samples"}, /* an expert's, routed by t */
     };
     /* a row of one expert of several (Wan 2.2 A14B: "high", "low") logs under
      * train/<expert>/loss, perf/<expert>/step_s, …: two experts trained side by side

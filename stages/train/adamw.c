@@ -78,6 +78,10 @@ static const vf_param_spec adamw_params[] = {
     {"t_shift", VF_P_NUM, "1", VF_RANGE(0.001, 1000), "timestep shift (for the resume config check)"},
     {"t_min", VF_P_NUM, "0", VF_RANGE(0, 1), "timestep range, low end (for the resume config check)"},
     {"t_max", VF_P_NUM, "1", VF_RANGE(0, 1), "timestep range, high end (for the resume config check)"},
+    {"route", VF_P_STR, "\"\"", VF_ANY,
+     "routing by the drawn t (the partitions' route, set by p:train): a step none of whose samples is this "
+     "expert's takes no update (no AdamW step, no weight decay, Adam's step count unchanged); \"\" = none"},
+    {"boundary", VF_P_NUM, "0.875", VF_RANGE(0, 1), "with route: the experts' boundary (for the resume config check)"},
     {"data", VF_P_STR, "\"\"", VF_ANY, "the latent_reader params as JSON (resume config check; set by p:train)"},
     {"every", VF_P_INT, "0", VF_RANGE(0, 1e12), "snapshot every N steps (and at the last); 0 = last only"},
     {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir to resume from; \"\" = <run dir>/ckpt"},
@@ -121,6 +125,8 @@ typedef struct shard {
     vf_lr_sched lr;
     float beta1, beta2, eps, wd, clip;
     int64_t steps, every, t0;
+    bool route;            /* routing by the drawn t: a step may bring none of the expert's samples */
+    int64_t updates;       /* Adam's step count (its bias correction): the steps that updated */
     int64_t chunk;         /* elements of a snapshot chunk and of the start's host staging */
     bool sync;
     vf_json *config;
@@ -168,6 +174,7 @@ static int adamw_init(vf_stage *s, const vf_params *p, vf_status *st)
     h->clip = (float)vf_param_num(p, "clip_grad");
     h->every = vf_param_int(p, "every");
     h->sync = vf_param_bool(p, "sync");
+    h->route = vf_param_str(p, "route")[0] != 0;
     h->chunk = vf_adamw_chunk(&h->g, vf_param_int(p, "ckpt_chunk"));
     VF_TRY(vf_adamw_config(p, h->steps, &h->config, st));
 fail:
@@ -295,12 +302,14 @@ static int load_start(vf_stage *s, vf_ctx *ctx, shard *h, vf_status *st)
     }
     if (found) {
         h->t0 = ck.step;
+        /* a routed expert's count lags the step by the steps without its samples */
+        h->updates = vf_json_get_int(ck.state, "adam_step", ck.step);
         vf_log(ctx, VF_LOG_INFO, "resuming at step %lld from %s", (long long)ck.step, ck.path);
         if (h->g.k == 0) vf_summary(ctx, "resume", "resumed from step %lld (%s)", (long long)ck.step, ck.path);
     } else {
         be->memset0(be, h->m, 4 * (size_t)n);
         be->memset0(be, h->v, 4 * (size_t)n);
-        h->t0 = 0;
+        h->t0 = 0, h->updates = 0;
         const char *lpath = vf_param_str(p, "lora_init");
         if (h->g.k == 0 && h->g.lora && lpath[0]) vf_log(ctx, VF_LOG_INFO, "LoRA adapters start from %s", lpath);
         if (h->g.k == 0 && w)
@@ -358,7 +367,9 @@ static void step_facts(const shard *h, step_info *si)
             if (t0 < si->t_first) si->t_first = t0;
             if (t1 > si->t_last) si->t_last = t1;
             busy += num_or(it, "busy_ns", 0);
-            if (q == h->g.P - 1) si->loss += num_or(it, "loss", 0) / h->g.D;
+            /* routing: each replica's mean over its routed samples, weighed by their count */
+            if (q == h->g.P - 1)
+                si->loss += h->route ? num_or(it, "loss", 0) * num_or(it, "routed", 0) : num_or(it, "loss", 0) / h->g.D;
             /* each device's peak once: partitions may share a device */
             const char *dev = vf_item_str(it, "peak_dev");
             double pk = num_or(it, "peak_flops", 0);
@@ -380,6 +391,7 @@ static void step_facts(const shard *h, step_info *si)
             }
         }
     if (unknown_peak) si->peak = 0; /* a partition on the CPU or an unknown GPU: no MFU */
+    if (h->route) si->loss = si->samples > 0 ? si->loss / si->samples : 0;
     double window = (double)(si->t_last - si->t_first) * (double)(h->g.P * h->g.D);
     si->bubble = window > 0 ? 1.0 - busy / window : 0;
 }
@@ -458,6 +470,7 @@ static vf_item *snap_chunk(vf_stage *s, shard *h, int64_t step, double lr, const
                      (double)h->g.total, lr, h->g.D, h->g.P};
     VF_TRY(set_nums(it, st, a == 0 ? 10 : 4, keys, vals));
     if (h->g.k == 0 && a == 0) {
+        VF_TRY(vf_item_set_num(it, "adam_step", (double)h->updates, st));
         char *c = vf_json_emit(h->config, true, 0), *cur = si->cursors ? vf_json_emit(si->cursors, true, 0) : NULL;
         if (c) rc = vf_item_set_str(it, "config", c, st);
         if (!rc && cur) rc = vf_item_set_str(it, "cursors", cur, st);
@@ -560,14 +573,19 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         VF_TRY(rc);
         vf_json_free(si.cursors);
         si = cur;
-        VF_TRY(vf_adamw_xchg_sum(&h->x, st));
-        double norm = 0;
-        VF_TRY(global_norm(s, ctx, h, step, &norm, st));
-        double coef = h->clip > 0 ? (double)h->clip / (norm + 1e-6) : 1.0;
-        if (coef > 1.0) coef = 1.0;
-        double lr = vf_train_lr(&h->lr, step);
-        vf_adamw_hyper hp = {(float)lr, h->beta1, h->beta2, h->eps, h->wd, (float)coef, step};
-        VF_TRY(vf_adamw_xchg_update(&h->x, h->master, h->m, h->v, &hp, st));
+        /* routing: no sample of this expert in the step (every shard sees the same count)
+         * leaves its weights, moments and Adam's step count as they are */
+        bool none = h->route && si.samples == 0;
+        double norm = 0, coef = 1.0, lr = vf_train_lr(&h->lr, step);
+        if (!none) {
+            VF_TRY(vf_adamw_xchg_sum(&h->x, st));
+            VF_TRY(global_norm(s, ctx, h, step, &norm, st));
+            coef = h->clip > 0 ? (double)h->clip / (norm + 1e-6) : 1.0;
+            if (coef > 1.0) coef = 1.0;
+            vf_adamw_hyper hp = {(float)lr, h->beta1, h->beta2, h->eps, h->wd, (float)coef, ++h->updates};
+            VF_TRY(vf_adamw_xchg_update(&h->x, h->master, h->m, h->v, &hp, st));
+        }
+        h->x.kept = none;
         /* Async: the reply goes out first, so the partitions compute the next step while
          * the snapshot is copied and sent. Sync (the benchmark's baseline, as a save
          * inside a training loop): the snapshot is written and acknowledged before the
@@ -594,16 +612,24 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         if (h->g.k == 0) {
             double dt = (double)(t_now - t_prev) * 1e-9;
             char row[700];
-            snprintf(row, sizeof row,
-                     "{\"event\":\"train_step\",\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%.9g,\"clip\":%.6g,"
-                     "\"lr\":%.9g,\"step_s\":%.6f,\"samples_s\":%.6g,\"tokens_s\":%.6g,\"bubble\":%.4f,"
-                     "\"ckpt_s\":%.6f}",
-                     (long long)step, si.loss, norm, coef, lr, dt, dt > 0 ? si.samples / dt : 0,
-                     dt > 0 ? si.tokens / dt : 0, si.bubble, ckpt_s);
+            if (none) /* a step without the expert's samples: no loss, no gradient to speak of */
+                snprintf(row, sizeof row,
+                         "{\"event\":\"train_step\",\"step\":%lld,\"samples\":0,\"lr\":%.9g,\"step_s\":%.6f,"
+                         "\"ckpt_s\":%.6f}", (long long)step, lr, dt, ckpt_s);
+            else
+                snprintf(row, sizeof row,
+                         "{\"event\":\"train_step\",\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%.9g,\"clip\":%.6g,"
+                         "\"lr\":%.9g,\"step_s\":%.6f,\"samples_s\":%.6g,\"tokens_s\":%.6g,\"bubble\":%.4f,"
+                         "\"ckpt_s\":%.6f}",
+                         (long long)step, si.loss, norm, coef, lr, dt, dt > 0 ? si.samples / dt : 0,
+                         dt > 0 ? si.tokens / dt : 0, si.bubble, ckpt_s);
             /* model FLOPs over the devices' bf16 peak: GPUs of the peak table only */
-            double mfu = si.peak > 0 && dt > 0 ? si.flops / dt / si.peak : -1;
+            double mfu = !none && si.peak > 0 && dt > 0 ? si.flops / dt / si.peak : -1;
             size_t len = strlen(row);
             if (mfu >= 0 && len > 0) snprintf(row + len - 1, sizeof row - len + 1, ",\"mfu\":%.6g}", mfu);
+            len = strlen(row);
+            if (h->route && !none && len > 0) /* the expert's samples of the step, over the replicas */
+                snprintf(row + len - 1, sizeof row - len + 1, ",\"samples\":%.0f}", si.samples);
             /* the expert trained: its TensorBoard tags carry the name (runtime/driver/tb_log.c),
              * so two experts trained in one run log apart */
             const char *ex = vf_param_str(vf_stage_params(s), "expert");
@@ -612,8 +638,10 @@ static int adamw_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             vf_metric_row(ctx, row);
             if (mfu >= 0) vf_metric(ctx, "mfu", mfu);
             vf_metric(ctx, "step", (double)step);
-            vf_metric(ctx, "loss", si.loss);
-            vf_metric(ctx, "grad_norm", norm);
+            if (!none) {
+                vf_metric(ctx, "loss", si.loss);
+                vf_metric(ctx, "grad_norm", norm);
+            }
             vf_metric(ctx, "lr", lr);
             vf_metric(ctx, "step_s", dt);
             vf_metric(ctx, "samples_s", dt > 0 ? si.samples / dt : 0);

@@ -68,6 +68,8 @@ typedef struct vf_adamw_xchg {
     int nother;
     int64_t moved;            /* bytes copied this step (chunks, replicas' copies, data replies) */
     int delay_ms;             /* tests (VFLOW_TEST_XCHG_DELAY_MS): hold the views this much longer */
+    bool kept;                /* the step took no update (routing, no sample): the reply says
+                                 so ("kept") and brings no weights */
 } vf_adamw_xchg;
 
 typedef struct vf_adamw_hyper {

@@ -66,6 +66,11 @@ int vf_adamw_config(const vf_params *p, int64_t steps, vf_json **out, vf_status 
     }
     /* a run that trains one expert of a two-expert model resumes only as that expert */
     if (vf_param_str(p, "expert")[0]) VF_TRY(put(o, "train.expert", vf_json_str(vf_param_str(p, "expert")), st));
+    /* an expert routed by the drawn t resumes only as that, at the same boundary */
+    if (vf_param_str(p, "route")[0]) {
+        VF_TRY(put(o, "train.route", vf_json_str(vf_param_str(p, "route")), st));
+        VF_TRY(put(o, "train.boundary", vf_json_num(vf_param_num(p, "boundary")), st));
+    }
     /* a LoRA run resumes only as the same adapters */
     const char *lj = vf_param_str(p, "lora");
     if (lj && lj[0]) {

@@ -566,9 +566,9 @@ int vf_adamw_xchg_reply(vf_adamw_xchg *x, vf_ctx *ctx, int64_t step, vf_status *
             vf_item_free(it);
             return rc;
         }
-        static const char *const keys[] = {"step", "shard", "off", "n"};
-        double vals[] = {(double)step, g->k, (double)off, (double)n};
-        for (int i = 0; i < 4 && rc == 0; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
+        static const char *const keys[] = {"step", "shard", "off", "n", "kept"};
+        double vals[] = {(double)step, g->k, (double)off, (double)n, 1};
+        for (int i = 0; i < (x->kept ? 5 : 4) && rc == 0; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
         if (rc < 0) {
             vf_item_free(it);
             return rc;

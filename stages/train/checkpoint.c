@@ -150,6 +150,7 @@ typedef struct open_step {
     char err[sizeof ((vf_status *)0)->msg];
     char *config, *cursors, *lora_base;
     double lr, loss;
+    int64_t skipped;       /* steps the optimizer took no update in (routing) */
     int replicas, stages;
 } open_step;
 
@@ -441,6 +442,7 @@ static int take_chunk(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_item *it, vf_s
         if ((cf && !o->config) || (cu && !o->cursors) || (lb && !o->lora_base))
             return vf_status_set(st, VF_ENOMEM, __FILE__, __LINE__, "%s: out of memory", vf_stage_name(s));
         o->lr = num_or(it, "lr", 0), o->loss = num_or(it, "loss", 0);
+        o->skipped = step - (int64_t)num_or(it, "adam_step", (double)step);
         o->replicas = (int)num_or(it, "replicas", 1), o->stages = (int)num_or(it, "stages", 1);
     }
     if (!o->failed) {
@@ -468,7 +470,7 @@ static int take_chunk(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_item *it, vf_s
     } else {
         const vf_ckpt_state_info info = {.step = step, .config = o->config, .cursors = o->cursors, .lr = o->lr,
                                          .loss = o->loss, .replicas = o->replicas, .stages = o->stages,
-                                         .lora_base = o->lora_base};
+                                         .lora_base = o->lora_base, .skipped = o->skipped};
         rc = vf_ckpt_stream_commit(o->cs, &info, c->keep, fail_injected(step), &ws, &cst);
         o->cs = NULL;
     }

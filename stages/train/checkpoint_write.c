@@ -334,6 +334,7 @@ int vf_ckpt_write_step(const char *dir, int64_t step, vf_item *const *snaps, int
         .replicas = (int)meta_num(z, "replicas", 1),
         .stages = (int)meta_num(z, "stages", 1),
         .lora_base = vf_item_str(z, "lora_base"),
+        .skipped = step - (int64_t)meta_num(z, "adam_step", (double)step),
     };
     rc = vf_ckpt_stream_commit(c, &info, keep, fail_inject, out, st);
     c = NULL;

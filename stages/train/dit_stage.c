@@ -63,6 +63,11 @@ static const vf_param_spec dit_params[] = {
     {"t_shift", VF_P_NUM, "1", VF_RANGE(0.001, 1000), "timestep shift: t <- shift*t / (1 + (shift-1)*t); 1 = none"},
     {"t_min", VF_P_NUM, "0", VF_RANGE(0, 1), "timesteps mapped linearly into [t_min, t_max] (after the shift)"},
     {"t_max", VF_P_NUM, "1", VF_RANGE(0, 1), "upper end of the timestep range"},
+    {"route", VF_P_STR, "\"\"", VF_ANY,
+     "one expert of two in one run (Wan 2.2 A14B): the samples whose t, drawn over [0, 1], is on this expert's "
+     "side of boundary (high: t >= boundary, low: below) train it, cut into the M micro-batches (set by "
+     "finetune_wan22.lua); \"\" = every sample"},
+    {"boundary", VF_P_NUM, "0.875", VF_RANGE(0, 1), "with route: the experts' boundary in t (after the shift)"},
     {"ckpt_dir", VF_P_STR, "\"\"", VF_ANY, "checkpoint dir (first partition: data cursor on --resume); \"\" = <run dir>/ckpt"},
     {"device", VF_P_DEVICE, "\"cpu\"", VF_ANY, "where this partition runs"},
     {"lora", VF_P_STR, "\"\"", VF_ANY,
@@ -106,6 +111,8 @@ typedef struct pgeo {
     bool fp8;                /* base_dtype "fp8": the frozen base's block linears in FP8 */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     vf_dit_rf rf;            /* the timestep distribution */
+    int route;               /* routing by the drawn t (dit_route.c) */
+    double boundary;
 } pgeo;
 
 static void pgeo_fini(pgeo *g)
@@ -150,6 +157,7 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     int rc = 0;
     memset(g, 0, sizeof *g);
     VF_TRY(rf_of(prm, &g->rf, st));
+    VF_TRY(vf_dit_route_param(prm, &g->rf, &g->route, &g->boundary, st));
     VF_TRY(vf_train_model(prm, &g->cfg, &g->l, &g->lora, st));
     const vf_dit_layout *tl = g->lora ? g->lora->l : g->l;
     if (vf_param_len(prm, "splits") == 0) {
@@ -468,6 +476,7 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
     h->recompute = dit_recompute_of(prm);
     h->steps = vf_param_int(prm, "steps");
     h->rf = g.rf;
+    h->route = g.route, h->boundary = g.boundary;
     snprintf(h->ckpt_dir, sizeof h->ckpt_dir, "%s", vf_param_str(prm, "ckpt_dir"));
     h->be = vf_backend_for(vf_param_device(prm, "device"), st);
     if (!h->be) VF_FAIL(st, st && st->code ? st->code : VF_EINVAL, "%s: no backend", vf_stage_name(s));
@@ -509,6 +518,7 @@ static void dit_fini(vf_stage *s)
     else vf_dit_swap_host_free(h);
     vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
+    free(h->route_j);
     free(h);
     vf_stage_set_state(s, NULL);
 }
@@ -598,10 +608,17 @@ static int dit_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         VF_TRY(vf_dit_xchg_send(s, ctx, h, step, &o, t0, t1, st));
         if (h->last && h->sp_rank == 0) { /* every rank has the ranks' sum */
             char row[256];
-            snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"loss\":%.9g,\"replica\":%d}",
-                     (long long)step, o.loss, h->r);
+            if (h->route && o.routed == 0) /* none of the replica's samples was this expert's: no loss */
+                snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"replica\":%d,\"samples\":0}",
+                         (long long)step, h->r);
+            else if (h->route)
+                snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"loss\":%.9g,\"replica\":%d,"
+                         "\"samples\":%d}", (long long)step, o.loss, h->r, o.routed);
+            else
+                snprintf(row, sizeof row, "{\"event\":\"loss\",\"step\":%lld,\"loss\":%.9g,\"replica\":%d}",
+                         (long long)step, o.loss, h->r);
             vf_metric_row(ctx, row);
-            vf_metric(ctx, "loss", o.loss);
+            if (!h->route || o.routed > 0) vf_metric(ctx, "loss", o.loss);
         }
         char row[256];
         snprintf(row, sizeof row, "{\"event\":\"partition_step\",\"step\":%lld,\"partition\":%d,\"replica\":%d,"

@@ -85,7 +85,29 @@ typedef struct dit_part_state {
 
     /* resume: skip reader batches up to this cursor (first partition) */
     char skip_to[512];
+
+    /* routing by the drawn t (dit_route.c; route 0: every sample of the batch trains) */
+    int route;                               /* VF_DIT_ROUTE_* */
+    double boundary;
+    int *route_j, route_cap;                 /* first partition: the routed samples' indices
+                                                in the replica's batch, this step */
+    int routed;                              /* first partition: how many, this replica */
+    int64_t routed_total;                    /* over the D replicas */
 } dit_part_state;
+
+/* Routing by the drawn t (dit_route.c): an expert of two trains the samples whose t,
+ * drawn over the run's whole distribution for (seed, step, j·D + r), falls on its side of
+ * the boundary (high: t >= boundary, low: below). param: params route ("" | high | low)
+ * and boundary checked against the distribution rf (VF_EUSAGE: another name, a boundary
+ * outside (0, 1), a t_min / t_max range). pick: how many samples of replica r's batch of
+ * Bg go to `route`, their indices j into keep (in order; keep may be NULL). step (first
+ * partition): sets h->route_j, h->routed and h->routed_total (the D replicas' batches of
+ * Bg each) and, when any is routed, replaces *batch (freed) with an item of the routed
+ * samples' rows (caller owns it). */
+enum { VF_DIT_ROUTE_NONE = 0, VF_DIT_ROUTE_HIGH, VF_DIT_ROUTE_LOW };
+int vf_dit_route_param(const vf_params *prm, const vf_dit_rf *rf, int *route, double *boundary, vf_status *st);
+int vf_dit_route_pick(const vf_dit_rf *rf, int route, double boundary, int64_t step, int Bg, int D, int r, int *keep);
+int vf_dit_route_step(dit_part_state *h, vf_item **batch, int64_t step, int Bg, vf_status *st);
 
 /* dit_cond.c: the image-to-video conditioning of the first partition: the channels (mask
  * and first-frame latent "y") when in_dim > z, the CLIP image features "clip_emb" when
@@ -115,6 +137,8 @@ typedef struct dit_step_out {
                                                 replica's batch (vf_dit_train_flops) */
     int64_t busy_ns;
     char cursor[512];                        /* first partition: reader cursor after the batch */
+    int routed;                              /* routing: the samples of the step's micro-batches
+                                                (rank 0 of sp; 0 on the others) */
 } dit_step_out;
 
 #define VF_DIT_MAX_BUCKETS 256

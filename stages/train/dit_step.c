@@ -304,6 +304,13 @@ static int batch_dims(vf_stage *s, const dit_part_state *h, const vf_item *it, v
     return 0;
 }
 
+/* Position in the step's combined batch of sample j of the batch (dit_route.c: a routed
+ * batch's sample j is the replica batch's route_j[j]). */
+static uint64_t position(const dit_part_state *h, int j)
+{
+    return (uint64_t)(h->route ? h->route_j[j] : j) * (uint64_t)h->D + (uint64_t)h->r;
+}
+
 /* Host pairs and tokens of micro-batch [first, first + nb) into the staging buffers. */
 static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, int first, int nb)
 {
@@ -314,8 +321,7 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
     const int32_t *text = tx->data, *len = tl->data;
     for (int i = 0; i < nb; i++) {
         int j = first + i;
-        uint64_t id = (uint64_t)j * (uint64_t)h->D + (uint64_t)h->r;
-        h->h_t[i] = vf_dit_rf_sample(&h->rf, (uint64_t)step, id, h->per, x0 + (int64_t)j * h->per,
+        h->h_t[i] = vf_dit_rf_sample(&h->rf, (uint64_t)step, position(h, j), h->per, x0 + (int64_t)j * h->per,
                                      h->h_xt + (int64_t)i * h->per, h->h_target + (int64_t)i * h->per);
         for (int64_t k = 0; k < TL; k++) h->h_text[i * TL + k] = k < TLr ? text[(int64_t)j * TLr + k] : 0;
         int32_t L = len[j] < 0 ? 0 : len[j];
@@ -334,17 +340,22 @@ static void make_pairs(dit_part_state *h, const vf_item *batch, int64_t step, in
     }
 }
 
-/* The timesteps micro-batch m drew, one metrics row {"event":"timesteps", "step", "replica",
- * "mb", "timesteps": [...]}: which side of an expert boundary each micro-batch trained on is read
- * off the run's metrics.jsonl (tests/integration/test_train_wan22.py). */
-static void log_timesteps(vf_ctx *ctx, const dit_part_state *h, int64_t step, int m, int nb)
+/* The timesteps micro-batch m (samples [first, first + nb) of the batch) drew, one metrics
+ * row {"event":"timesteps", "step", "replica", "mb", "timesteps": [...], "positions": [...]},
+ * each sample's position in the step's combined batch with it: which side of an expert
+ * boundary each micro-batch trained on, and which samples each expert took, are read off the
+ * run's metrics.jsonl (tests/integration/test_train_wan22*.py). */
+static void log_timesteps(vf_ctx *ctx, const dit_part_state *h, int64_t step, int m, int first, int nb)
 {
-    size_t n = 96 + 18 * (size_t)nb, len;
+    size_t n = 112 + 40 * (size_t)nb, len;
     char *row = malloc(n);
     if (!row) return; /* a row lost to a full memory is no reason to stop training */
     len = (size_t)snprintf(row, n, "{\"event\":\"timesteps\",\"step\":%lld,\"replica\":%d,\"mb\":%d,\"timesteps\":[",
                            (long long)step, h->r, m);
     for (int i = 0; i < nb && len < n; i++) len += (size_t)snprintf(row + len, n - len, "%s%.9g", i ? "," : "", h->h_t[i]);
+    if (len < n) len += (size_t)snprintf(row + len, n - len, "],\"positions\":[");
+    for (int i = 0; i < nb && len < n; i++)
+        len += (size_t)snprintf(row + len, n - len, "%s%llu", i ? "," : "", (unsigned long long)position(h, first + i));
     if (len < n) snprintf(row + len, n - len, "]}");
     vf_metric_row(ctx, row);
     free(row);
@@ -393,9 +404,10 @@ int vf_dit_bucket_max(const char *who, const vf_dit_config *c, int M, const char
 /* ------------------------------------------------------------------ the step */
 
 typedef struct mb_info {
-    vf_dit_dims d;
+    vf_dit_dims d;           /* B 0: an empty micro-batch (routing), passed on, computing nothing */
     int Bg;
     int skip; /* latent frames the loss leaves out (vf_dit_batch.skip_frames) */
+    int64_t ktot;            /* routing: the expert's samples of the step over the replicas */
 } mb_info;
 
 int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step, dit_step_out *o,
@@ -407,6 +419,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
     mb_info *mi = NULL;
     const char *name = vf_stage_name(s);
     vf_dit_dims bd = {0};
+    int64_t kb = 0; /* the samples of the step's micro-batches */
     memset(o, 0, sizeof *o);
 
     if (h->first) {
@@ -432,10 +445,12 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             VF_FAIL(st, VF_EBADINPUT, "%s: a micro-batch of %d x %lld latent values exceeds the geometry the "
                     "partition was sized for (%lld)", name, (bd.B + h->M - 1) / h->M, (long long)h->per,
                     (long long)h->cap);
+        if (h->route) VF_TRY(vf_dit_route_step(h, &batch, step, bd.B, st));
         if (h->sp_rank == 0) { /* a replica's batch counts once, not once per rank */
-            o->samples = bd.B;
-            o->tokens = (int64_t)bd.B * bd.L;
-            o->flops = bd.B * vf_dit_train_flops(&h->cfg, bd.L, h->cfg.text_len, h->recompute);
+            int kr = h->route ? h->routed : bd.B; /* what this expert trains of it */
+            o->samples = kr;
+            o->tokens = (int64_t)kr * bd.L;
+            o->flops = kr * vf_dit_train_flops(&h->cfg, bd.L, h->cfg.text_len, h->recompute);
         }
     }
     mi = calloc((size_t)h->M, sizeof *mi);
@@ -456,27 +471,33 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
             vf_dit_saved *sv = NULL;
             if (h->first) {
                 int f0, nb;
-                vf_train_mb_range(bd.B, h->M, m, &f0, &nb);
-                mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, nb, bd.T, bd.H, bd.W), bd.B, 0};
+                vf_train_mb_range(h->route ? h->routed : bd.B, h->M, m, &f0, &nb);
+                mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, nb, bd.T, bd.H, bd.W), bd.B, 0,
+                                  h->route ? h->routed_total : 0};
                 vf_dit_sp_rank_dims(h, &mi[m].d);
                 t0 = vf_train_now_ns();
-                make_pairs(h, batch, step, f0, nb);
-                if (h->sp_rank == 0) log_timesteps(ctx, h, step, m, nb);
-                mi[m].skip = vf_dit_cond_first_frame(h, batch, f0, nb);
-                be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
-                b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL, h->h_emb};
-                b.t_tok = mi[m].skip ? h->h_ttok : NULL, b.skip_frames = mi[m].skip;
-                int64_t ncond = vf_dit_cond_fill(h, batch, f0, nb);
-                if (h->d_cond) be->upload(be, h->d_cond, h->h_cond, ncond, h->act);
-                b.cond = h->d_cond, b.img = h->h_img;
-                if (h->last) {
-                    be->upload(be, h->d_target, h->h_target, (int64_t)nb * h->per, h->act);
-                    b.target = h->d_target;
+                if (nb == 0) { /* an empty micro-batch (routing): an item of its numbers only */
+                    if (!h->last && !(out = vf_item_new(id, st)))
+                        VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: out of memory", name);
                 } else {
-                    out = pooled_item(h, id, h->act_pool, XF_N, h->act, &mi[m].d, st);
-                    if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no activation buffers", name);
-                    be->upload(be, vf_item_get(out, "target")->data, h->h_target, (int64_t)nb * h->per, h->act);
-                    xfer_of(out, &xo);
+                    make_pairs(h, batch, step, f0, nb);
+                    if (h->sp_rank == 0) log_timesteps(ctx, h, step, m, f0, nb);
+                    mi[m].skip = vf_dit_cond_first_frame(h, batch, f0, nb);
+                    be->upload(be, h->d_xt, h->h_xt, (int64_t)nb * h->per, h->act);
+                    b = (vf_dit_batch){mi[m].d, h->d_xt, h->h_t, h->h_text, h->h_len, NULL, h->h_emb};
+                    b.t_tok = mi[m].skip ? h->h_ttok : NULL, b.skip_frames = mi[m].skip;
+                    int64_t ncond = vf_dit_cond_fill(h, batch, f0, nb);
+                    if (h->d_cond) be->upload(be, h->d_cond, h->h_cond, ncond, h->act);
+                    b.cond = h->d_cond, b.img = h->h_img;
+                    if (h->last) {
+                        be->upload(be, h->d_target, h->h_target, (int64_t)nb * h->per, h->act);
+                        b.target = h->d_target;
+                    } else {
+                        out = pooled_item(h, id, h->act_pool, XF_N, h->act, &mi[m].d, st);
+                        if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no activation buffers", name);
+                        be->upload(be, vf_item_get(out, "target")->data, h->h_target, (int64_t)nb * h->per, h->act);
+                        xfer_of(out, &xo);
+                    }
                 }
             } else {
                 rc = vf_recv(vf_in(ctx, "act_in"), &it, st);
@@ -492,7 +513,8 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                             name, meta(it, "step"), meta(it, "mb"), (long long)step, m);
                 mi[m] = (mb_info){vf_dit_dims_of(&h->cfg, (int)meta(it, "B"), (int)meta(it, "T"), (int)meta(it, "H"),
                                                  (int)meta(it, "W")),
-                                  (int)meta(it, "Bg"), meta(it, "skip") > 0 ? (int)meta(it, "skip") : 0};
+                                  (int)meta(it, "Bg"), meta(it, "skip") > 0 ? (int)meta(it, "skip") : 0,
+                                  meta(it, "ktot") > 0 ? (int64_t)meta(it, "ktot") : 0};
                 if (!h->ready) {
                     vf_dit_dims mx = vf_dit_dims_of(&h->cfg, (int)meta(it, "Bmax"), (int)meta(it, "Tmax"),
                                                     (int)meta(it, "Hmax"), (int)meta(it, "Wmax"));
@@ -505,8 +527,12 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 b.dims = mi[m].d;
                 b.skip_frames = mi[m].skip;
                 vf_tensor *tg = vf_item_get(it, "target");
-                if (!tg) VF_FAIL(st, VF_EINVAL, "%s: activations without \"target\"", name);
-                if (h->last) {
+                if (mi[m].d.B == 0) { /* an empty micro-batch: its item is passed on, nothing computed */
+                    if (!h->last && !(out = vf_item_new(id, st)))
+                        VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: out of memory", name);
+                } else if (!tg) {
+                    VF_FAIL(st, VF_EINVAL, "%s: activations without \"target\"", name);
+                } else if (h->last) {
                     b.target = tg->data;
                 } else {
                     /* x is new; e, e0, ctx and target are passed on as received */
@@ -523,22 +549,27 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 t0 = vf_train_now_ns();
             }
             sv = h->sv[m % h->nsv];
-            VF_TRY(vf_dit_part_forward(h->part, &b, h->first ? NULL : &in, h->last ? NULL : &xo, sv, st));
-            if (h->last) {
+            kb += mi[m].d.B;
+            if (mi[m].d.B > 0)
+                VF_TRY(vf_dit_part_forward(h->part, &b, h->first ? NULL : &in, h->last ? NULL : &xo, sv, st));
+            if (h->last && mi[m].d.B > 0) {
+                /* the gradients of the mean over the step's samples (routing: the expert's) */
                 double loss;
-                float scale = (float)((double)mi[m].d.B / ((double)mi[m].Bg * (double)h->D));
+                double den = mi[m].ktot > 0 ? (double)mi[m].ktot : (double)mi[m].Bg * (double)h->D;
+                float scale = (float)((double)mi[m].d.B / den);
                 VF_TRY(vf_dit_part_loss(h->part, &b, sv, scale, &loss, st));
-                o->loss += loss * (double)mi[m].d.B / (double)mi[m].Bg;
+                o->loss += h->route ? loss * (double)mi[m].d.B : loss * (double)mi[m].d.B / (double)mi[m].Bg;
             }
             o->busy_ns += vf_train_now_ns() - t0;
             vf_item_free(it);
             it = NULL;
             if (!h->last) {
                 static const char *const keys[] = {"step", "mb",   "B",    "Bg",   "Bmax", "T",   "H",
-                                                   "W",    "Tmax", "Hmax", "Wmax", "Nmax", "skip"};
+                                                   "W",    "Tmax", "Hmax", "Wmax", "Nmax", "skip", "ktot"};
                 double vals[] = {(double)step, m,         mi[m].d.B, mi[m].Bg, h->max.B, mi[m].d.T, mi[m].d.H,
-                                 mi[m].d.W,    h->max.T,  h->max.H,  h->max.W, (double)h->max.N, mi[m].skip};
-                VF_TRY(set_nums(out, st, 13, keys, vals));
+                                 mi[m].d.W,    h->max.T,  h->max.H,  h->max.W, (double)h->max.N, mi[m].skip,
+                                 (double)mi[m].ktot};
+                VF_TRY(set_nums(out, st, 14, keys, vals));
                 rc = vf_send(vf_out(ctx, "act_out"), out, st);
                 out = NULL;
                 VF_TRY(rc);
@@ -546,8 +577,9 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
         } else {
             vf_dit_xfer d = {0};
             vf_dit_batch b = {mi[m].d};
+            bool empty = mi[m].d.B == 0; /* its gradient item carries no tensors */
             if (h->last && !h->first) {
-                out = pooled_item(h, id, h->gout_pool, XF_CTX + 1, h->grad, &mi[m].d, st);
+                out = empty ? vf_item_new(id, st) : pooled_item(h, id, h->gout_pool, XF_CTX + 1, h->grad, &mi[m].d, st);
                 if (!out) VF_FAIL(st, st->code ? st->code : VF_ENOMEM, "%s: no gradient buffers", name);
                 xfer_of(out, &d);
             } else if (!h->last) {
@@ -565,7 +597,8 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 }
             }
             t0 = vf_train_now_ns();
-            VF_TRY(vf_dit_part_backward(h->part, &b, h->sv[m % h->nsv], (h->first && h->last) ? NULL : &d, st));
+            if (!empty)
+                VF_TRY(vf_dit_part_backward(h->part, &b, h->sv[m % h->nsv], (h->first && h->last) ? NULL : &d, st));
             o->busy_ns += vf_train_now_ns() - t0;
             vf_item_free(it);
             it = NULL;
@@ -576,6 +609,10 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
                 VF_TRY(rc);
             }
         }
+    }
+    if (h->route) { /* the mean over this replica's routed samples; the shards weigh it by their count */
+        if (h->last && kb > 0) o->loss /= (double)kb;
+        o->routed = h->sp_rank == 0 ? (int)kb : 0;
     }
     if (h->last) VF_TRY(vf_dit_sp_rank_loss(h, &o->loss, st));
 fail:

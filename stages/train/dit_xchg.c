@@ -107,6 +107,7 @@ static int lend(vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out
         for (int i = 0; i < (o ? 13 : 5) && !rc; i++) rc = vf_item_set_num(it, keys[i], vals[i], st);
         if (!rc && o && h->peak > 0) rc = vf_item_set_str(it, "peak_dev", h->peak_dev, st);
         if (!rc && o && h->first) rc = vf_item_set_str(it, "cursor", o->cursor, st);
+        if (!rc && o && h->route) rc = vf_item_set_num(it, "routed", o->routed, st);
         if (rc) {
             vf_item_free(it);
             return rc;
@@ -122,6 +123,14 @@ int vf_dit_xchg_lend(vf_stage *s, vf_ctx *ctx, dit_part_state *h, vf_status *st)
     (void)s;
     for (int k = 0; k < h->S; k++) h->lend_w[k] = true;
     return lend(ctx, h, -1, NULL, 0, 0, st);
+}
+
+/* A reply of a step the shard took no update in (routing, no sample of its expert): the
+ * weights here are still the ones it wrote, so it sends none. */
+static bool kept(const vf_item *it)
+{
+    double v;
+    return vf_item_num(it, "kept", &v) == 0 && v > 0;
 }
 
 int vf_dit_xchg_recv(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step, vf_status *st)
@@ -164,7 +173,7 @@ int vf_dit_xchg_recv(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step,
                 vf_item_free(it);
                 return rc;
             }
-        } else if (n > 0 && !h->lend_w[ki]) {
+        } else if (n > 0 && !h->lend_w[ki] && !kept(it)) {
             vf_item_free(it);
             return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                                  "%s: shard %d replied for step %g without the weights it was not lent", vf_stage_name(s),

@@ -13,13 +13,14 @@
 #    tensor, both shapes), a directory without the expert named (what it looked for), a
 #    two-expert directory given where one model is expected (train_dit.lua), a timestep
 #    range crossing the boundary, a range given to experts=both, devices_high / devices_low
-#    given to a one-expert run, experts=both without one expert's weights;
+#    given to a one-expert run, experts=both without one expert's weights, a routing other
+#    than t or each, routing given to a one-expert run;
 #  - a run of one expert from the two-expert directory ends bitwise where the run from
 #    that expert's own file ends (full fine-tune and LoRA), and not where a run of the other
 #    expert's weights on the same timesteps ends; a resume as the other expert is refused
 #    naming train.expert;
-#  - experts=both: each expert's model ends bitwise where the run of that expert alone ends
-#    (full fine-tune and LoRA), each in its checkpoint dir (ckpt/high, ckpt/low) and in the
+#  - experts=both routing=each: each expert's model ends bitwise where the run of that
+#    expert alone ends (full fine-tune and LoRA), each in its checkpoint dir (ckpt/high, ckpt/low) and in the
 #    two-expert step the run joins them into (ckpt/step-N: high_noise_model/ +
 #    low_noise_model/, or lora_high_noise / lora_low_noise; state.json's experts and
 #    boundary; verified against its manifest); each
@@ -251,6 +252,8 @@ def main():
         bad("one-devices", ("devices_high", "experts=both"), "weights=" + p("wanai"), "experts=high",
             "devices_high=cpu")
         bad("both-no-low", ("weights_low",), "weights_high=" + p("comfy_high.safetensors"), "experts=both")
+        bad("routing", ("routing=x", "t", "each"), "weights=" + p("wanai"), "experts=both", "routing=x")
+        bad("one-routing", ("routing=each", "experts=both"), "weights=" + p("wanai"), "experts=high", "routing=each")
         for tag, sets in (("both-wanai", ("weights=" + p("wanai"), "experts=both")),
                           ("both-files", ("weights_high=" + p("comfy_high.safetensors"),
                                           "weights_low=" + p("comfy_low.safetensors"), "experts=both",
@@ -285,7 +288,7 @@ def main():
             check(r.returncode == 0, "%s pair-high run: exit %d %s" % (tag, r.returncode, r.stderr[-400:]))
             runs["pair-high"] = model_of(run, fname)
             r, run = vflow("run", tmp, tag + "-both", "steps=3", "every=3", "weights=" + p("wanai"), "experts=both",
-                           *extra)
+                           "routing=each", *extra)
             check(r.returncode == 0, "%s both run: exit %d %s" % (tag, r.returncode, r.stderr[-400:]))
             # ... in its own checkpoint dir and in the two-expert step the run joins them into
             for e in ("high", "low"):

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
-# test_train_wan22_resume.py — pipelines/finetune_wan22.lua with experts=both is
-# deterministic and resumable on the CPU backend (the tiny preset, a file per expert):
-#  - the same run twice ends with the same bits in both experts' checkpoints;
+# test_train_wan22_resume.py — pipelines/finetune_wan22.lua with experts=both (routing by
+# the drawn t, uniform timesteps: the high expert gets no sample in most steps, so its
+# Adam step count lags the run's) is deterministic and resumable on the CPU backend (the
+# tiny preset, a file per expert):
+#  - the same run twice ends with the same bits in both experts' checkpoints; so does
+#    routing=each, whose experts end elsewhere;
 #  - a SIGKILL of one expert's worker (a partition of the low expert, then the high
 #    expert's optimizer shard) fails the run, naming the signal; `--resume` then ends each
 #    expert bitwise where the uninterrupted run ends it, each from its own newest
@@ -57,6 +60,7 @@ def main():
             a = [VFLOW, "run", PIPE, "--run-dir", p(run)]
             for s in ("cache=" + p("cache.lmdb"), "preset=tiny", "device=cpu", "frames=1", "size=64", "batch=2",
                       "stages=2", "micro_batches=2", "lr=2e-3", "steps=%d" % STEPS, "every=4", "keep=2",
+                      "t_sampling=uniform",
                       "experts=both", "weights_high=" + p("high.safetensors"),
                       "weights_low=" + p("low.safetensors")):
                 a += ["--set", s]
@@ -70,6 +74,10 @@ def main():
         ref = run("ref")
         check(None not in ref.values() and ref["high"] != ref["low"], "the reference run's experts: %s" % ref)
         check(run("again") == ref, "the same run twice: the same bits")
+        each = run("each", "--set", "routing=each")
+        check(None not in each.values() and each == run("each-again", "--set", "routing=each") and
+              each["high"] != ref["high"] and each["low"] != ref["low"],
+              "routing=each twice: the same bits, not routing=t's: %s %s" % (each, ref))
 
         for victim, watch, at in (("dit_low_1", "adamw_low_0", 9), ("adamw_high_0", "adamw_high_0", 17)):
             name = "kill-" + victim

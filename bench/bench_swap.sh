@@ -3,12 +3,15 @@
 # of its copying the compute hides.
 #
 #   bench/bench_swap.sh [BUILD_DIR]        (default: build)
+#   LORA_RANK=0 bench/bench_swap.sh        a full fine-tune instead of LoRA
 #
-# LoRA (rank 8) on a frozen DiT of DEPTH blocks (dim 256 = 16 heads of 16, ffn 1024; the tiny preset's
-# other fields), one partition, batch 4 of (4, 2, 16, 16) latents, STEPS steps, with
+# LoRA (rank LORA_RANK, 8) on a frozen DiT of DEPTH blocks (dim 256 = 16 heads of 16, ffn 1024; the tiny
+# preset's other fields), or with LORA_RANK=0 a full fine-tune of it, one partition, batch 4 of
+# (4, 2, 16, 16) latents, STEPS steps, with
 #   none   every block resident,
-#   swapK  the last K blocks' base weights in host memory, streamed into a ring of two
-#          buffers by the copy queue's thread ahead of each block,
+#   swapK  the last K blocks' base weights in host memory (a full fine-tune: weights and
+#          gradients, the gradients back after each block's backward), streamed into a ring
+#          of two buffers by the copy queue's thread ahead of each block,
 # interleaved REPEATS times, best run of each. Printed: ms/step (the mean of the step
 # windows in metrics.jsonl, first 2 skipped), the ratio swapK / none, and from the same
 # swapK run the partition's copy time per step and the share of it hidden behind compute
@@ -24,6 +27,7 @@ STEPS=${STEPS:-12}
 REPEATS=${REPEATS:-2}
 DEPTH=${DEPTH:-8}
 K=${K:-6}
+LORA_RANK=${LORA_RANK:-8}
 source "$VFLOW_SRC/tests/integration/train_lib.sh"
 cd "$TMP"
 "$TOOL" mkcache big.lmdb 32 4 2 16 16 3 > /dev/null
@@ -32,7 +36,7 @@ run() { # NAME knobs... -> prints "mean_ms copy_ms_per_step hidden"
   local name=$1
   shift
   "$VFLOW" run "$PIPE" --run-dir "$name" --set cache=big.lmdb --set steps=$STEPS --set batch=4 --set every=0 \
-    --set stages=1 --set micro_batches=1 --set dim=256 --set heads=16 --set ffn=1024 --set depth=$DEPTH --set lora_rank=8 \
+    --set stages=1 --set micro_batches=1 --set dim=256 --set heads=16 --set ffn=1024 --set depth=$DEPTH --set lora_rank=$LORA_RANK \
     "$@" > "$name.out" 2>&1 || fail "$name: $(tail -3 $name.out)"
   "$PY" - "$name/metrics.jsonl" <<'PY'
 import json, sys, statistics
@@ -45,7 +49,9 @@ print("%.3f %.3f %.4f" % (1e3 * statistics.mean(w), 1e3 * copy, hidden))
 PY
 }
 
-echo "block swap on the CPU backend: LoRA rank 8, dim 256, depth $DEPTH, P=1, batch 4 x 128 tokens, $STEPS steps, best of $REPEATS"
+what="LoRA rank $LORA_RANK"
+[ "$LORA_RANK" != 0 ] || what="full fine-tune"
+echo "block swap on the CPU backend: $what, dim 256, depth $DEPTH, P=1, batch 4 x 128 tokens, $STEPS steps, best of $REPEATS"
 declare -A best
 for i in $(seq 1 "$REPEATS"); do
   for mode in none swap; do

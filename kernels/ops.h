@@ -81,10 +81,14 @@ struct vf_backend {
 
     /* ---- block swap: weights kept in host memory and streamed into device buffers ahead
      * of use, on a copy stream beside the compute stream, so that a copy runs while the
-     * ops before it compute. The weights' host memory is alloc_pinned's. swap_new: a copy queue with `slots` numbered slots (events); caller owns
-     * it (swap_free, which waits for its copies). swap_in: copy `bytes` from host src to
-     * device dst (or, for activation offload, from device src to host dst) on the queue, starting only after every op enqueued on the compute
-     * stream so far (the slot's previous user of dst is done), and mark `slot` by it.
+     * ops before it compute. The weights' host memory is alloc_pinned's (on the CPU
+     * backend any host memory). swap_new: a copy queue with `slots` numbered slots
+     * (events); caller owns it (swap_free, which waits for its copies). swap_in: copy
+     * `bytes` from host src to device dst (or, for activation offload and a full
+     * fine-tune's swapped gradients, from device src to host dst) on the queue, starting
+     * only after every op enqueued on the compute stream so far (the slot's previous user
+     * of dst is done), and mark `slot` by it; a queue runs its copies in the order they
+     * were enqueued (a copy out of a buffer ends before the next copy into it begins).
      * swap_wait: ops enqueued after it start only once slot's latest copy has landed.
      * swap_stats: seconds the queue's copies took, and seconds the caller waited for
      * them at swap_wait (0 where the backend cannot tell: the CUDA backend waits on the

@@ -174,8 +174,9 @@ return function(vf)
            .. "(per stage, replica and sp rank)", P, P * D, P * D * SP)
     end
     local isolate = opts.isolate ~= false
-    -- swap_blocks = K: in every partition, the last K blocks' frozen base stream in from
-    -- host memory (the stage checks K against the partition and the LoRA); "auto": each
+    -- swap_blocks = K: in every partition, the last K blocks' weights stream in from host
+    -- memory (a full fine-tune's gradients go back; the stage checks K against the
+    -- partition); "auto": each
     -- partition's smallest K that fits, which `vflow plan` and `vflow run` find against its
     -- device's budget, or against swap_budget (a size: the partition's own device memory)
     local swap = opts.swap_blocks == "auto" and "auto" or nil

@@ -355,8 +355,9 @@ void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads);
  * weights in host memory and stream into a ring of min(K, 2) device buffers ahead of use,
  * on the backend's copy queue (ops.h "block swap"): forward walks them in order,
  * backward in reverse, each pass enqueueing the next block's copy while a block
- * computes. Weights only go host to device, so the base must be frozen (a partition
- * without gradients: LoRA). vf_dit_swap_split gives the element ranges for K, relative
+ * computes. Weights only go host to device here, so the base must be frozen (a partition
+ * without gradients: LoRA; vf_dit_part_set_swap_grads swaps a full fine-tune's
+ * gradients too). vf_dit_swap_split gives the element ranges for K, relative
  * to the partition's range: the swapped blocks' [*hole, *hole + *hole_n), one block of
  * *blk_n elements each. vf_dit_part_set_swap: `host` (borrowed, outlives p; host memory
  * from be->alloc_pinned) holds those hole_n elements in the act dtype, and the params
@@ -368,6 +369,18 @@ void vf_dit_part_set_buffers(vf_dit_part *p, void *params, void *grads);
 void vf_dit_swap_split(const vf_dit_layout *l, int b0, int b1, int K, int64_t *hole, int64_t *hole_n,
                        int64_t *blk_n);
 int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st);
+/* Block swap of a partition with gradients (a full fine-tune): as vf_dit_part_set_swap,
+ * and the grads given to vf_dit_part_new hold the range without the hole too, while
+ * `ghost` (borrowed, outlives p; be->alloc_pinned memory, or memory the backend's copies
+ * reach as fast) holds the hole's hole_n gradients in the grad dtype. Each backward brings
+ * a swapped block's gradient into the ring beside its weights and sends it back to ghost
+ * after the block's backward, on the same queue; the sums are bitwise those without swap.
+ * ghost NULL is vf_dit_part_set_swap (a partition with gradients then VF_EUSAGE). */
+int vf_dit_part_set_swap_grads(vf_dit_part *p, int K, const void *host, void *ghost, vf_status *st);
+/* Makes the work enqueued after it wait for p's last swap copies (the gradients back to
+ * the host): call it, then be->sync, before anyone reads the host copy. No-op without
+ * swap; p NULL is fine. */
+void vf_dit_part_swap_drain(vf_dit_part *p);
 /* Seconds the copies of p's swap took and the compute waited for them (ops.h swap_stats;
  * zeros without swap). */
 void vf_dit_part_swap_stats(const vf_dit_part *p, double *copy_s, double *wait_s);

@@ -88,7 +88,7 @@ static void key_block(unit_key *k, const vf_dit_part *p, int what, int blk, cons
     key_put(k, (uint64_t)d->L);
     key_put(k, p->uid);
     const void *bufs[] = {p->params, p->grads, p->wmem, p->lora, p->lparams, p->lgrads, p->lmem,
-                          p->w.rcos, p->w.rsin, p->fp8, p->blk_w};
+                          p->w.rcos, p->w.rsin, p->fp8, p->blk_w, p->blk_g};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) key_ptr(k, bufs[i]);
     uint64_t sw[sizeof *s / sizeof(uint64_t) + 1] = {0};
     memcpy(sw, s, sizeof *s);

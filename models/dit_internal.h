@@ -310,15 +310,21 @@ struct vf_dit_part {
      * host memory swap_host and stream into a ring of device buffers; `params` holds the
      * rest of the range packed, without the hole [hole, hole + hole_n) (elements from off0)
      * the swapped blocks leave. blk_w is the ring buffer of block blk_cur while it
-     * computes (between dit_swap_enter and dit_swap_leave), else NULL. */
+     * computes (between dit_swap_enter and dit_swap_leave), else NULL. With gradients (a
+     * full fine-tune) `grads` is packed the same way, the hole's gradients live in host
+     * memory swap_ghost, and each ring buffer has a gradient buffer gring[i] beside it:
+     * blk_g is the entered block's in a backward pass, else NULL. */
     int nswap, nring;
     const char *swap_host;
+    char *swap_ghost;
     size_t swap_bytes;              /* bytes of one swapped block (its FP8 bytes with an
                                        FP8 base, else blk_n weights) */
+    size_t swap_gbytes;             /* bytes of one swapped block's gradient (0: none) */
     int64_t hole, hole_n, blk_n;
     void *ring[DIT_SWAP_RING];
+    void *gring[DIT_SWAP_RING];
     void *swapq;
-    char *blk_w;
+    char *blk_w, *blk_g;
     int blk_cur;
     bool swap_bwd;                  /* the pass in flight walks the blocks in reverse */
     int swap_used, swap_issued;     /* uses of the pass entered, copies of it enqueued */
@@ -335,7 +341,8 @@ struct vf_dit_part {
 };
 
 /* Weight / gradient of tensor `idx` (must lie in the partition's range; with block swap
- * a swapped block's tensor only while that block is entered). */
+ * a swapped block's tensor only while that block is entered, its gradient only in a
+ * backward pass). */
 static inline void *dit_w(const vf_dit_part *p, int idx)
 {
     if (p->fp8) { /* the packed rest; an FP8 tensor is reached through dit_fp8_lin_* only
@@ -356,7 +363,16 @@ static inline void *dit_w(const vf_dit_part *p, int idx)
 static inline void *dit_g(const vf_dit_part *p, int idx)
 {
     if (!p->grads) return NULL; /* frozen base (LoRA): no weight gradients */
-    return p->grads + (size_t)(p->l->t[idx].offset - p->off0) * p->pl.gs;
+    int64_t rel = p->l->t[idx].offset - p->off0;
+    if (p->nswap && rel >= p->hole) { /* the swapped blocks: in the ring while entered */
+        if (rel < p->hole + p->hole_n) {
+            VF_ASSERT(p->blk_g);
+            int64_t at = p->hole + (int64_t)(p->blk_cur - (p->pl.b1 - p->nswap)) * p->blk_n;
+            return p->blk_g + (size_t)(rel - at) * p->pl.gs;
+        }
+        rel -= p->hole_n;
+    }
+    return p->grads + (size_t)rel * p->pl.gs;
 }
 /* Offset pointer into a buffer of element size es. */
 static inline void *dit_at(const void *base, int64_t elems, size_t es)

@@ -1,6 +1,6 @@
 /* dit_swap.c — block swap of a DiT partition (dit.h vf_dit_part_set_swap): the last K
- * blocks' frozen weights live in host memory and stream into a ring of device buffers
- * just ahead of the block that needs them. With a frozen base in FP8 (dit_fp8.c) what
+ * blocks' weights live in host memory and stream into a ring of device buffers just
+ * ahead of the block that needs them. With a frozen base in FP8 (dit_fp8.c) what
  * streams is the swapped blocks' FP8 bytes (their linears; the other tensors stay
  * resident), from the base's own host copy.
  *
@@ -12,6 +12,16 @@
  * (swap_wait). So one block computes while the next copies, and a block's weights are
  * the same bytes whichever buffer holds them: the results are those without swap, bit
  * for bit.
+ *
+ * With gradients (a full fine-tune, vf_dit_part_set_swap_grads) a backward use also
+ * brings the block's running gradient in beside its weights (the ring buffer's gradient
+ * half), the block's backward accumulates into it as into the resident buffer, and when
+ * the use is done its gradient goes back to the host copy on the same queue, after the
+ * block's ops and before the buffer's next copy in. The queue runs its copies in order,
+ * so the next micro-batch's backward of that block reads what this one wrote: every
+ * accumulation sees the value it would see without swap (dW = round(dW_prev + Σ)), the
+ * same bits. vf_dit_part_swap_drain waits for the last copies out before the optimizer
+ * reads the host copy.
  */
 #include "models/dit_internal.h"
 
@@ -27,16 +37,35 @@ void vf_dit_swap_split(const vf_dit_layout *l, int b0, int b1, int K, int64_t *h
 
 int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st)
 {
+    return vf_dit_part_set_swap_grads(p, K, host, NULL, st);
+}
+
+/* One ring buffer of `bytes` into *buf, the failure named. */
+static int ring_alloc(vf_dit_part *p, void **buf, size_t bytes, const char *what, vf_status *st)
+{
+    *buf = p->be->alloc(p->be, bytes, st);
+    if (*buf) return 0;
+    vf_status_prefix(st, "dit partition [%d, %d): block swap ring buffer of %lld %s", p->pl.b0, p->pl.b1,
+                     (long long)p->blk_n, what);
+    return st && st->code ? st->code : VF_ENOMEM;
+}
+
+int vf_dit_part_set_swap_grads(vf_dit_part *p, int K, const void *host, void *ghost, vf_status *st)
+{
     int rc = 0;
     int nb = p->pl.nb;
     if (K <= 0 || K >= nb)
         VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): swap_blocks %d must be above 0 and below its %d blocks",
                 p->pl.b0, p->pl.b1, K, nb);
-    if (p->grads)
-        VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): block swap streams weights in only, so it needs a "
-                "frozen base (LoRA)", p->pl.b0, p->pl.b1);
+    if (p->grads && !ghost)
+        VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): block swap of a partition with gradients (a full "
+                "fine-tune) needs the host copy of the swapped blocks' gradients", p->pl.b0, p->pl.b1);
+    if (!p->grads && ghost)
+        VF_FAIL(st, VF_EUSAGE, "dit partition [%d, %d): block swap got a gradient host copy, but the partition "
+                "has no gradients (a frozen base)", p->pl.b0, p->pl.b1);
     vf_dit_swap_split(p->l, p->pl.b0, p->pl.b1, K, &p->hole, &p->hole_n, &p->blk_n);
     p->swap_bytes = (size_t)p->blk_n * p->pl.as;
+    p->swap_gbytes = ghost ? (size_t)p->blk_n * p->pl.gs : 0;
     if (p->fp8) { /* the FP8 base's own host copy of the swapped linears (dit_fp8.c) */
         const vf_dit_fp8 *fb = p->fp8;
         if (!fb->host8 || fb->hole8 != fb->at[dit_tidx_block(p->pl.b1 - K, BT_SQ_W)])
@@ -47,13 +76,8 @@ int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st)
     }
     p->nring = K < DIT_SWAP_RING ? K : DIT_SWAP_RING;
     for (int i = 0; i < p->nring; i++) {
-        p->ring[i] = p->be->alloc(p->be, p->swap_bytes, st);
-        if (!p->ring[i]) {
-            vf_status_prefix(st, "dit partition [%d, %d): block swap ring buffer of %lld weights", p->pl.b0,
-                             p->pl.b1, (long long)p->blk_n);
-            rc = st && st->code ? st->code : VF_ENOMEM;
-            goto fail;
-        }
+        VF_TRY(ring_alloc(p, &p->ring[i], p->swap_bytes, "weights", st));
+        if (ghost) VF_TRY(ring_alloc(p, &p->gring[i], p->swap_gbytes, "gradients", st));
     }
     p->swapq = p->be->swap_new(p->be, p->nring, st);
     if (!p->swapq) {
@@ -61,19 +85,27 @@ int vf_dit_part_set_swap(vf_dit_part *p, int K, const void *host, vf_status *st)
         goto fail;
     }
     p->swap_host = host;
+    p->swap_ghost = ghost;
     p->nswap = K;
-    p->blk_w = NULL;
+    p->blk_w = p->blk_g = NULL;
     return 0;
 fail:
     return rc;
+}
+
+void vf_dit_part_swap_drain(vf_dit_part *p)
+{
+    for (int i = 0; p && p->swapq && i < p->nring; i++) p->be->swap_wait(p->be, p->swapq, i);
 }
 
 /* Frees what vf_dit_part_set_swap made (vf_dit_part_free calls it). */
 void dit_swap_free(vf_dit_part *p)
 {
     if (p->swapq) p->be->swap_free(p->be, p->swapq);
-    for (int i = 0; i < DIT_SWAP_RING; i++)
+    for (int i = 0; i < DIT_SWAP_RING; i++) {
         if (p->ring[i]) p->be->free(p->be, p->ring[i]);
+        if (p->gring[i]) p->be->free(p->be, p->gring[i]);
+    }
     p->swapq = NULL;
     p->nswap = 0;
 }
@@ -91,6 +123,9 @@ static int use_block(const vf_dit_part *p, int j)
     return p->swap_bwd ? p->pl.b1 - 1 - j : first + j;
 }
 
+/* Whether the pass in flight moves gradients: a backward of a partition with them. */
+static bool with_grads(const vf_dit_part *p) { return p->swap_bwd && p->swap_gbytes; }
+
 static void issue(vf_dit_part *p)
 {
     int j = p->swap_issued++;
@@ -98,6 +133,9 @@ static void issue(vf_dit_part *p)
     int64_t k = use_block(p, j) - (p->pl.b1 - p->nswap);
     size_t bytes = p->swap_bytes;
     p->be->swap_in(p->be, p->swapq, slot, p->ring[slot], p->swap_host + (size_t)k * bytes, bytes);
+    if (with_grads(p)) /* the block's gradient so far, which its backward adds to */
+        p->be->swap_in(p->be, p->swapq, slot, p->gring[slot], p->swap_ghost + (size_t)k * p->swap_gbytes,
+                       p->swap_gbytes);
 }
 
 void dit_swap_pass(vf_dit_part *p, bool backward)
@@ -105,7 +143,7 @@ void dit_swap_pass(vf_dit_part *p, bool backward)
     if (!p->nswap) return;
     p->swap_bwd = backward;
     p->swap_used = p->swap_issued = 0;
-    p->blk_w = NULL;
+    p->blk_w = p->blk_g = NULL;
     while (p->swap_issued < p->nring) issue(p);
 }
 
@@ -116,13 +154,20 @@ void dit_swap_enter(vf_dit_part *p, int blk)
     int slot = p->swap_used % p->nring;
     p->be->swap_wait(p->be, p->swapq, slot);
     p->blk_w = p->ring[slot];
+    p->blk_g = with_grads(p) ? p->gring[slot] : NULL;
     p->blk_cur = blk;
 }
 
 void dit_swap_leave(vf_dit_part *p, int blk)
 {
     if (!p->nswap || blk < p->pl.b1 - p->nswap) return;
+    if (with_grads(p)) { /* the block's gradient back to the host, after its backward's ops */
+        int slot = p->swap_used % p->nring;
+        int64_t k = blk - (p->pl.b1 - p->nswap);
+        p->be->swap_in(p->be, p->swapq, slot, p->swap_ghost + (size_t)k * p->swap_gbytes, p->gring[slot],
+                       p->swap_gbytes);
+    }
     p->swap_used++;
-    p->blk_w = NULL;
+    p->blk_w = p->blk_g = NULL;
     if (p->swap_issued < p->nswap) issue(p);
 }

@@ -31,9 +31,10 @@
 -- frozen weights, checkpoints hold lora.safetensors), lora_alpha (the rank), lora_targets
 -- (self_attn.*,cross_attn.*,ffn.*), lora_init (an adapter file to continue from;
 -- docs/TRAINING.md#lora-adapters-on-a-frozen-base), fp8_base (false; with lora_rank: the
--- frozen base's block linears held in FP8, README "FP8 base"), swap_blocks (0; with LoRA:
--- the last K blocks of each partition keep their frozen weights in pinned host memory,
--- streamed in ahead of use; "auto": the smallest K that fits the GPU; README "Block swap"),
+-- frozen base's block linears held in FP8, README "FP8 base"), swap_blocks (0; the last
+-- K blocks of each partition keep their weights in pinned host memory, LoRA its frozen
+-- base and a full fine-tune weights and gradients, streamed in ahead of use; "auto": the
+-- smallest K that fits the GPU; README "Block swap"),
 -- swap_budget (with swap_blocks=auto: the device memory a partition may hold, "20GiB";
 -- default its GPU's budget), offload_activations (false; with recompute:
 -- the block inputs kept for backward wait in pinned host memory; README "Activation

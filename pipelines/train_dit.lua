@@ -47,9 +47,10 @@
 --   lora_init      start the adapters from this LoRA file                  (A random, B zero)
 --   fp8_base       with lora_rank: hold the frozen base's block linears in FP8
 --                  (README "FP8 base") (true/false)                        (false)
---   swap_blocks    with LoRA: the last K blocks of each partition keep their frozen
---                  weights in host memory, streamed in ahead of use; "auto": the smallest
---                  K with which each partition fits its budget             (0)
+--   swap_blocks    the last K blocks of each partition keep their weights (LoRA: the
+--                  frozen base; else weights and gradients) in host memory, streamed in
+--                  ahead of use; "auto": the smallest K with which each partition fits
+--                  its budget                                              (0)
 --   swap_budget    with swap_blocks=auto: the device memory a partition may hold
 --                  ("12GiB"); the CPU backend needs it            (its device's budget)
 --   offload_activations  with recompute: the block inputs kept for backward wait in

@@ -7,6 +7,10 @@
  * makes the compute stream wait for that event: the host never blocks, and a copy runs
  * while the compute stream works on the ops between swap_in and swap_wait. Both enqueue
  * under the backend's lock, so neither lands inside another thread's recorded unit.
+ * A copy out (a full fine-tune's swapped block's gradient back to the host after its
+ * backward, models/dit_swap.c) is the same call the other way: it starts after the
+ * block's ops, and the copy stream runs in order, so the slot's next copy in overwrites
+ * the ring buffer only after that copy out has ended.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -23,6 +23,12 @@
  * the shard as a copy (across nodes) is read as it is, and the weights of such a piece go
  * back as data in the reply: the one case where the exchange holds whole pieces, counted
  * by the plan on those edges.
+ * A partition that swaps blocks in a full fine-tune lends a piece as up to two views of
+ * each kind: "g" / "w" of the elements resident on its device and "gh" / "wh" of those
+ * of its swapped blocks, which live in its host memory (dit_xchg.c). seg_of maps a piece
+ * element to the view that holds it; every pass walks a piece in runs that stay inside
+ * one view, reads and writes those in place or through the chunk buffers as it would a
+ * piece of one view, and the order of the values is the piece's: the same bits.
  * Elementwise ops over the same values in the same order: the weights are bitwise those
  * of one buffer per slice, for any P, S and D.
  */
@@ -143,7 +149,10 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
     size_t es = vf_dtype_size(t->dtype);
     const char *src = (const char *)t->data + (size_t)off * es;
     bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
-    if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
+    if (host_t && host_be && t->dtype != dt && dt == VF_DTYPE_F32) {
+        /* host bf16 (a GPU partition's swapped blocks) to an f32 host shard */
+        vf_backend_cpu()->download(vf_backend_cpu(), dst, src, n, t->dtype);
+    } else if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
         if (t->dtype != dt) goto bad;
         be->copy(be, dst, src, (size_t)n * es);
     } else if (host_be) { /* device -> host: as it is (a bf16 host shard), or to f32 */
@@ -154,6 +163,8 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
         else goto bad;
         int rc = pinned_done(x, bt, st);
         if (rc) return rc;
+    } else if (t->dtype == dt) { /* host -> device as it is (a partition's swapped blocks) */
+        be->copy(be, dst, src, (size_t)n * es);
     } else { /* host f32 -> device */
         if (t->dtype != VF_DTYPE_F32) goto bad;
         be->upload(be, dst, (const float *)src, n, dt);
@@ -172,7 +183,10 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
     size_t es = vf_dtype_size(t->dtype);
     char *dst = (char *)t->data + (size_t)off * es;
     bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
-    if (host_t == host_be) {
+    if (host_t && host_be && t->dtype != dt && dt == VF_DTYPE_F32) {
+        /* an f32 host shard's weights into a GPU partition's swapped blocks (host bf16) */
+        vf_backend_cpu()->upload(vf_backend_cpu(), dst, src, n, t->dtype);
+    } else if (host_t == host_be) {
         if (t->dtype != dt) goto bad;
         be->copy(be, dst, src, (size_t)n * es);
     } else if (host_be) { /* host -> device: as it is (a bf16 host shard), or from f32 */
@@ -183,6 +197,8 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
         else goto bad;
         int rc = pinned_done(x, bt, st);
         if (rc) return rc;
+    } else if (t->dtype == dt) { /* device -> host as it is (a partition's swapped blocks) */
+        be->copy(be, dst, src, (size_t)n * es);
     } else { /* device -> host f32 */
         if (t->dtype != VF_DTYPE_F32) goto bad;
         be->download(be, (float *)dst, src, n, dt);
@@ -200,6 +216,51 @@ static double num_or(const vf_item *it, const char *k, double def)
 {
     double v;
     return vf_item_num(it, k, &v) == 0 ? v : def;
+}
+
+/* ------------------------------------------------------------------ views of a piece */
+
+/* Where element e of a piece of n elements lies: in view t (NULL: the item has no view of
+ * that kind, the weights not lent) at its element `at`, and `run` elements from e on lie
+ * there in a row. */
+typedef struct seg {
+    vf_tensor *t;
+    int64_t at, run;
+} seg;
+
+/* The gradients' (grad) or weights' view of item it holding piece element e: "g" / "w",
+ * or "gh" / "wh" for the piece elements [hole, hole + its numel) of a partition's swapped
+ * blocks. */
+static seg seg_of(const vf_item *it, bool grad, int64_t e, int64_t n)
+{
+    vf_tensor *r = vf_item_get(it, grad ? "g" : "w"), *h = vf_item_get(it, grad ? "gh" : "wh");
+    if (!h) return (seg){r, e, n - e};
+    int64_t a = (int64_t)num_or(it, "hole", 0), hn = vf_tensor_numel(h);
+    if (e < a) return (seg){r, e, a - e};
+    if (e < a + hn) return (seg){h, e - a, a + hn - e};
+    return (seg){r, e - hn, n - e};
+}
+
+/* Whether item it lends n elements of a kind as its views: their sizes add up to n and
+ * the swapped blocks' part lies inside the piece. */
+static bool lent_whole(const vf_item *it, bool grad, int64_t n)
+{
+    vf_tensor *r = vf_item_get(it, grad ? "g" : "w"), *h = vf_item_get(it, grad ? "gh" : "wh");
+    int64_t a = (int64_t)num_or(it, "hole", 0), hn = h ? vf_tensor_numel(h) : 0;
+    return (r ? vf_tensor_numel(r) : 0) + hn == n && (!h || (a >= 0 && a + hn <= n));
+}
+
+/* Whether the weights of piece q go back as data: a replica's item has no weights view
+ * it can write into for part of it (not lent, or crossed as a copy); the data then holds
+ * the whole piece, which the partition copies in whole. */
+static bool piece_copied(const vf_adamw_xchg *x, int q)
+{
+    for (int r = 0; r < x->g->D; r++) {
+        const vf_item *it = x->got[q * x->g->D + r];
+        vf_tensor *w = vf_item_get(it, "w"), *wh = vf_item_get(it, "wh");
+        if ((!w && !wh) || (w && !vf_tensor_is_view(w)) || (wh && !vf_tensor_is_view(wh))) return true;
+    }
+    return false;
 }
 
 int vf_adamw_xchg_recv(vf_adamw_xchg *x, vf_stage *s, vf_ctx *ctx, int64_t step, vf_status *st)
@@ -231,11 +292,11 @@ int vf_adamw_xchg_recv(vf_adamw_xchg *x, vf_stage *s, vf_ctx *ctx, int64_t step,
         have++;
         int64_t off, n;
         piece(x, q, &off, &n);
-        vf_tensor *gt = vf_item_get(it, "g"), *wt = vf_item_get(it, "w");
+        bool with_w = vf_item_get(it, "w") || vf_item_get(it, "wh");
         int64_t ioff = (int64_t)num_or(it, "off", -1), in_n = (int64_t)num_or(it, "n", -1);
         bool bad = ioff != off && n > 0;
-        bad = bad || in_n != n || (n > 0 && step >= 0 && (!gt || vf_tensor_numel(gt) != n));
-        bad = bad || (n > 0 && wt && vf_tensor_numel(wt) != n) || (n > 0 && step < 0 && !wt);
+        bad = bad || in_n != n || (n > 0 && step >= 0 && !lent_whole(it, true, n));
+        bad = bad || (n > 0 && with_w && !lent_whole(it, false, n)) || (n > 0 && step < 0 && !with_w);
         if (bad)
             return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                                  "adamw %s: partition %d (replica %d) lent elements [%lld, +%lld), expected [%lld, +%lld)",
@@ -246,23 +307,42 @@ int vf_adamw_xchg_recv(vf_adamw_xchg *x, vf_stage *s, vf_ctx *ctx, int64_t step,
 
 /* ------------------------------------------------------------------ replicas, norm */
 
-/* Adds elements [at, at + n) of one replica's gradient view t into dst (this shard's
- * memory): in place where the shard reads t directly, else through R, a chunk at a time. */
-static int add_replica(vf_adamw_xchg *x, void *dst, vf_tensor *t, int64_t at, int64_t n, vf_status *st)
+/* Adds piece elements [at, at + n) of one replica's gradient (item it, a piece of pn
+ * elements) into dst (this shard's memory): in place where the shard reads a view
+ * directly, else through R, a chunk at a time. */
+static int add_replica(vf_adamw_xchg *x, void *dst, const vf_item *it, int64_t pn, int64_t at, int64_t n,
+                       vf_status *st)
 {
     int rc = 0;
-    if (direct(x, t, x->grad)) {
-        x->be->axpy(x->be, dst, (const char *)t->data + (size_t)at * x->gs, 1.0f, n);
-        return 0;
-    }
-    VF_TRY(ensure(x, &x->R, x->gs, st));
-    for (int64_t c = 0; c < n; c += x->cap) {
-        int64_t l = n - c < x->cap ? n - c : x->cap;
-        VF_TRY(xin(x, x->R, x->grad, t, at + c, l, st));
-        x->be->axpy(x->be, (char *)dst + (size_t)c * x->gs, x->R, 1.0f, l);
+    for (int64_t c = 0; c < n;) {
+        seg s = seg_of(it, true, at + c, pn);
+        int64_t l = n - c < s.run ? n - c : s.run;
+        char *d = (char *)dst + (size_t)c * x->gs;
+        if (direct(x, s.t, x->grad)) {
+            x->be->axpy(x->be, d, (const char *)s.t->data + (size_t)s.at * x->gs, 1.0f, l);
+        } else {
+            VF_TRY(ensure(x, &x->R, x->gs, st));
+            for (int64_t k = 0; k < l; k += x->cap) {
+                int64_t m = l - k < x->cap ? l - k : x->cap;
+                VF_TRY(xin(x, x->R, x->grad, s.t, s.at + k, m, st));
+                x->be->axpy(x->be, d + (size_t)k * x->gs, x->R, 1.0f, m);
+            }
+        }
+        c += l;
     }
 fail:
     return rc;
+}
+
+/* Whether the shard reads every gradient view of item it (a piece of n) in place. */
+static bool all_direct(const vf_adamw_xchg *x, const vf_item *it, int64_t n)
+{
+    for (int64_t e = 0; e < n;) {
+        seg s = seg_of(it, true, e, n);
+        if (!direct(x, s.t, x->grad)) return false;
+        e += s.run;
+    }
+    return n > 0;
 }
 
 int vf_adamw_xchg_sum(vf_adamw_xchg *x, vf_status *st)
@@ -272,10 +352,15 @@ int vf_adamw_xchg_sum(vf_adamw_xchg *x, vf_status *st)
     for (int q = 0; q < g->P; q++) {
         int64_t off, n;
         piece(x, q, &off, &n);
-        vf_tensor *base = n > 0 ? vf_item_get(item_of(x, q, 0), "g") : NULL;
+        const vf_item *it0 = item_of(x, q, 0);
         x->summed[q] = g->D == 1;
-        if (g->D == 1 || !direct(x, base, x->grad)) continue; /* summed chunk by chunk where read */
-        for (int r = 1; r < g->D; r++) VF_TRY(add_replica(x, base->data, vf_item_get(item_of(x, q, r), "g"), 0, n, st));
+        if (g->D == 1 || !all_direct(x, it0, n)) continue; /* summed chunk by chunk where read */
+        for (int64_t e = 0; e < n;) { /* into replica 0's views, each in place */
+            seg s = seg_of(it0, true, e, n);
+            for (int r = 1; r < g->D; r++)
+                VF_TRY(add_replica(x, (char *)s.t->data + (size_t)s.at * x->gs, item_of(x, q, r), n, e, s.run, st));
+            e += s.run;
+        }
         x->summed[q] = true;
     }
 fail:
@@ -292,9 +377,9 @@ static int gather(vf_adamw_xchg *x, int64_t a, int64_t len, const void **out, vf
         int64_t off, n;
         piece(x, q, &off, &n);
         if (a < off || a + len > off + n || !x->summed[q]) continue;
-        vf_tensor *t = vf_item_get(item_of(x, q, 0), "g");
-        if (!direct(x, t, x->grad)) break;
-        *out = (const char *)t->data + (size_t)(a - off) * x->gs;
+        seg s = seg_of(item_of(x, q, 0), true, a - off, n);
+        if (!direct(x, s.t, x->grad) || len > s.run) break;
+        *out = (const char *)s.t->data + (size_t)s.at * x->gs;
         return 0;
     }
     VF_TRY(ensure(x, &x->G, x->gs, st));
@@ -307,10 +392,12 @@ static int gather(vf_adamw_xchg *x, int64_t a, int64_t len, const void **out, vf
         }
         if (q == g->P) VF_FAIL(st, VF_EINVAL, "adamw: element %lld of the slice is in no partition's piece", (long long)pos);
         int64_t l = (a + len < off + n ? a + len : off + n) - pos;
+        seg s = seg_of(item_of(x, q, 0), true, pos - off, n);
+        l = l < s.run ? l : s.run;
         char *dst = (char *)x->G + (size_t)(pos - a) * x->gs;
-        VF_TRY(xin(x, dst, x->grad, vf_item_get(item_of(x, q, 0), "g"), pos - off, l, st));
+        VF_TRY(xin(x, dst, x->grad, s.t, s.at, l, st));
         for (int r = 1; r < g->D && !x->summed[q]; r++)
-            VF_TRY(add_replica(x, dst, vf_item_get(item_of(x, q, r), "g"), pos - off, l, st));
+            VF_TRY(add_replica(x, dst, item_of(x, q, r), n, pos - off, l, st));
         pos += l;
     }
     *out = x->G;
@@ -352,14 +439,13 @@ static int spread(vf_adamw_xchg *x, int q, int64_t c, const void *src, int64_t l
     int rc = 0;
     int64_t off, n;
     piece(x, q, &off, &n);
-    for (int r = 0; r < g->D; r++) {
-        vf_tensor *t = vf_item_get(item_of(x, q, r), "w");
-        if (r == 0 && src_is_view0) continue;
-        if (t && vf_tensor_is_view(t)) {
-            VF_TRY(xout(x, t, c, src, x->act, l, st));
-            continue;
-        }
-        VF_TRY(reply_buf(x, q, n, st)); /* the views crossed as copies (across nodes): the reply brings them */
+    for (int r = 0; r < g->D; r++) { /* [c, c + l) lies in one view of each (the caller's runs) */
+        seg s = seg_of(item_of(x, q, r), false, c, n);
+        if ((r == 0 && src_is_view0) || !s.t || !vf_tensor_is_view(s.t)) continue;
+        VF_TRY(xout(x, s.t, s.at, src, x->act, l, st));
+    }
+    if (piece_copied(x, q)) { /* the views crossed as copies (across nodes): the reply brings them */
+        VF_TRY(reply_buf(x, q, n, st));
         x->be->copy(x->be, (char *)x->wdata[q]->data + (size_t)c * x->as, src, (size_t)l * x->as);
         x->moved += l * (int64_t)x->as;
     }
@@ -379,19 +465,19 @@ int vf_adamw_xchg_update(vf_adamw_xchg *x, float *master, float *m, float *v, co
     for (int q = 0; q < g->P; q++) {
         int64_t off, n;
         piece(x, q, &off, &n);
-        vf_tensor *w0 = n > 0 ? vf_item_get(item_of(x, q, 0), "w") : NULL;
-        bool in_place = w0 && vf_tensor_is_view(w0) && direct(x, w0, x->act);
-        /* in place: a piece at once; through the chunk buffers: a chunk at a time */
+        const vf_item *it0 = n > 0 ? item_of(x, q, 0) : NULL;
+        /* in place: a view at once; through the chunk buffers: a chunk at a time */
         for (int64_t c = 0; c < n;) {
-            int64_t l = n - c;
+            seg w0 = seg_of(it0, false, c, n), g0 = seg_of(it0, true, c, n);
+            bool in_place = w0.t && vf_tensor_is_view(w0.t) && direct(x, w0.t, x->act);
+            int64_t l = w0.run < g0.run ? w0.run : g0.run;
             const void *gp = NULL;
-            if (!in_place || !x->summed[q] || !direct(x, vf_item_get(item_of(x, q, 0), "g"), x->grad))
-                l = l < x->cap ? l : x->cap;
+            if (!in_place || !x->summed[q] || !direct(x, g0.t, x->grad)) l = l < x->cap ? l : x->cap;
             VF_TRY(gather(x, off + c, l, &gp, st));
             size_t at = (size_t)(off + c - g->lo);
             void *wp;
             if (in_place) {
-                wp = (char *)w0->data + (size_t)c * x->as;
+                wp = (char *)w0.t->data + (size_t)w0.at * x->as;
             } else {
                 VF_TRY(ensure(x, &x->W, x->as, st));
                 wp = x->W;
@@ -419,19 +505,22 @@ int vf_adamw_xchg_put(vf_adamw_xchg *x, const float *host, int64_t a, int64_t cn
         if (b1 <= b0) continue;
         int64_t c = b0 - off, l = b1 - b0;
         const float *src = host + (b0 - lo);
-        bool spread_done = false;
         for (int r = 0; r < g->D; r++) {
-            vf_tensor *t = vf_item_get(item_of(x, q, r), "w");
-            if (t && vf_tensor_is_view(t)) {
-                vf_backend *bt = t->device.kind == VF_DEV_CPU ? vf_backend_cpu() : backend_of(x, t->device, st);
-                if (!bt) return st && st->code ? st->code : VF_EINVAL;
-                bt->upload(bt, (char *)t->data + (size_t)c * vf_dtype_size(t->dtype), src, l, t->dtype);
-                continue;
+            for (int64_t e = c; e < c + l;) { /* each view's run of [c, c + l) */
+                seg s = seg_of(item_of(x, q, r), false, e, n);
+                int64_t m = c + l - e < s.run ? c + l - e : s.run;
+                if (s.t && vf_tensor_is_view(s.t)) {
+                    vf_backend *bt = s.t->device.kind == VF_DEV_CPU ? vf_backend_cpu() : backend_of(x, s.t->device, st);
+                    if (!bt) return st && st->code ? st->code : VF_EINVAL;
+                    bt->upload(bt, (char *)s.t->data + (size_t)s.at * vf_dtype_size(s.t->dtype), src + (e - c), m,
+                               s.t->dtype);
+                }
+                e += m;
             }
-            if (spread_done) continue;
+        }
+        if (piece_copied(x, q)) {
             if ((rc = reply_buf(x, q, n, st)) < 0) return rc;
             x->be->upload(x->be, (char *)x->wdata[q]->data + (size_t)c * x->as, src, l, x->act);
-            spread_done = true;
         }
     }
     return rc;

@@ -81,8 +81,9 @@ static const vf_param_spec dit_params[] = {
      "with LoRA: \"fp8\" holds the frozen base's block linears in FP8 E4M3 with a scale per tensor; "
      "\"\" = the model's dtype"},
     {"swap_blocks", VF_P_INT, "0", VF_RANGE(0, 4096),
-     "with LoRA: the last K blocks of the partition keep their base weights in pinned host memory, "
-     "streamed in ahead of use (below the partition's blocks); \"auto\": the smallest K with which the "
+     "the last K blocks of the partition keep their weights in pinned host memory (LoRA: the frozen base; "
+     "a full fine-tune: weights and gradients, which go back after each block's backward), streamed in "
+     "ahead of use (below the partition's blocks); \"auto\": the smallest K with which the "
      "partition fits its budget, resolved by `vflow plan` and `vflow run` before the run starts", "auto"},
     {"swap_budget", VF_P_STR, "\"\"", VF_ANY,
      "with swap_blocks \"auto\": the device memory the partition may hold (\"12GiB\"; what it declares on its "
@@ -170,8 +171,7 @@ static int pgeo_init(const vf_params *prm, pgeo *g, vf_status *st)
     VF_TRY(vf_dit_base_dtype(prm, g->lora != NULL, &g->fp8, st));
     if (g->p >= g->P) VF_FAIL(st, VF_EUSAGE, "dit: stage %d is not below the %d partitions of splits", g->p, g->P);
     VF_TRY(vf_dit_sp_rank_check(&g->cfg, (int)vf_param_int(prm, "sp"), (int)vf_param_int(prm, "sp_rank"), st));
-    VF_TRY(vf_dit_swap_param(prm, g->lora != NULL, g->p, g->splits[g->p], g->splits[g->p + 1], &g->swap,
-                             &g->swap_auto, st));
+    VF_TRY(vf_dit_swap_param(prm, g->p, g->splits[g->p], g->splits[g->p + 1], &g->swap, &g->swap_auto, st));
     g->offload = vf_param_bool(prm, "offload_activations");
     VF_TRY(vf_dit_offload_check(g->offload, dit_recompute_of(prm), g->p, st));
     vf_dit_layout_range(g->l, g->splits[g->p], g->splits[g->p + 1], &g->boff, &g->bn);
@@ -342,16 +342,19 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
         int64_t hole = 0, hole_n = 0, blk_n = 0;
         if (g.swap) vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &hole, &hole_n, &blk_n);
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "frozen base weights", (int64_t)as * (g.bn - hole_n));
-        vf_dit_swap_plan(out, dev, g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, as);
+        vf_dit_swap_plan(out, dev, g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, as, 0);
     }
     if (g.lora) { /* gradients for the adapters only */
         vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "LoRA adapters (lent to the shards)", (int64_t)as * g.n);
         vf_mem_plan_add(out, dev, VF_MEM_GRADS, "LoRA gradients (lent to the shards)", (int64_t)gs * g.n);
         vf_mem_plan_add(out, cpu, VF_MEM_OTHER, "base loading: its largest tensor (f32 staging)",
                         4 * vf_dit_largest_in(g.l, g.boff, g.bn));
-    } else {
-        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights (lent to the shards)", (int64_t)as * g.n);
-        vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradients (lent to the shards)", (int64_t)gs * g.n);
+    } else { /* with block swap the swapped blocks' weights and gradients on the host */
+        int64_t hole = 0, hole_n = 0, blk_n = 0;
+        if (g.swap) vf_dit_swap_split(g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, &hole, &hole_n, &blk_n);
+        vf_mem_plan_add(out, dev, VF_MEM_WEIGHTS, "weights (lent to the shards)", (int64_t)as * (g.n - hole_n));
+        vf_mem_plan_add(out, dev, VF_MEM_GRADS, "gradients (lent to the shards)", (int64_t)gs * (g.n - hole_n));
+        vf_dit_swap_plan(out, dev, g.l, g.splits[g.p], g.splits[g.p + 1], g.swap, as, gs);
     }
     vf_mem_plan_params(out, dev, g.lora ? g.bn : g.n);
     /* the pools behind sent items allocate only when none has come back, so what they
@@ -495,10 +498,12 @@ static int dit_init(vf_stage *s, const vf_params *prm, vf_status *st)
         snprintf(h->peak_dev, sizeof h->peak_dev, "%s/%s", host, dev);
     }
     h->as = vf_dtype_size(h->act), h->gs = vf_dtype_size(h->grad);
-    h->params = h->be->alloc_shared(h->be, h->as * (size_t)(h->n ? h->n : 1), st);
-    h->grads = h->params ? h->be->alloc_shared(h->be, h->gs * (size_t)(h->n ? h->n : 1), st) : NULL;
+    int64_t lent = vf_dit_swap_lent_n(h);
+    h->params = h->be->alloc_shared(h->be, h->as * (size_t)(lent ? lent : 1), st);
+    h->grads = h->params ? h->be->alloc_shared(h->be, h->gs * (size_t)(lent ? lent : 1), st) : NULL;
     if (!h->grads) VF_FAIL(st, st && st->code ? st->code : VF_ENOMEM, "%s: no memory for %lld weights",
-                           vf_stage_name(s), (long long)h->n);
+                           vf_stage_name(s), (long long)lent);
+    if (!h->lora && h->swap) VF_TRY(vf_dit_swap_host_alloc(s, h, st));
     if (h->lora && g.fp8) VF_TRY(vf_dit_base_fp8_load(s, h, prm, st));
     else if (h->lora) VF_TRY(load_base(s, h, prm, st));
 fail:
@@ -514,7 +519,8 @@ static void dit_fini(vf_stage *s)
     if (h->be && h->grads) h->be->free_shared(h->be, h->grads);
     if (h->be && h->base) h->be->free(h->be, h->base);
     vf_dit_fp8_free(h->fp8);
-    if (h->be && h->swap_host) h->be->free_pinned(h->be, h->swap_host);
+    if (h->lora && h->be && h->swap_host) h->be->free_pinned(h->be, h->swap_host);
+    else vf_dit_swap_host_free(h);
     vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
     free(h->route_j);
@@ -650,7 +656,8 @@ static const vf_knob_spec dit_knobs[] = {
     {.name = "micro_batches", .param = "micro_batches", .arg = "micro_batches", .arg_only = true,
      .move = VF_KNOB_DOUBLE, .max = 4096, .max_factor = 64, .rank = 20},
     {.name = "swap_blocks", .param = "swap_blocks", .arg = "swap_blocks", .move = VF_KNOB_STEP, .max = 64,
-     .rank = 25, .note = "base weights of K blocks a partition in pinned host memory, streamed in ahead of use",
+     .rank = 25, .note = "weights (a full fine-tune's gradients too) of K blocks a partition in pinned host memory, streamed in "
+             "ahead of use",
      .auto_value = true, .auto_budget = "swap_budget"},
     {.name = "offload_activations", .param = "offload_activations", .arg = "offload_activations",
      .move = VF_KNOB_SET, .value = "true", .rank = 27,

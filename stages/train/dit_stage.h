@@ -42,7 +42,12 @@ typedef struct dit_part_state {
                                                 block linears in FP8 (base then NULL) */
     int swap;                                /* swap_blocks K: the last K blocks' base in swap_host */
     bool offload;                            /* offload_activations */
-    void *swap_host;                         /* pinned host memory (be->alloc_pinned) of those blocks */
+    void *swap_host;                         /* pinned host memory (be->alloc_pinned) of those blocks;
+                                                in a full fine-tune their weights, lent to the
+                                                shards beside params (dit_xchg.c) */
+    void *swap_ghost;                        /* in a full fine-tune: those blocks' gradients on the
+                                                host, lent beside grads (NULL with LoRA) */
+    bool swap_shared;                        /* swap_host and swap_ghost are vf_alloc_shared's */
     int64_t swap_hole, swap_hole_n;          /* their elements, relative to boff */
     int64_t slo[VF_TRAIN_MAX_SHARDS], shi[VF_TRAIN_MAX_SHARDS];
     int64_t steps;
@@ -52,7 +57,8 @@ typedef struct dit_part_state {
     char ckpt_dir[4096];
 
     /* buffers: weights and gradients of the trainable range (backend shared memory: the
-     * shards reach them through views, dit_xchg.c) */
+     * shards reach them through views, dit_xchg.c); in a full fine-tune with block swap
+     * without the swapped blocks' hole, which swap_host and swap_ghost hold */
     void *params, *grads;
     bool lend_w[VF_TRAIN_MAX_SHARDS];        /* shard k writes its weights in place (else it
                                                 replies with them as data) */
@@ -201,23 +207,23 @@ void vf_dit_base_fp8_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *
                           int b1, int swap, size_t as);
 int vf_dit_base_fp8_load(vf_stage *s, dit_part_state *h, const vf_params *prm, vf_status *st);
 /* Block swap (dit_swap.c). check: swap_blocks K of partition p (blocks [b0, b1)) is
- * usable: 0, or with LoRA and below the blocks (VF_EUSAGE naming both numbers). plan: its
- * lines in the stage's memory plan (ring on the device, swapped blocks on the host).
- * resident: base elements that stay on the device. dst: where the base element at rel
- * (from boff) is loaded, in swap_host (*host true) or in base. */
-int vf_dit_swap_check(int K, bool lora, int p, int b0, int b1, vf_status *st);
-/* The swap_blocks param: *K (0 while it is "auto", *is_auto then), checked as above; "auto"
- * needs LoRA too. */
-int vf_dit_swap_param(const vf_params *prm, bool lora, int p, int b0, int b1, int *K, bool *is_auto,
-                      vf_status *st);
+ * usable: 0, or below the blocks (VF_EUSAGE naming both numbers). plan: its lines in the
+ * stage's memory plan (ring on the device, swapped blocks on the host). resident: base
+ * elements that stay on the device. dst: where the base element at rel (from boff) is
+ * loaded, in swap_host (*host true) or in base. */
+int vf_dit_swap_check(int K, int p, int b0, int b1, vf_status *st);
+/* The swap_blocks param: *K (0 while it is "auto", *is_auto then), checked as above. */
+int vf_dit_swap_param(const vf_params *prm, int p, int b0, int b1, int *K, bool *is_auto, vf_status *st);
 /* dit_offload.c: offload_activations refused without recompute (VF_EUSAGE naming the
  * partition); its plan lines for nsv saved stores of a rank of sp, returning the bytes of
  * one saved store on the device (what replaces vf_dit_mem.saved). */
 int vf_dit_offload_check(bool offload, int recompute, int p, vf_status *st);
 int64_t vf_dit_offload_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int b0, int b1,
                             const vf_dit_dims *max, int sp, int recompute, size_t as, size_t gs, int nsv);
+/* gs: 0 for a frozen base (its weights only), else the gradients' element size (a full
+ * fine-tune: the ring and the host copy hold each swapped block's gradient too). */
 void vf_dit_swap_plan(vf_mem_plan *out, vf_device dev, const vf_dit_layout *l, int b0, int b1, int K,
-                      size_t as);
+                      size_t as, size_t gs);
 /* Sequence parallelism in the plan (dit_sp_plan.c), for sp = N ranks of the partition: the
  * lines SP adds to one rank's (the attention's heads-layout scratch, the all-to-all's
  * buffers, the cuDNN workspace of H/N heads over every token), given the whole sequence's
@@ -242,6 +248,23 @@ void vf_dit_sp_target_port(vf_port_spec *ps, const vf_dit_config *c, const vf_di
 const float *vf_dit_sp_rank_target(dit_part_state *h, const vf_dit_dims *d, int64_t *n);
 int64_t vf_dit_swap_resident(const dit_part_state *h);
 void *vf_dit_swap_dst(const dit_part_state *h, int64_t rel, bool *host);
+/* A full fine-tune with block swap (h->swap, no LoRA): the host copies of the swapped
+ * blocks' weights and gradients (swap_host, swap_ghost), memory the shards in other
+ * processes map on the CPU backend, page-locked on a GPU's; VF_ENOMEM naming the stage.
+ * free: what alloc made (either kind; NULL ones fine). */
+int vf_dit_swap_host_alloc(vf_stage *s, dit_part_state *h, vf_status *st);
+void vf_dit_swap_host_free(dit_part_state *h);
+/* Elements of the trainable range that params and grads hold: the range, less the
+ * swapped blocks in a full fine-tune. */
+int64_t vf_dit_swap_lent_n(const dit_part_state *h);
+/* Zeroes the step's gradients: the resident ones and the swapped blocks' host copy. */
+void vf_dit_swap_zero_grads(dit_part_state *h);
+/* The piece [off, off + n) of the trainable range split at the swapped blocks' host copy
+ * (a full fine-tune): *hn of its elements lie there, from piece element *ha on, which are
+ * elements [*hp, *hp + *hn) of swap_host / swap_ghost; the other n − *hn are elements
+ * [*rp, *rp + n − *hn) of params / grads. *hn = 0 (and *ha = *hp = 0) without them. */
+void vf_dit_swap_piece(const dit_part_state *h, int64_t off, int64_t n, int64_t *rp, int64_t *ha, int64_t *hn,
+                       int64_t *hp);
 /* metrics: a "swap" row of the partition's copy totals after `step` (nothing without swap). */
 void vf_dit_swap_metrics(vf_ctx *ctx, const dit_part_state *h, int64_t step);
 

@@ -71,7 +71,7 @@ int vf_dit_stage_setup(dit_part_state *h, const vf_dit_dims *max, vf_status *st)
                               h->lora ? h->base : h->params, h->lora ? NULL : h->grads, &h->part, st));
     if (h->lora) VF_TRY(vf_dit_part_set_lora(h->part, h->lora, h->params, h->grads, st));
     if (h->fp8) VF_TRY(vf_dit_part_set_fp8(h->part, h->fp8, st));
-    if (h->swap) VF_TRY(vf_dit_part_set_swap(h->part, h->swap, h->swap_host, st));
+    if (h->swap) VF_TRY(vf_dit_part_set_swap_grads(h->part, h->swap, h->swap_host, h->swap_ghost, st));
     if (h->offload) VF_TRY(vf_dit_part_set_offload(h->part, st));
     VF_TRY(vf_dit_sp_rank_open(h, max, st));
     h->ops = calloc((size_t)(2 * h->M), sizeof *h->ops);
@@ -460,7 +460,7 @@ int vf_dit_stage_step(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t step,
     }
     mi = calloc((size_t)h->M, sizeof *mi);
     if (!mi) VF_FAIL(st, VF_ENOMEM, "%s: out of memory", name);
-    be->memset0(be, h->grads, h->gs * (size_t)h->n);
+    vf_dit_swap_zero_grads(h);
 
     int nops = 2 * h->M;
     for (int k = 0; k < nops; k++) {

@@ -19,27 +19,64 @@
  * Where the views reach the shard as copies (across nodes), the shard's reply brings the
  * weights as data ("w"), copied into the weights here; from then on that shard gets no
  * "w" view (it would only cross as bytes for nothing).
+ * With block swap in a full fine-tune the swapped blocks' weights and gradients live in
+ * host memory (swap_host, swap_ghost) and params / grads hold the rest of the range
+ * packed. A piece that overlaps the swapped blocks is lent as two views of each kind:
+ * "w" / "g" of its resident elements (contiguous in the packed buffers) and "wh" / "gh"
+ * of those in the host copies, which begin at piece element "hole". The shards update
+ * the host copy in place like the resident part, and the next step's forward streams
+ * the swapped blocks in from it: no other copy of those weights exists to go stale.
+ * Before the views go out, the gradients' last copies back to the host have landed
+ * (vf_dit_part_swap_drain, then the sync).
  */
 #include "stages/train/dit_stage.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* Views of [off, off + n) of the weights (with_w) and gradients (with_g) into it. */
+/* A view of n elements at element `at` of buf (element size es) as `key` of it. */
+static int put_view(vf_item *it, const char *key, vf_dtype dt, size_t es, vf_device dev, void *buf, int64_t at,
+                    int64_t n, vf_status *st)
+{
+    vf_tensor *t = vf_tensor_view(dt, 1, &n, dev, (char *)buf + (size_t)at * es, st);
+    if (!t) return st && st->code ? st->code : VF_ENOMEM;
+    return vf_item_put(it, key, t, st);
+}
+
+/* Views of [off, off + n) of the weights (with_w) and gradients (with_g) into it: the
+ * resident elements as "w" / "g", the swapped blocks' ones as "wh" / "gh" from piece
+ * element "hole" on (dit_swap.c vf_dit_swap_piece). */
 static int put_views(dit_part_state *h, vf_item *it, int64_t off, int64_t n, bool with_w, bool with_g,
                      vf_status *st)
 {
     int rc = 0;
-    vf_device dev = h->be->device;
-    if (with_w) {
-        vf_tensor *w = vf_tensor_view(h->act, 1, &n, dev, (char *)h->params + (size_t)(off - h->off) * h->as, st);
-        if (!w || (rc = vf_item_put(it, "w", w, st)) < 0) return w ? rc : VF_ENOMEM;
-    }
-    if (with_g) {
-        vf_tensor *g = vf_tensor_view(h->grad, 1, &n, dev, (char *)h->grads + (size_t)(off - h->off) * h->gs, st);
-        if (!g || (rc = vf_item_put(it, "g", g, st)) < 0) return g ? rc : VF_ENOMEM;
-    }
-    return 0;
+    vf_device dev = h->be->device, cpu = {VF_DEV_CPU, 0};
+    int64_t rp, ha, hn, hp;
+    vf_dit_swap_piece(h, off, n, &rp, &ha, &hn, &hp);
+    if (with_w && n > hn) VF_TRY(put_view(it, "w", h->act, h->as, dev, h->params, rp, n - hn, st));
+    if (with_g && n > hn) VF_TRY(put_view(it, "g", h->grad, h->gs, dev, h->grads, rp, n - hn, st));
+    if (hn == 0) return 0;
+    if (with_w) VF_TRY(put_view(it, "wh", h->act, h->as, cpu, h->swap_host, hp, hn, st));
+    if (with_g) VF_TRY(put_view(it, "gh", h->grad, h->gs, cpu, h->swap_ghost, hp, hn, st));
+    if (with_w || with_g) VF_TRY(vf_item_set_num(it, "hole", (double)ha, st));
+fail:
+    return rc;
+}
+
+/* The weights of [off, off + n) that came back as data (w, the piece whole) into the
+ * resident buffer and the swapped blocks' host copy. */
+static int weights_in(dit_part_state *h, const vf_tensor *w, int64_t off, int64_t n, vf_status *st)
+{
+    int64_t rp, ha, hn, hp;
+    vf_dit_swap_piece(h, off, n, &rp, &ha, &hn, &hp);
+    int rc = vf_train_tensor_in(h->be, (char *)h->params + (size_t)rp * h->as, h->act, w, 0, hn ? ha : n,
+                                "dit weights", st);
+    if (rc || hn == 0) return rc;
+    rc = vf_train_tensor_in(vf_backend_cpu(), (char *)h->swap_host + (size_t)hp * h->as, h->act, w, ha, hn,
+                            "dit weights (swapped blocks)", st);
+    if (rc || ha + hn == n) return rc;
+    return vf_train_tensor_in(h->be, (char *)h->params + (size_t)(rp + ha) * h->as, h->act, w, ha + hn,
+                              n - ha - hn, "dit weights", st);
 }
 
 /* Lends every shard its overlap: the weights alone before the first step (o NULL, step
@@ -49,6 +86,7 @@ static int put_views(dit_part_state *h, vf_item *it, int64_t off, int64_t n, boo
 static int lend(vf_ctx *ctx, dit_part_state *h, int64_t step, const dit_step_out *o, int64_t t0, int64_t t1,
                 vf_status *st)
 {
+    vf_dit_part_swap_drain(h->part); /* the swapped blocks' gradients are on the host */
     int rc0 = h->be->sync(h->be, st);
     if (rc0 < 0) return rc0;
     for (int k = 0; k < h->S; k++) {
@@ -129,8 +167,7 @@ int vf_dit_xchg_recv(vf_stage *s, vf_ctx *ctx, dit_part_state *h, int64_t *step,
         seen[ki] = true;
         vf_tensor *w = vf_item_get(it, "w");
         if (n > 0 && w) { /* the views crossed as copies: the weights come as data */
-            rc = vf_train_tensor_in(h->be, (char *)h->params + (size_t)((int64_t)off - h->off) * h->as, h->act, w, 0,
-                                    (int64_t)n, "dit weights", st);
+            rc = weights_in(h, w, (int64_t)off, (int64_t)n, st);
             h->lend_w[ki] = false;
             if (rc) {
                 vf_item_free(it);

@@ -10,6 +10,11 @@
  * after each block's forward and back before its backward, alone and with K = 2 swapped,
  * give the same bits. With the base in FP8 (vf_dit_fp8_new_swap) the swapped blocks' FP8
  * bytes stream from the base's host copy: the same bits as the FP8 base resident.
+ * A full fine-tune (no LoRA, vf_dit_part_set_swap_grads): the swapped blocks' gradients
+ * come into the ring with their weights in each backward and go back to pinned host
+ * memory after it, so the second micro-batch adds to what the first left on the host:
+ * every weight gradient the same bits as with the whole partition resident, K ∈ {1, 2, 3},
+ * with and without recompute.
  *
  * vflow-test: labels=gpu timeout=300
  *
@@ -53,8 +58,9 @@ typedef struct setup {
 
 /* Two micro-batches of 2 through a partition of all blocks, K swapped (0: none),
  * recompute a vf_dit_recompute, activations offloaded or not, the base in FP8 or not:
- * the adapters' accumulated gradient (host f32) into g, the losses into loss. */
-static int run(setup *s, int K, int recompute, bool offload, bool fp8, float *g, double *loss)
+ * the adapters' accumulated gradient (host f32) into g, the losses into loss. full: no
+ * adapters, every weight trained: the weights' gradient (layout order, l->total) into g. */
+static int run(setup *s, int K, int recompute, bool offload, bool fp8, bool full, float *g, double *loss)
 {
     vf_status st = {0};
     vf_backend *be = G;
@@ -62,8 +68,10 @@ static int run(setup *s, int K, int recompute, bool offload, bool fp8, float *g,
     const int64_t total = s->l->total, lt = s->lo->l->total, nlat = 2 * (int64_t)s->c.z * s->d.T * s->d.H * s->d.W;
     int64_t hole = 0, hole_n = 0, blk_n = 0;
     if (K) vf_dit_swap_split(s->l, 0, s->c.depth, K, &hole, &hole_n, &blk_n);
-    void *wp = be->alloc(be, (size_t)(total - hole_n) * as, &st), *host = NULL;
-    void *lp = be->alloc(be, (size_t)lt * as, &st), *lg = be->alloc(be, (size_t)lt * gs, &st);
+    void *wp = be->alloc(be, (size_t)(total - hole_n) * as, &st), *host = NULL, *ghost = NULL;
+    /* full: lg holds the weights' gradients, packed around the hole as wp */
+    const int64_t gn = full ? total - hole_n : lt;
+    void *lp = be->alloc(be, (size_t)lt * as, &st), *lg = be->alloc(be, (size_t)gn * gs, &st);
     void *xt = be->alloc(be, (size_t)nlat * as, &st), *tg = be->alloc(be, (size_t)nlat * as, &st);
     vf_dit_part *p = NULL;
     vf_dit_saved *sv = NULL;
@@ -86,16 +94,18 @@ static int run(setup *s, int K, int recompute, bool offload, bool fp8, float *g,
     be->upload(be, wp, s->w, hole ? hole : total, be->act_dtype);
     if (K) {
         if (!(host = be->alloc_pinned(be, (size_t)hole_n * as, &st))) goto done;
+        if (full && !(ghost = be->alloc_pinned(be, (size_t)hole_n * gs, &st))) goto done;
+        if (ghost) memset(ghost, 0, (size_t)hole_n * gs);
         vf_backend_cpu()->upload(vf_backend_cpu(), host, s->w + hole, hole_n, be->act_dtype);
         if (total > hole + hole_n)
             be->upload(be, (char *)wp + (size_t)hole * as, s->w + hole + hole_n, total - hole - hole_n, be->act_dtype);
     }
     be->upload(be, lp, s->lw, lt, be->act_dtype);
-    be->memset0(be, lg, (size_t)lt * gs);
-    rc = vf_dit_part_new(be, s->l, 0, s->c.depth, &s->d, recompute, wp, NULL, &p, &st);
-    if (rc == 0) rc = vf_dit_part_set_lora(p, s->lo, lp, lg, &st);
+    be->memset0(be, lg, (size_t)gn * gs);
+    rc = vf_dit_part_new(be, s->l, 0, s->c.depth, &s->d, recompute, wp, full ? lg : NULL, &p, &st);
+    if (rc == 0 && !full) rc = vf_dit_part_set_lora(p, s->lo, lp, lg, &st);
     if (rc == 0 && fb) rc = vf_dit_part_set_fp8(p, fb, &st);
-    if (rc == 0 && K) rc = vf_dit_part_set_swap(p, K, host, &st);
+    if (rc == 0 && K) rc = vf_dit_part_set_swap_grads(p, K, host, ghost, &st);
     if (rc == 0 && offload) rc = vf_dit_part_set_offload(p, &st);
     if (rc == 0) rc = vf_dit_saved_new(p, &sv, &st);
     for (int m = 0; m < 2 && rc == 0; m++) {
@@ -107,13 +117,24 @@ static int run(setup *s, int K, int recompute, bool offload, bool fp8, float *g,
         if (rc == 0) rc = vf_dit_part_backward(p, &b, sv, NULL, &st);
         if (rc == 0) rc = be->sync(be, &st);
     }
-    if (rc == 0) be->download(be, g, lg, lt, be->grad_dtype);
+    if (rc == 0 && full) { /* the gradients ever sent back are on the host once the copies end */
+        vf_dit_part_swap_drain(p);
+        rc = be->sync(be, &st);
+    }
+    if (rc == 0 && hole_n && full) {
+        be->download(be, g, lg, hole, be->grad_dtype);
+        vf_backend_cpu()->download(vf_backend_cpu(), g + hole, ghost, hole_n, be->grad_dtype);
+        be->download(be, g + hole + hole_n, (char *)lg + (size_t)hole * gs, total - hole - hole_n, be->grad_dtype);
+    } else if (rc == 0) {
+        be->download(be, g, lg, gn, be->grad_dtype);
+    }
 done:
     if (rc) fprintf(stderr, "swap K=%d offload=%d on %s: %s\n", K, offload, be->name, st.msg);
     vf_dit_saved_free(sv);
     vf_dit_part_free(p);
     vf_dit_fp8_free(fb);
     if (host) be->free_pinned(be, host);
+    if (ghost) be->free_pinned(be, ghost);
     void *bufs[] = {wp, lp, lg, xt, tg};
     for (int i = 0; i < 5; i++)
         if (bufs[i]) be->free(be, bufs[i]);
@@ -148,14 +169,14 @@ VF_TEST(swap_equals_resident)
     float *ref = calloc((size_t)lt, 4), *got = calloc((size_t)lt, 4);
     for (int rec = 0; rec <= VF_DIT_RECOMPUTE_ALL; rec++) {
         double l0[2], l1[2];
-        VF_CHECK(run(&s, 0, rec, false, false, ref, l0) == 0);
+        VF_CHECK(run(&s, 0, rec, false, false, false, ref, l0) == 0);
         /* K swapped blocks (1 … 3), then with recompute activation offload (K 0 and 2) */
         for (int k = 1; k <= 5; k++) {
             const bool off = k > 3;
             const int K = off ? 2 * (k - 4) : k;
             if ((off && !rec) || (!off && rec == VF_DIT_RECOMPUTE_ALL)) continue;
             memset(got, 0, 4 * (size_t)lt);
-            VF_CHECK(run(&s, K, rec, off, false, got, l1) == 0);
+            VF_CHECK(run(&s, K, rec, off, false, false, got, l1) == 0);
             int64_t diff = 0;
             for (int64_t i = 0; i < lt; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
             fprintf(stderr, "  K=%d recompute=%d offload=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld "
@@ -166,16 +187,33 @@ VF_TEST(swap_equals_resident)
     }
     /* the FP8 base: K = 3 swapped, and K = 2 with recompute and offload, against it resident */
     double l0[2], l1[2];
-    VF_CHECK(run(&s, 0, 0, false, true, ref, l0) == 0);
+    VF_CHECK(run(&s, 0, 0, false, true, false, ref, l0) == 0);
     for (int k = 0; k < 2; k++) {
         memset(got, 0, 4 * (size_t)lt);
-        VF_CHECK(run(&s, 3 - k, k, k == 1, true, got, l1) == 0);
+        VF_CHECK(run(&s, 3 - k, k, k == 1, true, false, got, l1) == 0);
         int64_t diff = 0;
         for (int64_t i = 0; i < lt; i++) diff += memcmp(&got[i], &ref[i], 4) != 0;
         fprintf(stderr, "  FP8 base K=%d recompute=%d offload=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld "
                 "adapter gradients differ\n", 3 - k, k, k, l1[0], l1[1], l0[0], l0[1], (long long)diff, (long long)lt);
         VF_CHECK(diff == 0 && l1[0] == l0[0] && l1[1] == l0[1]);
     }
+    /* a full fine-tune: every weight's gradient, K swapped against none */
+    const int64_t tot = s.l->total;
+    float *fref = calloc((size_t)tot, 4), *fgot = calloc((size_t)tot, 4);
+    for (int rec = 0; rec <= 1; rec++) {
+        VF_CHECK(run(&s, 0, rec, false, false, true, fref, l0) == 0);
+        for (int K = 1; K <= 3; K++) {
+            memset(fgot, 0, 4 * (size_t)tot);
+            VF_CHECK(run(&s, K, rec, false, false, true, fgot, l1) == 0);
+            int64_t diff = 0, nz = 0;
+            for (int64_t i = 0; i < tot; i++) diff += memcmp(&fgot[i], &fref[i], 4) != 0, nz += fref[i] != 0;
+            fprintf(stderr, "  full fine-tune K=%d recompute=%d: losses %.9g %.9g (resident %.9g %.9g), %lld of %lld "
+                    "weight gradients differ (%lld nonzero)\n", K, rec, l1[0], l1[1], l0[0], l0[1], (long long)diff,
+                    (long long)tot, (long long)nz);
+            VF_CHECK(diff == 0 && nz > tot / 2 && l1[0] == l0[0] && l1[1] == l0[1]);
+        }
+    }
+    free(fref), free(fgot);
     free(ref), free(got), free(s.w), free(s.lw);
     for (int m = 0; m < 2; m++) free(s.xt[m]), free(s.tg[m]);
     vf_dit_lora_free(s.lo);

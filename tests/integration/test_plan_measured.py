@@ -1,7 +1,8 @@
 """`vflow plan` against what runs hold: for several configurations of a precompute
 pipeline (synthetic clips -> vae_encode -> latent_cache) and of training (latent_reader ->
-dit partitions in 1F1B -> adamw shards -> checkpoint; LoRA, with and without block swap; activation
-offload; sequence parallelism sp = 1 against 2), run the real binary, read the
+dit partitions in 1F1B -> adamw shards -> checkpoint; LoRA, with and without block swap; a full
+fine-tune with block swap; activation offload; sequence parallelism sp = 1 against 2), run
+the real binary, read the
 plan the run wrote (<run dir>/plan.json: each stage's predicted account peak) and the
 measured peaks (metrics.jsonl "final" rows), and compare per stage:
   - never above the plan: measured <= plan x 1.10 (the plan is a bound), every stage;
@@ -325,6 +326,10 @@ def main():
             # host copy of the swapped ones, each as declared
             train(tmp, cache, "train-swap", ["stages=2", "micro_batches=2", "shards=1", "lora_rank=4", "depth=6",
                                              "swap_blocks=2", "recompute=true"])
+            # block swap in a full fine-tune: the resident weights and gradients, the ring of
+            # both and the swapped blocks' host copies of both (lent to the shards)
+            train(tmp, cache, "train-swap-full", ["stages=2", "micro_batches=2", "shards=2", "depth=6",
+                                                  "swap_blocks=2", "recompute=true"])
             # activation offload: the saved stores without the offloaded block inputs, the
             # ring of three records and the pinned host store per micro-batch in flight
             train(tmp, cache, "train-offload", ["stages=2", "micro_batches=2", "shards=1", "depth=6",

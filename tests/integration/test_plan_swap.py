@@ -7,7 +7,10 @@ pipelines/train_dit.lua on cuda:0 (planned here without the GPU), one partition 
     its predicted device total is that K's plan;
   - swap_blocks = "auto" under those budgets takes that K (it says so; the plan is K's);
   - a budget that no K meets lists no fitting swap_blocks fix, and "auto" under it is
-    one line, exit 2.
+    one line, exit 2;
+  - a full fine-tune (no LoRA): K blocks of weights and of gradients leave the device for
+    the host and the ring holds min(K, 2) blocks of both, to the byte (a block being the
+    LoRA base's block above), and "auto" under a budget takes the smallest K that fits.
 vflow-test: labels=integration timeout=300
 """
 import json
@@ -33,8 +36,8 @@ def check(cond, msg):
     return cond
 
 
-def plan(tmp, sets, budget=None):
-    args = [VFLOW, "plan", PIPE, "--json", "--set", "cache=" + os.path.join(tmp, "latents")] + BASE
+def plan(tmp, sets, budget=None, base=BASE):
+    args = [VFLOW, "plan", PIPE, "--json", "--set", "cache=" + os.path.join(tmp, "latents")] + base
     for s in sets:
         args += ["--set", s]
     if budget:
@@ -48,6 +51,35 @@ def plan(tmp, sets, budget=None):
 
 def lines(p, dev, what):
     return sum(x["bytes"] for x in p["lines"] if x["device"] == dev and what in x["what"])
+
+
+def full_fine_tune(tmp, blk):
+    full = [a for i, a in enumerate(BASE) if not a.startswith("lora_rank") and
+            not (a == "--set" and BASE[i + 1].startswith("lora_rank"))]
+    cuda = {}
+    for K in range(0, 6):
+        rc, p, err = plan(tmp, ["swap_blocks=%d" % K], base=full)
+        if not check(rc == 0 and p, "full fine-tune, plan swap_blocks=%d: exit %d %s" % (K, rc, err[-500:])):
+            return
+        cuda[K] = p["totals"]["cuda:0"]
+        got = [lines(p, "cuda:0", "weights (lent"), lines(p, "cuda:0", "gradients (lent"),
+               lines(p, "cuda:0", "block swap ring (weights"), lines(p, "cuda:0", "block swap ring (gradients"),
+               lines(p, "cpu", "swapped blocks' weights"), lines(p, "cpu", "swapped blocks' gradients")]
+        if K == 0:
+            w0, g0 = got[0], got[1]
+            check(got[2:] == [0, 0, 0, 0], "full fine-tune, K=0: no swap lines %r" % got)
+            continue
+        r = min(K, 2)
+        want = [w0 - K * blk, g0 - K * blk, r * blk, r * blk, K * blk, K * blk]
+        print("full fine-tune K=%d: cuda total %d; weights, gradients, ring w/g, host w/g %r" % (K, cuda[K], got))
+        check(got == want, "full fine-tune K=%d: lines %r, want %r (blocks of %d bytes)" % (K, got, want, blk))
+        check(cuda[K] == cuda[0] - (K - r) * 2 * blk, "full fine-tune K=%d: device saves K - min(K, 2) blocks of both" % K)
+    budget = "cuda=%dB" % (cuda[3] + blk // 2)
+    rc, p, err = plan(tmp, ["swap_blocks=auto"], budget, base=full)
+    line = "swap_blocks \"auto\": stage 'dit_0' (cuda:0) takes swap_blocks = 3: cuda:0 plans"
+    print("full fine-tune, budget %s, auto: %s" % (budget, err.strip().splitlines()[-1] if err.strip() else "(nothing)"))
+    check(rc == 0 and p and line in err and p["totals"]["cuda:0"] == cuda[3],
+          "full fine-tune, auto under %s: exit %d, want K=3: %s" % (budget, rc, err[-300:]))
 
 
 def main():
@@ -107,6 +139,7 @@ def main():
     want = "stage 'dit_0' (cuda:0): swap_blocks \"auto\": no value fits: at swap_blocks = 5, the most it takes"
     check(rc == 2 and want in err and len(err.strip().splitlines()) == 1,
           "auto under a budget below K=5's plan: exit %d, %s" % (rc, err))
+    full_fine_tune(tmp, blk)
     if FAILS:
         print("%d check(s) failed (kept %s)" % (len(FAILS), tmp))
         sys.exit(1)

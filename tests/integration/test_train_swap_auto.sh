@@ -10,9 +10,12 @@
 #  - with two partitions under one swap_budget, each resolves to its own K, bitwise too;
 #  - with a bucketed cache the plan of the largest bucket shapes decides K (at least
 #    what the worst bucket alone needs), bitwise too;
+#  - a full fine-tune (the swapped blocks' weights and gradients on the host): the same
+#    search over its plans, and the run with "auto" trains the model bitwise that of the
+#    K given explicitly and of no swap at all;
 #  - without swap_budget the CPU device's budget (the machine's memory) holds: K = 0;
 #  - a budget that no K meets is exit 2 with one line naming the stage, before any run
-#    dir exists; so is "auto" without LoRA, and a swap_budget that is no size.
+#    dir exists; so is a swap_budget that is no size.
 # vflow-test: timeout=600
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -24,11 +27,12 @@ LORA=(--set depth=6 --set lora_rank=4 --set lora_alpha=8 --set batch=4 --set lr=
       --set every=0 --set shards=1 --set micro_batches=2 --set tensorboard=false)
 
 # region STAGE K [--set k=v ...]: the bytes stage STAGE's plan lines hold on cpu with
-# swap_blocks = K, the swapped blocks' pinned host copy left out
+# swap_blocks = K, the swapped blocks' pinned host copy left out (the run's knobs: RUN)
+RUN=("${LORA[@]}")
 region() {
   local stage=$1 k=$2
   shift 2
-  "$VFLOW" plan "$PIPE" --json --set cache="$CACHE" "${LORA[@]}" "$@" --set swap_blocks=$k > plan.json \
+  "$VFLOW" plan "$PIPE" --json --set cache="$CACHE" "${RUN[@]}" "$@" --set swap_blocks=$k > plan.json \
     2> plan.err || fail "plan $* K=$k: $(tail -3 plan.err)"
   "$PY" - "$stage" <<'PY'
 import json, sys
@@ -38,18 +42,31 @@ print(sum(x["bytes"] for x in p["lines"] if x.get("stage") == sys.argv[1] and x[
 PY
 }
 
+# regions NAME [--set k=v ...]: NAME[K] = dit_0's region with swap_blocks = K, K = 0 … 5
+regions() {
+  local -n out=$1
+  local k
+  shift
+  for k in 0 1 2 3 4 5; do
+    out[$k]=$(region dit_0 $k "$@")
+    [[ "${out[$k]}" =~ ^[0-9]+$ ]] || fail "K=$k $*: ${out[$k]}"
+  done
+}
+# smallest NAME BUDGET: the smallest K whose region NAME[K] is within BUDGET
+smallest() {
+  local -n in=$1
+  local k
+  for k in 0 1 2 3 4 5; do [ "${in[$k]}" -le "$2" ] && { echo $k; return; }; done
+}
+
 declare -A R
-for K in 0 1 2 3 4 5; do
-  R[$K]=$(region dit_0 $K --set stages=1)
-  [[ "${R[$K]}" =~ ^[0-9]+$ ]] || fail "K=$K: ${R[$K]}"
-done
+regions R --set stages=1
 echo "partition of 6 blocks, its device memory by K: ${R[0]} ${R[1]} ${R[2]} ${R[3]} ${R[4]} ${R[5]}"
 BLK=$(( R[3] - R[4] ))
 [ "$BLK" -gt 0 ] || fail "swapping a 4th block saves nothing (${R[3]} -> ${R[4]})"
 # a budget half a block above K=4's region: the smallest K that fits, searched here
 BUDGET=$(( R[4] + BLK / 2 ))
-WANT=""
-for K in 0 1 2 3 4 5; do [ -z "$WANT" ] && [ "${R[$K]}" -le "$BUDGET" ] && WANT=$K; done
+WANT=$(smallest R $BUDGET)
 [ "$WANT" = 4 ] || fail "independent search: smallest K $WANT for budget $BUDGET"
 
 "$VFLOW" plan "$PIPE" --set cache="$CACHE" "${LORA[@]}" --set stages=1 --set swap_blocks=auto \
@@ -119,6 +136,28 @@ trainb bkexp "${LORA[@]}" --set stages=1 --set swap_blocks=$KB || fail "buckets 
 [ "$(lora_md5 bk $STEPS)" = "$(lora_md5 bkexp $STEPS)" ] || fail "buckets: auto's adapters differ from K=$KB's"
 echo "buckets: budget $BB, K = $KB (each bucket alone: ${BR[16x16x1$KB]} ${BR[32x16x5$KB]} ${BR[64x32x1$KB]} at K)"
 
+# a full fine-tune: its swapped blocks' weights and gradients leave the region, the ring
+# of both enters it; "auto" takes the smallest K that fits and trains the same bits
+RUN=(--set depth=6 --set batch=4 --set lr=2e-3 --set steps=$STEPS --set every=0 --set shards=2
+     --set micro_batches=2 --set recompute=true --set tensorboard=false --set stages=1)
+declare -A F
+regions F
+FBLK=$(( F[2] - F[3] ))
+[ "$FBLK" -gt 0 ] || fail "full fine-tune: swapping a 3rd block saves nothing (${F[2]} -> ${F[3]})"
+FBUD=$(( F[3] + FBLK / 2 ))
+FW=$(smallest F $FBUD)
+[ "$FW" = 3 ] || fail "full fine-tune, independent search: smallest K $FW for budget $FBUD"
+echo "full fine-tune, device memory by K: ${F[0]} ${F[1]} ${F[2]} ${F[3]} ${F[4]} ${F[5]}; budget $FBUD: K = $FW"
+train fauto "${RUN[@]}" --set swap_blocks=auto --set swap_budget=${FBUD}B || fail "full auto: $(tail -5 fauto.out)"
+grep -q "stage 'dit_0' (cpu) takes swap_blocks = $FW:" fauto.out || fail "full auto: not K = $FW: $(grep -m1 auto fauto.out)"
+grep -q "\"event\":\"swap\".*\"blocks\":$FW," fauto/metrics.jsonl || fail "full auto run swaps no $FW blocks"
+train fexp "${RUN[@]}" --set swap_blocks=$FW || fail "full K=$FW: $(tail -5 fexp.out)"
+train fnone "${RUN[@]}" || fail "full without swap: $(tail -5 fnone.out)"
+a=$(model_md5 fauto $STEPS) e=$(model_md5 fexp $STEPS) z=$(model_md5 fnone $STEPS)
+echo "full fine-tune weights: auto $a, swap_blocks=$FW $e, no swap $z"
+[ "$a" = "$e" ] && [ "$e" = "$z" ] || fail "full fine-tune: auto, K=$FW and no swap differ"
+RUN=("${LORA[@]}")
+
 # no swap_budget: the CPU device's budget is the machine's memory, which the run fits as it is
 "$VFLOW" plan "$PIPE" --set cache="$CACHE" "${LORA[@]}" --set stages=1 --set swap_blocks=auto > dev.plan 2>&1 \
   || fail "plan auto without swap_budget: $(tail -3 dev.plan)"
@@ -134,9 +173,6 @@ grep -q "stage 'dit_0' (cpu): swap_blocks \"auto\": no value fits: at swap_block
   || fail "too small a budget: $(tail -3 small.out)"
 [ "$(grep -c . small.out)" = 1 ] || fail "too small a budget: more than one line: $(cat small.out)"
 [ ! -e small ] || fail "the refused run made its run dir"
-"$VFLOW" check "$PIPE" --set cache="$CACHE" --set depth=6 --set swap_blocks=auto > full.out 2>&1
-rc=$?
-[ $rc = 2 ] && grep -q 'swap_blocks "auto" needs LoRA' full.out || fail "auto without LoRA: exit $rc $(tail -2 full.out)"
 "$VFLOW" plan "$PIPE" --set cache="$CACHE" "${LORA[@]}" --set stages=1 --set swap_blocks=auto \
   --set swap_budget=12parsecs > bad.out 2>&1
 rc=$?

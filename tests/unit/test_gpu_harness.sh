@@ -6,7 +6,8 @@
 # has no GPU to run them for real.
 set -euo pipefail
 fail=0
-for t in gpu_test_cuda_ops gpu_test_cuda_attn gpu_test_cuda_conv gpu_test_cuda_mem gpu_test_cuda_dit gpu_test_cuda_vae gpu_test_cuda_phases gpu_test_cuda_a2a; do
+for t in gpu_test_cuda_ops gpu_test_cuda_attn gpu_test_cuda_conv gpu_test_cuda_mem gpu_test_cuda_dit gpu_test_cuda_vae gpu_test_cuda_phases gpu_test_cuda_a2a \
+         gpu_test_cuda_swap; do
   bin="$VFLOW_BUILD/tests/$t"
   if [ ! -x "$bin" ]; then echo "missing $bin"; fail=1; continue; fi
   if out=$(VFLOW_GPU_TEST_ON_CPU=1 OMP_NUM_THREADS=2 "$bin" 2>&1); then

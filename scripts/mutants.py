@@ -116,6 +116,10 @@ def targets(src, tests):
             out.append(name)
         elif os.path.exists(os.path.join(src, "tests", label, name + ".c")):
             out.append("%s_%s" % (label, name))
+        if name == "test_gpu_harness":  # it runs every gpu test's executable on the CPU
+            gpu = os.path.join(src, "tests", "gpu")
+            out += sorted("gpu_" + os.path.splitext(f)[0] for f in os.listdir(gpu)
+                          if f.startswith("test_") and f.endswith(".c"))
     return out
 
 

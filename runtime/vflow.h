@@ -435,9 +435,11 @@ typedef enum vf_mem_holder {
                            device memory a partition on the CPU backend stands for */
 } vf_mem_holder;
 
-/* What a stage declares it will hold, per device, before anything runs. */
+/* What a stage declares it will hold, per device, before anything runs. A longer `what`
+ * is cut to VF_MEM_WHAT_MAX - 1 bytes. */
+#define VF_MEM_WHAT_MAX 96
 typedef struct vf_mem_entry {
-    char what[VF_NAME_MAX];   /* "weights", "saved activations", "chunk workspace", … */
+    char what[VF_MEM_WHAT_MAX]; /* "weights", "saved activations", "chunk workspace", … */
     vf_device device;
     vf_mem_cat cat;
     vf_mem_holder holder;

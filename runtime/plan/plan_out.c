@@ -335,7 +335,7 @@ static vf_json *build_json(const vf_mplan *p, const vf_plan_fix *fix, int nfix)
         vf_json_set(o, "device", devstr(s->device));
         for (int m = 0; m < s->mem.n; m++) {
             vf_json *mo = vf_json_obj();
-            char what[VF_NAME_MAX + 16];
+            char what[VF_MEM_WHAT_MAX + 16];
             snprintf(what, sizeof what, "%s%s", s->mem.e[m].what,
                      s->mem.e[m].holder == VF_MEM_LIBRARY ? " (library)" : "");
             vf_json_set(mo, "what", vf_json_str(what));

@@ -9,8 +9,13 @@
 -- so a 24 GiB host budget is refused: give the host the run's machine has.
 -- It names cuda:0 and a cache that need not exist (latent_shape plans without it):
 -- `vflow plan` works anywhere, `vflow run` needs the GPU and the cache.
+--   # on one 12 GB GPU: the optimizer on the host, 24 of the 30 blocks' weights and
+--   # gradients in pinned host memory (swap "auto": 11.91 GiB of cuda:0)
+--   vflow plan pipelines/plan_wan13b_1x80.lua --set offload=true --set swap_blocks=auto --budget cuda=12GiB,cpu=256GiB
+--
 -- Knobs (vf.args): recompute (true), micro_batches (1), batch (1), frames (81), size
 -- (832x480, WxH), offload (false: the optimizer shard on the GPU), shards (1),
+-- swap_blocks (0; a number or "auto": block swap, README "Block swap"), swap_budget,
 -- device ("cuda:0"), cache, weights (Wan's checkpoint to start from: the plan checks it
 -- against the model and counts its largest tensor); model (preset, "wan-1.3b") and dim
 -- depth heads head_dim ffn text_len to plan another DiT shape on one GPU
@@ -39,6 +44,8 @@ local dit = p:pipeline_parallel(model, {
   stages = a.stages or 1,
   micro_batches = a.micro_batches or 1,
   recompute = a.recompute ~= false,
+  swap_blocks = a.swap_blocks or 0,
+  swap_budget = a.swap_budget,
   devices = dev,
 })
 local opt = p:stage("adamw", {

@@ -17,9 +17,12 @@
 -- It names cuda:0..7 and a cache that need not exist: `vflow plan` works anywhere,
 -- `vflow run` needs the GPUs and the cache.
 -- --set model=wan-i2v-14b plans Wan 2.1 I2V-14B instead (docs/PLANNING.md).
+--   # on ONE 80 GB GPU: the optimizer on the host, 10 of the 40 blocks swapped (79.33 GiB)
+--   vflow plan pipelines/plan_wan14b_8x80.lua --set gpus=1 --set stages=1 --set shards=1 \
+--        --set micro_batches=1 --set offload=true --set swap_blocks=auto --budget cuda=80GiB,cpu=2TiB
 -- Knobs (vf.args): model (wan-14b), stages (8), gpus (8), micro_batches (8), recompute (true),
--- recompute_attention (false), shards (8), offload (false), frames (81), size (832x480,
--- WxH), cache.
+-- recompute_attention (false), shards (8), offload (false), swap_blocks (0; a number or
+-- "auto": block swap, README "Block swap"), frames (81), size (832x480, WxH), cache.
 local vf = require "vflow"
 local a = vf.args
 local p = vf.pipeline "wan14b_8x80"
@@ -45,6 +48,7 @@ local dit = p:pipeline_parallel(model, {
   micro_batches = M,
   recompute = a.recompute ~= false,
   recompute_attention = a.recompute_attention == true,
+  swap_blocks = a.swap_blocks or 0,
   devices = devices,
 })
 local S = a.shards or 8

@@ -36,6 +36,9 @@ numbers computed here by hand, independently of vflow's code:
     the host and 2 + 2 on its own GPUs, and not without offload; both LoRA experts on one
     GPU hold two FP8 bases (1 B per block-linear weight) and fit 80 GiB at 81 frames only
     with the attention rerun;
+  - a full fine-tune with block swap and the optimizer on the host: Wan-1.3B on 12 GiB
+    and Wan-14B on one 80 GiB GPU; the swapped blocks' bf16 weights and gradients on the
+    host and the rest on the device counted by hand, and one block fewer does not fit;
   - the 14B at 81x720x1280 on 8 x 80 GB: pipeline parallelism alone does not fit, 2
     partitions x sp 4 ranks do, each rank's activations those of its 18,900 tokens and
     the ends' whole sequences counted by hand;
@@ -483,6 +486,37 @@ def wan14b_720p_sp():
            max(d["total"] for d in p["devices"] if d["device"] != "cpu") / GiB, dev(q4, "cuda:0")["total"] / GiB))
 
 
+def full_ft_swap():
+    """A full fine-tune with block swap at 81x480x832, the optimizer on the host: Wan-1.3B on
+    one 12 GiB GPU, Wan-14B on one 80 GiB GPU. The K that "auto" takes is read off the host
+    lines (each swapped block's bf16 weights and bf16 gradients, counted by hand) and is
+    the smallest that fits: K - 1 given explicitly is refused. On the device the resident
+    weights and gradients are those of the other blocks, embeddings and head, and the ring
+    two blocks of each."""
+    cases = [("wan-1.3b 12 GiB", "plan_wan13b_1x80.lua", (1536, 8960, 30), "cuda=12GiB,cpu=256GiB", []),
+             ("wan-14b 80 GiB", "plan_wan14b_8x80.lua", (5120, 13824, 40), "cuda=80GiB,cpu=2TiB",
+              ["--set", "gpus=1", "--set", "stages=1", "--set", "shards=1", "--set", "micro_batches=1"])]
+    for name, script, (d, f, L), budget, extra in cases:
+        args = ["--budget", budget, "--set", "offload=true"] + extra
+        p, rc = plan(script, *args, "--set", "swap_blocks=auto")
+        N, block, _, _ = wan_params(d, f, L)
+        check(rc == 0 and p["fits"], "%s: the full fine-tune with swap \"auto\" fits: %s" % (name, p["verdict"]))
+        hw = line_sum(p, stage="dit_0", device="cpu", what="block swap: swapped", category="weights")
+        hg = line_sum(p, stage="dit_0", device="cpu", what="block swap: swapped", category="gradients")
+        K = hw // (2 * block)
+        check(0 < K < L and hw == 2 * block * K and hg == hw, "%s: host holds K = %d blocks' bf16 weights and "
+              "gradients: %d, %d bytes (block %d params)" % (name, K, hw, hg, block))
+        res = line_sum(p, stage="dit_0", what="weights (lent") + line_sum(p, stage="dit_0", what="gradients (lent")
+        check(res == 4 * (N - K * block), "%s: resident weights + gradients 4 B/param of the %d unswapped "
+              "parameters: %d" % (name, N - K * block, res))
+        ring = line_sum(p, stage="dit_0", device="cuda:0", what="block swap ring")
+        check(ring == 2 * 2 * 2 * block, "%s: the ring two blocks of weights and gradients: %d" % (name, ring))
+        q, rcq = plan(script, *args, "--set", "swap_blocks=%d" % (K - 1))
+        check(rcq == 2 and not q["fits"], "%s: K - 1 = %d does not fit: %s" % (name, K - 1, q["verdict"]))
+        print("%s full fine-tune: auto K = %d, cuda:0 %.2f GiB, host %.2f GiB" %
+              (name, K, dev(p, "cuda:0")["total"] / GiB, dev(p, "cpu")["total"] / GiB))
+
+
 wan13b()
 wan14b()
 wan14b_720p_sp()
@@ -492,6 +526,7 @@ wan_i2v()
 precompute()
 ti2v5b()
 wan22_a14b()
+full_ft_swap()
 if FAILS:
     print("%d check(s) failed" % len(FAILS))
     sys.exit(1)

@@ -67,7 +67,10 @@
 -- device ("cuda:0") or devices (comma list, one per stage), devices_high / devices_low
 -- (experts = both: each expert's devices, as devices), every (250), keep (2),
 -- model_shard_bytes (1e10), seed (0), frames / size (81 / 832x480), lora_rank (off),
--- lora_alpha, lora_targets, lora_init, fp8_base (false), swap_blocks (0; "auto"), swap_budget, t_sampling
+-- lora_alpha, lora_targets, lora_init (an adapter file to continue from; with experts = both
+-- both experts start from it), lora_init_high / lora_init_low (experts = both: each expert's own,
+-- e.g. a trained pair's *_high_noise / *_low_noise file), fp8_base (false), swap_blocks (0; "auto"),
+-- swap_budget, t_sampling
 -- (logit_normal | uniform), t_mean / t_std (0 / 1), t_shift (1), t_min / t_max (the
 -- expert's side of the boundary; not with experts = both): each as in finetune_wan.lua.
 local vf = require "vflow"
@@ -116,6 +119,10 @@ if not both then
     vf.fail("finetune_wan22.lua: routing=%s shares the samples between the experts of experts=both; " ..
             "a one-expert run trains every sample on its side", tostring(routing))
   end
+  if a.lora_init_high ~= nil or a.lora_init_low ~= nil then
+    vf.fail("finetune_wan22.lua: lora_init_high / lora_init_low start the experts of experts=both; " ..
+            "a one-expert run takes lora_init")
+  end
   local t_min = t_min_knob or (experts == "high" and boundary or 0.0)
   local t_max = t_max_knob or (experts == "high" and 1.0 or boundary)
   if (experts == "high" and t_min < boundary) or (experts == "low" and t_max > boundary) then
@@ -152,6 +159,13 @@ for _, e in ipairs { "high", "low" } do
   local devs = e == "high" and devices_high or devices_low
   local train = routing == "t" and { weights = weights_of(e), expert = e, route = e, boundary = boundary }
                 or { weights = weights_of(e), expert = e, t_min = range[e][1], t_max = range[e][2] }
+  -- each expert's adapters continue from its own file (a trained pair's *_high_noise /
+  -- *_low_noise), or both from lora_init
+  local init = a["lora_init_" .. e]
+  if init ~= nil and (a.lora_rank or 0) == 0 then
+    vf.fail("finetune_wan22.lua: lora_init_%s continues LoRA adapters: set lora_rank too", e)
+  end
+  train.lora_init = init or a.lora_init
   p:wan_finetune(model, a, train,
                  { suffix = "_" .. e, devices = devs,
                    ckpt = (ckpt or "<run>/ckpt") .. "/" .. e })

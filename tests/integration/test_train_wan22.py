@@ -37,6 +37,9 @@
 #    (W + alpha/rank·B·A, in models/dit_lora_io.c's order of sums); it differs with either
 #    adapter dropped; --low naming the recorded low base changes nothing; with the low base
 #    moved away sampling is refused with exit 2 and one line naming it;
+#  - lora_init_high / lora_init_low: each expert of a both-experts LoRA run continues from
+#    its own file (the pair trained above, crossed) and ends bitwise where that expert alone
+#    with lora_init that file ends; given to a one-expert run, exit 2 naming them;
 #  - `vflow plan` with devices_high / devices_low puts each expert on its own GPUs.
 # vflow-test: timeout=600
 import json
@@ -309,6 +312,25 @@ def main():
                 both_run = run
             else:
                 lora_run = run
+                # each expert continues from its own adapter file (the pair just trained,
+                # crossed: high from the low one's, low from the high one's) and ends where
+                # that expert alone, from that file, ends
+                step = os.path.join(run, "ckpt", "step-3")
+                init = {e: os.path.join(step, "lora_%s_noise.safetensors" % e) for e in ("high", "low")}
+                r, cont = vflow("run", tmp, "lora-init-both", "steps=2", "every=2", "weights=" + p("wanai"),
+                                "experts=both", "routing=each", "lora_init_high=" + init["low"],
+                                "lora_init_low=" + init["high"], *extra)
+                check(r.returncode == 0, "lora_init_high/low run: exit %d %s" % (r.returncode, r.stderr[-400:]))
+                for e, other in (("high", "low"), ("low", "high")):
+                    r, alone = vflow("run", tmp, "lora-init-" + e, "steps=2", "every=2", "weights=" + p("wanai"),
+                                     "experts=" + e, "lora_init=" + init[other], *extra)
+                    got = os.path.join(cont, "ckpt", e, "step-2", fname)
+                    want = os.path.join(alone, "ckpt", "step-2", fname)
+                    check(r.returncode == 0 and os.path.exists(got) and os.path.exists(want) and
+                          open(got, "rb").read() == open(want, "rb").read(),
+                          "lora_init_%s: the %s expert ends where experts=%s from that file ends" % (e, e, e))
+                bad("lora-init-one", ("lora_init_high", "experts=both"), "weights=" + p("wanai"), "experts=high",
+                    "lora_rank=4", "lora_init_high=" + init["high"])
         # loss, lr and gradient norm per expert: TensorBoard tags with the expert's name
         tb = os.path.join(both_run, "tb")
         events = b"".join(open(os.path.join(tb, f), "rb").read() for f in os.listdir(tb)) if os.path.isdir(tb) else b""

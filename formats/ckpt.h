@@ -151,6 +151,13 @@ int vf_ckpt_join_experts(const char *dir, int64_t step, const char *const from[2
  * before each (each may be NULL). */
 int vf_ckpt_remove_tmp(const char *dir, void (*each)(void *user, const char *path), void *user, vf_status *st);
 
+/* Moves the complete step-N dirs of dir and its `latest` into a new subdir
+ * dir/earlier-<UTC time> (a fresh run's start: an earlier run's checkpoints are kept but no
+ * longer found, resumed or pruned as this run's). 0 with *first and *last the steps moved
+ * (-1 when there were none: nothing is made) and moved (n bytes, may be NULL) the subdir;
+ * VF_EIO naming the path when a move fails. */
+int vf_ckpt_set_aside(const char *dir, char *moved, size_t n, int64_t *first, int64_t *last, vf_status *st);
+
 /* ---- state.json */
 
 /* What state.json records (vf_ckpt_state_text makes the file's text of it). */

@@ -14,8 +14,9 @@
 #
 # Under 3 minutes on 2 cores. Training runs one OpenMP thread per process: the partitions
 # and shards are processes of their own and share the cores. Rerunning skips what exists
-# (videos, cached latents) and trains again from scratch (QUICKSTART_RESUME=1:
-# --resume=auto, which continues from the newest checkpoint when there is one).
+# (videos, cached latents) and trains again from scratch, the earlier run's checkpoints
+# moved to runs/quickstart/ckpt/earlier-<time>/ (QUICKSTART_RESUME=1: --resume=auto,
+# which continues from the newest checkpoint when there is one).
 set -euo pipefail
 
 BUILD=${1:-build}

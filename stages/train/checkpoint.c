@@ -254,7 +254,8 @@ static double num_or(const vf_item *it, const char *k, double def)
     return vf_item_num(it, k, &v) == 0 ? v : def;
 }
 
-/* Start: leftovers of a killed writer go; with --resume, say where the run continues.
+/* Start: leftovers of a killed writer go; a fresh run sets an earlier run's checkpoints
+ * aside; with --resume, say where the run continues.
  * The dir's parents are made too: an expert's dir (<run>/ckpt/high) sits in one that may
  * not exist yet. */
 static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
@@ -270,6 +271,7 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
         return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: mkdir %s: %s", vf_stage_name(s), c->dir,
                              strerror(errno));
     int rc = vf_ckpt_remove_tmp(c->dir, log_leftover, ctx, st);
+    if (!rc && !vf_resuming(ctx)) rc = vf_train_ckpt_aside(ctx, vf_stage_name(s), c->dir, st);
     if (rc || !vf_resuming(ctx)) return rc;
     vf_ckpt ck;
     vf_status fs;

@@ -13,6 +13,7 @@
  * them, so a kill between two joins costs nothing a resume needs.
  */
 #include "formats/ckpt.h"
+#include "stages/train/dit_train.h"
 #include "runtime/vflow.h"
 
 #include <limits.h>
@@ -65,6 +66,7 @@ static int join_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     char dir[PATH_MAX], path[2][PATH_MAX], out[PATH_MAX];
     vf_ckpt_dir(vf_param_str(p, "dir"), vf_run_dir(ctx), dir, sizeof dir);
     int rc = vf_ckpt_remove_tmp(dir, NULL, NULL, st);
+    if (!rc && !vf_resuming(ctx)) rc = vf_train_ckpt_aside(ctx, vf_stage_name(s), dir, st);
     if (rc) return rc;
     vf_port *in[2] = {vf_in(ctx, "high"), vf_in(ctx, "low")};
     int64_t step[2], last = -1, last_ok = -1;

@@ -308,3 +308,19 @@ int vf_train_no_ckpt(vf_ctx *ctx, const vf_ckpt *seen, const vf_status *why, boo
                          "from step 0, or with --resume=auto to do so when there is none",
                          why->msg);
 }
+
+int vf_train_ckpt_aside(vf_ctx *ctx, const char *who, const char *dir, vf_status *st)
+{
+    char to[PATH_MAX];
+    int64_t first, last;
+    int rc = vf_ckpt_set_aside(dir, to, sizeof to, &first, &last, st);
+    if (rc) {
+        vf_status_prefix(st, "%s: setting an earlier run's checkpoints aside", who);
+        return rc;
+    }
+    if (first >= 0)
+        vf_log(ctx, VF_LOG_WARN, "%s: %s held an earlier run's checkpoints (steps %lld to %lld): moved to %s; this "
+               "run starts from step 0 (--resume continues a run)", who, dir, (long long)first, (long long)last, to);
+    return 0;
+}
+

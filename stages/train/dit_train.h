@@ -143,6 +143,12 @@ int vf_train_finish(vf_ctx *ctx, const char *const *outs, int nout, const char *
  * run never starts over its own lost checkpoints silently. */
 int vf_train_no_ckpt(vf_ctx *ctx, const vf_ckpt *seen, const vf_status *why, bool loud, vf_status *st);
 
+/* A run started without --resume over a checkpoint dir that holds an earlier run's
+ * checkpoints: they move into dir/earlier-<time> (formats/ckpt.h vf_ckpt_set_aside), with
+ * a WARN from stage `who` saying which steps and where, so that nothing of that run is
+ * lost and none of it is taken for this run's (a later --resume, `keep`). */
+int vf_train_ckpt_aside(vf_ctx *ctx, const char *who, const char *dir, vf_status *st);
+
 /* Wall clock for step timing (monotonic, ns; comparable across the processes of a node). */
 int64_t vf_train_now_ns(void);
 

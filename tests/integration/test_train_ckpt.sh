@@ -11,6 +11,9 @@
 #  - a resume with a different config is refused with exit code 2 naming each differing
 #    key (lr and depth), launching no training and touching no checkpoint; so is one over
 #    another cache (the checkpoint's data cursor names another stream);
+#  - a run started without --resume where an earlier run's checkpoints are moves them,
+#    byte for byte, into ckpt/earlier-<time>/ with a WARN naming the steps; its --resume
+#    then continues its own newest step and ends bitwise on an uninterrupted run;
 #  - a failing checkpoint write (injected with VFLOW_CKPT_FAIL, and a real ENOSPC on a
 #    small tmpfs where `unshare -m` may mount one) fails that checkpoint only: the error
 #    is reported, the previous checkpoint stays complete, no .tmp; the run trains to the
@@ -101,6 +104,22 @@ rc=$?
 [ $rc -eq 2 ] || fail "resume over another cache: exit $rc, expected 2: $(tail -3 a.out)"
 grep -q "another stream" a.out || fail "resume over another cache: $(tail -2 a.out)"
 [ "$(cat a/ckpt/latest; ls a/ckpt)" = "$before" ] || fail "the refused run touched the checkpoints"
+
+# a fresh run (no --resume) in a run dir that holds another run's checkpoints: those move,
+# whole, to ckpt/earlier-<time>/; the fresh run's own steps are what --resume continues
+b8=$(model_md5 b 8)
+train b "${COMMON[@]}" --set steps=4 || fail "fresh run over run b: $(tail -5 b.out)"
+aside=$(ls -d b/ckpt/earlier-* 2>/dev/null)
+[ "$(echo "$aside" | wc -w)" = 1 ] || fail "the earlier run's checkpoints not set aside once: $(ls b/ckpt)"
+[ "$(ls b/ckpt | grep -v '^earlier-')" = "$(printf 'latest\nstep-2\nstep-4')" ] || fail "fresh run's dir: $(ls b/ckpt)"
+[ "$(ls "$aside")" = "$(printf 'latest\nstep-6\nstep-8')" ] || fail "set aside: $(ls "$aside")"
+[ "$(md5sum < "$aside/step-8/model.safetensors" | cut -d' ' -f1)" = "$b8" ] || fail "the earlier step 8 changed"
+grep -q "WARN.*earlier run's checkpoints (steps 6 to 8): moved to .*earlier-" b/run.log ||
+  fail "no WARN naming the steps set aside: $(grep -i earlier b/run.log)"
+train b "${COMMON[@]}" --set steps=6 --resume || fail "resume of the fresh run: $(tail -5 b.out)"
+grep -q "resuming at step 4" b/run.log || fail "did not resume the fresh run's step 4: $(grep -i resum b/run.log)"
+train e "${COMMON[@]}" --set steps=6 || fail "run e: $(tail -5 e.out)"
+[ "$(model_md5 b 6)" = "$(model_md5 e 6)" ] || fail "the fresh run resumed to 6 differs from a run of 6"
 
 # write failures: the failed checkpoints only
 VFLOW_CKPT_FAIL=4,6 train c "${COMMON[@]}" --set steps=6

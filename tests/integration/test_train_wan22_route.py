@@ -13,6 +13,8 @@
 #    optimizer files) is bitwise the one of the step before, while a step with samples
 #    changes it; state.json's adam_step counts the steps with samples; a resume with
 #    routing=each is refused naming train.route;
+#  - sequence parallelism: a routed run with sp = 2 trains the positions and t of sp = 1,
+#    with the same sample counts and adam_step, and losses within 1e-5 relative;
 #  - over 250 steps of 4 samples (logit-normal, shift 3) the high expert's share is
 #    P(t >= boundary) computed here from the distribution's formula (within 4 sigma).
 # vflow-test: timeout=600
@@ -45,7 +47,7 @@ local p = vf.pipeline("route")
 local model = vf.models.dit("tiny")
 local data = p:stage("latent_reader", { path = a.cache, batch = a.batch or 4, seed = 0, text_len = model.text_len })
 local dit = p:pipeline_parallel(model, { stages = a.stages or 2, micro_batches = a.micro_batches or 2,
-                                         devices = "cpu", replicas = a.replicas or 1 })
+                                         devices = "cpu", replicas = a.replicas or 1, sp = a.sp })
 local opt = p:stage("adamw", { lr = 1e-3, device = "cpu" })
 local ckpt = p:stage("checkpoint", { every = 0, keep = 2 })
 p:train { data = data, model = dit, optimizer = opt, checkpoint = ckpt, steps = a.steps or 4, seed = 0,
@@ -209,6 +211,24 @@ def main():
         out = r.stdout + r.stderr
         check(r.returncode == 2 and "train.route" in out, "resume as routing=each: exit %d %s" % (
             r.returncode, out[-400:]))
+
+        # 4. sequence parallelism: sp = 2 ranks route as one does (the same positions and t,
+        # the same sample counts and Adam step count), the losses within SP's tolerance
+        sp_runs = {}
+        for n in (1, 2):
+            sp_runs[n] = run(["route.lua", "cache=cache.lmdb", "sp=%d" % n, "route=high", "boundary=0.6",
+                              "t_sampling=uniform", "steps=4"], "route-sp%d" % n)
+        got = {n: drawn(sp_runs[n], "dit_0_s0" if n > 1 else "dit_0")[0] for n in (1, 2)}
+        check(got[1] and got[1] == got[2], "sp=2 routes the positions and t of sp=1: %s vs %s" % (got[2], got[1]))
+        steps = {n: {r["step"]: r for r in rows(sp_runs[n], "train_step")} for n in (1, 2)}
+        for s_, r1 in sorted(steps[1].items()):
+            r2 = steps[2].get(s_, {})
+            check(r2.get("samples") == r1.get("samples") and ("loss" in r1) == ("loss" in r2) and
+                  ("loss" not in r1 or abs(r2["loss"] - r1["loss"]) <= 1e-5 * abs(r1["loss"])),
+                  "sp=2 step %d: samples and loss as sp=1: %s vs %s" % (s_, r2, r1))
+        ad = {n: json.load(open(os.path.join(sp_runs[n], "ckpt", "step-4", "state.json"))).get("adam_step")
+              for n in (1, 2)}
+        check(ad[1] is not None and ad[1] == ad[2], "sp=2's adam_step is sp=1's: %s" % ad)
 
         # 3. the share: P(t >= b), t = shift·s / (1 + (shift − 1)·s), s = sigmoid(x), x ~ N(0, 1)
         shift = 3.0

@@ -403,6 +403,9 @@ static void notify(vf_ctx *ctx, sample_state *c, vf_item *it)
     const char *path = vf_item_str(it, "path");
     vf_item_num(it, "step", &step);
     report(ctx, c); /* a finished job's results, before a new job reuses them */
+    double resumed = 0;
+    vf_item_num(it, "resumed", &resumed);
+    if (resumed != 0) return; /* the step a resumed run starts from: sampled by the run that wrote it */
     c->received++;
     if (!path) {
         vf_log(ctx, VF_LOG_WARN, "a checkpoint notification without a path, ignored");

@@ -287,7 +287,19 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
     c->ok_step = ck.step;
     snprintf(c->ok_path, sizeof c->ok_path, "%s", ck.path);
     vf_ckpt_fini(&ck);
-    return 0;
+    /* "done" of the step the run starts from, marked resumed: a consumer that pairs steps
+     * (ckpt_join) gets it even when this run has nothing left to train */
+    vf_port *done = vf_out(ctx, "done");
+    if (!done) return 0;
+    vf_item *it = vf_item_new("ckpt", st);
+    if (!it) return VF_ENOMEM;
+    if ((rc = vf_item_set_num(it, "step", (double)c->ok_step, st)) ||
+        (rc = vf_item_set_str(it, "path", c->ok_path, st)) || (rc = vf_item_set_num(it, "resumed", 1, st))) {
+        vf_item_free(it);
+        return rc;
+    }
+    rc = vf_send(done, it, st);
+    return rc == VF_EOS ? 0 : rc;
 }
 
 /* "the newest complete checkpoint is D/step-N (step N): steps N+1-`upto` are not saved" */

@@ -80,8 +80,14 @@ static int join_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             const char *from[2] = {path[0], path[1]};
             vf_status js;
             vf_status_clear(&js);
-            if (vf_ckpt_join_experts(dir, step[0], from, vf_param_num(p, "boundary"), (int)vf_param_int(p, "keep"),
-                                     out, sizeof out, &js) == 0) {
+            char have[PATH_MAX + 32];
+            snprintf(have, sizeof have, "%s/step-%lld", dir, (long long)step[0]);
+            vf_status vs;
+            vf_status_clear(&vs);
+            if (vf_ckpt_verify(have, &vs) == 0) { /* joined before a resume: it stands */
+                last_ok = step[0];
+            } else if (vf_ckpt_join_experts(dir, step[0], from, vf_param_num(p, "boundary"),
+                                            (int)vf_param_int(p, "keep"), out, sizeof out, &js) == 0) {
                 vf_log(ctx, VF_LOG_INFO, "step %lld of both experts -> %s", (long long)step[0], out);
                 vf_summary(ctx, "ckpt_join", "two-expert checkpoint of step %lld: %s", (long long)step[0], out);
                 last_ok = step[0];

@@ -9,10 +9,14 @@
 #    expert's optimizer shard) fails the run, naming the signal; `--resume` then ends each
 #    expert bitwise where the uninterrupted run ends it, each from its own newest
 #    checkpoint (ckpt/high, ckpt/low), the final two-expert step (ckpt/step-N) holding
-#    both, with no .tmp dir left.
+#    both, with no .tmp dir left;
+#  - killed after the low expert's final checkpoint and before the high one's (the high
+#    one's final step and the joined one removed), `--resume` trains the high expert only
+#    and still joins the final step: both experts' final models, bitwise the reference.
 # vflow-test: timeout=600
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +120,15 @@ def main():
             check(joined == ref, "%s: the joined two-expert step holds both experts' final models: %s" % (victim, joined))
             for d in (os.path.join(p(name), "ckpt", e) for e in ("high", "low", "")):
                 check(not [x for x in os.listdir(d) if x.endswith(".tmp")], "%s: a .tmp is left in %s" % (victim, d))
+        # a kill after the low expert's final checkpoint and before the high one's: the
+        # resumed run has nothing left for low to train, and still joins the final step
+        run("late")
+        for d in (("high", "step-%d" % STEPS), ("step-%d" % STEPS,)):
+            shutil.rmtree(os.path.join(p("late"), "ckpt", *d))
+        got = run("late", "--resume")
+        joined = {e: md5(p("late"), e, sub) for e, sub in (("high", "high_noise_model"), ("low", "low_noise_model"))}
+        check(got == ref and joined == ref, "low already final at the resume: the experts %s and the joined step %s "
+              "end as the uninterrupted run's %s" % (got, joined, ref))
     finish()
 
 

@@ -34,6 +34,7 @@ import torch  # noqa: E402
 from diffusers import WanTransformer3DModel  # noqa: E402
 from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
+from run_harness import check, finish  # noqa: E402
 from st_lib import f32, read_st, write_st  # noqa: E402
 
 BUILD = os.environ.get("VFLOW_BUILD", os.path.join(os.path.dirname(__file__), "../../build"))
@@ -47,14 +48,6 @@ CONFIG = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=16
 CFG = ["preset=tiny", "text_dim=16", "text_emb=1"]
 TL = 32
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
-failed = []
-
-
-def check(cond, msg):
-    if not cond:
-        failed.append(msg)
-        print("FAIL: " + msg)
-    return cond
 
 
 def load_strict(sd, tag):
@@ -159,14 +152,14 @@ def main():
         r = subprocess.run([CACHE_TOOL, "write", f("cache.lmdb"), "0", "8", "--shape", "4,1,8,8", "--text", "16"],
                            capture_output=True, text=True)
         if not check(r.returncode == 0, "cache_tool: " + r.stderr):
-            return 1
+            return finish()
         args = [VFLOW, "run", os.path.join(SRC, "pipelines", "train_dit.lua"), "--run-dir", f("run")]
         for s in ("cache=" + f("cache.lmdb"), "text_dim=16", "steps=3", "every=0", "batch=4", "stages=2",
                   "micro_batches=2", "shards=2"):
             args += ["--set", s]
         r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
         if not check(r.returncode == 0, "training: exit %d %s" % (r.returncode, r.stderr[-800:])):
-            return 1
+            return finish()
         path = f("run/ckpt/step-3/model.safetensors")
         with open(path, "rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
@@ -191,9 +184,8 @@ def main():
             print("checkpoint step 3: %d tensors, %d moved; forward vs diffusers rel err %.2e" % (len(sd), moved, e))
             check(e <= 1e-5, "forward relative error %.3g > 1e-5" % e)
         two_experts(f)
-    print("PASS" if not failed else "FAIL (%d)" % len(failed))
-    return 1 if failed else 0
+    finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -254,6 +254,24 @@ static double num_or(const vf_item *it, const char *k, double def)
     return vf_item_num(it, k, &v) == 0 ? v : def;
 }
 
+/* "done" (when connected) of a complete step dir: its step and path, and "resumed" 1 for
+ * the step a resumed run starts from. A closed consumer is not an error. */
+static int send_done(vf_ctx *ctx, int64_t step, const char *path, bool resumed, vf_status *st)
+{
+    vf_port *done = vf_out(ctx, "done");
+    if (!done) return 0;
+    vf_item *it = vf_item_new("ckpt", st);
+    if (!it) return VF_ENOMEM;
+    int rc;
+    if ((rc = vf_item_set_num(it, "step", (double)step, st)) || (rc = vf_item_set_str(it, "path", path, st)) ||
+        (resumed && (rc = vf_item_set_num(it, "resumed", 1, st)))) {
+        vf_item_free(it);
+        return rc;
+    }
+    rc = vf_send(done, it, st);
+    return rc == VF_EOS ? 0 : rc;
+}
+
 /* Start: leftovers of a killed writer go; a fresh run sets an earlier run's checkpoints
  * aside; with --resume, say where the run continues.
  * The dir's parents are made too: an expert's dir (<run>/ckpt/high) sits in one that may
@@ -289,17 +307,7 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
     vf_ckpt_fini(&ck);
     /* "done" of the step the run starts from, marked resumed: a consumer that pairs steps
      * (ckpt_join) gets it even when this run has nothing left to train */
-    vf_port *done = vf_out(ctx, "done");
-    if (!done) return 0;
-    vf_item *it = vf_item_new("ckpt", st);
-    if (!it) return VF_ENOMEM;
-    if ((rc = vf_item_set_num(it, "step", (double)c->ok_step, st)) ||
-        (rc = vf_item_set_str(it, "path", c->ok_path, st)) || (rc = vf_item_set_num(it, "resumed", 1, st))) {
-        vf_item_free(it);
-        return rc;
-    }
-    rc = vf_send(done, it, st);
-    return rc == VF_EOS ? 0 : rc;
+    return send_done(ctx, c->ok_step, c->ok_path, true, st);
 }
 
 /* "the newest complete checkpoint is D/step-N (step N): steps N+1-`upto` are not saved" */
@@ -368,17 +376,9 @@ static int report(vf_stage *s, vf_ctx *ctx, ckpt_state *c, int64_t step, int rc,
                              vf_stage_name(s), c->in_row, steps, c->in_row > shown ? ", ..." : "", c->max_fail,
                              c->last_err, lost);
     }
-    vf_port *done = rc == 0 ? vf_out(ctx, "done") : NULL;
-    if (done) {
-        vf_item *it = vf_item_new("ckpt", st);
-        if (!it) return VF_ENOMEM;
-        int r2;
-        if ((r2 = vf_item_set_num(it, "step", (double)step, st)) || (r2 = vf_item_set_str(it, "path", ws->path, st))) {
-            vf_item_free(it);
-            return r2;
-        }
-        r2 = vf_send(done, it, st);
-        if (r2 != VF_EOS && r2) return r2;
+    if (rc == 0) {
+        int r2 = send_done(ctx, step, ws->path, false, st);
+        if (r2) return r2;
     }
     vf_port *ack = c->sync ? vf_out(ctx, "ack") : NULL;
     if (ack) {

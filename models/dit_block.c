@@ -35,6 +35,7 @@
  * CUDA graph. Its key is everything the ops depend on besides the data in the buffers.
  */
 #include "models/dit_internal.h"
+#include "models/dit_red.h"
 
 #include <math.h>
 
@@ -248,6 +249,8 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
     dit_time_rows(&p->pl, d, &R, &per);
     /* per token the modulation is formed again (the per-sample one is in s) */
     const void *eb = p->pl.c.t_tokens ? modulation(p, blk, d, e0, s) : s->eb;
+    dit_grains gr; /* the sums over tokens in grains (dit_red.h) */
+    dit_grains_of(p, B, L, &gr);
     const void *scale1 = dit_at(eb, R * D, as), *gate1 = dit_at(eb, 2 * R * D, as),
                *scale2 = dit_at(eb, 4 * R * D, as), *gate2 = dit_at(eb, 5 * R * D, as);
     void *dshift1 = deb, *dscale1 = dit_at(deb, R * D, gs), *dgate1 = dit_at(deb, 2 * R * D, gs),
@@ -255,34 +258,34 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
          *dgate2 = dit_at(deb, 5 * R * D, gs);
 
     /* MLP: x3 = x2 + gate2 · f2; dx = dx3 from here */
-    be->gated_add_bwd(be, dx, dgate2, g[0], dout, gate2, s->f2, R, per, D);
+    dit_red_gated_add_bwd(p, &gr, dx, dgate2, g[0], dout, gate2, s->f2, R, per, D);
     if (p->fp8 || dit_lora_on(p, blk, BT_F2_W)) { /* the adapter's term joins before the GELU's backward */
-        dit_lin_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D, WR);
-        dit_lora_bwd(p, blk, BT_F2_W, gf0, g[0], s->g, N, F, D);
+        dit_red_lin_bwd(p, &gr, blk, BT_F2_W, gf0, g[0], s->g, F, D, WR);
+        dit_red_lora_bwd(p, &gr, blk, BT_F2_W, gf0, g[0], s->g, F, D);
         be->gelu_bwd(be, gf1, gf0, s->f1, N * F); /* in place: gf1 is gf0 */
-        dit_lin_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F, WR);
+        dit_red_lin_bwd(p, &gr, blk, BT_F1_W, g[1], gf1, s->m2, D, F, WR);
     } else {
-        be->matmul_dgelu_bwd(be, gf1, G(BT_F1_B), G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W),
-                             s->f1, N, F, D);
-        be->matmul_bwd(be, g[1], G(BT_F1_W), NULL, gf1, s->m2, W(BT_F1_W), N, D, F, WR);
+        dit_red_matmul_dgelu_bwd(p, &gr, gf1, G(BT_F1_B), G(BT_F2_W), G(BT_F2_B), g[0], s->g, W(BT_F2_W), s->f1,
+                                 F, D);
+        dit_red_matmul_bwd(p, &gr, g[1], G(BT_F1_W), NULL, gf1, s->m2, W(BT_F1_W), D, F, WR);
     }
-    dit_lora_bwd(p, blk, BT_F1_W, g[1], gf1, s->m2, N, D, F);
-    be->ln_modulate_bwd(be, dx, dshift2, dscale2, g[1], s->x2, s->mean2, s->rstd2, scale2, R, per, D,
-                        eps, ADD);
+    dit_red_lora_bwd(p, &gr, blk, BT_F1_W, g[1], gf1, s->m2, D, F);
+    dit_red_ln_modulate_bwd(p, &gr, dx, dshift2, dscale2, g[1], s->x2, s->mean2, s->rstd2, scale2, R, per, D, eps,
+                            ADD);
 
     /* cross-attention: x2 = x1 + co(ca [+ cia]); dx now holds dx2 = dco */
     const void *co_in = p->pl.img ? s->cs : s->ca;
-    dit_lin_bwd(p, blk, BT_CO_W, g[0], dx, co_in, N, D, D, WR);
-    dit_lora_bwd(p, blk, BT_CO_W, g[0], dx, co_in, N, D, D);
-    be->attention_bwd(be, g[1], gc0, gc2, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, B, L, Lt,
-                      H, Dh, scale);
+    dit_red_lin_bwd(p, &gr, blk, BT_CO_W, g[0], dx, co_in, D, D, WR);
+    dit_red_lora_bwd(p, &gr, blk, BT_CO_W, g[0], dx, co_in, D, D);
+    dit_red_cross_attention_bwd(p, &gr, g[1], gc0, gc2, g[0], s->cqr, s->ckr, s->cv, s->ca, s->lse2, Lt, H, Dh,
+                                scale);
     if (p->pl.img) { /* the image attention: its dq joins the text's, its keys' and values'
                         gradients go to the image rows of dctx */
         void *gi0 = p->w.gi[0], *gi1 = p->w.gi[1], *gi2 = p->w.gi[2];
         const void *cimg = dit_at(ctx, Nt * D, as);
         void *dcimg = dit_at(dctx, Nt * D, gs);
-        be->attention_bwd(be, g[4], gi0, gi1, g[0], s->cqr, s->cikr, s->civ, s->cia, s->lse3, B, L,
-                          Li, H, Dh, scale);
+        dit_red_cross_attention_bwd(p, &gr, g[4], gi0, gi1, g[0], s->cqr, s->cikr, s->civ, s->cia, s->lse3, Li, H,
+                                    Dh, scale);
         be->axpy(be, g[1], g[4], 1.0f, N * D);
         be->rmsnorm_bwd(be, gi2, G(BT_CNKI), gi0, s->cik, W(BT_CNKI), s->rstdcik, Ni, D);
         dit_lin_bwd(p, blk, BT_CKI_W, dcimg, gi2, cimg, Ni, D, D, ADD);
@@ -290,10 +293,10 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
         dit_lin_bwd(p, blk, BT_CVI_W, dcimg, gi1, cimg, Ni, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CVI_W, dcimg, gi1, cimg, Ni, D, D);
     }
-    be->rmsnorm_bwd(be, g[2], G(BT_CNQ), g[1], s->cq, W(BT_CNQ), s->rstdcq, N, D);
+    dit_red_rmsnorm_bwd(p, &gr, g[2], G(BT_CNQ), g[1], s->cq, W(BT_CNQ), s->rstdcq, D);
     be->rmsnorm_bwd(be, gc1, G(BT_CNK), gc0, s->ck, W(BT_CNK), s->rstdck, Nt, D); /* dck */
-    dit_lin_bwd(p, blk, BT_CQ_W, g[3], g[2], s->h3, N, D, D, WR);
-    dit_lora_bwd(p, blk, BT_CQ_W, g[3], g[2], s->h3, N, D, D);
+    dit_red_lin_bwd(p, &gr, blk, BT_CQ_W, g[3], g[2], s->h3, D, D, WR);
+    dit_red_lora_bwd(p, &gr, blk, BT_CQ_W, g[3], g[2], s->h3, D, D);
     if (p->fp8 || dit_lora_on(p, blk, BT_CK_W) || dit_lora_on(p, blk, BT_CV_W)) {
         dit_lin_bwd(p, blk, BT_CK_W, dctx, gc1, ctx, Nt, D, D, ADD);
         dit_lora_bwd(p, blk, BT_CK_W, dctx, gc1, ctx, Nt, D, D);
@@ -303,37 +306,35 @@ static void block_bwd(vf_dit_part *p, int blk, const vf_dit_dims *d, const void 
         be->matmul_batch_bwd(be, dctx, G(BT_CK_W), G(BT_CK_B), gc1, ctx, W(BT_CK_W), Nt, D, D, 2,
                              wstride_of(p, blk, BT_CK_W, BT_CV_W), stride_of(gc0, gc1, gc2, gs), ADD);
     }
-    be->layernorm_bwd(be, dx, G(BT_N3_W), G(BT_N3_B), g[3], s->x1, W(BT_N3_W), s->mean3,
-                      s->rstd3, N, D);
+    dit_red_layernorm_bwd(p, &gr, dx, G(BT_N3_W), G(BT_N3_B), g[3], s->x1, W(BT_N3_W), s->mean3, s->rstd3, D);
 
     /* self-attention: x1 = x + gate1 · o; dx holds dx1, which already is the residual's
      * share of dx0, hence no dx argument to gated_add_bwd */
-    be->gated_add_bwd(be, NULL, dgate1, g[0], dx, gate1, s->o, R, per, D);
-    dit_lin_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D, WR);
-    dit_lora_bwd(p, blk, BT_SO_W, g[1], g[0], s->a, N, D, D);
+    dit_red_gated_add_bwd(p, &gr, NULL, dgate1, g[0], dx, gate1, s->o, R, per, D);
+    dit_red_lin_bwd(p, &gr, blk, BT_SO_W, g[1], g[0], s->a, D, D, WR);
+    dit_red_lora_bwd(p, &gr, blk, BT_SO_W, g[1], g[0], s->a, D, D);
     dit_self_att_bwd(p, g[0], g[5], g[4], g[1], s->qr, s->kr, s->v, s->a, s->lse1, B, L, scale);
     /* dq, dk before RMSNorm+RoPE into g[2], g[3], beside dv in g[4]: one stride */
-    be->rmsnorm_rope_bwd(be, g[2], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, cs, sn, B, L, H, Dh);
-    be->rmsnorm_rope_bwd(be, g[3], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, cs, sn, B, L, H, Dh);
+    dit_red_rmsnorm_rope_bwd(p, &gr, g[2], G(BT_SNQ), g[0], s->q, W(BT_SNQ), s->rstdq, cs, sn, H, Dh);
+    dit_red_rmsnorm_rope_bwd(p, &gr, g[3], G(BT_SNK), g[5], s->k, W(BT_SNK), s->rstdk, cs, sn, H, Dh);
     if (p->fp8 || dit_lora_on(p, blk, BT_SQ_W) || dit_lora_on(p, blk, BT_SK_W) || dit_lora_on(p, blk, BT_SV_W)) {
-        dit_lin_bwd(p, blk, BT_SQ_W, g[1], g[2], s->m1, N, D, D, WR);
-        dit_lora_bwd(p, blk, BT_SQ_W, g[1], g[2], s->m1, N, D, D);
-        dit_lin_bwd(p, blk, BT_SK_W, g[1], g[3], s->m1, N, D, D, ADD);
-        dit_lora_bwd(p, blk, BT_SK_W, g[1], g[3], s->m1, N, D, D);
-        dit_lin_bwd(p, blk, BT_SV_W, g[1], g[4], s->m1, N, D, D, ADD);
-        dit_lora_bwd(p, blk, BT_SV_W, g[1], g[4], s->m1, N, D, D);
+        dit_red_lin_bwd(p, &gr, blk, BT_SQ_W, g[1], g[2], s->m1, D, D, WR);
+        dit_red_lora_bwd(p, &gr, blk, BT_SQ_W, g[1], g[2], s->m1, D, D);
+        dit_red_lin_bwd(p, &gr, blk, BT_SK_W, g[1], g[3], s->m1, D, D, ADD);
+        dit_red_lora_bwd(p, &gr, blk, BT_SK_W, g[1], g[3], s->m1, D, D);
+        dit_red_lin_bwd(p, &gr, blk, BT_SV_W, g[1], g[4], s->m1, D, D, ADD);
+        dit_red_lora_bwd(p, &gr, blk, BT_SV_W, g[1], g[4], s->m1, D, D);
     } else {
-        be->matmul_batch_bwd(be, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), N, D, D, 3,
-                             wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(g[2], g[3], g[4], gs), WR);
+        dit_red_matmul_batch_bwd(p, &gr, g[1], G(BT_SQ_W), G(BT_SQ_B), g[2], s->m1, W(BT_SQ_W), D, D, 3,
+                                 wstride_of(p, blk, BT_SQ_W, BT_SK_W), stride_of(g[2], g[3], g[4], gs), WR);
     }
-    be->ln_modulate_bwd(be, dx, dshift1, dscale1, g[1], x, s->mean1, s->rstd1, scale1, R, per, D, eps,
-                        ADD);
+    dit_red_ln_modulate_bwd(p, &gr, dx, dshift1, dscale1, g[1], x, s->mean1, s->rstd1, scale1, R, per, D, eps, ADD);
 
     if (p->pl.c.t_tokens) { /* m[k][r] = table[k] + e0[k][r]: de0 takes deb as laid out, the
                                table the sum of its rows over the tokens */
         be->axpy(be, de0, deb, 1.0f, 6 * R * D);
         if (p->grads) {
-            be->modulate_bwd(be, NULL, p->w.dmod, NULL, deb, deb, p->w.zeros, 6, R, D);
+            dit_red_rows_sum(p, &gr, p->w.dmod, deb, 6, D);
             be->axpy(be, G(BT_MOD), p->w.dmod, 1.0f, 6 * D);
         }
         return;

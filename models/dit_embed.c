@@ -13,6 +13,7 @@
  * its gradient a column sum, each one op however many tokens there are.
  */
 #include "models/dit_internal.h"
+#include "models/dit_red.h"
 
 #define WE(k) dit_w(p, (k))
 #define GE(k) dit_g(p, (k))
@@ -281,8 +282,10 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
 
     /* patches: no gradient for the input latent. A sequence-parallel rank's pad tokens add
      * nothing: their patches are zero and their dx is (dit_sp.c, the ends) */
-    be->matmul_bwd(be, NULL, GE(ET_PATCH_W), GE(ET_PATCH_B), dx, em->patches, WE(ET_PATCH_W),
-                   N, iP, D, VF_GRAD_WRITE);
+    dit_grains gr; /* the sums over tokens in grains (dit_red.h) */
+    dit_grains_of(p, B, L, &gr);
+    dit_red_matmul_bwd(p, &gr, NULL, GE(ET_PATCH_W), GE(ET_PATCH_B), dx, em->patches, WE(ET_PATCH_W), iP, D,
+                       VF_GRAD_WRITE);
 
     /* image features: ctx's rows after the text's */
     if (p->pl.img) img_emb_bwd(p, d, sv, dit_at(dctx, Nt * D, p->pl.gs));
@@ -293,20 +296,23 @@ void dit_embed_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void 
     if (c->t_tokens) {
         const size_t as = p->pl.as, gs = p->pl.gs;
         for (int k = 0; k < 6; k++)
-            be->matmul_bwd(be, w->dse, p->grads ? dit_at(GE(ET_PROJ_W), k * D * D, gs) : NULL,
-                           p->grads ? dit_at(GE(ET_PROJ_B), k * D, gs) : NULL,
-                           dit_at(de0, k * R * D, gs), em->se, dit_at(WE(ET_PROJ_W), k * D * D, as),
-                           R, D, D, k ? VF_GRAD_ADD : VF_GRAD_WRITE);
+            dit_red_matmul_bwd(p, &gr, w->dse, p->grads ? dit_at(GE(ET_PROJ_W), k * D * D, gs) : NULL,
+                               p->grads ? dit_at(GE(ET_PROJ_B), k * D, gs) : NULL, dit_at(de0, k * R * D, gs),
+                               em->se, dit_at(WE(ET_PROJ_W), k * D * D, as), D, D,
+                               k ? VF_GRAD_ADD : VF_GRAD_WRITE);
     } else {
         be->matmul_bwd(be, w->dse, GE(ET_PROJ_W), GE(ET_PROJ_B), de0, em->se, WE(ET_PROJ_W), B, D,
                        6 * D, VF_GRAD_WRITE);
     }
     be->silu_bwd(be, de, w->dse, sv->e, R * D, VF_GRAD_ADD);
-    be->matmul_bwd(be, w->dte1s, GE(ET_TIME2_W), GE(ET_TIME2_B), de, em->te1s, WE(ET_TIME2_W),
-                   R, D, D, VF_GRAD_WRITE);
+    /* a time row a token sums over the tokens; rows of samples over no tokens */
+    dit_grains tr = gr;
+    if (!c->t_tokens) dit_grains_off(B, 1, &tr);
+    dit_red_matmul_bwd(p, &tr, w->dte1s, GE(ET_TIME2_W), GE(ET_TIME2_B), de, em->te1s, WE(ET_TIME2_W), D, D,
+                       VF_GRAD_WRITE);
     be->silu_bwd(be, w->dte1, w->dte1s, em->te1, R * D, VF_GRAD_WRITE);
-    be->matmul_bwd(be, NULL, GE(ET_TIME1_W), GE(ET_TIME1_B), w->dte1, em->sinus, WE(ET_TIME1_W),
-                   R, c->freq_dim, D, VF_GRAD_WRITE);
+    dit_red_matmul_bwd(p, &tr, NULL, GE(ET_TIME1_W), GE(ET_TIME1_B), w->dte1, em->sinus, WE(ET_TIME1_W),
+                       c->freq_dim, D, VF_GRAD_WRITE);
 
     /* text: ctx = mlp(table[tok]), or mlp(text_emb) whose input needs no gradient; the
      * GELU's backward runs in the second linear's (its first's bias gradient with it) */
@@ -357,19 +363,19 @@ void dit_head_bwd(vf_dit_part *p, const vf_dit_dims *d, vf_dit_saved *sv, void *
     dit_head_saved *h = &sv->hd;
     dit_work *w = &p->w;
     const size_t as = p->pl.as, gs = p->pl.gs;
-    const int64_t B = d->B, L = d->L, N = B * L, D = c->dim, zP = c->z * p->pl.P;
+    const int64_t B = d->B, L = d->L, D = c->dim, zP = c->z * p->pl.P;
 
     int64_t R, per;
     dit_time_rows(&p->pl, d, &R, &per);
-    be->matmul_bwd(be, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), N, D, zP,
-                   VF_GRAD_WRITE);
-    be->ln_modulate_bwd(be, dx, w->deh, dit_at(w->deh, R * D, gs), w->dhm, sv->xs[p->pl.nb],
-                        h->mean, h->rstd, dit_at(h->eh, R * D, as), R, per, D, c->eps,
-                        VF_GRAD_WRITE);
+    dit_grains gr; /* the sums over tokens in grains (dit_red.h) */
+    dit_grains_of(p, B, L, &gr);
+    dit_red_matmul_bwd(p, &gr, w->dhm, GH(HT_W), GH(HT_B), h->dpred_tok, h->hm, WH(HT_W), D, zP, VF_GRAD_WRITE);
+    dit_red_ln_modulate_bwd(p, &gr, dx, w->deh, dit_at(w->deh, R * D, gs), w->dhm, sv->xs[p->pl.nb], h->mean, h->rstd,
+                            dit_at(h->eh, R * D, as), R, per, D, c->eps, VF_GRAD_WRITE);
     if (c->t_tokens) { /* de per token; the table's gradient sums its rows over the tokens */
         for (int k = 0; k < 2; k++) be->axpy(be, de, dit_at(w->deh, k * R * D, gs), 1.0f, R * D);
         if (p->grads) {
-            be->modulate_bwd(be, NULL, w->dmod, NULL, w->deh, w->deh, p->w.zeros, 2, R, D);
+            dit_red_rows_sum(p, &gr, w->dmod, w->deh, 2, D);
             be->axpy(be, GH(HT_MOD), w->dmod, 1.0f, 2 * D);
         }
         return;

@@ -304,6 +304,9 @@ struct vf_dit_part {
     const struct vf_dit_sp *sp;
     void *spg;                  /* the backend's device group (ops.h a2a_open), or NULL */
     void *spw[5];
+    int64_t spw_bytes;          /* bytes of each spw buffer */
+    void *redw;                 /* the grains' scratch (dit_red_ops.c; CPU backend), or NULL */
+    int64_t redw_bytes;
     int sp_rc;
     vf_status sp_st;
     /* Block swap (dit_swap.c; nswap 0: none): the weights of the last nswap blocks live in
@@ -412,6 +415,9 @@ void dit_lora_bwd(vf_dit_part *p, int blk, int k, void *dx, const void *dy, cons
 /* Whether block blk's linear k has an adapter (where one has, the block runs that linear
  * unfused: the adapter's terms join its gradient between the fused op's steps). */
 bool dit_lora_on(const vf_dit_part *p, int blk, int k);
+/* The gradients of block blk's linear k's adapter: A's (*ga, *na elements) and B's; NULL
+ * and 0 when it has none. */
+void dit_lora_grads(const vf_dit_part *p, int blk, int k, void **ga, int64_t *na, void **gb, int64_t *nb);
 
 /* dit_fp8.c: block blk's linear k (a BT_*_W index; its bias is k + 1) on the FP8 base
  * where the partition has one, else on its weights: out (rows, OC) = in·Wᵀ + b; and the

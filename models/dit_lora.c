@@ -253,6 +253,15 @@ static void *lg(const vf_dit_part *p, int i)
     return p->lgrads ? p->lgrads + (size_t)(p->lora->l->t[i].offset - p->loff0) * p->pl.gs : NULL;
 }
 
+void dit_lora_grads(const vf_dit_part *p, int blk, int k, void **ga, int64_t *na, void **gb, int64_t *nb)
+{
+    int a = lora_of(p, blk, k);
+    *ga = *gb = NULL, *na = *nb = 0;
+    if (a < 0) return;
+    *ga = lg(p, a), *na = p->lora->l->t[a].numel;
+    *gb = lg(p, a + 1), *nb = p->lora->l->t[a + 1].numel;
+}
+
 void dit_lora_fwd(vf_dit_part *p, int blk, int k, void *y, const void *x, int64_t rows,
                   int64_t in, int64_t out)
 {

@@ -106,6 +106,7 @@ void vf_dit_part_free(vf_dit_part *p)
     if (p->wmem) p->be->free(p->be, p->wmem);
     if (p->emem) p->be->free(p->be, p->emem);
     if (p->lmem) p->be->free(p->be, p->lmem);
+    if (p->redw) p->be->free(p->be, p->redw);
     dit_sp_free(p);
     vf_free(p->host);
     vf_free(p);

@@ -203,6 +203,7 @@ int vf_dit_part_set_sp(vf_dit_part *p, const vf_dit_sp *sp, vf_status *st)
             return st && st->code ? st->code : VF_ENOMEM;
         }
     }
+    p->spw_bytes = (int64_t)bytes;
     p->sp = sp;
     p->rope_grid[0] = -1;
     return 0;

@@ -3,20 +3,20 @@
 # the `sp` knob of pipelines/train_dit.lua) on the CPU backend, P = 2 partitions, each
 # run as N rank processes holding 1/N of every sample's 16 tokens (sp = 3: 6 tokens a
 # rank, the last rank 4 and 2 pads). The model has 6 heads (dim 96) so 2 and 3 divide it.
-#   - sp = 2 and sp = 3 train as sp = 1 does: after 12 steps the weights, and every
-#     step's loss and gradient norm, agree with sp = 1 within 1e-5 relative. Not to the
-#     bit: a rank's weight gradients are sums over its own tokens, which the shards add
-#     rank after rank, another order of the same sums (measured below 1e-6).
-#   - each sp is deterministic: sp = 3 run twice gives bitwise the same weights;
-#   - with D = 2 replicas (batch 1 each) sp = 2 agrees with one replica of batch 2;
-#   - with LoRA adapters (on a trained base) sp = 2 agrees with sp = 1;
-#   - on a bucketed cache (1, 4 and 8 tokens a sample: ranks wholly of pads) sp = 3
-#     agrees with sp = 1;
+#   - sp = 2 and sp = 3 train bit for bit as sp = 1 does: after 12 steps the weights are
+#     the same bytes, and so is every step's loss and gradient norm in the metrics (the
+#     sums over tokens run in grains cut at every sp's rank boundaries, their running sums
+#     passed from rank to rank: models/dit_red.h);
+#   - the same with D = 2 replicas (batch 1 each), with LoRA adapters (on a trained base)
+#     and on a bucketed cache (1, 4 and 8 tokens a sample: ranks wholly of pads);
+#   - D = 2 replicas of batch 1 agree with one replica of batch 2 within 1e-5 relative
+#     (another split of the batch, which adds the samples' sums in another order);
 #   - a run of 6 steps resumed to 12 ends bitwise on the uninterrupted sp = 2 weights,
 #     and a rank SIGKILLed mid-run fails the run, whose --resume ends on them too;
 #   - sp = 4 with 6 heads is refused at check time: exit 2, one line naming both.
-# Breaking the ranks' token ranges, the loss's share or the shards' sum over the ranks
-# fails the comparisons (each pad or missing token moves the loss by far more than 1e-5).
+# Each sp > 1 run is checked to have spawned its rank processes (dit_1_s1 in the driver's
+# spawn trace). Breaking the ranks' token ranges, the loss's share, the grains or the
+# passing of the running sums changes the bytes.
 # vflow-test: labels=slow timeout=900
 set -u
 source "$(dirname "$0")/train_lib.sh"
@@ -35,36 +35,46 @@ rc=$?
 grep -q "sp = 4 does not divide the model's 6 heads" bad.out || fail "sp=4: no line naming both: $(cat bad.out)"
 [ "$(grep -c . bad.out)" -eq 1 ] || fail "sp=4: more than one line: $(cat bad.out)"
 
-for n in 1 2 3; do
-  train sp$n "${COMMON[@]}" --set sp=$n || fail "sp=$n: $(tail -5 sp$n.out)"
-done
-"$PY" "$SRC/tests/integration/train_compare.py" $TOL $STEPS sp1 sp2 sp3 || fail "sp = 2, 3 differ from sp = 1"
+# same_bits FILE RUN "SP…" ARGS…: trains RUN<sp> with ARGS for each sp, checks that every
+# sp > 1 spawned its rank processes and that each run's FILE at the last step is the first
+# sp's bytes, its losses and gradient norms too (TRAINF=trainb: on the bucketed cache)
+same_bits() {
+  local file=$1 run=$2 sps=$3 n want
+  shift 3
+  for n in $sps; do
+    VFLOW_TRACE_SPAWN=$TMP/$run$n.trace ${TRAINF:-train} $run$n "$@" --set sp=$n || fail "$run sp=$n: $(tail -5 $run$n.out)"
+    [ "$n" = 1 ] || grep -Eq "stages=dit_1(_r[0-9]+)?_s1( |$)" "$TMP/$run$n.trace" || fail "$run sp=$n: no rank process dit_1_s1"
+  done
+  want=$(md5sum < "$run${sps%% *}/ckpt/step-$STEPS/$file")
+  for n in $sps; do
+    # the bytes, and every step's loss and gradient norm as the metrics print them (tolerance 0)
+    [ "$(md5sum < "$run$n/ckpt/step-$STEPS/$file")" = "$want" ] &&
+      VF_COMPARE_FILE=$file "$PY" "$SRC/tests/integration/train_compare.py" 0 $STEPS $run${sps%% *} $run$n \
+        > $run$n.cmp || fail "$run: sp=$n differs from sp=${sps%% *}: $(cat $run$n.cmp)"
+  done
+}
+same_bits model.safetensors sp "1 2 3" "${COMMON[@]}"
+echo "sp = 1, 2, 3: the same bytes"
 train sp3b "${COMMON[@]}" --set sp=3 || fail "sp=3 again: $(tail -5 sp3b.out)"
 [ "$(model_md5 sp3 $STEPS)" = "$(model_md5 sp3b $STEPS)" ] || fail "sp=3 twice: the weights differ"
-[ "$(model_md5 sp1 $STEPS)" != "$(model_md5 sp2 $STEPS)" ] || fail "sp=2 gave sp=1's bits: no SP ran?"
-echo "sp = 1, 2, 3 agree within $TOL; sp = 3 is deterministic"
 
-# replicas: D = 2 of batch 1 with sp = 2 against one replica of batch 2
+# replicas: D = 2 of batch 1, sp = 1, 2, 3; and against one replica of batch 2
 R=("${MODEL[@]}" --set steps=$STEPS --set every=0 --set lr=2e-3 --set stages=2 --set micro_batches=1 --set shards=3)
-train r1 "${R[@]}" --set batch=2 || fail "D=1: $(tail -5 r1.out)"
-train r2 "${R[@]}" --set batch=1 --set replicas=2 --set sp=2 || fail "D=2 sp=2: $(tail -5 r2.out)"
-"$PY" "$SRC/tests/integration/train_compare.py" $TOL $STEPS r1 r2 || fail "D=2 sp=2 differs from D=1"
+same_bits model.safetensors r "1 2 3" "${R[@]}" --set batch=1 --set replicas=2
+train r0 "${R[@]}" --set batch=2 || fail "D=1: $(tail -5 r0.out)"
+"$PY" "$SRC/tests/integration/train_compare.py" $TOL $STEPS r0 r2 || fail "D=2 sp=2 differs from D=1"
 
 # LoRA adapters on a frozen base: sp1's trained weights (the seeded init's head is zero,
 # which would leave the adapters without gradients)
 L=("${COMMON[@]}" --set lora_rank=4 --set weights="$TMP/sp1/ckpt/step-$STEPS/model.safetensors")
-train l1 "${L[@]}" || fail "LoRA sp=1: $(tail -5 l1.out)"
-train l2 "${L[@]}" --set sp=2 || fail "LoRA sp=2: $(tail -5 l2.out)"
-VF_COMPARE_FILE=lora.safetensors "$PY" "$SRC/tests/integration/train_compare.py" $TOL $STEPS l1 l2 ||
-  fail "LoRA: sp=2 differs from sp=1"
+same_bits lora.safetensors l "1 2 3" "${L[@]}"
 grep '"event":"train_step"' l2/metrics.jsonl | grep -q '"grad_norm":0,' && fail "LoRA: a step without gradients"
 
 # buckets: 1, 4 and 8 tokens a sample (sp = 3: ranks that hold pads only)
 make_buckets
 B=("${MODEL[@]}" --set steps=$STEPS --set every=0 --set lr=2e-3 --set stages=2 --set micro_batches=2)
-trainb b1 "${B[@]}" || fail "buckets sp=1: $(tail -5 b1.out)"
-trainb b3 "${B[@]}" --set sp=3 || fail "buckets sp=3: $(tail -5 b3.out)"
-"$PY" "$SRC/tests/integration/train_compare.py" $TOL $STEPS b1 b3 || fail "buckets: sp=3 differs from sp=1"
+TRAINF=trainb same_bits model.safetensors b "1 2 3" "${B[@]}"
+echo "replicas, LoRA, buckets: sp = 1, 2, 3 give the same bytes"
 
 # resume: 6 steps, then --resume to 12, bitwise the uninterrupted sp = 2 run
 want=$(model_md5 sp2 $STEPS)

@@ -330,9 +330,9 @@ static void cpu_embed_bwd(vf_backend *be, void *dtable, const void *dout, const 
     (void)be, vf_cpu_embed_bwd(dtable, dout, tok, N, C);
 }
 static double cpu_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target,
-                              int64_t n, float grad_scale)
+                              int64_t n, int64_t count, float grad_scale)
 {
-    return (void)be, vf_cpu_mse_fwd_bwd(dpred, pred, target, n, grad_scale);
+    return (void)be, vf_cpu_mse_fwd_bwd(dpred, pred, target, n, count, grad_scale);
 }
 static void cpu_adamw(vf_backend *be, float *master, float *m, float *v, const void *grad,
                       void *weights_out, int64_t n, float lr, float beta1, float beta2,

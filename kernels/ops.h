@@ -312,10 +312,11 @@ struct vf_backend {
     void (*embed_bwd)(vf_backend *be, void *dtable, const void *dout, const int32_t *tok,
                       int64_t N, int64_t C);
 
-    /* ---- loss: mean squared error over n; returns the loss (f64 sum / n) and
-     * dpred += grad_scale · 2·(pred − target)/n */
+    /* ---- loss: mean squared error of n values as a share of a mean over count (n for
+     * the plain mean; more for a part of a whole, as a sequence-parallel rank's tokens):
+     * returns the f64 sum / count and dpred += grad_scale · 2·(pred − target)/count */
     double (*mse_fwd_bwd)(vf_backend *be, void *dpred, const void *pred, const void *target,
-                          int64_t n, float grad_scale);
+                          int64_t n, int64_t count, float grad_scale);
 
     /* ---- optimizer on f32 master weights, f32 moments, gradients in grad_dtype.
      * t is the 1-based step for bias correction; grad_scale multiplies the gradient

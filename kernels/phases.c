@@ -223,7 +223,7 @@ WRAP(embed_fwd, VF_PHASE_ELEMENTWISE,
 WRAP(embed_bwd, VF_PHASE_ELEMENTWISE,
      (vf_backend *be, void *dtab, cv *dy, const int32_t *tok, int64_t N, int64_t C), (IN, dtab, dy, tok, N, C))
 WRAP_F64(mse_fwd_bwd, VF_PHASE_ELEMENTWISE,
-         (vf_backend *be, void *dp, cv *pr, cv *tg, int64_t n, float gs), (IN, dp, pr, tg, n, gs))
+         (vf_backend *be, void *dp, cv *pr, cv *tg, int64_t n, int64_t cnt, float gs), (IN, dp, pr, tg, n, cnt, gs))
 WRAP(adamw, VF_PHASE_OPTIMIZER,
      (vf_backend *be, float *ms, float *m, float *v, cv *g, void *wo, int64_t n, float lr, float b1, float b2,
       float eps, float wd, float gs, int64_t t),

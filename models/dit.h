@@ -251,6 +251,8 @@ typedef struct vf_dit_mem {
     int64_t ends;        /* a rank of sequence parallelism (vf_dit_part_memory_sp, sp > 1;
                             0 else): the whole clips the first partition patchifies before
                             it keeps its tokens' patches, allocated apart from the workspace */
+    int64_t grains;      /* the CPU backend's scratch for its sums over tokens (allocated
+                            on the CPU only; a plan counts it there) */
 } vf_dit_mem;
 
 /* Memory of partition [b0, b1) at geometry `max` with element sizes act_size (weights,

@@ -7,6 +7,7 @@
  * Every buffer is 64-byte aligned.
  */
 #include "models/dit_internal.h"
+#include "models/dit_red.h"
 #include "models/dit_sp.h"
 
 void dit_plan_init(dit_plan *pl, const vf_dit_config *c, int b0, int b1,
@@ -304,6 +305,7 @@ void vf_dit_part_memory_sp(const vf_dit_config *c, int b0, int b1, const vf_dit_
     cv.off = 0;
     dit_carve_ends(&cv, &pl, &w);
     out->ends = (int64_t)cv.off;
+    out->grains = dit_red_scratch_bytes(&pl);
 
     cv.off = 0;
     dit_carve(&cv, (size_t)(pl.N * c->dim) * act_size);

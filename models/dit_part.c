@@ -13,6 +13,7 @@
  * rather than recomputed.
  */
 #include "models/dit_internal.h"
+#include "models/dit_red.h"
 #include "models/dit_sp.h"
 
 #include <stdio.h>
@@ -81,6 +82,15 @@ int vf_dit_part_new_sp(vf_backend *be, const vf_dit_layout *l, int b0, int b1, c
         dit_carve_ends(&cv, &p->pl, &p->w);
     }
     if (p->w.zeros) be->memset0(be, p->w.zeros, 6 * (size_t)c->dim * p->pl.as);
+    if (be->device.kind == VF_DEV_CPU) { /* the sums over tokens' grains (dit_red.h) */
+        p->redw_bytes = dit_red_scratch_bytes(&p->pl);
+        if (!(p->redw = be->alloc(be, (size_t)p->redw_bytes, st))) {
+            vf_status_prefix(st, "dit partition [%d, %d): grain scratch of %lld bytes", b0, b1,
+                             (long long)p->redw_bytes);
+            rc = st && st->code ? st->code : VF_ENOMEM;
+            goto fail;
+        }
+    }
 
     /* per token the sinusoid's rows and, after them, each token's time */
     int64_t hn = p->pl.R * (c->freq_dim + (c->t_tokens ? 1 : 0));
@@ -298,12 +308,12 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
     if (p->sp) dit_sp_loss_targets(p, d, sv, b->target);
     else dit_patchify(p, d, c->z, sv->hd.target_tok, b->target, true);
     be->memset0(be, sv->hd.dpred_tok, bytes_g(p, n));
-    if (p->sp) { /* a sequence-parallel rank: its tokens' share of the mean over the whole sequences */
-        double share = (double)p->sp->Lr / (double)p->sp->L;
-        *loss = share * be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n,
-                                        (float)(grad_scale * share));
+    if (p->sp) { /* a sequence-parallel rank: its tokens' share of the mean over the whole
+                    sequences, each token's gradient as the whole mean's (its pads add 0) */
+        int64_t whole = d->B * p->sp->L * zP;
+        *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n, whole, grad_scale);
     } else if (b->skip_frames == 0) {
-        *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n, grad_scale);
+        *loss = be->mse_fwd_bwd(be, sv->hd.dpred_tok, sv->hd.pred_tok, sv->hd.target_tok, n, n, grad_scale);
     } else { /* per sample, its tokens after the skipped frames' (token order (t', h', w')) */
         int64_t skip = (int64_t)(b->skip_frames / c->patch[0]) * (d->H / c->patch[1]) * (d->W / c->patch[2]);
         int64_t ni = (d->L - skip) * zP;
@@ -311,7 +321,7 @@ int vf_dit_part_loss(vf_dit_part *p, const vf_dit_batch *b, vf_dit_saved *sv,
         for (int64_t i = 0; i < d->B; i++) {
             int64_t at = (i * d->L + skip) * zP;
             *loss += be->mse_fwd_bwd(be, dit_at(sv->hd.dpred_tok, at, p->pl.gs), dit_at(sv->hd.pred_tok, at, p->pl.as),
-                                     dit_at(sv->hd.target_tok, at, p->pl.as), ni, grad_scale / (float)d->B);
+                                     dit_at(sv->hd.target_tok, at, p->pl.as), ni, ni, grad_scale / (float)d->B);
         }
         *loss /= (double)d->B;
     }

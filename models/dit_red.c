@@ -54,8 +54,8 @@ int dit_grains_count(const dit_grains *g) { return g->n * (int)g->B; }
 
 void dit_grain(const dit_grains *g, int k, int64_t *b, int64_t *row, int64_t *rows, int64_t *tok)
 {
-    int s = k / (int)g->B;
-    *b = k % g->B;
+    int s = k / (int)g->B, bb = k % (int)g->B;
+    *b = bb;
     *row = *b * g->L + g->at[s];
     *rows = g->at[s + 1] - g->at[s];
     *tok = g->at[s];
@@ -86,6 +86,12 @@ static void span(const vf_dit_part *p, const dit_acc *a, int na, int64_t off, in
     }
 }
 
+static void zero(const vf_dit_part *p, const dit_acc *a, int na)
+{
+    for (int i = 0; i < na; i++)
+        if (a[i].p) memset(a[i].p, 0, (size_t)a[i].n * p->pl.gs);
+}
+
 /* One hop: rank `from` hands the sums to rank `to`; every rank takes part (an all-to-all
  * of which only that chunk carries anything). */
 static void hop(vf_dit_part *p, const dit_acc *a, int na, int from, int to)
@@ -109,17 +115,13 @@ static void hop(vf_dit_part *p, const dit_acc *a, int na, int from, int to)
         }
         if (me == to) span(p, a, na, off, k, stage + (int64_t)from * k, false);
     }
-    if (me == from)
-        for (int i = 0; i < na; i++)
-            if (a[i].p) memset(a[i].p, 0, (size_t)a[i].n * p->pl.gs);
+    if (me == from) zero(p, a, na);
 }
 
 void dit_red_enter(vf_dit_part *p, const dit_grains *g, const dit_acc *a, int na, bool ring)
 {
     if (!g->on) return;
-    if (!ring)
-        for (int i = 0; i < na; i++)
-            if (a[i].p) memset(a[i].p, 0, (size_t)a[i].n * p->pl.gs);
+    if (!ring) zero(p, a, na);
     if (!g->pass || !total_bytes(p, a, na)) return;
     const int n = p->sp->n, me = p->sp->rank;
     for (int h = ring ? 0 : 1; h <= me; h++) hop(p, a, na, (h + n - 1) % n, h);

@@ -63,6 +63,11 @@ typedef struct dit_acc {
 void dit_red_enter(vf_dit_part *p, const dit_grains *g, const dit_acc *a, int na, bool ring);
 void dit_red_leave(vf_dit_part *p, const dit_grains *g, const dit_acc *a, int na, bool ring);
 
+/* Bytes of the grains' scratch of a partition planned as pl (the CPU backend's: two rows
+ * of per-sample sums, a sample's cross-attention key and value gradients, the lse of a
+ * sample's rows). */
+int64_t dit_red_scratch_bytes(const dit_plan *pl);
+
 /* The ops that sum over tokens (dit_red_ops.c), each over g's B·L rows with ops.h's
  * arguments and meaning: parameter gradients go round the ring; a per-sample sum (R = B
  * rows of per = L tokens; with a time row a token, R = B·L and per = 1, nothing sums and

@@ -10,20 +10,16 @@
 #define AT(ptr, elems, size) ((ptr) ? (void *)((char *)(ptr) + (size_t)(elems) * (size)) : NULL)
 #define CAT(ptr, elems, size) ((ptr) ? (const void *)((const char *)(ptr) + (size_t)(elems) * (size)) : NULL)
 
-/* The grains' scratch: on the CPU backend host memory, sized on first use for the
- * partition's largest pass (two gradient rows of dim, two samples of context keys, the
- * lse of a sample's rows); NULL when it cannot be had (the caller then runs one call). */
-static char *scratch(vf_dit_part *p)
+int64_t dit_red_scratch_bytes(const dit_plan *pl)
 {
-    const vf_dit_config *c = &p->pl.c;
+    const vf_dit_config *c = &pl->c;
     int64_t Lk = c->text_len > c->img_len ? c->text_len : c->img_len;
-    int64_t need = (int64_t)p->pl.gs * (6 * c->dim + 2 * Lk * c->dim) + 4 * c->heads * p->pl.L + 256;
-    if (p->redw && p->redw_bytes >= need) return p->redw;
-    if (p->redw) p->be->free(p->be, p->redw);
-    p->redw = p->be->alloc(p->be, (size_t)need, NULL);
-    p->redw_bytes = p->redw ? need : 0;
-    return p->redw;
+    return (int64_t)pl->gs * (2 * c->dim + 2 * Lk * c->dim) + 4 * (int64_t)c->heads * pl->L;
 }
+
+/* The grains' scratch (vf_dit_part_new allocates it on the CPU backend), or NULL: the
+ * caller then runs one call. */
+static char *scratch(vf_dit_part *p) { return p->redw; }
 
 #define EACH_GRAIN(g)                                                                                                \
     for (int k_ = 0, n_ = dit_grains_count(g); k_ < n_; k_++)                                                         \

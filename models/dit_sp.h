@@ -96,7 +96,8 @@ int64_t vf_dit_sp_target_values(const vf_dit_config *c, const vf_dit_dims *max, 
  * clips in its ends' buffers and embeds this rank's tokens' patches; the last runs the
  * head and the loss on this rank's rows against their targets (vf_dit_sp_target_rows),
  * the loss and its gradients this rank's share of the whole sequences' mean, so the
- * ranks' losses and weight gradients add up to one rank's. sp's L and Lr may be changed
+ * ranks' losses add up to one rank's, and so do their weight gradients (on the CPU
+ * backend the whole sums on the last rank and zeros on the others: dit_red.h). sp's L and Lr may be changed
  * between micro-batches (another bucket) as long as sp->L stays within what it was at
  * this call. VF_EUSAGE at an end whose partition vf_dit_part_new_sp did not make for
  * sp->n ranks over sp->L tokens or more. On a backend other than the CPU's it joins the

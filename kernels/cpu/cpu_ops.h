@@ -176,8 +176,8 @@ void vf_cpu_embed_fwd(float *out, const int32_t *tok, const float *table, int64_
                       int64_t C);
 void vf_cpu_embed_bwd(float *dtable, const float *dout, const int32_t *tok, int64_t N,
                       int64_t C);
-/* dpred may be NULL (loss only). */
-double vf_cpu_mse_fwd_bwd(float *dpred, const float *pred, const float *target, int64_t n,
+/* ops.h mse_fwd_bwd; dpred may be NULL (loss only). */
+double vf_cpu_mse_fwd_bwd(float *dpred, const float *pred, const float *target, int64_t n, int64_t count,
                           float grad_scale);
 
 /* ---- optimizer (adamw.c): torch.optim.AdamW's update, in f64 per element:

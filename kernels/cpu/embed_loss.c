@@ -74,12 +74,12 @@ void vf_cpu_embed_bwd(float *dtable, const float *dout, const int32_t *tok, int6
 
 #define NBLK 256
 
-double vf_cpu_mse_fwd_bwd(float *dpred, const float *pred, const float *target, int64_t n,
+double vf_cpu_mse_fwd_bwd(float *dpred, const float *pred, const float *target, int64_t n, int64_t count,
                           float grad_scale)
 {
-    if (n <= 0) return 0.0;
+    if (n <= 0 || count <= 0) return 0.0;
     double part[NBLK];
-    const double gs = 2.0 * (double)grad_scale / (double)n;
+    const double gs = 2.0 * (double)grad_scale / (double)count;
 #pragma omp parallel for schedule(static) if (n > 16 * VF_CPU_PAR_MIN)
     for (int k = 0; k < NBLK; k++) {
         int64_t lo = n * k / NBLK, hi = n * (k + 1) / NBLK;
@@ -93,5 +93,5 @@ double vf_cpu_mse_fwd_bwd(float *dpred, const float *pred, const float *target, 
     }
     double s = 0.0;
     for (int k = 0; k < NBLK; k++) s += part[k];
-    return s / (double)n;
+    return s / (double)count;
 }

@@ -260,7 +260,7 @@ void vf_cuda_gated_add_bwd(vf_backend *be, void *dx, void *dgate, void *dy, cons
                            const void *gate, const void *y, int64_t B, int64_t L, int64_t C);
 /* embed_loss.cu */
 double vf_cuda_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target,
-                           int64_t n, float grad_scale);
+                           int64_t n, int64_t count, float grad_scale);
 /* adamw.cu */
 double vf_cuda_sumsq(vf_backend *be, const void *grad, int64_t n);
 /* matmul.cu: dbias (OC) += Σ_n dout (N, OC), bf16 in/out, f32 sums in a fixed order (no lock: the

@@ -88,14 +88,14 @@ extern "C" void vf_cuda_embed_bwd(vf_backend *be, void *dtable, const void *dout
 /* ------------------------------------------------------------------ MSE loss */
 
 extern "C" double vf_cuda_mse_fwd_bwd(vf_backend *be, void *dpred, const void *pred, const void *target, int64_t n,
-                                      float grad_scale)
+                                      int64_t count, float grad_scale)
 {
-    if (n <= 0) return 0.0;
+    if (n <= 0 || count <= 0) return 0.0;
     OpScope s(be);
     double *part = (double *)vf_cuda_partials(s.c);
     k_red<1><<<VF_CUDA_RED_BLOCKS, RED_THREADS, 0, s.c->stream>>>(part, (bf16 *)dpred, (const bf16 *)pred,
                                                                     (const bf16 *)target, n,
-                                                                    2.0 * (double)grad_scale / (double)n);
+                                                                    2.0 * (double)grad_scale / (double)count);
     VF_CUDA_NOTE_LAUNCH(s.c);
-    return red_finish(s.c, part) / (double)n;
+    return red_finish(s.c, part) / (double)count;
 }

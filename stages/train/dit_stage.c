@@ -374,6 +374,7 @@ static int dit_memory(const vf_params *prm, const vf_port_specs *ports, vf_mem_p
                         nsv * m.saved);
         if (sp > 1) vf_dit_sp_ends_plan(out, dev, &m);
         vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "partition workspace", m.workspace);
+        if (dev.kind == VF_DEV_CPU) vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sums over tokens: grain scratch", m.grains);
         if (g.lora)
             vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "LoRA scratch",
                             vf_dit_lora_workspace(&g.cfg, g.lora->cfg.rank, &mr, as, gs));

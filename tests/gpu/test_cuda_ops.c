@@ -604,12 +604,12 @@ VF_TEST(loss_optimizer)
     const int64_t n = 100003;
     float *p = rnd(n, -2, 2), *t = rnd(n, -2, 2), *gp = rnd(n, -1, 1);
     dbuf dp = dbf(p, n, 0), dt = dbf(t, n, 0), dgp = dbf(gp, n, 0);
-    double lc = C->mse_fwd_bwd(C, gp, p, t, n, 0.5f);
-    double lg = G->mse_fwd_bwd(G, dgp.p, dp.p, dt.p, n, 0.5f);
+    double lc = C->mse_fwd_bwd(C, gp, p, t, n, n, 0.5f);
+    double lg = G->mse_fwd_bwd(G, dgp.p, dp.p, dt.p, n, n, 0.5f);
     fprintf(stderr, "  mse loss: gpu %.12g cpu %.12g\n", lg, lc);
     VF_CHECK(isfinite(lg) && fabs(lg - lc) <= 1e-5 * fabs(lc));
     cmpd("mse dpred", dgp, gp, BF);
-    VF_CHECK(G->mse_fwd_bwd(G, NULL, dp.p, dt.p, n, 1.0f) == lg); /* deterministic, dpred optional */
+    VF_CHECK(G->mse_fwd_bwd(G, NULL, dp.p, dt.p, n, n, 1.0f) == lg); /* deterministic, dpred optional */
     double sg = G->sumsq(G, dgp.p, n);
     float *gpr = dget(dgp);
     double sc = C->sumsq(C, gpr, n); /* the same bf16 values on both sides */

@@ -10,7 +10,7 @@ a launcher would set for it, one rank per node.
   2. Slurm-style (SLURM_PROCID, a compact SLURM_JOB_NODELIST whose first name is the
      meeting host, the port from SLURM_JOB_ID): D = 2 replicas, one per node, bitwise the
      one-node D = 2 weights; and sequence parallelism, P = 2 partitions of sp = 2 ranks,
-     each partition's ranks on its node, bitwise the one-node sp = 2 weights;
+     each partition's ranks on its node, bitwise the one-node sp = 1 weights;
   3. Open MPI-style (OMPI_COMM_WORLD_*, the meeting place passed as VFLOW_MASTER_*):
      precompute with a decoder and a VAE encoder on each node feeding one latent_cache
      on node 0 gives the same cache as the same pipeline on one node: every key and every
@@ -115,14 +115,14 @@ def training(net, tmp, cache):
     check(r.returncode == 0 and all(re.search(r'label="node %d: w\d+-dit_%d_s%d"' % (q, q, k), r.stdout)
                                     for q in (0, 1) for k in (0, 1)),
           "sp=2: each partition's ranks on its node:\n%s%s" % (r.stdout, r.stderr))
-    ref_s = one_node(tmp, "sp2_one", TRAIN, common_s)
+    ref_s = one_node(tmp, "sp1_one", TRAIN, common_s[:-1] + ["sp=1"])
     n = Nodes(net, tmp, "sp2_two", "slurm", TRAIN, common_s + ["nodes=2"], port=20000 + 4243,
               env={"VFLOW_RUN_KEY": os.urandom(32).hex()})
     rcs = n.wait()
     check(rcs == {0: 0, 1: 0}, "sp=2 P=2 on two nodes: exits %r\n%s" % (rcs, n.describe()))
     a, b = md5(os.path.join(ref_s, "ckpt/step-8/model.safetensors")), md5(os.path.join(n.run_dir, "ckpt/step-8/model.safetensors"))
-    print("sp=2 P=2 one node %s, two nodes %s" % (a, b))
-    check(a is not None and a == b, "sp=2: two nodes give the one-node weights bitwise (%s vs %s)" % (a, b))
+    print("sp=1 P=2 one node %s; sp=2 P=2 two nodes %s" % (a, b))
+    check(a is not None and a == b, "sp=2 on two nodes gives the one-node sp=1 weights bitwise (%s vs %s)" % (a, b))
     return ref
 
 

@@ -7,9 +7,9 @@
  * them gives), with the same weights. Checked, for sp = 1, 2, 4, sequences they divide
  * and do not, with and without recompute:
  *   - each real token's output and input gradient are the one-rank partition's bits;
- *   - the ranks' weight, e0 and ctx gradients (each a partial sum over the rank's
- *     tokens), summed over the ranks, are the one-rank gradients within 2e-5 of the
- *     tensor's largest value (the sums run in another order, so not to the bit);
+ *   - the weight, e0 and ctx gradients (sums over the tokens, in grains whose running
+ *     sums pass from rank to rank: models/dit_red.h) are on the last rank the one-rank
+ *     gradients bit for bit, and zero on the others;
  *   - run twice, every rank's results, its partial gradients included, are the same bits.
  * The group opens with vf_dit_sp_chunk_bytes (a chunk too small fails the run), and
  * vf_dit_part_set_sp allocates vf_dit_sp_scratch_bytes, as the account sees it. The

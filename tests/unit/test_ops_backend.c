@@ -86,8 +86,8 @@ VF_TEST(table_matches_typed_kernels)
     vf_cpu_gelu_fwd(o2, o2, N * OC);
     VF_CHECK(memcmp(o1, o2, sizeof(float) * N * OC) == 0);
     VF_CHECK(be->sumsq(be, o1, N * OC) == vf_cpu_sumsq(o2, N * OC));
-    VF_CHECK(be->mse_fwd_bwd(be, NULL, o1, src, N * OC, 1.0f) ==
-             vf_cpu_mse_fwd_bwd(NULL, o2, src, N * OC, 1.0f));
+    VF_CHECK(be->mse_fwd_bwd(be, NULL, o1, src, N * OC, N * OC, 1.0f) ==
+             vf_cpu_mse_fwd_bwd(NULL, o2, src, N * OC, N * OC, 1.0f));
     be->memset0(be, x, sizeof(float) * N * C);
     for (int64_t i = 0; i < N * C; i++) VF_CHECK(x[i] == 0.0f);
     be->copy(be, x, src, sizeof(float) * N * C);

@@ -86,7 +86,7 @@ static void check_mse(int64_t n, float gscale)
     double want;
     ms_ref(&c, &want);
     float *dp = tl_zerosf(n);
-    double loss = vf_cpu_mse_fwd_bwd(dp, p, t, n, gscale);
+    double loss = vf_cpu_mse_fwd_bwd(dp, p, t, n, n, gscale);
     snprintf(what, sizeof what, "mse loss n=%lld", (long long)n);
     float lf = (float)loss;
     CHECK_FWD(what, &lf, &want, 1, 1e-7);
@@ -95,9 +95,17 @@ static void check_mse(int64_t n, float gscale)
     double one = 1.0;
     CHECK_GRAD("  mse dpred", ms_ref, &c, c.p, n, &one, 1, dp, NULL, 400);
     float *d0 = tl_preset_like(dp, n), *d1 = tl_dupf(d0, n);
-    VF_CHECK(vf_cpu_mse_fwd_bwd(d1, p, t, n, gscale) == loss);
+    VF_CHECK(vf_cpu_mse_fwd_bwd(d1, p, t, n, n, gscale) == loss);
     CHECK_GRAD("  mse dpred accumulate", ms_ref, &c, c.p, n, &one, 1, d1, d0, 400);
-    VF_CHECK(vf_cpu_mse_fwd_bwd(NULL, p, t, n, gscale) == loss); /* loss only */
+    VF_CHECK(vf_cpu_mse_fwd_bwd(NULL, p, t, n, n, gscale) == loss); /* loss only */
+    /* two parts of one whole (count n each): every element's gradient the whole's bits,
+     * the parts' losses adding up to the whole's */
+    float *dh = tl_zerosf(n);
+    int64_t h = n / 2;
+    double parts = vf_cpu_mse_fwd_bwd(dh, p, t, h, n, gscale) + vf_cpu_mse_fwd_bwd(dh + h, p + h, t + h, n - h, n, gscale);
+    VF_CHECK(memcmp(dh, dp, sizeof(float) * (size_t)n) == 0);
+    VF_CHECK(fabs(parts - loss) <= 1e-12 * loss);
+    free(dh);
     free(p), free(t), free(td), free(c.p), free(dp), free(d0), free(d1);
 }
 
@@ -107,7 +115,7 @@ VF_TEST(mse)
     check_mse(255, 0.5f);
     check_mse(257, 1.0f);
     check_mse(10007, 1000.0f); /* grad_scale keeps the per-element gradient O(1) */
-    VF_CHECK(vf_cpu_mse_fwd_bwd(NULL, NULL, NULL, 0, 1.0f) == 0.0);
+    VF_CHECK(vf_cpu_mse_fwd_bwd(NULL, NULL, NULL, 0, 0, 1.0f) == 0.0);
 }
 
 typedef struct erun {
@@ -124,7 +132,7 @@ static void e_run(void *vctx)
     memset(e->dt, 0, sizeof(float) * e->V * e->C);
     vf_cpu_embed_bwd(e->dt, e->r, e->tok, e->N, e->C);
     memset(e->dp, 0, sizeof(float) * e->n);
-    e->loss = vf_cpu_mse_fwd_bwd(e->dp, e->p, e->t, e->n, 3.0f);
+    e->loss = vf_cpu_mse_fwd_bwd(e->dp, e->p, e->t, e->n, e->n, 3.0f);
 }
 
 VF_TEST(embed_mse_same_bits_any_thread_count)

@@ -1,7 +1,10 @@
 /* dit_red_ops.c — the backward ops that sum over tokens, run grain by grain with their
  * running sums passed from rank to rank (dit_red.h). Each takes the op's arguments for
  * all g->B·g->L rows; the per-token outputs come out as the one call's (each row is
- * computed alone), the sums in the grains' order. Without grains, the one call.
+ * computed alone), the sums in the grains' order. Without grains, the one call. The dense
+ * layers' input gradients run as one call over all rows before the grains (a call a
+ * grain would pack the weight again each time), and only their weight and bias gradients
+ * a grain at a time.
  */
 #include "models/dit_red.h"
 
@@ -34,12 +37,13 @@ void dit_red_matmul_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, void *d
         be->matmul_bwd(be, dinp, dw, dbias, dout, inp, w, g->B * g->L, C, OC, mode);
         return;
     }
+    if (dinp) be->matmul_bwd(be, dinp, NULL, NULL, dout, NULL, w, g->B * g->L, C, OC, mode);
+    if (!dw && !dbias) return;
     dit_acc a[2] = {{dw, OC * C}, {dbias, OC}};
     dit_red_enter(p, g, a, 2, true);
     EACH_GRAIN(g) {
         (void)b, (void)tok;
-        be->matmul_bwd(be, AT(dinp, row * C, gs), dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w,
-                       rows, C, OC, mode);
+        be->matmul_bwd(be, NULL, dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w, rows, C, OC, mode);
     }
     dit_red_leave(p, g, a, 2, true);
 }
@@ -54,12 +58,18 @@ void dit_red_matmul_dgelu_bwd(vf_dit_part *p, const dit_grains *g, void *dpre, v
         be->matmul_dgelu_bwd(be, dpre, dbias_pre, dw, dbias, dout, inp, w, pre, g->B * g->L, C, OC);
         return;
     }
+    /* dpre over all rows, then its sums (dbias_pre = Σ dpre: a bias gradient) and the
+     * dense layer's a grain at a time */
+    be->matmul_dgelu_bwd(be, dpre, NULL, NULL, NULL, dout, inp, w, pre, g->B * g->L, C, OC);
     dit_acc a[3] = {{dbias_pre, C}, {dw, OC * C}, {dbias, OC}};
     dit_red_enter(p, g, a, 3, true);
     EACH_GRAIN(g) {
         (void)b, (void)tok;
-        be->matmul_dgelu_bwd(be, AT(dpre, row * C, gs), dbias_pre, dw, dbias, CAT(dout, row * OC, gs),
-                             CAT(inp, row * C, as), w, CAT(pre, row * C, as), rows, C, OC);
+        if (dbias_pre)
+            be->matmul_bwd(be, NULL, NULL, dbias_pre, CAT(dpre, row * C, gs), NULL, NULL, rows, 0, C,
+                           VF_GRAD_WRITE);
+        be->matmul_bwd(be, NULL, dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w, rows, C, OC,
+                       VF_GRAD_WRITE);
     }
     dit_red_leave(p, g, a, 3, true);
 }
@@ -81,11 +91,13 @@ void dit_red_matmul_batch_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, v
         a[na++] = (dit_acc){AT(dw, i * wstride, gs), OC * C};
         a[na++] = (dit_acc){AT(dbias, i * wstride, gs), OC};
     }
+    if (dinp) be->matmul_batch_bwd(be, dinp, NULL, NULL, dout, NULL, w, g->B * g->L, C, OC, nb, wstride, ostride, mode);
+    if (!dw && !dbias) return;
     dit_red_enter(p, g, a, na, true);
     EACH_GRAIN(g) {
         (void)b, (void)tok;
-        be->matmul_batch_bwd(be, AT(dinp, row * C, gs), dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w,
-                             rows, C, OC, nb, wstride, ostride, mode);
+        be->matmul_batch_bwd(be, NULL, dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w, rows, C, OC, nb,
+                             wstride, ostride, mode);
     }
     dit_red_leave(p, g, a, na, true);
 }
@@ -93,20 +105,12 @@ void dit_red_matmul_batch_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, v
 void dit_red_lin_bwd(vf_dit_part *p, const dit_grains *g, int blk, int k, void *dinp, const void *dout,
                      const void *in, int64_t C, int64_t OC, vf_grad_mode mode)
 {
-    const size_t as = p->pl.as, gs = p->pl.gs;
-    if (!g->on) {
+    const int i = dit_tidx_block(blk, k);
+    if (!g->on || p->fp8 || (!dit_g(p, i) && !dit_g(p, i + 1))) { /* nothing sums over tokens */
         dit_lin_bwd(p, blk, k, dinp, dout, in, g->B * g->L, C, OC, mode);
         return;
     }
-    const int i = dit_tidx_block(blk, k);
-    dit_acc a[2] = {{p->fp8 ? NULL : dit_g(p, i), OC * C}, {p->fp8 ? NULL : dit_g(p, i + 1), OC}};
-    dit_red_enter(p, g, a, 2, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
-        dit_lin_bwd(p, blk, k, AT(dinp, row * C, gs), CAT(dout, row * OC, gs), CAT(in, row * C, as), rows, C, OC,
-                    mode);
-    }
-    dit_red_leave(p, g, a, 2, true);
+    dit_red_matmul_bwd(p, g, dinp, dit_g(p, i), dit_g(p, i + 1), dout, in, dit_w(p, i), C, OC, mode);
 }
 
 void dit_red_lora_bwd(vf_dit_part *p, const dit_grains *g, int blk, int k, void *dx, const void *dy, const void *x,

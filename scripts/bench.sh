@@ -15,6 +15,7 @@
 #               the share of the copies hidden behind compute
 #   vae         bench_vae.py: the VAE encoder against PyTorch's conv3d (Debian's torch)
 #   sp          bench_sp.sh: the sequence-parallel all-to-all of 2-4 processes against memcpy
+#   sp_train    bench_sp_train.sh: a training step with sp = 2 (and 4) against sp = 1
 #
 # By default each runs with fewer repeats and smaller sizes than the README's figures
 # (a few minutes in all on an idle 2-core machine); BENCH_FULL=1 runs them as measured
@@ -69,6 +70,7 @@ if [ "$full" = 1 ]; then
   bench swap bench/bench_swap.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1
   bench sp bench/bench_sp.sh "$build" 32 10 3 4
+  bench sp_train bench/bench_sp_train.sh "$build"
 else
   bench matmul "$build/bench/bench_matmul" 1
   bench edges "$build/bench/bench_edges" 8 20000 1
@@ -79,6 +81,7 @@ else
   bench swap env STEPS=6 REPEATS=1 DEPTH=4 K=2 bench/bench_swap.sh "$build"
   bench vae needs_torch /usr/bin/python3 bench/bench_vae.py "$build" --threads 1 --quick
   bench sp bench/bench_sp.sh "$build" 8 5 1 3
+  bench sp_train env STEPS=6 REPEATS=1 SPS=2 DEPTH=2 bench/bench_sp_train.sh "$build"
 fi
 
 echo

@@ -101,7 +101,11 @@ static void hop(vf_dit_part *p, const dit_acc *a, int na, int from, int to)
     const int64_t total = total_bytes(p, a, na);
     int64_t chunk = (int64_t)vf_dit_sp_chunk_bytes(n, sp->L, p->pl.B, &p->pl.c, p->pl.as);
     if (chunk > p->spw_bytes / n) chunk = p->spw_bytes / n;
-    chunk &= ~(int64_t)7;
+    if (chunk < 1) { /* never with a model's sizes; no hop rather than no end */
+        p->sp_rc = vf_status_set(&p->sp_st, VF_EINVAL, __FILE__, __LINE__,
+                                 "sequence parallelism: no all-to-all chunk to pass the sums over tokens in");
+        return;
+    }
     char *stage = p->spw[0];
     for (int64_t off = 0; off < total && !p->sp_rc; off += chunk) {
         int64_t k = total - off < chunk ? total - off : chunk;

@@ -24,11 +24,7 @@
 #    bubble.
 set -euo pipefail
 
-build="${1:-build}"
-case "$build" in /*) ;; *) build=$PWD/$build ;; esac
-export VFLOW_BUILD=$build VFLOW_BIN=$build/vflow
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export VFLOW_SRC=$(cd "$here/.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/train_env.sh" "${1:-build}"
 STEPS=${STEPS:-40}
 REPEATS=${REPEATS:-3}
 BSTEPS=${BSTEPS:-15}

@@ -14,11 +14,7 @@
 # share the machine's cores, so this measures what SP costs here, not what it saves.
 set -euo pipefail
 
-build="${1:-build}"
-case "$build" in /*) ;; *) build=$PWD/$build ;; esac
-export VFLOW_BUILD=$build VFLOW_BIN=$build/vflow
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export VFLOW_SRC=$(cd "$here/.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/train_env.sh" "${1:-build}"
 STEPS=${STEPS:-10}
 REPEATS=${REPEATS:-2}
 DEPTH=${DEPTH:-4}

@@ -18,11 +18,7 @@
 # (1 − the time the compute waited for a copy / the copies' time; goal ≥ 0.8).
 set -euo pipefail
 
-build="${1:-build}"
-case "$build" in /*) ;; *) build=$PWD/$build ;; esac
-export VFLOW_BUILD=$build VFLOW_BIN=$build/vflow
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export VFLOW_SRC=$(cd "$here/.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/train_env.sh" "${1:-build}"
 STEPS=${STEPS:-12}
 REPEATS=${REPEATS:-2}
 DEPTH=${DEPTH:-8}

@@ -52,13 +52,10 @@ void dit_grains_off(int64_t B, int64_t L, dit_grains *g)
 
 int dit_grains_count(const dit_grains *g) { return g->n * (int)g->B; }
 
-void dit_grain(const dit_grains *g, int k, int64_t *b, int64_t *row, int64_t *rows, int64_t *tok)
+dit_grain dit_grain_at(const dit_grains *g, int k)
 {
     int s = k / (int)g->B, bb = k % (int)g->B;
-    *b = bb;
-    *row = *b * g->L + g->at[s];
-    *rows = g->at[s + 1] - g->at[s];
-    *tok = g->at[s];
+    return (dit_grain){.b = bb, .row = bb * g->L + g->at[s], .rows = g->at[s + 1] - g->at[s], .tok = g->at[s]};
 }
 
 static int64_t total_bytes(const vf_dit_part *p, const dit_acc *a, int na)

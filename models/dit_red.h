@@ -45,10 +45,13 @@ typedef struct dit_grains {
 void dit_grains_of(const vf_dit_part *p, int64_t B, int64_t L, dit_grains *g);
 /* No grains: one call over B·L rows (sums over samples, not tokens). */
 void dit_grains_off(int64_t B, int64_t L, dit_grains *g);
-/* Grain calls in order: k from 0 to dit_grains_count - 1 is segment k / B, sample k % B;
- * its rows start at *row (of B·L) and are *rows long, from local token *tok of the sample. */
+/* One grain call: sample b's rows [row, row + rows) of the B·L, from its local token tok. */
+typedef struct dit_grain {
+    int64_t b, row, rows, tok;
+} dit_grain;
+/* Grain calls in order: k from 0 to dit_grains_count - 1 is segment k / B, sample k % B. */
 int dit_grains_count(const dit_grains *g);
-void dit_grain(const dit_grains *g, int k, int64_t *b, int64_t *row, int64_t *rows, int64_t *tok);
+dit_grain dit_grain_at(const dit_grains *g, int k);
 
 /* A running sum: n elements of gradient dtype at p (NULL or n = 0: none). */
 typedef struct dit_acc {

@@ -20,13 +20,11 @@ int64_t dit_red_scratch_bytes(const dit_plan *pl)
     return (int64_t)pl->gs * (2 * c->dim + 2 * Lk * c->dim) + 4 * (int64_t)c->heads * pl->L;
 }
 
-/* The grains' scratch (vf_dit_part_new allocates it on the CPU backend), or NULL: the
- * caller then runs one call. */
-static char *scratch(vf_dit_part *p) { return p->redw; }
-
-#define EACH_GRAIN(g)                                                                                                \
-    for (int k_ = 0, n_ = dit_grains_count(g); k_ < n_; k_++)                                                         \
-        for (int64_t b, row, rows, tok, once_ = (dit_grain(g, k_, &b, &row, &rows, &tok), 1); once_; once_ = 0)
+/* Each grain call k of g in order, as gr (the ops that need scratch use p->redw, which
+ * vf_dit_part_new allocates on the CPU backend) */
+#define EACH_GRAIN(g, gr) \
+    for (int k_ = 0, n_ = dit_grains_count(g); k_ < n_; k_++) \
+        for (dit_grain gr = dit_grain_at(g, k_), *once_ = &gr; once_; once_ = NULL)
 
 void dit_red_matmul_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, void *dw, void *dbias, const void *dout,
                         const void *inp, const void *w, int64_t C, int64_t OC, vf_grad_mode mode)
@@ -41,9 +39,9 @@ void dit_red_matmul_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, void *d
     if (!dw && !dbias) return;
     dit_acc a[2] = {{dw, OC * C}, {dbias, OC}};
     dit_red_enter(p, g, a, 2, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
-        be->matmul_bwd(be, NULL, dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w, rows, C, OC, mode);
+    EACH_GRAIN(g, gr) {
+        be->matmul_bwd(be, NULL, dw, dbias, CAT(dout, gr.row * OC, gs), CAT(inp, gr.row * C, as), w, gr.rows, C, OC,
+                       mode);
     }
     dit_red_leave(p, g, a, 2, true);
 }
@@ -63,12 +61,11 @@ void dit_red_matmul_dgelu_bwd(vf_dit_part *p, const dit_grains *g, void *dpre, v
     be->matmul_dgelu_bwd(be, dpre, NULL, NULL, NULL, dout, inp, w, pre, g->B * g->L, C, OC);
     dit_acc a[3] = {{dbias_pre, C}, {dw, OC * C}, {dbias, OC}};
     dit_red_enter(p, g, a, 3, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
+    EACH_GRAIN(g, gr) {
         if (dbias_pre)
-            be->matmul_bwd(be, NULL, NULL, dbias_pre, CAT(dpre, row * C, gs), NULL, NULL, rows, 0, C,
+            be->matmul_bwd(be, NULL, NULL, dbias_pre, CAT(dpre, gr.row * C, gs), NULL, NULL, gr.rows, 0, C,
                            VF_GRAD_WRITE);
-        be->matmul_bwd(be, NULL, dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w, rows, C, OC,
+        be->matmul_bwd(be, NULL, dw, dbias, CAT(dout, gr.row * OC, gs), CAT(inp, gr.row * C, as), w, gr.rows, C, OC,
                        VF_GRAD_WRITE);
     }
     dit_red_leave(p, g, a, 3, true);
@@ -94,9 +91,9 @@ void dit_red_matmul_batch_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, v
     if (dinp) be->matmul_batch_bwd(be, dinp, NULL, NULL, dout, NULL, w, g->B * g->L, C, OC, nb, wstride, ostride, mode);
     if (!dw && !dbias) return;
     dit_red_enter(p, g, a, na, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
-        be->matmul_batch_bwd(be, NULL, dw, dbias, CAT(dout, row * OC, gs), CAT(inp, row * C, as), w, rows, C, OC, nb,
+    EACH_GRAIN(g, gr) {
+        be->matmul_batch_bwd(be, NULL, dw, dbias, CAT(dout, gr.row * OC, gs), CAT(inp, gr.row * C, as), w, gr.rows,
+                             C, OC, nb,
                              wstride, ostride, mode);
     }
     dit_red_leave(p, g, a, na, true);
@@ -125,9 +122,9 @@ void dit_red_lora_bwd(vf_dit_part *p, const dit_grains *g, int blk, int k, void 
     dit_acc a[2];
     dit_lora_grads(p, blk, k, &a[0].p, &a[0].n, &a[1].p, &a[1].n);
     dit_red_enter(p, g, a, 2, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
-        dit_lora_bwd(p, blk, k, AT(dx, row * in, gs), CAT(dy, row * out, gs), CAT(x, row * in, as), rows, in, out);
+    EACH_GRAIN(g, gr) {
+        dit_lora_bwd(p, blk, k, AT(dx, gr.row * in, gs), CAT(dy, gr.row * out, gs), CAT(x, gr.row * in, as), gr.rows,
+                     in, out);
     }
     dit_red_leave(p, g, a, 2, true);
 }
@@ -143,10 +140,9 @@ void dit_red_layernorm_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, void
     }
     dit_acc a[2] = {{dw, C}, {db, C}};
     dit_red_enter(p, g, a, 2, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
-        be->layernorm_bwd(be, AT(dinp, row * C, gs), dw, db, CAT(dout, row * C, gs), CAT(inp, row * C, as), w,
-                          mean + row, rstd + row, rows, C);
+    EACH_GRAIN(g, gr) {
+        be->layernorm_bwd(be, AT(dinp, gr.row * C, gs), dw, db, CAT(dout, gr.row * C, gs), CAT(inp, gr.row * C, as), w,
+                          mean + gr.row, rstd + gr.row, gr.rows, C);
     }
     dit_red_leave(p, g, a, 2, true);
 }
@@ -162,10 +158,9 @@ void dit_red_rmsnorm_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, void *
     }
     dit_acc a[1] = {{dw, C}};
     dit_red_enter(p, g, a, 1, true);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
-        be->rmsnorm_bwd(be, AT(dinp, row * C, gs), dw, CAT(dout, row * C, gs), CAT(inp, row * C, as), w, rstd + row,
-                        rows, C);
+    EACH_GRAIN(g, gr) {
+        be->rmsnorm_bwd(be, AT(dinp, gr.row * C, gs), dw, CAT(dout, gr.row * C, gs), CAT(inp, gr.row * C, as), w,
+                        rstd + gr.row, gr.rows, C);
     }
     dit_red_leave(p, g, a, 1, true);
 }
@@ -183,10 +178,9 @@ void dit_red_rmsnorm_rope_bwd(vf_dit_part *p, const dit_grains *g, void *dinp, v
     const int64_t C = H * D, half = D / 2;
     dit_acc a[1] = {{dw, C}};
     dit_red_enter(p, g, a, 1, true);
-    EACH_GRAIN(g) {
-        (void)b;
-        be->rmsnorm_rope_bwd(be, AT(dinp, row * C, gs), dw, CAT(dout, row * C, gs), CAT(inp, row * C, as), w,
-                             rstd + row, cs + tok * half, sn + tok * half, 1, rows, H, D);
+    EACH_GRAIN(g, gr) {
+        be->rmsnorm_rope_bwd(be, AT(dinp, gr.row * C, gs), dw, CAT(dout, gr.row * C, gs), CAT(inp, gr.row * C, as), w,
+                             rstd + gr.row, cs + gr.tok * half, sn + gr.tok * half, 1, gr.rows, H, D);
     }
     dit_red_leave(p, g, a, 1, true);
 }
@@ -197,7 +191,7 @@ void dit_red_ln_modulate_bwd(vf_dit_part *p, const dit_grains *g, void *dx, void
 {
     vf_backend *be = p->be;
     const size_t as = p->pl.as, gs = p->pl.gs;
-    char *tmp = g->on && !p->pl.c.t_tokens ? scratch(p) : NULL;
+    char *tmp = g->on && !p->pl.c.t_tokens ? p->redw : NULL;
     if (!tmp) { /* one call; or a time row a token: its sums are the token's own */
         be->ln_modulate_bwd(be, dx, dshift, dscale, dout, x, mean, rstd, scale, R, per, C, eps, mode);
         return;
@@ -205,12 +199,12 @@ void dit_red_ln_modulate_bwd(vf_dit_part *p, const dit_grains *g, void *dx, void
     dit_acc a[2] = {{dshift, R * C}, {dscale, R * C}};
     dit_red_enter(p, g, a, 2, false);
     void *ts = tmp, *tc = tmp + C * gs;
-    EACH_GRAIN(g) {
-        (void)tok;
-        be->ln_modulate_bwd(be, AT(dx, row * C, gs), dshift ? ts : NULL, dscale ? tc : NULL, CAT(dout, row * C, gs),
-                            CAT(x, row * C, as), mean + row, rstd + row, CAT(scale, b * C, as), 1, rows, C, eps, mode);
-        if (dshift) be->axpy(be, AT(dshift, b * C, gs), ts, 1.0f, C);
-        if (dscale) be->axpy(be, AT(dscale, b * C, gs), tc, 1.0f, C);
+    EACH_GRAIN(g, gr) {
+        be->ln_modulate_bwd(be, AT(dx, gr.row * C, gs), dshift ? ts : NULL, dscale ? tc : NULL,
+                            CAT(dout, gr.row * C, gs), CAT(x, gr.row * C, as), mean + gr.row, rstd + gr.row,
+                            CAT(scale, gr.b * C, as), 1, gr.rows, C, eps, mode);
+        if (dshift) be->axpy(be, AT(dshift, gr.b * C, gs), ts, 1.0f, C);
+        if (dscale) be->axpy(be, AT(dscale, gr.b * C, gs), tc, 1.0f, C);
     }
     dit_red_leave(p, g, a, 2, false);
 }
@@ -220,18 +214,17 @@ void dit_red_gated_add_bwd(vf_dit_part *p, const dit_grains *g, void *dx, void *
 {
     vf_backend *be = p->be;
     const size_t as = p->pl.as, gs = p->pl.gs;
-    char *tmp = g->on && !p->pl.c.t_tokens ? scratch(p) : NULL;
+    char *tmp = g->on && !p->pl.c.t_tokens ? p->redw : NULL;
     if (!tmp) {
         be->gated_add_bwd(be, dx, dgate, dy, dout, gate, y, R, per, C);
         return;
     }
     dit_acc a[1] = {{dgate, R * C}};
     dit_red_enter(p, g, a, 1, false);
-    EACH_GRAIN(g) {
-        (void)tok;
-        be->gated_add_bwd(be, AT(dx, row * C, gs), dgate ? tmp : NULL, AT(dy, row * C, gs), CAT(dout, row * C, gs),
-                          CAT(gate, b * C, as), CAT(y, row * C, as), 1, rows, C);
-        if (dgate) be->axpy(be, AT(dgate, b * C, gs), tmp, 1.0f, C);
+    EACH_GRAIN(g, gr) {
+        be->gated_add_bwd(be, AT(dx, gr.row * C, gs), dgate ? tmp : NULL, AT(dy, gr.row * C, gs),
+                          CAT(dout, gr.row * C, gs), CAT(gate, gr.b * C, as), CAT(y, gr.row * C, as), 1, gr.rows, C);
+        if (dgate) be->axpy(be, AT(dgate, gr.b * C, gs), tmp, 1.0f, C);
     }
     dit_red_leave(p, g, a, 1, false);
 }
@@ -243,7 +236,7 @@ void dit_red_cross_attention_bwd(vf_dit_part *p, const dit_grains *g, void *dq, 
     vf_backend *be = p->be;
     const size_t as = p->pl.as, gs = p->pl.gs;
     const int64_t B = g->B, Lq = g->L, C = H * Dh;
-    char *tmp = g->on ? scratch(p) : NULL;
+    char *tmp = g->on ? p->redw : NULL;
     if (!tmp) {
         be->attention_bwd(be, dq, dk, dv, dout, q, k, v, out, lse, B, Lq, Lk, H, Dh, scale);
         return;
@@ -252,15 +245,15 @@ void dit_red_cross_attention_bwd(vf_dit_part *p, const dit_grains *g, void *dq, 
     dit_red_enter(p, g, a, 2, false);
     char *tk = tmp + 2 * C * gs, *tv = tk + Lk * C * gs;
     float *tl = (float *)(tv + Lk * C * gs);
-    EACH_GRAIN(g) {
-        (void)tok;
-        const int64_t lo = row - b * Lq;
-        for (int64_t h = 0; h < H; h++) memcpy(tl + h * rows, lse + (b * H + h) * Lq + lo, sizeof(float) * (size_t)rows);
-        be->attention_bwd(be, AT(dq, row * C, gs), dk ? tk : NULL, dv ? tv : NULL, CAT(dout, row * C, gs),
-                          CAT(q, row * C, as), CAT(k, b * Lk * C, as), CAT(v, b * Lk * C, as), CAT(out, row * C, as),
-                          tl, 1, rows, Lk, H, Dh, scale);
-        if (dk) be->axpy(be, AT(dk, b * Lk * C, gs), tk, 1.0f, Lk * C);
-        if (dv) be->axpy(be, AT(dv, b * Lk * C, gs), tv, 1.0f, Lk * C);
+    EACH_GRAIN(g, gr) {
+        const int64_t lo = gr.row - gr.b * Lq;
+        for (int64_t h = 0; h < H; h++)
+            memcpy(tl + h * gr.rows, lse + (gr.b * H + h) * Lq + lo, sizeof(float) * (size_t)gr.rows);
+        be->attention_bwd(be, AT(dq, gr.row * C, gs), dk ? tk : NULL, dv ? tv : NULL, CAT(dout, gr.row * C, gs),
+                          CAT(q, gr.row * C, as), CAT(k, gr.b * Lk * C, as), CAT(v, gr.b * Lk * C, as),
+                          CAT(out, gr.row * C, as), tl, 1, gr.rows, Lk, H, Dh, scale);
+        if (dk) be->axpy(be, AT(dk, gr.b * Lk * C, gs), tk, 1.0f, Lk * C);
+        if (dv) be->axpy(be, AT(dv, gr.b * Lk * C, gs), tv, 1.0f, Lk * C);
     }
     dit_red_leave(p, g, a, 2, false);
 }
@@ -270,18 +263,17 @@ void dit_red_rows_sum(vf_dit_part *p, const dit_grains *g, void *sum, const void
     vf_backend *be = p->be;
     const size_t gs = p->pl.gs;
     const int64_t R = g->B * g->L;
-    char *tmp = g->on ? scratch(p) : NULL;
+    char *tmp = g->on ? p->redw : NULL;
     if (!tmp) {
         be->modulate_bwd(be, NULL, sum, NULL, rowsv, rowsv, p->w.zeros, nk, R, C);
         return;
     }
     dit_acc a[1] = {{sum, nk * C}};
     dit_red_enter(p, g, a, 1, false);
-    EACH_GRAIN(g) {
-        (void)b, (void)tok;
+    EACH_GRAIN(g, gr) {
         for (int k = 0; k < nk; k++) {
-            const void *src = CAT(rowsv, (k * R + row) * C, gs);
-            be->modulate_bwd(be, NULL, tmp, NULL, src, src, p->w.zeros, 1, rows, C);
+            const void *src = CAT(rowsv, (k * R + gr.row) * C, gs);
+            be->modulate_bwd(be, NULL, tmp, NULL, src, src, p->w.zeros, 1, gr.rows, C);
             be->axpy(be, AT(sum, k * C, gs), tmp, 1.0f, C);
         }
     }

@@ -306,7 +306,6 @@ struct vf_dit_part {
     void *spw[5];
     int64_t spw_bytes;          /* bytes of each spw buffer */
     void *redw;                 /* the grains' scratch (dit_red_ops.c; CPU backend), or NULL */
-    int64_t redw_bytes;
     int sp_rc;
     vf_status sp_st;
     /* Block swap (dit_swap.c; nswap 0: none): the weights of the last nswap blocks live in
@@ -343,6 +342,22 @@ struct vf_dit_part {
     int off_issued;
 };
 
+/* Tensor `idx` of a buffer laid out as params is (packed, element size es): with block
+ * swap the swapped blocks' tensors are in the ring buffer blk of the entered block, the
+ * rest packed around the hole they leave. */
+static inline void *dit_swapped_at(const vf_dit_part *p, int idx, char *packed, char *blk, size_t es)
+{
+    int64_t rel = p->l->t[idx].offset - p->off0;
+    if (p->nswap && rel >= p->hole) {
+        if (rel < p->hole + p->hole_n) {
+            VF_ASSERT(blk);
+            int64_t at = p->hole + (int64_t)(p->blk_cur - (p->pl.b1 - p->nswap)) * p->blk_n;
+            return blk + (size_t)(rel - at) * es;
+        }
+        rel -= p->hole_n;
+    }
+    return packed + (size_t)rel * es;
+}
 /* Weight / gradient of tensor `idx` (must lie in the partition's range; with block swap
  * a swapped block's tensor only while that block is entered, its gradient only in a
  * backward pass). */
@@ -353,29 +368,12 @@ static inline void *dit_w(const vf_dit_part *p, int idx)
         VF_ASSERT(!vf_dit_fp8_tensor(p->l, idx) && p->fp8->at[idx] >= 0);
         return (char *)p->fp8->rest + (size_t)p->fp8->at[idx] * p->pl.as;
     }
-    int64_t rel = p->l->t[idx].offset - p->off0;
-    if (p->nswap && rel >= p->hole) {
-        if (rel < p->hole + p->hole_n) {
-            int64_t at = p->hole + (int64_t)(p->blk_cur - (p->pl.b1 - p->nswap)) * p->blk_n;
-            return p->blk_w + (size_t)(rel - at) * p->pl.as;
-        }
-        rel -= p->hole_n;
-    }
-    return p->params + (size_t)rel * p->pl.as;
+    return dit_swapped_at(p, idx, p->params, p->blk_w, p->pl.as);
 }
 static inline void *dit_g(const vf_dit_part *p, int idx)
 {
-    if (!p->grads) return NULL; /* frozen base (LoRA): no weight gradients */
-    int64_t rel = p->l->t[idx].offset - p->off0;
-    if (p->nswap && rel >= p->hole) { /* the swapped blocks: in the ring while entered */
-        if (rel < p->hole + p->hole_n) {
-            VF_ASSERT(p->blk_g);
-            int64_t at = p->hole + (int64_t)(p->blk_cur - (p->pl.b1 - p->nswap)) * p->blk_n;
-            return p->blk_g + (size_t)(rel - at) * p->pl.gs;
-        }
-        rel -= p->hole_n;
-    }
-    return p->grads + (size_t)rel * p->pl.gs;
+    /* a frozen base (LoRA) has no weight gradients */
+    return p->grads ? dit_swapped_at(p, idx, p->grads, p->blk_g, p->pl.gs) : NULL;
 }
 /* Offset pointer into a buffer of element size es. */
 static inline void *dit_at(const void *base, int64_t elems, size_t es)

@@ -71,9 +71,9 @@ int vf_dit_part_new_sp(vf_backend *be, const vf_dit_layout *l, int b0, int b1, c
     dit_carve_work(&cv, &p->pl, &p->w);
     cv = (dit_carver){0};
     dit_carve_ends(&cv, &p->pl, &p->w);
-    if ((p->ebytes = cv.off) > 0) { /* a rank's whole sequences at the ends, apart */
+    if ((p->ebytes = cv.off) > 0) { /* a first partition's rank patchifies whole clips, apart */
         if (!(p->emem = be->alloc(be, p->ebytes, st))) {
-            vf_status_prefix(st, "dit partition [%d, %d): whole sequences at the ends, %zu bytes", b0, b1,
+            vf_status_prefix(st, "dit partition [%d, %d): the whole clips' patchify, %zu bytes", b0, b1,
                              p->ebytes);
             rc = st && st->code ? st->code : VF_ENOMEM;
             goto fail;
@@ -83,10 +83,9 @@ int vf_dit_part_new_sp(vf_backend *be, const vf_dit_layout *l, int b0, int b1, c
     }
     if (p->w.zeros) be->memset0(be, p->w.zeros, 6 * (size_t)c->dim * p->pl.as);
     if (be->device.kind == VF_DEV_CPU) { /* the sums over tokens' grains (dit_red.h) */
-        p->redw_bytes = dit_red_scratch_bytes(&p->pl);
-        if (!(p->redw = be->alloc(be, (size_t)p->redw_bytes, st))) {
-            vf_status_prefix(st, "dit partition [%d, %d): grain scratch of %lld bytes", b0, b1,
-                             (long long)p->redw_bytes);
+        int64_t nb = dit_red_scratch_bytes(&p->pl);
+        if (!(p->redw = be->alloc(be, (size_t)nb, st))) {
+            vf_status_prefix(st, "dit partition [%d, %d): grain scratch of %lld bytes", b0, b1, (long long)nb);
             rc = st && st->code ? st->code : VF_ENOMEM;
             goto fail;
         }

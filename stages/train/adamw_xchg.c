@@ -149,13 +149,7 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
     size_t es = vf_dtype_size(t->dtype);
     const char *src = (const char *)t->data + (size_t)off * es;
     bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
-    if (host_t && host_be && t->dtype != dt && dt == VF_DTYPE_F32) {
-        /* host bf16 (a GPU partition's swapped blocks) to an f32 host shard */
-        vf_backend_cpu()->download(vf_backend_cpu(), dst, src, n, t->dtype);
-    } else if (host_t == host_be) { /* one kind of memory: same dtype, a plain (peer) copy */
-        if (t->dtype != dt) goto bad;
-        be->copy(be, dst, src, (size_t)n * es);
-    } else if (host_be) { /* device -> host: as it is (a bf16 host shard), or to f32 */
+    if (host_be && !host_t) { /* device -> host: as it is (a bf16 host shard), or to f32 */
         vf_backend *bt = backend_of(x, t->device, st);
         if (!bt) return st && st->code ? st->code : VF_EINVAL;
         if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
@@ -163,11 +157,14 @@ static int xin(vf_adamw_xchg *x, void *dst, vf_dtype dt, const vf_tensor *t, int
         else goto bad;
         int rc = pinned_done(x, bt, st);
         if (rc) return rc;
-    } else if (t->dtype == dt) { /* host -> device as it is (a partition's swapped blocks) */
+    } else if (t->dtype == dt) { /* one kind of memory, or host -> device (a partition's swapped blocks) */
         be->copy(be, dst, src, (size_t)n * es);
-    } else { /* host f32 -> device */
-        if (t->dtype != VF_DTYPE_F32) goto bad;
+    } else if (host_be && dt == VF_DTYPE_F32) { /* host bf16 (a GPU partition's swapped blocks), f32 shard */
+        be->download(be, dst, src, n, t->dtype);
+    } else if (!host_be && host_t && t->dtype == VF_DTYPE_F32) { /* host f32 -> device */
         be->upload(be, dst, (const float *)src, n, dt);
+    } else {
+        goto bad;
     }
     x->moved += (int64_t)((size_t)n * es);
     return 0;
@@ -183,13 +180,7 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
     size_t es = vf_dtype_size(t->dtype);
     char *dst = (char *)t->data + (size_t)off * es;
     bool host_t = t->device.kind == VF_DEV_CPU, host_be = be->device.kind == VF_DEV_CPU;
-    if (host_t && host_be && t->dtype != dt && dt == VF_DTYPE_F32) {
-        /* an f32 host shard's weights into a GPU partition's swapped blocks (host bf16) */
-        vf_backend_cpu()->upload(vf_backend_cpu(), dst, src, n, t->dtype);
-    } else if (host_t == host_be) {
-        if (t->dtype != dt) goto bad;
-        be->copy(be, dst, src, (size_t)n * es);
-    } else if (host_be) { /* host -> device: as it is (a bf16 host shard), or from f32 */
+    if (host_be && !host_t) { /* host -> device: as it is (a bf16 host shard), or from f32 */
         vf_backend *bt = backend_of(x, t->device, st);
         if (!bt) return st && st->code ? st->code : VF_EINVAL;
         if (dt == t->dtype) bt->copy(bt, dst, src, (size_t)n * es);
@@ -197,11 +188,14 @@ static int xout(vf_adamw_xchg *x, vf_tensor *t, int64_t off, const void *src, vf
         else goto bad;
         int rc = pinned_done(x, bt, st);
         if (rc) return rc;
-    } else if (t->dtype == dt) { /* device -> host as it is (a partition's swapped blocks) */
+    } else if (t->dtype == dt) { /* one kind of memory, or device -> host (a partition's swapped blocks) */
         be->copy(be, dst, src, (size_t)n * es);
-    } else { /* device -> host f32 */
-        if (t->dtype != VF_DTYPE_F32) goto bad;
+    } else if (host_be && dt == VF_DTYPE_F32) { /* an f32 host shard into a GPU partition's swapped blocks */
+        be->upload(be, dst, src, n, t->dtype);
+    } else if (!host_be && host_t && t->dtype == VF_DTYPE_F32) { /* device -> host f32 */
         be->download(be, (float *)dst, src, n, dt);
+    } else {
+        goto bad;
     }
     x->moved += (int64_t)((size_t)n * es);
     return 0;

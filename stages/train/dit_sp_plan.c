@@ -46,7 +46,8 @@ void vf_dit_sp_plan(vf_mem_plan *out, vf_device dev, const vf_dit_config *c, int
 void vf_dit_sp_ends_plan(vf_mem_plan *out, vf_device dev, const vf_dit_mem *m)
 {
     if (m->ends)
-        vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sequence parallel: whole sequences (ends)", m->ends);
+        vf_mem_plan_add(out, dev, VF_MEM_WORKSPACE, "sequence parallel: whole clips' patchify (first partition)",
+                        m->ends);
 }
 
 void vf_dit_sp_target_port(vf_port_spec *ps, const vf_dit_config *c, const vf_dit_dims *mr, const vf_dit_dims *mx,

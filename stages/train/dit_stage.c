@@ -520,8 +520,7 @@ static void dit_fini(vf_stage *s)
     if (h->be && h->grads) h->be->free_shared(h->be, h->grads);
     if (h->be && h->base) h->be->free(h->be, h->base);
     vf_dit_fp8_free(h->fp8);
-    if (h->lora && h->be && h->swap_host) h->be->free_pinned(h->be, h->swap_host);
-    else vf_dit_swap_host_free(h);
+    vf_dit_swap_host_free(h); /* a LoRA run's base copy too (pinned, no gradients) */
     vf_dit_lora_free(h->lora);
     vf_dit_layout_free(h->l);
     free(h->route_j);

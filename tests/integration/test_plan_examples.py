@@ -475,7 +475,7 @@ def wan14b_720p_sp():
             # the ends: the first partition's patchify of the whole clips and its staging (a
             # rank embeds its tokens' patches, which its saved stores hold); the last stages
             # its rank's targets only, among its tokens' lines
-            ends = line_sum(p, stage=st, what="sequence parallel: whole sequences (ends)")
+            ends = line_sum(p, stage=st, what="sequence parallel: whole clips' patchify (first partition)")
             check(ends == (2 * al(2 * L * zP) if q == 0 else 0), "%s: whole sequences %d" % (st, ends))
             check(not [x for x in p["lines"] if x.get("stage") == st and "patches" in x["what"]],
                   "%s: a line of whole clips' patches" % st)

@@ -235,7 +235,7 @@ def sequence_parallel(tmp, cache):
     whole = {q: [(x["what"], x["bytes"]) for x in plans[2]["lines"] if x.get("stage") == "dit_%d_s0" % q and
                  "whole" in x["what"]] for q in (0, 1)}
     check(not whole[1], "sp=2 dit_1_s0 plans whole sequences: %r" % whole[1])
-    check(whole[0] == [("sequence parallel: whole sequences (ends)", 2 * 4 * 2 * 16 * 16)],
+    check(whole[0] == [("sequence parallel: whole clips' patchify (first partition)", 2 * 4 * 2 * 16 * 16)],
           "sp=2 dit_0_s0: whole sequences %r, not the clips' patchify" % whole[0])
 
 

@@ -56,6 +56,9 @@ int vf_ckpt_set_aside(const char *dir, char *moved, size_t n, int64_t *first, in
         rc = vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: rename to %s: %s", a, b, strerror(errno));
         goto out;
     }
+    /* the moves reach the disk as the writer's renames do: a crash after the fresh run's
+     * first commit loses none of the earlier steps */
+    if ((rc = vf_ckpt_fsync_dir(to, st)) || (rc = vf_ckpt_fsync_dir(dir, st))) goto out;
     *first = steps[0], *last = steps[k - 1];
     if (moved && n) snprintf(moved, n, "%s", to);
 out:

@@ -165,6 +165,7 @@ typedef struct ckpt_state {
     float alpha;                   /* LoRA: the adapters' alpha (> 0), else 0 */
     int hold_ms;                   /* VFLOW_CKPT_CHUNK_HOLD_MS */
     char dir[4096];
+    bool aside;                    /* a fresh run: an earlier run's steps go aside at the first chunk */
     int64_t *lo, *n;               /* each shard's slice */
     open_step open[MAX_OPEN];
     int nopen;
@@ -272,8 +273,10 @@ static int send_done(vf_ctx *ctx, int64_t step, const char *path, bool resumed, 
     return rc == VF_EOS ? 0 : rc;
 }
 
-/* Start: leftovers of a killed writer go; a fresh run sets an earlier run's checkpoints
- * aside; with --resume, say where the run continues.
+/* Start: leftovers of a killed writer go; with --resume, say where the run continues. A
+ * fresh run sets an earlier run's checkpoints aside only when its first snapshot comes
+ * (take_chunk): the run may start from one of them (`weights`, `lora_init`), which the
+ * shards read first.
  * The dir's parents are made too: an expert's dir (<run>/ckpt/high) sits in one that may
  * not exist yet. */
 static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
@@ -289,7 +292,7 @@ static int prepare(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_status *st)
         return vf_status_set(st, VF_EIO, __FILE__, __LINE__, "%s: mkdir %s: %s", vf_stage_name(s), c->dir,
                              strerror(errno));
     int rc = vf_ckpt_remove_tmp(c->dir, log_leftover, ctx, st);
-    if (!rc && !vf_resuming(ctx)) rc = vf_train_ckpt_aside(ctx, vf_stage_name(s), c->dir, st);
+    c->aside = !vf_resuming(ctx);
     if (rc || !vf_resuming(ctx)) return rc;
     vf_ckpt ck;
     vf_status fs;
@@ -442,6 +445,11 @@ static int take_chunk(vf_stage *s, vf_ctx *ctx, ckpt_state *c, vf_item *it, vf_s
         return vf_status_set(st, VF_EINVAL, __FILE__, __LINE__,
                              "%s: malformed snapshot chunk (step %lld, shard %d, elements [%lld, +%lld))",
                              vf_stage_name(s), (long long)step, k, (long long)a, (long long)cnt);
+    if (c->aside) {
+        c->aside = false;
+        int rc = vf_train_ckpt_aside(ctx, vf_stage_name(s), c->dir, st);
+        if (rc) return rc;
+    }
     open_step *o = step_for(s, c, step, st);
     if (!o) return st->code ? st->code : VF_ENOMEM;
     if (o->got[k] + cnt > c->n[k])

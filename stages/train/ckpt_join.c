@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const vf_param_spec join_params[] = {
     {"dir", VF_P_STR, "\"\"", VF_ANY, "the two-expert checkpoints' dir; \"\" = <run dir>/ckpt"},
@@ -42,16 +43,19 @@ static int join_memory(const vf_params *p, const vf_port_specs *ports, vf_mem_pl
     return 0;
 }
 
-/* The next "done" item of one expert: 0 with *step and path, 1 at its end. */
-static int next(vf_port *in, int64_t *step, char *path, size_t n, vf_status *st)
+/* The next "done" item of one expert: 0 with *step, path and *resumed (the step the
+ * expert's resumed run starts from), 1 at its end. */
+static int next(vf_port *in, int64_t *step, char *path, size_t n, bool *resumed, vf_status *st)
 {
     vf_item *it = NULL;
     int rc = vf_recv(in, &it, st);
     if (rc == VF_EOS) return 1;
     if (rc) return rc;
-    double s = -1;
+    double s = -1, r = 0;
     const char *p = vf_item_str(it, "path");
     vf_item_num(it, "step", &s);
+    vf_item_num(it, "resumed", &r);
+    *resumed = r != 0;
     *step = (int64_t)s;
     snprintf(path, n, "%s", p ? p : "");
     vf_item_free(it);
@@ -66,13 +70,16 @@ static int join_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
     char dir[PATH_MAX], path[2][PATH_MAX], out[PATH_MAX];
     vf_ckpt_dir(vf_param_str(p, "dir"), vf_run_dir(ctx), dir, sizeof dir);
     int rc = vf_ckpt_remove_tmp(dir, NULL, NULL, st);
-    if (!rc && !vf_resuming(ctx)) rc = vf_train_ckpt_aside(ctx, vf_stage_name(s), dir, st);
     if (rc) return rc;
+    /* a fresh run sets an earlier run's joined steps aside at its first join, once the
+     * shards have read what the run starts from (which may be one of them) */
+    bool aside = !vf_resuming(ctx);
     vf_port *in[2] = {vf_in(ctx, "high"), vf_in(ctx, "low")};
     int64_t step[2], last = -1, last_ok = -1;
     int end[2] = {0, 0};
+    bool resumed[2] = {false, false};
     for (int e = 0; e < 2; e++) {
-        end[e] = next(in[e], &step[e], path[e], sizeof path[e], st);
+        end[e] = next(in[e], &step[e], path[e], sizeof path[e], &resumed[e], st);
         if (end[e] < 0) return end[e];
     }
     while (!end[0] && !end[1]) {
@@ -80,11 +87,15 @@ static int join_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
             const char *from[2] = {path[0], path[1]};
             vf_status js;
             vf_status_clear(&js);
-            char have[PATH_MAX + 32];
-            snprintf(have, sizeof have, "%s/step-%lld", dir, (long long)step[0]);
-            vf_status vs;
-            vf_status_clear(&vs);
-            if (vf_ckpt_verify(have, &vs) == 0) { /* joined before a resume: it stands */
+            char have[PATH_MAX + 64];
+            snprintf(have, sizeof have, "%s/step-%lld/%s", dir, (long long)step[0], VF_CKPT_MANIFEST);
+            if (aside) {
+                aside = false;
+                if ((rc = vf_train_ckpt_aside(ctx, vf_stage_name(s), dir, st))) return rc;
+            }
+            if (resumed[0] && resumed[1] && access(have, F_OK) == 0) {
+                /* both experts resume from a step joined before (its parts verified as
+                 * each expert found them): it stands */
                 last_ok = step[0];
             } else if (vf_ckpt_join_experts(dir, step[0], from, vf_param_num(p, "boundary"),
                                             (int)vf_param_int(p, "keep"), out, sizeof out, &js) == 0) {
@@ -105,14 +116,14 @@ static int join_run(vf_stage *s, vf_ctx *ctx, vf_status *st)
         int64_t lo = step[0] < step[1] ? step[0] : step[1];
         for (int e = 0; e < 2; e++)
             if (step[e] == lo) {
-                end[e] = next(in[e], &step[e], path[e], sizeof path[e], st);
+                end[e] = next(in[e], &step[e], path[e], sizeof path[e], &resumed[e], st);
                 if (end[e] < 0) return end[e];
             }
     }
     /* the other expert's remaining commits have no partner */
     for (int e = 0; e < 2; e++)
         while (!end[e]) {
-            end[e] = next(in[e], &step[e], path[e], sizeof path[e], st);
+            end[e] = next(in[e], &step[e], path[e], sizeof path[e], &resumed[e], st);
             if (end[e] < 0) return end[e];
         }
     /* the final step of both is never pruned before it is joined: its failure is the run's */

@@ -11,7 +11,8 @@
 #  - a resume with a different config is refused with exit code 2 naming each differing
 #    key (lr and depth), launching no training and touching no checkpoint; so is one over
 #    another cache (the checkpoint's data cursor names another stream);
-#  - a run started without --resume where an earlier run's checkpoints are moves them,
+#  - a run started without --resume where an earlier run's checkpoints are moves them
+#    (after reading the one it may start from: `weights` inside them works),
 #    byte for byte, into ckpt/earlier-<time>/ with a WARN naming the steps; its --resume
 #    then continues its own newest step and ends bitwise on an uninterrupted run;
 #  - a failing checkpoint write (injected with VFLOW_CKPT_FAIL, and a real ENOSPC on a
@@ -120,6 +121,15 @@ train b "${COMMON[@]}" --set steps=6 --resume || fail "resume of the fresh run: 
 grep -q "resuming at step 4" b/run.log || fail "did not resume the fresh run's step 4: $(grep -i resum b/run.log)"
 train e "${COMMON[@]}" --set steps=6 || fail "run e: $(tail -5 e.out)"
 [ "$(model_md5 b 6)" = "$(model_md5 e 6)" ] || fail "the fresh run resumed to 6 differs from a run of 6"
+# a fresh run in the same run dir that starts from that run's step 6 (`weights`): the
+# step is read before it goes aside with the rest
+b6=$(model_md5 b 6)
+train b "${COMMON[@]}" --set steps=2 --set weights="$TMP/b/ckpt/step-6" ||
+  fail "a fresh run from its run dir's own step 6: $(tail -5 b.out)"
+moved=$(ls -d b/ckpt/earlier-*/step-6 2>/dev/null | tail -1)
+[ -n "$moved" ] && [ "$(md5sum < "$moved/model.safetensors" | cut -d' ' -f1)" = "$b6" ] ||
+  fail "step 6 not set aside whole after the run started from it: $(ls b/ckpt b/ckpt/earlier-*)"
+[ -d b/ckpt/step-2 ] || fail "the run from step 6 wrote no step 2: $(ls b/ckpt)"
 
 # write failures: the failed checkpoints only
 VFLOW_CKPT_FAIL=4,6 train c "${COMMON[@]}" --set steps=6
